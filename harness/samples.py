@@ -1,0 +1,109 @@
+"""Sample records: one immutable record per request, written as JSONL.
+
+A sample carries its own evidence (prompt hash, completion text, token ids, finish
+reason, extracted answers) and its verdicts. A request that failed is a sample with
+``error`` set and verdicts ``None``: it is never scored as a wrong answer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One request of one task on one variant.
+
+    Attributes:
+        config: config name (the YAML file's stem).
+        variant: variant name, e.g. ``reference`` or ``spec_async``.
+        task: task name, e.g. ``gsm8k``.
+        question_id: stable id of the question within the task, e.g. ``gsm8k/test/17``.
+        prompt_hash: first 16 hex digits of the SHA-256 of the UTF-8 prompt text.
+        gold: the gold answer as written in the data set (e.g. ``"5,600"``).
+        completion: the completion text, ``None`` when the request failed.
+        token_ids: completion token ids (from ``return_token_ids``), ``None`` on error.
+        finish_reason: ``"stop"``, ``"length"``, ... as returned by the server.
+        answers: extracted answer per pipeline name (``strict-match``,
+            ``flexible-extract``); a value is ``None`` when the pipeline found nothing.
+        correct: verdict per pipeline name; empty when the request failed.
+        error: error text naming the request when it failed, else ``None``.
+        attempts: number of HTTP attempts made (1 without retries).
+        latency_s: wall-clock seconds of the successful (or last) attempt.
+    """
+
+    config: str
+    variant: str
+    task: str
+    question_id: str
+    prompt_hash: str
+    gold: str
+    completion: str | None = None
+    token_ids: tuple[int, ...] | None = None
+    finish_reason: str | None = None
+    answers: dict[str, str | None] = dataclasses.field(default_factory=dict)
+    correct: dict[str, bool] = dataclasses.field(default_factory=dict)
+    error: str | None = None
+    attempts: int = 1
+    latency_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True when the request succeeded (it may still be a wrong answer)."""
+        return self.error is None
+
+    def to_json(self) -> dict:
+        """Return a JSON-serialisable dict (token ids as a list)."""
+        d = dataclasses.asdict(self)
+        d["token_ids"] = list(self.token_ids) if self.token_ids is not None else None
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Sample":
+        """Build a sample from :meth:`to_json` output.
+
+        Raises:
+            TypeError: on unknown or missing fields.
+        """
+        d = dict(d)
+        if d.get("token_ids") is not None:
+            d["token_ids"] = tuple(d["token_ids"])
+        return cls(**d)
+
+
+def write_jsonl(path: Path, samples: Iterable[Sample]) -> int:
+    """Write samples to ``path`` (one JSON object per line); return the count."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = 0
+    with path.open("w", encoding="utf-8") as f:
+        for s in samples:
+            f.write(json.dumps(s.to_json(), ensure_ascii=False) + "\n")
+            n += 1
+    return n
+
+
+def read_jsonl(path: Path) -> list[Sample]:
+    """Read samples written by :func:`write_jsonl`.
+
+    Raises:
+        ValueError: naming the file and line when a line is not a valid sample.
+    """
+    out: list[Sample] = []
+    with Path(path).open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                out.append(Sample.from_json(json.loads(line)))
+            except (json.JSONDecodeError, TypeError) as e:
+                raise ValueError(f"{path}:{lineno}: not a sample record: {e}") from e
+    return out
+
+
+def iter_jsonl(path: Path) -> Iterator[Sample]:
+    """Yield samples of a JSONL file (see :func:`read_jsonl`)."""
+    yield from read_jsonl(path)
