@@ -1,0 +1,618 @@
+"""Configs: YAML files validated into frozen, typed objects; model lists of configs.
+
+Two forms are read (see README "Config forms"):
+
+* **vLLM's GSM8K form**, unchanged (``tests/evals/gsm8k/configs/*.yaml`` in vLLM):
+  ``model_name``, ``accuracy_threshold``, ``server_args``, ... When ``server_args``
+  holds ``--speculative-config``, the variant matrix is derived: ``reference``
+  (without it), ``spec_sync`` (``--no-async-scheduling``), ``spec_async``
+  (``--async-scheduling``).
+* **the native form**, recognised by a top-level ``variants`` key, with explicit
+  variants, tasks, comparisons and gates.
+
+Both load into :class:`ModelConfig`. Every error is a :class:`ConfigError` that names
+the file, the key path, the line (from the YAML node marks) and, for unknown keys,
+the nearest valid key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import shlex
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+#: Folder of the repository that holds ``configs/`` and ``model_lists/``.
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+CONFIGS_DIR = PROJECT_ROOT / "configs"
+MODEL_LISTS_DIR = PROJECT_ROOT / "model_lists"
+
+#: Default of vLLM's GSM8K test (``tests/evals/gsm8k/test_gsm8k_correctness.py``):
+#: absolute tolerance below ``accuracy_threshold``.
+DEFAULT_TOLERANCE = 0.08
+
+
+class ConfigError(ValueError):
+    """A config, model list or key is invalid. The message names file, key and line."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --------------------------------------------------------------------------- native form
+
+
+class TaskSpec(_Frozen):
+    """One task of a config.
+
+    Attributes:
+        kind: task implementation; ``gsm8k`` (real GSM8K, test split with few-shot
+            examples from train) or ``synthetic`` (evalrun's generated arithmetic set).
+        num_questions: questions taken from the start of the test split (None = all).
+        num_fewshot: few-shot examples prepended to each prompt.
+        max_tokens: completion budget per request, in tokens.
+        temperature: sampling temperature (0 = greedy; output match needs greedy).
+        seed: per-request sampling seed sent to the server.
+        required: when False, a task whose data cannot be had is reported as
+            ``not run`` (loudly, and never as passed) instead of stopping the run.
+    """
+
+    kind: Literal["gsm8k", "synthetic"] = "gsm8k"
+    num_questions: int | None = Field(default=None, ge=1)
+    num_fewshot: int = Field(default=5, ge=0)
+    max_tokens: int = Field(default=256, ge=1)
+    temperature: float = Field(default=0.0, ge=0.0)
+    seed: int = 42
+    required: bool = True
+
+
+class GateSpec(_Frozen):
+    """Per-variant absolute gates (they apply to every variant of the config).
+
+    Attributes:
+        accuracy_threshold: expected accuracy (fraction); floor = threshold - tolerance.
+            None disables the floor gate.
+        tolerance: absolute allowance below the threshold (vLLM default 0.08).
+        calibration_questions: number of questions the threshold was measured on
+            (None = unknown); used by the statistics to widen the floor for smaller runs.
+        accuracy_pipeline: which answer pipeline the accuracy gates read.
+        min_acceptance_length: floor of mean acceptance length for speculative
+            variants (None disables).
+        max_error_rate: largest allowed share of failed requests (default 0).
+    """
+
+    accuracy_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
+    tolerance: float = Field(default=DEFAULT_TOLERANCE, ge=0.0, le=1.0)
+    calibration_questions: int | None = Field(default=None, ge=1)
+    accuracy_pipeline: Literal["strict-match", "flexible-extract"] = "flexible-extract"
+    min_acceptance_length: float | None = Field(default=None, ge=1.0)
+    max_error_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+
+
+class ComparisonSpec(_Frozen):
+    """A gated comparison of a candidate variant against a baseline variant.
+
+    Attributes:
+        baseline: name of the variant compared against (usually ``reference``).
+        candidate: name of the variant under test.
+        max_accuracy_drop: largest allowed accuracy drop (fraction, baseline minus
+            candidate) on the paired questions; None disables.
+        min_output_match: smallest allowed share of questions with identical completion
+            token ids; None disables.
+        max_acceptance_length_drop: largest allowed drop of mean acceptance length
+            (tokens); only for two speculative variants; None disables.
+        alpha: significance level of the one-sided paired test (McNemar) that also
+            fails the accuracy gate when the candidate is significantly worse.
+    """
+
+    baseline: str
+    candidate: str
+    max_accuracy_drop: float | None = Field(default=0.05, ge=0.0, le=1.0)
+    min_output_match: float | None = Field(default=1.0, ge=0.0, le=1.0)
+    max_acceptance_length_drop: float | None = Field(default=None, ge=0.0)
+    alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
+
+
+class VariantSpec(_Frozen):
+    """One way to run the model.
+
+    Attributes:
+        speculative_config: the ``--speculative-config`` JSON as a mapping, or None
+            (no speculative decoding).
+        async_scheduling: True adds ``--async-scheduling``, False adds
+            ``--no-async-scheduling``, None leaves the engine default.
+        server_args: extra server arguments for this variant (a shell-like string,
+            split with :func:`shlex.split`, never run through a shell).
+        env: extra environment for this variant's server.
+        fault: name of a fault to inject with evalrun's vLLM plugin (None = clean).
+        expected_effective: per platform (``cpu``, ``cuda``, ...), settings the engine
+            is known to override there, e.g. ``{"cpu": {"async_scheduling": false}}``:
+            the variant is still reported as not effective, but its gate passes.
+    """
+
+    speculative_config: dict[str, Any] | None = None
+    async_scheduling: bool | None = None
+    server_args: str = ""
+    env: dict[str, str] = Field(default_factory=dict)
+    fault: str | None = None
+    expected_effective: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_to_str(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            return {str(k): str(x) for k, x in v.items()}
+        return v
+
+
+class NativeConfig(_Frozen):
+    """The native YAML form (recognised by its ``variants`` key)."""
+
+    name: str | None = None
+    model: str
+    server_args: str = ""
+    env: dict[str, str] = Field(default_factory=dict)
+    startup_max_wait_seconds: float = Field(default=600, gt=0)
+    request_timeout_seconds: float = Field(default=600, gt=0)
+    max_concurrency: int = Field(default=8, ge=1)
+    variants: dict[str, VariantSpec]
+    tasks: dict[str, TaskSpec]
+    gates: GateSpec = Field(default_factory=GateSpec)
+    comparisons: list[ComparisonSpec] = Field(default_factory=list)
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_to_str(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            return {str(k): str(x) for k, x in v.items()}
+        return v
+
+
+# --------------------------------------------------------------------------- vLLM form
+
+
+class VllmGsm8kConfig(_Frozen):
+    """vLLM's GSM8K config form (``tests/evals/gsm8k/configs/*.yaml``), read unchanged.
+
+    Defaults follow vLLM's ``test_gsm8k_correctness.py`` and ``gsm8k_eval.py``:
+    tolerance 0.08 (absolute), 1319 questions, 5-shot, start-up wait 600 s,
+    max_tokens 256, temperature 0, seed 42.
+    """
+
+    model_name: str
+    accuracy_threshold: float = Field(ge=0.0, le=1.0)
+    tolerance: float = Field(default=DEFAULT_TOLERANCE, ge=0.0, le=1.0)
+    num_questions: int = Field(default=1319, ge=1)
+    num_fewshot: int = Field(default=5, ge=0)
+    server_args: str = ""
+    env: dict[str, str] = Field(default_factory=dict)
+    startup_max_wait_seconds: float = Field(default=600, gt=0)
+    min_acceptance_length: float | None = Field(default=None, ge=1.0)
+    max_tokens: int = Field(default=256, ge=1)
+    temperature: float = Field(default=0.0, ge=0.0)
+    seed: int = 42
+    calibration_questions: int | None = Field(default=None, ge=1)
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_to_str(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            return {str(k): str(x) for k, x in v.items()}
+        return v
+
+
+# --------------------------------------------------------------------------- the result
+
+
+class ModelConfig(_Frozen):
+    """A validated config, whichever form it came from.
+
+    Attributes:
+        name: config name (the file stem unless the native form sets ``name``).
+        path: the YAML file it came from.
+        sha256: hex SHA-256 of the file's bytes (provenance).
+        form: ``vllm-gsm8k`` or ``native``.
+        model: model id, local path, or ``builtin:<name>`` (a model evalrun builds).
+        server_args: common server arguments, already split (list of argv items).
+        env: common server environment.
+        variants: variant name -> spec, in run order (``reference`` first).
+        tasks: task name -> spec.
+        gates: absolute per-variant gates.
+        comparisons: gated pairs of variants.
+    """
+
+    name: str
+    path: Path
+    sha256: str
+    form: Literal["vllm-gsm8k", "native"]
+    model: str
+    server_args: tuple[str, ...]
+    env: dict[str, str]
+    startup_max_wait_seconds: float
+    request_timeout_seconds: float = 600
+    max_concurrency: int = 8
+    variants: dict[str, VariantSpec]
+    tasks: dict[str, TaskSpec]
+    gates: GateSpec
+    comparisons: tuple[ComparisonSpec, ...]
+
+
+SPEC_FLAG = "--speculative-config"
+
+
+def split_args(text: str, where: str) -> list[str]:
+    """Split a server-args string like a shell would (never running one).
+
+    Raises:
+        ConfigError: naming ``where`` when quotes are unbalanced.
+    """
+    try:
+        return shlex.split(text or "")
+    except ValueError as e:
+        raise ConfigError(f"{where}: cannot split server_args: {e}") from e
+
+
+def pop_speculative_config(argv: list[str], where: str) -> tuple[list[str], dict | None]:
+    """Remove ``--speculative-config X`` / ``--speculative-config=X`` from ``argv``.
+
+    Returns:
+        (argv without the flag, the parsed JSON mapping or None when absent).
+
+    Raises:
+        ConfigError: when the value is missing or not a JSON object.
+    """
+    out: list[str] = []
+    spec: dict | None = None
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        raw = None
+        if a == SPEC_FLAG:
+            if i + 1 >= len(argv):
+                raise ConfigError(f"{where}: {SPEC_FLAG} has no value")
+            raw = argv[i + 1]
+            i += 2
+        elif a.startswith(SPEC_FLAG + "="):
+            raw = a.split("=", 1)[1]
+            i += 1
+        else:
+            out.append(a)
+            i += 1
+            continue
+        try:
+            spec = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{where}: {SPEC_FLAG} value is not JSON: {raw!r} ({e})") from e
+        if not isinstance(spec, dict):
+            raise ConfigError(f"{where}: {SPEC_FLAG} must be a JSON object, got {raw!r}")
+    return out, spec
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _key_lines(node: yaml.Node, prefix: tuple = ()) -> dict[tuple, int]:
+    """Map key paths (tuples of keys / indices) to 1-based line numbers."""
+    lines: dict[tuple, int] = {}
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            path = prefix + (k.value,)
+            lines[path] = k.start_mark.line + 1
+            lines.update(_key_lines(v, path))
+    elif isinstance(node, yaml.SequenceNode):
+        for i, v in enumerate(node.value):
+            path = prefix + (i,)
+            lines[path] = v.start_mark.line + 1
+            lines.update(_key_lines(v, path))
+    return lines
+
+
+def _valid_keys(model: type[BaseModel], loc: tuple) -> list[str]:
+    """The field names valid at ``loc`` (the parent of an offending key)."""
+    cur: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(cur, type) and issubclass(cur, BaseModel)):
+            return []
+        field = cur.model_fields.get(part)
+        if field is None:
+            return []
+        ann = field.annotation
+        cur = _inner_model(ann)
+    if isinstance(cur, type) and issubclass(cur, BaseModel):
+        return list(cur.model_fields)
+    return []
+
+
+def _inner_model(ann: Any) -> Any:
+    """The BaseModel inside an annotation like ``dict[str, X]``, ``list[X]``, ``X | None``."""
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return ann
+    for arg in getattr(ann, "__args__", ()) or ():
+        m = _inner_model(arg)
+        if m is not None:
+            return m
+    return None
+
+
+def _format_validation_error(
+    e: ValidationError, model: type[BaseModel], path: Path, lines: dict[tuple, int]
+) -> str:
+    msgs = []
+    for err in e.errors():
+        loc = tuple(err["loc"])
+        # dict[str, Model] entries put the dict key in loc; keep it for the path.
+        dotted = ".".join(str(p) for p in loc) or "(top level)"
+        line = None
+        for n in range(len(loc), 0, -1):
+            if loc[:n] in lines:
+                line = lines[loc[:n]]
+                break
+        where = f"{path}:{line}" if line else f"{path}"
+        if err["type"] == "extra_forbidden":
+            key = str(loc[-1])
+            parent = [p for p in loc[:-1] if not isinstance(p, int)]
+            valid = _valid_keys(model, tuple(_strip_dict_keys(model, parent)))
+            near = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+            hint = f"; did you mean '{near[0]}'?" if near else ""
+            msgs.append(
+                f"{where}: unknown key '{dotted}'{hint} (valid keys here: {', '.join(valid)})"
+            )
+        elif err["type"] == "missing":
+            msgs.append(f"{where}: missing required key '{dotted}'")
+        else:
+            msgs.append(f"{where}: key '{dotted}': {err['msg']} (got {err.get('input')!r})")
+    return "\n".join(msgs)
+
+
+def _strip_dict_keys(model: type[BaseModel], parts: list) -> list:
+    """Drop user-chosen dict keys (variant / task names) from a location path."""
+    out = []
+    cur: Any = model
+    skip_next = False
+    for p in parts:
+        if skip_next:
+            skip_next = False
+            continue
+        out.append(p)
+        if isinstance(cur, type) and issubclass(cur, BaseModel) and p in cur.model_fields:
+            ann = cur.model_fields[p].annotation
+            origin = getattr(ann, "__origin__", None)
+            if origin is dict:
+                skip_next = True
+            cur = _inner_model(ann)
+    return out
+
+
+def _validate(model: type[BaseModel], data: dict, path: Path, lines: dict) -> BaseModel:
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_format_validation_error(e, model, path, lines)) from None
+
+
+def load_config(path: str | Path) -> ModelConfig:
+    """Load and validate one config YAML (either form).
+
+    Args:
+        path: the YAML file.
+
+    Returns:
+        The validated :class:`ModelConfig`.
+
+    Raises:
+        ConfigError: the file is missing or unreadable, is not a YAML mapping, has an
+            unknown key, a wrong type or a missing required key, names a variant that
+            does not exist in a comparison, or has unbalanced quotes in server args.
+    """
+    path = Path(path)
+    try:
+        raw_bytes = path.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read config: {e.strerror}") from e
+    text = raw_bytes.decode("utf-8", errors="replace")
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a config must be a YAML mapping of keys, got {type(data).__name__}")
+    lines = _key_lines(node) if node is not None else {}
+    sha = hashlib.sha256(raw_bytes).hexdigest()
+    if "variants" in data:
+        native = _validate(NativeConfig, data, path, lines)
+        return _from_native(native, path, sha)
+    vcfg = _validate(VllmGsm8kConfig, data, path, lines)
+    return _from_vllm(vcfg, path, sha)
+
+
+def _from_native(c: NativeConfig, path: Path, sha: str) -> ModelConfig:
+    if not c.variants:
+        raise ConfigError(f"{path}: 'variants' must name at least one variant")
+    if not c.tasks:
+        raise ConfigError(f"{path}: 'tasks' must name at least one task")
+    for i, comp in enumerate(c.comparisons):
+        for role in ("baseline", "candidate"):
+            v = getattr(comp, role)
+            if v not in c.variants:
+                near = difflib.get_close_matches(v, list(c.variants), n=1)
+                hint = f"; did you mean '{near[0]}'?" if near else ""
+                raise ConfigError(
+                    f"{path}: comparisons.{i}.{role}: no variant named '{v}'{hint} "
+                    f"(variants: {', '.join(c.variants)})"
+                )
+    common = split_args(c.server_args, f"{path}: server_args")
+    _, spec = pop_speculative_config(common, f"{path}: server_args")
+    if spec is not None:
+        raise ConfigError(
+            f"{path}: server_args: put --speculative-config in a variant's "
+            "'speculative_config', not in the common server_args"
+        )
+    for name, v in c.variants.items():
+        split_args(v.server_args, f"{path}: variants.{name}.server_args")
+    return ModelConfig(
+        name=c.name or path.stem,
+        path=path.resolve(),
+        sha256=sha,
+        form="native",
+        model=c.model,
+        server_args=tuple(common),
+        env=dict(c.env),
+        startup_max_wait_seconds=c.startup_max_wait_seconds,
+        request_timeout_seconds=c.request_timeout_seconds,
+        max_concurrency=c.max_concurrency,
+        variants=dict(c.variants),
+        tasks=dict(c.tasks),
+        gates=c.gates,
+        comparisons=tuple(c.comparisons),
+    )
+
+
+def _from_vllm(c: VllmGsm8kConfig, path: Path, sha: str) -> ModelConfig:
+    argv = split_args(c.server_args, f"{path}: server_args")
+    argv, spec = pop_speculative_config(argv, f"{path}: server_args")
+    for flag in ("--async-scheduling", "--no-async-scheduling"):
+        if flag in argv and spec is not None:
+            raise ConfigError(
+                f"{path}: server_args: remove {flag}; evalrun derives the spec_sync and "
+                "spec_async variants from --speculative-config"
+            )
+    task = TaskSpec(
+        kind="gsm8k",
+        num_questions=c.num_questions,
+        num_fewshot=c.num_fewshot,
+        max_tokens=c.max_tokens,
+        temperature=c.temperature,
+        seed=c.seed,
+    )
+    gates = GateSpec(
+        accuracy_threshold=c.accuracy_threshold,
+        tolerance=c.tolerance,
+        calibration_questions=c.calibration_questions,
+        min_acceptance_length=c.min_acceptance_length,
+    )
+    if spec is None:
+        variants = {"reference": VariantSpec()}
+        comparisons: tuple[ComparisonSpec, ...] = ()
+    else:
+        variants = {
+            "reference": VariantSpec(),
+            "spec_sync": VariantSpec(speculative_config=spec, async_scheduling=False),
+            "spec_async": VariantSpec(speculative_config=spec, async_scheduling=True),
+        }
+        comparisons = (
+            ComparisonSpec(baseline="reference", candidate="spec_async"),
+            ComparisonSpec(baseline="reference", candidate="spec_sync"),
+            ComparisonSpec(
+                baseline="spec_sync",
+                candidate="spec_async",
+                max_accuracy_drop=None,
+                max_acceptance_length_drop=0.1,
+            ),
+        )
+    return ModelConfig(
+        name=path.stem,
+        path=path.resolve(),
+        sha256=sha,
+        form="vllm-gsm8k",
+        model=c.model_name,
+        server_args=tuple(argv),
+        env=dict(c.env),
+        startup_max_wait_seconds=c.startup_max_wait_seconds,
+        variants=variants,
+        tasks={"gsm8k": task},
+        gates=gates,
+        comparisons=comparisons,
+    )
+
+
+def resolve_list_path(name: str | Path) -> Path:
+    """Find a model list: as given (absolute or relative to the cwd), else in ``model_lists/``.
+
+    Raises:
+        ConfigError: naming every place looked in when the list is not found.
+    """
+    p = Path(name)
+    tried = [p]
+    if p.is_file():
+        return p
+    if not p.is_absolute():
+        q = MODEL_LISTS_DIR / p
+        tried.append(q)
+        if q.is_file():
+            return q
+    raise ConfigError(
+        f"model list '{name}' not found (looked in: {', '.join(str(t) for t in tried)}); "
+        f"available lists: {', '.join(sorted(x.name for x in MODEL_LISTS_DIR.glob('*.txt'))) or 'none'}"
+    )
+
+
+def read_model_list(path: str | Path) -> list[Path]:
+    """Read a model list: one config per line, ``#`` comments and blank lines ignored.
+
+    An entry resolves against the list's own folder first (vLLM keeps configs beside
+    its lists), then against ``configs/``. A ``.yaml``/``.yml`` given as the list is
+    taken as a one-entry list.
+
+    Returns:
+        The config paths, in list order.
+
+    Raises:
+        ConfigError: the list is missing or empty, or names files that do not exist
+            (every missing entry is named, with its line number).
+    """
+    path = resolve_list_path(path)
+    if path.suffix in (".yaml", ".yml"):
+        return [path]
+    entries: list[Path] = []
+    missing: list[str] = []
+    for lineno, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        cands = [path.parent / line, CONFIGS_DIR / line]
+        if Path(line).is_absolute():
+            cands = [Path(line)]
+        found = next((c for c in cands if c.is_file()), None)
+        if found is None:
+            missing.append(
+                f"  {path}:{lineno}: '{line}' (looked in {', '.join(str(c.parent) for c in cands)})"
+            )
+        else:
+            entries.append(found)
+    if missing:
+        raise ConfigError(f"{path}: {len(missing)} missing config(s):\n" + "\n".join(missing))
+    if not entries:
+        raise ConfigError(f"{path}: the model list names no config (only comments or blank lines)")
+    return entries
+
+
+def load_model_list(path: str | Path) -> list[ModelConfig]:
+    """Read a model list and load every config in it.
+
+    Raises:
+        ConfigError: from :func:`read_model_list` or :func:`load_config`; all
+            config errors of the list are collected into one message.
+    """
+    configs: list[ModelConfig] = []
+    errors: list[str] = []
+    for p in read_model_list(path):
+        try:
+            configs.append(load_config(p))
+        except ConfigError as e:
+            errors.append(str(e))
+    if errors:
+        raise ConfigError("\n".join(errors))
+    names = [c.name for c in configs]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigError(f"{path}: config names appear twice: {', '.join(dupes)}")
+    return configs
