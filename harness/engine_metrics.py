@@ -1,0 +1,315 @@
+"""Speculative-decoding counters from vLLM's Prometheus ``/metrics`` text.
+
+vLLM (``vllm/v1/spec_decode/metrics.py``, class ``SpecDecodingProm``) registers four
+cumulative Prometheus counters per engine, labelled ``model_name`` and ``engine``:
+
+``vllm:spec_decode_num_drafts``
+    number of drafts (speculation rounds) proposed;
+``vllm:spec_decode_num_draft_tokens``
+    number of draft tokens proposed;
+``vllm:spec_decode_num_accepted_tokens``
+    number of draft tokens the target model accepted;
+``vllm:spec_decode_num_accepted_tokens_per_pos``
+    accepted tokens per draft position, with an extra label ``position="i"``
+    (``i`` = 0 .. num_speculative_tokens - 1).
+
+In the Prometheus text exposition the samples are named with a ``_total`` suffix and
+each counter is accompanied by a ``_created`` sample (a Unix timestamp, not a count).
+``LLM.get_metrics()`` and some exporters use the bare names without ``_total``.
+
+Counters are cumulative since server start: take a snapshot with
+:func:`parse_spec_decode_counters` before and after a task, subtract with
+:meth:`SpecDecodeCounters.minus`, and turn the difference into rates with
+:meth:`SpecDecodeMetrics.from_counters`.
+
+Parsing is done by ``prometheus_client.parser.text_string_to_metric_families``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable
+
+from prometheus_client.parser import text_string_to_metric_families
+
+__all__ = [
+    "MetricsError",
+    "SpecDecodeCounters",
+    "SpecDecodeMetrics",
+    "parse_spec_decode_counters",
+    "has_spec_decode_counters",
+    "DRAFTS",
+    "DRAFT_TOKENS",
+    "ACCEPTED_TOKENS",
+    "ACCEPTED_PER_POS",
+]
+
+#: Counter base names exactly as vLLM registers them (vllm/v1/spec_decode/metrics.py).
+DRAFTS = "vllm:spec_decode_num_drafts"
+DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
+ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens"
+ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+
+_ALL_COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED_TOKENS, ACCEPTED_PER_POS)
+_POSITION_LABEL = "position"
+
+
+class MetricsError(Exception):
+    """The metrics text is unusable: unparsable, a counter is missing or malformed,
+    or a snapshot difference is negative (the counter was reset)."""
+
+
+def _sample_names(base: str) -> tuple[str, str]:
+    """Sample names accepted for counter ``base``: ``base_total`` and bare ``base``.
+
+    ``base_created`` (the creation timestamp) is deliberately not among them.
+    """
+    return (base + "_total", base)
+
+
+def _samples(text: str, source: str) -> list:
+    """All samples of all families in ``text``; parse errors become MetricsError."""
+    try:
+        return [s for fam in text_string_to_metric_families(text) for s in fam.samples]
+    except Exception as exc:  # the parser raises ValueError/TypeError/IndexError
+        raise MetricsError(f"cannot parse Prometheus text from {source}: {exc}") from exc
+
+
+def _check_value(name: str, value: float, labels: dict, source: str) -> float:
+    if not math.isfinite(value) or value < 0:
+        raise MetricsError(
+            f"counter {name}{labels} from {source} has invalid value {value!r}"
+        )
+    return float(value)
+
+
+def _sum_counter(samples: Iterable, base: str, source: str) -> float:
+    """Sum of counter ``base`` over every label set (engines, model names)."""
+    names = _sample_names(base)
+    found = False
+    total = 0.0
+    for s in samples:
+        if s.name in names:
+            found = True
+            total += _check_value(base, s.value, s.labels, source)
+    if not found:
+        raise MetricsError(f"counter {base} (as {names[0]} or {names[1]}) missing from {source}")
+    return total
+
+
+def _sum_per_position(samples: Iterable, base: str, source: str) -> tuple[float, ...]:
+    """Per-position sums of counter ``base``, summed over all labels but ``position``."""
+    names = _sample_names(base)
+    by_pos: dict[int, float] = {}
+    for s in samples:
+        if s.name not in names:
+            continue
+        raw = s.labels.get(_POSITION_LABEL)
+        try:
+            pos = int(raw)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise MetricsError(
+                f"counter {base}{s.labels} from {source} has no integer "
+                f"'{_POSITION_LABEL}' label"
+            ) from None
+        if pos < 0:
+            raise MetricsError(f"counter {base}{s.labels} from {source} has a negative position")
+        by_pos[pos] = by_pos.get(pos, 0.0) + _check_value(base, s.value, s.labels, source)
+    if not by_pos:
+        raise MetricsError(f"counter {base} (as {names[0]} or {names[1]}) missing from {source}")
+    return tuple(by_pos.get(i, 0.0) for i in range(max(by_pos) + 1))
+
+
+@dataclass(frozen=True)
+class SpecDecodeCounters:
+    """Cumulative speculative-decoding counters, summed over engines.
+
+    Attributes (all are counts, as floats because Prometheus values are floats):
+        drafts: ``vllm:spec_decode_num_drafts`` (speculation rounds).
+        draft_tokens: ``vllm:spec_decode_num_draft_tokens`` (tokens proposed).
+        accepted_tokens: ``vllm:spec_decode_num_accepted_tokens`` (tokens accepted).
+        accepted_per_pos: ``vllm:spec_decode_num_accepted_tokens_per_pos``; index i is
+            draft position i (``position="i"``); positions absent from the text but
+            below the highest present one are 0.
+
+    Values are either cumulative since server start (a snapshot) or a difference of
+    two snapshots (see :meth:`minus`).
+    """
+
+    drafts: float
+    draft_tokens: float
+    accepted_tokens: float
+    accepted_per_pos: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "accepted_per_pos", tuple(float(v) for v in self.accepted_per_pos))
+
+    def minus(self, before: "SpecDecodeCounters") -> "SpecDecodeCounters":
+        """Return ``self - before`` counter by counter (``after.minus(before)``).
+
+        Per-position tuples of different lengths are padded with 0 before subtracting;
+        the result has the longer length.
+
+        Raises:
+            MetricsError: a difference is negative, i.e. a counter went backwards
+                (the server restarted or the counters were reset between snapshots);
+                the message names the counter.
+        """
+        diffs = {}
+        for field, name in (
+            ("drafts", DRAFTS),
+            ("draft_tokens", DRAFT_TOKENS),
+            ("accepted_tokens", ACCEPTED_TOKENS),
+        ):
+            d = getattr(self, field) - getattr(before, field)
+            if d < 0:
+                raise MetricsError(
+                    f"counter {name} went backwards ({getattr(before, field)} -> "
+                    f"{getattr(self, field)}): counter reset between snapshots"
+                )
+            diffs[field] = d
+        width = max(len(self.accepted_per_pos), len(before.accepted_per_pos))
+        after_pos = self.accepted_per_pos + (0.0,) * (width - len(self.accepted_per_pos))
+        before_pos = before.accepted_per_pos + (0.0,) * (width - len(before.accepted_per_pos))
+        per_pos = []
+        for i, (a, b) in enumerate(zip(after_pos, before_pos)):
+            if a - b < 0:
+                raise MetricsError(
+                    f"counter {ACCEPTED_PER_POS}{{position=\"{i}\"}} went backwards "
+                    f"({b} -> {a}): counter reset between snapshots"
+                )
+            per_pos.append(a - b)
+        return SpecDecodeCounters(accepted_per_pos=tuple(per_pos), **diffs)
+
+    def to_json(self) -> dict:
+        """JSON-serialisable dict: ``drafts``, ``draft_tokens``, ``accepted_tokens``
+        (floats) and ``accepted_per_pos`` (list of floats)."""
+        return {
+            "drafts": self.drafts,
+            "draft_tokens": self.draft_tokens,
+            "accepted_tokens": self.accepted_tokens,
+            "accepted_per_pos": list(self.accepted_per_pos),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> "SpecDecodeCounters":
+        """Inverse of :meth:`to_json`. Raises KeyError on a missing key."""
+        return cls(
+            drafts=float(data["drafts"]),
+            draft_tokens=float(data["draft_tokens"]),
+            accepted_tokens=float(data["accepted_tokens"]),
+            accepted_per_pos=tuple(float(v) for v in data["accepted_per_pos"]),
+        )
+
+
+def parse_spec_decode_counters(text: str, source: str = "/metrics") -> SpecDecodeCounters:
+    """Parse the speculative-decoding counters out of Prometheus text.
+
+    Args:
+        text: Prometheus text exposition (the body of ``GET /metrics``).
+        source: where ``text`` came from (URL or file), used in error messages.
+
+    Returns:
+        The four counters, each summed over every ``engine`` label (and every other
+        label, e.g. ``model_name``), except that the per-position counter is kept
+        apart per ``position`` label. Both ``<name>_total`` and bare ``<name>`` sample
+        names are accepted; ``<name>_created`` timestamp samples are ignored.
+
+    Raises:
+        MetricsError: the text cannot be parsed; one of the four counters has no
+            sample (message names the counter and ``source``); a value is negative
+            or not finite; a per-position sample lacks an integer ``position``.
+            A server without speculative decoding has none of these counters: check
+            with :func:`has_spec_decode_counters` first if that is expected.
+    """
+    samples = _samples(text, source)
+    return SpecDecodeCounters(
+        drafts=_sum_counter(samples, DRAFTS, source),
+        draft_tokens=_sum_counter(samples, DRAFT_TOKENS, source),
+        accepted_tokens=_sum_counter(samples, ACCEPTED_TOKENS, source),
+        accepted_per_pos=_sum_per_position(samples, ACCEPTED_PER_POS, source),
+    )
+
+
+def has_spec_decode_counters(text: str, source: str = "/metrics") -> bool:
+    """True when any of the four speculative-decoding counters has a sample in ``text``.
+
+    A server started without speculative decoding exposes none of them. Partial
+    exposure returns True, so that :func:`parse_spec_decode_counters` then reports the
+    missing counter instead of the run silently being treated as non-speculative.
+
+    Raises:
+        MetricsError: the text cannot be parsed.
+    """
+    wanted = {n for base in _ALL_COUNTERS for n in _sample_names(base)}
+    return any(s.name in wanted for s in _samples(text, source))
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return num / den if den > 0 else None
+
+
+@dataclass(frozen=True)
+class SpecDecodeMetrics:
+    """Acceptance figures for one task, computed from a counter difference.
+
+    Formulas are those of vLLM's spec-decode metrics logging
+    (``SpecDecodingLogging.log`` and the PromQL in the ``SpecDecodingProm`` docstring,
+    ``vllm/v1/spec_decode/metrics.py``):
+
+    * ``acceptance_rate = accepted_tokens / draft_tokens`` (fraction in [0, 1], not %);
+    * ``mean_acceptance_length = 1 + accepted_tokens / drafts`` (tokens emitted per
+      verification step, counting the bonus token);
+    * ``per_position_acceptance[i] = accepted_per_pos[i] / drafts`` (fraction of drafts
+      whose position i was accepted).
+
+    A ratio whose denominator is 0 is ``None`` (never 0.0, never an exception).
+
+    Attributes:
+        drafts, draft_tokens, accepted_tokens: the counter differences (counts).
+        acceptance_rate: see above, or None.
+        mean_acceptance_length: see above (tokens), or None.
+        per_position_acceptance: one entry per draft position; every entry is None
+            when ``drafts`` is 0.
+    """
+
+    drafts: float
+    draft_tokens: float
+    accepted_tokens: float
+    acceptance_rate: float | None
+    mean_acceptance_length: float | None
+    per_position_acceptance: tuple[float | None, ...]
+
+    @classmethod
+    def from_counters(cls, delta: SpecDecodeCounters) -> "SpecDecodeMetrics":
+        """Build the metrics from a counter difference (``after.minus(before)``).
+
+        Passing a raw snapshot gives the figures since server start instead.
+        Never raises on zero counts: the affected ratios are None.
+        """
+        return cls(
+            drafts=delta.drafts,
+            draft_tokens=delta.draft_tokens,
+            accepted_tokens=delta.accepted_tokens,
+            acceptance_rate=_ratio(delta.accepted_tokens, delta.draft_tokens),
+            mean_acceptance_length=(
+                1.0 + delta.accepted_tokens / delta.drafts if delta.drafts > 0 else None
+            ),
+            per_position_acceptance=tuple(
+                _ratio(a, delta.drafts) for a in delta.accepted_per_pos
+            ),
+        )
+
+    def to_json(self) -> dict:
+        """JSON-serialisable dict with keys ``drafts``, ``draft_tokens``,
+        ``accepted_tokens``, ``acceptance_rate``, ``mean_acceptance_length``,
+        ``per_position_acceptance`` (a list; None entries become JSON null)."""
+        return {
+            "drafts": self.drafts,
+            "draft_tokens": self.draft_tokens,
+            "accepted_tokens": self.accepted_tokens,
+            "acceptance_rate": self.acceptance_rate,
+            "mean_acceptance_length": self.mean_acceptance_length,
+            "per_position_acceptance": list(self.per_position_acceptance),
+        }

@@ -1,0 +1,484 @@
+"""Statistics for accuracy gates: intervals, paired tests, bootstrap, detectable drop.
+
+All accuracies, differences and margins are fractions in [0, 1] (or [-1, 1] for
+differences), never percentages. Question-level inputs are dicts mapping a question
+id (e.g. ``"gsm8k/test/17"``) to a correctness verdict.
+
+Numerics come from scipy/numpy: ``scipy.stats.binomtest`` (exact binomial tests and
+the Wilson interval), ``scipy.stats.norm``/``chi2`` (quantiles and tail areas),
+``scipy.optimize.brentq`` (root finding) and ``scipy.stats.bootstrap``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import dataclass
+from typing import Callable, Literal, Mapping, Sequence
+
+import numpy as np
+from scipy import optimize, stats
+
+__all__ = [
+    "wilson_interval",
+    "PairedComparison",
+    "paired_comparison",
+    "mcnemar_exact",
+    "min_detectable_drop",
+    "bootstrap_ci",
+    "ratio_bootstrap_ci",
+    "floor_margin",
+    "EXACT_MCNEMAR_BELOW",
+]
+
+#: Paired comparisons with fewer discordant pairs than this use the exact McNemar test.
+EXACT_MCNEMAR_BELOW = 25
+
+Alternative = Literal["two-sided", "greater", "less"]
+
+
+def _check_confidence(confidence: float, name: str = "confidence") -> None:
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"{name} must be in (0, 1), got {confidence!r}")
+
+
+def _z_two_sided(confidence: float) -> float:
+    """Normal quantile z_{1 - (1 - confidence)/2} (1.96 for 0.95)."""
+    return float(stats.norm.ppf(0.5 + confidence / 2.0))
+
+
+# --------------------------------------------------------------------------- Wilson
+
+
+def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion.
+
+    Args:
+        successes: number of successes (e.g. correct answers), 0 <= successes <= n.
+        n: number of trials (questions).
+        confidence: two-sided confidence level in (0, 1).
+
+    Returns:
+        ``(low, high)``, fractions in [0, 1]. ``n == 0`` gives ``(0.0, 1.0)``.
+
+    Formula (Wilson 1927, "Probable inference, the law of succession, and statistical
+    inference", JASA 22:209-212; recommended by Agresti & Coull 1998, "Approximate is
+    better than 'exact' for interval estimation of binomial proportions", Am. Stat.
+    52:119-126), with p = successes/n and z = z_{1-(1-confidence)/2}::
+
+        (p + z^2/(2n) -/+ z * sqrt(p(1-p)/n + z^2/(4n^2))) / (1 + z^2/n)
+
+    computed by ``scipy.stats.binomtest(...).proportion_ci(method="wilson")`` (no
+    continuity correction).
+
+    Raises:
+        ValueError: negative counts, successes > n, or confidence outside (0, 1).
+    """
+    _check_confidence(confidence)
+    if n < 0 or successes < 0 or successes > n:
+        raise ValueError(f"need 0 <= successes <= n, got successes={successes}, n={n}")
+    if n == 0:
+        return (0.0, 1.0)
+    ci = stats.binomtest(int(successes), int(n)).proportion_ci(
+        confidence_level=confidence, method="wilson"
+    )
+    return (min(max(float(ci.low), 0.0), 1.0), min(max(float(ci.high), 0.0), 1.0))
+
+
+# --------------------------------------------------------------------------- McNemar
+
+
+def mcnemar_exact(b: int, c: int, alternative: Alternative = "two-sided") -> float:
+    """Exact (conditional) McNemar test on the discordant pairs of a paired 2x2 table.
+
+    Args:
+        b: pairs where A is right and B is wrong (count, >= 0).
+        c: pairs where A is wrong and B is right (count, >= 0).
+        alternative: ``"two-sided"``; ``"greater"`` = the A-right/B-wrong discordance
+            is more likely than the reverse (B worse than A); ``"less"`` = B better.
+
+    Returns:
+        The p-value in [0, 1]; 1.0 when ``b + c == 0`` (no evidence either way).
+
+    Under H0 (marginal homogeneity) b ~ Binomial(b + c, 1/2) given b + c (McNemar
+    1947, Psychometrika 12:153-157; exact form: Agresti, Categorical Data Analysis,
+    2nd ed. sec. 10.1 / 3rd ed. sec. 11.1). Computed as ``scipy.stats.binomtest(b, b + c, 0.5,
+    alternative)``; the two-sided p-value is scipy's (for p = 1/2 it equals twice the
+    smaller tail, capped at 1).
+
+    Raises:
+        ValueError: a negative count or an unknown alternative.
+    """
+    if b < 0 or c < 0:
+        raise ValueError(f"discordant counts must be >= 0, got b={b}, c={c}")
+    if alternative not in ("two-sided", "greater", "less"):
+        raise ValueError(f"unknown alternative {alternative!r}")
+    if b + c == 0:
+        return 1.0
+    return float(stats.binomtest(int(b), int(b + c), 0.5, alternative=alternative).pvalue)
+
+
+def _mcnemar_chi2_cc(b: int, c: int) -> float:
+    """McNemar chi-square with Edwards' continuity correction, 1 d.f.:
+    (|b - c| - 1)^2 / (b + c) (Edwards 1948; Agresti, CDA 2nd ed. sec. 10.1)."""
+    stat = max(abs(b - c) - 1, 0) ** 2 / (b + c)
+    return float(stats.chi2.sf(stat, df=1))
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """Paired comparison of two variants on the same questions.
+
+    Attributes:
+        n: number of question ids present in both A and B.
+        accuracy_a, accuracy_b: fraction correct over those n questions.
+        diff: ``accuracy_b - accuracy_a`` (negative = B is worse).
+        diff_ci: ``(low, high)`` Wald interval for ``diff`` at ``confidence``.
+        a_only: ids right in A and wrong in B, sorted (count = McNemar's b).
+        b_only: ids wrong in A and right in B, sorted (count = McNemar's c).
+        both_correct, both_wrong: counts of the concordant pairs.
+        p_value: two-sided McNemar p-value (H0: equal accuracy).
+        test: ``"mcnemar_exact"`` (binomial, when b + c < 25), ``"mcnemar_chi2_cc"``
+            (chi-square with continuity correction) or ``"none"`` (b + c == 0, p = 1).
+        one_sided_p_value: exact one-sided McNemar p-value for H1 "B is worse than A",
+            i.e. P(A right, B wrong) > P(A wrong, B right): small values mean B lost
+            more questions than it gained. ``binomtest(b, b + c, 0.5,
+            alternative="greater")``; 1.0 when b + c == 0.
+        confidence: the confidence level of ``diff_ci``.
+    """
+
+    n: int
+    accuracy_a: float
+    accuracy_b: float
+    diff: float
+    diff_ci: tuple[float, float]
+    a_only: tuple[str, ...]
+    b_only: tuple[str, ...]
+    both_correct: int
+    both_wrong: int
+    p_value: float
+    test: str
+    one_sided_p_value: float
+    confidence: float
+
+    def to_json(self) -> dict:
+        """JSON-serialisable dict of all fields (tuples as lists)."""
+        return {
+            "n": self.n,
+            "accuracy_a": self.accuracy_a,
+            "accuracy_b": self.accuracy_b,
+            "diff": self.diff,
+            "diff_ci": list(self.diff_ci),
+            "a_only": list(self.a_only),
+            "b_only": list(self.b_only),
+            "both_correct": self.both_correct,
+            "both_wrong": self.both_wrong,
+            "p_value": self.p_value,
+            "test": self.test,
+            "one_sided_p_value": self.one_sided_p_value,
+            "confidence": self.confidence,
+        }
+
+
+def paired_comparison(
+    a: Mapping[str, bool], b: Mapping[str, bool], confidence: float = 0.95
+) -> PairedComparison:
+    """Compare variant B against variant A question by question.
+
+    Args:
+        a, b: question id -> correct (bool) for variants A (e.g. reference) and B
+            (e.g. spec_async). Only ids present in both are compared; a failed request
+            should be left out of the dict rather than recorded as wrong.
+        confidence: two-sided level of ``diff_ci``, in (0, 1).
+
+    Returns:
+        A :class:`PairedComparison`. With b = |a_only|, c = |b_only|:
+
+        * ``diff = (c - b)/n``;
+        * ``diff_ci = diff -/+ z * sqrt(var)``, ``var = (b + c)/n^2 - (b - c)^2/n^3``,
+          the Wald interval for a difference of paired proportions (Agresti,
+          Categorical Data Analysis, 2nd ed. sec. 10.1 / 3rd ed. sec. 11.1;
+          Newcombe 1998, Stat. Med. 17:2635-2650, method 1), clipped to [-1, 1]; zero width when
+          b = c = 0;
+        * ``p_value``: exact McNemar (:func:`mcnemar_exact`) when b + c < 25, else
+          chi-square with continuity correction; 1.0 when b + c == 0;
+        * ``one_sided_p_value``: exact, H1 "B worse than A" (see the class).
+
+    Raises:
+        ValueError: no question id in common, or confidence outside (0, 1).
+    """
+    _check_confidence(confidence)
+    common = sorted(set(a) & set(b))
+    n = len(common)
+    if n == 0:
+        raise ValueError("paired_comparison: A and B have no question id in common")
+    a_only = tuple(q for q in common if bool(a[q]) and not bool(b[q]))
+    b_only = tuple(q for q in common if not bool(a[q]) and bool(b[q]))
+    both_correct = sum(1 for q in common if bool(a[q]) and bool(b[q]))
+    both_wrong = n - both_correct - len(a_only) - len(b_only)
+    nb, nc = len(a_only), len(b_only)
+
+    acc_a = (both_correct + nb) / n
+    acc_b = (both_correct + nc) / n
+    diff = (nc - nb) / n
+    var = (nb + nc) / n**2 - (nb - nc) ** 2 / n**3
+    half = _z_two_sided(confidence) * math.sqrt(max(var, 0.0))
+    diff_ci = (max(diff - half, -1.0), min(diff + half, 1.0))
+
+    if nb + nc == 0:
+        p_value, test = 1.0, "none"
+    elif nb + nc < EXACT_MCNEMAR_BELOW:
+        p_value, test = mcnemar_exact(nb, nc), "mcnemar_exact"
+    else:
+        p_value, test = _mcnemar_chi2_cc(nb, nc), "mcnemar_chi2_cc"
+
+    return PairedComparison(
+        n=n,
+        accuracy_a=acc_a,
+        accuracy_b=acc_b,
+        diff=diff,
+        diff_ci=diff_ci,
+        a_only=a_only,
+        b_only=b_only,
+        both_correct=both_correct,
+        both_wrong=both_wrong,
+        p_value=p_value,
+        test=test,
+        one_sided_p_value=mcnemar_exact(nb, nc, alternative="greater"),
+        confidence=confidence,
+    )
+
+
+# --------------------------------------------------------------------------- power
+
+
+def min_detectable_drop(
+    n: int,
+    p: float,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    discordance: float | None = None,
+) -> float:
+    """Smallest accuracy drop a one-sided level-``alpha`` test detects with ``power``.
+
+    Args:
+        n: number of questions (>= 1).
+        p: baseline accuracy, a fraction in [0, 1] (used by the unpaired formula only).
+        alpha: one-sided significance level in (0, 0.5).
+        power: wanted power in (0.5, 1).
+        discordance: for a paired (McNemar) test, the probability psi in (0, 1] that a
+            question is discordant (right in exactly one variant); None for the
+            unpaired / floor test.
+
+    Returns:
+        The drop delta as a fraction of questions (0.05 = 5 points of accuracy).
+
+        * Unpaired / floor test (normal approximation, one-sample test of a
+          proportion, e.g. Chow, Shao & Wang, Sample Size Calculations in Clinical
+          Research, sec. 4.1): ``delta = (z_{1-alpha} + z_{power}) * sqrt(p(1-p)/n)``.
+          It is not capped at p.
+        * Paired test (Connor 1987, "Sample size for testing differences in
+          proportions for the paired-sample design", Biometrics 43:207-211), whose
+          sample size ``n = (z_{1-alpha} sqrt(psi) + z_{power} sqrt(psi - delta^2))^2
+          / delta^2`` is inverted: delta solves
+          ``delta * sqrt(n) = z_{1-alpha} sqrt(psi) + z_{power} sqrt(psi - delta^2)``
+          on (0, psi] (a drop cannot exceed the discordance), by
+          ``scipy.optimize.brentq``. When even delta = psi is not detectable,
+          ``math.inf`` is returned.
+
+    Raises:
+        ValueError: an argument outside the ranges above.
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"p must be in [0, 1], got {p!r}")
+    if not 0.0 < alpha < 0.5:
+        raise ValueError(f"alpha must be in (0, 0.5), got {alpha!r}")
+    if not 0.5 < power < 1.0:
+        raise ValueError(f"power must be in (0.5, 1), got {power!r}")
+    z_a = float(stats.norm.ppf(1.0 - alpha))
+    z_b = float(stats.norm.ppf(power))
+    if discordance is None:
+        return (z_a + z_b) * math.sqrt(p * (1.0 - p) / n)
+    psi = float(discordance)
+    if not 0.0 < psi <= 1.0:
+        raise ValueError(f"discordance must be in (0, 1], got {discordance!r}")
+
+    def f(delta: float) -> float:
+        return delta * math.sqrt(n) - z_a * math.sqrt(psi) - z_b * math.sqrt(max(psi - delta**2, 0.0))
+
+    if f(psi) < 0.0:
+        return math.inf
+    # f(0) = -(z_a + z_b) sqrt(psi) < 0 and f is increasing on [0, psi].
+    return float(optimize.brentq(f, 0.0, psi, xtol=1e-12))
+
+
+# --------------------------------------------------------------------------- bootstrap
+
+
+def _generator_kw(seed: int) -> dict:
+    """``rng=`` (scipy >= 1.15) or ``random_state=`` for scipy.stats.bootstrap."""
+    params = inspect.signature(stats.bootstrap).parameters
+    key = "rng" if "rng" in params else "random_state"
+    return {key: np.random.default_rng(seed)}
+
+
+def bootstrap_ci(
+    values: Sequence[float],
+    statistic: Callable = np.mean,
+    confidence: float = 0.95,
+    n_resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap confidence interval of ``statistic(values)``.
+
+    Args:
+        values: one number per unit (e.g. per request), same unit as the result.
+        statistic: function of a 1-D array; if it accepts ``axis`` it is called
+            vectorised (``np.mean``, ``np.median`` do).
+        confidence: two-sided level in (0, 1).
+        n_resamples: number of bootstrap resamples (>= 1).
+        seed: seed of the ``numpy.random.Generator``; same inputs and seed give the
+            same interval.
+
+    Returns:
+        ``(low, high)`` in the unit of the statistic. A single value gives
+        ``(s, s)`` with s = statistic(values) (every resample is identical).
+
+    Method: Efron & Tibshirani 1993, An Introduction to the Bootstrap, ch. 13
+    (percentile interval), computed with ``scipy.stats.bootstrap(method="percentile")``.
+
+    Raises:
+        ValueError: empty or non-finite values, bad confidence or n_resamples.
+    """
+    _check_confidence(confidence)
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
+    arr = np.asarray(values, dtype=float)
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError("bootstrap_ci needs a non-empty 1-D sequence of numbers")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError("bootstrap_ci: values must be finite")
+    if arr.size == 1:
+        s = float(statistic(arr))
+        return (s, s)
+    res = stats.bootstrap(
+        (arr,),
+        statistic,
+        n_resamples=n_resamples,
+        confidence_level=confidence,
+        method="percentile",
+        **_generator_kw(seed),
+    )
+    return (float(res.confidence_interval.low), float(res.confidence_interval.high))
+
+
+def ratio_bootstrap_ci(
+    numerators: Sequence[float],
+    denominators: Sequence[float],
+    confidence: float = 0.95,
+    n_resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval for a ratio of sums, resampling units in pairs.
+
+    Args:
+        numerators, denominators: one pair per unit (e.g. per request: accepted draft
+            tokens and drafts), equal lengths, finite, denominators >= 0.
+        confidence: two-sided level in (0, 1).
+        n_resamples: number of bootstrap resamples (>= 1).
+        seed: seed of the ``numpy.random.Generator`` (deterministic per seed).
+
+    Returns:
+        ``(low, high)`` for ``sum(numerators) / sum(denominators)`` (the unit of the
+        ratio, e.g. accepted tokens per draft). Units are resampled with replacement
+        as (numerator, denominator) pairs, which keeps the correlation inside a request
+        (Efron & Tibshirani 1993, ch. 13; the ratio estimator of Cochran, Sampling
+        Techniques, 3rd ed., ch. 6). Resamples whose denominator sum is 0 have no
+        ratio and are dropped before the percentiles are taken (``numpy.percentile``,
+        linear interpolation, as ``scipy.stats.bootstrap`` does).
+
+    Raises:
+        ValueError: empty or unequal inputs, non-finite or negative denominators,
+            ``sum(denominators) == 0``, bad confidence or n_resamples.
+    """
+    _check_confidence(confidence)
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
+    num = np.asarray(numerators, dtype=float)
+    den = np.asarray(denominators, dtype=float)
+    if num.ndim != 1 or num.shape != den.shape or num.size == 0:
+        raise ValueError("ratio_bootstrap_ci needs two non-empty 1-D sequences of equal length")
+    if not (np.all(np.isfinite(num)) and np.all(np.isfinite(den))):
+        raise ValueError("ratio_bootstrap_ci: values must be finite")
+    if np.any(den < 0):
+        raise ValueError("ratio_bootstrap_ci: denominators must be >= 0")
+    if den.sum() == 0:
+        raise ValueError("ratio_bootstrap_ci: all denominators are 0, the ratio is undefined")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, num.size, size=(n_resamples, num.size))
+    num_b = num[idx].sum(axis=1)
+    den_b = den[idx].sum(axis=1)
+    keep = den_b > 0
+    ratios = num_b[keep] / den_b[keep]
+    alpha = 1.0 - confidence
+    low, high = np.percentile(ratios, [100 * alpha / 2, 100 * (1 - alpha / 2)])
+    return (float(low), float(high))
+
+
+# --------------------------------------------------------------------------- floors
+
+
+def floor_margin(
+    n_run: int, n_calibration: int | None, p: float, confidence: float = 0.95
+) -> float:
+    """Extra allowance below an accuracy floor for a run smaller than its calibration.
+
+    Model: the floor was calibrated on a question set of ``n_calibration`` questions
+    (accuracy about ``p``), and the run scores the first ``n_run`` of those questions,
+    treated as a simple random sample without replacement from them. The run's
+    accuracy then differs from the calibration set's by sampling alone with variance
+    ``p(1-p)/n_run * (N - n_run)/(N - 1)``, N = n_calibration (finite population
+    correction; Cochran, Sampling Techniques, 3rd ed., 1977, Theorem 2.2 with
+    S^2 = N p(1-p)/(N-1)). The margin is the one-sided bound::
+
+        z_{confidence} * sqrt(p(1-p) * (N - n_run) / (n_run * (N - 1)))
+
+    Choices (documented, since other conventions exist):
+
+    * ``n_run >= n_calibration`` -> 0.0: the run covers the whole calibration set (or
+      more), so no subset sampling is left; a floor's own calibration margin is not
+      re-added.
+    * ``n_calibration is None`` (unknown, or the floor is treated as a population
+      value) -> the N -> infinity limit ``z * sqrt(p(1-p)/n_run)``.
+    * The margin is one-sided (a floor is only violated from below): z =
+      ``norm.ppf(confidence)``, 1.645 for 0.95.
+
+    Args:
+        n_run: questions in the run (>= 1).
+        n_calibration: questions the floor was measured on (>= 1), or None.
+        p: accuracy fraction in [0, 1] (the floor's calibration accuracy).
+        confidence: one-sided level in [0.5, 1).
+
+    Returns:
+        The margin as an accuracy fraction (>= 0), to subtract from the floor.
+
+    Raises:
+        ValueError: an argument outside the ranges above.
+    """
+    if not 0.5 <= confidence < 1.0:
+        raise ValueError(f"confidence must be in [0.5, 1), got {confidence!r}")
+    if n_run < 1:
+        raise ValueError(f"n_run must be >= 1, got {n_run}")
+    if n_calibration is not None and n_calibration < 1:
+        raise ValueError(f"n_calibration must be >= 1 or None, got {n_calibration}")
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"p must be in [0, 1], got {p!r}")
+    z = float(stats.norm.ppf(confidence))
+    if n_calibration is None:
+        return z * math.sqrt(p * (1.0 - p) / n_run)
+    if n_run >= n_calibration:
+        return 0.0
+    big_n = n_calibration
+    return z * math.sqrt(p * (1.0 - p) * (big_n - n_run) / (n_run * (big_n - 1)))

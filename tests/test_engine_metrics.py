@@ -1,0 +1,252 @@
+"""Tests for harness.engine_metrics on hand-written Prometheus text.
+
+The texts follow the exposition that prometheus_client's ``generate_latest`` produces
+for vLLM's counters (``# HELP``/``# TYPE`` lines, ``_total`` samples, a ``_created``
+gauge family after each counter). Expected numbers are worked out by hand here.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.engine_metrics import (
+    MetricsError,
+    SpecDecodeCounters,
+    SpecDecodeMetrics,
+    has_spec_decode_counters,
+    parse_spec_decode_counters,
+)
+
+# Two engines: engine 0 has drafts 10, draft tokens 20, accepted 12 (8 at pos 0,
+# 4 at pos 1); engine 1 has drafts 20, draft tokens 40, accepted 28 (18 at pos 0,
+# 10 at pos 1). num_speculative_tokens = 2.
+TWO_ENGINES = """\
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="tiny-qwen3-next"} 0.0
+vllm:num_requests_running{engine="1",model_name="tiny-qwen3-next"} 0.0
+# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{engine="0",model_name="tiny-qwen3-next"} 10.0
+vllm:spec_decode_num_drafts_total{engine="1",model_name="tiny-qwen3-next"} 20.0
+# HELP vllm:spec_decode_num_drafts_created Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_created gauge
+vllm:spec_decode_num_drafts_created{engine="0",model_name="tiny-qwen3-next"} 1.7200000001e+09
+vllm:spec_decode_num_drafts_created{engine="1",model_name="tiny-qwen3-next"} 1.7200000002e+09
+# HELP vllm:spec_decode_num_draft_tokens_total Number of draft tokens.
+# TYPE vllm:spec_decode_num_draft_tokens_total counter
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="tiny-qwen3-next"} 20.0
+vllm:spec_decode_num_draft_tokens_total{engine="1",model_name="tiny-qwen3-next"} 40.0
+# HELP vllm:spec_decode_num_draft_tokens_created Number of draft tokens.
+# TYPE vllm:spec_decode_num_draft_tokens_created gauge
+vllm:spec_decode_num_draft_tokens_created{engine="0",model_name="tiny-qwen3-next"} 1.7200000001e+09
+vllm:spec_decode_num_draft_tokens_created{engine="1",model_name="tiny-qwen3-next"} 1.7200000002e+09
+# HELP vllm:spec_decode_num_accepted_tokens_total Number of accepted tokens.
+# TYPE vllm:spec_decode_num_accepted_tokens_total counter
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="tiny-qwen3-next"} 12.0
+vllm:spec_decode_num_accepted_tokens_total{engine="1",model_name="tiny-qwen3-next"} 28.0
+# HELP vllm:spec_decode_num_accepted_tokens_created Number of accepted tokens.
+# TYPE vllm:spec_decode_num_accepted_tokens_created gauge
+vllm:spec_decode_num_accepted_tokens_created{engine="0",model_name="tiny-qwen3-next"} 1.7200000001e+09
+vllm:spec_decode_num_accepted_tokens_created{engine="1",model_name="tiny-qwen3-next"} 1.7200000002e+09
+# HELP vllm:spec_decode_num_accepted_tokens_per_pos_total Accepted tokens per draft position.
+# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="tiny-qwen3-next",position="0"} 8.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="tiny-qwen3-next",position="1"} 4.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="1",model_name="tiny-qwen3-next",position="0"} 18.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="1",model_name="tiny-qwen3-next",position="1"} 10.0
+# HELP vllm:spec_decode_num_accepted_tokens_per_pos_created Accepted tokens per draft position.
+# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_created gauge
+vllm:spec_decode_num_accepted_tokens_per_pos_created{engine="0",model_name="tiny-qwen3-next",position="0"} 1.7200000001e+09
+vllm:spec_decode_num_accepted_tokens_per_pos_created{engine="0",model_name="tiny-qwen3-next",position="1"} 1.7200000001e+09
+vllm:spec_decode_num_accepted_tokens_per_pos_created{engine="1",model_name="tiny-qwen3-next",position="0"} 1.7200000002e+09
+vllm:spec_decode_num_accepted_tokens_per_pos_created{engine="1",model_name="tiny-qwen3-next",position="1"} 1.7200000002e+09
+"""
+
+
+def single_engine(drafts, draft_tokens, accepted, per_pos, suffix="_total", created=True):
+    """Prometheus text for one engine (engine="0"), written line by line."""
+    lines = []
+
+    def counter(name, doc, rows):
+        lines.append(f"# HELP {name}{suffix} {doc}")
+        lines.append(f"# TYPE {name}{suffix} counter")
+        for labels, value in rows:
+            lines.append(f"{name}{suffix}{{{labels}}} {value}")
+        if created:
+            lines.append(f"# HELP {name}_created {doc}")
+            lines.append(f"# TYPE {name}_created gauge")
+            for labels, _ in rows:
+                lines.append(f"{name}_created{{{labels}}} 1.7200000001e+09")
+
+    base = 'engine="0",model_name="m"'
+    counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", [(base, drafts)])
+    counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", [(base, draft_tokens)])
+    counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", [(base, accepted)])
+    counter(
+        "vllm:spec_decode_num_accepted_tokens_per_pos",
+        "Accepted tokens per draft position.",
+        [(f'{base},position="{i}"', v) for i, v in enumerate(per_pos)],
+    )
+    return "\n".join(lines) + "\n"
+
+
+def test_two_engines_are_summed():
+    c = parse_spec_decode_counters(TWO_ENGINES)
+    assert c.drafts == 30.0  # 10 + 20
+    assert c.draft_tokens == 60.0  # 20 + 40
+    assert c.accepted_tokens == 40.0  # 12 + 28
+    assert c.accepted_per_pos == (26.0, 14.0)  # 8 + 18, 4 + 10
+
+    m = SpecDecodeMetrics.from_counters(c)
+    assert m.per_position_acceptance[0] == pytest.approx(26 / 30)
+    assert m.per_position_acceptance[1] == pytest.approx(14 / 30)
+    assert m.acceptance_rate == pytest.approx(40 / 60)
+    assert m.mean_acceptance_length == pytest.approx(1 + 40 / 30)
+
+
+def test_created_sample_is_not_added():
+    # The _created value (1.72e9) would dwarf the counts if it were added.
+    c = parse_spec_decode_counters(single_engine(5, 10, 7, [4, 3]))
+    assert (c.drafts, c.draft_tokens, c.accepted_tokens) == (5.0, 10.0, 7.0)
+    assert c.accepted_per_pos == (4.0, 3.0)
+
+
+def test_created_sample_inside_counter_block_is_not_added():
+    # A _created line directly under the counter's samples, within its TYPE block.
+    text = single_engine(5, 10, 7, [4, 3], created=False)
+    text = text.replace(
+        'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 5\n',
+        'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 5\n'
+        'vllm:spec_decode_num_drafts_created{engine="0",model_name="m"} 1.72e+09\n',
+    )
+    assert "drafts_created" in text
+    assert parse_spec_decode_counters(text).drafts == 5.0
+
+
+def test_bare_names_without_total():
+    c = parse_spec_decode_counters(single_engine(5, 10, 7, [4, 3], suffix=""))
+    assert (c.drafts, c.draft_tokens, c.accepted_tokens) == (5.0, 10.0, 7.0)
+    assert c.accepted_per_pos == (4.0, 3.0)
+
+
+def test_bare_names_without_type_lines():
+    text = "\n".join(
+        line
+        for line in single_engine(5, 10, 7, [4, 3], suffix="").splitlines()
+        if not line.startswith("#")
+    )
+    c = parse_spec_decode_counters(text + "\n")
+    assert (c.drafts, c.draft_tokens, c.accepted_tokens) == (5.0, 10.0, 7.0)
+    assert c.accepted_per_pos == (4.0, 3.0)
+
+
+def test_accepted_tokens_not_confused_with_per_pos():
+    # per_pos has the accepted-tokens name as a prefix; drop accepted_tokens itself.
+    text = "\n".join(
+        line
+        for line in TWO_ENGINES.splitlines()
+        if "vllm:spec_decode_num_accepted_tokens_total" not in line
+    )
+    with pytest.raises(MetricsError, match="vllm:spec_decode_num_accepted_tokens"):
+        parse_spec_decode_counters(text + "\n")
+
+
+def test_missing_counter_names_metric_and_source():
+    text = "\n".join(
+        line for line in TWO_ENGINES.splitlines() if "spec_decode_num_draft_tokens_total" not in line
+    )
+    with pytest.raises(MetricsError) as err:
+        parse_spec_decode_counters(text + "\n", source="http://127.0.0.1:8000/metrics")
+    assert "vllm:spec_decode_num_draft_tokens" in str(err.value)
+    assert "http://127.0.0.1:8000/metrics" in str(err.value)
+
+
+def test_only_created_sample_counts_as_missing():
+    text = "\n".join(
+        line for line in TWO_ENGINES.splitlines() if "spec_decode_num_drafts_total" not in line
+    )
+    assert "spec_decode_num_drafts_created" in text
+    with pytest.raises(MetricsError, match="vllm:spec_decode_num_drafts"):
+        parse_spec_decode_counters(text + "\n")
+
+
+def test_no_spec_decode_server():
+    text = """\
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 0.0
+"""
+    assert has_spec_decode_counters(text) is False
+    assert has_spec_decode_counters(TWO_ENGINES) is True
+    with pytest.raises(MetricsError, match="vllm:spec_decode_num_drafts"):
+        parse_spec_decode_counters(text)
+
+
+def test_unparsable_text_is_metrics_error():
+    with pytest.raises(MetricsError, match="/metrics"):
+        parse_spec_decode_counters('vllm:spec_decode_num_drafts_total{engine="0" 3\n')
+
+
+def test_zero_drafts_give_none_ratios():
+    c = parse_spec_decode_counters(single_engine(0, 0, 0, [0, 0]))
+    m = SpecDecodeMetrics.from_counters(c)
+    assert m.acceptance_rate is None
+    assert m.mean_acceptance_length is None
+    assert m.per_position_acceptance == (None, None)
+    j = m.to_json()
+    assert j == {
+        "drafts": 0.0,
+        "draft_tokens": 0.0,
+        "accepted_tokens": 0.0,
+        "acceptance_rate": None,
+        "mean_acceptance_length": None,
+        "per_position_acceptance": [None, None],
+    }
+    json.dumps(j)
+
+
+def test_snapshot_difference():
+    before = parse_spec_decode_counters(single_engine(100, 200, 150, [90, 60]))
+    after = parse_spec_decode_counters(single_engine(130, 260, 190, [116, 74]))
+    d = after.minus(before)
+    assert d == SpecDecodeCounters(30.0, 60.0, 40.0, (26.0, 14.0))
+    m = SpecDecodeMetrics.from_counters(d)
+    assert m.acceptance_rate == pytest.approx(40 / 60)
+    assert m.mean_acceptance_length == pytest.approx(1 + 40 / 30)
+    assert m.per_position_acceptance == pytest.approx((26 / 30, 14 / 30))
+    assert set(m.to_json()) == {
+        "drafts",
+        "draft_tokens",
+        "accepted_tokens",
+        "acceptance_rate",
+        "mean_acceptance_length",
+        "per_position_acceptance",
+    }
+
+
+def test_difference_pads_positions():
+    before = SpecDecodeCounters(10, 20, 5, (5,))
+    after = SpecDecodeCounters(20, 40, 12, (9, 3))
+    assert after.minus(before).accepted_per_pos == (4.0, 3.0)
+
+
+def test_counter_reset_is_an_error():
+    before = parse_spec_decode_counters(single_engine(100, 200, 150, [90, 60]))
+    after = parse_spec_decode_counters(single_engine(5, 10, 7, [4, 3]))
+    with pytest.raises(MetricsError, match="vllm:spec_decode_num_drafts"):
+        after.minus(before)
+
+
+def test_per_position_reset_is_an_error():
+    before = SpecDecodeCounters(10, 20, 5, (5, 2))
+    after = SpecDecodeCounters(20, 40, 12, (9,))
+    with pytest.raises(MetricsError, match="per_pos"):
+        after.minus(before)
+
+
+def test_counters_json_round_trip():
+    c = parse_spec_decode_counters(TWO_ENGINES)
+    assert SpecDecodeCounters.from_json(json.loads(json.dumps(c.to_json()))) == c
