@@ -1,0 +1,61 @@
+"""Tasks: each turns its data into completion requests and judges completions.
+
+``prepare_task`` is the one entry point the runner uses: it loads the task's data,
+builds the requests and returns them with the stop sequences and a dataset hash.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import TaskSpec
+from .gsm8k import STOP_SEQUENCES, DataUnavailableError, Request, build_requests, dataset_hash, load_gsm8k
+
+
+@dataclass(frozen=True)
+class PreparedTask:
+    """A task ready to send.
+
+    Attributes:
+        requests: one per question, in question order.
+        stop: stop sequences for every request.
+        dataset_hash: SHA-256 of the questions and few-shot items used (provenance).
+        source: where the data came from (folder, hub id or generator).
+    """
+
+    requests: tuple[Request, ...]
+    stop: tuple[str, ...]
+    dataset_hash: str
+    source: str
+
+
+def prepare_task(name: str, spec: TaskSpec, data_dir: Path | None) -> PreparedTask:
+    """Load data and build requests for one task.
+
+    Args:
+        name: the task's name in the config (used in question ids).
+        spec: the task spec.
+        data_dir: folder with GSM8K ``test.jsonl`` and ``train.jsonl`` (None: the
+            ``EVALRUN_DATA_DIR`` variable, then the hub via ``datasets``).
+
+    Raises:
+        DataUnavailableError: the data cannot be had; the message says how to provide it.
+    """
+    if spec.kind == "gsm8k":
+        import os
+
+        test = load_gsm8k("test", data_dir)
+        train = load_gsm8k("train", data_dir) if spec.num_fewshot else []
+        reqs = build_requests(test, train, spec.num_questions, spec.num_fewshot, task_name=name)
+        used = test[: len(reqs)] + train[: spec.num_fewshot]
+        src = str(data_dir or os.environ.get("EVALRUN_DATA_DIR") or "hub:openai/gsm8k (main)")
+        return PreparedTask(tuple(reqs), tuple(STOP_SEQUENCES), dataset_hash(used), src)
+    if spec.kind == "synthetic":
+        from .synthetic import prepare_synthetic
+
+        return prepare_synthetic(name, spec)
+    raise ValueError(f"unknown task kind {spec.kind!r}")
+
+
+__all__ = ["PreparedTask", "prepare_task", "DataUnavailableError"]

@@ -1,0 +1,128 @@
+"""Command line: ``evalrun --config LIST`` runs a model list; subcommands for the rest.
+
+Exit codes: 0 every gate passed; 1 a gate failed; 2 could not run (bad config,
+missing data, a server that did not start, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .config import PROJECT_ROOT, ConfigError
+
+EXAMPLES = """\
+examples:
+  evalrun --config models-cpu.txt                 run the CPU list (tiny built-in hybrid model)
+  evalrun --config models-h200.txt --dry-run      show every config, variant, command, task and gate
+  evalrun --config models-h200.txt --dry-run --json
+  evalrun --config configs/my-model.yaml          one config instead of a list
+  evalrun --config models-cpu.txt --variant reference --variant spec
+  evalrun --config models-cpu.txt --data-dir ../shared/data/gsm8k
+
+model lists live in model_lists/ (one config per line, '#' comments); an entry is
+looked up beside the list first, then in configs/. Run records are written to
+results/<run id>/ (run.json, samples/, logs/, summary.md).
+
+exit codes: 0 all gates passed, 1 a gate failed, 2 could not run.
+"""
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="evalrun",
+        description=(
+            "Run one model in several variants (no speculation, speculation with synchronous "
+            "and with async scheduling) on a real vLLM server, score GSM8K and greedy output "
+            "match, read draft-acceptance counters, and gate on the differences."
+        ),
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--config", required=True, metavar="LIST_OR_YAML",
+                   help="a model list (model_lists/*.txt, or a path) or a single config YAML")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the plan (configs, variants, exact server commands and environment, tasks, gates) and exit; needs no vLLM")
+    p.add_argument("--json", action="store_true", help="with --dry-run: print the plan as JSON")
+    p.add_argument("--data-dir", type=Path, default=None,
+                   help="folder with GSM8K test.jsonl and train.jsonl (default: $EVALRUN_DATA_DIR, else the hub via `datasets`)")
+    p.add_argument("--results-dir", type=Path, default=PROJECT_ROOT / "results",
+                   help="where run folders are written (default: %(default)s)")
+    p.add_argument("--run-id", default=None, help="name of the run folder (default: UTC time and pid)")
+    p.add_argument("--variant", action="append", default=None, metavar="NAME",
+                   help="run only this variant (repeatable); gates of other variants are reported as not run")
+    p.add_argument("--python", default=None,
+                   help="interpreter that has vLLM installed, for the server command (default: this one)")
+    p.add_argument("--quiet", action="store_true", help="print only warnings, errors and the final tables")
+    p.add_argument("--markdown", type=Path, default=None, help="also write the Markdown summary to this file")
+    return p
+
+
+def cmd_run(argv: list[str]) -> int:
+    """``evalrun --config ...``: run or dry-run a model list. Returns the exit code."""
+    args = _run_parser().parse_args(argv)
+    from .config import load_model_list
+    from .plan import build_plan, render_plan
+
+    try:
+        configs = load_model_list(args.config)
+    except ConfigError as e:
+        print(f"evalrun: config error:\n{e}", file=sys.stderr)
+        return 2
+    plan = build_plan(configs, python=args.python)
+    if args.variant:
+        known = {v.name for cp in plan.configs for v in cp.variants}
+        bad = [v for v in args.variant if v not in known]
+        if bad:
+            print(f"evalrun: --variant {', '.join(bad)}: no such variant (known: {', '.join(sorted(known))})", file=sys.stderr)
+            return 2
+    if args.dry_run:
+        if args.json:
+            print(json.dumps(plan.to_json(), indent=2))
+        else:
+            print(render_plan(plan))
+        return 0
+    if args.json:
+        print("evalrun: --json is only for --dry-run (the run record is JSON: results/<run id>/run.json)", file=sys.stderr)
+        return 2
+    from .progress import Progress
+    from .report import render_markdown, render_terminal
+    from .runner import RunOptions, run
+
+    progress = Progress(quiet=args.quiet)
+    opts = RunOptions(
+        results_dir=args.results_dir, data_dir=args.data_dir, run_id=args.run_id,
+        argv=["evalrun", *argv], variants=args.variant, progress=progress,
+    )
+    try:
+        record, run_dir = run(plan, opts)
+    except KeyboardInterrupt:
+        print("evalrun: interrupted; servers were stopped; partial record kept in the run folder", file=sys.stderr)
+        return 2
+    render_terminal(record)
+    if args.markdown:
+        args.markdown.write_text(render_markdown(record), encoding="utf-8")
+    return int(record["exit_code"])
+
+
+SUBCOMMANDS = {}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``evalrun`` console script. Returns (and exits with) the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in SUBCOMMANDS:
+        code = SUBCOMMANDS[argv[0]](argv[1:])
+    else:
+        code = cmd_run(argv)
+    return code
+
+
+def _entry() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    _entry()

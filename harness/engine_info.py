@@ -1,0 +1,152 @@
+"""Effective engine configuration, read from the running server (not from the flags asked for).
+
+Source: ``GET /server_info?config_format=json`` (present when the server runs with
+``VLLM_SERVER_DEV_MODE=1``; vLLM ``entrypoints/serve/dev/server_info``), whose
+``vllm_config`` is the engine's :class:`VllmConfig` after platform overrides (the CPU
+platform forces ``scheduler_config.async_scheduling = False``), and ``GET /version``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+class EngineInfoError(RuntimeError):
+    """``/server_info`` is missing or lacks a field evalrun needs; names the variant."""
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    """What the engine actually runs with.
+
+    Attributes:
+        vllm_version: from ``/version``.
+        platform: ``cpu``, ``cuda``, ``rocm``, ... (``device_config.device`` or the
+            platform named in ``system_env``).
+        dtype: ``model_config.dtype`` (e.g. ``torch.float32``).
+        async_scheduling: ``scheduler_config.async_scheduling`` (bool).
+        speculative_method: ``speculative_config.method`` or None when off.
+        num_speculative_tokens: ``speculative_config.num_speculative_tokens`` or None.
+        max_model_len: ``model_config.max_model_len``.
+        enable_prefix_caching: ``cache_config.enable_prefix_caching``.
+    """
+
+    vllm_version: str | None
+    platform: str | None
+    dtype: str | None
+    async_scheduling: bool | None
+    speculative_method: str | None
+    num_speculative_tokens: int | None
+    max_model_len: int | None
+    enable_prefix_caching: bool | None
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain dict with the attribute names as keys."""
+        return asdict(self)
+
+    @classmethod
+    def from_server_info(cls, info: dict, version: str | None, where: str) -> "EngineFacts":
+        """Extract the facts from a ``/server_info?config_format=json`` body.
+
+        Args:
+            info: the decoded JSON body.
+            version: the ``version`` field of ``/version`` (or None).
+            where: the variant id, for messages.
+
+        Raises:
+            EngineInfoError: ``vllm_config`` or ``scheduler_config.async_scheduling``
+                is missing (e.g. the server was not started with
+                ``VLLM_SERVER_DEV_MODE=1``).
+        """
+        cfg = info.get("vllm_config")
+        if not isinstance(cfg, dict):
+            raise EngineInfoError(
+                f"{where}: /server_info has no JSON 'vllm_config' (was the server started "
+                "with VLLM_SERVER_DEV_MODE=1 and config_format=json?)"
+            )
+        sched = cfg.get("scheduler_config") or {}
+        if "async_scheduling" not in sched:
+            raise EngineInfoError(f"{where}: /server_info lacks scheduler_config.async_scheduling")
+        model = cfg.get("model_config") or {}
+        spec = cfg.get("speculative_config") or None
+        device = (cfg.get("device_config") or {}).get("device")
+        if isinstance(device, dict):  # torch.device serialised as a mapping
+            device = device.get("type")
+        platform = str(device) if device else None
+        if platform and ":" in platform:
+            platform = platform.split(":", 1)[0]
+        cache = cfg.get("cache_config") or {}
+        return cls(
+            vllm_version=version,
+            platform=platform,
+            dtype=str(model.get("dtype")) if model.get("dtype") is not None else None,
+            async_scheduling=bool(sched["async_scheduling"]),
+            speculative_method=(spec or {}).get("method") if isinstance(spec, dict) else None,
+            num_speculative_tokens=(spec or {}).get("num_speculative_tokens")
+            if isinstance(spec, dict)
+            else None,
+            max_model_len=model.get("max_model_len"),
+            enable_prefix_caching=cache.get("enable_prefix_caching"),
+        )
+
+
+@dataclass(frozen=True)
+class Effectiveness:
+    """Whether a variant really ran as asked.
+
+    Attributes:
+        effective: every requested setting took effect.
+        mismatches: ``{"setting": {"requested": x, "effective": y}}`` for each that did not.
+        expected_on_platform: the mismatches the config declares expected on this
+            platform (``expected_effective``); the gate passes when every mismatch is
+            expected.
+    """
+
+    effective: bool
+    mismatches: dict[str, dict[str, Any]]
+    expected_on_platform: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def check_effective(
+    facts: EngineFacts,
+    speculative_config: dict | None,
+    async_scheduling: bool | None,
+    expected_effective: dict[str, dict[str, Any]],
+) -> Effectiveness:
+    """Compare the requested settings with the engine's effective ones.
+
+    Args:
+        facts: effective settings read from the server.
+        speculative_config: the requested ``--speculative-config`` mapping or None.
+        async_scheduling: requested (True/False) or None for the engine default.
+        expected_effective: ``{platform: {setting: value}}`` overrides the config
+            declares expected, e.g. ``{"cpu": {"async_scheduling": False}}``.
+
+    Returns:
+        :class:`Effectiveness`.
+    """
+    mism: dict[str, dict[str, Any]] = {}
+    if async_scheduling is not None and facts.async_scheduling != async_scheduling:
+        mism["async_scheduling"] = {"requested": async_scheduling, "effective": facts.async_scheduling}
+    if speculative_config is None:
+        if facts.speculative_method is not None:
+            mism["speculative_method"] = {"requested": None, "effective": facts.speculative_method}
+    else:
+        want_m = speculative_config.get("method")
+        if want_m is not None and facts.speculative_method != want_m:
+            mism["speculative_method"] = {"requested": want_m, "effective": facts.speculative_method}
+        want_n = speculative_config.get("num_speculative_tokens")
+        if want_n is not None and facts.num_speculative_tokens != want_n:
+            mism["num_speculative_tokens"] = {
+                "requested": want_n,
+                "effective": facts.num_speculative_tokens,
+            }
+    expected = expected_effective.get(facts.platform or "", {})
+    all_expected = bool(mism) and all(
+        k in expected and expected[k] == v["effective"] for k, v in mism.items()
+    )
+    return Effectiveness(effective=not mism, mismatches=mism, expected_on_platform=all_expected)

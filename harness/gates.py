@@ -1,0 +1,220 @@
+"""Gate verdicts: each planned :class:`~harness.plan.GateDef` judged against what was measured.
+
+Every gate result carries its name, the observed value, the limit and a verdict
+(``passed``: True, False, or None when it could not be judged because its task or
+variant did not run). A gate that cannot be judged is never reported as passed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .engine_info import Effectiveness
+from .engine_metrics import SpecDecodeMetrics
+from .plan import GateDef
+from .scoring import OutputMatch, TaskScore
+from .stats import PairedComparison, floor_margin
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """The verdict of one gate.
+
+    Attributes:
+        id, kind, config, variant, task, baseline, op: as in the :class:`GateDef`.
+        observed: the measured value (fraction, tokens, count), or None.
+        limit: the limit applied (after any sample-size margin), or None.
+        passed: True / False, or None when it could not be judged (``not run``).
+        detail: one sentence with the numbers, for the report.
+        questions: question ids that explain a failure (flipped or diverged).
+    """
+
+    id: str
+    kind: str
+    config: str
+    variant: str
+    task: str | None
+    baseline: str | None
+    op: str
+    observed: float | None
+    limit: float | None
+    passed: bool | None
+    detail: str
+    questions: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def verdict(self) -> str:
+        """``PASS``, ``FAIL`` or ``NOT RUN``."""
+        return {True: "PASS", False: "FAIL", None: "NOT RUN"}[self.passed]
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["verdict"] = self.verdict
+        return d
+
+
+@dataclass
+class Measurements:
+    """What a run measured for one config, keyed for the gates.
+
+    Attributes:
+        scores: ``(variant, task)`` -> :class:`TaskScore`.
+        spec: ``(variant, task)`` -> :class:`SpecDecodeMetrics` (speculative variants).
+        spec_errors: ``(variant, task)`` -> why speculative metrics are missing.
+        effectiveness: variant -> :class:`Effectiveness`.
+        paired: ``(baseline, candidate, task)`` -> :class:`PairedComparison`.
+        matches: ``(baseline, candidate, task)`` -> :class:`OutputMatch`.
+        not_run: ``(variant, task)`` or ``(variant, None)`` -> reason it did not run.
+    """
+
+    scores: dict[tuple[str, str], TaskScore] = field(default_factory=dict)
+    spec: dict[tuple[str, str], SpecDecodeMetrics] = field(default_factory=dict)
+    spec_errors: dict[tuple[str, str], str] = field(default_factory=dict)
+    effectiveness: dict[str, Effectiveness] = field(default_factory=dict)
+    paired: dict[tuple[str, str, str], PairedComparison] = field(default_factory=dict)
+    matches: dict[tuple[str, str, str], OutputMatch] = field(default_factory=dict)
+    not_run: dict[tuple[str, str | None], str] = field(default_factory=dict)
+
+
+def _result(g: GateDef, observed, limit, passed, detail, questions=()) -> GateResult:
+    return GateResult(
+        id=g.id, kind=g.kind, config=g.config, variant=g.variant, task=g.task,
+        baseline=g.baseline, op=g.op, observed=observed, limit=limit, passed=passed,
+        detail=detail, questions=tuple(questions),
+    )
+
+
+def _not_run(g: GateDef, m: Measurements) -> str | None:
+    for key in ((g.variant, None), (g.variant, g.task), (g.baseline, None), (g.baseline, g.task)):
+        if key[0] is not None and key in m.not_run:
+            return m.not_run[key]
+    return None
+
+
+def evaluate_gate(g: GateDef, m: Measurements) -> GateResult:
+    """Judge one gate.
+
+    Semantics (README "Gates"):
+
+    * ``accuracy_floor``: accuracy >= threshold - tolerance - margin, where margin is
+      :func:`harness.stats.floor_margin` when the config gives
+      ``calibration_questions`` larger than the run, else 0.
+    * ``min_acceptance_length``: mean acceptance length >= limit; no drafts fails.
+    * ``drafts_observed``: a speculative variant reported at least one draft.
+    * ``max_error_rate``: failed requests / requests <= limit.
+    * ``variant_effective``: every requested setting took effect, or every mismatch is
+      declared expected on this platform (``expected_effective``).
+    * ``max_accuracy_drop``: one-sided: fails when baseline - candidate accuracy on the
+      paired questions exceeds the limit, or when the candidate is significantly worse
+      (exact one-sided McNemar p < alpha). An improvement never fails.
+    * ``min_output_match``: share of identical completion token ids >= limit.
+    * ``max_acceptance_length_drop``: baseline - candidate mean acceptance length <= limit.
+
+    Returns:
+        :class:`GateResult`; ``passed`` None when its variant or task did not run.
+    """
+    reason = _not_run(g, m)
+    if reason is not None:
+        return _result(g, None, g.limit, None, f"not run: {reason}")
+    key = (g.variant, g.task)
+    if g.kind == "variant_effective":
+        eff = m.effectiveness.get(g.variant)
+        if eff is None:
+            return _result(g, None, None, None, "not run: effective configuration was not read")
+        if eff.effective:
+            return _result(g, 1.0, None, True, "every requested setting is effective")
+        mism = ", ".join(
+            f"{k}: requested {v['requested']}, effective {v['effective']}" for k, v in eff.mismatches.items()
+        )
+        if eff.expected_on_platform:
+            return _result(g, 0.0, None, True, f"not effective, declared expected on this platform ({mism})")
+        return _result(g, 0.0, None, False, f"variant did not run as asked: {mism}")
+    if g.kind in ("accuracy_floor", "max_error_rate"):
+        sc = m.scores.get(key)
+        if sc is None:
+            return _result(g, None, g.limit, None, "not run: no score")
+        if g.kind == "max_error_rate":
+            ok = sc.error_rate <= g.limit
+            return _result(
+                g, sc.error_rate, g.limit, ok,
+                f"{sc.error_count} of {sc.num_requests} requests failed (error rate {sc.error_rate:.3f}, limit {g.limit})",
+            )
+        ps = sc.accuracy[g.params["pipeline"]]
+        if ps.accuracy is None:
+            return _result(g, None, g.limit, False, "no request succeeded: accuracy cannot be computed")
+        margin = 0.0
+        cal = g.params.get("calibration_questions")
+        if cal is not None and ps.scored < cal:
+            margin = floor_margin(ps.scored, cal, g.params["accuracy_threshold"])
+        limit = round(g.limit - margin, 6)
+        ok = ps.accuracy >= limit
+        extra = f" (floor {g.limit} widened by {margin:.4f} for {ps.scored} of {cal} calibration questions)" if margin else ""
+        return _result(
+            g, ps.accuracy, limit, ok,
+            f"{g.params['pipeline']} accuracy {ps.accuracy:.4f} ({ps.correct}/{ps.scored}) vs floor {limit:.4f}{extra}",
+        )
+    if g.kind in ("drafts_observed", "min_acceptance_length"):
+        sm = m.spec.get(key)
+        if sm is None:
+            err = m.spec_errors.get(key, "no speculative-decoding metrics")
+            return _result(g, None, g.limit, False, f"speculative metrics missing: {err}")
+        if sm.drafts <= 0:
+            return _result(g, 0.0, g.limit, False, "no drafts observed: speculative decoding did not run")
+        if g.kind == "drafts_observed":
+            return _result(g, sm.drafts, g.limit, True, f"{sm.drafts:.0f} drafts, {sm.draft_tokens:.0f} draft tokens")
+        mal = sm.mean_acceptance_length
+        ok = mal >= g.limit
+        return _result(
+            g, mal, g.limit, ok,
+            f"mean acceptance length {mal:.3f} (1 + {sm.accepted_tokens:.0f}/{sm.drafts:.0f}) vs minimum {g.limit}",
+        )
+    pkey = (g.baseline, g.variant, g.task)
+    if g.kind == "max_accuracy_drop":
+        pc = m.paired.get(pkey)
+        if pc is None:
+            return _result(g, None, g.limit, None, "not run: no paired questions")
+        drop = pc.accuracy_a - pc.accuracy_b
+        alpha = g.params.get("alpha", 0.05)
+        signif = pc.one_sided_p_value < alpha
+        ok = drop <= g.limit and not signif
+        why = []
+        if drop > g.limit:
+            why.append(f"drop {drop:.4f} > {g.limit}")
+        if signif:
+            why.append(f"significantly worse (one-sided McNemar p={pc.one_sided_p_value:.4g} < {alpha})")
+        detail = (
+            f"{g.baseline} {pc.accuracy_a:.4f} -> {g.variant} {pc.accuracy_b:.4f} on {pc.n} paired questions; "
+            f"{len(pc.a_only)} right only in {g.baseline}, {len(pc.b_only)} right only in {g.variant}; "
+            f"one-sided p={pc.one_sided_p_value:.4g}"
+        )
+        if why:
+            detail += "; FAILED: " + "; ".join(why)
+        return _result(g, drop, g.limit, ok, detail, pc.a_only if not ok else ())
+    if g.kind == "min_output_match":
+        om = m.matches.get(pkey)
+        if om is None or om.output_match_rate is None:
+            return _result(g, None, g.limit, False if om is not None else None, "no question could be compared")
+        ok = om.output_match_rate >= g.limit
+        detail = f"{om.matched}/{om.compared} completions identical (output match {om.output_match_rate:.4f})"
+        if om.mismatches:
+            firsts = ", ".join(f"{x.question_id}@{x.first_divergence}" for x in om.mismatches[:5])
+            detail += f"; first divergences: {firsts}" + (" ..." if len(om.mismatches) > 5 else "")
+        return _result(g, om.output_match_rate, g.limit, ok, detail, [x.question_id for x in om.mismatches])
+    if g.kind == "max_acceptance_length_drop":
+        a = m.spec.get((g.baseline, g.task))
+        b = m.spec.get((g.variant, g.task))
+        if a is None or b is None or a.mean_acceptance_length is None or b.mean_acceptance_length is None:
+            return _result(g, None, g.limit, False, "mean acceptance length missing on one side (no drafts?)")
+        drop = a.mean_acceptance_length - b.mean_acceptance_length
+        ok = drop <= g.limit
+        return _result(
+            g, drop, g.limit, ok,
+            f"mean acceptance length {g.baseline} {a.mean_acceptance_length:.3f} -> {g.variant} {b.mean_acceptance_length:.3f}",
+        )
+    raise ValueError(f"unknown gate kind {g.kind!r} in gate {g.id}")
+
+
+def evaluate_gates(gates: list[GateDef] | tuple[GateDef, ...], m: Measurements) -> list[GateResult]:
+    """Judge every gate of one config, in plan order."""
+    return [evaluate_gate(g, m) for g in gates]

@@ -1,0 +1,191 @@
+"""Reports of a run record: a terminal table (rich) and a Markdown summary.
+
+Both read only the run record dict written by :mod:`harness.results`, so a report can
+be regenerated from disk.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _fmt(x: Any, digits: int = 3) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:.{digits}f}"
+    return str(x)
+
+
+def _ci(ci: Any) -> str:
+    if not ci:
+        return ""
+    return f" [{ci[0]:.3f}, {ci[1]:.3f}]"
+
+
+def score_rows(record: dict[str, Any]) -> list[dict[str, str]]:
+    """One row per config x variant x task: accuracy per pipeline (with 95% Wilson
+    interval), errors, acceptance rate, mean acceptance length, per-position acceptance."""
+    rows = []
+    for c in record.get("configs", []):
+        for vname, v in c.get("variants", {}).items():
+            eng = v.get("engine") or {}
+            if v.get("error") and not v.get("tasks"):
+                rows.append({"config": c["name"], "variant": vname, "task": "-", "status": "NOT RUN: " + v["error"].splitlines()[0][:100]})
+                continue
+            for tname, t in v.get("tasks", {}).items():
+                if t.get("status") != "ran":
+                    rows.append({"config": c["name"], "variant": vname, "task": tname, "status": "NOT RUN: " + str(t.get("reason", ""))[:100]})
+                    continue
+                acc = t.get("accuracy", {})
+                ci = t.get("accuracy_ci", {})
+                sd = t.get("spec_decode") or {}
+                rows.append(
+                    {
+                        "config": c["name"],
+                        "variant": vname,
+                        "task": tname,
+                        "status": "ran",
+                        "async": _fmt(eng.get("async_scheduling")),
+                        "strict-match": _fmt(acc.get("strict-match")) + _ci(ci.get("strict-match")),
+                        "flexible-extract": _fmt(acc.get("flexible-extract")) + _ci(ci.get("flexible-extract")),
+                        "n": str(t.get("num_requests")),
+                        "errors": str(t.get("error_count")),
+                        "acceptance_rate": _fmt(sd.get("acceptance_rate")),
+                        "mean_acceptance_length": _fmt(sd.get("mean_acceptance_length")),
+                        "per_position": " ".join(_fmt(p, 2) for p in sd.get("per_position_acceptance", []) or []) or "-",
+                        "spec_error": t.get("spec_decode_error") or "",
+                    }
+                )
+    return rows
+
+
+COLUMNS = [
+    ("config", "config"), ("variant", "variant"), ("task", "task"), ("async", "async sched."),
+    ("strict-match", "strict-match [95% CI]"), ("flexible-extract", "flexible-extract [95% CI]"),
+    ("n", "n"), ("errors", "errors"), ("acceptance_rate", "accept. rate"),
+    ("mean_acceptance_length", "mean accept. len"), ("per_position", "per-position"),
+]
+
+
+def comparison_rows(record: dict[str, Any]) -> list[dict[str, str]]:
+    """One row per comparison and task: output match, paired accuracy difference, p-value."""
+    rows = []
+    for c in record.get("configs", []):
+        for comp in c.get("comparisons", []):
+            p = comp.get("paired") or {}
+            rows.append(
+                {
+                    "config": c["name"],
+                    "pair": f"{comp['baseline']} -> {comp['candidate']}",
+                    "task": comp["task"],
+                    "output_match": f"{_fmt(comp.get('output_match_rate'))} ({comp.get('matched')}/{comp.get('compared')})",
+                    "diff": (_fmt(p.get("diff")) + _ci(p.get("diff_ci"))) if p else "-",
+                    "flipped": f"-{len(p.get('a_only', []))} / +{len(p.get('b_only', []))}" if p else "-",
+                    "p": _fmt(p.get("p_value"), 4) if p else "-",
+                }
+            )
+    return rows
+
+
+def render_terminal(record: dict[str, Any], console: Console | None = None) -> None:
+    """Print the scores table, the comparisons table and the gate list to the terminal."""
+    console = console or Console()
+    t = Table(title=f"evalrun {record.get('run_id')}: scores", show_lines=False)
+    for _, title in COLUMNS:
+        t.add_column(title)
+    for r in score_rows(record):
+        if r["status"] != "ran":
+            t.add_row(r["config"], r["variant"], r["task"], f"[yellow]{r['status']}[/yellow]", *[""] * (len(COLUMNS) - 4))
+        else:
+            t.add_row(*[r.get(k, "") for k, _ in COLUMNS])
+    console.print(t)
+    crow = comparison_rows(record)
+    if crow:
+        ct = Table(title="comparisons (paired over the same questions)")
+        for h in ("config", "pair", "task", "output match", "accuracy diff [95% CI]", "flipped (lost/gained)", "McNemar p"):
+            ct.add_column(h)
+        for r in crow:
+            ct.add_row(r["config"], r["pair"], r["task"], r["output_match"], r["diff"], r["flipped"], r["p"])
+        console.print(ct)
+    gt = Table(title="gates")
+    for h in ("verdict", "gate", "observed", "limit", "detail"):
+        gt.add_column(h, overflow="fold")
+    for c in record.get("configs", []):
+        for g in c.get("gates", []):
+            color = {"PASS": "green", "FAIL": "red"}.get(g["verdict"], "yellow")
+            gt.add_row(f"[{color}]{g['verdict']}[/{color}]", g["id"], _fmt(g.get("observed"), 4),
+                       (g.get("op", "") + " " + _fmt(g.get("limit"), 4)) if g.get("limit") is not None else "", g.get("detail", ""))
+    console.print(gt)
+    status = {True: "[green]all gates passed[/green]", False: "[red]gates failed[/red]", None: "[yellow]not every gate could be judged[/yellow]"}[record.get("passed")]
+    console.print(f"{status}; exit code {record.get('exit_code')}; record: {record.get('_path', '')}")
+
+
+def _md_table(headers: list[str], rows: list[list[str]]) -> str:
+    def esc(s: str) -> str:
+        return str(s).replace("|", "\\|").replace("\n", " ")
+
+    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    out += ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def render_markdown(record: dict[str, Any]) -> str:
+    """The run as Markdown (``summary.md``): scores, comparisons, gates, failures with
+    the questions that flipped or diverged, and provenance."""
+    prov = record.get("provenance", {})
+    lines = [
+        f"# evalrun run {record.get('run_id')}",
+        "",
+        f"- result: **{ {True: 'PASS', False: 'FAIL', None: 'INCOMPLETE'}[record.get('passed')] }** (exit code {record.get('exit_code')})",
+        f"- evalrun {prov.get('evalrun_version')}, {prov.get('vllm_version')}, Python {prov.get('python')}, {prov.get('platform')}",
+        f"- started {prov.get('started_at')}, ended {prov.get('ended_at')}",
+        f"- command: `{' '.join(prov.get('command_line', []))}`",
+        "",
+        "## Scores",
+        "",
+    ]
+    rows = []
+    for r in score_rows(record):
+        if r["status"] != "ran":
+            rows.append([r["config"], r["variant"], r["task"], r["status"]] + [""] * (len(COLUMNS) - 4))
+        else:
+            rows.append([r.get(k, "") for k, _ in COLUMNS])
+    lines.append(_md_table([t for _, t in COLUMNS], rows))
+    crow = comparison_rows(record)
+    if crow:
+        lines += ["", "## Comparisons", ""]
+        lines.append(_md_table(
+            ["config", "pair", "task", "output match", "accuracy diff [95% CI]", "flipped (lost/gained)", "McNemar p"],
+            [[r["config"], r["pair"], r["task"], r["output_match"], r["diff"], r["flipped"], r["p"]] for r in crow],
+        ))
+    lines += ["", "## Gates", ""]
+    grows = []
+    for c in record.get("configs", []):
+        for g in c.get("gates", []):
+            lim = (g.get("op", "") + " " + _fmt(g.get("limit"), 4)) if g.get("limit") is not None else ""
+            grows.append([g["verdict"], g["id"], _fmt(g.get("observed"), 4), lim, g.get("detail", "")])
+    lines.append(_md_table(["verdict", "gate", "observed", "limit", "detail"], grows))
+    failed = [g for c in record.get("configs", []) for g in c.get("gates", []) if g.get("passed") is False]
+    if failed:
+        lines += ["", "## Failed gates", ""]
+        for g in failed:
+            lines.append(f"- **{g['id']}**: {g['detail']}")
+            if g.get("questions"):
+                lines.append(f"  - questions: {', '.join(g['questions'][:50])}" + (" ..." if len(g["questions"]) > 50 else ""))
+    mism_blocks = []
+    for c in record.get("configs", []):
+        for comp in c.get("comparisons", []):
+            for mm in comp.get("mismatches", [])[:3]:
+                mism_blocks.append(
+                    f"- {c['name']} {comp['baseline']} -> {comp['candidate']} {comp['task']} "
+                    f"`{mm['question_id']}` first divergence at token {mm['first_divergence']}:\n"
+                    f"  - {comp['baseline']}: `{mm['baseline_text'][:200]!r}`\n"
+                    f"  - {comp['candidate']}: `{mm['candidate_text'][:200]!r}`"
+                )
+    if mism_blocks:
+        lines += ["", "## Output mismatches (first three per comparison)", ""] + mism_blocks
+    return "\n".join(lines) + "\n"

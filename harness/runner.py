@@ -1,0 +1,318 @@
+"""The runner: executes a plan, config by config and variant by variant, and writes the record.
+
+This is the one module that imports from every stage. Data flows one way::
+
+    plan -> session (per variant) -> samples -> scoring / engine metrics / stats
+         -> gates -> results (run.json, samples, logs) -> report (summary.md)
+
+Nothing measured is lost: samples are written as soon as a task ends, and a variant
+whose server fails is recorded with its error while the other variants still run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .engine_info import EngineInfoError, check_effective
+from .gates import Measurements, evaluate_gates
+from .plan import ConfigPlan, Plan, VariantPlan
+from .progress import Progress
+from .report import render_markdown
+from .results import new_run_id, provenance, utc_now, write_run
+from .samples import Sample, write_jsonl
+from .scoring import correctness, output_match, score_task
+from .server import ServerStartError
+from .session import VariantSession
+from .stats import paired_comparison
+from .tasks import DataUnavailableError, PreparedTask, prepare_task
+
+EXIT_PASSED, EXIT_GATE_FAILED, EXIT_COULD_NOT_RUN = 0, 1, 2
+
+
+@dataclass
+class RunOptions:
+    """How to run a plan.
+
+    Attributes:
+        results_dir: parent folder of run folders (default ``results/``).
+        data_dir: GSM8K folder (test.jsonl, train.jsonl), or None.
+        run_id: the run folder's name (default: a new time-based id).
+        argv: the command line, for provenance.
+        variants: run only these variant names (None = all).
+        progress: progress reporter.
+    """
+
+    results_dir: Path
+    data_dir: Path | None = None
+    run_id: str | None = None
+    argv: list[str] = field(default_factory=lambda: list(sys.argv))
+    variants: list[str] | None = None
+    progress: Progress = field(default_factory=Progress)
+
+
+def resolve_model(model: str, progress: Progress) -> str:
+    """Turn ``builtin:<name>`` into the folder of evalrun's built model (building it on
+    first use); other model references are returned unchanged.
+
+    Raises:
+        RuntimeError: the built-in model cannot be built (e.g. torch is missing).
+    """
+    if not model.startswith("builtin:"):
+        return model
+    from .tinymodel import ensure_tiny_model
+
+    name = model.split(":", 1)[1]
+    return str(ensure_tiny_model(name, progress=progress.log))
+
+
+def _rel(path: Path, base: Path) -> str:
+    try:
+        return str(path.relative_to(base))
+    except ValueError:
+        return str(path)
+
+
+def run(plan: Plan, opts: RunOptions) -> tuple[dict[str, Any], Path]:
+    """Execute the plan and write the run folder.
+
+    Returns:
+        (the run record dict, the run folder). ``record["exit_code"]`` is 0 when every
+        gate passed, 1 when a gate failed, 2 when something could not run (a server
+        did not start, required data was missing) and no gate failed.
+    """
+    run_id = opts.run_id or new_run_id()
+    run_dir = Path(opts.results_dir) / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    started = utc_now()
+    cfg_prov = [
+        {"name": cp.name, "path": str(cp.config.path), "sha256": cp.config.sha256} for cp in plan.configs
+    ]
+    record: dict[str, Any] = {
+        "schema_version": 1,
+        "run_id": run_id,
+        "status": "running",
+        "passed": None,
+        "exit_code": None,
+        "provenance": provenance(opts.argv, cfg_prov, started),
+        "configs": [],
+    }
+    could_not_run = False
+    for cp in plan.configs:
+        crec, cnr = _run_config(cp, opts, run_dir, record)
+        could_not_run |= cnr
+        record["configs"].append(crec)
+        write_run(run_dir, record)  # keep what is measured so far
+    verdicts = [g["passed"] for c in record["configs"] for g in c["gates"]]
+    if any(v is False for v in verdicts):
+        code, passed = EXIT_GATE_FAILED, False
+    elif could_not_run or any(v is None for v in verdicts):
+        code, passed = EXIT_COULD_NOT_RUN, None
+    else:
+        code, passed = EXIT_PASSED, True
+    # an optional task that could not run is reported, but does not by itself fail the run
+    if code == EXIT_COULD_NOT_RUN and not could_not_run:
+        code, passed = EXIT_PASSED, None
+    record.update(status="completed" if not could_not_run else "incomplete", passed=passed, exit_code=code)
+    record["provenance"]["ended_at"] = utc_now()
+    write_run(run_dir, record)
+    (run_dir / "summary.md").write_text(render_markdown(record), encoding="utf-8")
+    record["_path"] = str(run_dir)
+    return record, run_dir
+
+
+def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: dict) -> tuple[dict, bool]:
+    p = opts.progress
+    c = cp.config
+    could_not_run = False
+    crec: dict[str, Any] = {
+        "name": c.name, "path": str(c.path), "sha256": c.sha256, "form": c.form, "model": c.model,
+        "model_path": None, "variants": {}, "comparisons": [], "gates": [], "error": None,
+    }
+    m = Measurements()
+    variants = [v for v in cp.variants if opts.variants is None or v.name in opts.variants]
+    skipped = [v.name for v in cp.variants if v not in variants]
+    for name in skipped:
+        m.not_run[(name, None)] = "variant not selected (--variant)"
+
+    # 1. tasks: data first, so a missing data set stops before minutes of server start-up.
+    prepared: dict[str, PreparedTask] = {}
+    for t in cp.tasks:
+        try:
+            prepared[t.name] = prepare_task(t.name, t.spec, opts.data_dir)
+            record["provenance"]["datasets"][t.id] = {
+                "sha256": prepared[t.name].dataset_hash, "source": prepared[t.name].source,
+                "num_requests": len(prepared[t.name].requests),
+            }
+        except DataUnavailableError as e:
+            msg = f"task {t.name}: data not available: {e}"
+            if t.spec.required:
+                could_not_run = True
+                p.error(f"{c.name}: {msg}")
+            else:
+                p.warn(f"{c.name}: NOT RUN (optional task): {msg}")
+            for v in cp.variants:
+                m.not_run[(v.name, t.name)] = f"data not available ({'required' if t.spec.required else 'optional'} task)"
+    # 2. the model
+    try:
+        model_ref = resolve_model(c.model, p)
+        crec["model_path"] = model_ref
+    except Exception as e:  # noqa: BLE001 - any build failure stops this config, recorded
+        crec["error"] = f"model {c.model}: cannot be prepared: {type(e).__name__}: {e}"
+        p.error(f"{c.name}: {crec['error']}")
+        for v in cp.variants:
+            m.not_run[(v.name, None)] = "model not available"
+        crec["gates"] = [g.to_json() for g in evaluate_gates(cp.gates, m)]
+        return crec, True
+    # 3. variants
+    samples_by: dict[tuple[str, str], tuple[Sample, ...]] = {}
+    for vp in variants:
+        vrec, ok = _run_variant(cp, vp, model_ref, prepared, opts, run_dir, m, samples_by)
+        crec["variants"][vp.name] = vrec
+        could_not_run |= not ok
+    # 4. comparisons
+    for comp in c.comparisons:
+        for tname in c.tasks:
+            a = samples_by.get((comp.baseline, tname))
+            b = samples_by.get((comp.candidate, tname))
+            if a is None or b is None:
+                continue
+            om = output_match(a, b)
+            m.matches[(comp.baseline, comp.candidate, tname)] = om
+            pc = None
+            ca = correctness(a, c.gates.accuracy_pipeline)
+            cb = correctness(b, c.gates.accuracy_pipeline)
+            if set(ca) & set(cb):
+                pc = paired_comparison(ca, cb)
+                m.paired[(comp.baseline, comp.candidate, tname)] = pc
+            crec["comparisons"].append(
+                {
+                    "baseline": comp.baseline, "candidate": comp.candidate, "task": tname,
+                    "pipeline": c.gates.accuracy_pipeline,
+                    **om.to_json(),
+                    "paired": pc.to_json() if pc else None,
+                }
+            )
+    # 5. gates
+    crec["gates"] = [g.to_json() for g in evaluate_gates(cp.gates, m)]
+    return crec, could_not_run
+
+
+def _run_variant(
+    cp: ConfigPlan,
+    vp: VariantPlan,
+    model_ref: str,
+    prepared: dict[str, PreparedTask],
+    opts: RunOptions,
+    run_dir: Path,
+    m: Measurements,
+    samples_by: dict,
+) -> tuple[dict, bool]:
+    p = opts.progress
+    c = cp.config
+    log_path = run_dir / "logs" / c.name / f"{vp.name}.log"
+    argv = [model_ref if a == c.model else a for a in vp.argv]
+    vrec: dict[str, Any] = {
+        "argv": argv, "env": vp.env, "fault": vp.fault,
+        "requested": {"speculative_config": vp.speculative_config, "async_scheduling": vp.async_scheduling},
+        "engine": None, "effective": None, "startup_seconds": None,
+        "log": _rel(log_path, run_dir), "error": None, "tasks": {},
+    }
+    todo = [t for t in cp.tasks if t.name in prepared]
+    if not todo:
+        vrec["error"] = "no task of this config can run"
+        m.not_run[(vp.name, None)] = vrec["error"]
+        return vrec, True
+    p.log(f"{vp.id}: starting the vLLM server (log: {log_path})")
+    p.log(f"  $ {vp.shell_line()}".replace(c.model, model_ref) if c.model != model_ref else f"  $ {vp.shell_line()}")
+    session = VariantSession(
+        vp.id, argv, vp.env, log_path,
+        startup_timeout=c.startup_max_wait_seconds,
+        request_timeout=c.request_timeout_seconds,
+        max_concurrency=c.max_concurrency,
+        speculative=vp.speculative_config is not None,
+        on_wait=p.waiting(f"{vp.id}: waiting for /health"),
+    )
+    try:
+        with session:
+            vrec["startup_seconds"] = round(session.server.startup_seconds or 0, 1)
+            p.log(f"{vp.id}: server ready in {vrec['startup_seconds']}s on {session.server.base_url}")
+            try:
+                facts = session.engine_facts()
+                vrec["engine"] = facts.to_json()
+                eff = check_effective(facts, vp.speculative_config, vp.async_scheduling, vp.expected_effective)
+                vrec["effective"] = eff.to_json()
+                m.effectiveness[vp.name] = eff
+                if not eff.effective:
+                    p.warn(f"{vp.id}: not effective as asked: {eff.mismatches}"
+                           + (" (declared expected on this platform)" if eff.expected_on_platform else ""))
+            except EngineInfoError as e:
+                vrec["engine_error"] = str(e)
+                p.error(str(e))
+            for t in todo:
+                pt = prepared[t.name]
+                bar = p.bar(f"{vp.id} {t.name}", len(pt.requests))
+                outcome = session.run_task(
+                    c.name, vp.name, t.name, pt.requests,
+                    max_tokens=t.spec.max_tokens, temperature=t.spec.temperature, seed=t.spec.seed,
+                    stop=pt.stop, on_done=lambda s: bar.advance(s.error is None),
+                )
+                bar.close()
+                spath = run_dir / "samples" / c.name / vp.name / f"{t.name}.jsonl"
+                write_jsonl(spath, outcome.samples)
+                sc = score_task(outcome.samples)
+                m.scores[(vp.name, t.name)] = sc
+                samples_by[(vp.name, t.name)] = outcome.samples
+                trec: dict[str, Any] = {
+                    "status": "ran",
+                    "samples": _rel(spath, run_dir),
+                    "seconds": round(outcome.seconds, 2),
+                    "num_requests": sc.num_requests,
+                    "error_count": sc.error_count,
+                    "error_rate": sc.error_rate,
+                    "accuracy": {k: v.accuracy for k, v in sc.accuracy.items()},
+                    "accuracy_ci": {k: v.accuracy_ci for k, v in sc.accuracy.items()},
+                    "correct": {k: v.correct for k, v in sc.accuracy.items()},
+                    "scored": {k: v.scored for k, v in sc.accuracy.items()},
+                    "invalid_rate": {k: v.invalid_rate for k, v in sc.accuracy.items()},
+                    "finish_reasons": sc.finish_reasons,
+                    "spec_decode": outcome.spec_metrics.to_json() if outcome.spec_metrics else None,
+                    "spec_decode_counters": outcome.spec_counters.to_json() if outcome.spec_counters else None,
+                    "spec_decode_error": outcome.metrics_error,
+                }
+                if outcome.spec_metrics is not None:
+                    m.spec[(vp.name, t.name)] = outcome.spec_metrics
+                if outcome.metrics_error:
+                    m.spec_errors[(vp.name, t.name)] = outcome.metrics_error
+                    p.warn(f"{vp.id} {t.name}: {outcome.metrics_error}")
+                vrec["tasks"][t.name] = trec
+                acc = sc.accuracy
+                sd = outcome.spec_metrics
+                p.log(
+                    f"{vp.id} {t.name}: strict-match {_f(acc['strict-match'].accuracy)}, "
+                    f"flexible-extract {_f(acc['flexible-extract'].accuracy)}, errors {sc.error_count}/{sc.num_requests}"
+                    + (f", mean acceptance length {_f(sd.mean_acceptance_length)}" if sd else "")
+                    + f" ({outcome.seconds:.1f}s)"
+                )
+                if not session.server.alive():
+                    raise ServerStartError(
+                        f"{vp.id}: the vLLM server died during task {t.name}; log: {log_path}"
+                    )
+        return vrec, True
+    except ServerStartError as e:
+        vrec["error"] = str(e)
+        p.error(str(e))
+        for t in todo:
+            if t.name not in vrec["tasks"]:
+                m.not_run[(vp.name, t.name)] = "server failed"
+        if not vrec["tasks"]:
+            m.not_run[(vp.name, None)] = "server failed to start"
+        return vrec, False
+
+
+def _f(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"

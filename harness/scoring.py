@@ -1,0 +1,198 @@
+"""Scores of one task on one variant, and output match between two variants.
+
+Accuracy is computed over the requests that succeeded; failed requests are counted
+apart (``error_count``, ``error_rate``) and never scored as wrong answers. A
+completion from which a pipeline extracts no number is wrong and counts toward that
+pipeline's ``invalid_rate`` (as in vLLM's ``gsm8k_eval.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+from .samples import Sample
+from .stats import wilson_interval
+from .tasks.gsm8k import PIPELINES
+
+
+@dataclass(frozen=True)
+class PipelineScore:
+    """One answer pipeline's score.
+
+    Attributes:
+        correct: number of scored samples judged right.
+        scored: number of samples scored (successful requests).
+        accuracy: correct / scored, None when nothing was scored.
+        accuracy_ci: 95% Wilson score interval of ``accuracy`` (fractions).
+        invalid_rate: share of scored samples where the pipeline found no answer.
+    """
+
+    correct: int
+    scored: int
+    accuracy: float | None
+    accuracy_ci: tuple[float, float] | None
+    invalid_rate: float | None
+
+
+@dataclass(frozen=True)
+class TaskScore:
+    """Scores of one task on one variant.
+
+    Attributes:
+        num_requests: samples in the task.
+        error_count: requests that failed (not scored).
+        error_rate: error_count / num_requests.
+        accuracy: pipeline name -> :class:`PipelineScore`.
+        finish_reasons: finish reason -> count over successful requests.
+    """
+
+    num_requests: int
+    error_count: int
+    error_rate: float
+    accuracy: dict[str, PipelineScore]
+    finish_reasons: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        return d
+
+
+def score_task(samples: Sequence[Sample], pipelines: Sequence[str] = PIPELINES) -> TaskScore:
+    """Score the samples of one task on one variant.
+
+    Args:
+        samples: the task's samples (any order).
+        pipelines: answer pipeline names to report.
+
+    Returns:
+        :class:`TaskScore`; Wilson intervals per :func:`harness.stats.wilson_interval`.
+    """
+    ok = [s for s in samples if s.ok]
+    errors = len(samples) - len(ok)
+    acc: dict[str, PipelineScore] = {}
+    for p in pipelines:
+        correct = sum(1 for s in ok if s.correct.get(p))
+        invalid = sum(1 for s in ok if s.answers.get(p) is None)
+        n = len(ok)
+        acc[p] = PipelineScore(
+            correct=correct,
+            scored=n,
+            accuracy=correct / n if n else None,
+            accuracy_ci=wilson_interval(correct, n) if n else None,
+            invalid_rate=invalid / n if n else None,
+        )
+    reasons: dict[str, int] = {}
+    for s in ok:
+        reasons[str(s.finish_reason)] = reasons.get(str(s.finish_reason), 0) + 1
+    return TaskScore(
+        num_requests=len(samples),
+        error_count=errors,
+        error_rate=errors / len(samples) if samples else 0.0,
+        accuracy=acc,
+        finish_reasons=reasons,
+    )
+
+
+def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """Index of the first differing token of two id sequences, None when identical.
+
+    When one is a prefix of the other, the index is the shorter length.
+    """
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    if len(a) != len(b):
+        return min(len(a), len(b))
+    return None
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One question whose completions differ between two variants.
+
+    Attributes:
+        question_id: the question.
+        first_divergence: index of the first differing completion token.
+        baseline_text / candidate_text: both completions.
+        baseline_tokens / candidate_tokens: number of completion tokens of each.
+    """
+
+    question_id: str
+    first_divergence: int
+    baseline_text: str
+    candidate_text: str
+    baseline_tokens: int
+    candidate_tokens: int
+
+
+@dataclass(frozen=True)
+class OutputMatch:
+    """Greedy output match between a baseline and a candidate variant.
+
+    Attributes:
+        compared: questions that succeeded on both variants and have token ids.
+        matched: questions whose completion token ids are identical.
+        output_match_rate: matched / compared (None when nothing was compared).
+        mismatches: one :class:`Mismatch` per differing question, in question order.
+        skipped: question ids not compared (an error on either side, or no token ids).
+    """
+
+    compared: int
+    matched: int
+    output_match_rate: float | None
+    mismatches: tuple[Mismatch, ...]
+    skipped: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def output_match(baseline: Sequence[Sample], candidate: Sequence[Sample]) -> OutputMatch:
+    """Compare completion token ids question by question.
+
+    Args:
+        baseline: samples of the baseline variant.
+        candidate: samples of the candidate variant (same task).
+
+    Returns:
+        :class:`OutputMatch` over the questions present in both.
+    """
+    cand = {s.question_id: s for s in candidate}
+    compared = matched = 0
+    mism: list[Mismatch] = []
+    skipped: list[str] = []
+    for a in baseline:
+        b = cand.get(a.question_id)
+        if b is None:
+            continue
+        if not (a.ok and b.ok) or a.token_ids is None or b.token_ids is None:
+            skipped.append(a.question_id)
+            continue
+        compared += 1
+        idx = first_divergence(a.token_ids, b.token_ids)
+        if idx is None:
+            matched += 1
+        else:
+            mism.append(
+                Mismatch(
+                    question_id=a.question_id,
+                    first_divergence=idx,
+                    baseline_text=a.completion or "",
+                    candidate_text=b.completion or "",
+                    baseline_tokens=len(a.token_ids),
+                    candidate_tokens=len(b.token_ids),
+                )
+            )
+    return OutputMatch(
+        compared=compared,
+        matched=matched,
+        output_match_rate=matched / compared if compared else None,
+        mismatches=tuple(mism),
+        skipped=tuple(skipped),
+    )
+
+
+def correctness(samples: Sequence[Sample], pipeline: str) -> dict[str, bool]:
+    """Question id -> verdict of ``pipeline`` for the successful samples (for paired stats)."""
+    return {s.question_id: bool(s.correct.get(pipeline)) for s in samples if s.ok}
