@@ -1,0 +1,300 @@
+"""harness.faults: plugin plumbing (fast, no vLLM needed) and patch targets in the
+installed vLLM (skipped when vLLM is not importable).
+
+The engine-level effects (acceptance down for ``draft-input``, outputs diverging for
+``state-rollback``) need a real server and are asserted by the self-check tests.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+
+from harness import faults
+from harness.faults import FAULT_ENV, FAULTS, FaultConfigError
+
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="torch not installed")
+needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="vllm not installed")
+
+
+@pytest.fixture(autouse=True)
+def _clean(monkeypatch):
+    monkeypatch.delenv(FAULT_ENV, raising=False)
+    monkeypatch.delenv(faults.DEBUG_ENV, raising=False)
+    faults.unpatch_all()
+    yield
+    faults.unpatch_all()
+
+
+# ---------------------------------------------------------------------------
+# plumbing
+# ---------------------------------------------------------------------------
+
+
+def test_fault_env_matches_plan():
+    from harness.plan import FAULT_ENV as PLAN_ENV
+
+    assert FAULT_ENV == PLAN_ENV == "EVALRUN_FAULT"
+
+
+def test_entry_point_declared():
+    text = open(os.path.join(os.path.dirname(__file__), "..", "pyproject.toml")).read()
+    assert '[project.entry-points."vllm.general_plugins"]' in text
+    assert 'evalrun_faults = "harness.faults:register"' in text
+
+
+@pytest.mark.parametrize("value", [None, "", "  "])
+def test_register_is_inert_without_a_fault(monkeypatch, value):
+    if value is not None:
+        monkeypatch.setenv(FAULT_ENV, value)
+    assert faults.requested_fault() is None
+    faults.register()
+    assert faults.applied_patches() == []
+
+
+def test_inert_register_imports_nothing_heavy():
+    # A fresh interpreter: importing the module and calling register() without the
+    # variable must not import vllm or torch (it runs in every vLLM process).
+    code = (
+        "import sys, harness.faults as f; f.register(); "
+        "heavy = [m for m in ('vllm', 'torch', 'numpy', 'pydantic') if m in sys.modules]; "
+        "print(heavy); assert not heavy, heavy"
+    )
+    env = {k: v for k, v in os.environ.items() if k != FAULT_ENV}
+    root = os.path.join(os.path.dirname(__file__), "..")
+    r = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_unknown_fault_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv(FAULT_ENV, "draft_inptu")
+    with pytest.raises(FaultConfigError) as e:
+        faults.register()
+    msg = str(e.value)
+    assert FAULT_ENV in msg and "draft_inptu" in msg
+    for name in faults.known_faults():
+        assert name in msg
+    assert faults.applied_patches() == []
+
+
+def test_known_faults_listed_and_documented():
+    names = faults.known_faults()
+    assert names == sorted(names)
+    assert {"draft-input", "draft-input-placeholder", "state-rollback", "noop"} <= set(names)
+    for name, f in FAULTS.items():
+        assert f.name == name
+        assert f.summary and f.mirrors and f.expected
+        if name != "noop":
+            assert f.targets, name
+            doc = inspect.getdoc(f.install) or ""
+            assert "DESIGN.md" in doc and "Patches" in doc, name
+
+
+def test_requested_fault_reads_given_environ():
+    assert faults.requested_fault({FAULT_ENV: "state-rollback"}) is FAULTS["state-rollback"]
+    assert faults.requested_fault({}) is None
+
+
+def test_noop_logs_active_line_and_patches_nothing(monkeypatch, caplog, capsys):
+    monkeypatch.setenv(FAULT_ENV, "noop")
+    with caplog.at_level("INFO", logger="vllm.evalrun.faults"):
+        faults.register()
+    out = caplog.text + capsys.readouterr().err
+    assert f"evalrun fault noop active in process {os.getpid()}" in out
+    assert faults.applied_patches() == []
+
+
+def test_off_by_one_counts():
+    # k accepted+bonus of d drafts: k <= d -> k+1, k == d+1 -> k-1, d == 0 unchanged
+    assert faults.off_by_one_counts([1, 2, 3], [2, 2, 2]) == [2, 3, 2]
+    assert faults.off_by_one_counts([1, 1], [0, 1]) == [1, 2]
+    assert faults.off_by_one_counts([2], [1]) == [1]
+    for d in range(1, 5):
+        for k in range(1, d + 2):
+            (w,) = faults.off_by_one_counts([k], [d])
+            assert w != k and 1 <= w <= d + 1 and abs(w - k) == 1
+
+
+# ---------------------------------------------------------------------------
+# wrapper logic on fakes (torch only)
+# ---------------------------------------------------------------------------
+
+
+def _fake_propose(self, num_speculative_tokens, target_token_ids, target_positions,
+                  target_hidden_states, next_token_ids, token_indices_to_sample,
+                  common_attn_metadata, sampling_metadata, mm_embed_inputs=None,
+                  num_rejected_tokens_gpu=None, slot_mappings=None):
+    self.seen = next_token_ids.tolist()
+    return "drafts"
+
+
+@needs_torch
+@pytest.mark.parametrize("name", ["draft-input", "draft-input-placeholder"])
+def test_draft_input_wrapper_replaces_next_token_ids(name):
+    import torch
+
+    wrapped = faults.draft_input_wrapper(name)(_fake_propose)
+    me = types.SimpleNamespace()
+    # Padded layout: 2 requests x (1 + 2 drafts); request 0 accepted nothing (last
+    # valid index 0), request 1 accepted one draft (last valid index 4).
+    target = torch.tensor([10, 11, 12, 20, 21, 22], dtype=torch.int32)
+    nxt = torch.tensor([99, 98], dtype=torch.int32)
+    out = wrapped(me, 2, target_token_ids=target, target_positions=None,
+                  target_hidden_states=None, next_token_ids=nxt,
+                  token_indices_to_sample=torch.tensor([0, 4], dtype=torch.int32),
+                  common_attn_metadata=None, sampling_metadata=None)
+    assert out == "drafts"
+    assert me.seen == ([10, 21] if name == "draft-input" else [0, 0])
+    assert nxt.tolist() == [99, 98]  # the caller's tensor is not modified
+
+
+@needs_torch
+def test_draft_input_wrapper_unpadded_path_uses_query_ends():
+    import torch
+
+    wrapped = faults.draft_input_wrapper("draft-input")(_fake_propose)
+    me = types.SimpleNamespace()
+    cad = types.SimpleNamespace(query_start_loc=torch.tensor([0, 3, 5], dtype=torch.int32))
+    target = torch.tensor([1, 2, 3, 4, 5], dtype=torch.int32)
+    wrapped(me, 2, target, None, None, torch.tensor([7, 8], dtype=torch.int32), None, cad, None)
+    assert me.seen == [3, 5]
+
+
+def _fake_update(self, output_token_ids, scheduler_output):
+    # What vLLM's original does on the non-align path.
+    n = output_token_ids.size(0)
+    self.num_accepted_tokens.gpu[:n] = (output_token_ids != -1).sum(dim=1)
+    self.input_batch.num_accepted_tokens_cpu_tensor[:n].copy_(self.num_accepted_tokens.gpu[:n])
+
+
+def _fake_runner(num_reqs: int, req_ids: list[str]):
+    import torch
+
+    class _Event:
+        def synchronize(self):
+            pass
+
+        def record(self):
+            pass
+
+    return types.SimpleNamespace(
+        speculative_config=object(),
+        model_config=types.SimpleNamespace(is_hybrid=True),
+        cache_config=types.SimpleNamespace(mamba_cache_mode="none"),
+        use_async_scheduling=False,
+        num_accepted_tokens=types.SimpleNamespace(gpu=torch.ones(8, dtype=torch.int32)),
+        num_accepted_tokens_event=_Event(),
+        input_batch=types.SimpleNamespace(
+            req_ids=req_ids, num_accepted_tokens_cpu_tensor=torch.ones(8, dtype=torch.int32)
+        ),
+    )
+
+
+@needs_torch
+def test_state_rollback_wrapper_perturbs_counts_of_spec_rows_only():
+    import torch
+
+    wrapped = faults.state_rollback_wrapper("state-rollback")(_fake_update)
+    runner = _fake_runner(3, ["a", "b", "c"])
+    # a: 0 of 2 drafts accepted (k=1); b: all 2 accepted (k=3); c: prefill, no drafts.
+    out_ids = torch.tensor([[5, -1, -1], [6, 7, 8], [9, -1, -1]], dtype=torch.int32)
+    sched = types.SimpleNamespace(scheduled_spec_decode_tokens={"a": [1, 2], "b": [3, 4]})
+    wrapped(runner, out_ids, sched)
+    assert runner.input_batch.num_accepted_tokens_cpu_tensor[:3].tolist() == [2, 2, 1]
+    assert runner.num_accepted_tokens.gpu[:3].tolist() == [2, 2, 1]
+
+
+@needs_torch
+def test_state_rollback_wrapper_ignores_non_hybrid_models():
+    import torch
+
+    wrapped = faults.state_rollback_wrapper("state-rollback")(lambda self, o, s: None)
+    runner = _fake_runner(1, ["a"])
+    runner.model_config.is_hybrid = False
+    sched = types.SimpleNamespace(scheduled_spec_decode_tokens={"a": [1, 2]})
+    wrapped(runner, torch.tensor([[5, -1, -1]]), sched)
+    assert runner.input_batch.num_accepted_tokens_cpu_tensor[:1].tolist() == [1]
+
+
+# ---------------------------------------------------------------------------
+# patch targets in the installed vLLM
+# ---------------------------------------------------------------------------
+
+
+@needs_vllm
+def test_patch_targets_exist_with_expected_signatures():
+    assert faults.check_patch_targets() == []
+
+
+@needs_vllm
+def test_cpu_code_path_inherits_the_patched_functions():
+    # If a vLLM upgrade makes the CPU runner or the MTP proposer override these,
+    # the patches would silently stop applying on CPU.
+    from vllm.v1.spec_decode.eagle import EagleProposer
+    from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
+    from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    assert "propose" not in EagleProposer.__dict__
+    assert issubclass(EagleProposer, SpecDecodeBaseProposer)
+    assert "_update_states_after_model_execute" not in CPUModelRunner.__dict__
+    assert issubclass(CPUModelRunner, GPUModelRunner)
+
+
+@needs_vllm
+def test_runner_feeds_the_patched_call_sites():
+    # The runner passes next_token_ids by keyword to drafter.propose, calls the
+    # post-verification update, and passes the accepted counts to the GDN builder.
+    from vllm.v1.worker import gpu_model_runner as g
+
+    src = inspect.getsource(g.GPUModelRunner)
+    assert "next_token_ids=next_token_ids" in src
+    assert "self._update_states_after_model_execute(" in src
+    assert "num_accepted_tokens=self.num_accepted_tokens.gpu" in src
+    assert "self.input_batch.num_accepted_tokens_cpu[:num_reqs]" in src
+
+
+@needs_vllm
+@pytest.mark.parametrize("name", ["draft-input", "draft-input-placeholder", "state-rollback"])
+def test_register_patches_exactly_the_targets_and_unpatches(monkeypatch, name):
+    fault = FAULTS[name]
+    originals = {t: t.resolve()[2] for t in fault.targets}
+    monkeypatch.setenv(FAULT_ENV, name)
+    faults.register()
+    faults.register()  # idempotent: vLLM may call it more than once per process
+    patched = [t for t in fault.targets if getattr(t.resolve()[2], "__evalrun_fault__", None)]
+    assert len(faults.applied_patches()) == len(patched) >= 1
+    for t in patched:
+        fn = t.resolve()[2]
+        assert fn is not originals[t]
+        assert inspect.unwrap(fn) is originals[t]
+    faults.unpatch_all()
+    for t in fault.targets:
+        assert t.resolve()[2] is originals[t]
+
+
+@needs_vllm
+def test_state_rollback_wrapper_on_vllms_own_function():
+    # The real _update_states_after_model_execute (non-align path) on a fake runner:
+    # the wrapper's overwrite must survive the original's copy.
+    import torch
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    original = inspect.unwrap(GPUModelRunner.__dict__["_update_states_after_model_execute"])
+    wrapped = faults.state_rollback_wrapper("state-rollback")(original)
+    runner = _fake_runner(3, ["a", "b", "c"])
+    out_ids = torch.tensor([[5, -1, -1], [6, 7, 8], [9, -1, -1]], dtype=torch.int32)
+    sched = types.SimpleNamespace(scheduled_spec_decode_tokens={"a": [1, 2], "b": [3, 4]})
+    original(runner, out_ids, sched)
+    assert runner.input_batch.num_accepted_tokens_cpu_tensor[:3].tolist() == [1, 3, 1]
+    wrapped(runner, out_ids, sched)
+    assert runner.input_batch.num_accepted_tokens_cpu_tensor[:3].tolist() == [2, 2, 1]
+    assert runner.num_accepted_tokens.gpu[:3].tolist() == [2, 2, 1]
