@@ -14,6 +14,12 @@ from pathlib import Path
 from .config import PROJECT_ROOT, ConfigError
 
 EXAMPLES = """\
+subcommands:
+  evalrun diff RUN_A RUN_B            explain what changed between two runs (or a baseline)
+  evalrun calibrate --config LIST --repeat N
+                                      run each config N times, recommend tolerances
+  evalrun selfcheck                   run the tiny model clean and with injected faults
+
 examples:
   evalrun --config models-cpu.txt                 run the CPU list (tiny built-in hybrid model)
   evalrun --config models-h200.txt --dry-run      show every config, variant, command, task and gate
@@ -91,6 +97,7 @@ def cmd_run(argv: list[str]) -> int:
     from .report import render_markdown, render_terminal
     from .runner import RunOptions, run
 
+    _terminate_as_interrupt()
     progress = Progress(quiet=args.quiet)
     opts = RunOptions(
         results_dir=args.results_dir, data_dir=args.data_dir, run_id=args.run_id,
@@ -107,7 +114,35 @@ def cmd_run(argv: list[str]) -> int:
     return int(record["exit_code"])
 
 
-SUBCOMMANDS = {}
+def _terminate_as_interrupt() -> None:
+    """Turn SIGTERM (CI timeouts, ``kill``) into KeyboardInterrupt so every server's
+    context manager tears its process group down and the partial record is kept."""
+    import signal
+
+    def handler(signum, frame):  # noqa: ARG001
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _lazy(target: str):
+    """A subcommand implemented as ``module:function(argv) -> exit code``, imported on use."""
+
+    def call(argv: list[str]) -> int:
+        import importlib
+
+        mod, fn = target.split(":")
+        return int(getattr(importlib.import_module(mod), fn)(argv))
+
+    return call
+
+
+#: ``evalrun <subcommand> ...``; each module owns its own argument parser.
+SUBCOMMANDS = {
+    "diff": _lazy("harness.diff:cli_main"),
+    "calibrate": _lazy("harness.calibrate:cli_main"),
+    "selfcheck": _lazy("harness.selfcheck:cli_main"),
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -102,11 +102,18 @@ def run(plan: Plan, opts: RunOptions) -> tuple[dict[str, Any], Path]:
         "configs": [],
     }
     could_not_run = False
-    for cp in plan.configs:
-        crec, cnr = _run_config(cp, opts, run_dir, record)
-        could_not_run |= cnr
-        record["configs"].append(crec)
-        write_run(run_dir, record)  # keep what is measured so far
+    try:
+        for cp in plan.configs:
+            crec, cnr = _run_config(cp, opts, run_dir, record)
+            could_not_run |= cnr
+            record["configs"].append(crec)
+            write_run(run_dir, record)  # keep what is measured so far
+    except KeyboardInterrupt:
+        # servers are already stopped by their context managers; keep the record
+        record.update(status="interrupted", passed=None, exit_code=EXIT_COULD_NOT_RUN)
+        record["provenance"]["ended_at"] = utc_now()
+        write_run(run_dir, record)
+        raise
     verdicts = [g["passed"] for c in record["configs"] for g in c["gates"]]
     if any(v is False for v in verdicts):
         code, passed = EXIT_GATE_FAILED, False
