@@ -93,7 +93,10 @@ def comparison_rows(record: dict[str, Any]) -> list[dict[str, str]]:
 
 def render_terminal(record: dict[str, Any], console: Console | None = None) -> None:
     """Print the scores table, the comparisons table and the gate list to the terminal."""
-    console = console or Console()
+    if console is None:
+        console = Console()
+        if not console.is_terminal:  # CI logs: do not squeeze tables into 80 columns
+            console = Console(width=200)
     t = Table(title=f"evalrun {record.get('run_id')}: scores", show_lines=False)
     for _, title in COLUMNS:
         t.add_column(title)
@@ -111,13 +114,13 @@ def render_terminal(record: dict[str, Any], console: Console | None = None) -> N
         for r in crow:
             ct.add_row(r["config"], r["pair"], r["task"], r["output_match"], r["diff"], r["flipped"], r["p"])
         console.print(ct)
-    gt = Table(title="gates")
+    gt = Table(title="gates (" + ", ".join(c["name"] for c in record.get("configs", [])) + ")")
     for h in ("verdict", "gate", "observed", "limit", "detail"):
         gt.add_column(h, overflow="fold")
     for c in record.get("configs", []):
         for g in c.get("gates", []):
             color = {"PASS": "green", "FAIL": "red"}.get(g["verdict"], "yellow")
-            gt.add_row(f"[{color}]{g['verdict']}[/{color}]", g["id"], _fmt(g.get("observed"), 4),
+            gt.add_row(f"[{color}]{g['verdict']}[/{color}]", g["id"].split("/", 1)[1], _fmt(g.get("observed"), 4),
                        (g.get("op", "") + " " + _fmt(g.get("limit"), 4)) if g.get("limit") is not None else "", g.get("detail", ""))
     console.print(gt)
     status = {True: "[green]all gates passed[/green]", False: "[red]gates failed[/red]", None: "[yellow]not every gate could be judged[/yellow]"}[record.get("passed")]
