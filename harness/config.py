@@ -85,6 +85,12 @@ class GateSpec(_Frozen):
         min_acceptance_length: floor of mean acceptance length for speculative
             variants (None disables).
         max_error_rate: largest allowed share of failed requests (default 0).
+        baseline_max_accuracy_drop: largest allowed accuracy drop of a variant since
+            the stored baseline (``--baseline``; fraction); None disables.
+        baseline_max_acceptance_length_drop: largest allowed drop of mean acceptance
+            length since the stored baseline (tokens); None disables.
+        baseline_alpha: significance level of the one-sided test (paired McNemar, or
+            Fisher's exact test without per-question data) against the baseline.
     """
 
     accuracy_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
@@ -93,6 +99,9 @@ class GateSpec(_Frozen):
     accuracy_pipeline: Literal["strict-match", "flexible-extract"] = "flexible-extract"
     min_acceptance_length: float | None = Field(default=None, ge=1.0)
     max_error_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+    baseline_max_accuracy_drop: float | None = Field(default=0.05, ge=0.0, le=1.0)
+    baseline_max_acceptance_length_drop: float | None = Field(default=0.1, ge=0.0)
+    baseline_alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
 
 
 class ComparisonSpec(_Frozen):
@@ -109,6 +118,15 @@ class ComparisonSpec(_Frozen):
             (tokens); only for two speculative variants; None disables.
         alpha: significance level of the one-sided paired test (McNemar) that also
             fails the accuracy gate when the candidate is significantly worse.
+        expected_discordance: assumed share of questions answered right by exactly
+            one of the two variants, used only by ``--dry-run`` to state the smallest
+            accuracy drop the paired test detects (:func:`harness.stats.min_detectable_drop`).
+        noise_runs: 2 runs the baseline variant's tasks twice on the same server; the
+            baseline-vs-baseline output mismatches are the noise the candidate's
+            output mismatches are judged against (README "Gates"). 1 = no rerun.
+        noise_mismatch_rate: a stored baseline-vs-baseline output mismatch rate
+            (fraction of questions, e.g. from ``evalrun calibrate``) used as the noise
+            when the baseline is not rerun in this run; None = none.
     """
 
     baseline: str
@@ -117,6 +135,9 @@ class ComparisonSpec(_Frozen):
     min_output_match: float | None = Field(default=1.0, ge=0.0, le=1.0)
     max_acceptance_length_drop: float | None = Field(default=None, ge=0.0)
     alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
+    expected_discordance: float = Field(default=0.05, gt=0.0, le=1.0)
+    noise_runs: int = Field(default=1, ge=1, le=2)
+    noise_mismatch_rate: float | None = Field(default=None, ge=0.0, le=1.0)
 
 
 class VariantSpec(_Frozen):
@@ -152,7 +173,13 @@ class VariantSpec(_Frozen):
 
 
 class NativeConfig(_Frozen):
-    """The native YAML form (recognised by its ``variants`` key)."""
+    """The native YAML form (recognised by its ``variants`` key).
+
+    ``per_request_metrics: true`` sends a task's requests one at a time and reads the
+    cumulative ``/metrics`` counters around each, so every sample carries its own
+    draft / accepted counts and acceptance figures get per-request bootstrap intervals
+    (slower: no concurrency). Default False.
+    """
 
     name: str | None = None
     model: str
@@ -161,6 +188,7 @@ class NativeConfig(_Frozen):
     startup_max_wait_seconds: float = Field(default=600, gt=0)
     request_timeout_seconds: float = Field(default=600, gt=0)
     max_concurrency: int = Field(default=8, ge=1)
+    per_request_metrics: bool = False
     variants: dict[str, VariantSpec]
     tasks: dict[str, TaskSpec]
     gates: GateSpec = Field(default_factory=GateSpec)
@@ -225,6 +253,8 @@ class ModelConfig(_Frozen):
         tasks: task name -> spec.
         gates: absolute per-variant gates.
         comparisons: gated pairs of variants.
+        per_request_metrics: send requests one at a time and record per-request
+            speculative-decoding counts on each sample (native form only).
     """
 
     name: str
@@ -237,6 +267,7 @@ class ModelConfig(_Frozen):
     startup_max_wait_seconds: float
     request_timeout_seconds: float = 600
     max_concurrency: int = 8
+    per_request_metrics: bool = False
     variants: dict[str, VariantSpec]
     tasks: dict[str, TaskSpec]
     gates: GateSpec
@@ -469,6 +500,7 @@ def _from_native(c: NativeConfig, path: Path, sha: str) -> ModelConfig:
         startup_max_wait_seconds=c.startup_max_wait_seconds,
         request_timeout_seconds=c.request_timeout_seconds,
         max_concurrency=c.max_concurrency,
+        per_request_metrics=c.per_request_metrics,
         variants=dict(c.variants),
         tasks=dict(c.tasks),
         gates=c.gates,
