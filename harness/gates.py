@@ -8,13 +8,14 @@ variant did not run). A gate that cannot be judged is never reported as passed.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from .engine_info import Effectiveness
 from .engine_metrics import SpecDecodeMetrics
 from .plan import GateDef
-from .scoring import OutputMatch, TaskScore
-from .stats import PairedComparison, floor_margin
+from .samples import Sample
+from .scoring import OutputMatch, TaskScore, first_divergence
+from .stats import PairedComparison, floor_margin, mcnemar_exact
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,133 @@ class GateResult:
         return d
 
 
+@dataclass(frozen=True)
+class OutputNoise:
+    """A candidate's greedy-output mismatches judged against baseline-vs-baseline noise.
+
+    Attributes:
+        source: ``"rerun"`` (the baseline ran twice in this run, ``noise_runs: 2``) or
+            ``"stored"`` (the comparison's ``noise_mismatch_rate``).
+        noise_compared: questions compared baseline pass 1 vs pass 2 (rerun), else None.
+        noise_mismatched: of those, questions whose token ids differ (rerun), else None.
+        noise_rate: baseline-vs-baseline mismatch rate (fraction of questions).
+        noise_first_divergences: ``(question id, first differing token index)`` per
+            noise mismatch (rerun), else empty.
+        compared: questions compared for the test (for a rerun: compared in both the
+            candidate comparison and the noise comparison).
+        candidate_mismatched: candidate-vs-baseline mismatches among ``compared``.
+        candidate_rate: ``candidate_mismatched / compared``.
+        candidate_only: ids mismatched by the candidate but not by the noise (rerun).
+        noise_only: ids mismatched by the noise but not by the candidate (rerun).
+        test: ``"mcnemar_exact_one_sided"`` (rerun: paired over the same questions,
+            H1 "the candidate mismatches more often than the noise"; b =
+            |candidate_only|, c = |noise_only|, p = P(Binomial(b + c, 1/2) >= b),
+            McNemar 1947 exact form) or ``"binomial_one_sided"`` (stored rate r0:
+            p = P(Binomial(compared, r0) >= candidate_mismatched), the exact binomial
+            test, ``scipy.stats.binomtest``; r0 is treated as known).
+        p_value: the one-sided p-value of ``test``.
+    """
+
+    source: str
+    noise_compared: int | None
+    noise_mismatched: int | None
+    noise_rate: float
+    noise_first_divergences: tuple[tuple[str, int], ...]
+    compared: int
+    candidate_mismatched: int
+    candidate_rate: float | None
+    candidate_only: tuple[str, ...]
+    noise_only: tuple[str, ...]
+    test: str
+    p_value: float
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON dict of every field (tuples as lists)."""
+        d = asdict(self)
+        d["noise_first_divergences"] = [list(x) for x in self.noise_first_divergences]
+        return d
+
+
+def output_noise_rerun(
+    baseline: Sequence[Sample], rerun: Sequence[Sample], candidate: Sequence[Sample]
+) -> OutputNoise:
+    """Judge the candidate's output mismatches against a rerun of the baseline.
+
+    Args:
+        baseline: the baseline variant's samples (pass 1), one task.
+        rerun: the same variant's samples of the same task from pass 2.
+        candidate: the candidate variant's samples of the same task.
+
+    Returns:
+        :class:`OutputNoise`. Only questions that succeeded with token ids in all
+        three are compared; per question, "candidate mismatch" = candidate token ids
+        differ from pass 1, "noise mismatch" = pass 2 differs from pass 1; the paired
+        exact one-sided McNemar test is then taken over those questions (see
+        :class:`OutputNoise` ``test``). ``noise_*`` counts are over the questions
+        compared between pass 1 and pass 2.
+    """
+    def usable(x: Sample | None) -> bool:
+        return x is not None and x.ok and x.token_ids is not None
+
+    r2 = {x.question_id: x for x in rerun}
+    cd = {x.question_id: x for x in candidate}
+    noise_cmp, noise_div = 0, []
+    both, cand_only, noise_only, cand_mm = 0, [], [], 0
+    for a in baseline:
+        b2, c = r2.get(a.question_id), cd.get(a.question_id)
+        if not (usable(a) and usable(b2)):
+            continue
+        noise_cmp += 1
+        dn = first_divergence(a.token_ids, b2.token_ids)
+        if dn is not None:
+            noise_div.append((a.question_id, dn))
+        if not usable(c):
+            continue
+        both += 1
+        dc = first_divergence(a.token_ids, c.token_ids)
+        cand_mm += dc is not None
+        if dc is not None and dn is None:
+            cand_only.append(a.question_id)
+        elif dc is None and dn is not None:
+            noise_only.append(a.question_id)
+    return OutputNoise(
+        source="rerun",
+        noise_compared=noise_cmp,
+        noise_mismatched=len(noise_div),
+        noise_rate=len(noise_div) / noise_cmp if noise_cmp else 0.0,
+        noise_first_divergences=tuple(noise_div),
+        compared=both,
+        candidate_mismatched=cand_mm,
+        candidate_rate=cand_mm / both if both else None,
+        candidate_only=tuple(cand_only),
+        noise_only=tuple(noise_only),
+        test="mcnemar_exact_one_sided",
+        p_value=mcnemar_exact(len(cand_only), len(noise_only), alternative="greater"),
+    )
+
+
+def output_noise_stored(candidate: OutputMatch, rate: float) -> OutputNoise:
+    """Judge the candidate's output mismatches against a stored noise rate ``rate``
+    (fraction in [0, 1]): exact one-sided binomial test, ``P(Binomial(compared, rate)
+    >= mismatched)`` by ``scipy.stats.binomtest(..., alternative="greater")``.
+
+    Raises:
+        ValueError: ``rate`` outside [0, 1].
+    """
+    from scipy import stats as _st
+
+    if not 0.0 <= rate <= 1.0:
+        raise ValueError(f"noise rate must be in [0, 1], got {rate!r}")
+    k, n = len(candidate.mismatches), candidate.compared
+    p = float(_st.binomtest(k, n, rate, alternative="greater").pvalue) if n else 1.0
+    return OutputNoise(
+        source="stored", noise_compared=None, noise_mismatched=None, noise_rate=rate,
+        noise_first_divergences=(), compared=n, candidate_mismatched=k,
+        candidate_rate=k / n if n else None, candidate_only=(), noise_only=(),
+        test="binomial_one_sided", p_value=p,
+    )
+
+
 @dataclass
 class Measurements:
     """What a run measured for one config, keyed for the gates.
@@ -66,6 +194,8 @@ class Measurements:
         paired: ``(baseline, candidate, task)`` -> :class:`PairedComparison`.
         matches: ``(baseline, candidate, task)`` -> :class:`OutputMatch`.
         not_run: ``(variant, task)`` or ``(variant, None)`` -> reason it did not run.
+        noise: ``(baseline, candidate, task)`` -> :class:`OutputNoise` when the
+            comparison has a noise reference (rerun or stored rate).
     """
 
     scores: dict[tuple[str, str], TaskScore] = field(default_factory=dict)
@@ -75,6 +205,7 @@ class Measurements:
     paired: dict[tuple[str, str, str], PairedComparison] = field(default_factory=dict)
     matches: dict[tuple[str, str, str], OutputMatch] = field(default_factory=dict)
     not_run: dict[tuple[str, str | None], str] = field(default_factory=dict)
+    noise: dict[tuple[str, str, str], OutputNoise] = field(default_factory=dict)
 
 
 def _result(g: GateDef, observed, limit, passed, detail, questions=()) -> GateResult:
@@ -108,7 +239,13 @@ def evaluate_gate(g: GateDef, m: Measurements) -> GateResult:
     * ``max_accuracy_drop``: one-sided: fails when baseline - candidate accuracy on the
       paired questions exceeds the limit, or when the candidate is significantly worse
       (exact one-sided McNemar p < alpha). An improvement never fails.
-    * ``min_output_match``: share of identical completion token ids >= limit.
+    * ``min_output_match``: share of identical completion token ids >= limit. With a
+      noise reference (:class:`OutputNoise`: the baseline rerun, ``noise_runs: 2``, or
+      a stored ``noise_mismatch_rate``) whose noise is above zero, the limit is
+      replaced by a test: fails when the candidate mismatches significantly more
+      often than the noise (one-sided p < alpha). Zero observed noise means the
+      engine is deterministic on these prompts, so the limit applies unchanged
+      (with the default 1.0: exact equality required).
     * ``max_acceptance_length_drop``: baseline - candidate mean acceptance length <= limit.
 
     Returns:
@@ -197,10 +334,28 @@ def evaluate_gate(g: GateDef, m: Measurements) -> GateResult:
             return _result(g, None, g.limit, False if om is not None else None, "no question could be compared")
         ok = om.output_match_rate >= g.limit
         detail = f"{om.matched}/{om.compared} completions identical (output match {om.output_match_rate:.4f})"
+        nz = m.noise.get(pkey)
+        limit = g.limit
+        if nz is not None and nz.noise_rate > 0:
+            alpha = g.params.get("alpha", 0.05)
+            ok = nz.p_value >= alpha
+            limit = None
+            src = (f"{g.baseline} rerun: {nz.noise_mismatched}/{nz.noise_compared} differ"
+                   if nz.source == "rerun" else f"stored noise_mismatch_rate {nz.noise_rate:.4f}")
+            detail += (
+                f"; judged against noise ({src}, rate {nz.noise_rate:.4f}) instead of the limit {g.limit}: "
+                f"candidate mismatch rate {'-' if nz.candidate_rate is None else f'{nz.candidate_rate:.4f}'}, one-sided p={nz.p_value:.4g} "
+                f"({nz.test}) {'>=' if ok else '<'} alpha {alpha}"
+            )
+        elif nz is not None:
+            detail += f"; noise reference shows no mismatch ({nz.source}), so exact limit {g.limit} applies"
         if om.mismatches:
             firsts = ", ".join(f"{x.question_id}@{x.first_divergence}" for x in om.mismatches[:5])
             detail += f"; first divergences: {firsts}" + (" ..." if len(om.mismatches) > 5 else "")
-        return _result(g, om.output_match_rate, g.limit, ok, detail, [x.question_id for x in om.mismatches])
+        qs = [x.question_id for x in om.mismatches]
+        if nz is not None and nz.source == "rerun" and nz.noise_rate > 0:
+            qs = list(nz.candidate_only)
+        return _result(g, om.output_match_rate, limit, ok, detail, qs)
     if g.kind == "max_acceptance_length_drop":
         a = m.spec.get((g.baseline, g.task))
         b = m.spec.get((g.variant, g.task))

@@ -34,6 +34,16 @@ class Sample:
         error: error text naming the request when it failed, else ``None``.
         attempts: number of HTTP attempts made (1 without retries).
         latency_s: wall-clock seconds of the successful (or last) attempt.
+        spec_drafts, spec_draft_tokens, spec_accepted_tokens: this request's share of
+            the engine's cumulative speculative-decoding counters (drafts, draft
+            tokens, accepted draft tokens; counts), measured by reading ``/metrics``
+            before and after the request when requests are sent one at a time
+            (``per_request_metrics``); ``None`` otherwise.
+        spec_accepted_per_pos: accepted tokens per draft position for this request
+            (counts), or ``None``.
+
+    The four ``spec_*`` fields are optional: they are left out of the JSON when
+    ``None``, so JSONL files written without them read back unchanged.
     """
 
     config: str
@@ -50,6 +60,10 @@ class Sample:
     error: str | None = None
     attempts: int = 1
     latency_s: float = 0.0
+    spec_drafts: float | None = None
+    spec_draft_tokens: float | None = None
+    spec_accepted_tokens: float | None = None
+    spec_accepted_per_pos: tuple[float, ...] | None = None
 
     @property
     def ok(self) -> bool:
@@ -60,6 +74,11 @@ class Sample:
         """Return a JSON-serialisable dict (token ids as a list)."""
         d = dataclasses.asdict(self)
         d["token_ids"] = list(self.token_ids) if self.token_ids is not None else None
+        for k in _OPTIONAL:
+            if d[k] is None:
+                del d[k]
+        if d.get("spec_accepted_per_pos") is not None:
+            d["spec_accepted_per_pos"] = list(d["spec_accepted_per_pos"])
         return d
 
     @classmethod
@@ -72,7 +91,13 @@ class Sample:
         d = dict(d)
         if d.get("token_ids") is not None:
             d["token_ids"] = tuple(d["token_ids"])
+        if d.get("spec_accepted_per_pos") is not None:
+            d["spec_accepted_per_pos"] = tuple(d["spec_accepted_per_pos"])
         return cls(**d)
+
+
+#: Fields left out of :meth:`Sample.to_json` when None (added after the first format).
+_OPTIONAL = ("spec_drafts", "spec_draft_tokens", "spec_accepted_tokens", "spec_accepted_per_pos")
 
 
 def write_jsonl(path: Path, samples: Iterable[Sample]) -> int:

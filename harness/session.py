@@ -7,6 +7,7 @@ request plus the speculative-decoding counter difference over the task.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -27,6 +28,11 @@ from .engine_metrics import (
 from .samples import Sample
 from .server import VllmServer
 from .tasks.gsm8k import Request, judge
+
+#: Per-request metrics: seconds between two reads of /metrics that must agree.
+SETTLE_INTERVAL = 0.02
+#: Per-request metrics: longest wait for the counters to stop moving, in seconds.
+SETTLE_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -146,6 +152,26 @@ class VariantSession:
             return None
         return parse_spec_decode_counters(text, source=f"{self.server.base_url}/metrics ({self.variant_id})")
 
+    def _settled_snapshot(self, prev: SpecDecodeCounters) -> SpecDecodeCounters:
+        """A snapshot taken once the counters stop moving: read until two reads
+        :data:`SETTLE_INTERVAL` apart are equal, or :data:`SETTLE_SECONDS` pass.
+
+        Raises:
+            MetricsError: ``/metrics`` cannot be read or lost its counters.
+        """
+        deadline = time.monotonic() + SETTLE_SECONDS
+        cur = self.snapshot()
+        while True:
+            if cur is None:
+                raise MetricsError(f"{self.variant_id}: speculative-decoding counters disappeared from /metrics")
+            if time.monotonic() >= deadline:
+                return cur
+            time.sleep(SETTLE_INTERVAL)
+            nxt = self.snapshot()
+            if nxt == cur:
+                return cur
+            cur = nxt
+
     # ------------------------------------------------------------------ tasks
 
     def run_task(
@@ -159,8 +185,21 @@ class VariantSession:
         seed: int,
         stop: Sequence[str],
         on_done: Callable[[Sample], None] | None = None,
+        per_request: bool = False,
     ) -> TaskOutcome:
         """Send every request, judge the completions, diff the counters.
+
+        Args:
+            per_request: send the requests one at a time (no concurrency) and, for a
+                variant exposing speculative-decoding counters, read ``/metrics``
+                before and after each one: the difference is stored on the sample
+                (``spec_drafts``, ``spec_draft_tokens``, ``spec_accepted_tokens``,
+                ``spec_accepted_per_pos``). vLLM's counters are cumulative per
+                engine, so this attribution is only possible for sequential requests.
+                After each response the counters are read until two reads 20 ms
+                apart agree (at most :data:`SETTLE_SECONDS`), because a request that
+                ends on a stop string may run one more engine step before its abort
+                lands.
 
         Returns:
             :class:`TaskOutcome` with one sample per request, in request order.
@@ -197,13 +236,33 @@ class VariantSession:
                 )
             return i, s
 
-        with ThreadPoolExecutor(max_workers=self.max_concurrency) as pool:
-            futs = [pool.submit(one, i, r) for i, r in enumerate(requests)]
-            for f in as_completed(futs):
-                i, s = f.result()
+        if per_request:
+            prev = before if metrics_error is None else None
+            for i, r in enumerate(requests):
+                _, s = one(i, r)
+                if prev is not None:
+                    try:
+                        now = self._settled_snapshot(prev)
+                        d = now.minus(prev)
+                        s = dataclasses.replace(
+                            s, spec_drafts=d.drafts, spec_draft_tokens=d.draft_tokens,
+                            spec_accepted_tokens=d.accepted_tokens,
+                            spec_accepted_per_pos=tuple(d.accepted_per_pos),
+                        )
+                        prev = now
+                    except MetricsError as e:
+                        metrics_error, prev = f"per-request metrics stopped at {r.question_id}: {e}", None
                 results[i] = s
                 if on_done:
                     on_done(s)
+        else:
+            with ThreadPoolExecutor(max_workers=self.max_concurrency) as pool:
+                futs = [pool.submit(one, i, r) for i, r in enumerate(requests)]
+                for f in as_completed(futs):
+                    i, s = f.result()
+                    results[i] = s
+                    if on_done:
+                        on_done(s)
         samples = tuple(results[i] for i in range(len(requests)))
 
         counters = metrics = None
