@@ -98,12 +98,15 @@ class PatchTarget:
         reads: instance attribute paths the wrapper reads at run time; each must
             appear as ``self.<path>`` in the module's source (a cheap check that
             catches renames; the engine run checks the values).
+        patched: False for a function the fault relies on but does not replace (it
+            consumes the perturbed value); checked all the same.
     """
 
     module: str
     qualname: str
     params: tuple[str, ...]
     reads: tuple[str, ...] = ()
+    patched: bool = True
 
     def resolve(self) -> tuple[type, str, Callable[..., Any]]:
         """Import the module and return ``(class, attribute name, current function)``.
@@ -158,7 +161,7 @@ class Fault:
         summary: one line for humans (``evalrun --dry-run``, error messages).
         mirrors: which real bug of DESIGN.md it reproduces.
         expected: the effect the gates should see.
-        targets: what it patches.
+        targets: what it patches (and, ``patched=False``, what it relies on).
         install: ``install(fault)`` applies the patches in this process.
     """
 
@@ -382,12 +385,13 @@ _UPDATE_AFTER_EXECUTE = PatchTarget(
         "cache_config.mamba_cache_mode",
     ),
 )
-#: Read by the GDN metadata builder; checked so that a rename fails the tests.
+#: Consumes the perturbed counts (not patched); checked so that a rename fails the tests.
 _GDN_BUILD = PatchTarget(
     module="vllm.v1.attention.backends.gdn_attn",
     qualname="GDNAttentionMetadataBuilder.build",
     params=("common_prefix_len", "common_attn_metadata", "num_accepted_tokens",
             "num_decode_draft_tokens_cpu"),
+    patched=False,
 )
 
 

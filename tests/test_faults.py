@@ -271,6 +271,7 @@ def test_register_patches_exactly_the_targets_and_unpatches(monkeypatch, name):
     faults.register()
     faults.register()  # idempotent: vLLM may call it more than once per process
     patched = [t for t in fault.targets if getattr(t.resolve()[2], "__evalrun_fault__", None)]
+    assert patched == [t for t in fault.targets if t.patched]
     assert len(faults.applied_patches()) == len(patched) >= 1
     for t in patched:
         fn = t.resolve()[2]
