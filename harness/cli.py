@@ -27,6 +27,8 @@ examples:
   evalrun --config configs/my-model.yaml          one config instead of a list
   evalrun --config models-cpu.txt --variant reference --variant spec
   evalrun --config models-cpu.txt --data-dir ../shared/data/gsm8k
+  evalrun --config models-cpu.txt --update-baseline   write results/baselines/<config>.json if it passes
+  evalrun --config models-cpu.txt --baseline baselines/   gate against committed baselines
 
 model lists live in model_lists/ (one config per line, '#' comments); an entry is
 looked up beside the list first, then in configs/. Run records are written to
@@ -63,6 +65,12 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="interpreter that has vLLM installed, for the server command (default: this one)")
     p.add_argument("--quiet", action="store_true", help="print only warnings, errors and the final tables")
     p.add_argument("--markdown", type=Path, default=None, help="also write the Markdown summary to this file")
+    p.add_argument("--baseline", type=Path, default=None, metavar="DIR",
+                   help="folder of stored baselines (<config>.json); a config with a baseline there is also "
+                        "gated against it (default: RESULTS_DIR/baselines)")
+    p.add_argument("--no-baseline", action="store_true", help="do not gate against stored baselines")
+    p.add_argument("--update-baseline", action="store_true",
+                   help="after the run, write a baseline for every config whose gates all passed")
     return p
 
 
@@ -99,9 +107,11 @@ def cmd_run(argv: list[str]) -> int:
 
     _terminate_as_interrupt()
     progress = Progress(quiet=args.quiet)
+    baseline_dir = args.baseline or (args.results_dir / "baselines")
     opts = RunOptions(
         results_dir=args.results_dir, data_dir=args.data_dir, run_id=args.run_id,
         argv=["evalrun", *argv], variants=args.variant, progress=progress,
+        baseline_dir=None if args.no_baseline else baseline_dir,
     )
     try:
         record, run_dir = run(plan, opts)
@@ -111,6 +121,15 @@ def cmd_run(argv: list[str]) -> int:
     render_terminal(record)
     if args.markdown:
         args.markdown.write_text(render_markdown(record), encoding="utf-8")
+    if args.update_baseline:
+        from .baseline import BaselineError, write_baselines
+
+        try:
+            for _, _, msg in write_baselines(record, run_dir, baseline_dir):
+                print(f"evalrun: {msg}", file=sys.stderr)
+        except (BaselineError, OSError) as e:
+            print(f"evalrun: baseline not written: {e}", file=sys.stderr)
+            return max(int(record["exit_code"]), 2)
     return int(record["exit_code"])
 
 

@@ -16,10 +16,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from .engine_info import EngineInfoError, check_effective
-from .gates import Measurements, evaluate_gates
+from .gates import Measurements, evaluate_gates, output_noise_rerun, output_noise_stored
 from .plan import ConfigPlan, Plan, VariantPlan
 from .progress import Progress
 from .report import render_markdown
@@ -28,7 +28,7 @@ from .samples import Sample, write_jsonl
 from .scoring import correctness, output_match, score_task
 from .server import ServerStartError
 from .session import VariantSession
-from .stats import paired_comparison
+from .stats import paired_comparison, ratio_bootstrap_ci
 from .tasks import DataUnavailableError, PreparedTask, prepare_task
 
 EXIT_PASSED, EXIT_GATE_FAILED, EXIT_COULD_NOT_RUN = 0, 1, 2
@@ -45,6 +45,9 @@ class RunOptions:
         argv: the command line, for provenance.
         variants: run only these variant names (None = all).
         progress: progress reporter.
+        baseline_dir: folder of stored baselines (``<config>.json``, see
+            :mod:`harness.baseline`); a config with a baseline there is also gated
+            against it. None = no baseline gates.
     """
 
     results_dir: Path
@@ -53,6 +56,82 @@ class RunOptions:
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
     variants: list[str] | None = None
     progress: Progress = field(default_factory=Progress)
+    baseline_dir: Path | None = None
+
+
+#: Why acceptance intervals are missing when requests ran concurrently.
+ACCEPTANCE_CI_CONCURRENT = (
+    "not available: concurrent requests share cumulative counters "
+    "(set per_request_metrics: true to send requests one at a time)"
+)
+#: How acceptance intervals are computed (stored with them in the record).
+ACCEPTANCE_CI_METHOD = (
+    "95% percentile bootstrap over requests of a ratio of sums (requests resampled with "
+    "their numerator and denominator together; 2000 resamples, seed 0)"
+)
+
+
+def acceptance_intervals(samples: Sequence[Sample], speculative: bool, confidence: float = 0.95) -> dict[str, Any]:
+    """Confidence intervals of the acceptance figures from per-request counts.
+
+    Args:
+        samples: one task's samples; those with ``spec_drafts`` set (sequential
+            requests, ``per_request_metrics``) are used, errors included (a failed
+            request may still have drafted).
+        speculative: whether the variant speculates (for the reason when there are
+            no intervals).
+        confidence: two-sided level.
+
+    Returns:
+        ``{"mean_acceptance_length_ci": [lo, hi] | None, "acceptance_rate_ci": ... ,
+        "per_position_acceptance_ci": [[lo, hi] | None, ...] | None,
+        "acceptance_ci_method": str | None, "acceptance_ci_reason": str | None,
+        "acceptance_ci_requests": int, "per_request_totals": {...} | None}``.
+        Intervals come from :func:`harness.stats.ratio_bootstrap_ci` (percentile
+        bootstrap of a ratio of sums, Efron & Tibshirani 1993 ch. 13): mean acceptance
+        length = 1 + sum(accepted) / sum(drafts), acceptance rate = sum(accepted) /
+        sum(draft tokens), per position i = sum(accepted at i) / sum(drafts).
+        Without per-request counts every interval is None and the reason says why.
+    """
+    out: dict[str, Any] = {
+        "mean_acceptance_length_ci": None, "acceptance_rate_ci": None,
+        "per_position_acceptance_ci": None, "acceptance_ci_method": None,
+        "acceptance_ci_reason": None, "acceptance_ci_requests": 0, "per_request_totals": None,
+    }
+    if not speculative:
+        out["acceptance_ci_reason"] = "not applicable: the variant does not speculate"
+        return out
+    rows = [x for x in samples if x.spec_drafts is not None]
+    if not rows:
+        out["acceptance_ci_reason"] = ACCEPTANCE_CI_CONCURRENT
+        return out
+    drafts = [x.spec_drafts for x in rows]
+    acc = [x.spec_accepted_tokens or 0.0 for x in rows]
+    dtok = [x.spec_draft_tokens or 0.0 for x in rows]
+    width = max(len(x.spec_accepted_per_pos or ()) for x in rows)
+    pos = [[(x.spec_accepted_per_pos or ())[i] if i < len(x.spec_accepted_per_pos or ()) else 0.0 for x in rows]
+           for i in range(width)]
+    out["acceptance_ci_requests"] = len(rows)
+    out["per_request_totals"] = {
+        "drafts": sum(drafts), "draft_tokens": sum(dtok), "accepted_tokens": sum(acc),
+        "accepted_per_pos": [sum(p) for p in pos],
+    }
+    if sum(drafts) <= 0:
+        out["acceptance_ci_reason"] = "not available: no drafts observed"
+        return out
+    lo, hi = ratio_bootstrap_ci(acc, drafts, confidence)
+    out["mean_acceptance_length_ci"] = [1.0 + lo, 1.0 + hi]
+    if sum(dtok) > 0:
+        out["acceptance_rate_ci"] = list(ratio_bootstrap_ci(acc, dtok, confidence))
+    out["per_position_acceptance_ci"] = [list(ratio_bootstrap_ci(p, drafts, confidence)) for p in pos]
+    out["acceptance_ci_method"] = ACCEPTANCE_CI_METHOD
+    return out
+
+
+def noise_variants(cp: ConfigPlan) -> set[str]:
+    """Variants run twice because a comparison judges output match against their
+    rerun (``noise_runs: 2`` on a comparison whose baseline they are)."""
+    return {comp.baseline for comp in cp.config.comparisons if comp.noise_runs > 1}
 
 
 def resolve_model(model: str, progress: Progress) -> str:
@@ -138,7 +217,8 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: dict) -
     could_not_run = False
     crec: dict[str, Any] = {
         "name": c.name, "path": str(c.path), "sha256": c.sha256, "form": c.form, "model": c.model,
-        "model_path": None, "variants": {}, "comparisons": [], "gates": [], "error": None,
+        "model_path": None, "pipeline": c.gates.accuracy_pipeline,
+        "variants": {}, "comparisons": [], "gates": [], "error": None,
     }
     m = Measurements()
     variants = [v for v in cp.variants if opts.variants is None or v.name in opts.variants]
@@ -177,8 +257,9 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: dict) -
         return crec, True
     # 3. variants
     samples_by: dict[tuple[str, str], tuple[Sample, ...]] = {}
+    reruns: dict[tuple[str, str], tuple[Sample, ...]] = {}
     for vp in variants:
-        vrec, ok = _run_variant(cp, vp, model_ref, prepared, opts, run_dir, m, samples_by)
+        vrec, ok = _run_variant(cp, vp, model_ref, prepared, opts, run_dir, m, samples_by, reruns)
         crec["variants"][vp.name] = vrec
         could_not_run |= not ok
     # 4. comparisons
@@ -196,16 +277,31 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: dict) -
             if set(ca) & set(cb):
                 pc = paired_comparison(ca, cb)
                 m.paired[(comp.baseline, comp.candidate, tname)] = pc
+            nz = None
+            if comp.noise_runs > 1 and (comp.baseline, tname) in reruns:
+                nz = output_noise_rerun(a, reruns[(comp.baseline, tname)], b)
+            elif comp.noise_mismatch_rate is not None:
+                nz = output_noise_stored(om, comp.noise_mismatch_rate)
+            if nz is not None:
+                m.noise[(comp.baseline, comp.candidate, tname)] = nz
             crec["comparisons"].append(
                 {
                     "baseline": comp.baseline, "candidate": comp.candidate, "task": tname,
                     "pipeline": c.gates.accuracy_pipeline,
                     **om.to_json(),
                     "paired": pc.to_json() if pc else None,
+                    "noise": nz.to_json() if nz else None,
                 }
             )
     # 5. gates
     crec["gates"] = [g.to_json() for g in evaluate_gates(cp.gates, m)]
+    # 6. gates against the stored baseline (last known good), when there is one
+    if opts.baseline_dir is not None:
+        from .baseline import baseline_gates_for_run
+
+        info, results = baseline_gates_for_run(opts.baseline_dir, c, samples_by, m)
+        crec["baseline"] = info
+        crec["gates"] += [g.to_json() for g in results]
     return crec, could_not_run
 
 
@@ -218,6 +314,7 @@ def _run_variant(
     run_dir: Path,
     m: Measurements,
     samples_by: dict,
+    reruns: dict | None = None,
 ) -> tuple[dict, bool]:
     p = opts.progress
     c = cp.config
@@ -267,6 +364,7 @@ def _run_variant(
                     c.name, vp.name, t.name, pt.requests,
                     max_tokens=t.spec.max_tokens, temperature=t.spec.temperature, seed=t.spec.seed,
                     stop=pt.stop, on_done=lambda s: bar.advance(s.error is None),
+                    per_request=c.per_request_metrics,
                 )
                 bar.close()
                 spath = run_dir / "samples" / c.name / vp.name / f"{t.name}.jsonl"
@@ -290,6 +388,7 @@ def _run_variant(
                     "spec_decode": outcome.spec_metrics.to_json() if outcome.spec_metrics else None,
                     "spec_decode_counters": outcome.spec_counters.to_json() if outcome.spec_counters else None,
                     "spec_decode_error": outcome.metrics_error,
+                    **acceptance_intervals(outcome.samples, vp.speculative_config is not None),
                 }
                 if outcome.spec_metrics is not None:
                     m.spec[(vp.name, t.name)] = outcome.spec_metrics
@@ -297,6 +396,9 @@ def _run_variant(
                     m.spec_errors[(vp.name, t.name)] = outcome.metrics_error
                     p.warn(f"{vp.id} {t.name}: {outcome.metrics_error}")
                 vrec["tasks"][t.name] = trec
+                if reruns is not None and vp.name in noise_variants(cp) and session.server.alive():
+                    trec["rerun"] = _rerun_task(
+                        session, c.name, vp, t, pt, run_dir, outcome.samples, reruns, p, c.per_request_metrics)
                 acc = sc.accuracy
                 sd = outcome.spec_metrics
                 p.log(
@@ -319,6 +421,34 @@ def _run_variant(
         if not vrec["tasks"]:
             m.not_run[(vp.name, None)] = "server failed to start"
         return vrec, False
+
+
+def _rerun_task(session, config: str, vp: VariantPlan, t, pt: PreparedTask, run_dir: Path,
+                first: tuple[Sample, ...], reruns: dict, p: Progress, per_request: bool) -> dict[str, Any]:
+    """Run a task a second time on the same server (``noise_runs: 2``): the samples go
+    to ``<task>.rerun.jsonl``; returns the record entry with the output match of the
+    rerun against the first pass (the noise)."""
+    bar = p.bar(f"{vp.id} {t.name} (rerun for noise)", len(pt.requests))
+    out = session.run_task(
+        config, vp.name, t.name, pt.requests,
+        max_tokens=t.spec.max_tokens, temperature=t.spec.temperature, seed=t.spec.seed,
+        stop=pt.stop, on_done=lambda s: bar.advance(s.error is None),
+        per_request=per_request,
+    )
+    bar.close()
+    spath = run_dir / "samples" / config / vp.name / f"{t.name}.rerun.jsonl"
+    write_jsonl(spath, out.samples)
+    reruns[(vp.name, t.name)] = out.samples
+    om = output_match(first, out.samples)
+    p.log(f"{vp.id} {t.name}: rerun output match against the first pass {_f(om.output_match_rate)} "
+          f"({om.matched}/{om.compared}) = the noise")
+    return {
+        "samples": _rel(spath, run_dir),
+        "seconds": round(out.seconds, 2),
+        "error_count": sum(1 for x in out.samples if not x.ok),
+        "spec_decode": out.spec_metrics.to_json() if out.spec_metrics else None,
+        "output_match_vs_first": om.to_json(),
+    }
 
 
 def _f(x: float | None) -> str:
