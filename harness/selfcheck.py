@@ -1,0 +1,187 @@
+"""``evalrun selfcheck``: prove the gates have teeth.
+
+Runs a config whose variants are the clean engine and the engine with faults injected
+by evalrun's vLLM plugin (:mod:`harness.faults`), then checks every verdict against
+what each fault must do:
+
+* clean variants (no ``fault``): every one of their gates passes;
+* ``draft-input`` / ``draft-input-placeholder`` (the drafter fed a wrong token):
+  the acceptance gate (``min_acceptance_length``) fails and output match against
+  ``reference`` passes (the verifier still decides every token);
+* ``state-rollback`` (recurrent state rolled back by a stale accepted count):
+  output match against ``reference`` fails.
+
+Exit code 0 when every expectation holds, 1 when a gate that should fail passed or a
+clean gate failed, 2 when the run could not be made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .config import CONFIGS_DIR, ConfigError, load_config
+
+#: What each fault must do: gate kinds that must fail / must pass for its variant
+#: (comparison gates are attributed to their candidate variant).
+EXPECTATIONS: dict[str, dict[str, tuple[str, ...]]] = {
+    "draft-input": {"must_fail": ("min_acceptance_length",), "must_pass": ("min_output_match",)},
+    "draft-input-placeholder": {"must_fail": ("min_acceptance_length",), "must_pass": ("min_output_match",)},
+    "state-rollback": {"must_fail": ("min_output_match",), "must_pass": ()},
+    "noop": {"must_fail": (), "must_pass": ("min_output_match", "min_acceptance_length")},
+}
+
+DEFAULT_CONFIG = CONFIGS_DIR / "selfcheck-cpu.yaml"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One expectation and whether it held.
+
+    Attributes:
+        variant: the variant judged.
+        fault: its fault (None = clean).
+        gate: the gate id.
+        expected: ``PASS`` or ``FAIL``.
+        actual: the gate's verdict (``PASS``, ``FAIL``, ``NOT RUN``).
+        held: expected == actual.
+        detail: the gate's numbers.
+    """
+
+    variant: str
+    fault: str | None
+    gate: str
+    expected: str
+    actual: str
+    held: bool
+    detail: str
+
+
+def judge_selfcheck(record: dict[str, Any], faults: dict[str, str | None]) -> list[Check]:
+    """Check a run record's gates against :data:`EXPECTATIONS`.
+
+    Args:
+        record: a run record (``run.json`` as a dict) with one config.
+        faults: variant name -> fault name (None for clean variants).
+
+    Returns:
+        One :class:`Check` per expectation: every gate of a clean variant (expected
+        PASS), and per faulty variant the gates named in its fault's expectations.
+
+    Raises:
+        ValueError: a variant's fault has no expectations, or a required gate is
+            missing from the record (e.g. no ``min_acceptance_length`` configured).
+    """
+    checks: list[Check] = []
+    gates = [g for c in record["configs"] for g in c["gates"]]
+    for variant, fault in faults.items():
+        mine = [g for g in gates if g["variant"] == variant]
+        if fault is None:
+            involved_faulty = {v for v, f in faults.items() if f is not None}
+            for g in mine:
+                if g.get("baseline") in involved_faulty:
+                    continue
+                checks.append(Check(variant, None, g["id"], "PASS", g["verdict"], g["verdict"] == "PASS", g["detail"]))
+            continue
+        if fault not in EXPECTATIONS:
+            raise ValueError(f"variant {variant}: fault {fault!r} has no self-check expectations "
+                             f"(known: {', '.join(sorted(EXPECTATIONS))})")
+        exp = EXPECTATIONS[fault]
+        for want, kinds in (("FAIL", exp["must_fail"]), ("PASS", exp["must_pass"])):
+            for kind in kinds:
+                hits = [g for g in mine if g["kind"] == kind]
+                if not hits:
+                    raise ValueError(f"variant {variant} ({fault}): the config defines no {kind} gate; "
+                                     "the self-check needs it")
+                for g in hits:
+                    checks.append(Check(variant, fault, g["id"], want, g["verdict"], g["verdict"] == want, g["detail"]))
+    return checks
+
+
+def render_checks(checks: list[Check], record: dict[str, Any]) -> str:
+    """Markdown: per variant the expectation, the verdict and the numbers, then a summary
+    of acceptance length and output match per variant."""
+    lines = ["# evalrun selfcheck", "", "| variant | fault | gate | expected | actual | held | numbers |", "|---|---|---|---|---|---|---|"]
+    for c in checks:
+        lines.append(f"| {c.variant} | {c.fault or 'clean'} | {c.gate.split('/', 1)[1]} | {c.expected} | {c.actual} | "
+                     f"{'yes' if c.held else '**NO**'} | {c.detail.replace('|', '/')} |")
+    lines += ["", "| variant | task | accuracy (flexible-extract) | mean acceptance length | per-position acceptance | output match vs reference |", "|---|---|---|---|---|---|"]
+    for c in record["configs"]:
+        om = {(x["candidate"], x["task"]): x for x in c["comparisons"] if x["baseline"] == "reference"}
+        for vname, v in c["variants"].items():
+            for tname, t in v.get("tasks", {}).items():
+                if t.get("status") != "ran":
+                    continue
+                sd = t.get("spec_decode") or {}
+                acc = t["accuracy"]["flexible-extract"]
+                o = om.get((vname, tname))
+                mal = sd.get("mean_acceptance_length")
+                om_txt = "-" if o is None else f"{o['output_match_rate']:.3f} ({o['matched']}/{o['compared']})"
+                lines.append(
+                    f"| {vname} | {tname} | {'-' if acc is None else f'{acc:.3f}'} | "
+                    f"{'-' if mal is None else f'{mal:.3f}'} | "
+                    f"{' '.join('-' if p is None else f'{p:.2f}' for p in sd.get('per_position_acceptance') or []) or '-'} | "
+                    f"{om_txt} |"
+                )
+    held = sum(c.held for c in checks)
+    lines += ["", f"{held}/{len(checks)} expectations held."]
+    return "\n".join(lines) + "\n"
+
+
+def cli_main(argv: list[str]) -> int:
+    """``evalrun selfcheck [--config YAML] [--results-dir DIR] [--run-id ID] [--json]``."""
+    from .config import PROJECT_ROOT
+
+    p = argparse.ArgumentParser(
+        prog="evalrun selfcheck",
+        description=(
+            "Run the tiny trained hybrid model clean and with faults injected into vLLM's "
+            "speculative decoding (evalrun's vLLM plugin), and check that the clean engine "
+            "passes every gate and each fault is caught by its gate."
+        ),
+        epilog="exit codes: 0 every expectation held, 1 one did not, 2 could not run",
+    )
+    p.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="self-check config (default: %(default)s)")
+    p.add_argument("--results-dir", type=Path, default=PROJECT_ROOT / "results")
+    p.add_argument("--run-id", default=None)
+    p.add_argument("--python", default=None, help="interpreter with vLLM (default: this one)")
+    p.add_argument("--json", action="store_true", help="print the checks as JSON instead of Markdown")
+    args = p.parse_args(argv)
+
+    from .plan import build_plan
+    from .progress import Progress
+    from .runner import RunOptions, run
+
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as e:
+        print(f"evalrun selfcheck: config error:\n{e}", file=sys.stderr)
+        return 2
+    faults = {name: v.fault for name, v in cfg.variants.items()}
+    run_id = args.run_id
+    opts = RunOptions(results_dir=args.results_dir, run_id=run_id,
+                      argv=["evalrun", "selfcheck", *argv], progress=Progress())
+    from .cli import _terminate_as_interrupt
+
+    _terminate_as_interrupt()
+    record, run_dir = run(build_plan([cfg], python=args.python), opts)
+    try:
+        checks = judge_selfcheck(record, faults)
+    except ValueError as e:
+        print(f"evalrun selfcheck: {e}", file=sys.stderr)
+        return 2
+    not_run = [c for c in checks if c.actual == "NOT RUN"]
+    md = render_checks(checks, record)
+    (run_dir / "selfcheck.md").write_text(md, encoding="utf-8")
+    (run_dir / "selfcheck.json").write_text(json.dumps([asdict(c) for c in checks], indent=2), encoding="utf-8")
+    print(json.dumps([asdict(c) for c in checks], indent=2) if args.json else md)
+    print(f"run folder: {run_dir}", file=sys.stderr)
+    if all(c.held for c in checks):
+        return 0
+    if not_run and all(c.held or c.actual == "NOT RUN" for c in checks):
+        return 2
+    return 1
