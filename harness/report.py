@@ -54,8 +54,8 @@ def score_rows(record: dict[str, Any]) -> list[dict[str, str]]:
                         "flexible-extract": _fmt(acc.get("flexible-extract")) + _ci(ci.get("flexible-extract")),
                         "n": str(t.get("num_requests")),
                         "errors": str(t.get("error_count")),
-                        "acceptance_rate": _fmt(sd.get("acceptance_rate")),
-                        "mean_acceptance_length": _fmt(sd.get("mean_acceptance_length")),
+                        "acceptance_rate": _fmt(sd.get("acceptance_rate")) + _ci(t.get("acceptance_rate_ci")),
+                        "mean_acceptance_length": _fmt(sd.get("mean_acceptance_length")) + _ci(t.get("mean_acceptance_length_ci")),
                         "per_position": " ".join(_fmt(p, 2) for p in sd.get("per_position_acceptance", []) or []) or "-",
                         "spec_error": t.get("spec_decode_error") or "",
                     }
@@ -71,8 +71,35 @@ COLUMNS = [
 ]
 
 
+def acceptance_ci_notes(record: dict[str, Any]) -> list[str]:
+    """Why acceptance intervals are missing or how they were computed, one line per
+    distinct reason/method (speculative variants only)."""
+    notes: dict[str, list[str]] = {}
+    for c in record.get("configs", []):
+        for vname, v in c.get("variants", {}).items():
+            for tname, t in v.get("tasks", {}).items():
+                if not t.get("spec_decode"):
+                    continue
+                why = t.get("acceptance_ci_reason") or t.get("acceptance_ci_method")
+                if why:
+                    notes.setdefault(why, []).append(f"{c['name']}/{vname}/{tname}")
+    return [f"acceptance intervals ({', '.join(ids)}): {why}" for why, ids in notes.items()]
+
+
+def _noise_text(comp: dict[str, Any]) -> str:
+    nz = comp.get("noise")
+    if not nz:
+        return ""
+    if nz.get("source") == "rerun":
+        src = f"noise {comp['baseline']} rerun {_fmt(nz.get('noise_rate'))} ({nz.get('noise_mismatched')}/{nz.get('noise_compared')} differ)"
+    else:
+        src = f"stored noise {_fmt(nz.get('noise_rate'))}"
+    return f"; {src}, one-sided p={_fmt(nz.get('p_value'), 4)}"
+
+
 def comparison_rows(record: dict[str, Any]) -> list[dict[str, str]]:
-    """One row per comparison and task: output match, paired accuracy difference, p-value."""
+    """One row per comparison and task: output match (with the noise it is judged
+    against, when any), paired accuracy difference, p-value, flipped question ids."""
     rows = []
     for c in record.get("configs", []):
         for comp in c.get("comparisons", []):
@@ -82,7 +109,9 @@ def comparison_rows(record: dict[str, Any]) -> list[dict[str, str]]:
                     "config": c["name"],
                     "pair": f"{comp['baseline']} -> {comp['candidate']}",
                     "task": comp["task"],
-                    "output_match": f"{_fmt(comp.get('output_match_rate'))} ({comp.get('matched')}/{comp.get('compared')})",
+                    "lost_ids": list(p.get("a_only", [])),
+                    "gained_ids": list(p.get("b_only", [])),
+                    "output_match": f"{_fmt(comp.get('output_match_rate'))} ({comp.get('matched')}/{comp.get('compared')})" + _noise_text(comp),
                     "diff": (_fmt(p.get("diff")) + _ci(p.get("diff_ci"))) if p else "-",
                     "flipped": f"-{len(p.get('a_only', []))} / +{len(p.get('b_only', []))}" if p else "-",
                     "p": _fmt(p.get("p_value"), 4) if p else "-",
@@ -114,6 +143,10 @@ def render_terminal(record: dict[str, Any], console: Console | None = None) -> N
         for r in crow:
             ct.add_row(r["config"], r["pair"], r["task"], r["output_match"], r["diff"], r["flipped"], r["p"])
         console.print(ct)
+        for line in _flipped_lines(crow):
+            console.print(line, markup=False)
+    for line in acceptance_ci_notes(record):
+        console.print(line, markup=False)
     gt = Table(title="gates (" + ", ".join(c["name"] for c in record.get("configs", [])) + ")")
     for h in ("verdict", "gate", "observed", "limit", "detail"):
         gt.add_column(h, overflow="fold")
@@ -125,6 +158,19 @@ def render_terminal(record: dict[str, Any], console: Console | None = None) -> N
     console.print(gt)
     status = {True: "[green]all gates passed[/green]", False: "[red]gates failed[/red]", None: "[yellow]not every gate could be judged[/yellow]"}[record.get("passed")]
     console.print(f"{status}; exit code {record.get('exit_code')}; record: {record.get('_path', '')}")
+
+
+def _flipped_lines(crow: list[dict[str, Any]], limit: int = 50) -> list[str]:
+    def ids(x: list[str]) -> str:
+        return ", ".join(x[:limit]) + (f" ... ({len(x)} in all)" if len(x) > limit else "")
+
+    out = []
+    for r in crow:
+        if r["lost_ids"] or r["gained_ids"]:
+            out.append(f"flipped {r['config']} {r['pair']} {r['task']}: "
+                       f"right only in {r['pair'].split(' -> ')[0]} (lost): {ids(r['lost_ids']) or '-'}; "
+                       f"right only in {r['pair'].split(' -> ')[1]} (gained): {ids(r['gained_ids']) or '-'}")
+    return out
 
 
 def _md_table(headers: list[str], rows: list[list[str]]) -> str:
@@ -158,6 +204,14 @@ def render_markdown(record: dict[str, Any]) -> str:
         else:
             rows.append([r.get(k, "") for k, _ in COLUMNS])
     lines.append(_md_table([t for _, t in COLUMNS], rows))
+    notes = acceptance_ci_notes(record)
+    if notes:
+        lines += [""] + [f"- {n}" for n in notes]
+    for c in record.get("configs", []):
+        b = c.get("baseline")
+        if b and b.get("found"):
+            lines.append(f"- {c['name']}: gated against baseline `{b.get('path')}` (from run {b.get('source_run_id')}, "
+                         f"written {b.get('written_at')})" + (f"; error: {b['error']}" if b.get("error") else ""))
     crow = comparison_rows(record)
     if crow:
         lines += ["", "## Comparisons", ""]
@@ -165,6 +219,9 @@ def render_markdown(record: dict[str, Any]) -> str:
             ["config", "pair", "task", "output match", "accuracy diff [95% CI]", "flipped (lost/gained)", "McNemar p"],
             [[r["config"], r["pair"], r["task"], r["output_match"], r["diff"], r["flipped"], r["p"]] for r in crow],
         ))
+        flipped = _flipped_lines(crow, limit=200)
+        if flipped:
+            lines += ["", "### Flipped questions", ""] + [f"- {x}" for x in flipped]
     lines += ["", "## Gates", ""]
     grows = []
     for c in record.get("configs", []):
