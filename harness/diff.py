@@ -1,0 +1,615 @@
+"""``evalrun diff RUN_A RUN_B``: what changed between two runs (or a run and a baseline).
+
+Either side is a run folder (``results/<run id>/``, or its ``run.json``) or a baseline
+file (``results/baselines/<config>.json``, :mod:`harness.baseline`). Every accuracy
+figure is recomputed from the per-question data on disk (a run's samples JSONL, a
+baseline's ``questions``), never copied from the record; acceptance figures come from
+the record (its counters are per task, not per question). For each config, variant
+and task present on both sides the diff gives:
+
+* **accuracy** per answer pipeline: A and B with 95% Wilson intervals, the change
+  B - A with its interval and p-value: paired over the question ids present on both
+  sides with the same prompt hash (:func:`harness.stats.paired_comparison`: Wald
+  interval of a paired difference, McNemar p, exact when fewer than 25 discordant
+  pairs, and the exact one-sided p for "B worse"); unpaired when no question is
+  shared (Newcombe's hybrid score interval and Fisher's exact two-sided p);
+* **speculative decoding**: mean acceptance length, acceptance rate and per-position
+  acceptance side by side, with their intervals when the record has them;
+* **output match**: each in-run comparison's output-match rate in A and in B, the
+  questions that newly mismatch in B and those that match again; and per variant the
+  questions whose completion changed between A and B (token ids, or their hash for a
+  baseline) with the first divergence;
+* **flipped questions**: right in A and wrong in B (lost) and the reverse (gained),
+  for the config's gate pipeline, with both completions;
+* **gates**: the gates that fail in B (id, numbers, questions) and every verdict that
+  changed.
+
+Output: Markdown (to the terminal, or ``--output FILE``; fit for a pull-request
+comment) or ``--json``. :func:`diff_runs` returns the JSON form.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, Mapping
+
+from .samples import read_jsonl
+from .stats import paired_comparison, wilson_interval
+from .tasks.gsm8k import PIPELINES
+
+__all__ = ["DiffError", "load_side", "diff_runs", "render_diff_markdown", "newcombe_interval", "cli_main"]
+
+
+class DiffError(ValueError):
+    """A side of the diff cannot be read; the message names the path."""
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _tok_hash(ids) -> str | None:
+    from .baseline import token_ids_hash
+
+    return token_ids_hash(ids)
+
+
+def load_side(path: str | Path) -> dict[str, Any]:
+    """Load one side of a diff into a common form.
+
+    Args:
+        path: a run folder, a ``run.json``, or a baseline JSON file.
+
+    Returns:
+        ``{"path", "kind": "run"|"baseline", "id", "passed", "status", "configs":
+        {name: {"pipeline", "variants": {variant: {"engine", "tasks": {task: {
+        "questions": {qid: {"prompt_hash", "gold", "correct", "answers", "completion",
+        "token_ids", "token_hash", "error"}}, "spec_decode", "mean_acceptance_length_ci",
+        "acceptance_rate_ci", "per_position_acceptance_ci", "acceptance_ci_reason"}}}},
+        "comparisons": [...], "gates": {id: gate}}}}``.
+
+    Raises:
+        DiffError: the path does not exist, is not a run record or baseline, or a
+            samples file named by the record cannot be read.
+    """
+    from .baseline import BASELINE_SCHEMA
+    from .results import RunRecordError, load_run
+
+    p = Path(path)
+    if not p.exists():
+        raise DiffError(f"{p}: no such run folder or baseline file")
+    if p.is_file():
+        try:
+            doc = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as e:
+            raise DiffError(f"{p}: not a JSON run record or baseline: {e}") from e
+        if isinstance(doc, dict) and doc.get("schema") == BASELINE_SCHEMA:
+            return _side_from_baseline(doc, p)
+    try:
+        rec = load_run(p)
+    except RunRecordError as e:
+        raise DiffError(str(e)) from e
+    return _side_from_run(rec, Path(rec["_path"]))
+
+
+_TASK_KEYS = ("spec_decode", "mean_acceptance_length_ci", "acceptance_rate_ci",
+              "per_position_acceptance_ci", "acceptance_ci_reason")
+
+
+def _side_from_run(rec: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    side: dict[str, Any] = {
+        "path": str(run_dir), "kind": "run", "id": rec.get("run_id"), "passed": rec.get("passed"),
+        "status": rec.get("status"), "configs": {},
+    }
+    for c in rec.get("configs", []):
+        cv: dict[str, Any] = {
+            "pipeline": _pipeline(c), "variants": {}, "comparisons": [],
+            "gates": {g["id"]: g for g in c.get("gates", [])},
+        }
+        for vname, v in c.get("variants", {}).items():
+            tasks = {}
+            for tname, t in v.get("tasks", {}).items():
+                if t.get("status") != "ran" or not t.get("samples"):
+                    continue
+                spath = run_dir / t["samples"]
+                try:
+                    samples = read_jsonl(spath)
+                except (OSError, ValueError) as e:
+                    raise DiffError(f"{spath}: cannot read samples: {e}") from e
+                tasks[tname] = {
+                    "questions": {
+                        s.question_id: {
+                            "prompt_hash": s.prompt_hash, "gold": s.gold, "correct": dict(s.correct),
+                            "answers": dict(s.answers), "completion": s.completion,
+                            "token_ids": list(s.token_ids) if s.token_ids is not None else None,
+                            "token_hash": _tok_hash(s.token_ids), "error": s.error,
+                        }
+                        for s in samples
+                    },
+                    **{k: t.get(k) for k in _TASK_KEYS},
+                }
+            cv["variants"][vname] = {"engine": v.get("engine"), "tasks": tasks, "error": v.get("error")}
+        for comp in c.get("comparisons", []):
+            cv["comparisons"].append({
+                "baseline": comp["baseline"], "candidate": comp["candidate"], "task": comp["task"],
+                "output_match_rate": comp.get("output_match_rate"), "compared": comp.get("compared"),
+                "matched": comp.get("matched"),
+                "mismatched": {mm["question_id"]: mm.get("first_divergence") for mm in comp.get("mismatches", [])},
+                "noise": comp.get("noise"),
+            })
+        side["configs"][c["name"]] = cv
+    return side
+
+
+def _side_from_baseline(doc: dict[str, Any], path: Path) -> dict[str, Any]:
+    src = doc.get("source_run") or {}
+    cv: dict[str, Any] = {"pipeline": doc.get("pipeline") or "flexible-extract", "variants": {},
+                          "comparisons": [], "gates": {}}
+    for vname, v in (doc.get("variants") or {}).items():
+        tasks = {}
+        for tname, t in (v.get("tasks") or {}).items():
+            qs = {}
+            for qid, q in (t.get("questions") or {}).items():
+                qs[qid] = {
+                    "prompt_hash": q.get("prompt_hash"), "gold": q.get("gold"),
+                    "correct": dict(q.get("correct") or {}), "answers": dict(q.get("answers") or {}),
+                    "completion": q.get("completion"), "token_ids": None,
+                    "token_hash": q.get("token_ids_sha256"), "error": q.get("error"),
+                }
+            tasks[tname] = {"questions": qs, **{k: t.get(k) for k in _TASK_KEYS},
+                            "record_counts": {"correct": t.get("correct"), "scored": t.get("scored")}}
+        cv["variants"][vname] = {"engine": v.get("engine"), "tasks": tasks, "error": None}
+    for comp in doc.get("comparisons", []):
+        cv["comparisons"].append({
+            "baseline": comp["baseline"], "candidate": comp["candidate"], "task": comp["task"],
+            "output_match_rate": comp.get("output_match_rate"), "compared": comp.get("compared"),
+            "matched": comp.get("matched"), "mismatched": {q: None for q in comp.get("mismatched", [])},
+            "noise": None,
+        })
+    return {
+        "path": str(path), "kind": "baseline", "id": f"baseline of {doc.get('config')} (run {src.get('run_id')})",
+        "passed": True, "status": "baseline", "configs": {doc["config"]: cv},
+    }
+
+
+def _pipeline(crec: Mapping[str, Any]) -> str:
+    from .baseline import config_pipeline
+
+    return config_pipeline(crec)
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def newcombe_interval(x_a: int, n_a: int, x_b: int, n_b: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Interval for ``p_b - p_a`` of two independent proportions (x/n each).
+
+    Newcombe's hybrid score interval (Newcombe 1998, "Interval estimation for the
+    difference between independent proportions: comparison of eleven methods",
+    Stat. Med. 17:873-890, method 10), from the Wilson intervals (l, u) of each::
+
+        d = p_b - p_a
+        low  = d - sqrt((p_b - l_b)^2 + (u_a - p_a)^2)
+        high = d + sqrt((u_b - p_b)^2 + (p_a - l_a)^2)
+
+    Raises:
+        ValueError: n_a or n_b is 0, or counts out of range (from the Wilson interval).
+    """
+    if n_a <= 0 or n_b <= 0:
+        raise ValueError("newcombe_interval needs n_a > 0 and n_b > 0")
+    pa, pb = x_a / n_a, x_b / n_b
+    la, ua = wilson_interval(x_a, n_a, confidence)
+    lb, ub = wilson_interval(x_b, n_b, confidence)
+    d = pb - pa
+    return (d - math.sqrt((pb - lb) ** 2 + (ua - pa) ** 2), d + math.sqrt((ub - pb) ** 2 + (pa - la) ** 2))
+
+
+def _scored(t: Mapping[str, Any], pipe: str) -> dict[str, bool]:
+    return {q: bool(v["correct"].get(pipe)) for q, v in t["questions"].items()
+            if v.get("error") is None and pipe in (v.get("correct") or {})}
+
+
+def _accuracy_change(ta: Mapping[str, Any], tb: Mapping[str, Any], pipe: str) -> dict[str, Any]:
+    from scipy import stats as _st
+
+    ca, cb = _scored(ta, pipe), _scored(tb, pipe)
+    out: dict[str, Any] = {"pipeline": pipe}
+    for side, c in (("a", ca), ("b", cb)):
+        k, n = sum(c.values()), len(c)
+        out[side] = k / n if n else None
+        out[f"{side}_correct"], out[f"{side}_scored"] = k, n
+        out[f"{side}_ci"] = list(wilson_interval(k, n)) if n else None
+    shared = set(ca) & set(cb)
+    same = sorted(q for q in shared if ta["questions"][q]["prompt_hash"] == tb["questions"][q]["prompt_hash"])
+    out["prompt_changed"] = sorted(shared - set(same))
+    if same:
+        pc = paired_comparison({q: ca[q] for q in same}, {q: cb[q] for q in same})
+        out.update(
+            paired=True, n_paired=pc.n, paired_a=pc.accuracy_a, paired_b=pc.accuracy_b,
+            change=pc.diff, change_ci=list(pc.diff_ci), p_value=pc.p_value, test=pc.test,
+            one_sided_p_value_b_worse=pc.one_sided_p_value, lost=list(pc.a_only), gained=list(pc.b_only),
+        )
+    elif ca and cb:
+        ka, na, kb, nb = out["a_correct"], out["a_scored"], out["b_correct"], out["b_scored"]
+        out.update(
+            paired=False, n_paired=0, change=kb / nb - ka / na,
+            change_ci=list(newcombe_interval(ka, na, kb, nb)),
+            p_value=float(_st.fisher_exact([[ka, na - ka], [kb, nb - kb]])[1]), test="fisher_exact",
+            one_sided_p_value_b_worse=float(_st.fisher_exact([[ka, na - ka], [kb, nb - kb]], alternative="greater")[1]),
+            lost=[], gained=[],
+        )
+    else:
+        out.update(paired=False, n_paired=0, change=None, change_ci=None, p_value=None, test="none",
+                   one_sided_p_value_b_worse=None, lost=[], gained=[])
+    return out
+
+
+def _first_char_divergence(a: str, b: str) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def _outputs_changed(ta: Mapping[str, Any], tb: Mapping[str, Any]) -> dict[str, Any]:
+    from .scoring import first_divergence
+
+    compared, changed = 0, []
+    for q, a in ta["questions"].items():
+        b = tb["questions"].get(q)
+        if b is None or a.get("error") or b.get("error") or a["prompt_hash"] != b["prompt_hash"]:
+            continue
+        if a.get("token_hash") is None or b.get("token_hash") is None:
+            continue
+        compared += 1
+        if a["token_hash"] == b["token_hash"]:
+            continue
+        if a.get("token_ids") is not None and b.get("token_ids") is not None:
+            changed.append({"question_id": q, "first_divergence": first_divergence(a["token_ids"], b["token_ids"]),
+                            "unit": "token"})
+        else:
+            changed.append({"question_id": q, "unit": "character",
+                            "first_divergence": _first_char_divergence(a.get("completion") or "", b.get("completion") or "")})
+    return {"compared": compared, "changed": len(changed), "changes": changed}
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) else None
+
+
+def _acceptance(ta: Mapping[str, Any], tb: Mapping[str, Any]) -> dict[str, Any] | None:
+    sa, sb = ta.get("spec_decode") or {}, tb.get("spec_decode") or {}
+    if not sa and not sb:
+        return None
+    out: dict[str, Any] = {}
+    for key in ("mean_acceptance_length", "acceptance_rate"):
+        a, b = _num(sa.get(key)), _num(sb.get(key))
+        out[key] = {"a": a, "b": b, "change": (b - a) if a is not None and b is not None else None,
+                    "a_ci": ta.get(f"{key}_ci"), "b_ci": tb.get(f"{key}_ci")}
+    out["per_position_acceptance"] = {
+        "a": sa.get("per_position_acceptance"), "b": sb.get("per_position_acceptance"),
+        "a_ci": ta.get("per_position_acceptance_ci"), "b_ci": tb.get("per_position_acceptance_ci"),
+    }
+    out["drafts"] = {"a": sa.get("drafts"), "b": sb.get("drafts")}
+    out["ci_reason"] = {"a": ta.get("acceptance_ci_reason"), "b": tb.get("acceptance_ci_reason")}
+    return out
+
+
+def _flipped(ta, tb, acc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for direction, ids in (("lost", acc.get("lost", [])), ("gained", acc.get("gained", []))):
+        for q in ids:
+            a, b = ta["questions"][q], tb["questions"][q]
+            out.append({
+                "question_id": q, "direction": direction, "gold": a.get("gold"),
+                "a_answer": (a.get("answers") or {}).get(acc["pipeline"]),
+                "b_answer": (b.get("answers") or {}).get(acc["pipeline"]),
+                "a_completion": a.get("completion"), "b_completion": b.get("completion"),
+            })
+    return out
+
+
+def diff_runs(a: str | Path | Mapping[str, Any], b: str | Path | Mapping[str, Any]) -> dict[str, Any]:
+    """Compare side B against side A.
+
+    Args:
+        a, b: paths (see :func:`load_side`) or already loaded sides.
+
+    Returns:
+        ``{"a": {"path", "kind", "id", "passed", "status"}, "b": {...},
+        "tasks": [{"config", "variant", "task", "in_a", "in_b", "pipeline",
+        "accuracy": {pipeline: {...}}, "errors": {"a", "b"}, "acceptance": {...} | None,
+        "outputs": {"compared", "changed", "changes": [...]}, "flipped": [...]}],
+        "comparisons": [{"config", "baseline", "candidate", "task", "a", "b", "change",
+        "newly_mismatched", "matching_again", "noise_a", "noise_b"}],
+        "gates": {"failing_in_b": [...], "changed": [...], "only_in_a": [...], "only_in_b": [...]},
+        "configs_only_in_a": [...], "configs_only_in_b": [...]}``. Accuracies and changes
+        are fractions; ``change`` is always B - A.
+
+    Raises:
+        DiffError: from :func:`load_side`.
+    """
+    sa = a if isinstance(a, Mapping) else load_side(a)
+    sb = b if isinstance(b, Mapping) else load_side(b)
+    head = ("path", "kind", "id", "passed", "status")
+    out: dict[str, Any] = {
+        "a": {k: sa.get(k) for k in head}, "b": {k: sb.get(k) for k in head},
+        "tasks": [], "comparisons": [],
+        "gates": {"failing_in_b": [], "changed": [], "only_in_a": [], "only_in_b": []},
+        "configs_only_in_a": sorted(set(sa["configs"]) - set(sb["configs"])),
+        "configs_only_in_b": sorted(set(sb["configs"]) - set(sa["configs"])),
+    }
+    for cname in [c for c in sa["configs"] if c in sb["configs"]]:
+        ca, cb = sa["configs"][cname], sb["configs"][cname]
+        pipe = cb.get("pipeline") or ca.get("pipeline") or "flexible-extract"
+        vnames = list(ca["variants"]) + [v for v in cb["variants"] if v not in ca["variants"]]
+        for vname in vnames:
+            va, vb = ca["variants"].get(vname), cb["variants"].get(vname)
+            tnames = list((va or {}).get("tasks", {})) + [
+                t for t in (vb or {}).get("tasks", {}) if t not in (va or {}).get("tasks", {})]
+            for tname in tnames:
+                ta = (va or {}).get("tasks", {}).get(tname)
+                tb = (vb or {}).get("tasks", {}).get(tname)
+                entry: dict[str, Any] = {"config": cname, "variant": vname, "task": tname,
+                                         "in_a": ta is not None, "in_b": tb is not None, "pipeline": pipe}
+                if ta is None or tb is None:
+                    out["tasks"].append(entry)
+                    continue
+                entry["accuracy"] = {p: _accuracy_change(ta, tb, p) for p in PIPELINES}
+                entry["errors"] = {s: sum(1 for q in t["questions"].values() if q.get("error"))
+                                   for s, t in (("a", ta), ("b", tb))}
+                entry["num_requests"] = {"a": len(ta["questions"]), "b": len(tb["questions"])}
+                entry["acceptance"] = _acceptance(ta, tb)
+                entry["outputs"] = _outputs_changed(ta, tb)
+                entry["flipped"] = _flipped(ta, tb, entry["accuracy"][pipe])
+                out["tasks"].append(entry)
+        comps_a = {(x["baseline"], x["candidate"], x["task"]): x for x in ca["comparisons"]}
+        for x in cb["comparisons"]:
+            key = (x["baseline"], x["candidate"], x["task"])
+            y = comps_a.get(key)
+            ra, rb = (y or {}).get("output_match_rate"), x.get("output_match_rate")
+            ma, mb = (y or {}).get("mismatched", {}), x.get("mismatched", {})
+            out["comparisons"].append({
+                "config": cname, "baseline": key[0], "candidate": key[1], "task": key[2],
+                "a": ra, "b": rb, "a_counts": [(y or {}).get("matched"), (y or {}).get("compared")],
+                "b_counts": [x.get("matched"), x.get("compared")],
+                "change": (rb - ra) if ra is not None and rb is not None else None,
+                "newly_mismatched": [{"question_id": q, "first_divergence": mb[q]} for q in mb if q not in ma] if y else None,
+                "matching_again": sorted(q for q in ma if q not in mb) if y else None,
+                "noise_a": (y or {}).get("noise"), "noise_b": x.get("noise"),
+            })
+        ga, gb = ca["gates"], cb["gates"]
+        for gid, g in gb.items():
+            if g.get("passed") is False:
+                out["gates"]["failing_in_b"].append({**_gate_view(g), "verdict_a": (ga.get(gid) or {}).get("verdict")})
+            if gid in ga and ga[gid].get("verdict") != g.get("verdict"):
+                out["gates"]["changed"].append({
+                    "id": gid, "verdict_a": ga[gid].get("verdict"), "verdict_b": g.get("verdict"),
+                    "observed_a": ga[gid].get("observed"), "observed_b": g.get("observed"),
+                    "limit_b": g.get("limit"), "detail_b": g.get("detail"),
+                })
+        if ga:  # a baseline side has no gates: nothing is "only in B" then
+            out["gates"]["only_in_b"] += [gid for gid in gb if gid not in ga]
+        out["gates"]["only_in_a"] += [gid for gid in ga if gid not in gb]
+    return out
+
+
+def _gate_view(g: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: g.get(k) for k in ("id", "kind", "verdict", "observed", "op", "limit", "detail", "questions")}
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _f(x: Any, d: int = 3) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:.{d}f}"
+    return str(x)
+
+
+def _ci(ci: Any, d: int = 3) -> str:
+    return f" [{ci[0]:.{d}f}, {ci[1]:.{d}f}]" if ci else ""
+
+
+def _signed(x: float | None, d: int = 3) -> str:
+    return "-" if x is None else f"{x:+.{d}f}"
+
+
+def _p(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+def _esc(s: Any) -> str:
+    return str(s).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> list[str]:
+    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    out += ["| " + " | ".join(_esc(c) for c in r) + " |" for r in rows]
+    return out
+
+
+def _fence(text: str) -> list[str]:
+    ticks = 3
+    while "`" * ticks in text:
+        ticks += 1
+    return ["`" * ticks + "text", text, "`" * ticks]
+
+
+def render_diff_markdown(d: Mapping[str, Any], max_flipped: int = 20) -> str:
+    """The diff as Markdown (fit for a pull-request comment).
+
+    Args:
+        d: :func:`diff_runs` output.
+        max_flipped: flipped questions shown with completions per task and direction
+            (the JSON form has all).
+    """
+    a, b = d["a"], d["b"]
+    verdict = {True: "PASS", False: "FAIL", None: "INCOMPLETE"}
+    L = [
+        "# evalrun diff",
+        "",
+        f"- A: `{a['path']}` ({a['kind']} {a['id']}, {verdict.get(a['passed'], a['passed'])})",
+        f"- B: `{b['path']}` ({b['kind']} {b['id']}, {verdict.get(b['passed'], b['passed'])})",
+        "- changes are B - A; accuracy intervals are 95% Wilson, changes 95% paired Wald over the "
+        "questions with the same id and prompt on both sides (McNemar p, exact below 25 discordant "
+        "pairs; one-sided p for B worse), else Newcombe's hybrid interval with Fisher's exact p",
+    ]
+    for k in ("configs_only_in_a", "configs_only_in_b"):
+        if d.get(k):
+            L.append(f"- configs only in {k[-1].upper()}: {', '.join(d[k])}")
+    g = d["gates"]
+    L += ["", "## Gates failing in B", ""]
+    if not g["failing_in_b"]:
+        L.append("none")
+    for x in g["failing_in_b"]:
+        lim = f" (limit {x['op']} {_f(x['limit'], 4)})" if x.get("limit") is not None else ""
+        L.append(f"- **{x['id']}** (A: {x.get('verdict_a') or 'absent'}): observed {_f(x.get('observed'), 4)}{lim}: {x.get('detail')}")
+        if x.get("questions"):
+            qs = list(x["questions"])
+            L.append(f"  - questions: {', '.join(qs[:50])}" + (f" ... ({len(qs)} in all)" if len(qs) > 50 else ""))
+    if g["changed"]:
+        L += ["", "### Gate verdicts that changed", ""]
+        L += _table(["gate", "A", "B", "observed A", "observed B", "limit B"],
+                    [[x["id"], x["verdict_a"], x["verdict_b"], _f(x["observed_a"], 4), _f(x["observed_b"], 4),
+                      _f(x["limit_b"], 4)] for x in g["changed"]])
+    tasks = [t for t in d["tasks"] if t["in_a"] and t["in_b"]]
+    missing = [t for t in d["tasks"] if not (t["in_a"] and t["in_b"])]
+    if not tasks:
+        L += ["", "No config, variant and task ran on both sides: nothing to compare."]
+    L += ["", "## Accuracy", ""]
+    rows = []
+    for t in tasks:
+        for pipe, x in t["accuracy"].items():
+            rows.append([
+                t["config"], t["variant"], t["task"], pipe + (" (gated)" if pipe == t["pipeline"] else ""),
+                f"{_f(x['a'])}{_ci(x['a_ci'])} ({x['a_correct']}/{x['a_scored']})",
+                f"{_f(x['b'])}{_ci(x['b_ci'])} ({x['b_correct']}/{x['b_scored']})",
+                f"{_signed(x['change'])}{_ci(x['change_ci'])}" + (f" on {x['n_paired']} paired" if x["paired"] else " (unpaired)"),
+                f"{_p(x['p_value'])} ({x['test']}); B worse: {_p(x['one_sided_p_value_b_worse'])}",
+                f"-{len(x['lost'])} / +{len(x['gained'])}",
+            ])
+    L += _table(["config", "variant", "task", "pipeline", "A [95% CI]", "B [95% CI]", "change [95% CI]",
+                 "p (test)", "flipped lost/gained"], rows)
+    for t in missing:
+        L.append(f"- {t['config']}/{t['variant']}/{t['task']}: only in {'A' if t['in_a'] else 'B'}")
+    errs = [t for t in tasks if t["errors"]["a"] or t["errors"]["b"]]
+    for t in errs:
+        L.append(f"- {t['config']}/{t['variant']}/{t['task']}: failed requests A {t['errors']['a']}/{t['num_requests']['a']}, "
+                 f"B {t['errors']['b']}/{t['num_requests']['b']} (not scored)")
+    acc_rows = []
+    for t in tasks:
+        x = t.get("acceptance")
+        if not x:
+            continue
+        mal, rate, pp = x["mean_acceptance_length"], x["acceptance_rate"], x["per_position_acceptance"]
+        acc_rows.append([
+            t["config"], t["variant"], t["task"],
+            _f(mal["a"]) + _ci(mal["a_ci"]), _f(mal["b"]) + _ci(mal["b_ci"]), _signed(mal["change"]),
+            _f(rate["a"]) + _ci(rate["a_ci"]), _f(rate["b"]) + _ci(rate["b_ci"]), _signed(rate["change"]),
+            " ".join(_f(v, 3) for v in pp["a"] or []) or "-", " ".join(_f(v, 3) for v in pp["b"] or []) or "-",
+        ])
+    if acc_rows:
+        L += ["", "## Speculative decoding", ""]
+        L += _table(["config", "variant", "task", "mean accept. len A", "B", "change", "accept. rate A", "B",
+                     "change", "per-position A", "per-position B"], acc_rows)
+        reasons = {r for t in tasks if t.get("acceptance") for r in t["acceptance"]["ci_reason"].values() if r}
+        for r in sorted(reasons):
+            L.append(f"- intervals: {r}")
+    if d["comparisons"]:
+        L += ["", "## Output match between variants", ""]
+        rows = []
+        for x in d["comparisons"]:
+            nm = x["newly_mismatched"]
+            rows.append([
+                x["config"], f"{x['baseline']} -> {x['candidate']}", x["task"],
+                f"{_f(x['a'])} ({x['a_counts'][0]}/{x['a_counts'][1]})", f"{_f(x['b'])} ({x['b_counts'][0]}/{x['b_counts'][1]})",
+                _signed(x["change"]),
+                "-" if nm is None else (", ".join(
+                    f"{m['question_id']}" + (f"@{m['first_divergence']}" if m["first_divergence"] is not None else "")
+                    for m in nm[:20]) + (" ..." if len(nm) > 20 else "") or "none"),
+                "-" if x["matching_again"] is None else (", ".join(x["matching_again"][:20]) or "none"),
+            ])
+        L += _table(["config", "pair", "task", "A", "B", "change", "newly mismatched in B (@first divergent token)",
+                     "matching again in B"], rows)
+        for x in d["comparisons"]:
+            for side in ("a", "b"):
+                nz = x.get(f"noise_{side}")
+                if nz:
+                    L.append(f"- {x['config']} {x['baseline']} -> {x['candidate']} {x['task']} ({side.upper()}): judged against "
+                             f"noise {_f(nz.get('noise_rate'))} ({nz.get('source')}); candidate mismatch rate "
+                             f"{_f(nz.get('candidate_rate'))}, one-sided p={_p(nz.get('p_value'))}")
+    L += ["", "## Outputs changed between A and B (same variant)", ""]
+    rows = []
+    for t in tasks:
+        o = t["outputs"]
+        firsts = ", ".join(
+            f"{c['question_id']}@{c['first_divergence']}" + ("c" if c["unit"] == "character" else "")
+            for c in o["changes"][:10]) + (" ..." if o["changed"] > 10 else "")
+        rows.append([t["config"], t["variant"], t["task"], o["compared"], o["changed"], firsts or "-"])
+    L += _table(["config", "variant", "task", "compared", "changed", "first divergence (token; c = character)"], rows)
+    flipped = [t for t in tasks if t["flipped"]]
+    if flipped:
+        L += ["", "## Flipped questions", ""]
+    for t in flipped:
+        lost = [f for f in t["flipped"] if f["direction"] == "lost"]
+        gained = [f for f in t["flipped"] if f["direction"] == "gained"]
+        L += [f"### {t['config']} / {t['variant']} / {t['task']} ({t['pipeline']}): "
+              f"{len(lost)} right in A and wrong in B, {len(gained)} wrong in A and right in B", ""]
+        for group, name in ((lost, "lost"), (gained, "gained")):
+            if not group:
+                continue
+            L.append(f"{name}: {', '.join(f['question_id'] for f in group)}")
+            L.append("")
+            for f in group[:max_flipped]:
+                L.append(f"<details><summary>{f['question_id']} ({name}): gold {f['gold']}, "
+                         f"A answered {f['a_answer']}, B answered {f['b_answer']}</summary>")
+                L.append("")
+                L.append("A:")
+                L += _fence(f["a_completion"] or "")
+                L.append("B:")
+                L += _fence(f["b_completion"] or "")
+                L += ["</details>", ""]
+            if len(group) > max_flipped:
+                L += [f"({len(group) - max_flipped} more {name} questions in the JSON form)", ""]
+    return "\n".join(L) + "\n"
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def cli_main(argv: list[str]) -> int:
+    """``evalrun diff RUN_A RUN_B [--output FILE] [--json] [--max-flipped N]``.
+
+    Returns:
+        0 when the diff was produced, 2 when a side cannot be read.
+    """
+    p = argparse.ArgumentParser(
+        prog="evalrun diff",
+        description="Explain what changed from run A to run B (run folders, run.json files or baseline JSON files).",
+    )
+    p.add_argument("run_a", type=Path, help="run folder, run.json, or baseline JSON (the reference side)")
+    p.add_argument("run_b", type=Path, help="run folder, run.json, or baseline JSON (the side under test)")
+    p.add_argument("--output", "-o", type=Path, default=None, help="write to this file instead of the terminal")
+    p.add_argument("--json", action="store_true", help="JSON instead of Markdown")
+    p.add_argument("--max-flipped", type=int, default=20,
+                   help="flipped questions shown with both completions per task and direction (default 20)")
+    args = p.parse_args(argv)
+    try:
+        d = diff_runs(args.run_a, args.run_b)
+    except DiffError as e:
+        print(f"evalrun diff: {e}", file=sys.stderr)
+        return 2
+    text = json.dumps(d, indent=2) + "\n" if args.json else render_diff_markdown(d, args.max_flipped)
+    if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(text, encoding="utf-8")
+        print(f"evalrun diff: written to {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
