@@ -41,8 +41,11 @@ Montgomery, Introduction to Statistical Quality Control, 7th ed., sec. 5.2):
   variance of a paired difference with no drop at discordance psi;
   ``expected_discordance`` = psi = the mean share (b + c)/n, at least 1/n; ``max_acceptance_length_drop`` (two speculative
   variants) ``= max(0, mean drop) + k * sqrt(s_drop^2 + se_a^2 + se_b^2)``;
-  ``noise_mismatch_rate`` = the mean run-to-run output noise of the comparison's
-  baseline variant (0 means exact equality can be required: keep
+  ``noise_mismatch_rate`` = the larger of the mean run-to-run output noise of the
+  comparison's baseline variant and the calibrated build's own mean baseline-vs-
+  candidate mismatch rate (in bfloat16 a speculative variant's greedy outputs differ
+  from the reference on some prompts from rounding alone, and a rerun of the reference
+  does not see that); 0 means exact equality can be required (keep
   ``min_output_match: 1.0``).
 
 With few repeats s is poorly known (the upper bound column shows how poorly); the
@@ -355,15 +358,24 @@ def _recommend(cs: Mapping[str, Any], k: float) -> tuple[dict[str, Any], dict[st
         base = taskmap.get((ce["baseline"], ce["task"])) or {}
         noise = base.get("output_noise_rate") or {}
         rerun = base.get("rerun_noise_rate") or {}
-        nz = noise.get("mean") if noise.get("mean") is not None else rerun.get("mean")
+        runs_nz = max([x for x in (noise.get("mean"), rerun.get("mean")) if x is not None], default=None)
+        om = ce["output_match_rate"]
+        clean = 1 - om["mean"] if om["mean"] is not None else None
+        nz = max([x for x in (runs_nz, clean) if x is not None], default=None)
         if nz is not None:
             r["noise_mismatch_rate"] = round(nz, 4)
+            r["noise_runs"] = 1
             if nz == 0:
                 r["min_output_match"] = 1.0
             why[f"{tag} noise_mismatch_rate"] = (
-                f"mean share of questions whose {ce['baseline']} completion differs between runs"
+                f"the larger of the {ce['baseline']} run-to-run output noise "
+                f"({'-' if runs_nz is None else f'{runs_nz:.4f}'}: share of questions whose completion differs "
+                f"between runs or reruns) and this calibrated build's own {ce['baseline']}-vs-{ce['candidate']} "
+                f"mismatch rate ({'-' if clean is None else f'{clean:.4f}'}: e.g. in bfloat16, verifying several "
+                "draft tokens in one step rounds differently from one-token decoding, which no gate can tell "
+                "from a bug); use it with noise_runs: 1 (a rerun measures only the first kind)"
                 + (" (0: outputs are deterministic, require exact equality: min_output_match 1.0)" if nz == 0 else
-                   "; the output-match gate is then judged against it")
+                   "; the output-match gate then fails only when the candidate mismatches significantly more often")
             )
         rec["comparisons"].append(r)
     return rec, why
