@@ -425,6 +425,15 @@ def render_detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER) -
             f"[(z_(1-alpha) + z_power) * sqrt(p(1-p)/n)]"
         )
         if f["gate_drop"] is not None:
+            cal = f["calibration_questions"]
+            if cal is None:
+                size = "threshold calibration size unknown (set calibration_questions)"
+            elif cal > d["n"]:
+                size = (f"threshold measured on {cal} questions, this run asks {d['n']}: "
+                        f"floor widened by margin {f['margin']:.3f} (finite-population sampling error)")
+            else:
+                size = f"threshold measured on {cal} questions, this run asks {d['n']}: no margin"
+            lines.append(f"    {size}")
             lines.append(
                 f"    floor gate as configured: fails with probability {d['power']} only for drops >= "
                 f"{pts(f['gate_drop'])} [tolerance {f['tolerance']} + margin {f['margin']:.3f} + z_power * sqrt(p(1-p)/n)]"

@@ -237,3 +237,45 @@ def test_calibrate_on_the_real_cpu_engine(tmp_path, gsm8k_dir):
     assert rec["comparisons"][0]["noise_mismatch_rate"] >= round(1 - statistics.mean(om), 4)
     md = (tmp_path / "res/cal/calibration.md").read_text()
     assert "### Recommended" in md and "Shewhart" in md
+
+
+# ----------------------------------------------------------------- sample-size awareness (--dry-run)
+
+
+def test_dry_run_states_detectable_drops(tmp_path, capsys):
+    from statistics import NormalDist
+
+    cfg = tmp_path / "m.yaml"
+    cfg.write_text(textwrap.dedent("""\
+        model_name: org/m
+        accuracy_threshold: 0.9
+        tolerance: 0.05
+        num_questions: 200
+        calibration_questions: 1319
+        server_args: >-
+          --speculative-config '{"method": "mtp", "num_speculative_tokens": 2}'
+        """))
+    assert main(["--config", str(cfg), "--dry-run", "--json"]) == 0
+    (plan,) = json.loads(capsys.readouterr().out)
+    (dd,) = plan["detectable_drops"]
+    z = NormalDist().inv_cdf
+    n, p = 200, 0.9
+    assert dd["floor"]["test_drop"] == pytest.approx((z(0.95) + z(0.8)) * math.sqrt(p * (1 - p) / n))
+    # finite-population margin for 200 of 1319 calibration questions (Cochran, Theorem 2.2)
+    margin = z(0.95) * math.sqrt(p * (1 - p) * (1319 - n) / (n * (1319 - 1)))
+    assert dd["floor"]["margin"] == pytest.approx(margin)
+    assert dd["floor"]["gate_drop"] == pytest.approx(0.05 + margin + z(0.8) * math.sqrt(p * (1 - p) / n))
+    # paired: solve Connor's equation d sqrt(n) = z_a sqrt(psi) + z_b sqrt(psi - d^2) by bisection
+    psi = 0.05
+    lo, hi = 0.0, psi
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if mid * math.sqrt(n) - z(0.95) * math.sqrt(psi) - z(0.8) * math.sqrt(psi - mid * mid) < 0:
+            lo = mid
+        else:
+            hi = mid
+    assert [q["test_drop"] for q in dd["paired"]] == pytest.approx([lo, lo])   # two gated comparisons
+    assert main(["--config", str(cfg), "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert f"detects drops >= {lo:.3f} assuming discordance 0.05" in text
+    assert "threshold measured on 1319 questions, this run asks 200" in text
