@@ -487,8 +487,17 @@ def _from_native(c: NativeConfig, path: Path, sha: str) -> ModelConfig:
             f"{path}: server_args: put --speculative-config in a variant's "
             "'speculative_config', not in the common server_args"
         )
+    from .faults import known_faults  # standard library only
+
     for name, v in c.variants.items():
         split_args(v.server_args, f"{path}: variants.{name}.server_args")
+        if v.fault is not None and v.fault not in known_faults():
+            near = difflib.get_close_matches(v.fault, known_faults(), n=1)
+            hint = f"; did you mean '{near[0]}'?" if near else ""
+            raise ConfigError(
+                f"{path}: variants.{name}.fault: unknown fault '{v.fault}'{hint} "
+                f"(known: {', '.join(known_faults())})"
+            )
     return ModelConfig(
         name=c.name or path.stem,
         path=path.resolve(),

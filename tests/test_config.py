@@ -171,3 +171,9 @@ def test_shipped_lists_load():
     for name in ("models-h200.txt", "models-cpu.txt"):
         configs = load_model_list(name)
         assert configs, name
+
+
+def test_unknown_fault_is_a_config_error(tmp_path):
+    text = NATIVE.replace("async_scheduling: false", "async_scheduling: false\n    fault: draft-inptu")
+    with pytest.raises(ConfigError, match="unknown fault 'draft-inptu'; did you mean 'draft-input'"):
+        load_config(write(tmp_path, "n.yaml", text))
