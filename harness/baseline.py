@@ -280,6 +280,7 @@ def evaluate_baseline_gates(
         notes.append(f"baseline was written with pipeline {baseline['pipeline']}, the config now reads {pipe}")
     for vname, vspec in config.variants.items():
         for tname in config.tasks:
+            g = config.gates_for(tname)
             bt = ((baseline.get("variants") or {}).get(vname) or {}).get("tasks", {}).get(tname)
             if bt is None:
                 notes.append(f"{vname}/{tname}: not in the baseline, not gated against it")

@@ -61,6 +61,9 @@ class TaskSpec(_Frozen):
         seed: per-request sampling seed sent to the server.
         required: when False, a task whose data cannot be had is reported as
             ``not run`` (loudly, and never as passed) instead of stopping the run.
+        gates: per-task overrides of the config's ``gates`` (only the keys written
+            here change; e.g. ``{accuracy_threshold: null}`` drops the floor for this
+            task). See :meth:`ModelConfig.gates_for`.
     """
 
     kind: Literal["gsm8k", "synthetic"] = "gsm8k"
@@ -70,6 +73,7 @@ class TaskSpec(_Frozen):
     temperature: float = Field(default=0.0, ge=0.0)
     seed: int = 42
     required: bool = True
+    gates: "GateSpec | None" = None
 
 
 class GateSpec(_Frozen):
@@ -104,12 +108,17 @@ class GateSpec(_Frozen):
     baseline_alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
 
 
+TaskSpec.model_rebuild()
+
+
 class ComparisonSpec(_Frozen):
     """A gated comparison of a candidate variant against a baseline variant.
 
     Attributes:
         baseline: name of the variant compared against (usually ``reference``).
         candidate: name of the variant under test.
+        tasks: the tasks whose comparison is gated (None = every task); the
+            comparison is recorded for every task either way.
         max_accuracy_drop: largest allowed accuracy drop (fraction, baseline minus
             candidate) on the paired questions; None disables.
         min_output_match: smallest allowed share of questions with identical completion
@@ -131,6 +140,7 @@ class ComparisonSpec(_Frozen):
 
     baseline: str
     candidate: str
+    tasks: list[str] | None = None
     max_accuracy_drop: float | None = Field(default=0.05, ge=0.0, le=1.0)
     min_output_match: float | None = Field(default=1.0, ge=0.0, le=1.0)
     max_acceptance_length_drop: float | None = Field(default=None, ge=0.0)
@@ -272,6 +282,14 @@ class ModelConfig(_Frozen):
     tasks: dict[str, TaskSpec]
     gates: GateSpec
     comparisons: tuple[ComparisonSpec, ...]
+
+    def gates_for(self, task: str) -> GateSpec:
+        """The gates of one task: the config's ``gates`` with the keys the task's own
+        ``gates`` sets written over them."""
+        over = self.tasks[task].gates
+        if over is None:
+            return self.gates
+        return self.gates.model_copy(update={k: getattr(over, k) for k in over.model_fields_set})
 
 
 SPEC_FLAG = "--speculative-config"
@@ -479,6 +497,12 @@ def _from_native(c: NativeConfig, path: Path, sha: str) -> ModelConfig:
                 raise ConfigError(
                     f"{path}: comparisons.{i}.{role}: no variant named '{v}'{hint} "
                     f"(variants: {', '.join(c.variants)})"
+                )
+    for i, comp in enumerate(c.comparisons):
+        for t in comp.tasks or []:
+            if t not in c.tasks:
+                raise ConfigError(
+                    f"{path}: comparisons.{i}.tasks: no task named '{t}' (tasks: {', '.join(c.tasks)})"
                 )
     common = split_args(c.server_args, f"{path}: server_args")
     _, spec = pop_speculative_config(common, f"{path}: server_args")

@@ -213,6 +213,7 @@ def _gates(config: ModelConfig) -> list[GateDef]:
             )
         )
         for tname, t in config.tasks.items():
+            g = config.gates_for(tname)
             if g.accuracy_threshold is not None:
                 out.append(
                     GateDef(
@@ -267,7 +268,8 @@ def _gates(config: ModelConfig) -> list[GateDef]:
             config.variants[comp.baseline].speculative_config is not None
             and config.variants[comp.candidate].speculative_config is not None
         )
-        for tname in config.tasks:
+        for tname in comp.tasks or config.tasks:
+            g = config.gates_for(tname)
             if comp.max_accuracy_drop is not None:
                 out.append(
                     GateDef(
@@ -374,6 +376,7 @@ def detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER) -> list[
     out = []
     z_pow = float(_st.norm.ppf(power))
     for tname, t in config.tasks.items():
+        g = config.gates_for(tname)
         n = task_size(t)
         p_assumed = g.accuracy_threshold is None
         p = 0.5 if p_assumed else g.accuracy_threshold

@@ -177,3 +177,26 @@ def test_unknown_fault_is_a_config_error(tmp_path):
     text = NATIVE.replace("async_scheduling: false", "async_scheduling: false\n    fault: draft-inptu")
     with pytest.raises(ConfigError, match="unknown fault 'draft-inptu'; did you mean 'draft-input'"):
         load_config(write(tmp_path, "n.yaml", text))
+
+
+def test_task_gate_overrides_and_comparison_tasks(tmp_path):
+    text = NATIVE.replace(
+        "  arith: {kind: synthetic, num_questions: 10, num_fewshot: 2}",
+        "  arith: {kind: synthetic, num_questions: 10, num_fewshot: 2}\n"
+        "  gsm8k: {num_questions: 5, gates: {accuracy_threshold: null}}",
+    ).replace("candidate: spec}", "candidate: spec, tasks: [arith]}")
+    c = load_config(write(tmp_path, "n.yaml", text))
+    assert c.gates_for("arith").accuracy_threshold == 0.8
+    assert c.gates_for("gsm8k").accuracy_threshold is None
+    assert c.gates_for("gsm8k").min_acceptance_length == 1.5      # not overridden: inherited
+    from harness.plan import build_plan
+
+    ids = {g.id for g in build_plan([c]).configs[0].gates}
+    assert "n/spec/arith/accuracy_floor" in ids and "n/spec/gsm8k/accuracy_floor" not in ids
+    assert "n/reference->spec/arith/min_output_match" in ids
+    assert "n/reference->spec/gsm8k/min_output_match" not in ids
+    bad = text.replace("tasks: [arith]", "tasks: [arihm]")
+    with pytest.raises(ConfigError, match="no task named 'arihm'"):
+        load_config(write(tmp_path, "b.yaml", bad))
+    with pytest.raises(ConfigError, match="did you mean 'accuracy_threshold'"):
+        load_config(write(tmp_path, "c.yaml", text.replace("gates: {accuracy_threshold: null}", "gates: {accuracy_treshold: null}")))
