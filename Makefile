@@ -11,7 +11,7 @@ PY        := $(VENV)/bin/python
 STAMP     := $(VENV)/.evalrun-installed
 ARGS      ?=
 
-.PHONY: install cpu test test-fast dry-run-h200 clean-venv
+.PHONY: install cpu selfcheck test test-fast dry-run-h200 clean-venv
 
 install: $(STAMP)
 
@@ -28,6 +28,9 @@ $(STAMP): pyproject.toml
 
 cpu: install
 	$(VENV)/bin/evalrun --config models-cpu.txt $(ARGS)
+
+selfcheck: install
+	$(VENV)/bin/evalrun selfcheck $(ARGS)
 
 test: install
 	$(PY) -m pytest $(ARGS)
