@@ -61,6 +61,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from .report import fmt
 from .samples import read_jsonl
 from .scoring import first_divergence
 from .tasks.gsm8k import PIPELINES
@@ -382,11 +383,7 @@ def _recommend(cs: Mapping[str, Any], k: float) -> tuple[dict[str, Any], dict[st
 
 
 def _f(x: Any, d: int = 4) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, float):
-        return f"{x:.{d}f}"
-    return str(x)
+    return fmt(x, d)
 
 
 def _vals(xs: Sequence[Any], d: int = 4) -> str:

@@ -22,10 +22,10 @@ import hashlib
 import json
 import shlex
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 #: Folder of the repository that holds ``configs/`` and ``model_lists/``.
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -35,6 +35,17 @@ MODEL_LISTS_DIR = PROJECT_ROOT / "model_lists"
 #: Default of vLLM's GSM8K test (``tests/evals/gsm8k/test_gsm8k_correctness.py``):
 #: absolute tolerance below ``accuracy_threshold``.
 DEFAULT_TOLERANCE = 0.08
+
+
+def _env_to_str(v: Any) -> Any:
+    """YAML gives numbers and booleans; environment values are strings."""
+    if isinstance(v, dict):
+        return {str(k): str(x) for k, x in v.items()}
+    return v
+
+
+#: An environment mapping; values written as numbers in YAML become strings.
+EnvDict = Annotated[dict[str, str], BeforeValidator(_env_to_str)]
 
 
 class ConfigError(ValueError):
@@ -170,16 +181,9 @@ class VariantSpec(_Frozen):
     speculative_config: dict[str, Any] | None = None
     async_scheduling: bool | None = None
     server_args: str = ""
-    env: dict[str, str] = Field(default_factory=dict)
+    env: EnvDict = Field(default_factory=dict)
     fault: str | None = None
     expected_effective: dict[str, dict[str, Any]] = Field(default_factory=dict)
-
-    @field_validator("env", mode="before")
-    @classmethod
-    def _env_to_str(cls, v: Any) -> Any:
-        if isinstance(v, dict):
-            return {str(k): str(x) for k, x in v.items()}
-        return v
 
 
 class NativeConfig(_Frozen):
@@ -194,7 +198,7 @@ class NativeConfig(_Frozen):
     name: str | None = None
     model: str
     server_args: str = ""
-    env: dict[str, str] = Field(default_factory=dict)
+    env: EnvDict = Field(default_factory=dict)
     startup_max_wait_seconds: float = Field(default=600, gt=0)
     request_timeout_seconds: float = Field(default=600, gt=0)
     max_concurrency: int = Field(default=8, ge=1)
@@ -203,13 +207,6 @@ class NativeConfig(_Frozen):
     tasks: dict[str, TaskSpec]
     gates: GateSpec = Field(default_factory=GateSpec)
     comparisons: list[ComparisonSpec] = Field(default_factory=list)
-
-    @field_validator("env", mode="before")
-    @classmethod
-    def _env_to_str(cls, v: Any) -> Any:
-        if isinstance(v, dict):
-            return {str(k): str(x) for k, x in v.items()}
-        return v
 
 
 # --------------------------------------------------------------------------- vLLM form
@@ -229,20 +226,13 @@ class VllmGsm8kConfig(_Frozen):
     num_questions: int = Field(default=1319, ge=1)
     num_fewshot: int = Field(default=5, ge=0)
     server_args: str = ""
-    env: dict[str, str] = Field(default_factory=dict)
+    env: EnvDict = Field(default_factory=dict)
     startup_max_wait_seconds: float = Field(default=600, gt=0)
     min_acceptance_length: float | None = Field(default=None, ge=1.0)
     max_tokens: int = Field(default=256, ge=1)
     temperature: float = Field(default=0.0, ge=0.0)
     seed: int = 42
     calibration_questions: int | None = Field(default=None, ge=1)
-
-    @field_validator("env", mode="before")
-    @classmethod
-    def _env_to_str(cls, v: Any) -> Any:
-        if isinstance(v, dict):
-            return {str(k): str(x) for k, x in v.items()}
-        return v
 
 
 # --------------------------------------------------------------------------- the result

@@ -37,6 +37,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
+from .report import fmt
 from .samples import read_jsonl
 from .stats import paired_comparison, wilson_interval
 from .tasks.gsm8k import PIPELINES
@@ -405,11 +406,7 @@ def _gate_view(g: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _f(x: Any, d: int = 3) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, float):
-        return f"{x:.{d}f}"
-    return str(x)
+    return fmt(x, d)
 
 
 def _ci(ci: Any, d: int = 3) -> str:

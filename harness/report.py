@@ -12,7 +12,8 @@ from rich.console import Console
 from rich.table import Table
 
 
-def _fmt(x: Any, digits: int = 3) -> str:
+def fmt(x: Any, digits: int = 3) -> str:
+    """A value for a table: ``-`` for None, floats with ``digits`` decimals."""
     if x is None:
         return "-"
     if isinstance(x, float):
@@ -49,14 +50,14 @@ def score_rows(record: dict[str, Any]) -> list[dict[str, str]]:
                         "variant": vname,
                         "task": tname,
                         "status": "ran",
-                        "async": _fmt(eng.get("async_scheduling")),
-                        "strict-match": _fmt(acc.get("strict-match")) + _ci(ci.get("strict-match")),
-                        "flexible-extract": _fmt(acc.get("flexible-extract")) + _ci(ci.get("flexible-extract")),
+                        "async": fmt(eng.get("async_scheduling")),
+                        "strict-match": fmt(acc.get("strict-match")) + _ci(ci.get("strict-match")),
+                        "flexible-extract": fmt(acc.get("flexible-extract")) + _ci(ci.get("flexible-extract")),
                         "n": str(t.get("num_requests")),
                         "errors": str(t.get("error_count")),
-                        "acceptance_rate": _fmt(sd.get("acceptance_rate")) + _ci(t.get("acceptance_rate_ci")),
-                        "mean_acceptance_length": _fmt(sd.get("mean_acceptance_length")) + _ci(t.get("mean_acceptance_length_ci")),
-                        "per_position": " ".join(_fmt(p, 2) for p in sd.get("per_position_acceptance", []) or []) or "-",
+                        "acceptance_rate": fmt(sd.get("acceptance_rate")) + _ci(t.get("acceptance_rate_ci")),
+                        "mean_acceptance_length": fmt(sd.get("mean_acceptance_length")) + _ci(t.get("mean_acceptance_length_ci")),
+                        "per_position": " ".join(fmt(p, 2) for p in sd.get("per_position_acceptance", []) or []) or "-",
                         "spec_error": t.get("spec_decode_error") or "",
                     }
                 )
@@ -91,10 +92,10 @@ def _noise_text(comp: dict[str, Any]) -> str:
     if not nz:
         return ""
     if nz.get("source") == "rerun":
-        src = f"noise {comp['baseline']} rerun {_fmt(nz.get('noise_rate'))} ({nz.get('noise_mismatched')}/{nz.get('noise_compared')} differ)"
+        src = f"noise {comp['baseline']} rerun {fmt(nz.get('noise_rate'))} ({nz.get('noise_mismatched')}/{nz.get('noise_compared')} differ)"
     else:
-        src = f"stored noise {_fmt(nz.get('noise_rate'))}"
-    return f"; {src}, one-sided p={_fmt(nz.get('p_value'), 4)}"
+        src = f"stored noise {fmt(nz.get('noise_rate'))}"
+    return f"; {src}, one-sided p={fmt(nz.get('p_value'), 4)}"
 
 
 def comparison_rows(record: dict[str, Any]) -> list[dict[str, str]]:
@@ -111,10 +112,10 @@ def comparison_rows(record: dict[str, Any]) -> list[dict[str, str]]:
                     "task": comp["task"],
                     "lost_ids": list(p.get("a_only", [])),
                     "gained_ids": list(p.get("b_only", [])),
-                    "output_match": f"{_fmt(comp.get('output_match_rate'))} ({comp.get('matched')}/{comp.get('compared')})" + _noise_text(comp),
-                    "diff": (_fmt(p.get("diff")) + _ci(p.get("diff_ci"))) if p else "-",
+                    "output_match": f"{fmt(comp.get('output_match_rate'))} ({comp.get('matched')}/{comp.get('compared')})" + _noise_text(comp),
+                    "diff": (fmt(p.get("diff")) + _ci(p.get("diff_ci"))) if p else "-",
                     "flipped": f"-{len(p.get('a_only', []))} / +{len(p.get('b_only', []))}" if p else "-",
-                    "p": _fmt(p.get("p_value"), 4) if p else "-",
+                    "p": fmt(p.get("p_value"), 4) if p else "-",
                 }
             )
     return rows
@@ -153,8 +154,8 @@ def render_terminal(record: dict[str, Any], console: Console | None = None) -> N
     for c in record.get("configs", []):
         for g in c.get("gates", []):
             color = {"PASS": "green", "FAIL": "red"}.get(g["verdict"], "yellow")
-            gt.add_row(f"[{color}]{g['verdict']}[/{color}]", g["id"].split("/", 1)[1], _fmt(g.get("observed"), 4),
-                       (g.get("op", "") + " " + _fmt(g.get("limit"), 4)) if g.get("limit") is not None else "", g.get("detail", ""))
+            gt.add_row(f"[{color}]{g['verdict']}[/{color}]", g["id"].split("/", 1)[1], fmt(g.get("observed"), 4),
+                       (g.get("op", "") + " " + fmt(g.get("limit"), 4)) if g.get("limit") is not None else "", g.get("detail", ""))
     console.print(gt)
     status = {True: "[green]all gates passed[/green]", False: "[red]gates failed[/red]", None: "[yellow]not every gate could be judged[/yellow]"}[record.get("passed")]
     console.print(f"{status}; exit code {record.get('exit_code')}; record: {record.get('_path', '')}")
@@ -226,8 +227,8 @@ def render_markdown(record: dict[str, Any]) -> str:
     grows = []
     for c in record.get("configs", []):
         for g in c.get("gates", []):
-            lim = (g.get("op", "") + " " + _fmt(g.get("limit"), 4)) if g.get("limit") is not None else ""
-            grows.append([g["verdict"], g["id"], _fmt(g.get("observed"), 4), lim, g.get("detail", "")])
+            lim = (g.get("op", "") + " " + fmt(g.get("limit"), 4)) if g.get("limit") is not None else ""
+            grows.append([g["verdict"], g["id"], fmt(g.get("observed"), 4), lim, g.get("detail", "")])
     lines.append(_md_table(["verdict", "gate", "observed", "limit", "detail"], grows))
     failed = [g for c in record.get("configs", []) for g in c.get("gates", []) if g.get("passed") is False]
     if failed:
