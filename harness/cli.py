@@ -113,8 +113,13 @@ def cmd_run(argv: list[str]) -> int:
         argv=["evalrun", *argv], variants=args.variant, progress=progress,
         baseline_dir=None if args.no_baseline else baseline_dir,
     )
+    from .runner import RunFolderExistsError
+
     try:
         record, run_dir = run(plan, opts)
+    except RunFolderExistsError as e:
+        print(f"evalrun: {e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("evalrun: interrupted; servers were stopped; partial record kept in the run folder", file=sys.stderr)
         return 2

@@ -590,7 +590,8 @@ def _from_vllm(c: VllmGsm8kConfig, path: Path, sha: str) -> ModelConfig:
 
 
 def resolve_list_path(name: str | Path) -> Path:
-    """Find a model list: as given (absolute or relative to the cwd), else in ``model_lists/``.
+    """Find a model list or a config: as given (absolute or relative to the cwd), else
+    by name in ``model_lists/``, else in ``configs/``.
 
     Raises:
         ConfigError: naming every place looked in when the list is not found.
@@ -600,12 +601,13 @@ def resolve_list_path(name: str | Path) -> Path:
     if p.is_file():
         return p
     if not p.is_absolute():
-        q = MODEL_LISTS_DIR / p
-        tried.append(q)
-        if q.is_file():
-            return q
+        # a list by name in model_lists/, or a single config by name in configs/
+        for q in (MODEL_LISTS_DIR / p, CONFIGS_DIR / p):
+            tried.append(q)
+            if q.is_file():
+                return q
     raise ConfigError(
-        f"model list '{name}' not found (looked in: {', '.join(str(t) for t in tried)}); "
+        f"model list or config '{name}' not found (looked in: {', '.join(str(t) for t in tried)}); "
         f"available lists: {', '.join(sorted(x.name for x in MODEL_LISTS_DIR.glob('*.txt'))) or 'none'}"
     )
 

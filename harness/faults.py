@@ -1,7 +1,7 @@
 """evalrun's vLLM plugin: faults injected into vLLM's own speculative-decoding path.
 
 evalrun exists to catch two classes of bugs that only show up end to end
-(docs DESIGN.md): the drafter fed the wrong token, and recurrent (Mamba / Gated
+(design notes, ../shared/docs/DESIGN.md, summarised in README "Why"): the drafter fed the wrong token, and recurrent (Mamba / Gated
 DeltaNet) state rolled back by the wrong number of tokens. To prove that the gates
 catch them, a variant can ask for one of them with ``fault: <name>`` in its config;
 the runner then sets ``EVALRUN_FAULT=<name>`` (:data:`FAULT_ENV`, same value as
@@ -37,7 +37,7 @@ Faults (:data:`FAULTS`; see each ``_install_*`` docstring for the exact logic):
 
 ``draft-input``
     The MTP/EAGLE drafter receives the token *before* the last committed one instead
-    of the last committed token. Mirrors DESIGN.md bug 1 (index off by one, drafter
+    of the last committed token. Mirrors design notes (../shared/docs/DESIGN.md) bug 1 (index off by one, drafter
     fed the wrong token). Greedy outputs unchanged, acceptance length down.
 ``draft-input-placeholder``
     The drafter receives token id 0 instead of the last committed token: the
@@ -46,7 +46,7 @@ Faults (:data:`FAULTS`; see each ``_install_*`` docstring for the exact logic):
 ``state-rollback``
     After verification, the accepted-token count that the next step's Mamba / GDN
     metadata uses to pick the recurrent-state slot is off by one for every request
-    that verified draft tokens. Mirrors DESIGN.md bug 2 (stale accepted counts, state
+    that verified draft tokens. Mirrors design notes (../shared/docs/DESIGN.md) bug 2 (stale accepted counts, state
     rolled back by the wrong amount). Greedy outputs diverge from the reference,
     accuracy down.
 ``noop``
@@ -339,7 +339,7 @@ def draft_input_wrapper(name: str) -> Callable[[Callable[..., Any]], Callable[..
 
 
 def _install_draft_input(fault: Fault) -> None:
-    """Feed the drafter a wrong "last committed token" (DESIGN.md bug 1).
+    """Feed the drafter a wrong "last committed token" (design notes (../shared/docs/DESIGN.md) bug 1).
 
     Patches ``vllm.v1.spec_decode.llm_base_proposer.SpecDecodeBaseProposer.propose``
     (inherited unchanged by ``EagleProposer``, which the model runner uses for
@@ -473,7 +473,7 @@ def state_rollback_wrapper(name: str) -> Callable[[Callable[..., Any]], Callable
 
 
 def _install_state_rollback(fault: Fault) -> None:
-    """Give the next step a stale accepted-token count (DESIGN.md bug 2).
+    """Give the next step a stale accepted-token count (design notes (../shared/docs/DESIGN.md) bug 2).
 
     Patches ``vllm.v1.worker.gpu_model_runner.GPUModelRunner._update_states_after_model_execute``
     (``CPUModelRunner`` inherits it). After verification, the original computes
@@ -520,7 +520,7 @@ FAULTS: dict[str, Fault] = {
         Fault(
             name="draft-input",
             summary="the MTP/EAGLE drafter is fed the committed token before the last one",
-            mirrors="DESIGN.md bug 1: drafter fed the wrong token (wrong index into the "
+            mirrors="design notes (../shared/docs/DESIGN.md) bug 1: drafter fed the wrong token (wrong index into the "
             "sequence when looking up the last committed token)",
             expected="greedy outputs identical to the unfaulted run; acceptance length down",
             targets=(_PROPOSE,),
@@ -529,7 +529,7 @@ FAULTS: dict[str, Fault] = {
         Fault(
             name="draft-input-placeholder",
             summary="the MTP/EAGLE drafter is fed token id 0 instead of the last committed token",
-            mirrors="DESIGN.md bug 1: drafter fed the -1 placeholder of an optimistic draft "
+            mirrors="design notes (../shared/docs/DESIGN.md) bug 1: drafter fed the -1 placeholder of an optimistic draft "
             "slot (as id 0, the clamped placeholder)",
             expected="greedy outputs identical to the unfaulted run; acceptance length down",
             targets=(_PROPOSE,),
@@ -539,7 +539,7 @@ FAULTS: dict[str, Fault] = {
             name="state-rollback",
             summary="after verification, accepted-token counts used for the Mamba/GDN "
             "state slot are off by one for every request that verified drafts",
-            mirrors="DESIGN.md bug 2: stale accepted-token counts roll recurrent state "
+            mirrors="design notes (../shared/docs/DESIGN.md) bug 2: stale accepted-token counts roll recurrent state "
             "back by the wrong amount",
             expected="greedy outputs diverge from the reference; accuracy down",
             targets=(_UPDATE_AFTER_EXECUTE, _GDN_BUILD),

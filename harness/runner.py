@@ -34,6 +34,10 @@ from .tasks import DataUnavailableError, PreparedTask, prepare_task
 EXIT_PASSED, EXIT_GATE_FAILED, EXIT_COULD_NOT_RUN = 0, 1, 2
 
 
+class RunFolderExistsError(FileExistsError):
+    """The run folder already holds a record; names the folder."""
+
+
 @dataclass
 class RunOptions:
     """How to run a plan.
@@ -166,6 +170,11 @@ def run(plan: Plan, opts: RunOptions) -> tuple[dict[str, Any], Path]:
     """
     run_id = opts.run_id or new_run_id()
     run_dir = Path(opts.results_dir) / run_id
+    if (run_dir / "run.json").exists():
+        raise RunFolderExistsError(
+            f"{run_dir}: a run record is already there; choose another --run-id "
+            "(runs are never mixed or overwritten)"
+        )
     run_dir.mkdir(parents=True, exist_ok=True)
     started = utc_now()
     cfg_prov = [

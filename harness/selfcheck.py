@@ -146,8 +146,9 @@ def cli_main(argv: list[str]) -> int:
         epilog="exit codes: 0 every expectation held, 1 one did not, 2 could not run",
     )
     p.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="self-check config (default: %(default)s)")
-    p.add_argument("--results-dir", type=Path, default=PROJECT_ROOT / "results")
-    p.add_argument("--run-id", default=None)
+    p.add_argument("--results-dir", type=Path, default=PROJECT_ROOT / "results",
+                   help="where the run folder is written (default: %(default)s)")
+    p.add_argument("--run-id", default=None, help="name of the run folder (default: UTC time and pid)")
     p.add_argument("--python", default=None, help="interpreter with vLLM (default: this one)")
     p.add_argument("--json", action="store_true", help="print the checks as JSON instead of Markdown")
     args = p.parse_args(argv)
@@ -168,7 +169,13 @@ def cli_main(argv: list[str]) -> int:
     from .cli import _terminate_as_interrupt
 
     _terminate_as_interrupt()
-    record, run_dir = run(build_plan([cfg], python=args.python), opts)
+    from .runner import RunFolderExistsError
+
+    try:
+        record, run_dir = run(build_plan([cfg], python=args.python), opts)
+    except RunFolderExistsError as e:
+        print(f"evalrun selfcheck: {e}", file=sys.stderr)
+        return 2
     try:
         checks = judge_selfcheck(record, faults)
     except ValueError as e:

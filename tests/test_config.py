@@ -200,3 +200,9 @@ def test_task_gate_overrides_and_comparison_tasks(tmp_path):
         load_config(write(tmp_path, "b.yaml", bad))
     with pytest.raises(ConfigError, match="did you mean 'accuracy_threshold'"):
         load_config(write(tmp_path, "c.yaml", text.replace("gates: {accuracy_threshold: null}", "gates: {accuracy_treshold: null}")))
+
+
+def test_single_config_by_name_resolves_in_configs_dir():
+    from harness.config import resolve_list_path
+
+    assert resolve_list_path("tiny-qwen3next-mtp-cpu.yaml") == REPO / "configs" / "tiny-qwen3next-mtp-cpu.yaml"

@@ -110,3 +110,14 @@ def test_missing_required_data_exits_2(tmp_path, monkeypatch):
     code = main(["--config", str(cfg), "--python", str(FAKE), "--data-dir", str(tmp_path / "nowhere"),
                  "--results-dir", str(tmp_path / "results"), "--run-id", "r", "--quiet"])
     assert code == 2
+
+
+def test_reusing_a_run_id_is_refused(tmp_path, gsm8k_dir, capsys):
+    cfg = config(tmp_path, {"FAKE_MODE": "ok"}, {"FAKE_MODE": "ok"})
+    code, _, run_dir = run(tmp_path, cfg, gsm8k_dir)
+    assert code == 0
+    before = (run_dir / "run.json").read_text()
+    code2 = main(["--config", str(cfg), "--python", str(FAKE), "--data-dir", str(gsm8k_dir),
+                  "--results-dir", str(tmp_path / "results"), "--run-id", "r", "--quiet"])
+    assert code2 == 2 and "choose another --run-id" in capsys.readouterr().err
+    assert (run_dir / "run.json").read_text() == before
