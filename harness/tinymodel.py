@@ -612,15 +612,21 @@ def _make_readable(folder: Path) -> None:
         os.chmod(f, 0o666 & ~umask)
 
 
-def _is_complete(folder: Path, recipe: TinyModelRecipe) -> bool:
-    """True when ``folder`` holds every required file and its recipe matches."""
-    if not all((folder / f).is_file() for f in REQUIRED_FILES):
+def folder_is_complete(folder: Path, required: tuple[str, ...], sha256: str) -> bool:
+    """True when ``folder`` holds every ``required`` file and its ``recipe.json`` records
+    ``recipe_sha256 == sha256`` (shared by the built and the trained models' caches)."""
+    if not all((folder / f).is_file() for f in required):
         return False
     try:
         info = json.loads((folder / "recipe.json").read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
         return False
-    return info.get("recipe_sha256") == recipe_hash(recipe)
+    return info.get("recipe_sha256") == sha256
+
+
+def _is_complete(folder: Path, recipe: TinyModelRecipe) -> bool:
+    """True when ``folder`` holds every required file and its recipe matches."""
+    return folder_is_complete(folder, REQUIRED_FILES, recipe_hash(recipe))
 
 
 def ensure_tiny_model(

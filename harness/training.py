@@ -571,13 +571,7 @@ def _check_tokenizer(folder: Path) -> None:
 
 
 def _is_complete(folder: Path, recipe: TrainRecipe) -> bool:
-    if not all((folder / f).is_file() for f in REQUIRED_FILES):
-        return False
-    try:
-        info = json.loads((folder / "recipe.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return False
-    return info.get("recipe_sha256") == trained_recipe_hash(recipe)
+    return tm.folder_is_complete(folder, REQUIRED_FILES, trained_recipe_hash(recipe))
 
 
 def ensure_trained_model(

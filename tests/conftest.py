@@ -16,3 +16,12 @@ def gsm8k_dir() -> Path:
     if not (SHARED_GSM8K / "test.jsonl").is_file():
         pytest.skip(f"GSM8K data not found at {SHARED_GSM8K}")
     return SHARED_GSM8K
+
+
+def vllm_available() -> bool:
+    """True when the engine imports in this interpreter (engine tests skip otherwise)."""
+    try:
+        import vllm  # noqa: F401
+    except Exception:  # noqa: BLE001 - a broken install counts as absent
+        return False
+    return True

