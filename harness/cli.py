@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from .config import PROJECT_ROOT, ConfigError
+from harness.config.loader import PROJECT_ROOT, ConfigError
 
 EXAMPLES = """\
 subcommands:
@@ -77,8 +77,9 @@ def _run_parser() -> argparse.ArgumentParser:
 def cmd_run(argv: list[str]) -> int:
     """``evalrun --config ...``: run or dry-run a model list. Returns the exit code."""
     args = _run_parser().parse_args(argv)
-    from .config import load_model_list
-    from .plan import build_plan, render_plan
+    from harness.config.loader import load_model_list
+    from harness.config.plan import build_plan
+    from harness.report.dry_run import plan_json, render_plan
 
     try:
         configs = load_model_list(args.config)
@@ -94,18 +95,20 @@ def cmd_run(argv: list[str]) -> int:
             return 2
     if args.dry_run:
         if args.json:
-            print(json.dumps(plan.to_json(), indent=2))
+            print(json.dumps(plan_json(plan), indent=2))
         else:
             print(render_plan(plan))
         return 0
     if args.json:
         print("evalrun: --json is only for --dry-run (the run record is JSON: results/<run id>/run.json)", file=sys.stderr)
         return 2
-    from .progress import Progress
-    from .report import render_markdown, render_terminal
-    from .runner import RunOptions, run
+    from harness.report.progress import Progress
+    from harness.report.summary import render_markdown, render_terminal
+    from harness.runner import RunOptions, run
 
-    _terminate_as_interrupt()
+    from harness.runner import terminate_as_interrupt
+
+    terminate_as_interrupt()
     progress = Progress(quiet=args.quiet)
     baseline_dir = args.baseline or (args.results_dir / "baselines")
     opts = RunOptions(
@@ -113,7 +116,7 @@ def cmd_run(argv: list[str]) -> int:
         argv=["evalrun", *argv], variants=args.variant, progress=progress,
         baseline_dir=None if args.no_baseline else baseline_dir,
     )
-    from .runner import RunFolderExistsError
+    from harness.runner import RunFolderExistsError
 
     try:
         record, run_dir = run(plan, opts)
@@ -127,7 +130,7 @@ def cmd_run(argv: list[str]) -> int:
     if args.markdown:
         args.markdown.write_text(render_markdown(record), encoding="utf-8")
     if args.update_baseline:
-        from .baseline import BaselineError, write_baselines
+        from harness.analysis.baseline import BaselineError, write_baselines
 
         try:
             for _, _, msg in write_baselines(record, run_dir, baseline_dir):
@@ -136,17 +139,6 @@ def cmd_run(argv: list[str]) -> int:
             print(f"evalrun: baseline not written: {e}", file=sys.stderr)
             return max(int(record["exit_code"]), 2)
     return int(record["exit_code"])
-
-
-def _terminate_as_interrupt() -> None:
-    """Turn SIGTERM (CI timeouts, ``kill``) into KeyboardInterrupt so every server's
-    context manager tears its process group down and the partial record is kept."""
-    import signal
-
-    def handler(signum, frame):  # noqa: ARG001
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, handler)
 
 
 def _lazy(target: str):
@@ -163,7 +155,7 @@ def _lazy(target: str):
 
 #: ``evalrun <subcommand> ...``; each module owns its own argument parser.
 SUBCOMMANDS = {
-    "diff": _lazy("harness.diff:cli_main"),
+    "diff": _lazy("harness.report.diff:cli_main"),
     "calibrate": _lazy("harness.calibrate:cli_main"),
     "selfcheck": _lazy("harness.selfcheck:cli_main"),
 }

@@ -11,25 +11,23 @@ whose server fails is recorded with its error while the other variants still run
 
 from __future__ import annotations
 
-import dataclasses
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from .engine_info import EngineInfoError, check_effective
-from .gates import Measurements, evaluate_gates, output_noise_rerun, output_noise_stored
-from .plan import ConfigPlan, Plan, VariantPlan
-from .progress import Progress
-from .report import render_markdown
-from .results import new_run_id, provenance, utc_now, write_run
-from .samples import Sample, write_jsonl
-from .scoring import correctness, output_match, score_task
-from .server import ServerStartError
-from .session import VariantSession
-from .stats import paired_comparison, ratio_bootstrap_ci
-from .tasks import DataUnavailableError, PreparedTask, prepare_task
+from harness.engine.info import EngineInfoError, check_effective
+from harness.analysis.gates import Measurements, evaluate_gates, output_noise_rerun, output_noise_stored
+from harness.config.plan import ConfigPlan, Plan, VariantPlan
+from harness.report.progress import Progress
+from harness.report.summary import render_markdown
+from harness.records.run_record import new_run_id, provenance, utc_now, write_run
+from harness.records.samples import Sample, write_jsonl
+from harness.analysis.scoring import correctness, output_match, score_task
+from harness.engine.server import ServerStartError
+from harness.engine.session import VariantSession
+from harness.analysis.stats import paired_comparison, ratio_bootstrap_ci
+from harness.tasks import DataUnavailableError, PreparedTask, prepare_task
 
 EXIT_PASSED, EXIT_GATE_FAILED, EXIT_COULD_NOT_RUN = 0, 1, 2
 
@@ -50,7 +48,7 @@ class RunOptions:
         variants: run only these variant names (None = all).
         progress: progress reporter.
         baseline_dir: folder of stored baselines (``<config>.json``, see
-            :mod:`harness.baseline`); a config with a baseline there is also gated
+            :mod:`harness.analysis.baseline`); a config with a baseline there is also gated
             against it. None = no baseline gates.
     """
 
@@ -91,7 +89,7 @@ def acceptance_intervals(samples: Sequence[Sample], speculative: bool, confidenc
         "per_position_acceptance_ci": [[lo, hi] | None, ...] | None,
         "acceptance_ci_method": str | None, "acceptance_ci_reason": str | None,
         "acceptance_ci_requests": int, "per_request_totals": {...} | None}``.
-        Intervals come from :func:`harness.stats.ratio_bootstrap_ci` (percentile
+        Intervals come from :func:`harness.analysis.stats.ratio_bootstrap_ci` (percentile
         bootstrap of a ratio of sums, Efron & Tibshirani 1993 ch. 13): mean acceptance
         length = 1 + sum(accepted) / sum(drafts), acceptance rate = sum(accepted) /
         sum(draft tokens), per position i = sum(accepted at i) / sum(drafts).
@@ -147,10 +145,10 @@ def resolve_model(model: str, progress: Progress) -> str:
     """
     if not model.startswith("builtin:"):
         return model
-    from .tinymodel import ensure_tiny_model
+    from harness.models import ensure_model
 
     name = model.split(":", 1)[1]
-    return str(ensure_tiny_model(name, progress=progress.log))
+    return str(ensure_model(name, progress=progress.log))
 
 
 def _rel(path: Path, base: Path) -> str:
@@ -306,7 +304,7 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: dict) -
     crec["gates"] = [g.to_json() for g in evaluate_gates(cp.gates, m)]
     # 6. gates against the stored baseline (last known good), when there is one
     if opts.baseline_dir is not None:
-        from .baseline import baseline_gates_for_run
+        from harness.analysis.baseline import baseline_gates_for_run
 
         info, results = baseline_gates_for_run(opts.baseline_dir, c, samples_by, m)
         crec["baseline"] = info
@@ -462,3 +460,14 @@ def _rerun_task(session, config: str, vp: VariantPlan, t, pt: PreparedTask, run_
 
 def _f(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
+
+
+def terminate_as_interrupt() -> None:
+    """Turn SIGTERM (CI timeouts, ``kill``) into KeyboardInterrupt so every server's
+    context manager tears its process group down and the partial record is kept."""
+    import signal
+
+    def handler(signum, frame):  # noqa: ARG001
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, handler)

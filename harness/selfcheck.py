@@ -1,7 +1,7 @@
 """``evalrun selfcheck``: prove the gates have teeth.
 
 Runs a config whose variants are the clean engine and the engine with faults injected
-by evalrun's vLLM plugin (:mod:`harness.faults`), then checks every verdict against
+by evalrun's vLLM plugin (:mod:`harness.faults.plugin`), then checks every verdict against
 what each fault must do:
 
 * clean variants (no ``fault``): every one of their gates passes;
@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import CONFIGS_DIR, ConfigError, load_config
+from harness.config.loader import CONFIGS_DIR, ConfigError, load_config
 
 #: What each fault must do: gate kinds that must fail / must pass for its variant
 #: (comparison gates are attributed to their candidate variant).
@@ -134,7 +134,7 @@ def render_checks(checks: list[Check], record: dict[str, Any]) -> str:
 
 def cli_main(argv: list[str]) -> int:
     """``evalrun selfcheck [--config YAML] [--results-dir DIR] [--run-id ID] [--json]``."""
-    from .config import PROJECT_ROOT
+    from harness.config.loader import PROJECT_ROOT
 
     p = argparse.ArgumentParser(
         prog="evalrun selfcheck",
@@ -153,9 +153,9 @@ def cli_main(argv: list[str]) -> int:
     p.add_argument("--json", action="store_true", help="print the checks as JSON instead of Markdown")
     args = p.parse_args(argv)
 
-    from .plan import build_plan
-    from .progress import Progress
-    from .runner import RunOptions, run
+    from harness.config.plan import build_plan
+    from harness.report.progress import Progress
+    from harness.runner import RunOptions, run
 
     try:
         cfg = load_config(args.config)
@@ -166,10 +166,10 @@ def cli_main(argv: list[str]) -> int:
     run_id = args.run_id
     opts = RunOptions(results_dir=args.results_dir, run_id=run_id,
                       argv=["evalrun", "selfcheck", *argv], progress=Progress())
-    from .cli import _terminate_as_interrupt
+    from harness.runner import terminate_as_interrupt
 
-    _terminate_as_interrupt()
-    from .runner import RunFolderExistsError
+    terminate_as_interrupt()
+    from harness.runner import RunFolderExistsError
 
     try:
         record, run_dir = run(build_plan([cfg], python=args.python), opts)

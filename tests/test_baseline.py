@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.baseline import (
+from harness.analysis.baseline import (
     BASELINE_SCHEMA,
     baseline_gates_for_run,
     evaluate_baseline_gates,
@@ -21,12 +21,12 @@ from harness.baseline import (
     token_ids_hash,
 )
 from harness.cli import main
-from harness.config import load_config
-from harness.engine_metrics import SpecDecodeCounters, SpecDecodeMetrics
-from harness.gates import Measurements, evaluate_gate, output_noise_rerun, output_noise_stored
-from harness.plan import build_plan
-from harness.samples import Sample
-from harness.scoring import output_match
+from harness.config.loader import load_config
+from harness.engine.metrics import SpecDecodeCounters, SpecDecodeMetrics
+from harness.analysis.gates import Measurements, evaluate_gate, output_noise_rerun, output_noise_stored
+from harness.config.plan import build_plan
+from harness.records.samples import Sample
+from harness.analysis.scoring import output_match
 
 FAKE = Path(__file__).resolve().parent / "fake_vllm.py"
 

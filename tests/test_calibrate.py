@@ -19,7 +19,7 @@ import pytest
 from .conftest import vllm_available
 from scipy import stats as st
 
-from harness.calibrate import binomial_variance, per_draft_se, render_calibration_markdown, spread, summarize
+from harness.report.calibration import binomial_variance, per_draft_se, render_calibration_markdown, spread, summarize
 from harness.cli import main
 
 REPO = Path(__file__).resolve().parents[1]

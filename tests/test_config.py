@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import ConfigError, load_config, load_model_list, read_model_list
+from harness.config.loader import ConfigError, load_config, load_model_list, read_model_list
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -189,7 +189,7 @@ def test_task_gate_overrides_and_comparison_tasks(tmp_path):
     assert c.gates_for("arith").accuracy_threshold == 0.8
     assert c.gates_for("gsm8k").accuracy_threshold is None
     assert c.gates_for("gsm8k").min_acceptance_length == 1.5      # not overridden: inherited
-    from harness.plan import build_plan
+    from harness.config.plan import build_plan
 
     ids = {g.id for g in build_plan([c]).configs[0].gates}
     assert "n/spec/arith/accuracy_floor" in ids and "n/spec/gsm8k/accuracy_floor" not in ids
@@ -203,6 +203,6 @@ def test_task_gate_overrides_and_comparison_tasks(tmp_path):
 
 
 def test_single_config_by_name_resolves_in_configs_dir():
-    from harness.config import resolve_list_path
+    from harness.config.loader import resolve_list_path
 
     assert resolve_list_path("tiny-qwen3next-mtp-cpu.yaml") == REPO / "configs" / "tiny-qwen3next-mtp-cpu.yaml"

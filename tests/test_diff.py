@@ -16,7 +16,7 @@ import pytest
 from .conftest import vllm_available
 
 from harness.cli import main
-from harness.diff import diff_runs, newcombe_interval, render_diff_markdown
+from harness.report.diff import diff_runs, newcombe_interval, render_diff_markdown
 
 N = 40
 Z = 1.959963984540054
@@ -263,8 +263,8 @@ def test_unpaired_when_prompts_differ(tmp_path):
 
 
 def test_diff_against_a_baseline_file(two_runs, tmp_path):
-    from harness.baseline import write_baselines
-    from harness.results import load_run
+    from harness.analysis.baseline import write_baselines
+    from harness.records.run_record import load_run
 
     a, b = two_runs
     written = write_baselines(load_run(a), a, tmp_path / "baselines")

@@ -1,4 +1,4 @@
-"""Tests for harness.engine_metrics on hand-written Prometheus text.
+"""Tests for harness.engine.metrics on hand-written Prometheus text.
 
 The texts follow the exposition that prometheus_client's ``generate_latest`` produces
 for vLLM's counters (``# HELP``/``# TYPE`` lines, ``_total`` samples, a ``_created``
@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from harness.engine_metrics import (
+from harness.engine.metrics import (
     MetricsError,
     SpecDecodeCounters,
     SpecDecodeMetrics,

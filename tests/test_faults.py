@@ -1,4 +1,4 @@
-"""harness.faults: plugin plumbing (fast, no vLLM needed) and patch targets in the
+"""harness.faults.plugin: plugin plumbing (fast, no vLLM needed) and patch targets in the
 installed vLLM (skipped when vLLM is not importable).
 
 The engine-level effects (acceptance down for ``draft-input``, outputs diverging for
@@ -16,8 +16,8 @@ import types
 
 import pytest
 
-from harness import faults
-from harness.faults import FAULT_ENV, FAULTS, FaultConfigError
+import harness.faults.plugin as faults
+from harness.faults.plugin import FAULT_ENV, FAULTS, FaultConfigError
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
@@ -40,7 +40,7 @@ def _clean(monkeypatch):
 
 
 def test_fault_env_matches_plan():
-    from harness.plan import FAULT_ENV as PLAN_ENV
+    from harness.config.plan import FAULT_ENV as PLAN_ENV
 
     assert FAULT_ENV == PLAN_ENV == "EVALRUN_FAULT"
 
@@ -48,7 +48,7 @@ def test_fault_env_matches_plan():
 def test_entry_point_declared():
     text = open(os.path.join(os.path.dirname(__file__), "..", "pyproject.toml")).read()
     assert '[project.entry-points."vllm.general_plugins"]' in text
-    assert 'evalrun_faults = "harness.faults:register"' in text
+    assert 'evalrun_faults = "harness.faults.plugin:register"' in text
 
 
 @pytest.mark.parametrize("value", [None, "", "  "])
@@ -64,7 +64,7 @@ def test_inert_register_imports_nothing_heavy():
     # A fresh interpreter: importing the module and calling register() without the
     # variable must not import vllm or torch (it runs in every vLLM process).
     code = (
-        "import sys, harness.faults as f; f.register(); "
+        "import sys, harness.faults.plugin as f; f.register(); "
         "heavy = [m for m in ('vllm', 'torch', 'numpy', 'pydantic') if m in sys.modules]; "
         "print(heavy); assert not heavy, heavy"
     )

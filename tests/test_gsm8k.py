@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.numbers import find_numbers, parse_number
+from harness.tasks.numbers import find_numbers, parse_number
 from harness.tasks.gsm8k import (
     PIPELINES,
     STOP_SEQUENCES,

@@ -6,14 +6,14 @@ import math
 
 import pytest
 
-from harness.config import load_config
-from harness.engine_info import EngineFacts, check_effective
-from harness.engine_metrics import SpecDecodeCounters, SpecDecodeMetrics
-from harness.gates import Measurements, evaluate_gates
-from harness.plan import build_plan
-from harness.samples import Sample, read_jsonl, write_jsonl
-from harness.scoring import correctness, first_divergence, output_match, score_task
-from harness.stats import paired_comparison
+from harness.config.loader import load_config
+from harness.engine.info import EngineFacts, check_effective
+from harness.engine.metrics import SpecDecodeCounters, SpecDecodeMetrics
+from harness.analysis.gates import Measurements, evaluate_gates
+from harness.config.plan import build_plan
+from harness.records.samples import Sample, read_jsonl, write_jsonl
+from harness.analysis.scoring import correctness, first_divergence, output_match, score_task
+from harness.analysis.stats import paired_comparison
 
 
 def s(qid, right, ids=(1, 2, 3), error=None, answer="5", variant="v"):

@@ -1,4 +1,4 @@
-"""Tests for harness.stats against independent computations.
+"""Tests for harness.analysis.stats against independent computations.
 
 Reference values are written out here: textbook closed forms, published numbers,
 hand-computed binomial sums, scipy called directly, and small simulations.
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from harness.stats import (
+from harness.analysis.stats import (
     bootstrap_ci,
     floor_margin,
     mcnemar_exact,

@@ -1,4 +1,4 @@
-"""Tests of harness.tinymodel: the built-in tiny Qwen3-Next + MTP checkpoint.
+"""Tests of harness.models.tiny: the built-in tiny Qwen3-Next + MTP checkpoint.
 
 The build tests need torch, transformers (with Qwen3-Next) and safetensors and are
 skipped without them. One build takes about 3 s on 2 cores.
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import tinymodel
-from harness.tinymodel import (
+import harness.models.tiny as tinymodel
+from harness.models.tiny import (
     TINY_MODELS,
     TinyModelError,
     TinyModelRecipe,

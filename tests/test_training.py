@@ -19,8 +19,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
 
-from harness import tinymodel as tm  # noqa: E402
-from harness import training as tr  # noqa: E402
+import harness.models.tiny as tm  # noqa: E402
+import harness.models.training as tr  # noqa: E402
 from harness.tasks import synthetic as syn  # noqa: E402
 
 SMALL_MODEL = tm.TinyModelRecipe(
@@ -189,8 +189,10 @@ def test_tinymodel_resolves_trained_names(monkeypatch, tmp_path):
         calls.append((name, cache_dir))
         return tmp_path
 
+    import harness.models as models
+
     monkeypatch.setattr(tr, "ensure_trained_model", fake)
-    assert tm.ensure_tiny_model(tr.DEFAULT_TRAINED_NAME, cache_dir=tmp_path) == tmp_path
+    assert models.ensure_model(tr.DEFAULT_TRAINED_NAME, cache_dir=tmp_path) == tmp_path
     assert calls == [(tr.DEFAULT_TRAINED_NAME, tmp_path)]
     with pytest.raises(tm.TinyModelError, match=tr.DEFAULT_TRAINED_NAME):
-        tm.ensure_tiny_model("no-such-model", cache_dir=tmp_path)
+        models.ensure_model("no-such-model", cache_dir=tmp_path)

@@ -6,28 +6,11 @@ builds the requests and returns them with the stop sequences and a dataset hash.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import TaskSpec
-from .gsm8k import STOP_SEQUENCES, DataUnavailableError, Request, build_requests, dataset_hash, load_gsm8k
-
-
-@dataclass(frozen=True)
-class PreparedTask:
-    """A task ready to send.
-
-    Attributes:
-        requests: one per question, in question order.
-        stop: stop sequences for every request.
-        dataset_hash: SHA-256 of the questions and few-shot items used (provenance).
-        source: where the data came from (folder, hub id or generator).
-    """
-
-    requests: tuple[Request, ...]
-    stop: tuple[str, ...]
-    dataset_hash: str
-    source: str
+from harness.config.loader import TaskSpec
+from harness.tasks.base import PreparedTask
+from harness.tasks.gsm8k import STOP_SEQUENCES, DataUnavailableError, build_requests, dataset_hash, load_gsm8k
 
 
 def prepare_task(name: str, spec: TaskSpec, data_dir: Path | None) -> PreparedTask:
@@ -52,10 +35,26 @@ def prepare_task(name: str, spec: TaskSpec, data_dir: Path | None) -> PreparedTa
         src = str(data_dir or os.environ.get("EVALRUN_DATA_DIR") or "hub:openai/gsm8k (main)")
         return PreparedTask(tuple(reqs), tuple(STOP_SEQUENCES), dataset_hash(used), src)
     if spec.kind == "synthetic":
-        from .synthetic import prepare_synthetic
+        from harness.tasks.synthetic import prepare_synthetic
 
         return prepare_synthetic(name, spec)
     raise ValueError(f"unknown task kind {spec.kind!r}")
 
 
-__all__ = ["PreparedTask", "prepare_task", "DataUnavailableError"]
+#: Questions in a GSM8K task whose ``num_questions`` is None (all): the test split's size.
+GSM8K_TEST_SIZE = 1319
+
+
+def task_size(spec: TaskSpec) -> int:
+    """Questions a task will ask: ``num_questions``, else the whole test set (GSM8K
+    1319; the synthetic task's default test size)."""
+    if spec.num_questions is not None:
+        return spec.num_questions
+    if spec.kind == "synthetic":
+        from harness.tasks.synthetic import DEFAULT_NUM_TEST
+
+        return DEFAULT_NUM_TEST
+    return GSM8K_TEST_SIZE
+
+
+__all__ = ["PreparedTask", "prepare_task", "task_size", "DataUnavailableError"]

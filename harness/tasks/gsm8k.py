@@ -12,7 +12,7 @@ Conventions and their sources:
 * Answer extraction: the two filters of lm-evaluation-harness
   ``lm_eval/tasks/gsm8k/gsm8k.yaml``: ``strict-match`` (the first ``#### N``) and
   ``flexible-extract`` (the last number in the text). Numbers are read with the
-  single grammar of :mod:`harness.numbers` and compared as exact decimals, so
+  single grammar of :mod:`harness.tasks.numbers` and compared as exact decimals, so
   ``$5,600.00`` equals ``5600``.
 """
 
@@ -28,7 +28,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from harness.numbers import NUMBER_RE, find_numbers, parse_number
+from harness.tasks.numbers import NUMBER_RE, find_numbers, parse_number
 
 __all__ = [
     "DATA_DIR_ENV",
@@ -125,7 +125,7 @@ class Request:
         prompt: the full completion prompt (few-shot block + question).
         gold: the gold answer text of the test item (:attr:`GsmItem.gold`).
         prompt_hash: first 16 hex digits of the SHA-256 of the UTF-8 prompt
-            (same convention as :attr:`harness.samples.Sample.prompt_hash`).
+            (same convention as :attr:`harness.records.samples.Sample.prompt_hash`).
     """
 
     question_id: str
@@ -354,7 +354,7 @@ def extract_strict(text: str) -> str | None:
 
     As the ``strict-match`` filter of lm-evaluation-harness gsm8k.yaml (regex
     ``#### (number)``, take first), with the number grammar of
-    :mod:`harness.numbers` (currency, thousands separators, signs, decimals).
+    :mod:`harness.tasks.numbers` (currency, thousands separators, signs, decimals).
     Spaces or tabs may separate ``####`` and the number; a ``####`` not followed by
     a number does not count.
 
@@ -373,7 +373,7 @@ def extract_flexible(text: str) -> str | None:
     """``flexible-extract``: the LAST number anywhere in the text.
 
     As the ``flexible-extract`` filter of lm-evaluation-harness gsm8k.yaml (take the
-    last numeric match), with the number grammar of :mod:`harness.numbers`, so
+    last numeric match), with the number grammar of :mod:`harness.tasks.numbers`, so
     ``"costs $29.00."`` gives ``"$29.00"`` and ``"3-4"`` gives ``"4"``.
 
     Args:
@@ -395,7 +395,7 @@ def _equal(answer: str | None, gold_value: Decimal) -> bool:
 def judge(completion: str, gold: str) -> tuple[dict[str, str | None], dict[str, bool]]:
     """Extract answers with each pipeline and compare them with the gold answer.
 
-    Both sides are read by :func:`harness.numbers.parse_number` and compared as exact
+    Both sides are read by :func:`harness.tasks.numbers.parse_number` and compared as exact
     decimals (``"18.00"`` == ``"18"``, ``"5600"`` == ``"5,600"``, ``"3.5"`` != ``"3"``).
     A pipeline that finds nothing gives answer ``None`` and verdict ``False`` (it
     counts toward the invalid rate, as vLLM's gsm8k_eval.py ``INVALID`` does).

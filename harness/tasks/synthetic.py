@@ -25,7 +25,7 @@ into three parts that are disjoint by question text (:func:`generate_splits`):
 * ``test``: the questions asked, interleaving the templates; each template gives at
   most :data:`MAX_TEST_FRACTION` of its questions, so every template keeps most of
   its questions for training;
-* ``train``: everything else (the training text of :mod:`harness.training`).
+* ``train``: everything else (the training text of :mod:`harness.models.training`).
 
 Everything is a pure function of ``seed`` (Python's ``random.Random``, whose
 ``shuffle`` is stable across Python versions for a given seed) and of
@@ -38,8 +38,8 @@ import random
 from dataclasses import dataclass
 from typing import Callable
 
-from ..config import TaskSpec
-from .gsm8k import STOP_SEQUENCES, GsmItem, build_requests, dataset_hash
+from harness.config.loader import TaskSpec
+from harness.tasks.gsm8k import STOP_SEQUENCES, GsmItem, build_requests, dataset_hash
 
 __all__ = [
     "DEFAULT_NUM_FEWSHOT_ITEMS",
@@ -72,7 +72,7 @@ DEFAULT_NUM_FEWSHOT_ITEMS = 5
 
 Five is GSM8K's default few-shot count (``TaskSpec.num_fewshot``). It also bounds the
 prompt length (about 560 characters for five examples): the trained tiny model
-(:mod:`harness.training`, 384-character training windows) answers 0.98 of the test
+(:mod:`harness.models.training`, 384-character training windows) answers 0.98 of the test
 questions with 0 to 5 examples but about a third with 8 (1.9 times its window)."""
 
 MAX_TEST_FRACTION = 0.25
@@ -274,7 +274,7 @@ def prepare_synthetic(name: str, spec: TaskSpec):
     Raises:
         ValueError: ``spec.num_fewshot`` larger than :data:`DEFAULT_NUM_FEWSHOT_ITEMS`.
     """
-    from . import PreparedTask
+    from harness.tasks.base import PreparedTask
 
     splits = generate_splits()
     if spec.num_fewshot > len(splits.fewshot):

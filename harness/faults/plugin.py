@@ -5,12 +5,12 @@ evalrun exists to catch two classes of bugs that only show up end to end
 DeltaNet) state rolled back by the wrong number of tokens. To prove that the gates
 catch them, a variant can ask for one of them with ``fault: <name>`` in its config;
 the runner then sets ``EVALRUN_FAULT=<name>`` (:data:`FAULT_ENV`, same value as
-``harness.plan.FAULT_ENV``) on that variant's server, and this plugin breaks the
+``harness.config.plan.FAULT_ENV``) on that variant's server, and this plugin breaks the
 engine the same way the real bug did, at run time, without touching vLLM's files.
 
 How vLLM runs it: ``pyproject.toml`` declares the entry point
 ``[project.entry-points."vllm.general_plugins"] evalrun_faults =
-"harness.faults:register"``. vLLM calls :func:`register` once per process (API
+"harness.faults.plugin:register"``. vLLM calls :func:`register` once per process (API
 server, engine core, each worker) through ``vllm.plugins.load_general_plugins``; a
 worker started by ``fork`` inherits the patches of its parent instead (vLLM then
 skips plugin loading because its ``plugins_loaded`` flag is inherited too), which is
@@ -70,7 +70,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
-#: Environment variable naming the fault (same value as ``harness.plan.FAULT_ENV``;
+#: Environment variable naming the fault (same value as ``harness.config.plan.FAULT_ENV``;
 #: not imported from there so that vLLM's processes load only this module).
 FAULT_ENV = "EVALRUN_FAULT"
 #: Set to ``1`` to log every application of the fault with before/after values.

@@ -651,11 +651,8 @@ def ensure_tiny_model(
     moved aside and rebuilt. Building takes a few seconds and about 3 MB.
 
     Args:
-        name: a key of :data:`TINY_MODELS` (or any name when ``recipe`` is given),
-            or of :data:`harness.training.TRAINED_MODELS` (a model trained on the
-            synthetic arithmetic task; delegated to
-            :func:`harness.training.ensure_trained_model`, which trains it once,
-            about 5 minutes on two CPU cores).
+        name: a key of :data:`TINY_MODELS` (or any name when ``recipe`` is given);
+            trained models are :func:`harness.models.ensure_model`'s.
         cache_dir: cache root; ``None`` means :func:`default_cache_dir`.
         progress: called with one-line status messages (``print`` by default).
         recipe: overrides the named recipe (tests, experiments).
@@ -665,13 +662,9 @@ def ensure_tiny_model(
     """
     if recipe is None:
         if name not in TINY_MODELS:
-            # Trained built-in models (harness.training), e.g. tiny-qwen3next-mtp-arith.
-            from .training import TRAINED_MODELS, ensure_trained_model
-
-            if name in TRAINED_MODELS:
-                return ensure_trained_model(name, cache_dir, progress)
             raise TinyModelError(
-                f"unknown tiny model {name!r}; known: {sorted(TINY_MODELS) + sorted(TRAINED_MODELS)}"
+                f"unknown tiny model {name!r}; known: {sorted(TINY_MODELS)} "
+                "(trained models: harness.models.ensure_model)"
             )
         recipe = TINY_MODELS[name]
     final = tiny_model_dir(name, recipe, cache_dir)

@@ -1,4 +1,4 @@
-"""Gate verdicts: each planned :class:`~harness.plan.GateDef` judged against what was measured.
+"""Gate verdicts: each planned :class:`~harness.config.plan.GateDef` judged against what was measured.
 
 Every gate result carries its name, the observed value, the limit and a verdict
 (``passed``: True, False, or None when it could not be judged because its task or
@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
-from .engine_info import Effectiveness
-from .engine_metrics import SpecDecodeMetrics
-from .plan import GateDef
-from .samples import Sample
-from .scoring import OutputMatch, TaskScore, first_divergence
-from .stats import PairedComparison, floor_margin, mcnemar_exact
+from harness.engine.info import Effectiveness
+from harness.engine.metrics import SpecDecodeMetrics
+from harness.config.plan import GateDef
+from harness.records.samples import Sample
+from harness.analysis.scoring import OutputMatch, TaskScore, first_divergence
+from harness.analysis.stats import PairedComparison, floor_margin, mcnemar_exact
 
 
 @dataclass(frozen=True)
@@ -229,7 +229,7 @@ def evaluate_gate(g: GateDef, m: Measurements) -> GateResult:
     Semantics (README "Gates"):
 
     * ``accuracy_floor``: accuracy >= threshold - tolerance - margin, where margin is
-      :func:`harness.stats.floor_margin` when the config gives
+      :func:`harness.analysis.stats.floor_margin` when the config gives
       ``calibration_questions`` larger than the run, else 0.
     * ``min_acceptance_length``: mean acceptance length >= limit; no drafts fails.
     * ``drafts_observed``: a speculative variant reported at least one draft.

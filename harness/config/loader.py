@@ -28,7 +28,7 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 #: Folder of the repository that holds ``configs/`` and ``model_lists/``.
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 CONFIGS_DIR = PROJECT_ROOT / "configs"
 MODEL_LISTS_DIR = PROJECT_ROOT / "model_lists"
 
@@ -140,7 +140,7 @@ class ComparisonSpec(_Frozen):
             fails the accuracy gate when the candidate is significantly worse.
         expected_discordance: assumed share of questions answered right by exactly
             one of the two variants, used only by ``--dry-run`` to state the smallest
-            accuracy drop the paired test detects (:func:`harness.stats.min_detectable_drop`).
+            accuracy drop the paired test detects (:func:`harness.analysis.stats.min_detectable_drop`).
         noise_runs: 2 runs the baseline variant's tasks twice on the same server; the
             baseline-vs-baseline output mismatches are the noise the candidate's
             output mismatches are judged against (README "Gates"). 1 = no rerun.
@@ -501,7 +501,7 @@ def _from_native(c: NativeConfig, path: Path, sha: str) -> ModelConfig:
             f"{path}: server_args: put --speculative-config in a variant's "
             "'speculative_config', not in the common server_args"
         )
-    from .faults import known_faults  # standard library only
+    from harness.faults.plugin import known_faults  # standard library only
 
     for name, v in c.variants.items():
         split_args(v.server_args, f"{path}: variants.{name}.server_args")

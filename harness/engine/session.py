@@ -1,7 +1,7 @@
 """One variant's engine session: its server, its client, and metric snapshots around each task.
 
 A session starts the variant's vLLM server, reads the effective engine facts, and
-runs task requests, producing one immutable :class:`~harness.samples.Sample` per
+runs task requests, producing one immutable :class:`~harness.records.samples.Sample` per
 request plus the speculative-decoding counter difference over the task.
 """
 
@@ -16,18 +16,18 @@ from pathlib import Path
 
 import httpx
 
-from .client import CompletionClient
-from .engine_info import EngineFacts, EngineInfoError
-from .engine_metrics import (
+from harness.engine.client import CompletionClient
+from harness.engine.info import EngineFacts, EngineInfoError
+from harness.engine.metrics import (
     MetricsError,
     SpecDecodeCounters,
     SpecDecodeMetrics,
     has_spec_decode_counters,
     parse_spec_decode_counters,
 )
-from .samples import Sample
-from .server import VllmServer
-from .tasks.gsm8k import Request, judge
+from harness.records.samples import Sample
+from harness.engine.server import VllmServer
+from harness.tasks.gsm8k import Request, judge
 
 #: Per-request metrics: seconds between two reads of /metrics that must agree.
 SETTLE_INTERVAL = 0.02
@@ -70,7 +70,7 @@ class VariantSession:
         on_wait: progress callback while the server starts (elapsed seconds).
 
     Raises:
-        harness.server.ServerStartError: from ``__enter__``.
+        harness.engine.server.ServerStartError: from ``__enter__``.
     """
 
     def __init__(

@@ -1,6 +1,6 @@
 """Train evalrun's tiny Qwen3-Next + MTP model on the synthetic arithmetic task.
 
-The random checkpoint of :mod:`harness.tinymodel` exercises vLLM's code paths but
+The random checkpoint of :mod:`harness.models.tiny` exercises vLLM's code paths but
 answers nothing and never gets a draft token accepted, so accuracy and acceptance
 gates cannot move. This module trains the same architecture (Gated DeltaNet linear
 attention + full attention + MoE, layers linear/full/linear/full, character-level
@@ -37,7 +37,7 @@ blocks (:func:`harness.tasks.synthetic.format_block`) of train-split problems,
 concatenated from the start of a block and cut to ``seq_len + 1`` characters.
 
 The result is cached in ``<cache>/models/<name>-<sha256(recipe)[:12]>`` (same cache
-root as :mod:`harness.tinymodel`); the recipe includes every hyperparameter, the
+root as :mod:`harness.models.tiny`); the recipe includes every hyperparameter, the
 data seeds and :data:`TRAIN_FORMAT_VERSION`, so any change trains a new model and an
 unchanged recipe never retrains. Public API: :class:`TrainRecipe`,
 :data:`TRAINED_MODELS`, :func:`ensure_trained_model`, :func:`train_model`,
@@ -61,8 +61,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from . import tinymodel as tm
-from .tasks import synthetic as syn
+import harness.models.tiny as tm
+from harness.tasks import synthetic as syn
 
 #: Bump when the training code or the files written change for the same recipe values.
 TRAIN_FORMAT_VERSION = 1
@@ -75,8 +75,8 @@ REQUIRED_FILES = tm.REQUIRED_FILES + ("train_log.json",)
 class TrainingError(tm.TinyModelError):
     """Training or exporting failed (missing libraries, bad recipe, failed self-check).
 
-    A :class:`harness.tinymodel.TinyModelError`, so callers of
-    :func:`harness.tinymodel.ensure_tiny_model` catch it as before.
+    A :class:`harness.models.tiny.TinyModelError`, so callers of
+    :func:`harness.models.tiny.ensure_tiny_model` catch it as before.
     """
 
 
@@ -101,7 +101,7 @@ class TrainRecipe:
     few-shot examples: 0.985 and 2.986 (1.000, 0.987).
 
     Attributes:
-        model: architecture and init (:class:`harness.tinymodel.TinyModelRecipe`;
+        model: architecture and init (:class:`harness.models.tiny.TinyModelRecipe`;
             ``seed`` seeds the initialisation, ``dtype`` is the stored dtype).
         split_seed, num_test, num_fewshot_items: arguments of
             :func:`harness.tasks.synthetic.generate_splits`; the defaults are the
@@ -248,10 +248,10 @@ def build_modules(recipe: TrainRecipe):
     Returns:
         ``(model, mtp, hf_config, n_tokens)``: a ``transformers``
         ``Qwen3NextForCausalLM``, the MTP block of
-        :func:`harness.tinymodel._build_mtp_module` (``fc``,
+        :func:`harness.models.tiny._build_mtp_module` (``fc``,
         ``pre_fc_norm_embedding``, ``pre_fc_norm_hidden``, ``layers[0]``, ``norm``),
         its ``Qwen3NextConfig`` and the tokenizer size (= vocabulary size,
-        :func:`harness.tinymodel.padded_vocab_size`: 99 base ids padded with
+        :func:`harness.models.tiny.padded_vocab_size`: 99 base ids padded with
         reserved tokens to a multiple of ``vocab_multiple``). The global torch RNG is left seeded
         (callers train right after).
     """
@@ -486,10 +486,10 @@ def train_model(recipe: TrainRecipe, progress: Callable[[str], Any] = print, log
 def export_checkpoint(model, mtp, recipe: TrainRecipe, out_dir: Path, extra_info: dict | None = None) -> Path:
     """Write ``model`` + ``mtp`` as a vLLM-loadable checkpoint with tokenizer into ``out_dir``.
 
-    Same layout as :func:`harness.tinymodel.build_tiny_model`: main-model tensors
+    Same layout as :func:`harness.models.tiny.build_tiny_model`: main-model tensors
     under ``transformers``' names (checked equal to ``save_pretrained``'s), per-expert
     tensors, MTP tensors under ``mtp.*`` (checked equal to
-    :func:`harness.tinymodel.mtp_tensor_names`), one ``model.safetensors`` in
+    :func:`harness.models.tiny.mtp_tensor_names`), one ``model.safetensors`` in
     ``recipe.model.dtype``, ``config.json`` with ``num_nextn_predict_layers: 1``,
     the character tokenizer, and ``recipe.json`` with the recipe and its hash.
 
@@ -584,7 +584,7 @@ def ensure_trained_model(
     """Return the folder of the named trained model, training it on first use.
 
     The folder (:func:`trained_model_dir`) holds what
-    :func:`harness.tinymodel.ensure_tiny_model` writes plus ``train_log.json``
+    :func:`harness.models.tiny.ensure_tiny_model` writes plus ``train_log.json``
     (loss history, wall time, tokens/s). Training the default recipe takes about
     5 minutes on two CPU cores; it happens once per recipe hash. Concurrent callers
     serialise on ``<folder>.lock`` (``fcntl.flock``), so only one trains; the build
@@ -593,7 +593,7 @@ def ensure_trained_model(
 
     Args:
         name: a key of :data:`TRAINED_MODELS` (any name when ``recipe`` is given).
-        cache_dir: cache root; None means :func:`harness.tinymodel.default_cache_dir`.
+        cache_dir: cache root; None means :func:`harness.models.tiny.default_cache_dir`.
         progress: receives one-line status messages (training progress included).
         recipe: overrides the named recipe (tests, experiments).
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
-from .samples import Sample
-from .stats import wilson_interval
-from .tasks.gsm8k import PIPELINES
+from harness.records.samples import Sample
+from harness.analysis.stats import wilson_interval
+from harness.tasks.gsm8k import PIPELINES
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ def score_task(samples: Sequence[Sample], pipelines: Sequence[str] = PIPELINES) 
         pipelines: answer pipeline names to report.
 
     Returns:
-        :class:`TaskScore`; Wilson intervals per :func:`harness.stats.wilson_interval`.
+        :class:`TaskScore`; Wilson intervals per :func:`harness.analysis.stats.wilson_interval`.
     """
     ok = [s for s in samples if s.ok]
     errors = len(samples) - len(ok)

@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from harness import __version__
 
 SCHEMA_VERSION = 1
 RUN_FILE = "run.json"

@@ -1,6 +1,6 @@
 """Reports of a run record: a terminal table (rich) and a Markdown summary.
 
-Both read only the run record dict written by :mod:`harness.results`, so a report can
+Both read only the run record dict written by :mod:`harness.records.run_record`, so a report can
 be regenerated from disk.
 """
 

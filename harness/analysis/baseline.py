@@ -9,7 +9,7 @@ in addition to the in-run reference:
 * ``baseline_accuracy_drop`` (per variant and task): fails when the accuracy dropped
   since the baseline by more than ``gates.baseline_max_accuracy_drop`` **or** is
   significantly lower at ``gates.baseline_alpha`` (one-sided). Paired over the same
-  question ids and prompts (exact one-sided McNemar, :func:`harness.stats.paired_comparison`)
+  question ids and prompts (exact one-sided McNemar, :func:`harness.analysis.stats.paired_comparison`)
   when the baseline stores per-question correctness (it always does when written by
   evalrun); otherwise Fisher's exact test, one-sided (``scipy.stats.fisher_exact``).
   An improvement never fails.
@@ -39,12 +39,12 @@ import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .config import ModelConfig
-from .gates import GateResult, Measurements
-from .results import utc_now
-from .samples import Sample, read_jsonl
-from .scoring import correctness
-from .stats import paired_comparison
+from harness.config.loader import ModelConfig
+from harness.analysis.gates import GateResult, Measurements
+from harness.records.run_record import utc_now
+from harness.records.samples import Sample, read_jsonl
+from harness.analysis.scoring import correctness
+from harness.analysis.stats import paired_comparison
 
 __all__ = [
     "BASELINE_SCHEMA",

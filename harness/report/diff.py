@@ -1,7 +1,7 @@
 """``evalrun diff RUN_A RUN_B``: what changed between two runs (or a run and a baseline).
 
 Either side is a run folder (``results/<run id>/``, or its ``run.json``) or a baseline
-file (``results/baselines/<config>.json``, :mod:`harness.baseline`). Every accuracy
+file (``results/baselines/<config>.json``, :mod:`harness.analysis.baseline`). Every accuracy
 figure is recomputed from the per-question data on disk (a run's samples JSONL, a
 baseline's ``questions``), never copied from the record; acceptance figures come from
 the record (its counters are per task, not per question). For each config, variant
@@ -9,7 +9,7 @@ and task present on both sides the diff gives:
 
 * **accuracy** per answer pipeline: A and B with 95% Wilson intervals, the change
   B - A with its interval and p-value: paired over the question ids present on both
-  sides with the same prompt hash (:func:`harness.stats.paired_comparison`: Wald
+  sides with the same prompt hash (:func:`harness.analysis.stats.paired_comparison`: Wald
   interval of a paired difference, McNemar p, exact when fewer than 25 discordant
   pairs, and the exact one-sided p for "B worse"); unpaired when no question is
   shared (Newcombe's hybrid score interval and Fisher's exact two-sided p);
@@ -37,10 +37,10 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from .report import fmt
-from .samples import read_jsonl
-from .stats import paired_comparison, wilson_interval
-from .tasks.gsm8k import PIPELINES
+from harness.report.summary import fmt
+from harness.records.samples import read_jsonl
+from harness.analysis.stats import paired_comparison, wilson_interval
+from harness.tasks.gsm8k import PIPELINES
 
 __all__ = ["DiffError", "load_side", "diff_runs", "render_diff_markdown", "newcombe_interval", "cli_main"]
 
@@ -53,7 +53,7 @@ class DiffError(ValueError):
 
 
 def _tok_hash(ids) -> str | None:
-    from .baseline import token_ids_hash
+    from harness.analysis.baseline import token_ids_hash
 
     return token_ids_hash(ids)
 
@@ -76,8 +76,8 @@ def load_side(path: str | Path) -> dict[str, Any]:
         DiffError: the path does not exist, is not a run record or baseline, or a
             samples file named by the record cannot be read.
     """
-    from .baseline import BASELINE_SCHEMA
-    from .results import RunRecordError, load_run
+    from harness.analysis.baseline import BASELINE_SCHEMA
+    from harness.records.run_record import RunRecordError, load_run
 
     p = Path(path)
     if not p.exists():
@@ -177,7 +177,7 @@ def _side_from_baseline(doc: dict[str, Any], path: Path) -> dict[str, Any]:
 
 
 def _pipeline(crec: Mapping[str, Any]) -> str:
-    from .baseline import config_pipeline
+    from harness.analysis.baseline import config_pipeline
 
     return config_pipeline(crec)
 
@@ -256,7 +256,7 @@ def _first_char_divergence(a: str, b: str) -> int | None:
 
 
 def _outputs_changed(ta: Mapping[str, Any], tb: Mapping[str, Any]) -> dict[str, Any]:
-    from .scoring import first_divergence
+    from harness.analysis.scoring import first_divergence
 
     compared, changed = 0, []
     for q, a in ta["questions"].items():

@@ -1,0 +1,1 @@
+"""Scores and metrics into verdicts: scoring, statistics, gates."""

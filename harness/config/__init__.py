@@ -1,0 +1,1 @@
+"""Configuration: YAML configs and model lists into frozen types, and the plan derived from them."""

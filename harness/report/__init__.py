@@ -1,0 +1,1 @@
+"""What people read: terminal and Markdown summaries, diffs, calibration tables, progress."""

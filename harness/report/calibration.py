@@ -1,0 +1,467 @@
+"""``evalrun calibrate --config LIST --repeat N``: run each config N times, measure the
+run-to-run spread, and recommend tolerances.
+
+Each repeat is an ordinary run (:func:`harness.runner.run`, fresh servers) written to
+``<results dir>/<calibration id>/run<i>/``; the summary goes to
+``<results dir>/<calibration id>/calibration.{md,json}`` (and ``--output`` / ``--json``).
+
+Reported per config, variant and task: every accuracy (both pipelines) and every
+acceptance figure (mean acceptance length, acceptance rate, per-position acceptance)
+over the N runs: the values, mean, sample standard deviation (n - 1 denominator) with
+its one-sided 95% chi-square upper bound, min and max; per comparison the output-match
+rate, the paired accuracy drop and the discordance; and the run-to-run output noise:
+the share of questions whose greedy completion differs between run i and run 1 of the
+same variant (the ``noise_mismatch_rate`` the output-match gate can be judged against).
+
+Recommendation rule (k = ``--sigmas``, default 3). Each gate's limit sits k standard
+deviations of the total noise away from the calibrated mean, where the total variance
+is the run-to-run variance s^2 measured here plus the sampling variance of one run
+(variances of independent error sources add; k = 3 is Shewhart's 3-sigma control
+limit, a one-sided false-alarm rate of about 0.13% per gate under normality:
+Montgomery, Introduction to Statistical Quality Control, 7th ed., sec. 5.2):
+
+* accuracy floor, per variant and task with mean accuracy p over n questions:
+  ``sigma = sqrt(s^2 + pt(1-pt)/n)``, pt = (pn + 2)/(n + 4) (the binomial sampling term,
+  Agresti-Coull adjusted so that p = 0 or 1 keeps a sampling error,
+  :func:`binomial_variance`; which borderline questions a build gets right is
+  re-drawn by any numerically different but equally good build);
+  ``accuracy_threshold`` = the highest mean over variants and tasks, ``tolerance`` =
+  the largest ``threshold - p + k * sigma``, so that every variant's floor is at most
+  its own ``p - k * sigma``; ``calibration_questions`` = n.
+* ``min_acceptance_length``: the smallest ``mean - k * sqrt(s^2 + se^2)`` over
+  speculative variants and tasks, where se is the per-request bootstrap standard error
+  (interval width / (2 * 1.96)) when the runs had ``per_request_metrics``, else the
+  per-draft standard error ``sqrt(Var(a) / drafts)`` of the accepted count a per
+  draft, whose distribution follows from per-position acceptance q_i = P(a > i):
+  ``E[a] = sum q_i``, ``E[a^2] = sum (2i + 1) q_i`` (assumes independent drafts, so it
+  understates the spread when requests differ); never below 1.
+* per comparison: ``max_accuracy_drop = max(0, mean drop) + k * sqrt(s_drop^2 + v)``
+  with v the larger of the mean paired Wald variance ``(b + c)/n^2 - (b - c)^2/n^3``
+  (Agresti, Categorical Data Analysis, 2nd ed., sec. 10.1) and ``psi / n``, the
+  variance of a paired difference with no drop at discordance psi;
+  ``expected_discordance`` = psi = the mean share (b + c)/n, at least 1/n; ``max_acceptance_length_drop`` (two speculative
+  variants) ``= max(0, mean drop) + k * sqrt(s_drop^2 + se_a^2 + se_b^2)``;
+  ``noise_mismatch_rate`` = the larger of the mean run-to-run output noise of the
+  comparison's baseline variant and the calibrated build's own mean baseline-vs-
+  candidate mismatch rate (in bfloat16 a speculative variant's greedy outputs differ
+  from the reference on some prompts from rounding alone, and a rerun of the reference
+  does not see that); 0 means exact equality can be required (keep
+  ``min_output_match: 1.0``).
+
+With few repeats s is poorly known (the upper bound column shows how poorly); the
+sampling terms keep the tolerances from collapsing to zero when s happens to be 0.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from harness.report.summary import fmt
+from harness.records.samples import read_jsonl
+from harness.analysis.scoring import first_divergence
+from harness.tasks.gsm8k import PIPELINES
+
+__all__ = ["spread", "per_draft_se", "binomial_variance", "summarize", "render_calibration_markdown", "Z95"]
+
+#: Two-sided 95% normal quantile, to turn a bootstrap interval width into a standard error.
+Z95 = 1.959963984540054
+
+
+def spread(values: Sequence[float | None]) -> dict[str, Any]:
+    """Mean and spread of one figure over the runs.
+
+    Args:
+        values: one value per run (None = not measured in that run, left out).
+
+    Returns:
+        ``{"values", "n_runs", "mean", "sd", "sd_upper95", "min", "max"}``: ``sd`` is
+        the sample standard deviation (n - 1 denominator; None with fewer than two
+        values); ``sd_upper95`` the one-sided 95% upper confidence bound
+        ``sd * sqrt((n - 1) / chi2_{0.05, n-1})`` (normal data; e.g. Montgomery,
+        Introduction to Statistical Quality Control, sec. 4.3); None when not
+        computable.
+    """
+    from scipy import stats as _st
+
+    xs = [float(v) for v in values if v is not None]
+    out: dict[str, Any] = {"values": list(values), "n_runs": len(xs), "mean": None, "sd": None,
+                           "sd_upper95": None, "min": None, "max": None}
+    if not xs:
+        return out
+    n = len(xs)
+    mean = sum(xs) / n
+    out.update(mean=mean, min=min(xs), max=max(xs))
+    if n >= 2:
+        sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
+        out["sd"] = sd
+        out["sd_upper95"] = sd * math.sqrt((n - 1) / float(_st.chi2.ppf(0.05, n - 1)))
+    return out
+
+
+def per_draft_se(per_position: Sequence[float | None] | None, drafts: float | None) -> float | None:
+    """Standard error of mean acceptance length from per-position acceptance alone.
+
+    Args:
+        per_position: q_i = share of drafts whose position i was accepted (fractions,
+            non-increasing: a position is accepted only after every earlier one).
+        drafts: number of drafts D.
+
+    Returns:
+        ``sqrt(Var(a) / D)`` for the accepted count a per draft, with
+        ``P(a > i) = q_i``, ``E[a] = sum_i q_i``, ``E[a^2] = sum_i (2i + 1) q_i``
+        (since ``a^2 = sum_{i < a} (2i + 1)``), assuming independent drafts; None when
+        there are no drafts or no per-position figures.
+    """
+    if not per_position or not drafts or any(q is None for q in per_position):
+        return None
+    ea = sum(per_position)
+    ea2 = sum((2 * i + 1) * q for i, q in enumerate(per_position))
+    return math.sqrt(max(ea2 - ea * ea, 0.0) / drafts)
+
+
+def binomial_variance(p: float, n: int) -> float:
+    """Sampling variance of an accuracy p over n questions, ``pt (1 - pt) / n`` with
+    the Agresti-Coull shrunk proportion ``pt = (p n + 2) / (n + 4)`` ("add two successes
+    and two failures", Agresti & Coull 1998, Am. Stat. 52:119-126), so that an accuracy
+    of exactly 0 or 1 on a small run does not claim zero sampling error.
+
+    Raises:
+        ValueError: n < 1 or p outside [0, 1].
+    """
+    if n < 1 or not 0.0 <= p <= 1.0:
+        raise ValueError(f"need n >= 1 and 0 <= p <= 1, got n={n}, p={p}")
+    pt = (p * n + 2) / (n + 4)
+    return pt * (1 - pt) / n
+
+
+def _mean(xs: Sequence[float]) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def _ci_se(ci: Any) -> float | None:
+    return (ci[1] - ci[0]) / (2 * Z95) if ci else None
+
+
+def _noise_vs_first(runs: Sequence[tuple[Mapping[str, Any], Path]], cname: str, vname: str, tname: str
+                    ) -> list[dict[str, Any]]:
+    """Output mismatch of run i (i >= 2) against run 1 of the same variant and task."""
+    def samples(rec, run_dir):
+        c = next((c for c in rec.get("configs", []) if c["name"] == cname), None)
+        t = ((c or {}).get("variants", {}).get(vname) or {}).get("tasks", {}).get(tname)
+        if not t or t.get("status") != "ran":
+            return None
+        return {s.question_id: s for s in read_jsonl(Path(run_dir) / t["samples"])}
+
+    first = samples(*runs[0])
+    out = []
+    if first is None:
+        return out
+    for i, (rec, run_dir) in enumerate(runs[1:], 2):
+        other = samples(rec, run_dir)
+        if other is None:
+            continue
+        compared, diverged = 0, []
+        for q, a in first.items():
+            b = other.get(q)
+            if b is None or not (a.ok and b.ok) or a.token_ids is None or b.token_ids is None:
+                continue
+            compared += 1
+            d = first_divergence(a.token_ids, b.token_ids)
+            if d is not None:
+                diverged.append([q, d])
+        out.append({"run": i, "compared": compared, "mismatched": len(diverged),
+                    "rate": len(diverged) / compared if compared else None, "first_divergences": diverged})
+    return out
+
+
+def summarize(runs: Sequence[tuple[Mapping[str, Any], Path]], k: float = 3.0) -> dict[str, Any]:
+    """Summarise repeated runs of the same configs and recommend tolerances.
+
+    Args:
+        runs: ``(run record, run folder)`` per repeat, in order (at least one).
+        k: the number of standard deviations of total noise between the calibrated
+            mean and a recommended limit (module docstring).
+
+    Returns:
+        ``{"runs": [...], "sigmas": k, "rule": str, "configs": [{"name", "pipeline",
+        "tasks": [{"variant", "task", "n", "accuracy": {pipeline: spread},
+        "mean_acceptance_length": spread, "acceptance_rate": spread,
+        "per_position_acceptance": [spread], "sampling_se_mean_acceptance_length",
+        "output_noise": [...], "output_noise_rate": spread, "rerun_noise_rate": spread}],
+        "comparisons": [{"baseline", "candidate", "task", "output_match_rate": spread,
+        "accuracy_drop": spread, "discordance": spread, "wald_variance": mean,
+        "acceptance_length_drop": spread | None}], "recommended": {...},
+        "explain": {key: how it was computed}}]}``.
+
+    Raises:
+        ValueError: ``runs`` is empty.
+    """
+    if not runs:
+        raise ValueError("summarize needs at least one run")
+    first_rec = runs[0][0]
+    out: dict[str, Any] = {
+        "runs": [{"run_id": r.get("run_id"), "path": str(p), "exit_code": r.get("exit_code"),
+                  "status": r.get("status")} for r, p in runs],
+        "sigmas": k, "rule": RULE.format(k=k), "configs": [],
+    }
+    for c0 in first_rec.get("configs", []):
+        cname = c0["name"]
+        crecs = [next((c for c in r.get("configs", []) if c["name"] == cname), None) for r, _ in runs]
+        pipe = c0.get("pipeline") or "flexible-extract"
+        cs: dict[str, Any] = {"name": cname, "pipeline": pipe, "tasks": [], "comparisons": []}
+        tstats: dict[tuple[str, str], dict[str, Any]] = {}
+        for vname, v in c0.get("variants", {}).items():
+            for tname in v.get("tasks", {}):
+                ts = [((c or {}).get("variants", {}).get(vname) or {}).get("tasks", {}).get(tname) for c in crecs]
+                ts = [t if t and t.get("status") == "ran" else None for t in ts]
+                e: dict[str, Any] = {"variant": vname, "task": tname}
+                scored = [t["scored"][pipe] for t in ts if t]
+                e["n"] = round(_mean(scored)) if scored else None
+                e["accuracy"] = {p: spread([t["accuracy"].get(p) if t else None for t in ts]) for p in PIPELINES}
+                sds = [(t.get("spec_decode") if t else None) for t in ts]
+                if any(sds):
+                    e["mean_acceptance_length"] = spread([s.get("mean_acceptance_length") if s else None for s in sds])
+                    e["acceptance_rate"] = spread([s.get("acceptance_rate") if s else None for s in sds])
+                    width = max(len(s.get("per_position_acceptance") or []) for s in sds if s)
+                    e["per_position_acceptance"] = [
+                        spread([(s.get("per_position_acceptance") or [None] * width)[i] if s else None for s in sds])
+                        for i in range(width)
+                    ]
+                    boot = [_ci_se(t.get("mean_acceptance_length_ci")) for t in ts if t]
+                    draft = [per_draft_se(s.get("per_position_acceptance"), s.get("drafts")) for s in sds if s]
+                    if any(x is not None for x in boot):
+                        e["sampling_se_mean_acceptance_length"] = _mean(boot)
+                        e["sampling_se_source"] = "per-request bootstrap"
+                    else:
+                        e["sampling_se_mean_acceptance_length"] = _mean(draft)
+                        e["sampling_se_source"] = "per-draft (per-position acceptance, independent drafts)"
+                e["output_noise"] = _noise_vs_first(runs, cname, vname, tname)
+                e["output_noise_rate"] = spread([x["rate"] for x in e["output_noise"]])
+                reruns = [((t or {}).get("rerun") or {}).get("output_match_vs_first") for t in ts]
+                e["rerun_noise_rate"] = spread(
+                    [1 - x["output_match_rate"] if x and x.get("output_match_rate") is not None else None for x in reruns])
+                cs["tasks"].append(e)
+                tstats[(vname, tname)] = e
+        for comp0 in c0.get("comparisons", []):
+            key = (comp0["baseline"], comp0["candidate"], comp0["task"])
+            comps = [next((x for x in (c or {}).get("comparisons", [])
+                           if (x["baseline"], x["candidate"], x["task"]) == key), None) for c in crecs]
+            pcs = [(x or {}).get("paired") for x in comps]
+            drops = [p["accuracy_a"] - p["accuracy_b"] if p else None for p in pcs]
+            disc = [(len(p["a_only"]) + len(p["b_only"])) / p["n"] if p and p["n"] else None for p in pcs]
+            wald = [((len(p["a_only"]) + len(p["b_only"])) / p["n"] ** 2
+                     - (len(p["a_only"]) - len(p["b_only"])) ** 2 / p["n"] ** 3) if p and p["n"] else None for p in pcs]
+            ce: dict[str, Any] = {
+                "baseline": key[0], "candidate": key[1], "task": key[2],
+                "output_match_rate": spread([(x or {}).get("output_match_rate") for x in comps]),
+                "accuracy_drop": spread(drops), "discordance": spread(disc), "wald_variance": _mean(wald),
+                "n": (pcs[0] or {}).get("n") if pcs else None,
+                "acceptance_length_drop": None,
+            }
+            ea, eb = tstats.get((key[0], key[2])), tstats.get((key[1], key[2]))
+            if ea and eb and ea.get("mean_acceptance_length") and eb.get("mean_acceptance_length"):
+                va, vb = ea["mean_acceptance_length"]["values"], eb["mean_acceptance_length"]["values"]
+                ce["acceptance_length_drop"] = spread(
+                    [x - y if x is not None and y is not None else None for x, y in zip(va, vb)])
+            cs["comparisons"].append(ce)
+        cs["recommended"], cs["explain"] = _recommend(cs, k)
+        out["configs"].append(cs)
+    return out
+
+
+RULE = (
+    "limit = calibrated mean -/+ {k} * sqrt(run-to-run variance + sampling variance of one run) "
+    "(variances of independent sources add; {k}-sigma Shewhart control limits, Montgomery, "
+    "Introduction to Statistical Quality Control, 7th ed., sec. 5.2); sampling variance: "
+    "pt(1-pt)/n (pt = (pn+2)/(n+4), Agresti-Coull) for an accuracy, the paired variance for a paired drop, the per-request "
+    "bootstrap (or per-draft) standard error squared for acceptance length"
+)
+
+
+def _up(x: float, d: int = 4) -> float:
+    return math.ceil(x * 10**d) / 10**d
+
+
+def _down(x: float, d: int = 4) -> float:
+    return math.floor(x * 10**d) / 10**d
+
+
+def _recommend(cs: Mapping[str, Any], k: float) -> tuple[dict[str, Any], dict[str, str]]:
+    pipe = cs["pipeline"]
+    rec: dict[str, Any] = {"gates": {}, "comparisons": []}
+    why: dict[str, str] = {}
+    floors = []
+    for e in cs["tasks"]:
+        a = e["accuracy"][pipe]
+        if a["mean"] is None or not e["n"]:
+            continue
+        p, n, s = a["mean"], e["n"], a["sd"] or 0.0
+        sigma = math.sqrt(s * s + binomial_variance(p, n))
+        floors.append((e["variant"], e["task"], p, sigma, n))
+    if floors:
+        thr = max(f[2] for f in floors)
+        tol = max(thr - p + k * sig for _, _, p, sig, _ in floors)
+        rec["gates"].update(accuracy_threshold=round(thr, 4), tolerance=_up(min(tol, 1.0)),
+                            calibration_questions=max(f[4] for f in floors))
+        worst = max(floors, key=lambda f: thr - f[2] + k * f[3])
+        why["accuracy_threshold"] = f"highest mean {pipe} accuracy over variants and tasks ({thr:.4f})"
+        why["tolerance"] = (
+            f"largest threshold - p + {k} * sqrt(s^2 + pt(1-pt)/n), pt = (pn+2)/(n+4); set by {worst[0]}/{worst[1]}: "
+            f"p={worst[2]:.4f}, sigma={worst[3]:.4f}, n={worst[4]}"
+        )
+        why["calibration_questions"] = "questions scored per run"
+    mals = []
+    for e in cs["tasks"]:
+        m = e.get("mean_acceptance_length")
+        if not m or m["mean"] is None:
+            continue
+        se = e.get("sampling_se_mean_acceptance_length") or 0.0
+        sig = math.sqrt((m["sd"] or 0.0) ** 2 + se * se)
+        mals.append((e["variant"], e["task"], m["mean"], sig, e.get("sampling_se_source")))
+    if mals:
+        lows = [(v, t, mu - k * sig, mu, sig, src) for v, t, mu, sig, src in mals]
+        v, t, low, mu, sig, src = min(lows, key=lambda x: x[2])
+        rec["gates"]["min_acceptance_length"] = max(1.0, _down(low, 3))
+        why["min_acceptance_length"] = (
+            f"smallest mean - {k} * sqrt(s^2 + se^2), never below 1; set by {v}/{t}: mean {mu:.4f}, "
+            f"sigma {sig:.4f} (se from {src})"
+        )
+    taskmap = {(e["variant"], e["task"]): e for e in cs["tasks"]}
+    for ce in cs["comparisons"]:
+        r: dict[str, Any] = {"baseline": ce["baseline"], "candidate": ce["candidate"], "task": ce["task"]}
+        d = ce["accuracy_drop"]
+        tag = f"{ce['baseline']}->{ce['candidate']}/{ce['task']}"
+        psi = None
+        if ce["discordance"]["mean"] is not None and ce.get("n"):
+            psi = max(ce["discordance"]["mean"], 1.0 / ce["n"])
+        if d["mean"] is not None:
+            v = max(ce["wald_variance"] or 0.0, psi / ce["n"] if psi else 0.0)
+            r["max_accuracy_drop"] = _up(min(1.0, max(0.0, d["mean"]) + k * math.sqrt((d["sd"] or 0.0) ** 2 + v)))
+            why[f"{tag} max_accuracy_drop"] = (
+                f"max(0, mean drop {d['mean']:.4f}) + {k} * sqrt(s_drop^2 {(d['sd'] or 0.0) ** 2:.2e} + "
+                f"paired variance {v:.2e} = max(mean Wald variance, expected_discordance / n))"
+            )
+        if psi is not None:
+            r["expected_discordance"] = round(psi, 4)
+            why[f"{tag} expected_discordance"] = f"mean share of questions right in exactly one variant, at least 1/n = 1/{ce['n']}"
+        ad = ce.get("acceptance_length_drop")
+        if ad and ad["mean"] is not None:
+            sa = (taskmap.get((ce["baseline"], ce["task"])) or {}).get("sampling_se_mean_acceptance_length") or 0.0
+            sb = (taskmap.get((ce["candidate"], ce["task"])) or {}).get("sampling_se_mean_acceptance_length") or 0.0
+            r["max_acceptance_length_drop"] = _up(max(0.0, ad["mean"]) + k * math.sqrt((ad["sd"] or 0.0) ** 2 + sa * sa + sb * sb), 3)
+            why[f"{tag} max_acceptance_length_drop"] = f"max(0, mean drop) + {k} * sqrt(s_drop^2 + se_a^2 + se_b^2)"
+        base = taskmap.get((ce["baseline"], ce["task"])) or {}
+        noise = base.get("output_noise_rate") or {}
+        rerun = base.get("rerun_noise_rate") or {}
+        runs_nz = max([x for x in (noise.get("mean"), rerun.get("mean")) if x is not None], default=None)
+        om = ce["output_match_rate"]
+        clean = 1 - om["mean"] if om["mean"] is not None else None
+        nz = max([x for x in (runs_nz, clean) if x is not None], default=None)
+        if nz is not None:
+            r["noise_mismatch_rate"] = round(nz, 4)
+            r["noise_runs"] = 1
+            if nz == 0:
+                r["min_output_match"] = 1.0
+            why[f"{tag} noise_mismatch_rate"] = (
+                f"the larger of the {ce['baseline']} run-to-run output noise "
+                f"({'-' if runs_nz is None else f'{runs_nz:.4f}'}: share of questions whose completion differs "
+                f"between runs or reruns) and this calibrated build's own {ce['baseline']}-vs-{ce['candidate']} "
+                f"mismatch rate ({'-' if clean is None else f'{clean:.4f}'}: e.g. in bfloat16, verifying several "
+                "draft tokens in one step rounds differently from one-token decoding, which no gate can tell "
+                "from a bug); use it with noise_runs: 1 (a rerun measures only the first kind)"
+                + (" (0: outputs are deterministic, require exact equality: min_output_match 1.0)" if nz == 0 else
+                   "; the output-match gate then fails only when the candidate mismatches significantly more often")
+            )
+        rec["comparisons"].append(r)
+    return rec, why
+
+
+def _f(x: Any, d: int = 4) -> str:
+    return fmt(x, d)
+
+
+def _vals(xs: Sequence[Any], d: int = 4) -> str:
+    return ", ".join(_f(x, d) for x in xs)
+
+
+def _row(label: list[str], s: Mapping[str, Any], d: int = 4) -> list[str]:
+    return label + [_vals(s["values"], d), _f(s["mean"], d), _f(s["sd"], d), _f(s["sd_upper95"], d),
+                    _f(s["min"], d), _f(s["max"], d)]
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    out += ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows]
+    return out
+
+
+SPREAD_HEAD = ["values (run 1..N)", "mean", "sd", "sd 95% upper", "min", "max"]
+
+
+def render_calibration_markdown(summary: Mapping[str, Any]) -> str:
+    """The calibration summary (:func:`summarize`) as Markdown."""
+    L = [f"# evalrun calibrate: {len(summary['runs'])} runs", ""]
+    for r in summary["runs"]:
+        L.append(f"- run `{r['path']}` (exit code {r['exit_code']}, {r['status']})")
+    L += ["", f"Rule: {summary['rule']}.", ""]
+    for cs in summary["configs"]:
+        L += [f"## {cs['name']}", "", f"### Accuracy (gates read {cs['pipeline']})", ""]
+        rows = []
+        for e in cs["tasks"]:
+            for p, s in e["accuracy"].items():
+                bs = math.sqrt(binomial_variance(s["mean"], e["n"])) if s["mean"] is not None and e["n"] else None
+                rows.append(_row([e["variant"], e["task"], p, str(e["n"])], s) + [_f(bs)])
+        L += _table(["variant", "task", "pipeline", "n"] + SPREAD_HEAD + ["sampling sd sqrt(pt(1-pt)/n)"], rows)
+        rows = []
+        for e in cs["tasks"]:
+            if not e.get("mean_acceptance_length"):
+                continue
+            rows.append(_row([e["variant"], e["task"], "mean acceptance length"], e["mean_acceptance_length"])
+                        + [f"{_f(e.get('sampling_se_mean_acceptance_length'))} ({e.get('sampling_se_source')})"])
+            rows.append(_row([e["variant"], e["task"], "acceptance rate"], e["acceptance_rate"]) + [""])
+            for i, s in enumerate(e.get("per_position_acceptance") or []):
+                rows.append(_row([e["variant"], e["task"], f"acceptance at position {i}"], s) + [""])
+        if rows:
+            L += ["", "### Speculative decoding", ""]
+            L += _table(["variant", "task", "figure"] + SPREAD_HEAD + ["sampling se"], rows)
+        rows = []
+        for ce in cs["comparisons"]:
+            lab = [f"{ce['baseline']} -> {ce['candidate']}", ce["task"]]
+            rows.append(_row(lab + ["output match rate"], ce["output_match_rate"]))
+            rows.append(_row(lab + ["accuracy drop (baseline - candidate)"], ce["accuracy_drop"]))
+            rows.append(_row(lab + ["discordance (b + c)/n"], ce["discordance"]))
+            if ce.get("acceptance_length_drop"):
+                rows.append(_row(lab + ["mean acceptance length drop"], ce["acceptance_length_drop"]))
+        if rows:
+            L += ["", "### Comparisons", ""]
+            L += _table(["pair", "task", "figure"] + SPREAD_HEAD, rows)
+        rows = []
+        for e in cs["tasks"]:
+            for x in e["output_noise"]:
+                firsts = ", ".join(f"{q}@{d}" for q, d in x["first_divergences"][:8]) + (" ..." if x["mismatched"] > 8 else "")
+                rows.append([e["variant"], e["task"], f"run {x['run']} vs run 1", f"{x['mismatched']}/{x['compared']}",
+                             _f(x["rate"]), firsts or "-"])
+        if rows:
+            L += ["", "### Run-to-run output noise (same variant, greedy completions)", ""]
+            L += _table(["variant", "task", "runs", "differ", "rate", "first divergence (token)"], rows)
+        rec = cs["recommended"]
+        L += ["", "### Recommended", "", "```yaml", "gates:"]
+        for key, v in rec["gates"].items():
+            L.append(f"  {key}: {v}")
+        if rec["comparisons"]:
+            L.append("comparisons:")
+            for r in rec["comparisons"]:
+                L.append(f"  - baseline: {r['baseline']}")
+                L.append(f"    candidate: {r['candidate']}")
+                for key, v in r.items():
+                    if key not in ("baseline", "candidate", "task"):
+                        L.append(f"    {key}: {v}")
+                L.append(f"    # task {r['task']}")
+        L += ["```", ""]
+        for key, text in cs["explain"].items():
+            L.append(f"- `{key}`: {text}")
+        L.append("")
+    return "\n".join(L) + "\n"

@@ -1,0 +1,167 @@
+"""The dry run: the plan for people (``--dry-run``), with the smallest accuracy drops its gates can detect."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.config.loader import ModelConfig
+from harness.config.plan import Plan
+from harness.tasks import task_size
+
+
+#: Power assumed by :func:`detectable_drops` (README "Sample size").
+DEFAULT_POWER = 0.8
+#: One-sided level of the floor gate's sampling margin (:func:`harness.analysis.stats.floor_margin`).
+FLOOR_ALPHA = 0.05
+
+
+def detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER) -> list[dict[str, Any]]:
+    """The smallest accuracy drops the gates of ``config`` can detect, per task.
+
+    For each task with n questions (:func:`task_size`) and p = the config's
+    ``accuracy_threshold`` (0.5, the worst case, when there is none):
+
+    * ``floor.test_drop``: :func:`harness.analysis.stats.min_detectable_drop` ``(n, p, alpha,
+      power)``: a one-sided level-alpha one-sample test of a proportion detects a true
+      drop delta with probability ``power`` when ``delta >= (z_{1-alpha} + z_power)
+      sqrt(p(1-p)/n)`` (normal approximation; Chow, Shao & Wang, Sample Size
+      Calculations in Clinical Research, sec. 4.1). alpha = :data:`FLOOR_ALPHA`.
+    * ``floor.gate_drop`` (with a threshold): the floor gate as configured fails when
+      the observed accuracy is below ``threshold - tolerance - margin`` (margin =
+      :func:`harness.analysis.stats.floor_margin` for a run smaller than
+      ``calibration_questions``); with true accuracy ``threshold - delta`` and
+      standard error ``se = sqrt(p(1-p)/n)`` it fails with probability ``power``
+      once ``delta >= tolerance + margin + z_power * se``.
+    * ``paired[]`` (one per comparison with ``max_accuracy_drop``): the paired
+      McNemar test at the comparison's alpha, assuming a share ``psi =
+      expected_discordance`` of questions right in exactly one variant:
+      :func:`harness.analysis.stats.min_detectable_drop` with ``discordance=psi`` (Connor 1987,
+      Biometrics 43:207-211); None when not even delta = psi is detectable.
+      The gate also fails whenever the observed drop exceeds ``max_accuracy_drop``.
+
+    Args:
+        config: a validated config.
+        power: wanted probability of detection, in (0.5, 1).
+
+    Returns:
+        ``[{"task", "n", "p", "p_assumed", "power", "floor": {...} , "paired": [...]}]``;
+        drops are accuracy fractions.
+    """
+    from scipy import stats as _st
+
+    from harness.analysis.stats import floor_margin, min_detectable_drop
+
+    g = config.gates
+    out = []
+    z_pow = float(_st.norm.ppf(power))
+    for tname, t in config.tasks.items():
+        g = config.gates_for(tname)
+        n = task_size(t)
+        p_assumed = g.accuracy_threshold is None
+        p = 0.5 if p_assumed else g.accuracy_threshold
+        floor: dict[str, Any] = {
+            "alpha": FLOOR_ALPHA,
+            "test_drop": min_detectable_drop(n, p, FLOOR_ALPHA, power),
+            "gate_drop": None,
+        }
+        if g.accuracy_threshold is not None:
+            cal = g.calibration_questions
+            margin = floor_margin(n, cal, p, 1 - FLOOR_ALPHA) if cal is not None and n < cal else 0.0
+            floor.update(
+                tolerance=g.tolerance, margin=margin, calibration_questions=cal,
+                gate_drop=g.tolerance + margin + z_pow * (p * (1 - p) / n) ** 0.5,
+            )
+        paired = []
+        for comp in config.comparisons:
+            if comp.max_accuracy_drop is None:
+                continue
+            paired.append({
+                "baseline": comp.baseline, "candidate": comp.candidate, "alpha": comp.alpha,
+                "expected_discordance": comp.expected_discordance,
+                "test_drop": _finite(min_detectable_drop(n, p, comp.alpha, power, discordance=comp.expected_discordance)),
+                "max_accuracy_drop": comp.max_accuracy_drop,
+            })
+        out.append({"task": tname, "n": n, "p": p, "p_assumed": p_assumed, "power": power,
+                    "floor": floor, "paired": paired})
+    return out
+
+
+def _finite(x: float) -> float | None:
+    return None if x == float("inf") else x
+
+
+def render_detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER) -> list[str]:
+    """Lines for ``--dry-run`` stating :func:`detectable_drops` with their assumptions."""
+    def pts(x: float | None) -> str:
+        return f"{x:.3f}" if x is not None else "none (not even a drop equal to the discordance)"
+
+    lines = []
+    for d in detectable_drops(config, power):
+        f = d["floor"]
+        pa = " (no accuracy_threshold: worst case p = 0.5 assumed)" if d["p_assumed"] else ""
+        lines.append(
+            f"  detectable accuracy drop, task {d['task']}: n={d['n']}, p={d['p']}{pa}, power {d['power']}"
+        )
+        lines.append(
+            f"    floor: a one-sided alpha={f['alpha']} test detects drops >= {pts(f['test_drop'])} "
+            f"[(z_(1-alpha) + z_power) * sqrt(p(1-p)/n)]"
+        )
+        if f["gate_drop"] is not None:
+            cal = f["calibration_questions"]
+            if cal is None:
+                size = "threshold calibration size unknown (set calibration_questions)"
+            elif cal > d["n"]:
+                size = (f"threshold measured on {cal} questions, this run asks {d['n']}: "
+                        f"floor widened by margin {f['margin']:.3f} (finite-population sampling error)")
+            else:
+                size = f"threshold measured on {cal} questions, this run asks {d['n']}: no margin"
+            lines.append(f"    {size}")
+            lines.append(
+                f"    floor gate as configured: fails with probability {d['power']} only for drops >= "
+                f"{pts(f['gate_drop'])} [tolerance {f['tolerance']} + margin {f['margin']:.3f} + z_power * sqrt(p(1-p)/n)]"
+            )
+        for q in d["paired"]:
+            lines.append(
+                f"    paired {q['baseline']} -> {q['candidate']}: one-sided McNemar alpha={q['alpha']} detects "
+                + (f"drops >= {q['test_drop']:.3f}" if q["test_drop"] is not None
+                   else "no drop (not even one equal to the discordance)")
+                + f" assuming discordance {q['expected_discordance']} "
+                f"(expected_discordance; Connor 1987); the gate also fails above max_accuracy_drop {q['max_accuracy_drop']}"
+            )
+    return lines
+
+
+def render_plan(plan: Plan) -> str:
+    """Human-readable plan for ``--dry-run``: every config, variant command, task and gate."""
+    lines: list[str] = []
+    for cp in plan.configs:
+        c = cp.config
+        lines.append(f"config {c.name}  ({c.path}, {c.form} form)")
+        lines.append(f"  model: {c.model}")
+        for v in cp.variants:
+            lines.append(f"  variant {v.name}:")
+            lines.append(f"    command: {v.shell_line()}")
+            if v.fault:
+                lines.append(f"    fault injected: {v.fault}")
+        for t in cp.tasks:
+            s = t.spec
+            lines.append(
+                f"  task {t.name}: {s.kind}, questions={s.num_questions or 'all'}, "
+                f"fewshot={s.num_fewshot}, max_tokens={s.max_tokens}, temperature={s.temperature}"
+                + ("" if s.required else ", optional (reported as not run when data is missing)")
+            )
+        lines += render_detectable_drops(c)
+        lines.append("  gates:")
+        for g in cp.gates:
+            lim = "" if g.limit is None else f" {g.op} {g.limit}"
+            lines.append(f"    {g.id}{lim}: {g.description}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plan_json(plan: Plan) -> list[dict[str, Any]]:
+    """``--dry-run --json``: :meth:`Plan.to_json` plus each config's ``detectable_drops``."""
+    out = plan.to_json()
+    for entry, cp in zip(out, plan.configs):
+        entry["detectable_drops"] = detectable_drops(cp.config)
+    return out

@@ -1,0 +1,24 @@
+"""What every task hands the runner: requests, stop sequences and the dataset hash."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.tasks.gsm8k import Request
+
+
+@dataclass(frozen=True)
+class PreparedTask:
+    """A task ready to send.
+
+    Attributes:
+        requests: one per question, in question order.
+        stop: stop sequences for every request.
+        dataset_hash: SHA-256 of the questions and few-shot items used (provenance).
+        source: where the data came from (folder, hub id or generator).
+    """
+
+    requests: tuple[Request, ...]
+    stop: tuple[str, ...]
+    dataset_hash: str
+    source: str
