@@ -187,6 +187,9 @@ def run(plan: Plan, opts: RunOptions) -> tuple[dict[str, Any], Path]:
         "provenance": provenance(opts.argv, cfg_prov, started),
         "configs": [],
     }
+    from harness.tasks.lm_eval_gsm8k import lm_eval_info
+
+    record["provenance"]["lm_eval"] = lm_eval_info()  # version and gsm8k task version of lm-eval's pipelines
     could_not_run = False
     try:
         for cp in plan.configs:
@@ -409,8 +412,8 @@ def _run_variant(
                 acc = sc.accuracy
                 sd = outcome.spec_metrics
                 p.log(
-                    f"{vp.id} {t.name}: strict-match {_f(acc['strict-match'].accuracy)}, "
-                    f"flexible-extract {_f(acc['flexible-extract'].accuracy)}, errors {sc.error_count}/{sc.num_requests}"
+                    f"{vp.id} {t.name}: strict-numeric {_f(acc['strict-numeric'].accuracy)}, "
+                    f"flexible-numeric {_f(acc['flexible-numeric'].accuracy)}, errors {sc.error_count}/{sc.num_requests}"
                     + (f", mean acceptance length {_f(sd.mean_acceptance_length)}" if sd else "")
                     + f" ({outcome.seconds:.1f}s)"
                 )

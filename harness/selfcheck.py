@@ -109,7 +109,7 @@ def render_checks(checks: list[Check], record: dict[str, Any]) -> str:
     for c in checks:
         lines.append(f"| {c.variant} | {c.fault or 'clean'} | {c.gate.split('/', 1)[1]} | {c.expected} | {c.actual} | "
                      f"{'yes' if c.held else '**NO**'} | {c.detail.replace('|', '/')} |")
-    lines += ["", "| variant | task | accuracy (flexible-extract) | mean acceptance length | per-position acceptance | output match vs reference |", "|---|---|---|---|---|---|"]
+    lines += ["", "| variant | task | accuracy (flexible-numeric) | mean acceptance length | per-position acceptance | output match vs reference |", "|---|---|---|---|---|---|"]
     for c in record["configs"]:
         om = {(x["candidate"], x["task"]): x for x in c["comparisons"] if x["baseline"] == "reference"}
         for vname, v in c["variants"].items():
@@ -117,7 +117,7 @@ def render_checks(checks: list[Check], record: dict[str, Any]) -> str:
                 if t.get("status") != "ran":
                     continue
                 sd = t.get("spec_decode") or {}
-                acc = t["accuracy"]["flexible-extract"]
+                acc = t["accuracy"]["flexible-numeric"]
                 o = om.get((vname, tname))
                 mal = sd.get("mean_acceptance_length")
                 om_txt = "-" if o is None else f"{o['output_match_rate']:.3f} ({o['matched']}/{o['compared']})"

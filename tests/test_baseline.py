@@ -37,8 +37,8 @@ def s(qid, right, ids=(1, 2, 3), variant="spec", phash=None, error=None):
     a = "5" if right else "4"
     return Sample("c", variant, "gsm8k", qid, phash or "h" + qid, "5", completion=f"#### {a}",
                   token_ids=tuple(ids), finish_reason="stop",
-                  answers={"strict-match": a, "flexible-extract": a},
-                  correct={"strict-match": right, "flexible-extract": right})
+                  answers={"strict-numeric": a, "flexible-numeric": a},
+                  correct={"strict-numeric": right, "flexible-numeric": right})
 
 
 def native_config(tmp_path, extra_gates="", comparison="{baseline: reference, candidate: spec}") -> Path:
@@ -65,8 +65,8 @@ def baseline_doc(questions_by_variant: dict, mal: float | None = 2.0, store_ques
     for v, samples in questions_by_variant.items():
         ok = [x for x in samples if x.ok]
         task = {
-            "correct": {"flexible-extract": sum(x.correct["flexible-extract"] for x in ok)},
-            "scored": {"flexible-extract": len(ok)},
+            "correct": {"flexible-numeric": sum(x.correct["flexible-numeric"] for x in ok)},
+            "scored": {"flexible-numeric": len(ok)},
             "spec_decode": {"mean_acceptance_length": mal} if v == "spec" and mal is not None else None,
             "mean_acceptance_length_ci": None,
         }
@@ -77,7 +77,7 @@ def baseline_doc(questions_by_variant: dict, mal: float | None = 2.0, store_ques
                                  for x in samples}
         variants[v] = {"tasks": {"gsm8k": task}}
     return {"schema": BASELINE_SCHEMA, "config": "c", "source_run": {"run_id": "good"},
-            "pipeline": "flexible-extract", "variants": variants}
+            "pipeline": "flexible-numeric", "variants": variants}
 
 
 def binom_tail_ge(k, n):
@@ -227,7 +227,7 @@ def test_update_baseline_then_gate_against_it(tmp_path, gsm8k_dir):
 
     # a better baseline than the build now delivers: accuracy and acceptance drop since it
     for q in qs.values():
-        q["correct"] = {"strict-match": True, "flexible-extract": True}
+        q["correct"] = {"strict-numeric": True, "flexible-numeric": True}
     doc["variants"]["spec"]["tasks"]["gsm8k"]["spec_decode"]["mean_acceptance_length"] = 1.8
     bpath.write_text(json.dumps(doc))
     code, rec = run_cli(tmp_path, cfg, gsm8k_dir, "worse")

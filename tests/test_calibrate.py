@@ -75,8 +75,8 @@ def build_run(root: Path, i: int) -> tuple[dict, Path]:
             right = j < k
             rows.append({"config": "cfg", "variant": v, "task": "gsm8k", "question_id": f"q{j}",
                          "prompt_hash": f"h{j}", "gold": "1", "completion": "x", "token_ids": ids,
-                         "finish_reason": "stop", "answers": {}, "correct": {"strict-match": right,
-                         "flexible-extract": right}, "error": None, "attempts": 1, "latency_s": 0.0})
+                         "finish_reason": "stop", "answers": {}, "correct": {"strict-numeric": right,
+                         "flexible-numeric": right}, "error": None, "attempts": 1, "latency_s": 0.0})
         rel = f"samples/cfg/{v}/gsm8k.jsonl"
         (run_dir / rel).parent.mkdir(parents=True, exist_ok=True)
         (run_dir / rel).write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -86,15 +86,15 @@ def build_run(root: Path, i: int) -> tuple[dict, Path]:
             sd = {"drafts": 1000.0, "mean_acceptance_length": MAL[i - 1], "acceptance_rate": m / 2,
                   "per_position_acceptance": [0.9, m - 0.9]}
         variants[v] = {"tasks": {"gsm8k": {
-            "status": "ran", "samples": rel, "accuracy": {"strict-match": k / N, "flexible-extract": k / N},
-            "scored": {"strict-match": N, "flexible-extract": N}, "spec_decode": sd,
+            "status": "ran", "samples": rel, "accuracy": {"strict-numeric": k / N, "flexible-numeric": k / N},
+            "scored": {"strict-numeric": N, "flexible-numeric": N}, "spec_decode": sd,
             "mean_acceptance_length_ci": None}}}
     ref_right = {f"q{j}" for j in range(REF[i - 1])}
     spec_right = {f"q{j}" for j in range(SPEC[i - 1])} | ({"q49"} if i == 2 else set())
     pc = {"n": N, "accuracy_a": REF[i - 1] / N, "accuracy_b": len(spec_right) / N,
           "a_only": sorted(ref_right - spec_right), "b_only": sorted(spec_right - ref_right)}
     rec = {"run_id": f"run{i}", "status": "completed", "exit_code": 0, "configs": [{
-        "name": "cfg", "pipeline": "flexible-extract", "variants": variants,
+        "name": "cfg", "pipeline": "flexible-numeric", "variants": variants,
         "comparisons": [{"baseline": "reference", "candidate": "spec", "task": "gsm8k",
                          "output_match_rate": 1.0, "paired": pc}]}]}
     return rec, run_dir
@@ -107,7 +107,7 @@ def test_summary_and_recommendations_by_hand(tmp_path):
     ref = next(e for e in c["tasks"] if e["variant"] == "reference")
     spec = next(e for e in c["tasks"] if e["variant"] == "spec")
     acc = [x / N for x in REF]
-    assert ref["accuracy"]["flexible-extract"]["sd"] == pytest.approx(statistics.stdev(acc))
+    assert ref["accuracy"]["flexible-numeric"]["sd"] == pytest.approx(statistics.stdev(acc))
     # run-to-run output noise of the reference from the samples: 2/50 in run 2, 0 in run 3
     assert [(x["run"], x["mismatched"], x["compared"]) for x in ref["output_noise"]] == [(2, 2, 50), (3, 0, 50)]
     assert ref["output_noise"][0]["first_divergences"] == [["q0", 1], ["q1", 1]]
@@ -225,8 +225,8 @@ def test_calibrate_on_the_real_cpu_engine(tmp_path, gsm8k_dir):
         assert sum(x["spec_accepted_tokens"] for x in rows) == t["spec_decode"]["accepted_tokens"]
         lo, hi = t["mean_acceptance_length_ci"]
         assert lo <= t["spec_decode"]["mean_acceptance_length"] <= hi
-        acc = sum(x["correct"]["flexible-extract"] for x in rows) / len(rows)
-        assert t["accuracy"]["flexible-extract"] == acc
+        acc = sum(x["correct"]["flexible-numeric"] for x in rows) / len(rows)
+        assert t["accuracy"]["flexible-numeric"] == acc
         assert r["configs"][0]["comparisons"][0]["noise"]["source"] == "rerun"
     rec = c["recommended"]
     assert rec["gates"]["calibration_questions"] == 4

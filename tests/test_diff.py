@@ -36,8 +36,8 @@ def sample(config, variant, qid, right, ids, completion=None, phash=None, error=
         "config": config, "variant": variant, "task": "gsm8k", "question_id": qid,
         "prompt_hash": phash or f"h{qid}", "gold": "7",
         "completion": completion or f"{variant} says {qid}: #### {ans}", "token_ids": list(ids),
-        "finish_reason": "stop", "answers": {"strict-match": ans, "flexible-extract": ans},
-        "correct": {"strict-match": right, "flexible-extract": right}, "error": None, "attempts": 1,
+        "finish_reason": "stop", "answers": {"strict-numeric": ans, "flexible-numeric": ans},
+        "correct": {"strict-numeric": right, "flexible-numeric": right}, "error": None, "attempts": 1,
         "latency_s": 0.1,
     }
 
@@ -46,7 +46,7 @@ def write_run(root: Path, run_id: str, variants: dict, mal: float, gates: list, 
     """variants: name -> list of sample dicts. Writes run.json + samples like the runner."""
     run_dir = root / run_id
     cfg = {"name": "cfg", "path": "/x/cfg.yaml", "sha256": "s", "form": "native", "model": "m",
-           "pipeline": "flexible-extract", "variants": {}, "comparisons": [], "gates": gates, "error": None}
+           "pipeline": "flexible-numeric", "variants": {}, "comparisons": [], "gates": gates, "error": None}
     for vname, rows in variants.items():
         rel = f"samples/cfg/{vname}/gsm8k.jsonl"
         p = run_dir / rel
@@ -76,7 +76,7 @@ def write_run(root: Path, run_id: str, variants: dict, mal: float, gates: list, 
         cfg.setdefault("_mm", []).extend(mism)
     mm = cfg.pop("_mm")
     cfg["comparisons"].append({"baseline": "reference", "candidate": "spec_async", "task": "gsm8k",
-                               "pipeline": "flexible-extract", "compared": N, "matched": N - len(mm),
+                               "pipeline": "flexible-numeric", "compared": N, "matched": N - len(mm),
                                "output_match_rate": (N - len(mm)) / N, "mismatches": mm, "skipped": [],
                                "paired": None, "noise": None})
     rec = {"schema_version": 1, "run_id": run_id, "status": "completed", "passed": passed,
@@ -159,19 +159,19 @@ def test_diff_numbers_agree_with_independent_recomputation(two_runs):
     sa = read_samples(a / "samples/cfg/spec_async/gsm8k.jsonl")
     sb = read_samples(b / "samples/cfg/spec_async/gsm8k.jsonl")
     t = next(x for x in d["tasks"] if x["variant"] == "spec_async")
-    acc = t["accuracy"]["flexible-extract"]
+    acc = t["accuracy"]["flexible-numeric"]
     # values on each side, from the files
-    ka = sum(1 for s in sa.values() if s["error"] is None and s["correct"]["flexible-extract"])
+    ka = sum(1 for s in sa.values() if s["error"] is None and s["correct"]["flexible-numeric"])
     na = sum(1 for s in sa.values() if s["error"] is None)
-    kb = sum(1 for s in sb.values() if s["error"] is None and s["correct"]["flexible-extract"])
+    kb = sum(1 for s in sb.values() if s["error"] is None and s["correct"]["flexible-numeric"])
     nb = sum(1 for s in sb.values() if s["error"] is None)
     assert (acc["a_correct"], acc["a_scored"], acc["b_correct"], acc["b_scored"]) == (ka, na, kb, nb) == (32, 40, 24, 39)
     assert acc["a"] == pytest.approx(ka / na) and acc["b"] == pytest.approx(kb / nb)
     assert acc["a_ci"] == pytest.approx(wilson(ka, na)) and acc["b_ci"] == pytest.approx(wilson(kb, nb))
     # paired over the 39 questions that succeeded on both sides
     common = [q for q in sa if sb[q]["error"] is None]
-    lost = sorted(q for q in common if sa[q]["correct"]["flexible-extract"] and not sb[q]["correct"]["flexible-extract"])
-    gained = sorted(q for q in common if not sa[q]["correct"]["flexible-extract"] and sb[q]["correct"]["flexible-extract"])
+    lost = sorted(q for q in common if sa[q]["correct"]["flexible-numeric"] and not sb[q]["correct"]["flexible-numeric"])
+    gained = sorted(q for q in common if not sa[q]["correct"]["flexible-numeric"] and sb[q]["correct"]["flexible-numeric"])
     n, bb, cc = len(common), len(lost), len(gained)
     assert (n, bb, cc) == (39, 8, 1)
     assert acc["paired"] and acc["n_paired"] == n
@@ -214,7 +214,7 @@ def test_diff_numbers_agree_with_independent_recomputation(two_runs):
     assert f[0]["questions"] == [f"q{i}" for i in LOST] and f[0]["verdict_a"] == "PASS"
     assert d["gates"]["changed"][0]["verdict_b"] == "FAIL"
     # reference is identical on both sides: no change at all
-    r = next(x for x in d["tasks"] if x["variant"] == "reference")["accuracy"]["flexible-extract"]
+    r = next(x for x in d["tasks"] if x["variant"] == "reference")["accuracy"]["flexible-numeric"]
     assert r["change"] == 0 and r["lost"] == [] and r["p_value"] == 1.0
 
 
@@ -222,7 +222,7 @@ def test_markdown_shows_every_number(two_runs):
     a, b = two_runs
     d = diff_runs(a, b)
     md = render_diff_markdown(d)
-    acc = next(x for x in d["tasks"] if x["variant"] == "spec_async")["accuracy"]["flexible-extract"]
+    acc = next(x for x in d["tasks"] if x["variant"] == "spec_async")["accuracy"]["flexible-numeric"]
     lo, hi = wilson(24, 39)
     assert f"0.615 [{lo:.3f}, {hi:.3f}] (24/39)" in md
     diff = (1 - 8) / 39
@@ -245,7 +245,7 @@ def test_unpaired_when_prompts_differ(tmp_path):
     sa = [sample("cfg", "spec_async", f"q{i}", True, ids[i]) for i in range(20)]
     a = write_run(tmp_path, "a", {"reference": ra, "spec_async": sa}, 2.0, [], True)
     b = write_run(tmp_path, "b", {"reference": rb, "spec_async": sa}, 2.0, [], True)
-    acc = next(x for x in diff_runs(a, b)["tasks"] if x["variant"] == "reference")["accuracy"]["flexible-extract"]
+    acc = next(x for x in diff_runs(a, b)["tasks"] if x["variant"] == "reference")["accuracy"]["flexible-numeric"]
     assert not acc["paired"] and len(acc["prompt_changed"]) == 20
     # Newcombe hybrid score interval from textbook Wilson limits
     la, ua = wilson(15, 20)
@@ -275,7 +275,7 @@ def test_diff_against_a_baseline_file(two_runs, tmp_path):
     ta = next(x for x in d_file["tasks"] if x["variant"] == "spec_async")
     tr = next(x for x in d_run["tasks"] if x["variant"] == "spec_async")
     for k in ("a", "b", "change", "change_ci", "p_value", "lost", "gained", "n_paired"):
-        assert ta["accuracy"]["flexible-extract"][k] == tr["accuracy"]["flexible-extract"][k]
+        assert ta["accuracy"]["flexible-numeric"][k] == tr["accuracy"]["flexible-numeric"][k]
     # a baseline keeps a hash of the token ids: changes are found, divergence by character
     assert ta["outputs"]["changed"] == len(DIVERGED) and ta["outputs"]["changes"][0]["unit"] == "character"
     assert d_file["a"]["kind"] == "baseline"
@@ -311,7 +311,7 @@ def test_diff_of_two_fake_server_runs(tmp_path, gsm8k_dir):
                      "--results-dir", str(tmp_path / "res"), "--run-id", rid, "--quiet"]) == 0
     d = diff_runs(tmp_path / "res" / "x", tmp_path / "res" / "y" / "run.json")
     spec = next(t for t in d["tasks"] if t["variant"] == "spec")
-    assert spec["accuracy"]["flexible-extract"]["n_paired"] == 5
+    assert spec["accuracy"]["flexible-numeric"]["n_paired"] == 5
     assert spec["outputs"] == {"compared": 5, "changed": 0, "changes": []}
     assert spec["acceptance"]["mean_acceptance_length"]["change"] == 0
     assert d["gates"]["failing_in_b"] == [] and d["gates"]["changed"] == []
@@ -364,8 +364,8 @@ def test_diff_explains_an_injected_fault_on_the_real_cpu_engine(tmp_path, gsm8k_
     # accuracy on both sides from the samples
     for side, ss in (("a", sa), ("b", sb)):
         ok = [s for s in ss.values() if s["error"] is None]
-        k = sum(s["correct"]["flexible-extract"] for s in ok)
-        x = spec["accuracy"]["flexible-extract"]
+        k = sum(s["correct"]["flexible-numeric"] for s in ok)
+        x = spec["accuracy"]["flexible-numeric"]
         assert (x[f"{side}_correct"], x[f"{side}_scored"]) == (k, len(ok))
         assert x[f"{side}_ci"] == pytest.approx(wilson(k, len(ok)))
     # in-run output match of B from its samples

@@ -112,11 +112,11 @@ def test_accuracy_recomputed_from_samples(cpu_run):
             gold = [_to_dec(s["gold"].strip()) for s in ok]
             n_strict = sum(1 for s, g in zip(ok, gold) if strict(s["completion"]) == g)
             n_flex = sum(1 for s, g in zip(ok, gold) if flexible(s["completion"]) == g)
-            assert t["correct"]["strict-match"] == n_strict
-            assert t["correct"]["flexible-extract"] == n_flex
+            assert t["correct"]["strict-numeric"] == n_strict
+            assert t["correct"]["flexible-numeric"] == n_flex
             if ok:
-                assert t["accuracy"]["strict-match"] == pytest.approx(n_strict / len(ok))
-                assert t["accuracy"]["flexible-extract"] == pytest.approx(n_flex / len(ok))
+                assert t["accuracy"]["strict-numeric"] == pytest.approx(n_strict / len(ok))
+                assert t["accuracy"]["flexible-numeric"] == pytest.approx(n_flex / len(ok))
 
 
 def test_output_match_recomputed_from_token_ids(cpu_run):

@@ -38,7 +38,12 @@ needs_shared = pytest.mark.skipif(
     reason=f"real GSM8K data not found at {SHARED} (expected test.jsonl and train.jsonl)",
 )
 
-S, F = "strict-match", "flexible-extract"
+S, F = "strict-numeric", "flexible-numeric"
+
+
+def num(d: dict) -> dict:
+    """evalrun's own pipelines of a judge result (lm-eval's are tested in test_lm_eval_gsm8k.py)."""
+    return {k: d[k] for k in (S, F)}
 
 
 # ------------------------------------------------------------------ required cases
@@ -60,7 +65,7 @@ def test_number_followed_by_words_flexible_right():
 def test_gold_with_thousands_separator_strict_right():
     answers, correct = judge("She earns 5600 dollars.\n#### 5600", "5,600")
     assert answers[S] == "5600"
-    assert correct == {S: True, F: True}
+    assert num(correct) == {S: True, F: True}
 
 
 def test_negative_gold():
@@ -83,15 +88,15 @@ def test_leading_zero_flexible_right():
 
 def test_run_on_into_invented_question():
     answers, correct = judge("#### 18\n\nQuestion: blah\nAnswer: #### 9", "18")
-    assert answers == {S: "18", F: "9"}
-    assert correct == {S: True, F: False}
+    assert num(answers) == {S: "18", F: "9"}
+    assert num(correct) == {S: True, F: False}
 
 
 def test_gold_with_surrounding_whitespace():
     assert judge("#### 42", "  42 \n")[1][S] is True
     with pytest.raises(ValueError):  # a malformed gold is bad data, not a wrong answer
         judge("#### 42", " 4,2 ")
-    assert judge("So 1,234 in all.\n#### 1234", "\t1,234\n")[1] == {S: True, F: True}
+    assert num(judge("So 1,234 in all.\n#### 1234", "\t1,234\n")[1]) == {S: True, F: True}
 
 
 def test_millions_with_separators():
@@ -101,13 +106,13 @@ def test_millions_with_separators():
 
 def test_fraction_not_equal_to_integer():
     assert parse_number("3.5") != parse_number("3")
-    assert judge("#### 3.5", "3")[1] == {S: False, F: False}
+    assert num(judge("#### 3.5", "3")[1]) == {S: False, F: False}
 
 
 def test_no_number_both_none_both_wrong():
     answers, correct = judge("I do not know how to solve this.", "7")
-    assert answers == {S: None, F: None}
-    assert correct == {S: False, F: False}
+    assert num(answers) == {S: None, F: None}
+    assert num(correct) == {S: False, F: False}
 
 
 # ------------------------------------------------------------------- number parser
@@ -168,7 +173,7 @@ def test_judge_bad_gold_raises():
 
 
 def test_pipelines_and_stops():
-    assert PIPELINES == ("strict-match", "flexible-extract")
+    assert PIPELINES == ("strict-numeric", "flexible-numeric", "strict-match", "flexible-extract")
     assert "Question" in STOP_SEQUENCES
 
 

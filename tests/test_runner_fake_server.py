@@ -74,7 +74,7 @@ def test_crash_mid_run_keeps_samples_counts_errors_apart(tmp_path, gsm8k_dir):
     spec = rec["configs"][0]["variants"]["spec"]
     t = spec["tasks"]["gsm8k"]
     assert t["num_requests"] == 6 and t["error_count"] == 3
-    assert t["scored"]["flexible-extract"] == 3          # errors are not scored as wrong
+    assert t["scored"]["flexible-numeric"] == 3          # errors are not scored as wrong
     assert "died" in spec["error"]
     samples = [json.loads(x) for x in (run_dir / t["samples"]).read_text().splitlines()]
     errs = [s for s in samples if s["error"]]

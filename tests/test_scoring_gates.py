@@ -21,8 +21,8 @@ def s(qid, right, ids=(1, 2, 3), error=None, answer="5", variant="v"):
         return Sample("c", variant, "t", qid, "h", "5", error=error)
     return Sample(
         "c", variant, "t", qid, "h", "5", completion="x", token_ids=tuple(ids), finish_reason="stop",
-        answers={"strict-match": answer, "flexible-extract": answer},
-        correct={"strict-match": right, "flexible-extract": right},
+        answers={"strict-numeric": answer, "flexible-numeric": answer},
+        correct={"strict-numeric": right, "flexible-numeric": right},
     )
 
 
@@ -30,7 +30,7 @@ def test_errors_are_not_scored_as_wrong():
     samples = [s("q1", True), s("q2", False), s("q3", True), s("q4", None, error="request q4: HTTP 500")]
     sc = score_task(samples)
     assert sc.num_requests == 4 and sc.error_count == 1 and sc.error_rate == 0.25
-    fx = sc.accuracy["flexible-extract"]
+    fx = sc.accuracy["flexible-numeric"]
     assert (fx.correct, fx.scored) == (2, 3)
     assert fx.accuracy == pytest.approx(2 / 3)
     # Wilson 95% for 2/3 by the closed form
@@ -42,7 +42,7 @@ def test_errors_are_not_scored_as_wrong():
 
 def test_invalid_rate_counts_missing_answers():
     sc = score_task([s("q1", False, answer=None), s("q2", True)])
-    assert sc.accuracy["strict-match"].invalid_rate == 0.5
+    assert sc.accuracy["strict-numeric"].invalid_rate == 0.5
 
 
 def test_first_divergence():
@@ -112,7 +112,7 @@ def test_gates_end_to_end_on_constructed_measurements(tmp_path):
     m.effectiveness["spec"] = check_effective(facts(False), {"method": "mtp", "num_speculative_tokens": 2}, True,
                                               {"cpu": {"async_scheduling": False}})
     m.effectiveness["spec2"] = check_effective(facts(False), {"method": "mtp", "num_speculative_tokens": 2}, True, {})
-    m.paired[("reference", "spec", "t")] = paired_comparison(correctness(ref, "flexible-extract"), correctness(spec, "flexible-extract"))
+    m.paired[("reference", "spec", "t")] = paired_comparison(correctness(ref, "flexible-numeric"), correctness(spec, "flexible-numeric"))
     m.matches[("reference", "spec", "t")] = output_match(ref, spec)
     res = {g.id.split("/", 1)[1]: g for g in evaluate_gates(cp.gates, m)}
 

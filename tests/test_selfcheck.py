@@ -100,6 +100,6 @@ def test_selfcheck_on_real_engine(tmp_path):
     assert om["spec_draft_input"]["output_match_rate"] >= 0.95
     # state-rollback: outputs diverge from reference and accuracy falls
     assert om["spec_state_rollback"]["output_match_rate"] <= 0.5
-    acc = {name: t[name]["accuracy"]["flexible-extract"] for name in t}
+    acc = {name: t[name]["accuracy"]["flexible-numeric"] for name in t}
     assert acc["spec_state_rollback"] <= acc["reference"] - 0.3
     assert acc["spec"] == pytest.approx(acc["reference"], abs=0.05)

@@ -91,13 +91,13 @@ def _question(s: Sample) -> dict[str, Any]:
 
 def config_pipeline(crec: Mapping[str, Any]) -> str:
     """The answer pipeline a config record's gates read: its ``pipeline`` key (written
-    by the runner), else its comparisons', else ``flexible-extract``."""
+    by the runner), else its comparisons', else ``flexible-numeric``."""
     if crec.get("pipeline"):
         return crec["pipeline"]
     for comp in crec.get("comparisons", []):
         if comp.get("pipeline"):
             return comp["pipeline"]
-    return "flexible-extract"
+    return "flexible-numeric"
 
 
 def make_baseline(record: Mapping[str, Any], run_dir: str | Path, config: str,
@@ -109,7 +109,7 @@ def make_baseline(record: Mapping[str, Any], run_dir: str | Path, config: str,
         run_dir: the run folder (samples are read from it).
         config: the config's name.
         pipeline: the answer pipeline the config's gates read (default: the one the
-            record's comparisons name, else ``flexible-extract``).
+            record's comparisons name, else ``flexible-numeric``).
 
     Returns:
         The baseline dict (see the module docstring).

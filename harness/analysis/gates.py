@@ -277,7 +277,12 @@ def evaluate_gate(g: GateDef, m: Measurements) -> GateResult:
                 g, sc.error_rate, g.limit, ok,
                 f"{sc.error_count} of {sc.num_requests} requests failed (error rate {sc.error_rate:.3f}, limit {g.limit})",
             )
-        ps = sc.accuracy[g.params["pipeline"]]
+        ps = sc.accuracy.get(g.params["pipeline"])
+        if ps is None:
+            return _result(g, None, g.limit, None,
+                           f"not run: answer pipeline {g.params['pipeline']} was not computed "
+                           f"(computed: {', '.join(sc.accuracy) or 'none'}; lm-eval's pipelines need "
+                           "pip install 'evalrun[lmeval]')")
         if ps.accuracy is None:
             return _result(g, None, g.limit, False, "no request succeeded: accuracy cannot be computed")
         margin = 0.0

@@ -63,7 +63,9 @@ def score_task(samples: Sequence[Sample], pipelines: Sequence[str] = PIPELINES) 
 
     Args:
         samples: the task's samples (any order).
-        pipelines: answer pipeline names to report.
+        pipelines: answer pipeline names to report; a pipeline that some successful
+            sample does not carry (lm-eval's pipelines without lm-eval installed) is
+            left out rather than scored as wrong.
 
     Returns:
         :class:`TaskScore`; Wilson intervals per :func:`harness.analysis.stats.wilson_interval`.
@@ -72,6 +74,8 @@ def score_task(samples: Sequence[Sample], pipelines: Sequence[str] = PIPELINES) 
     errors = len(samples) - len(ok)
     acc: dict[str, PipelineScore] = {}
     for p in pipelines:
+        if not all(p in s.correct for s in ok):
+            continue
         correct = sum(1 for s in ok if s.correct.get(p))
         invalid = sum(1 for s in ok if s.answers.get(p) is None)
         n = len(ok)
@@ -194,5 +198,6 @@ def output_match(baseline: Sequence[Sample], candidate: Sequence[Sample]) -> Out
 
 
 def correctness(samples: Sequence[Sample], pipeline: str) -> dict[str, bool]:
-    """Question id -> verdict of ``pipeline`` for the successful samples (for paired stats)."""
-    return {s.question_id: bool(s.correct.get(pipeline)) for s in samples if s.ok}
+    """Question id -> verdict of ``pipeline`` for the successful samples that carry
+    that pipeline (for paired stats); a sample without it is left out, not counted wrong."""
+    return {s.question_id: bool(s.correct[pipeline]) for s in samples if s.ok and pipeline in s.correct}

@@ -96,7 +96,9 @@ class GateSpec(_Frozen):
         tolerance: absolute allowance below the threshold (vLLM default 0.08).
         calibration_questions: number of questions the threshold was measured on
             (None = unknown); used by the statistics to widen the floor for smaller runs.
-        accuracy_pipeline: which answer pipeline the accuracy gates read.
+        accuracy_pipeline: which answer pipeline the accuracy gates read: evalrun's
+            number-aware ``strict-numeric`` / ``flexible-numeric`` (default), or
+            lm-eval's exact ``strict-match`` / ``flexible-extract`` (needs lm-eval).
         min_acceptance_length: floor of mean acceptance length for speculative
             variants (None disables).
         max_error_rate: largest allowed share of failed requests (default 0).
@@ -111,7 +113,7 @@ class GateSpec(_Frozen):
     accuracy_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
     tolerance: float = Field(default=DEFAULT_TOLERANCE, ge=0.0, le=1.0)
     calibration_questions: int | None = Field(default=None, ge=1)
-    accuracy_pipeline: Literal["strict-match", "flexible-extract"] = "flexible-extract"
+    accuracy_pipeline: Literal["strict-numeric", "flexible-numeric", "strict-match", "flexible-extract"] = "flexible-numeric"
     min_acceptance_length: float | None = Field(default=None, ge=1.0)
     max_error_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     baseline_max_accuracy_drop: float | None = Field(default=0.05, ge=0.0, le=1.0)

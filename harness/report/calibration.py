@@ -210,7 +210,7 @@ def summarize(runs: Sequence[tuple[Mapping[str, Any], Path]], k: float = 3.0) ->
     for c0 in first_rec.get("configs", []):
         cname = c0["name"]
         crecs = [next((c for c in r.get("configs", []) if c["name"] == cname), None) for r, _ in runs]
-        pipe = c0.get("pipeline") or "flexible-extract"
+        pipe = c0.get("pipeline") or "flexible-numeric"
         cs: dict[str, Any] = {"name": cname, "pipeline": pipe, "tasks": [], "comparisons": []}
         tstats: dict[tuple[str, str], dict[str, Any]] = {}
         for vname, v in c0.get("variants", {}).items():

@@ -147,7 +147,7 @@ def _side_from_run(rec: dict[str, Any], run_dir: Path) -> dict[str, Any]:
 
 def _side_from_baseline(doc: dict[str, Any], path: Path) -> dict[str, Any]:
     src = doc.get("source_run") or {}
-    cv: dict[str, Any] = {"pipeline": doc.get("pipeline") or "flexible-extract", "variants": {},
+    cv: dict[str, Any] = {"pipeline": doc.get("pipeline") or "flexible-numeric", "variants": {},
                           "comparisons": [], "gates": {}}
     for vname, v in (doc.get("variants") or {}).items():
         tasks = {}
@@ -345,7 +345,7 @@ def diff_runs(a: str | Path | Mapping[str, Any], b: str | Path | Mapping[str, An
     }
     for cname in [c for c in sa["configs"] if c in sb["configs"]]:
         ca, cb = sa["configs"][cname], sb["configs"][cname]
-        pipe = cb.get("pipeline") or ca.get("pipeline") or "flexible-extract"
+        pipe = cb.get("pipeline") or ca.get("pipeline") or "flexible-numeric"
         vnames = list(ca["variants"]) + [v for v in cb["variants"] if v not in ca["variants"]]
         for vname in vnames:
             va, vb = ca["variants"].get(vname), cb["variants"].get(vname)

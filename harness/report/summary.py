@@ -51,6 +51,8 @@ def score_rows(record: dict[str, Any]) -> list[dict[str, str]]:
                         "task": tname,
                         "status": "ran",
                         "async": fmt(eng.get("async_scheduling")),
+                        "strict-numeric": fmt(acc.get("strict-numeric")) + _ci(ci.get("strict-numeric")),
+                        "flexible-numeric": fmt(acc.get("flexible-numeric")) + _ci(ci.get("flexible-numeric")),
                         "strict-match": fmt(acc.get("strict-match")) + _ci(ci.get("strict-match")),
                         "flexible-extract": fmt(acc.get("flexible-extract")) + _ci(ci.get("flexible-extract")),
                         "n": str(t.get("num_requests")),
@@ -66,7 +68,8 @@ def score_rows(record: dict[str, Any]) -> list[dict[str, str]]:
 
 COLUMNS = [
     ("config", "config"), ("variant", "variant"), ("task", "task"), ("async", "async sched."),
-    ("strict-match", "strict-match [95% CI]"), ("flexible-extract", "flexible-extract [95% CI]"),
+    ("strict-numeric", "strict-numeric [95% CI]"), ("flexible-numeric", "flexible-numeric [95% CI]"),
+    ("strict-match", "lm-eval strict-match"), ("flexible-extract", "lm-eval flexible-extract"),
     ("n", "n"), ("errors", "errors"), ("acceptance_rate", "accept. rate"),
     ("mean_acceptance_length", "mean accept. len"), ("per_position", "per-position"),
 ]

@@ -9,11 +9,15 @@ Conventions and their sources:
   (``_build_gsm8k_prompts``): the first ``num_fewshot`` train items as
   ``Question: {q}\\nAnswer: {a}\\n\\n``, then ``Question: {q}\\nAnswer:``; stop
   sequences as in that script (:data:`STOP_SEQUENCES`).
-* Answer extraction: the two filters of lm-evaluation-harness
-  ``lm_eval/tasks/gsm8k/gsm8k.yaml``: ``strict-match`` (the first ``#### N``) and
-  ``flexible-extract`` (the last number in the text). Numbers are read with the
-  single grammar of :mod:`harness.tasks.numbers` and compared as exact decimals, so
-  ``$5,600.00`` equals ``5600``.
+* Answer extraction, evalrun's own pipelines: ``strict-numeric`` (the first
+  ``#### N``) and ``flexible-numeric`` (the last number in the text), modelled on
+  the two filters of lm-evaluation-harness ``lm_eval/tasks/gsm8k/gsm8k.yaml`` but
+  number-aware: numbers are read with the single grammar of
+  :mod:`harness.tasks.numbers` and compared as exact decimals, so ``$5,600.00``
+  equals ``5600`` and ``#### 18.00`` equals gold 18 (lm-eval counts both wrong).
+* lm-eval's exact filters, ``strict-match`` and ``flexible-extract``, computed by
+  lm-eval's own code (:mod:`harness.tasks.lm_eval_gsm8k`), are added beside them
+  when lm-eval is installed.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ __all__ = [
     "DataUnavailableError",
     "GsmItem",
     "HUB_DATASET",
+    "NUMERIC_PIPELINES",
     "PIPELINES",
     "Request",
     "STOP_SEQUENCES",
@@ -68,8 +73,13 @@ STOP_SEQUENCES: tuple[str, ...] = ("Question", "Assistant:", "<|separator|>")
 
 ``"Question"`` ends a completion that runs on into an invented next question."""
 
-PIPELINES: tuple[str, ...] = ("strict-match", "flexible-extract")
-"""Answer-extraction pipeline names, as in lm-evaluation-harness gsm8k.yaml."""
+NUMERIC_PIPELINES: tuple[str, ...] = ("strict-numeric", "flexible-numeric")
+"""evalrun's own number-aware answer pipelines (always computed)."""
+
+PIPELINES: tuple[str, ...] = NUMERIC_PIPELINES + ("strict-match", "flexible-extract")
+"""Every answer pipeline a GSM8K-format sample can carry, in report order: evalrun's
+two, then lm-eval's ``strict-match`` and ``flexible-extract`` (present only when
+lm-eval is installed; :data:`harness.tasks.lm_eval_gsm8k.LM_EVAL_PIPELINES`)."""
 
 _HOWTO = (
     "To provide GSM8K, pass --data-dir DIR or set EVALRUN_DATA_DIR=DIR, where DIR is a "
@@ -350,10 +360,10 @@ def build_requests(
 
 
 def extract_strict(text: str) -> str | None:
-    """``strict-match``: the number right after the FIRST ``####`` marker.
+    """``strict-numeric``: the number right after the FIRST ``####`` marker.
 
-    As the ``strict-match`` filter of lm-evaluation-harness gsm8k.yaml (regex
-    ``#### (number)``, take first), with the number grammar of
+    Modelled on the ``strict-match`` filter of lm-evaluation-harness gsm8k.yaml
+    (regex ``#### (number)``, take first), with the number grammar of
     :mod:`harness.tasks.numbers` (currency, thousands separators, signs, decimals).
     Spaces or tabs may separate ``####`` and the number; a ``####`` not followed by
     a number does not count.
@@ -370,10 +380,10 @@ def extract_strict(text: str) -> str | None:
 
 
 def extract_flexible(text: str) -> str | None:
-    """``flexible-extract``: the LAST number anywhere in the text.
+    """``flexible-numeric``: the LAST number anywhere in the text.
 
-    As the ``flexible-extract`` filter of lm-evaluation-harness gsm8k.yaml (take the
-    last numeric match), with the number grammar of :mod:`harness.tasks.numbers`, so
+    Modelled on the ``flexible-extract`` filter of lm-evaluation-harness gsm8k.yaml
+    (take the last numeric match), with the number grammar of :mod:`harness.tasks.numbers`, so
     ``"costs $29.00."`` gives ``"$29.00"`` and ``"3-4"`` gives ``"4"``.
 
     Args:
@@ -406,9 +416,11 @@ def judge(completion: str, gold: str) -> tuple[dict[str, str | None], dict[str, 
             and thousands separators are allowed.
 
     Returns:
-        ``(answers, correct)``, both keyed by :data:`PIPELINES` names
-        (``"strict-match"``, ``"flexible-extract"``): the extracted token or
-        ``None``, and the verdict.
+        ``(answers, correct)``, both keyed by pipeline name: ``"strict-numeric"`` and
+        ``"flexible-numeric"`` always, plus lm-eval's ``"strict-match"`` and
+        ``"flexible-extract"`` (lm-eval's own filters and ``exact_match``, see
+        :func:`harness.tasks.lm_eval_gsm8k.judge_lm_eval`) when lm-eval is installed.
+        Values: the extracted token or ``None``, and the verdict.
 
     Raises:
         ValueError: ``gold`` does not start with a number (bad data, not a wrong
@@ -418,8 +430,14 @@ def judge(completion: str, gold: str) -> tuple[dict[str, str | None], dict[str, 
     if gold_value is None:
         raise ValueError(f"gold answer {gold!r} is not a number")
     answers: dict[str, str | None] = {
-        "strict-match": extract_strict(completion),
-        "flexible-extract": extract_flexible(completion),
+        "strict-numeric": extract_strict(completion),
+        "flexible-numeric": extract_flexible(completion),
     }
-    correct = {name: _equal(answers[name], gold_value) for name in PIPELINES}
-    return answers, correct
+    correct = {name: _equal(answers[name], gold_value) for name in NUMERIC_PIPELINES}
+    from harness.tasks.lm_eval_gsm8k import LmEvalUnavailableError, judge_lm_eval
+
+    try:
+        la, lc = judge_lm_eval(completion, gold)
+    except LmEvalUnavailableError:
+        return answers, correct  # lm-eval's pipelines absent; gates reading them do not run
+    return {**answers, **la}, {**correct, **lc}

@@ -12,7 +12,7 @@ templates (:data:`TEMPLATES`)::
 
 Answers carry the working and end with ``#### N``, so GSM8K's prompts
 (:func:`harness.tasks.gsm8k.build_requests`), stop sequences and scorer
-(:func:`harness.tasks.gsm8k.judge`, strict-match and flexible-extract) apply
+(:func:`harness.tasks.gsm8k.judge`, strict-numeric and flexible-numeric) apply
 unchanged. Operands are single digits because that is what a 0.8 M-parameter hybrid
 learns on two CPU cores in a few minutes (project notes ``../shared/docs/VLLM-CPU-FACTS.md``: 0.85 greedy accuracy
 after 200 s; multi-digit carries did not converge). Results are never negative.
