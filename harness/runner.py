@@ -25,9 +25,10 @@ from harness.records.run_record import new_run_id, provenance, utc_now, write_ru
 from harness.records.samples import Sample, write_jsonl
 from harness.analysis.scoring import correctness, output_match, score_task
 from harness.engine.server import ServerStartError
-from harness.engine.session import VariantSession
+from harness.engine.session import TaskOutcome, VariantSession
 from harness.analysis.stats import paired_comparison, ratio_bootstrap_ci
 from harness.tasks import DataUnavailableError, PreparedTask, prepare_task
+from harness.tasks.gsm8k import PIPELINES
 
 EXIT_PASSED, EXIT_GATE_FAILED, EXIT_COULD_NOT_RUN = 0, 1, 2
 
@@ -240,7 +241,7 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: dict) -
     prepared: dict[str, PreparedTask] = {}
     for t in cp.tasks:
         try:
-            prepared[t.name] = prepare_task(t.name, t.spec, opts.data_dir)
+            prepared[t.name] = prepare_task(t.name, t.spec, opts.data_dir, base_dir=Path(c.path).parent)
             record["provenance"]["datasets"][t.id] = {
                 "sha256": prepared[t.name].dataset_hash, "source": prepared[t.name].source,
                 "num_requests": len(prepared[t.name].requests),
@@ -282,8 +283,9 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: dict) -
             om = output_match(a, b)
             m.matches[(comp.baseline, comp.candidate, tname)] = om
             pc = None
-            ca = correctness(a, c.gates.accuracy_pipeline)
-            cb = correctness(b, c.gates.accuracy_pipeline)
+            pipe = c.gates_for(tname).accuracy_pipeline  # per-task override (e.g. an lm_eval task's "acc")
+            ca = correctness(a, pipe)
+            cb = correctness(b, pipe)
             if set(ca) & set(cb):
                 pc = paired_comparison(ca, cb)
                 m.paired[(comp.baseline, comp.candidate, tname)] = pc
@@ -297,7 +299,7 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: dict) -
             crec["comparisons"].append(
                 {
                     "baseline": comp.baseline, "candidate": comp.candidate, "task": tname,
-                    "pipeline": c.gates.accuracy_pipeline,
+                    "pipeline": pipe,
                     **om.to_json(),
                     "paired": pc.to_json() if pc else None,
                     "noise": nz.to_json() if nz else None,
@@ -369,17 +371,21 @@ def _run_variant(
                 p.error(str(e))
             for t in todo:
                 pt = prepared[t.name]
-                bar = p.bar(f"{vp.id} {t.name}", len(pt.requests))
-                outcome = session.run_task(
-                    c.name, vp.name, t.name, pt.requests,
-                    max_tokens=t.spec.max_tokens, temperature=t.spec.temperature, seed=t.spec.seed,
-                    stop=pt.stop, on_done=lambda s: bar.advance(s.error is None),
-                    per_request=c.per_request_metrics,
-                )
-                bar.close()
+                lm_summary = None
+                if pt.lm_eval is not None:
+                    outcome, lm_summary = _run_lm_eval(session, c.name, vp, t, pt, c, p)
+                else:
+                    bar = p.bar(f"{vp.id} {t.name}", len(pt.requests))
+                    outcome = session.run_task(
+                        c.name, vp.name, t.name, pt.requests,
+                        max_tokens=t.spec.max_tokens, temperature=t.spec.temperature, seed=t.spec.seed,
+                        stop=pt.stop, on_done=lambda s: bar.advance(s.error is None),
+                        per_request=c.per_request_metrics,
+                    )
+                    bar.close()
                 spath = run_dir / "samples" / c.name / vp.name / f"{t.name}.jsonl"
                 write_jsonl(spath, outcome.samples)
-                sc = score_task(outcome.samples)
+                sc = score_task(outcome.samples, lm_summary["pipelines"] if lm_summary else PIPELINES)
                 m.scores[(vp.name, t.name)] = sc
                 samples_by[(vp.name, t.name)] = outcome.samples
                 trec: dict[str, Any] = {
@@ -400,20 +406,22 @@ def _run_variant(
                     "spec_decode_error": outcome.metrics_error,
                     **acceptance_intervals(outcome.samples, vp.speculative_config is not None),
                 }
+                if lm_summary is not None:
+                    trec["lm_eval"] = {"task": pt.lm_eval.to_json(), **lm_summary}
                 if outcome.spec_metrics is not None:
                     m.spec[(vp.name, t.name)] = outcome.spec_metrics
                 if outcome.metrics_error:
                     m.spec_errors[(vp.name, t.name)] = outcome.metrics_error
                     p.warn(f"{vp.id} {t.name}: {outcome.metrics_error}")
                 vrec["tasks"][t.name] = trec
-                if reruns is not None and vp.name in noise_variants(cp) and session.server.alive():
+                if reruns is not None and vp.name in noise_variants(cp) and pt.lm_eval is None and session.server.alive():
                     trec["rerun"] = _rerun_task(
                         session, c.name, vp, t, pt, run_dir, outcome.samples, reruns, p, c.per_request_metrics)
-                acc = sc.accuracy
                 sd = outcome.spec_metrics
                 p.log(
-                    f"{vp.id} {t.name}: strict-numeric {_f(acc['strict-numeric'].accuracy)}, "
-                    f"flexible-numeric {_f(acc['flexible-numeric'].accuracy)}, errors {sc.error_count}/{sc.num_requests}"
+                    f"{vp.id} {t.name}: "
+                    + ", ".join(f"{k} {_f(v.accuracy)}" for k, v in sc.accuracy.items())
+                    + f", errors {sc.error_count}/{sc.num_requests}"
                     + (f", mean acceptance length {_f(sd.mean_acceptance_length)}" if sd else "")
                     + f" ({outcome.seconds:.1f}s)"
                 )
@@ -431,6 +439,47 @@ def _run_variant(
         if not vrec["tasks"]:
             m.not_run[(vp.name, None)] = "server failed to start"
         return vrec, False
+
+
+def _run_lm_eval(session: VariantSession, config: str, vp: VariantPlan, t, pt: PreparedTask, c,
+                 p: Progress) -> tuple[TaskOutcome, dict[str, Any]]:
+    """Run a ``kind: lm_eval`` task through lm-eval's local-completions model against
+    the session's server, with ``/metrics`` snapshots around it (as
+    :meth:`VariantSession.run_task` takes them). Returns the outcome and lm-eval's
+    summary (aggregated results, pipelines, error)."""
+    import time
+
+    from harness.engine.metrics import MetricsError, SpecDecodeMetrics
+    from harness.tasks.lm_eval_task import run_lm_eval_task
+
+    t0 = time.monotonic()
+    metrics_error = None
+    try:
+        before = session.snapshot()
+    except MetricsError as e:
+        before, metrics_error = None, str(e)
+    p.log(f"{vp.id} {t.name}: lm-eval task {pt.lm_eval.lm_eval_task} ({pt.lm_eval.num_docs} documents) "
+          "through lm-eval's local-completions model")
+    assert session.client is not None
+    samples, summary = run_lm_eval_task(
+        pt.lm_eval, base_url=session.server.base_url, served_model=session.client.model,
+        config=config, variant=vp.name, num_fewshot=t.spec.num_fewshot, max_tokens=t.spec.max_tokens,
+        seed=t.spec.seed, max_concurrency=c.max_concurrency, timeout_s=c.request_timeout_seconds,
+    )
+    if summary["error"]:
+        p.error(f"{vp.id} {t.name}: {summary['error']}")
+    counters = metrics = None
+    if metrics_error is None:
+        try:
+            after = session.snapshot()
+            if before is not None and after is not None:
+                counters = after.minus(before)
+                metrics = SpecDecodeMetrics.from_counters(counters)
+            elif session.speculative:
+                metrics_error = f"{vp.id}: no speculative-decoding counters in /metrics"
+        except MetricsError as e:
+            metrics_error = str(e)
+    return TaskOutcome(samples, counters, metrics, metrics_error, time.monotonic() - t0), summary
 
 
 def _rerun_task(session, config: str, vp: VariantPlan, t, pt: PreparedTask, run_dir: Path,

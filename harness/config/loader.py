@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 #: Folder of the repository that holds ``configs/`` and ``model_lists/``.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -72,12 +72,18 @@ class TaskSpec(_Frozen):
         seed: per-request sampling seed sent to the server.
         required: when False, a task whose data cannot be had is reported as
             ``not run`` (loudly, and never as passed) instead of stopping the run.
+        lm_eval_task: kind ``lm_eval`` only: the lm-eval task name (``gsm8k_cot``,
+            ``mmlu``, or one defined in ``lm_eval_include_path``); see
+            :mod:`harness.tasks.lm_eval_task`. ``num_questions`` is lm-eval's ``limit``,
+            ``num_fewshot`` its ``num_fewshot``, ``max_tokens`` its ``max_gen_toks``.
+        lm_eval_include_path: kind ``lm_eval`` only: a folder of lm-eval task YAMLs
+            (relative to the config file), searched instead of lm-eval's own tasks.
         gates: per-task overrides of the config's ``gates`` (only the keys written
             here change; e.g. ``{accuracy_threshold: null}`` drops the floor for this
             task). See :meth:`ModelConfig.gates_for`.
     """
 
-    kind: Literal["gsm8k", "synthetic"] = "gsm8k"
+    kind: Literal["gsm8k", "synthetic", "lm_eval"] = "gsm8k"
     num_questions: int | None = Field(default=None, ge=1)
     num_fewshot: int = Field(default=5, ge=0)
     max_tokens: int = Field(default=256, ge=1)
@@ -85,6 +91,16 @@ class TaskSpec(_Frozen):
     seed: int = 42
     required: bool = True
     gates: "GateSpec | None" = None
+    lm_eval_task: str | None = None
+    lm_eval_include_path: str | None = None
+
+    @model_validator(mode="after")
+    def _lm_eval_needs_a_task(self) -> "TaskSpec":
+        if self.kind == "lm_eval" and not self.lm_eval_task:
+            raise ValueError("kind lm_eval needs lm_eval_task (an lm-eval task name, e.g. gsm8k_cot)")
+        if self.kind != "lm_eval" and (self.lm_eval_task or self.lm_eval_include_path):
+            raise ValueError("lm_eval_task / lm_eval_include_path are only for kind lm_eval")
+        return self
 
 
 class GateSpec(_Frozen):
@@ -98,7 +114,10 @@ class GateSpec(_Frozen):
             (None = unknown); used by the statistics to widen the floor for smaller runs.
         accuracy_pipeline: which answer pipeline the accuracy gates read: evalrun's
             number-aware ``strict-numeric`` / ``flexible-numeric`` (default), or
-            lm-eval's exact ``strict-match`` / ``flexible-extract`` (needs lm-eval).
+            lm-eval's exact ``strict-match`` / ``flexible-extract`` (needs lm-eval), or for
+            a ``kind: lm_eval`` task one of its pipelines (``acc``, ``strict-match``, ...,
+            see :mod:`harness.tasks.lm_eval_task`). A pipeline a task does not compute
+            makes its accuracy gates NOT RUN (never passed).
         min_acceptance_length: floor of mean acceptance length for speculative
             variants (None disables).
         max_error_rate: largest allowed share of failed requests (default 0).
@@ -113,7 +132,7 @@ class GateSpec(_Frozen):
     accuracy_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
     tolerance: float = Field(default=DEFAULT_TOLERANCE, ge=0.0, le=1.0)
     calibration_questions: int | None = Field(default=None, ge=1)
-    accuracy_pipeline: Literal["strict-numeric", "flexible-numeric", "strict-match", "flexible-extract"] = "flexible-numeric"
+    accuracy_pipeline: str = Field(default="flexible-numeric", min_length=1)
     min_acceptance_length: float | None = Field(default=None, ge=1.0)
     max_error_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     baseline_max_accuracy_drop: float | None = Field(default=0.05, ge=0.0, le=1.0)

@@ -13,7 +13,7 @@ from harness.tasks.base import PreparedTask
 from harness.tasks.gsm8k import STOP_SEQUENCES, DataUnavailableError, build_requests, dataset_hash, load_gsm8k
 
 
-def prepare_task(name: str, spec: TaskSpec, data_dir: Path | None) -> PreparedTask:
+def prepare_task(name: str, spec: TaskSpec, data_dir: Path | None, base_dir: Path | None = None) -> PreparedTask:
     """Load data and build requests for one task.
 
     Args:
@@ -21,6 +21,8 @@ def prepare_task(name: str, spec: TaskSpec, data_dir: Path | None) -> PreparedTa
         spec: the task spec.
         data_dir: folder with GSM8K ``test.jsonl`` and ``train.jsonl`` (None: the
             ``EVALRUN_DATA_DIR`` variable, then the hub via ``datasets``).
+        base_dir: folder a relative ``lm_eval_include_path`` is resolved against
+            (the config file's folder).
 
     Raises:
         DataUnavailableError: the data cannot be had; the message says how to provide it.
@@ -38,6 +40,14 @@ def prepare_task(name: str, spec: TaskSpec, data_dir: Path | None) -> PreparedTa
         from harness.tasks.synthetic import prepare_synthetic
 
         return prepare_synthetic(name, spec)
+    if spec.kind == "lm_eval":
+        from harness.tasks.lm_eval_task import load_lm_eval_task
+
+        inc = spec.lm_eval_include_path
+        if inc and not Path(inc).is_absolute():
+            inc = str((base_dir or Path.cwd()) / inc)
+        info, digest, src = load_lm_eval_task(name, spec.lm_eval_task or "", inc, spec.num_questions)
+        return PreparedTask((), (), digest, src, lm_eval=info)
     raise ValueError(f"unknown task kind {spec.kind!r}")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from harness.tasks.gsm8k import Request
 
@@ -16,9 +17,13 @@ class PreparedTask:
         stop: stop sequences for every request.
         dataset_hash: SHA-256 of the questions and few-shot items used (provenance).
         source: where the data came from (folder, hub id or generator).
+        lm_eval: for ``kind: lm_eval`` the resolved lm-eval task
+            (:class:`harness.tasks.lm_eval_task.LmEvalTask`); lm-eval itself builds and
+            sends the requests, so ``requests`` is empty. None otherwise.
     """
 
     requests: tuple[Request, ...]
     stop: tuple[str, ...]
     dataset_hash: str
     source: str
+    lm_eval: Any = None

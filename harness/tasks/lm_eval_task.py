@@ -1,0 +1,272 @@
+"""Task kind ``lm_eval``: any lm-evaluation-harness task, run by lm-eval against a variant's server.
+
+lm-eval builds the prompts, sends them through its own ``local-completions`` model
+(``lm_eval.models.openai_completions.LocalCompletionsAPI``) to the variant's
+``/v1/completions``, applies the task's filters and computes its metrics. evalrun maps
+lm-eval's logged samples (``log_samples=True``) to :class:`~harness.records.samples.Sample`
+records, one per document, paired across variants by lm-eval's ``doc_id``
+(question id ``<task name>/<split>/<doc_id>``), so the accuracy gates, paired
+comparisons, baselines and diffs work unchanged.
+
+Per sample:
+
+* ``answers[p]`` / ``correct[p]`` per *pipeline* ``p`` = one (filter, metric) pair of
+  the task: the filtered response and whether the metric is 1 (a metric whose values
+  are not all 0 or 1 is kept in the lm-eval results but is not a pipeline). Names:
+  the filter name (``strict-match``, ``flexible-extract``) when the task has one
+  metric and named filters, the metric name (``acc``, ``exact_match``) when the filter
+  is lm-eval's default ``none``, else ``<filter>:<metric>``.
+* ``completion``, ``token_ids``, ``finish_reason``: the generated text, and the
+  completion token ids and finish reason the server returned (evalrun's subclass of
+  ``LocalCompletionsAPI`` adds ``"return_token_ids": true`` to generation requests and
+  keeps the ids by prompt), so output match works. Log-likelihood tasks (e.g. ``mmlu``)
+  have no completion: their output match is not computed.
+* A failed lm-eval run (lm-eval retries a request and then raises) makes every sample
+  of the task an error: never scored as wrong answers.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import json
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.records.samples import Sample
+from harness.tasks.gsm8k import DataUnavailableError, prompt_hash
+
+__all__ = ["LmEvalTask", "load_lm_eval_task", "run_lm_eval_task", "pipeline_name"]
+
+_CURRENT_PROMPTS: contextvars.ContextVar[list | None] = contextvars.ContextVar("evalrun_prompts", default=None)
+
+
+@dataclass(frozen=True)
+class LmEvalTask:
+    """An lm-eval task resolved before any server starts (its data is reachable).
+
+    Attributes:
+        name: the task's name in the evalrun config (prefix of question ids).
+        lm_eval_task: lm-eval's task name (e.g. ``gsm8k_cot``).
+        include_path: folder of extra lm-eval task YAMLs, or None (lm-eval's own tasks).
+        split: the split lm-eval evaluates (``test_split``, else ``validation_split``).
+        num_docs: documents that will be asked (after ``num_questions``).
+        version: the task's ``metadata.version`` (lm-eval's task version).
+        output_type: ``generate_until``, ``loglikelihood``, ``multiple_choice``, ...
+        lm_eval_version: installed lm-eval version.
+    """
+
+    name: str
+    lm_eval_task: str
+    include_path: str | None
+    split: str
+    num_docs: int
+    version: Any
+    output_type: str
+    lm_eval_version: str
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON dict of every field."""
+        return dict(self.__dict__)
+
+
+def _task_manager(include_path: str | None) -> Any:
+    from lm_eval.tasks import TaskManager
+
+    logging.getLogger("lm_eval").setLevel(logging.WARNING)
+    if include_path:
+        return TaskManager(include_path=include_path, include_defaults=False)
+    return TaskManager()
+
+
+def load_lm_eval_task(name: str, lm_eval_task: str, include_path: str | None,
+                      num_questions: int | None) -> tuple[LmEvalTask, str, str]:
+    """Resolve an lm-eval task and load its data (before any server starts).
+
+    Args:
+        name: the evalrun task name.
+        lm_eval_task: lm-eval's task name.
+        include_path: folder of task YAMLs (absolute, or None for lm-eval's built-in
+            tasks, whose data may come from the hub).
+        num_questions: documents to ask (None = all).
+
+    Returns:
+        ``(task, dataset_hash, source)``: the dataset hash is the SHA-256 of the
+        canonical JSON of the documents asked, in order.
+
+    Raises:
+        DataUnavailableError: lm-eval missing, the task unknown, or its data unreachable.
+    """
+    from harness.tasks.lm_eval_gsm8k import lm_eval_version
+
+    ver = lm_eval_version()
+    if ver is None:
+        raise DataUnavailableError(
+            f"task {name}: kind lm_eval needs lm-eval: pip install 'evalrun[lmeval]'")
+    if include_path and not Path(include_path).is_dir():
+        raise DataUnavailableError(f"task {name}: lm_eval_include_path {include_path} is not a folder")
+    try:
+        tm = _task_manager(include_path)
+        if lm_eval_task not in tm.all_tasks:
+            raise DataUnavailableError(
+                f"task {name}: lm-eval {ver} has no task {lm_eval_task!r}"
+                + (f" in {include_path}" if include_path else ""))
+        task = tm.load([lm_eval_task])["tasks"][lm_eval_task]
+        docs = list(task.eval_docs)
+    except DataUnavailableError:
+        raise
+    except Exception as e:  # noqa: BLE001 - hub, file and config errors all mean "cannot run"
+        raise DataUnavailableError(
+            f"task {name}: lm-eval {ver} cannot load task {lm_eval_task!r}: {type(e).__name__}: {e}") from e
+    if num_questions is not None:
+        docs = docs[:num_questions]
+    split = task.config.test_split or task.config.validation_split or "eval"
+    text = json.dumps(docs, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    info = LmEvalTask(name=name, lm_eval_task=lm_eval_task, include_path=include_path, split=split,
+                      num_docs=len(docs), version=task.VERSION, output_type=str(task.OUTPUT_TYPE),
+                      lm_eval_version=ver)
+    source = f"lm-eval {ver} task {lm_eval_task} v{task.VERSION}" + (f" from {include_path}" if include_path else "")
+    return info, hashlib.sha256(text.encode("utf-8")).hexdigest(), source
+
+
+def pipeline_name(filter_name: str, metric: str, n_metrics: int) -> str:
+    """evalrun pipeline name of one lm-eval (filter, metric) pair (module docstring)."""
+    if filter_name == "none":
+        return metric
+    if n_metrics == 1:
+        return filter_name
+    return f"{filter_name}:{metric}"
+
+
+def _completions_class() -> type:
+    """A subclass of lm-eval's ``local-completions`` model that asks the server for
+    completion token ids and keeps them (with the finish reason) per prompt string."""
+    from lm_eval.models.openai_completions import LocalCompletionsAPI
+
+    class EvalrunLocalCompletions(LocalCompletionsAPI):
+        def __init__(self, **kw: Any) -> None:
+            super().__init__(**kw)
+            self.evalrun_outputs: dict[str, tuple[tuple[int, ...] | None, str | None]] = {}
+            self._evalrun_lock = threading.Lock()
+            self._evalrun_last: list | None = None
+
+        def _create_payload(self, messages, generate=False, gen_kwargs=None, seed=1234, eos=None, **kw):
+            p = super()._create_payload(messages, generate=generate, gen_kwargs=gen_kwargs, seed=seed, eos=eos, **kw)
+            if generate:
+                p["return_token_ids"] = True
+            return p
+
+        def model_call(self, messages, **kw):
+            self._evalrun_last = list(messages) if isinstance(messages, list) else [messages]
+            return super().model_call(messages, **kw)
+
+        async def amodel_call(self, session, sem, messages, **kw):
+            _CURRENT_PROMPTS.set(list(messages) if isinstance(messages, list) else [messages])
+            return await super().amodel_call(session, sem, messages, **kw)
+
+        def parse_generations(self, outputs, **kw):
+            prompts = _CURRENT_PROMPTS.get() or self._evalrun_last or []
+            outs = outputs if isinstance(outputs, list) else [outputs]
+            choices = [c for o in outs for c in sorted(o["choices"], key=lambda c: c["index"])]
+            with self._evalrun_lock:
+                for prompt, c in zip(prompts, choices):
+                    if isinstance(prompt, str):
+                        ids = c.get("token_ids")
+                        self.evalrun_outputs[prompt] = (tuple(ids) if ids is not None else None, c.get("finish_reason"))
+            return LocalCompletionsAPI.parse_generations(outputs)
+
+    return EvalrunLocalCompletions
+
+
+def _binary(values: list[Any]) -> bool:
+    return all(isinstance(v, (int, float, bool)) and float(v) in (0.0, 1.0) for v in values)
+
+
+def run_lm_eval_task(
+    task: LmEvalTask,
+    *,
+    base_url: str,
+    served_model: str,
+    config: str,
+    variant: str,
+    num_fewshot: int | None,
+    max_tokens: int,
+    seed: int,
+    max_concurrency: int,
+    timeout_s: float,
+) -> tuple[tuple[Sample, ...], dict[str, Any]]:
+    """Run one lm-eval task against a running server and map its samples.
+
+    Args:
+        task: from :func:`load_lm_eval_task`.
+        base_url: the server's root URL (``http://127.0.0.1:PORT``).
+        served_model: the model name the server serves.
+        config, variant: names stored on each sample.
+        num_fewshot: lm-eval ``num_fewshot`` (None: the task's default).
+        max_tokens: ``max_gen_toks`` of the local-completions model (the task's own
+            ``generation_kwargs.max_gen_toks`` wins when it sets one).
+        seed: lm-eval's random, numpy, torch and few-shot seeds, and the request seed.
+        max_concurrency: lm-eval ``num_concurrent``.
+        timeout_s: per-request timeout of lm-eval's client.
+
+    Returns:
+        ``(samples, summary)``: one :class:`Sample` per document in ``doc_id`` order, and
+        ``{"results": lm-eval's aggregated results for the task, "pipelines": [...],
+        "error": None | str}``. When lm-eval raises, every document becomes an error
+        sample and ``error`` holds the exception.
+    """
+    import lm_eval
+
+    qid = lambda d: f"{task.name}/{task.split}/{d}"  # noqa: E731
+    try:
+        lm = _completions_class()(
+            base_url=base_url.rstrip("/") + "/v1/completions", model=served_model,
+            tokenizer_backend=None, tokenized_requests=False, num_concurrent=max_concurrency,
+            max_retries=1, max_gen_toks=max_tokens, seed=seed, timeout=int(timeout_s),
+        )
+        res = lm_eval.simple_evaluate(
+            model=lm, tasks=[task.lm_eval_task], num_fewshot=num_fewshot, limit=task.num_docs,
+            log_samples=True, bootstrap_iters=0, task_manager=_task_manager(task.include_path),
+            random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
+        )
+    except Exception as e:  # noqa: BLE001 - recorded as errors on every sample, never scored
+        err = f"lm-eval {task.lm_eval_version} task {task.lm_eval_task} failed: {type(e).__name__}: {e}"
+        samples = tuple(Sample(config, variant, task.name, qid(d), "", "", error=err) for d in range(task.num_docs))
+        return samples, {"results": None, "pipelines": [], "error": err}
+    logged = res["samples"][task.lm_eval_task]
+    metrics_of: dict[str, list[str]] = {}
+    for x in logged:
+        metrics_of.setdefault(x["filter"], list(x["metrics"]))
+    by_doc: dict[int, list[dict]] = {}
+    for x in logged:
+        by_doc.setdefault(int(x["doc_id"]), []).append(x)
+    # pipelines: (filter, metric) pairs whose per-sample values are all 0/1
+    pipes: list[tuple[str, str, str]] = []
+    for f, ms in metrics_of.items():
+        for m in ms:
+            if _binary([x.get(m) for x in logged if x["filter"] == f]):
+                pipes.append((f, m, pipeline_name(f, m, len(ms))))
+    samples = []
+    for d in sorted(by_doc):
+        rows = {x["filter"]: x for x in by_doc[d]}
+        first = by_doc[d][0]
+        ctx = first["arguments"][0][0] if first["arguments"] else ""
+        resp = first["resps"][0][0] if first["resps"] and first["resps"][0] else None
+        text = resp if isinstance(resp, str) else None
+        ids, finish = lm.evalrun_outputs.get(ctx, (None, None)) if isinstance(ctx, str) else (None, None)
+        answers, correct = {}, {}
+        for f, m, p in pipes:
+            fr = rows[f]["filtered_resps"][0] if rows[f]["filtered_resps"] else None
+            answers[p] = None if fr in (None, "[invalid]") else str(fr)
+            correct[p] = float(rows[f][m]) == 1.0
+        samples.append(Sample(
+            config, variant, task.name, qid(d), prompt_hash(ctx if isinstance(ctx, str) else json.dumps(ctx)),
+            str(first["target"]), completion=text, token_ids=ids, finish_reason=finish,
+            answers=answers, correct=correct,
+        ))
+    summary = {"results": json.loads(json.dumps(res["results"].get(task.lm_eval_task), default=str)),
+               "pipelines": [p for _, _, p in pipes], "error": None}
+    return tuple(samples), summary
