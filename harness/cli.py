@@ -19,6 +19,7 @@ subcommands:
   evalrun calibrate --config LIST --repeat N
                                       run each config N times, recommend tolerances
   evalrun selfcheck                   run the tiny model clean and with injected faults
+  evalrun merge RUN...                combine the run folders of the shards of one list (--shard i/n)
 
 examples:
   evalrun --config models-cpu.txt                 run the CPU list (tiny built-in hybrid model)
@@ -29,6 +30,7 @@ examples:
   evalrun --config models-cpu.txt --data-dir ../shared/data/gsm8k
   evalrun --config models-cpu.txt --update-baseline   write results/baselines/<config>.json if it passes
   evalrun --config models-cpu.txt --baseline baselines/   gate against committed baselines
+  evalrun --config models-h200.txt --shard 2/4 --run-id shard-2   one of 4 CI agents; then evalrun merge
 
 model lists live in model_lists/ (one config per line, '#' comments); an entry is
 looked up beside the list first, then in configs/. Run records are written to
@@ -71,6 +73,9 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-baseline", action="store_true", help="do not gate against stored baselines")
     p.add_argument("--update-baseline", action="store_true",
                    help="after the run, write a baseline for every config whose gates all passed")
+    p.add_argument("--shard", default=None, metavar="I/N",
+                   help="run only shard I of N (1-based) of the list's configs: deterministic by config "
+                        "name, balanced by variants x questions; combine the shards with `evalrun merge`")
     return p
 
 
@@ -87,6 +92,20 @@ def cmd_run(argv: list[str]) -> int:
         print(f"evalrun: config error:\n{e}", file=sys.stderr)
         return 2
     plan = build_plan(configs, python=args.python)
+    shard = None
+    if args.shard:
+        import dataclasses
+
+        from harness.merge import parse_shard, shard_info
+
+        try:
+            i, n = parse_shard(args.shard)
+        except ValueError as e:
+            print(f"evalrun: {e}", file=sys.stderr)
+            return 2
+        names, shard = shard_info(plan.configs, i, n)
+        plan = dataclasses.replace(plan, configs=tuple(cp for cp in plan.configs if cp.name in names))
+        print(f"evalrun: shard {i}/{n}: {', '.join(names) or 'no config (more shards than configs)'}", file=sys.stderr)
     if args.variant:
         known = {v.name for cp in plan.configs for v in cp.variants}
         bad = [v for v in args.variant if v not in known]
@@ -114,7 +133,7 @@ def cmd_run(argv: list[str]) -> int:
     opts = RunOptions(
         results_dir=args.results_dir, data_dir=args.data_dir, run_id=args.run_id,
         argv=["evalrun", *argv], variants=args.variant, progress=progress,
-        baseline_dir=None if args.no_baseline else baseline_dir,
+        baseline_dir=None if args.no_baseline else baseline_dir, shard=shard,
     )
     from harness.runner import RunFolderExistsError
 
@@ -158,6 +177,7 @@ SUBCOMMANDS = {
     "diff": _lazy("harness.report.diff:cli_main"),
     "calibrate": _lazy("harness.calibrate:cli_main"),
     "selfcheck": _lazy("harness.selfcheck:cli_main"),
+    "merge": _lazy("harness.merge:cli_main"),
 }
 
 

@@ -51,6 +51,8 @@ class RunOptions:
         baseline_dir: folder of stored baselines (``<config>.json``, see
             :mod:`harness.analysis.baseline`); a config with a baseline there is also gated
             against it. None = no baseline gates.
+        shard: with ``--shard i/n``, the record's ``shard`` block
+            (:func:`harness.merge.shard_info`); None otherwise.
     """
 
     results_dir: Path
@@ -60,6 +62,7 @@ class RunOptions:
     variants: list[str] | None = None
     progress: Progress = field(default_factory=Progress)
     baseline_dir: Path | None = None
+    shard: dict[str, Any] | None = None
 
 
 #: Why acceptance intervals are missing when requests ran concurrently.
@@ -186,6 +189,7 @@ def run(plan: Plan, opts: RunOptions) -> tuple[dict[str, Any], Path]:
         "passed": None,
         "exit_code": None,
         "provenance": provenance(opts.argv, cfg_prov, started),
+        "shard": opts.shard,
         "configs": [],
     }
     from harness.tasks.lm_eval_gsm8k import lm_eval_info

@@ -1,0 +1,230 @@
+"""Shards and merge: split a model list over n CI agents, then combine their run records.
+
+``evalrun --config LIST --shard i/n`` runs only shard i (1-based) of the list's configs;
+``evalrun merge RUN...`` combines the n shard run folders into one run folder with one
+record, ``summary.md``, JUnit file and exit code.
+
+Shard assignment (:func:`assign_shards`) is deterministic and depends only on the set
+of configs, not on their order in the list: configs are weighed by an estimate of their
+cost, number of variants x questions over all tasks (a config's server start-ups and
+requests both grow with it), sorted by weight (heaviest first, ties by name) and each
+given to the currently lightest shard (ties: the lowest shard index). This is the
+longest-processing-time-first rule (Graham 1969), whose largest shard is at most 4/3
+of the optimum.
+
+Every shard record carries ``shard``: its index, the count, the configs it ran and the
+identity of the whole list (names and SHA-256 of every config). ``merge`` refuses
+shards of different lists, different evalrun versions, different shard counts, and a
+missing or duplicated shard index.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from harness.config.plan import ConfigPlan
+from harness.tasks import task_size
+
+__all__ = ["MergeError", "parse_shard", "config_weight", "assign_shards", "shard_info", "merge_records", "cli_main"]
+
+
+class MergeError(ValueError):
+    """Shard records cannot be merged; the message names the run folders and the field."""
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"i/n"`` -> ``(i, n)`` with ``1 <= i <= n``.
+
+    Raises:
+        ValueError: not of that form (the message says what is expected).
+    """
+    try:
+        i_s, n_s = text.split("/")
+        i, n = int(i_s), int(n_s)
+    except ValueError:
+        raise ValueError(f"--shard {text!r}: expected i/n with integers, e.g. 2/4 (1-based)") from None
+    if not (n >= 1 and 1 <= i <= n):
+        raise ValueError(f"--shard {text!r}: need 1 <= i <= n (shards are numbered from 1)")
+    return i, n
+
+
+def config_weight(cp: ConfigPlan) -> int:
+    """Cost estimate of one config: variants x questions summed over its tasks (>= 1)."""
+    questions = sum(task_size(t.spec) for t in cp.tasks)
+    return max(1, len(cp.variants) * questions)
+
+
+def assign_shards(weights: dict[str, int], n: int) -> list[list[str]]:
+    """Split config names over ``n`` shards, longest processing time first.
+
+    Args:
+        weights: config name -> weight (:func:`config_weight`).
+        n: number of shards (>= 1).
+
+    Returns:
+        ``n`` lists of config names (a shard may be empty when there are fewer configs
+        than shards); each list in name order. Depends only on ``weights``, not on its
+        order.
+    """
+    loads = [0] * n
+    shards: list[list[str]] = [[] for _ in range(n)]
+    for name, w in sorted(weights.items(), key=lambda kv: (-kv[1], kv[0])):
+        k = min(range(n), key=lambda j: (loads[j], j))
+        shards[k].append(name)
+        loads[k] += w
+    return [sorted(s) for s in shards]
+
+
+def list_identity(configs: Sequence[ConfigPlan]) -> dict[str, Any]:
+    """``{"configs": [{"name", "sha256"}...] (by name), "sha256": hash of that list}``."""
+    items = sorted(({"name": cp.name, "sha256": cp.config.sha256} for cp in configs), key=lambda d: d["name"])
+    digest = hashlib.sha256(json.dumps(items, sort_keys=True).encode()).hexdigest()
+    return {"configs": items, "sha256": digest}
+
+
+def shard_info(configs: Sequence[ConfigPlan], i: int, n: int) -> tuple[list[str], dict[str, Any]]:
+    """The config names of shard ``i`` of ``n`` and the ``shard`` block of its run record.
+
+    Returns:
+        ``(names, {"index": i, "count": n, "configs": names, "weights": {...},
+        "list": list_identity(configs)})``.
+    """
+    weights = {cp.name: config_weight(cp) for cp in configs}
+    names = assign_shards(weights, n)[i - 1]
+    return names, {"index": i, "count": n, "configs": names, "weights": weights, "list": list_identity(configs)}
+
+
+def _verdict(configs: list[dict[str, Any]], could_not_run: bool) -> tuple[int, bool | None]:
+    """Exit code and ``passed`` from the gates, as the runner decides them."""
+    verdicts = [g["passed"] for c in configs for g in c["gates"]]
+    if any(v is False for v in verdicts):
+        return 1, False
+    if could_not_run:
+        return 2, None
+    if any(v is None for v in verdicts):
+        return 0, None
+    return 0, True
+
+
+def merge_records(records: Sequence[dict[str, Any]], run_id: str) -> dict[str, Any]:
+    """Combine shard run records into one record.
+
+    Args:
+        records: shard records (each with ``_path`` and ``shard``), any order.
+        run_id: the merged run's id.
+
+    Returns:
+        A run record whose ``configs`` are the shards' configs in name order, whose
+        ``provenance`` is the first shard's with ``started_at`` the earliest and
+        ``ended_at`` the latest, ``datasets`` united, and ``merged_from`` listing the
+        shard run ids and folders; exit code and ``passed`` recomputed from the gates.
+
+    Raises:
+        MergeError: a record without ``shard``; different list identities, evalrun
+            versions or shard counts; a missing or duplicated shard index.
+    """
+    if not records:
+        raise MergeError("no run folders given")
+    where = lambda r: r.get("_path", r.get("run_id"))  # noqa: E731
+    for r in records:
+        if not r.get("shard"):
+            raise MergeError(f"{where(r)}: not a shard run (no 'shard' in run.json; run with --shard i/n)")
+    first = records[0]
+    for key, get in (("list", lambda r: r["shard"]["list"]["sha256"]),
+                     ("evalrun version", lambda r: r["provenance"]["evalrun_version"]),
+                     ("shard count", lambda r: r["shard"]["count"])):
+        for r in records[1:]:
+            if get(r) != get(first):
+                raise MergeError(f"{where(r)} and {where(first)}: different {key} ({get(r)!r} vs {get(first)!r}); "
+                                 "only shards of one list run by one evalrun version merge")
+    n = first["shard"]["count"]
+    seen: dict[int, str] = {}
+    for r in records:
+        i = r["shard"]["index"]
+        if i in seen:
+            raise MergeError(f"shard {i}/{n} given twice: {seen[i]} and {where(r)}")
+        seen[i] = where(r)
+    missing = sorted(set(range(1, n + 1)) - set(seen))
+    if missing:
+        raise MergeError(f"shards {', '.join(f'{i}/{n}' for i in missing)} missing (given: {sorted(seen)})")
+    configs = sorted((c for r in records for c in r["configs"]), key=lambda c: c["name"])
+    prov = json.loads(json.dumps(first["provenance"]))
+    prov["started_at"] = min(r["provenance"]["started_at"] for r in records)
+    ends = [r["provenance"].get("ended_at") for r in records]
+    prov["ended_at"] = None if None in ends else max(ends)
+    prov["configs"] = [x for r in records for x in r["provenance"]["configs"]]
+    prov["datasets"] = {k: v for r in records for k, v in r["provenance"].get("datasets", {}).items()}
+    could_not_run = any(r.get("status") != "completed" for r in records)
+    code, passed = _verdict(configs, could_not_run)
+    return {
+        "schema_version": first["schema_version"], "run_id": run_id,
+        "status": "completed" if not could_not_run else "incomplete",
+        "passed": passed, "exit_code": code, "provenance": prov, "configs": configs,
+        "merged_from": [{"run_id": r["run_id"], "path": r.get("_path"), "shard": r["shard"]["index"],
+                         "exit_code": r.get("exit_code")} for r in sorted(records, key=lambda r: r["shard"]["index"])],
+        "shard": None,
+    }
+
+
+def cli_main(argv: list[str]) -> int:
+    """``evalrun merge RUN... [--results-dir DIR] [--run-id ID] [--junit FILE] [--markdown FILE]``.
+
+    Writes ``<results dir>/<run id>/`` with ``run.json``, ``summary.md`` and the shards'
+    ``samples/`` and ``logs/`` copied beside it (so diffs and baselines read the merged
+    folder). Returns the merged exit code (0 / 1 / 2), or 2 when the shards do not merge.
+    """
+    from harness.config.loader import PROJECT_ROOT
+    from harness.records.run_record import RunRecordError, load_run, new_run_id, write_run
+    from harness.report.summary import render_markdown, render_terminal
+
+    p = argparse.ArgumentParser(prog="evalrun merge", description=(
+        "Combine the run folders of the shards of one list (evalrun --shard i/n) into one run: "
+        "record, summary, JUnit and exit code."))
+    p.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="shard run folders (or their run.json)")
+    p.add_argument("--results-dir", type=Path, default=PROJECT_ROOT / "results")
+    p.add_argument("--run-id", default=None, help="merged run folder name (default: a new time-based id)")
+    p.add_argument("--markdown", type=Path, default=None, help="also write summary.md here")
+    p.add_argument("--junit", type=Path, default=None, help="also write the JUnit XML here")
+    a = p.parse_args(argv)
+    try:
+        records = [load_run(r) for r in a.runs]
+        rec = merge_records(records, a.run_id or new_run_id())
+    except (RunRecordError, MergeError) as e:
+        print(f"evalrun merge: {e}", file=sys.stderr)
+        return 2
+    out = a.results_dir / rec["run_id"]
+    if (out / "run.json").exists():
+        print(f"evalrun merge: {out}: a run record is already there; choose another --run-id", file=sys.stderr)
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
+    for r in records:
+        for sub in ("samples", "logs"):
+            src = Path(r["_path"]) / sub
+            if src.is_dir():
+                shutil.copytree(src, out / sub, dirs_exist_ok=True)
+    write_run(out, rec)
+    md = render_markdown(rec)
+    (out / "summary.md").write_text(md, encoding="utf-8")
+    if a.markdown:
+        a.markdown.write_text(md, encoding="utf-8")
+    _write_junit(rec, out, a.junit)
+    rec["_path"] = str(out)
+    render_terminal(rec)
+    return int(rec["exit_code"])
+
+
+def _write_junit(rec: dict[str, Any], out: Path, extra: Path | None) -> None:
+    """``junit.xml`` in the run folder (and at ``extra``), when the JUnit report exists."""
+    try:
+        from harness.report.junit import write_junit
+    except ImportError:  # pragma: no cover - before the JUnit report lands
+        return
+    write_junit(rec, out / "junit.xml")
+    if extra:
+        write_junit(rec, extra)
