@@ -73,6 +73,8 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-baseline", action="store_true", help="do not gate against stored baselines")
     p.add_argument("--update-baseline", action="store_true",
                    help="after the run, write a baseline for every config whose gates all passed")
+    p.add_argument("--junit", type=Path, default=None, metavar="FILE",
+                   help="also write the JUnit XML (one test case per gate) here; always written as RUN/junit.xml")
     p.add_argument("--shard", default=None, metavar="I/N",
                    help="run only shard I of N (1-based) of the list's configs: deterministic by config "
                         "name, balanced by variants x questions; combine the shards with `evalrun merge`")
@@ -148,6 +150,10 @@ def cmd_run(argv: list[str]) -> int:
     render_terminal(record)
     if args.markdown:
         args.markdown.write_text(render_markdown(record), encoding="utf-8")
+    if args.junit:
+        from harness.report.junit import write_junit
+
+        write_junit(record, args.junit)
     if args.update_baseline:
         from harness.analysis.baseline import BaselineError, write_baselines
 

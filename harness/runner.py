@@ -20,6 +20,7 @@ from harness.engine.info import EngineInfoError, check_effective
 from harness.analysis.gates import Measurements, evaluate_gates, output_noise_rerun, output_noise_stored
 from harness.config.plan import ConfigPlan, Plan, VariantPlan
 from harness.report.progress import Progress
+from harness.report.junit import write_junit
 from harness.report.summary import render_markdown
 from harness.records.run_record import new_run_id, provenance, utc_now, write_run
 from harness.records.samples import Sample, write_jsonl
@@ -222,6 +223,7 @@ def run(plan: Plan, opts: RunOptions) -> tuple[dict[str, Any], Path]:
     record["provenance"]["ended_at"] = utc_now()
     write_run(run_dir, record)
     (run_dir / "summary.md").write_text(render_markdown(record), encoding="utf-8")
+    write_junit(record, run_dir / "junit.xml")
     record["_path"] = str(run_dir)
     return record, run_dir
 
