@@ -222,7 +222,7 @@ def run(plan: Plan, opts: RunOptions) -> tuple[dict[str, Any], Path]:
     record.update(status="completed" if not could_not_run else "incomplete", passed=passed, exit_code=code)
     record["provenance"]["ended_at"] = utc_now()
     write_run(run_dir, record)
-    (run_dir / "summary.md").write_text(render_markdown(record), encoding="utf-8")
+    (run_dir / "summary.md").write_text(render_markdown(record, run_dir), encoding="utf-8")
     write_junit(record, run_dir / "junit.xml")
     record["_path"] = str(run_dir)
     return record, run_dir

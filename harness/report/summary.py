@@ -1,15 +1,31 @@
-"""Reports of a run record: a terminal table (rich) and a Markdown summary.
+"""Reports of a run record: terminal tables (rich) and the Markdown summary (``summary.md``).
 
-Both read only the run record dict written by :mod:`harness.records.run_record`, so a report can
-be regenerated from disk.
+Both read only the run record dict written by :mod:`harness.records.run_record` (and, for
+the completions of flipped questions, the samples beside it), so a report can be
+regenerated from disk.
+
+Layout, for the places CI shows it:
+
+* ``summary.md``: the verdict line; **failing gates first**, each with its numbers, the
+  questions that flipped (both completions side by side) or diverged; gates that could
+  not be judged with their reasons; then the scores, speculative decoding and
+  comparisons tables; the passing gates folded in ``<details>``.
+* terminal: one accuracy table and one speculative-decoding table per config (the config
+  name is the title, not a column), narrow enough for 100 columns; cells wrap, never cut
+  to ``tiny-q…``. In a non-terminal log (CI) the tables take their natural width (under
+  about 100 columns) and text lines are printed unwrapped.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
+
+from harness.tasks.gsm8k import PIPELINES
 
 
 def fmt(x: Any, digits: int = 3) -> str:
@@ -27,9 +43,34 @@ def _ci(ci: Any) -> str:
     return f" [{ci[0]:.3f}, {ci[1]:.3f}]"
 
 
-def score_rows(record: dict[str, Any]) -> list[dict[str, str]]:
+#: Column titles of the answer pipelines (lm-eval's are marked as lm-eval's).
+PIPELINE_TITLES = {"strict-numeric": "strict-numeric", "flexible-numeric": "flexible-numeric",
+                   "strict-match": "lm-eval strict-match", "flexible-extract": "lm-eval flexible-extract"}
+
+
+def _pipelines(record: dict[str, Any]) -> list[str]:
+    """Pipelines present in any task of the record: the GSM8K ones in report order,
+    then others (an lm_eval task's ``acc``, ...) in order of appearance."""
+    seen: list[str] = []
+    for c in record.get("configs", []):
+        for v in c.get("variants", {}).values():
+            for t in v.get("tasks", {}).values():
+                for p in (t.get("accuracy") or {}):
+                    if p not in seen:
+                        seen.append(p)
+    return [p for p in PIPELINES if p in seen] + [p for p in seen if p not in PIPELINES]
+
+
+def score_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per config x variant x task: accuracy per pipeline (with 95% Wilson
-    interval), errors, acceptance rate, mean acceptance length, per-position acceptance."""
+    interval), errors, acceptance rate, mean acceptance length, per-position acceptance.
+
+    Returns:
+        dicts with ``config``, ``variant``, ``task``, ``status`` (``ran`` or ``NOT RUN:
+        reason``), ``pipeline`` (the config's gate pipeline), ``n``, ``errors``,
+        ``async``, one key per pipeline (``"0.970 [0.915, 0.990]"``), ``speculative``
+        (bool), ``acceptance_rate``, ``mean_acceptance_length``, ``per_position``.
+    """
     rows = []
     for c in record.get("configs", []):
         for vname, v in c.get("variants", {}).items():
@@ -44,35 +85,21 @@ def score_rows(record: dict[str, Any]) -> list[dict[str, str]]:
                 acc = t.get("accuracy", {})
                 ci = t.get("accuracy_ci", {})
                 sd = t.get("spec_decode") or {}
-                rows.append(
-                    {
-                        "config": c["name"],
-                        "variant": vname,
-                        "task": tname,
-                        "status": "ran",
-                        "async": fmt(eng.get("async_scheduling")),
-                        "strict-numeric": fmt(acc.get("strict-numeric")) + _ci(ci.get("strict-numeric")),
-                        "flexible-numeric": fmt(acc.get("flexible-numeric")) + _ci(ci.get("flexible-numeric")),
-                        "strict-match": fmt(acc.get("strict-match")) + _ci(ci.get("strict-match")),
-                        "flexible-extract": fmt(acc.get("flexible-extract")) + _ci(ci.get("flexible-extract")),
-                        "n": str(t.get("num_requests")),
-                        "errors": str(t.get("error_count")),
-                        "acceptance_rate": fmt(sd.get("acceptance_rate")) + _ci(t.get("acceptance_rate_ci")),
-                        "mean_acceptance_length": fmt(sd.get("mean_acceptance_length")) + _ci(t.get("mean_acceptance_length_ci")),
-                        "per_position": " ".join(fmt(p, 2) for p in sd.get("per_position_acceptance", []) or []) or "-",
-                        "spec_error": t.get("spec_decode_error") or "",
-                    }
-                )
+                row = {
+                    "config": c["name"], "variant": vname, "task": tname, "status": "ran",
+                    "pipeline": c.get("pipeline"),
+                    "async": fmt(eng.get("async_scheduling")),
+                    "n": str(t.get("num_requests")), "errors": str(t.get("error_count")),
+                    "speculative": bool(sd),
+                    "acceptance_rate": fmt(sd.get("acceptance_rate")) + _ci(t.get("acceptance_rate_ci")),
+                    "mean_acceptance_length": fmt(sd.get("mean_acceptance_length")) + _ci(t.get("mean_acceptance_length_ci")),
+                    "per_position": " ".join(fmt(p, 2) for p in sd.get("per_position_acceptance", []) or []) or "-",
+                    "spec_error": t.get("spec_decode_error") or "",
+                }
+                for p in acc:
+                    row[p] = fmt(acc.get(p)) + _ci(ci.get(p))
+                rows.append(row)
     return rows
-
-
-COLUMNS = [
-    ("config", "config"), ("variant", "variant"), ("task", "task"), ("async", "async sched."),
-    ("strict-numeric", "strict-numeric [95% CI]"), ("flexible-numeric", "flexible-numeric [95% CI]"),
-    ("strict-match", "lm-eval strict-match"), ("flexible-extract", "lm-eval flexible-extract"),
-    ("n", "n"), ("errors", "errors"), ("acceptance_rate", "accept. rate"),
-    ("mean_acceptance_length", "mean accept. len"), ("per_position", "per-position"),
-]
 
 
 def acceptance_ci_notes(record: dict[str, Any]) -> list[str]:
@@ -101,7 +128,7 @@ def _noise_text(comp: dict[str, Any]) -> str:
     return f"; {src}, one-sided p={fmt(nz.get('p_value'), 4)}"
 
 
-def comparison_rows(record: dict[str, Any]) -> list[dict[str, str]]:
+def comparison_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per comparison and task: output match (with the noise it is judged
     against, when any), paired accuracy difference, p-value, flipped question ids."""
     rows = []
@@ -124,44 +151,128 @@ def comparison_rows(record: dict[str, Any]) -> list[dict[str, str]]:
     return rows
 
 
+# ------------------------------------------------------------------ flipped questions
+
+
+def flipped_examples(record: dict[str, Any], config: str, comp: dict[str, Any], limit: int = 10,
+                     run_dir: str | Path | None = None) -> list[dict[str, Any]]:
+    """Questions right in one variant of a comparison and wrong in the other, with both
+    completions, read from the samples beside the record.
+
+    Returns:
+        Up to ``limit`` dicts ``{"question_id", "direction": "lost" | "gained", "gold",
+        "baseline_answer", "candidate_answer", "baseline_completion",
+        "candidate_completion"}``, lost first; ``[]`` when the samples cannot be read.
+    """
+    from harness.records.samples import read_jsonl
+
+    p = comp.get("paired") or {}
+    ids = [("lost", q) for q in p.get("a_only", [])] + [("gained", q) for q in p.get("b_only", [])]
+    if not ids:
+        return []
+    base = Path(run_dir or record.get("_path") or ".")
+    crec = next((c for c in record.get("configs", []) if c["name"] == config), None)
+    try:
+        side = {}
+        for role in ("baseline", "candidate"):
+            t = crec["variants"][comp[role]]["tasks"][comp["task"]]
+            side[role] = {s.question_id: s for s in read_jsonl(base / t["samples"])}
+    except (KeyError, TypeError, OSError, ValueError):
+        return []
+    pipe = comp.get("pipeline")
+    out = []
+    for direction, q in ids[:limit]:
+        a, b = side["baseline"].get(q), side["candidate"].get(q)
+        out.append({
+            "question_id": q, "direction": direction, "gold": a.gold if a else (b.gold if b else None),
+            "baseline_answer": a.answers.get(pipe) if a else None, "candidate_answer": b.answers.get(pipe) if b else None,
+            "baseline_completion": (a.completion if a else None) or "", "candidate_completion": (b.completion if b else None) or "",
+        })
+    return out
+
+
+# ------------------------------------------------------------------ terminal
+
+
+def _table(title: str, headers: list[str]) -> Table:
+    """A left-titled table without vertical rules (two spaces between columns), cells
+    folded rather than cut when a terminal is narrower than the table."""
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for h in headers:
+        t.add_column(h, overflow="fold")
+    return t
+
+
+#: Two-line column heads of the pipelines in the terminal.
+_TERMINAL_HEADS = {"strict-numeric": "strict-\nnumeric", "flexible-numeric": "flexible-\nnumeric",
+                   "strict-match": "lm-eval\nstrict-match", "flexible-extract": "lm-eval\nflexible-extract"}
+
+
 def render_terminal(record: dict[str, Any], console: Console | None = None) -> None:
-    """Print the scores table, the comparisons table and the gate list to the terminal."""
+    """Print, per config, an accuracy table and a speculative-decoding table, then the
+    comparisons and the gates (failing first; passing gates counted, not listed).
+
+    Without a terminal (CI logs) the console is 160 columns wide so no table is squeezed
+    into 80; the tables themselves stay under about 100 columns; text lines are never
+    wrapped (``soft_wrap``).
+    """
     if console is None:
         console = Console()
-        if not console.is_terminal:  # CI logs: do not squeeze tables into 80 columns
-            console = Console(width=200)
-    t = Table(title=f"evalrun {record.get('run_id')}: scores", show_lines=False)
-    for _, title in COLUMNS:
-        t.add_column(title)
-    for r in score_rows(record):
-        if r["status"] != "ran":
-            t.add_row(r["config"], r["variant"], r["task"], f"[yellow]{r['status']}[/yellow]", *[""] * (len(COLUMNS) - 4))
-        else:
-            t.add_row(*[r.get(k, "") for k, _ in COLUMNS])
-    console.print(t)
+        if not console.is_terminal:  # CI logs: natural table widths, no 80-column wrapping
+            console = Console(width=160)
+    rows = score_rows(record)
+    pipes = _pipelines(record)
+    for c in record.get("configs", []):
+        crows = [r for r in rows if r["config"] == c["name"]]
+        if not crows:
+            continue
+        t = _table(f"{c['name']}: accuracy (gate pipeline {c.get('pipeline')} with its 95% Wilson interval)",
+                   ["variant", "task", "n", *[_TERMINAL_HEADS.get(p, p) for p in pipes]])
+        for r in crows:
+            if r["status"] != "ran":
+                t.add_row(r["variant"], r["task"], "", f"[yellow]{r['status']}[/yellow]", *[""] * (len(pipes) - 1))
+                continue
+            cells = []
+            for p in pipes:
+                v = r.get(p, "-")
+                cells.append(v.replace(" [", "\n[", 1) if p == r.get("pipeline") else v.split(" [")[0])
+            n = r["n"] + (f"\n{r['errors']} err" if r["errors"] not in ("0", "None") else "")
+            t.add_row(r["variant"], r["task"], n, *cells)
+        console.print(t)
+        spec = [r for r in crows if r.get("speculative")]
+        if spec:
+            st = _table(f"{c['name']}: speculative decoding",
+                        ["variant", "task", "async", "acceptance rate", "mean acceptance length", "per-position"])
+            for r in spec:
+                st.add_row(r["variant"], r["task"], r["async"], r["acceptance_rate"], r["mean_acceptance_length"], r["per_position"])
+            console.print(st)
     crow = comparison_rows(record)
     if crow:
-        ct = Table(title="comparisons (paired over the same questions)")
-        for h in ("config", "pair", "task", "output match", "accuracy diff [95% CI]", "flipped (lost/gained)", "McNemar p"):
-            ct.add_column(h)
+        ct = _table("comparisons (paired over the same questions)",
+                    ["config / pair", "task", "output match", "accuracy diff\n[95% CI]", "lost /\ngained", "McNemar p"])
         for r in crow:
-            ct.add_row(r["config"], r["pair"], r["task"], r["output_match"], r["diff"], r["flipped"], r["p"])
+            ct.add_row(f"{r['config']}\n{r['pair']}", r["task"], r["output_match"], r["diff"].replace(" [", "\n[", 1),
+                       r["flipped"], r["p"])
         console.print(ct)
         for line in _flipped_lines(crow):
-            console.print(line, markup=False)
+            console.print(line, markup=False, soft_wrap=True)
     for line in acceptance_ci_notes(record):
-        console.print(line, markup=False)
-    gt = Table(title="gates (" + ", ".join(c["name"] for c in record.get("configs", [])) + ")")
-    for h in ("verdict", "gate", "observed", "limit", "detail"):
-        gt.add_column(h, overflow="fold")
-    for c in record.get("configs", []):
-        for g in c.get("gates", []):
-            color = {"PASS": "green", "FAIL": "red"}.get(g["verdict"], "yellow")
-            gt.add_row(f"[{color}]{g['verdict']}[/{color}]", g["id"].split("/", 1)[1], fmt(g.get("observed"), 4),
-                       (g.get("op", "") + " " + fmt(g.get("limit"), 4)) if g.get("limit") is not None else "", g.get("detail", ""))
-    console.print(gt)
+        console.print(line, markup=False, soft_wrap=True)
+    gates = [g for c in record.get("configs", []) for g in c.get("gates", [])]
+    bad = [g for g in gates if g.get("passed") is not True]
+    bad.sort(key=lambda g: g.get("passed") is None)  # FAIL before NOT RUN
+    for g in bad:
+        color = "red" if g.get("passed") is False else "yellow"
+        console.print(f"[{color}]{g['verdict']}[/{color}] {g['id']}: observed {fmt(g.get('observed'), 4)}, "
+                      f"limit {_limit(g) or '-'}", soft_wrap=True, highlight=False)
+        console.print(f"    {g.get('detail', '')}", markup=False, soft_wrap=True, highlight=False)
+    console.print(f"{len(gates) - len(bad)} of {len(gates)} gates passed", soft_wrap=True)
     status = {True: "[green]all gates passed[/green]", False: "[red]gates failed[/red]", None: "[yellow]not every gate could be judged[/yellow]"}[record.get("passed")]
-    console.print(f"{status}; exit code {record.get('exit_code')}; record: {record.get('_path', '')}")
+    console.print(f"{status}; exit code {record.get('exit_code')}; record: {record.get('_path', '')}", soft_wrap=True)
+
+
+def _limit(g: dict[str, Any]) -> str:
+    return (g.get("op", "") + " " + fmt(g.get("limit"), 4)) if g.get("limit") is not None else ""
 
 
 def _flipped_lines(crow: list[dict[str, Any]], limit: int = 50) -> list[str]:
@@ -177,6 +288,9 @@ def _flipped_lines(crow: list[dict[str, Any]], limit: int = 50) -> list[str]:
     return out
 
 
+# ------------------------------------------------------------------ Markdown
+
+
 def _md_table(headers: list[str], rows: list[list[str]]) -> str:
     def esc(s: str) -> str:
         return str(s).replace("|", "\\|").replace("\n", " ")
@@ -186,28 +300,90 @@ def _md_table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
-def render_markdown(record: dict[str, Any]) -> str:
-    """The run as Markdown (``summary.md``): scores, comparisons, gates, failures with
-    the questions that flipped or diverged, and provenance."""
+def _md_code(text: str) -> str:
+    """Inline-safe rendering of a completion for a table cell (``<code>``, escaped)."""
+    import html
+
+    return "<code>" + html.escape(text[:300]).replace("|", "&#124;").replace("\n", "⏎") + "</code>"
+
+
+def _verdict_word(record: dict[str, Any]) -> str:
+    return {True: "PASS", False: "FAIL",
+            None: "NOT EVERY GATE JUDGED" if record.get("status") == "completed" else "INCOMPLETE"}[record.get("passed")]
+
+
+def render_markdown(record: dict[str, Any], run_dir: str | Path | None = None) -> str:
+    """The run as Markdown (``summary.md``), fit for a pull-request comment: failing gates
+    first with their numbers and flipped questions (both completions side by side), gates
+    not judged with reasons, scores, speculative decoding, comparisons, output
+    mismatches, then the passing gates folded in ``<details>``, then provenance.
+
+    Args:
+        record: the run record dict.
+        run_dir: the run folder (for the samples of flipped questions); default the
+            record's ``_path``.
+    """
     prov = record.get("provenance", {})
+    gates = [(c, g) for c in record.get("configs", []) for g in c.get("gates", [])]
+    failed = [(c, g) for c, g in gates if g.get("passed") is False]
+    notrun = [(c, g) for c, g in gates if g.get("passed") is None]
+    passed = [(c, g) for c, g in gates if g.get("passed") is True]
     lines = [
-        f"# evalrun run {record.get('run_id')}",
+        f"# evalrun run {record.get('run_id')}: {_verdict_word(record)}",
         "",
-        f"- result: **{ {True: 'PASS', False: 'FAIL', None: 'NOT EVERY GATE JUDGED' if record.get('status') == 'completed' else 'INCOMPLETE'}[record.get('passed')] }** (exit code {record.get('exit_code')})",
+        f"- result: **{_verdict_word(record)}** (exit code {record.get('exit_code')}): "
+        f"{len(failed)} gate(s) failed, {len(notrun)} not run, {len(passed)} passed",
         f"- evalrun {prov.get('evalrun_version')}, {prov.get('vllm_version')}, Python {prov.get('python')}, {prov.get('platform')}",
+    ]
+    lm = prov.get("lm_eval") or {}
+    if lm.get("version"):
+        lines.append(f"- lm-eval {lm['version']} (gsm8k task version {lm.get('gsm8k_task_version')}): "
+                     "`strict-match` / `flexible-extract` are lm-eval's own filters; `strict-numeric` / "
+                     "`flexible-numeric` are evalrun's number-aware pipelines")
+    if record.get("merged_from"):
+        lines.append("- merged from shards: " + ", ".join(f"{m['shard']}: `{m['run_id']}`" for m in record["merged_from"]))
+    lines += [
         f"- started {prov.get('started_at')}, ended {prov.get('ended_at')}",
         f"- command: `{' '.join(prov.get('command_line', []))}`",
-        "",
-        "## Scores",
-        "",
     ]
-    rows = []
+    comps = {(c["name"], comp["baseline"], comp["candidate"], comp["task"]): comp
+             for c in record.get("configs", []) for comp in c.get("comparisons", [])}
+    if failed:
+        lines += ["", f"## Failed gates ({len(failed)})", ""]
+        for c, g in failed:
+            lines.append(f"- **{g['id']}**: observed {fmt(g.get('observed'), 4)}, limit {_limit(g)}. {g.get('detail', '')}")
+            if g.get("questions"):
+                lines.append(f"  - questions: {', '.join(g['questions'][:50])}" + (" ..." if len(g["questions"]) > 50 else ""))
+            comp = comps.get((c["name"], g.get("baseline"), g.get("variant"), g.get("task")))
+            if comp and g.get("kind") in ("max_accuracy_drop",):
+                ex = flipped_examples(record, c["name"], comp, limit=10, run_dir=run_dir)
+                if ex:
+                    lines += ["", _md_table(
+                        ["question", "flip", "gold", f"{comp['baseline']} completion", f"{comp['candidate']} completion"],
+                        [[e["question_id"], e["direction"], str(e["gold"]), _md_code(e["baseline_completion"]),
+                          _md_code(e["candidate_completion"])] for e in ex]), ""]
+            if comp and g.get("kind") == "min_output_match":
+                for mm in comp.get("mismatches", [])[:3]:
+                    lines += ["", _md_table(
+                        ["question", "first divergence (token)", f"{comp['baseline']} completion", f"{comp['candidate']} completion"],
+                        [[mm["question_id"], str(mm["first_divergence"]), _md_code(mm["baseline_text"]), _md_code(mm["candidate_text"])]]), ""]
+    if notrun:
+        lines += ["", f"## Not run ({len(notrun)})", ""]
+        lines += [f"- {g['id']}: {g.get('detail', '')}" for _, g in notrun]
+    pipes = _pipelines(record)
+    lines += ["", "## Scores", ""]
+    srows = []
     for r in score_rows(record):
         if r["status"] != "ran":
-            rows.append([r["config"], r["variant"], r["task"], r["status"]] + [""] * (len(COLUMNS) - 4))
+            srows.append([r["config"], r["variant"], r["task"], r["status"], ""] + [""] * len(pipes))
         else:
-            rows.append([r.get(k, "") for k, _ in COLUMNS])
-    lines.append(_md_table([t for _, t in COLUMNS], rows))
+            srows.append([r["config"], r["variant"], r["task"], r["n"], r["errors"]] + [r.get(p, "-") for p in pipes])
+    lines.append(_md_table(["config", "variant", "task", "n", "errors"] + [f"{PIPELINE_TITLES.get(p, p)} [95% CI]" for p in pipes], srows))
+    spec = [r for r in score_rows(record) if r.get("speculative")]
+    if spec:
+        lines += ["", "## Speculative decoding", ""]
+        lines.append(_md_table(["config", "variant", "task", "async sched.", "acceptance rate", "mean acceptance length", "per-position acceptance"],
+                               [[r["config"], r["variant"], r["task"], r["async"], r["acceptance_rate"], r["mean_acceptance_length"], r["per_position"]] for r in spec]))
     notes = acceptance_ci_notes(record)
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
@@ -227,29 +403,11 @@ def render_markdown(record: dict[str, Any]) -> str:
         if flipped:
             lines += ["", "### Flipped questions", ""] + [f"- {x}" for x in flipped]
     lines += ["", "## Gates", ""]
-    grows = []
-    for c in record.get("configs", []):
-        for g in c.get("gates", []):
-            lim = (g.get("op", "") + " " + fmt(g.get("limit"), 4)) if g.get("limit") is not None else ""
-            grows.append([g["verdict"], g["id"], fmt(g.get("observed"), 4), lim, g.get("detail", "")])
-    lines.append(_md_table(["verdict", "gate", "observed", "limit", "detail"], grows))
-    failed = [g for c in record.get("configs", []) for g in c.get("gates", []) if g.get("passed") is False]
-    if failed:
-        lines += ["", "## Failed gates", ""]
-        for g in failed:
-            lines.append(f"- **{g['id']}**: {g['detail']}")
-            if g.get("questions"):
-                lines.append(f"  - questions: {', '.join(g['questions'][:50])}" + (" ..." if len(g["questions"]) > 50 else ""))
-    mism_blocks = []
-    for c in record.get("configs", []):
-        for comp in c.get("comparisons", []):
-            for mm in comp.get("mismatches", [])[:3]:
-                mism_blocks.append(
-                    f"- {c['name']} {comp['baseline']} -> {comp['candidate']} {comp['task']} "
-                    f"`{mm['question_id']}` first divergence at token {mm['first_divergence']}:\n"
-                    f"  - {comp['baseline']}: `{mm['baseline_text'][:200]!r}`\n"
-                    f"  - {comp['candidate']}: `{mm['candidate_text'][:200]!r}`"
-                )
-    if mism_blocks:
-        lines += ["", "## Output mismatches (first three per comparison)", ""] + mism_blocks
+    if passed:
+        lines += [f"<details><summary>{len(passed)} passing gate(s)</summary>", "",
+                  _md_table(["verdict", "gate", "observed", "limit", "detail"],
+                            [[g["verdict"], g["id"], fmt(g.get("observed"), 4), _limit(g), g.get("detail", "")] for _, g in passed]),
+                  "", "</details>"]
+    else:
+        lines.append("No gate passed.")
     return "\n".join(lines) + "\n"
