@@ -194,10 +194,10 @@ def flipped_examples(record: dict[str, Any], config: str, comp: dict[str, Any], 
 # ------------------------------------------------------------------ terminal
 
 
-def _table(title: str, headers: list[str]) -> Table:
-    """A left-titled table without vertical rules (two spaces between columns), cells
-    folded rather than cut when a terminal is narrower than the table."""
-    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+def _table(headers: list[str]) -> Table:
+    """A table without vertical rules (two spaces between columns), cells folded rather
+    than cut when a terminal is narrower than the table."""
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     for h in headers:
         t.add_column(h, overflow="fold")
     return t
@@ -222,40 +222,47 @@ def render_terminal(record: dict[str, Any], console: Console | None = None) -> N
             console = Console(width=160)
     rows = score_rows(record)
     pipes = _pipelines(record)
+    crow = comparison_rows(record)
+
+    def title(text: str) -> None:
+        console.print(f"[bold]{text}[/bold]", soft_wrap=True, highlight=False)
+
     for c in record.get("configs", []):
         crows = [r for r in rows if r["config"] == c["name"]]
-        if not crows:
-            continue
-        t = _table(f"{c['name']}: accuracy (gate pipeline {c.get('pipeline')} with its 95% Wilson interval)",
-                   ["variant", "task", "n", *[_TERMINAL_HEADS.get(p, p) for p in pipes]])
-        for r in crows:
-            if r["status"] != "ran":
-                t.add_row(r["variant"], r["task"], "", f"[yellow]{r['status']}[/yellow]", *[""] * (len(pipes) - 1))
-                continue
-            cells = []
-            for p in pipes:
-                v = r.get(p, "-")
-                cells.append(v.replace(" [", "\n[", 1) if p == r.get("pipeline") else v.split(" [")[0])
-            n = r["n"] + (f"\n{r['errors']} err" if r["errors"] not in ("0", "None") else "")
-            t.add_row(r["variant"], r["task"], n, *cells)
-        console.print(t)
+        title(f"== {c['name']}")
+        if c.get("error"):
+            console.print(f"  could not run: {c['error']}", markup=False, soft_wrap=True)
+        if crows:
+            title(f"accuracy (gate pipeline {c.get('pipeline')} with its 95% Wilson interval)")
+            t = _table(["variant", "task", "n", *[_TERMINAL_HEADS.get(p, p) for p in pipes]])
+            for r in crows:
+                if r["status"] != "ran":
+                    t.add_row(r["variant"], r["task"], "", f"[yellow]{r['status']}[/yellow]", *[""] * (len(pipes) - 1))
+                    continue
+                cells = []
+                for p in pipes:
+                    v = r.get(p, "-")
+                    cells.append(v.replace(" [", "\n[", 1) if p == r.get("pipeline") else v.split(" [")[0])
+                n = r["n"] + (f"\n{r['errors']} err" if r["errors"] not in ("0", "None") else "")
+                t.add_row(r["variant"], r["task"], n, *cells)
+            console.print(t)
         spec = [r for r in crows if r.get("speculative")]
         if spec:
-            st = _table(f"{c['name']}: speculative decoding",
-                        ["variant", "task", "async", "acceptance rate", "mean acceptance length", "per-position"])
+            title("speculative decoding")
+            st = _table(["variant", "task", "async", "acceptance rate", "mean acceptance length", "per-position"])
             for r in spec:
                 st.add_row(r["variant"], r["task"], r["async"], r["acceptance_rate"], r["mean_acceptance_length"], r["per_position"])
             console.print(st)
-    crow = comparison_rows(record)
-    if crow:
-        ct = _table("comparisons (paired over the same questions)",
-                    ["config / pair", "task", "output match", "accuracy diff\n[95% CI]", "lost /\ngained", "McNemar p"])
-        for r in crow:
-            ct.add_row(f"{r['config']}\n{r['pair']}", r["task"], r["output_match"], r["diff"].replace(" [", "\n[", 1),
-                       r["flipped"], r["p"])
-        console.print(ct)
-        for line in _flipped_lines(crow):
-            console.print(line, markup=False, soft_wrap=True)
+        mine = [r for r in crow if r["config"] == c["name"]]
+        if mine:
+            title("comparisons (paired over the same questions)")
+            ct = _table(["pair", "task", "output match", "accuracy diff\n[95% CI]", "lost /\ngained", "McNemar p"])
+            for r in mine:
+                ct.add_row(r["pair"].replace(" -> ", " ->\n"), r["task"], r["output_match"], r["diff"].replace(" [", "\n[", 1),
+                           r["flipped"], r["p"])
+            console.print(ct)
+            for line in _flipped_lines(mine):
+                console.print(line, markup=False, soft_wrap=True)
     for line in acceptance_ci_notes(record):
         console.print(line, markup=False, soft_wrap=True)
     gates = [g for c in record.get("configs", []) for g in c.get("gates", [])]
