@@ -20,6 +20,8 @@ subcommands:
                                       run each config N times, recommend tolerances
   evalrun selfcheck                   run the tiny model clean and with injected faults
   evalrun merge RUN...                combine the run folders of the shards of one list (--shard i/n)
+  evalrun history RESULTS_DIR [--config NAME] [--last N] [--csv F] [--parquet F]
+                                      every run as one table (pandas), and drift across nights
 
 examples:
   evalrun --config models-cpu.txt                 run the CPU list (tiny built-in hybrid model)
@@ -184,6 +186,7 @@ SUBCOMMANDS = {
     "calibrate": _lazy("harness.calibrate:cli_main"),
     "selfcheck": _lazy("harness.selfcheck:cli_main"),
     "merge": _lazy("harness.merge:cli_main"),
+    "history": _lazy("harness.report.history:cli_main"),
 }
 
 

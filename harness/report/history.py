@@ -1,0 +1,238 @@
+"""``evalrun history RESULTS_DIR``: every run record as one pandas DataFrame, and drift across nights.
+
+One row per run x config x variant x task (:func:`history_frame`), with the run's time,
+git revision and vLLM version, the accuracy of every answer pipeline with its 95%
+Wilson interval, error and truncation rates, mean acceptance length, acceptance rate,
+per-position acceptance, output match against the comparison baseline, and the verdict
+of the gates of that variant and task.
+
+Drift (:func:`drift_table`): a slow decline can stay inside every night's tolerance and
+still be real. For each config x variant x task series of the last N runs, evalrun tests
+the gate pipeline's accuracy and the mean acceptance length for a downward trend with the
+one-sided **Mann-Kendall test**: Kendall's tau between run order and value, alternative
+"decreasing" (``scipy.stats.kendalltau(..., alternative="less")``; Mann 1945, Kendall
+1975). A series is flagged when p < alpha (default 0.05). Under "no trend" (nights
+independent and identically distributed) the false-alarm rate of one series is at most
+alpha per check (exactly alpha up to the discreteness of the test; ties make it
+conservative); with several series checked, expect about alpha x series false alarms.
+At least 4 runs are needed (with 4 the smallest p is 1/24 = 0.042).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+
+__all__ = ["load_records", "history_frame", "drift_table", "DRIFT_METHOD", "cli_main"]
+
+#: How drift is judged (printed with the table and stored in the JSON output).
+DRIFT_METHOD = ("one-sided Mann-Kendall trend test (Kendall's tau of value vs run order, alternative: decreasing; "
+                "scipy.stats.kendalltau) per config/variant/task over the last N runs; flagged when p < alpha; "
+                "false-alarm rate <= alpha per series and check when runs are independent with no trend")
+
+MIN_RUNS = 4
+
+
+def load_records(results_dir: str | Path, config: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every readable run record under ``results_dir`` (``*/run.json``), oldest first.
+
+    Args:
+        results_dir: a results folder (``results/``).
+        config: keep only records that hold this config name.
+
+    Returns:
+        ``(records, problems)``: records sorted by ``provenance.started_at`` then
+        ``run_id``; problems: one line per folder that could not be read (named).
+
+    Raises:
+        FileNotFoundError: ``results_dir`` is not a folder.
+    """
+    from harness.records.run_record import RunRecordError, load_run
+
+    root = Path(results_dir)
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: not a folder of run records")
+    out, problems = [], []
+    for p in sorted(root.glob("*/run.json")):
+        try:
+            rec = load_run(p.parent)
+        except RunRecordError as e:
+            problems.append(str(e))
+            continue
+        if rec.get("shard"):
+            continue  # a shard's configs appear in the merged run
+        if config and not any(c["name"] == config for c in rec.get("configs", [])):
+            continue
+        out.append(rec)
+    out.sort(key=lambda r: ((r.get("provenance") or {}).get("started_at") or "", r.get("run_id") or ""))
+    return out, problems
+
+
+def _verdict(gates: Iterable[dict[str, Any]]) -> str:
+    vs = [g.get("passed") for g in gates]
+    if any(v is False for v in vs):
+        return "FAIL"
+    if any(v is None for v in vs):
+        return "NOT RUN"
+    return "PASS" if vs else "-"
+
+
+def history_frame(records: Iterable[dict[str, Any]], config: str | None = None) -> pd.DataFrame:
+    """One row per run x config x variant x task that ran.
+
+    Columns: ``run_id``, ``time`` (UTC timestamp), ``git_revision``, ``vllm_version``,
+    ``config``, ``variant``, ``task``, ``pipeline`` (the config's gate pipeline),
+    ``accuracy`` (of that pipeline), ``accuracy_lo`` / ``accuracy_hi`` (95% Wilson),
+    ``accuracy[<pipeline>]`` for every pipeline, ``n``, ``error_rate``,
+    ``truncation_rate`` (finish reason ``length`` among successful requests),
+    ``mean_acceptance_length``, ``acceptance_rate``, ``per_position`` (tuple),
+    ``output_match`` (against the first comparison whose candidate this variant is),
+    ``verdict`` (PASS / FAIL / NOT RUN over the gates of this variant and task).
+    """
+    rows = []
+    for rec in records:
+        prov = rec.get("provenance") or {}
+        for c in rec.get("configs", []):
+            if config and c["name"] != config:
+                continue
+            pipe = c.get("pipeline") or "flexible-numeric"
+            for vname, v in c.get("variants", {}).items():
+                for tname, t in v.get("tasks", {}).items():
+                    if t.get("status") != "ran":
+                        continue
+                    sd = t.get("spec_decode") or {}
+                    acc = t.get("accuracy") or {}
+                    ci = (t.get("accuracy_ci") or {}).get(pipe) or (None, None)
+                    ok = (t.get("num_requests") or 0) - (t.get("error_count") or 0)
+                    comp = next((x for x in c.get("comparisons", []) if x["candidate"] == vname and x["task"] == tname), None)
+                    gates = [g for g in c.get("gates", []) if g.get("variant") == vname and g.get("task") == tname]
+                    row = {
+                        "run_id": rec.get("run_id"), "time": pd.to_datetime(prov.get("started_at"), utc=True),
+                        "git_revision": prov.get("git_revision"), "vllm_version": prov.get("vllm_version"),
+                        "config": c["name"], "variant": vname, "task": tname, "pipeline": pipe,
+                        "accuracy": acc.get(pipe), "accuracy_lo": ci[0], "accuracy_hi": ci[1],
+                        "n": t.get("num_requests"), "error_rate": t.get("error_rate"),
+                        "truncation_rate": ((t.get("finish_reasons") or {}).get("length", 0) / ok) if ok else None,
+                        "mean_acceptance_length": sd.get("mean_acceptance_length"),
+                        "acceptance_rate": sd.get("acceptance_rate"),
+                        "per_position": tuple(sd.get("per_position_acceptance") or ()) or None,
+                        "output_match": comp.get("output_match_rate") if comp else None,
+                        "verdict": _verdict(gates),
+                    }
+                    for p, x in acc.items():
+                        row[f"accuracy[{p}]"] = x
+                    rows.append(row)
+    cols = ["run_id", "time", "git_revision", "vllm_version", "config", "variant", "task", "pipeline", "accuracy",
+            "accuracy_lo", "accuracy_hi", "n", "error_rate", "truncation_rate", "mean_acceptance_length",
+            "acceptance_rate", "per_position", "output_match", "verdict"]
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return pd.DataFrame(columns=cols)
+    return df.sort_values(["time", "run_id", "config", "variant", "task"], kind="stable").reset_index(drop=True)
+
+
+def last_runs(df: pd.DataFrame, n: int | None) -> pd.DataFrame:
+    """Rows of the last ``n`` runs (by time) of each config; all when ``n`` is None."""
+    if n is None or df.empty:
+        return df
+    keep = (df[["config", "run_id", "time"]].drop_duplicates().sort_values("time")
+            .groupby("config", group_keys=False).tail(n))
+    return df.merge(keep[["config", "run_id"]], on=["config", "run_id"])
+
+
+def mann_kendall_decreasing(values: list[float]) -> tuple[float, float]:
+    """Kendall's tau of ``values`` against their order and the one-sided p-value of
+    "decreasing" (``scipy.stats.kendalltau``, alternative ``less``)."""
+    from scipy.stats import kendalltau
+
+    res = kendalltau(list(range(len(values))), values, alternative="less")
+    return float(res.statistic), float(res.pvalue)
+
+
+def drift_table(df: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
+    """The drift check (module docstring) per config x variant x task and metric.
+
+    Returns:
+        One row per series and metric (``accuracy``, ``mean_acceptance_length``):
+        ``config``, ``variant``, ``task``, ``metric``, ``runs``, ``first``, ``last``,
+        ``tau``, ``p_value``, ``drift`` (True / False, or None with fewer than
+        :data:`MIN_RUNS` values).
+    """
+    out = []
+    for (cfg, var, task), g in df.groupby(["config", "variant", "task"], sort=True):
+        g = g.sort_values("time")
+        for metric in ("accuracy", "mean_acceptance_length"):
+            vals = [float(x) for x in g[metric] if x is not None and pd.notna(x)]
+            if not vals:
+                continue
+            tau = p = None
+            drift = None
+            if len(vals) >= MIN_RUNS:
+                tau, p = mann_kendall_decreasing(vals)
+                drift = bool(p < alpha)
+            out.append({"config": cfg, "variant": var, "task": task, "metric": metric, "runs": len(vals),
+                        "first": vals[0], "last": vals[-1], "tau": tau, "p_value": p, "drift": drift})
+    return pd.DataFrame(out, columns=["config", "variant", "task", "metric", "runs", "first", "last", "tau", "p_value", "drift"])
+
+
+_SHOW = ["time", "run_id", "config", "variant", "task", "accuracy", "accuracy_lo", "accuracy_hi",
+         "mean_acceptance_length", "output_match", "error_rate", "verdict"]
+
+
+def render_history_markdown(df: pd.DataFrame, drift: pd.DataFrame, alpha: float) -> str:
+    """Markdown: the history table, then the drift table with its method."""
+    if df.empty:
+        return "No run records.\n"
+    view = df[_SHOW].copy()
+    view["time"] = view["time"].dt.strftime("%Y-%m-%d %H:%M")
+    lines = ["## History", "", view.to_markdown(index=False, floatfmt=".3f"), "", "## Drift", "",
+             f"Method: {DRIFT_METHOD}; alpha = {alpha}.", ""]
+    lines.append(drift.to_markdown(index=False, floatfmt=".4g") if not drift.empty else "No series.")
+    flagged = drift[drift["drift"] == True]  # noqa: E712 - pandas element-wise
+    lines += ["", f"**Drift flagged in {len(flagged)} series**: " + "; ".join(
+        f"{r.config}/{r.variant}/{r.task} {r.metric} {r.first:.3f} -> {r.last:.3f} (p={r.p_value:.3g})"
+        for r in flagged.itertuples()) if len(flagged) else "No drift flagged."]
+    return "\n".join(lines) + "\n"
+
+
+def cli_main(argv: list[str]) -> int:
+    """``evalrun history RESULTS_DIR [--config NAME] [--last N] [--csv F] [--parquet F] [--alpha A]``.
+
+    Prints the Markdown history and drift tables. Exit code 0, or 1 when drift is flagged
+    (so a nightly job can alert on it), 2 when the folder cannot be read.
+    """
+    ap = argparse.ArgumentParser(prog="evalrun history", description=(
+        "Every run record of a results folder as one table (pandas), and a one-sided trend "
+        "test for drift across nights."))
+    ap.add_argument("results_dir", type=Path, metavar="RESULTS_DIR")
+    ap.add_argument("--config", default=None, help="only this config")
+    ap.add_argument("--last", type=int, default=None, metavar="N", help="only the last N runs of each config")
+    ap.add_argument("--alpha", type=float, default=0.05, help="significance level of the drift test (default 0.05)")
+    ap.add_argument("--csv", type=Path, default=None, help="write the full table as CSV")
+    ap.add_argument("--parquet", type=Path, default=None, help="write the full table as Parquet")
+    ap.add_argument("--json", action="store_true", help="print the drift result as JSON instead of Markdown")
+    a = ap.parse_args(argv)
+    try:
+        recs, problems = load_records(a.results_dir, a.config)
+    except FileNotFoundError as e:
+        print(f"evalrun history: {e}", file=sys.stderr)
+        return 2
+    for p in problems:
+        print(f"evalrun history: skipped: {p}", file=sys.stderr)
+    df = last_runs(history_frame(recs, a.config), a.last)
+    drift = drift_table(df, a.alpha)
+    if a.csv:
+        df.to_csv(a.csv, index=False)
+    if a.parquet:
+        df.assign(per_position=df["per_position"].map(lambda x: list(x) if isinstance(x, tuple) else None)).to_parquet(a.parquet, index=False)
+    if a.json:
+        print(json.dumps({"method": DRIFT_METHOD, "alpha": a.alpha,
+                          "drift": json.loads(drift.to_json(orient="records"))}, indent=2))
+    else:
+        print(render_history_markdown(df, drift, a.alpha))
+    return 1 if bool((drift["drift"] == True).any()) else 0  # noqa: E712
