@@ -175,8 +175,8 @@ def merge_records(records: Sequence[dict[str, Any]], run_id: str) -> dict[str, A
 def cli_main(argv: list[str]) -> int:
     """``evalrun merge RUN... [--results-dir DIR] [--run-id ID] [--junit FILE] [--markdown FILE]``.
 
-    Writes ``<results dir>/<run id>/`` with ``run.json``, ``summary.md`` and the shards'
-    ``samples/`` and ``logs/`` copied beside it (so diffs and baselines read the merged
+    Writes ``<results dir>/<run id>/`` with ``run.json``, ``summary.md``, ``junit.xml``,
+    ``summary.html`` and the shards' ``samples/`` and ``logs/`` copied beside it (so diffs and baselines read the merged
     folder). Returns the merged exit code (0 / 1 / 2), or 2 when the shards do not merge.
     """
     from harness.config.loader import PROJECT_ROOT
@@ -214,17 +214,18 @@ def cli_main(argv: list[str]) -> int:
     if a.markdown:
         a.markdown.write_text(md, encoding="utf-8")
     _write_junit(rec, out, a.junit)
+    from harness.report.html import write_html
+
+    write_html(rec, out)
     rec["_path"] = str(out)
     render_terminal(rec)
     return int(rec["exit_code"])
 
 
 def _write_junit(rec: dict[str, Any], out: Path, extra: Path | None) -> None:
-    """``junit.xml`` in the run folder (and at ``extra``), when the JUnit report exists."""
-    try:
-        from harness.report.junit import write_junit
-    except ImportError:  # pragma: no cover - before the JUnit report lands
-        return
+    """``junit.xml`` in the run folder (and at ``extra``)."""
+    from harness.report.junit import write_junit
+
     write_junit(rec, out / "junit.xml")
     if extra:
         write_junit(rec, extra)

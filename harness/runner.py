@@ -20,6 +20,7 @@ from harness.engine.info import EngineInfoError, check_effective
 from harness.analysis.gates import Measurements, evaluate_gates, output_noise_rerun, output_noise_stored
 from harness.config.plan import ConfigPlan, Plan, VariantPlan
 from harness.report.progress import Progress
+from harness.report.html import write_html
 from harness.report.junit import write_junit
 from harness.report.summary import render_markdown
 from harness.records.run_record import new_run_id, provenance, utc_now, write_run
@@ -224,6 +225,10 @@ def run(plan: Plan, opts: RunOptions) -> tuple[dict[str, Any], Path]:
     write_run(run_dir, record)
     (run_dir / "summary.md").write_text(render_markdown(record, run_dir), encoding="utf-8")
     write_junit(record, run_dir / "junit.xml")
+    try:
+        write_html(record, run_dir)
+    except Exception as e:  # noqa: BLE001 - a plotting failure must not hide the verdict
+        opts.progress.warn(f"summary.html not written: {type(e).__name__}: {e}")
     record["_path"] = str(run_dir)
     return record, run_dir
 
