@@ -58,6 +58,7 @@ def test_frame_rows_and_columns(results):
     assert list(ref.accuracy) == pytest.approx(REF)
     assert list(ref["accuracy[strict-numeric]"]) == pytest.approx([x - 0.01 for x in REF])
     assert ref.accuracy_lo.iloc[0] == pytest.approx(0.90)
+    assert ref["accuracy[flexible-numeric]_hi"].iloc[0] == pytest.approx(0.98)
     assert ref.truncation_rate.iloc[0] == pytest.approx(7 / 98)          # length among the 98 that succeeded
     assert list(ref.verdict) == ["PASS"] * 3 + ["FAIL"] + ["PASS"] * 6
     spec = df[df.variant == "spec"]

@@ -88,7 +88,8 @@ def history_frame(records: Iterable[dict[str, Any]], config: str | None = None) 
     Columns: ``run_id``, ``time`` (UTC timestamp), ``git_revision``, ``vllm_version``,
     ``config``, ``variant``, ``task``, ``pipeline`` (the config's gate pipeline),
     ``accuracy`` (of that pipeline), ``accuracy_lo`` / ``accuracy_hi`` (95% Wilson),
-    ``accuracy[<pipeline>]`` for every pipeline, ``n``, ``error_rate``,
+    ``accuracy[<pipeline>]`` with ``accuracy[<pipeline>]_lo`` / ``_hi`` for every
+    pipeline, ``n``, ``error_rate``,
     ``truncation_rate`` (finish reason ``length`` among successful requests),
     ``mean_acceptance_length``, ``acceptance_rate``, ``per_position`` (tuple),
     ``output_match`` (against the first comparison whose candidate this variant is),
@@ -124,8 +125,10 @@ def history_frame(records: Iterable[dict[str, Any]], config: str | None = None) 
                         "output_match": comp.get("output_match_rate") if comp else None,
                         "verdict": _verdict(gates),
                     }
+                    cis = t.get("accuracy_ci") or {}
                     for p, x in acc.items():
-                        row[f"accuracy[{p}]"] = x
+                        lo, hi = cis.get(p) or (None, None)
+                        row[f"accuracy[{p}]"], row[f"accuracy[{p}]_lo"], row[f"accuracy[{p}]_hi"] = x, lo, hi
                     rows.append(row)
     cols = ["run_id", "time", "git_revision", "vllm_version", "config", "variant", "task", "pipeline", "accuracy",
             "accuracy_lo", "accuracy_hi", "n", "error_rate", "truncation_rate", "mean_acceptance_length",
