@@ -132,6 +132,17 @@ def test_verdict_and_every_gate_passes(lm_run):
     assert rec["provenance"]["lm_eval"]["version"]
 
 
+def test_run_folder_has_junit_and_html(lm_run):
+    _, rec, run_dir = lm_run
+    junitparser = pytest.importorskip("junitparser")
+    xml = junitparser.JUnitXml.fromfile(str(run_dir / "junit.xml"))
+    names = {c.name for s in xml for c in s}
+    assert names == {f"{g['config']}/{(g['baseline'] + '->') if '->' in g['id'] else ''}{g['variant']}/{g['task'] or '*'}/{g['kind']}"
+                     for g in rec["configs"][0]["gates"]}
+    html = (run_dir / "summary.html").read_text()
+    assert 'data-figure="accuracy"' in html and 'data-figure="per-position"' in html
+
+
 def test_lm_eval_prompts_and_completions_equal_evalrun_own(lm_run):
     _, rec, run_dir = lm_run
     for v, vrec in rec["configs"][0]["variants"].items():
