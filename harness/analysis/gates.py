@@ -9,8 +9,8 @@ measurements: every setting a gate needs (pipeline, alpha, limits) is on the gat
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from dataclasses import dataclass, field
+from typing import Sequence
 
 from harness.config import gates as G
 from harness.engine.info import Effectiveness
@@ -61,12 +61,6 @@ class OutputNoise:
     noise_only: tuple[str, ...]
     test: str
     p_value: float
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON dict of every field (tuples as lists)."""
-        d = asdict(self)
-        d["noise_first_divergences"] = [list(x) for x in self.noise_first_divergences]
-        return d
 
 
 def output_noise_rerun(
