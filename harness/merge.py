@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from harness.config.plan import ConfigPlan
+from harness.records.run_record import MergedShard, RunRecord, ShardInfo, ShardListRef
 from harness.tasks import task_size
 
 __all__ = ["MergeError", "parse_shard", "config_weight", "assign_shards", "shard_info", "merge_records", "cli_main"]
@@ -81,28 +82,24 @@ def assign_shards(weights: dict[str, int], n: int) -> list[list[str]]:
     return [sorted(s) for s in shards]
 
 
-def list_identity(configs: Sequence[ConfigPlan]) -> dict[str, Any]:
-    """``{"configs": [{"name", "sha256"}...] (by name), "sha256": hash of that list}``."""
+def list_identity(configs: Sequence[ConfigPlan]) -> ShardListRef:
+    """Every config's name and SHA-256 (by name), and the SHA-256 of that list."""
     items = sorted(({"name": cp.name, "sha256": cp.config.sha256} for cp in configs), key=lambda d: d["name"])
     digest = hashlib.sha256(json.dumps(items, sort_keys=True).encode()).hexdigest()
-    return {"configs": items, "sha256": digest}
+    return ShardListRef(configs=items, sha256=digest)
 
 
-def shard_info(configs: Sequence[ConfigPlan], i: int, n: int) -> tuple[list[str], dict[str, Any]]:
-    """The config names of shard ``i`` of ``n`` and the ``shard`` block of its run record.
-
-    Returns:
-        ``(names, {"index": i, "count": n, "configs": names, "weights": {...},
-        "list": list_identity(configs)})``.
-    """
+def shard_info(configs: Sequence[ConfigPlan], i: int, n: int) -> tuple[list[str], ShardInfo]:
+    """The config names of shard ``i`` of ``n`` and the ``shard`` field of its run record
+    (index, count, its configs, every config's weight, the list's identity)."""
     weights = {cp.name: config_weight(cp) for cp in configs}
     names = assign_shards(weights, n)[i - 1]
-    return names, {"index": i, "count": n, "configs": names, "weights": weights, "list": list_identity(configs)}
+    return names, ShardInfo(index=i, count=n, configs=names, weights=weights, list=list_identity(configs))
 
 
-def _verdict(configs: list[dict[str, Any]], could_not_run: bool) -> tuple[int, bool | None]:
+def _verdict(configs: list[Any], could_not_run: bool) -> tuple[int, bool | None]:
     """Exit code and ``passed`` from the gates, as the runner decides them."""
-    verdicts = [g["passed"] for c in configs for g in c["gates"]]
+    verdicts = [g.passed for c in configs for g in c.gates]
     if any(v is False for v in verdicts):
         return 1, False
     if could_not_run:
@@ -112,18 +109,18 @@ def _verdict(configs: list[dict[str, Any]], could_not_run: bool) -> tuple[int, b
     return 0, True
 
 
-def merge_records(records: Sequence[dict[str, Any]], run_id: str) -> dict[str, Any]:
+def merge_records(records: Sequence[RunRecord], run_id: str) -> RunRecord:
     """Combine shard run records into one record.
 
     Args:
-        records: shard records (each with ``_path`` and ``shard``), any order.
+        records: shard records (each with ``shard``), any order.
         run_id: the merged run's id.
 
     Returns:
         A run record whose ``configs`` are the shards' configs in name order, whose
         ``provenance`` is the first shard's with ``started_at`` the earliest and
-        ``ended_at`` the latest, ``datasets`` united, and ``merged_from`` listing the
-        shard run ids and folders; exit code and ``passed`` recomputed from the gates.
+        ``ended_at`` the latest, configs and datasets united, and ``merged_from`` listing
+        the shard runs; exit code and ``passed`` recomputed from the gates.
 
     Raises:
         MergeError: a record without ``shard``; different list identities, evalrun
@@ -131,45 +128,43 @@ def merge_records(records: Sequence[dict[str, Any]], run_id: str) -> dict[str, A
     """
     if not records:
         raise MergeError("no run folders given")
-    where = lambda r: r.get("_path", r.get("run_id"))  # noqa: E731
+    where = lambda r: str(r.path or r.run_id)  # noqa: E731
     for r in records:
-        if not r.get("shard"):
+        if r.shard is None:
             raise MergeError(f"{where(r)}: not a shard run (no 'shard' in run.json; run with --shard i/n)")
     first = records[0]
-    for key, get in (("list", lambda r: r["shard"]["list"]["sha256"]),
-                     ("evalrun version", lambda r: r["provenance"]["evalrun_version"]),
-                     ("shard count", lambda r: r["shard"]["count"])):
+    for key, get in (("list", lambda r: r.shard.list.sha256),
+                     ("evalrun version", lambda r: r.provenance.evalrun_version),
+                     ("shard count", lambda r: r.shard.count)):
         for r in records[1:]:
             if get(r) != get(first):
                 raise MergeError(f"{where(r)} and {where(first)}: different {key} ({get(r)!r} vs {get(first)!r}); "
                                  "only shards of one list run by one evalrun version merge")
-    n = first["shard"]["count"]
+    n = first.shard.count
     seen: dict[int, str] = {}
     for r in records:
-        i = r["shard"]["index"]
+        i = r.shard.index
         if i in seen:
             raise MergeError(f"shard {i}/{n} given twice: {seen[i]} and {where(r)}")
         seen[i] = where(r)
     missing = sorted(set(range(1, n + 1)) - set(seen))
     if missing:
         raise MergeError(f"shards {', '.join(f'{i}/{n}' for i in missing)} missing (given: {sorted(seen)})")
-    configs = sorted((c for r in records for c in r["configs"]), key=lambda c: c["name"])
-    prov = json.loads(json.dumps(first["provenance"]))
-    prov["started_at"] = min(r["provenance"]["started_at"] for r in records)
-    ends = [r["provenance"].get("ended_at") for r in records]
-    prov["ended_at"] = None if None in ends else max(ends)
-    prov["configs"] = [x for r in records for x in r["provenance"]["configs"]]
-    prov["datasets"] = {k: v for r in records for k, v in r["provenance"].get("datasets", {}).items()}
-    could_not_run = any(r.get("status") != "completed" for r in records)
+    configs = sorted((c.model_copy(deep=True) for r in records for c in r.configs), key=lambda c: c.name)
+    prov = first.provenance.model_copy(deep=True)
+    prov.started_at = min(r.provenance.started_at for r in records)
+    ends = [r.provenance.ended_at for r in records]
+    prov.ended_at = None if None in ends else max(ends)
+    prov.configs = [x for r in records for x in r.provenance.configs]
+    prov.datasets = {k: v for r in records for k, v in r.provenance.datasets.items()}
+    could_not_run = any(r.status != "completed" for r in records)
     code, passed = _verdict(configs, could_not_run)
-    return {
-        "schema_version": first["schema_version"], "run_id": run_id,
-        "status": "completed" if not could_not_run else "incomplete",
-        "passed": passed, "exit_code": code, "provenance": prov, "configs": configs,
-        "merged_from": [{"run_id": r["run_id"], "path": r.get("_path"), "shard": r["shard"]["index"],
-                         "exit_code": r.get("exit_code")} for r in sorted(records, key=lambda r: r["shard"]["index"])],
-        "shard": None,
-    }
+    return RunRecord(
+        run_id=run_id, status="completed" if not could_not_run else "incomplete",
+        passed=passed, exit_code=code, provenance=prov, configs=configs,
+        merged_from=[MergedShard(run_id=r.run_id, path=str(r.path) if r.path else None, shard=r.shard.index,
+                                 exit_code=r.exit_code) for r in sorted(records, key=lambda r: r.shard.index)],
+    )
 
 
 def cli_main(argv: list[str]) -> int:
@@ -198,14 +193,14 @@ def cli_main(argv: list[str]) -> int:
     except (RunRecordError, MergeError) as e:
         print(f"evalrun merge: {e}", file=sys.stderr)
         return 2
-    out = a.results_dir / rec["run_id"]
+    out = a.results_dir / rec.run_id
     if (out / "run.json").exists():
         print(f"evalrun merge: {out}: a run record is already there; choose another --run-id", file=sys.stderr)
         return 2
     out.mkdir(parents=True, exist_ok=True)
     for r in records:
         for sub in ("samples", "logs"):
-            src = Path(r["_path"]) / sub
+            src = Path(r.path) / sub
             if src.is_dir():
                 shutil.copytree(src, out / sub, dirs_exist_ok=True)
     write_run(out, rec)
@@ -217,12 +212,11 @@ def cli_main(argv: list[str]) -> int:
     from harness.report.html import write_html
 
     write_html(rec, out)
-    rec["_path"] = str(out)
     render_terminal(rec)
-    return int(rec["exit_code"])
+    return int(rec.exit_code)
 
 
-def _write_junit(rec: dict[str, Any], out: Path, extra: Path | None) -> None:
+def _write_junit(rec: RunRecord, out: Path, extra: Path | None) -> None:
     """``junit.xml`` in the run folder (and at ``extra``)."""
     from harness.report.junit import write_junit
 

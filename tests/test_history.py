@@ -12,6 +12,8 @@ from harness.cli import main
 from harness.records.run_record import write_run
 from harness.report.history import drift_table, history_frame, load_records, mann_kendall_decreasing
 
+from .record_factory import typed
+
 NIGHTS = 10
 REF = [0.95 - 0.006 * i for i in range(NIGHTS)]          # 0.950 ... 0.896: every night above 0.9 - 0.08
 MAL = [3.0, 2.98, 3.01, 2.99, 3.0, 3.02, 2.98, 3.01, 2.99, 3.0]   # no trend
@@ -25,8 +27,8 @@ def night(i: int) -> dict:
         "finish_reasons": {"stop": 98 - length, "length": length},
         "spec_decode": {"mean_acceptance_length": mal, "acceptance_rate": (mal - 1) / 2,
                         "per_position_acceptance": [0.9, 0.8]} if mal else None}
-    return {
-        "schema_version": 1, "run_id": f"night{i:02d}", "status": "completed", "passed": True, "exit_code": 0,
+    return typed({
+        "run_id": f"night{i:02d}", "status": "completed", "passed": True, "exit_code": 0,
         "provenance": {"started_at": f"2026-11-{i + 1:02d}T02:00:00+00:00", "git_revision": f"rev{i}",
                        "vllm_version": "vllm 0.33.0", "evalrun_version": "0.1.0"},
         "configs": [{
@@ -34,10 +36,11 @@ def night(i: int) -> dict:
             "variants": {"reference": {"tasks": {"gsm8k": task(REF[i], None, 7)}},
                          "spec": {"tasks": {"gsm8k": task(0.94, MAL[i], 0)}}},
             "comparisons": [{"baseline": "reference", "candidate": "spec", "task": "gsm8k", "output_match_rate": 0.97}],
-            "gates": [{"id": "cfg/spec/gsm8k/accuracy_floor", "variant": "spec", "task": "gsm8k", "passed": True},
-                      {"id": "cfg/reference/gsm8k/accuracy_floor", "variant": "reference", "task": "gsm8k",
-                       "passed": i != 3}]}],
-    }
+            "gates": [{"id": "cfg/spec/gsm8k/accuracy_floor", "kind": "accuracy_floor", "variant": "spec",
+                       "task": "gsm8k", "passed": True, "detail": "flexible-numeric accuracy"},
+                      {"id": "cfg/reference/gsm8k/accuracy_floor", "kind": "accuracy_floor", "variant": "reference",
+                       "task": "gsm8k", "passed": i != 3, "detail": "flexible-numeric accuracy"}]}],
+    })
 
 
 @pytest.fixture()

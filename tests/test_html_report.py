@@ -18,6 +18,8 @@ from harness.records.run_record import write_run
 from harness.records.samples import Sample, write_jsonl
 from harness.report.html import render_html, write_html
 
+from .record_factory import typed
+
 CFG, P = "tiny-cfg", "flexible-numeric"
 ACC = {"reference": (0.95, [0.889, 0.978]), "spec": (0.90, [0.826, 0.945])}
 POS = [0.98, 0.95]
@@ -42,23 +44,24 @@ def make_record(run_dir: Path, run_id: str = "now", started: str = "2026-11-30T0
                 "spec_decode": None if v == "reference" else {"mean_acceptance_length": 2.93, "acceptance_rate": 0.965,
                                                               "per_position_acceptance": POS},
                 "per_position_acceptance_ci": None if v == "reference" else [[0.96, 0.99], [0.92, 0.97]]}
-    rec = {
-        "schema_version": 1, "run_id": run_id, "status": "completed", "passed": False, "exit_code": 1,
+    rec = typed({
+        "run_id": run_id, "status": "completed", "passed": False, "exit_code": 1,
         "provenance": {"evalrun_version": "0.1.0", "started_at": started, "ended_at": started, "command_line": ["evalrun"]},
         "configs": [{"name": CFG, "pipeline": P,
                      "variants": {v: {"engine": {}, "tasks": {"arith": task(v)}} for v in ("reference", "spec")},
                      "comparisons": [{"baseline": "reference", "candidate": "spec", "task": "arith", "pipeline": P,
                                       "compared": 100, "matched": 97, "output_match_rate": 0.97,
                                       "mismatches": [{"question_id": f"arith/test/{k}", "first_divergence": d,
-                                                      "baseline_text": "a", "candidate_text": "b"} for k, d in enumerate(DIVERGE)],
-                                      "paired": {"a_only": ["arith/test/0"], "b_only": [], "diff": -0.05}}],
+                                                      "baseline_text": "a", "candidate_text": "b", "baseline_tokens": 9,
+                                                      "candidate_tokens": 9} for k, d in enumerate(DIVERGE)],
+                                      "paired": {"n": 3, "accuracy_a": 1.0, "accuracy_b": 2 / 3,
+                                                 "a_only": ["arith/test/0"], "b_only": []}}],
                      "gates": [{"id": f"{CFG}/reference->spec/arith/min_output_match", "kind": "min_output_match",
                                 "config": CFG, "variant": "spec", "task": "arith", "baseline": "reference", "op": ">=",
                                 "observed": 0.97, "limit": 1.0, "passed": False, "verdict": "FAIL",
                                 "detail": "97/100 completions identical", "questions": []}]}],
-    }
+    })
     write_run(run_dir, rec)
-    rec["_path"] = str(run_dir)
     return rec
 
 

@@ -6,6 +6,8 @@ import pytest
 
 from harness.report.junit import write_junit
 
+from .record_factory import typed
+
 junitparser = pytest.importorskip("junitparser")
 
 
@@ -15,7 +17,7 @@ def gate(gid, kind, variant, task, passed, detail, baseline=None, questions=()):
             "questions": list(questions), "verdict": {True: "PASS", False: "FAIL", None: "NOT RUN"}[passed]}
 
 
-RECORD = {
+RECORD = typed({
     "run_id": "r1", "provenance": {"started_at": "2026-11-30T19:00:00+00:00"},
     "configs": [
         {"name": "cfg", "error": None,
@@ -30,7 +32,7 @@ RECORD = {
          ]},
         {"name": "other", "error": "model org/x: cannot be prepared", "variants": {}, "gates": []},
     ],
-}
+})
 
 
 def test_junit_cases_verdicts_and_counts(tmp_path):

@@ -14,6 +14,8 @@ from harness.cli import main
 from harness.merge import MergeError, assign_shards, config_weight, merge_records, parse_shard
 from harness.records.run_record import load_run, write_run
 
+from .record_factory import typed
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -73,14 +75,15 @@ def _gate(cfg: str, passed: bool | None) -> dict:
 
 def _shard(tmp: Path, i: int, n: int, names: list[str], passed: bool | None = True, version: str = "0.1.0",
            lst: str = "L1", status: str = "completed") -> Path:
-    rec = {
-        "schema_version": 1, "run_id": f"s{i}", "status": status, "passed": passed, "exit_code": 0,
+    rec = typed({
+        "run_id": f"s{i}", "status": status, "passed": passed, "exit_code": 0,
         "provenance": {"evalrun_version": version, "started_at": f"2026-11-30T0{i}:00:00+00:00",
-                       "ended_at": f"2026-11-30T0{i}:30:00+00:00", "configs": [{"name": x} for x in names],
-                       "datasets": {f"{x}/t": {} for x in names}, "command_line": ["evalrun"]},
+                       "ended_at": f"2026-11-30T0{i}:30:00+00:00",
+                       "configs": [{"name": x, "path": f"{x}.yaml", "sha256": "0"} for x in names],
+                       "datasets": {f"{x}/t": {"sha256": "0", "source": "s", "num_requests": 1} for x in names}},
         "shard": {"index": i, "count": n, "configs": names, "list": {"sha256": lst, "configs": []}},
         "configs": [{"name": x, "variants": {}, "comparisons": [], "gates": [_gate(x, passed)]} for x in names],
-    }
+    })
     d = tmp / f"s{i}"
     write_run(d, rec)
     (d / "samples" / names[0] / "reference").mkdir(parents=True)
@@ -94,10 +97,12 @@ def test_merge_combines_and_recomputes_the_exit_code(tmp_path):
     out = tmp_path / "out"
     assert main(["merge", str(b), str(a), "--results-dir", str(out), "--run-id", "m"]) == 0
     rec = load_run(out / "m")
-    assert [c["name"] for c in rec["configs"]] == ["a-cfg", "b-cfg"]
-    assert rec["passed"] is True and rec["status"] == "completed"
-    assert rec["provenance"]["started_at"].startswith("2026-11-30T01") and rec["provenance"]["ended_at"].startswith("2026-11-30T02:30")
-    assert [m["shard"] for m in rec["merged_from"]] == [1, 2]
+    assert [c.name for c in rec.configs] == ["a-cfg", "b-cfg"]
+    assert rec.passed is True and rec.status == "completed"
+    assert rec.provenance.started_at.startswith("2026-11-30T01") and rec.provenance.ended_at.startswith("2026-11-30T02:30")
+    assert [m.shard for m in rec.merged_from] == [1, 2]
+    assert sorted(rec.provenance.datasets) == ["a-cfg/t", "b-cfg/t"]
+    assert (out / "m" / "junit.xml").is_file() and (out / "m" / "summary.html").is_file()
     assert (out / "m" / "samples" / "a-cfg" / "reference" / "t.jsonl").is_file()
     assert (out / "m" / "summary.md").is_file()
     # one failing gate in one shard fails the merged run
@@ -121,7 +126,7 @@ def test_merge_refuses_mixed_or_missing_shards(tmp_path):
     with pytest.raises(MergeError, match="2/2 missing"):
         merge_records([a], "m")
     plain = load_run(_shard(tmp_path / "p", 2, 2, ["y"]))
-    plain["shard"] = None
+    plain.shard = None
     with pytest.raises(MergeError, match="not a shard run"):
         merge_records([a, plain], "m")
     assert main(["merge", str(tmp_path / "a" / "s1"), "--results-dir", str(tmp_path / "o")]) == 2

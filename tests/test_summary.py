@@ -10,6 +10,8 @@ from harness.records.run_record import write_run
 from harness.records.samples import Sample, write_jsonl
 from harness.report.summary import render_markdown, render_terminal
 
+from .record_factory import typed
+
 CFG = "tiny-qwen3next-mtp-cpu-with-a-long-name"
 P = "flexible-numeric"
 
@@ -33,19 +35,21 @@ def make_run(tmp_path):
         write_jsonl(run / rel, xs)
         samples[v] = rel
     task = lambda v, acc: {"status": "ran", "samples": samples[v], "num_requests": 4, "error_count": 0,  # noqa: E731
-                           "accuracy": {P: acc}, "accuracy_ci": {P: [0.1, 0.9]}, "seconds": 1.0,
+                           "accuracy": {P: acc}, "accuracy_ci": {P: [0.2, 1.0]}, "seconds": 1.0,
                            "spec_decode": None if v == "reference" else
                            {"acceptance_rate": 0.29, "mean_acceptance_length": 1.584, "per_position_acceptance": [0.4, 0.18]}}
-    rec = {
-        "schema_version": 1, "run_id": "r", "status": "completed", "passed": False, "exit_code": 1,
+    rec = typed({
+        "run_id": "r", "status": "completed", "passed": False, "exit_code": 1,
         "provenance": {"evalrun_version": "0.1.0", "command_line": ["evalrun"], "started_at": "t0", "ended_at": "t1"},
         "configs": [{
             "name": CFG, "pipeline": P,
             "variants": {"reference": {"engine": {"async_scheduling": False}, "tasks": {"arith": task("reference", 1.0)}},
-                         "spec_state_rollback": {"engine": {"async_scheduling": False}, "tasks": {"arith": task("spec_state_rollback", 0.25)}}},
+                         "spec_state_rollback": {"engine": {"async_scheduling": False},
+                                                 "tasks": {"arith": task("spec_state_rollback", 0.25)}}},
             "comparisons": [{"baseline": "reference", "candidate": "spec_state_rollback", "task": "arith", "pipeline": P,
                              "compared": 4, "matched": 1, "output_match_rate": 0.25, "mismatches": [],
-                             "paired": {"a_only": ["arith/test/1", "arith/test/2", "arith/test/3"], "b_only": [],
+                             "paired": {"n": 4, "accuracy_a": 1.0, "accuracy_b": 0.25,
+                                        "a_only": ["arith/test/1", "arith/test/2", "arith/test/3"], "b_only": [],
                                         "diff": -0.75, "diff_ci": [-1.0, -0.3], "p_value": 0.25}}],
             "gates": [
                 gate(f"{CFG}/reference/arith/max_error_rate", "max_error_rate", "reference", "arith", True, "0 of 4 requests failed"),
@@ -55,9 +59,8 @@ def make_run(tmp_path):
                 gate(f"{CFG}/spec_state_rollback/arith/min_acceptance_length", "min_acceptance_length",
                      "spec_state_rollback", "arith", None, "not run: speculative metrics missing"),
             ]}],
-    }
+    })
     write_run(run, rec)
-    rec["_path"] = str(run)
     return rec
 
 
@@ -91,7 +94,8 @@ def test_terminal_fits_100_columns_and_never_cuts(tmp_path):
 def test_non_terminal_log_lines_are_not_wrapped(tmp_path):
     """Without a terminal (CI) long text lines stay one line, and tables are not 200 wide."""
     rec = make_run(tmp_path)
-    rec["configs"][0]["gates"][1]["detail"] += " " + "x" * 150
+    g = rec.configs[0].gates[1]
+    rec.configs[0].gates[1] = g.model_copy(update={"detail": g.detail + " " + "x" * 150})
     buf = io.StringIO()
     render_terminal(rec, Console(file=buf, width=160, force_terminal=False, color_system=None))
     lines = buf.getvalue().splitlines()

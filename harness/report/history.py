@@ -28,6 +28,9 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from harness.records.run_record import GateResult, RunRecord
+from harness.report.summary import task_pipeline
+
 __all__ = ["load_records", "history_frame", "drift_table", "DRIFT_METHOD", "cli_main"]
 
 #: How drift is judged (printed with the table and stored in the JSON output).
@@ -38,7 +41,7 @@ DRIFT_METHOD = ("one-sided Mann-Kendall trend test (Kendall's tau of value vs ru
 MIN_RUNS = 4
 
 
-def load_records(results_dir: str | Path, config: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+def load_records(results_dir: str | Path, config: str | None = None) -> tuple[list[RunRecord], list[str]]:
     """Every readable run record under ``results_dir`` (``*/run.json``), oldest first.
 
     Args:
@@ -64,17 +67,17 @@ def load_records(results_dir: str | Path, config: str | None = None) -> tuple[li
         except RunRecordError as e:
             problems.append(str(e))
             continue
-        if rec.get("shard"):
+        if rec.shard is not None:
             continue  # a shard's configs appear in the merged run
-        if config and not any(c["name"] == config for c in rec.get("configs", [])):
+        if config and rec.config(config) is None:
             continue
         out.append(rec)
-    out.sort(key=lambda r: ((r.get("provenance") or {}).get("started_at") or "", r.get("run_id") or ""))
+    out.sort(key=lambda r: (r.provenance.started_at or "", r.run_id))
     return out, problems
 
 
-def _verdict(gates: Iterable[dict[str, Any]]) -> str:
-    vs = [g.get("passed") for g in gates]
+def _verdict(gates: Iterable[GateResult]) -> str:
+    vs = [g.passed for g in gates]
     if any(v is False for v in vs):
         return "FAIL"
     if any(v is None for v in vs):
@@ -82,11 +85,11 @@ def _verdict(gates: Iterable[dict[str, Any]]) -> str:
     return "PASS" if vs else "-"
 
 
-def history_frame(records: Iterable[dict[str, Any]], config: str | None = None) -> pd.DataFrame:
+def history_frame(records: Iterable[RunRecord], config: str | None = None) -> pd.DataFrame:
     """One row per run x config x variant x task that ran.
 
     Columns: ``run_id``, ``time`` (UTC timestamp), ``git_revision``, ``vllm_version``,
-    ``config``, ``variant``, ``task``, ``pipeline`` (the config's gate pipeline),
+    ``config``, ``variant``, ``task``, ``pipeline`` (the task's gate pipeline),
     ``accuracy`` (of that pipeline), ``accuracy_lo`` / ``accuracy_hi`` (95% Wilson),
     ``accuracy[<pipeline>]`` with ``accuracy[<pipeline>]_lo`` / ``_hi`` for every
     pipeline, ``n``, ``error_rate``,
@@ -97,37 +100,33 @@ def history_frame(records: Iterable[dict[str, Any]], config: str | None = None) 
     """
     rows = []
     for rec in records:
-        prov = rec.get("provenance") or {}
-        for c in rec.get("configs", []):
-            if config and c["name"] != config:
+        prov = rec.provenance
+        for c in rec.configs:
+            if config and c.name != config:
                 continue
-            pipe = c.get("pipeline") or "flexible-numeric"
-            for vname, v in c.get("variants", {}).items():
-                for tname, t in v.get("tasks", {}).items():
-                    if t.get("status") != "ran":
-                        continue
-                    sd = t.get("spec_decode") or {}
-                    acc = t.get("accuracy") or {}
-                    ci = (t.get("accuracy_ci") or {}).get(pipe) or (None, None)
-                    ok = (t.get("num_requests") or 0) - (t.get("error_count") or 0)
-                    comp = next((x for x in c.get("comparisons", []) if x["candidate"] == vname and x["task"] == tname), None)
-                    gates = [g for g in c.get("gates", []) if g.get("variant") == vname and g.get("task") == tname]
+            for vname, v in c.variants.items():
+                for tname, t in v.tasks.items():
+                    pipe = task_pipeline(c, vname, tname)
+                    sd = t.spec_decode
+                    ci = t.accuracy_ci.get(pipe) or (None, None)
+                    ok = t.num_requests - t.error_count
+                    comp = next((x for x in c.comparisons if x.candidate == vname and x.task == tname), None)
+                    gates = [g for g in c.gates if g.variant == vname and g.task == tname]
                     row = {
-                        "run_id": rec.get("run_id"), "time": pd.to_datetime(prov.get("started_at"), utc=True),
-                        "git_revision": prov.get("git_revision"), "vllm_version": prov.get("vllm_version"),
-                        "config": c["name"], "variant": vname, "task": tname, "pipeline": pipe,
-                        "accuracy": acc.get(pipe), "accuracy_lo": ci[0], "accuracy_hi": ci[1],
-                        "n": t.get("num_requests"), "error_rate": t.get("error_rate"),
-                        "truncation_rate": ((t.get("finish_reasons") or {}).get("length", 0) / ok) if ok else None,
-                        "mean_acceptance_length": sd.get("mean_acceptance_length"),
-                        "acceptance_rate": sd.get("acceptance_rate"),
-                        "per_position": tuple(sd.get("per_position_acceptance") or ()) or None,
-                        "output_match": comp.get("output_match_rate") if comp else None,
+                        "run_id": rec.run_id, "time": pd.to_datetime(prov.started_at, utc=True),
+                        "git_revision": prov.git_revision, "vllm_version": prov.vllm_version,
+                        "config": c.name, "variant": vname, "task": tname, "pipeline": pipe,
+                        "accuracy": t.accuracy.get(pipe), "accuracy_lo": ci[0], "accuracy_hi": ci[1],
+                        "n": t.num_requests, "error_rate": t.error_rate,
+                        "truncation_rate": (t.finish_reasons.get("length", 0) / ok) if ok else None,
+                        "mean_acceptance_length": sd.mean_acceptance_length if sd else None,
+                        "acceptance_rate": sd.acceptance_rate if sd else None,
+                        "per_position": tuple(sd.per_position_acceptance) if sd and sd.per_position_acceptance else None,
+                        "output_match": comp.output_match_rate if comp else None,
                         "verdict": _verdict(gates),
                     }
-                    cis = t.get("accuracy_ci") or {}
-                    for p, x in acc.items():
-                        lo, hi = cis.get(p) or (None, None)
+                    for p, x in t.accuracy.items():
+                        lo, hi = t.accuracy_ci.get(p) or (None, None)
                         row[f"accuracy[{p}]"], row[f"accuracy[{p}]_lo"], row[f"accuracy[{p}]_hi"] = x, lo, hi
                     rows.append(row)
     cols = ["run_id", "time", "git_revision", "vllm_version", "config", "variant", "task", "pipeline", "accuracy",

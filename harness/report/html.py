@@ -27,7 +27,8 @@ import io
 from pathlib import Path
 from typing import Any
 
-from harness.report.summary import _pipelines, fmt, flipped_examples
+from harness.records.run_record import ConfigResult, RunRecord
+from harness.report.summary import _limit, _pipelines, flipped_examples, fmt, task_pipeline
 
 __all__ = ["render_html", "write_html"]
 
@@ -67,14 +68,16 @@ def _figure(kind: str, config: str, svg: str, caption: str) -> str:
             f"<figcaption>{html.escape(caption)}</figcaption></figure>")
 
 
-def _accuracy_fig(c: dict[str, Any]) -> str | None:
-    pipe = c.get("pipeline") or "flexible-numeric"
+def _accuracy_fig(c: ConfigResult) -> str | None:
     pts = []
-    for vname, v in c.get("variants", {}).items():
-        for tname, t in v.get("tasks", {}).items():
-            acc = (t.get("accuracy") or {}).get(pipe)
-            if t.get("status") == "ran" and acc is not None:
-                pts.append((f"{vname} / {tname}", acc, (t.get("accuracy_ci") or {}).get(pipe)))
+    pipes = set()
+    for vname, v in c.variants.items():
+        for tname, t in v.tasks.items():
+            pipe = task_pipeline(c, vname, tname)
+            acc = t.accuracy.get(pipe)
+            if acc is not None:
+                pipes.add(pipe)
+                pts.append((f"{vname} / {tname}", acc, t.accuracy_ci.get(pipe)))
     if not pts:
         return None
     plt = _plt()
@@ -86,18 +89,19 @@ def _accuracy_fig(c: dict[str, Any]) -> str | None:
     ax.set_yticks(range(len(pts)), [p[0] for p in pts])
     ax.set_xlim(0, 1.05)
     ax.invert_yaxis()
+    pipe = ", ".join(sorted(pipes))
     ax.set_xlabel(f"{pipe} accuracy (95% Wilson interval)")
     ax.grid(axis="x", alpha=0.3)
-    return _figure("accuracy", c["name"], _svg(fig), f"{c['name']}: {pipe} accuracy per variant and task, 95% Wilson intervals")
+    return _figure("accuracy", c.name, _svg(fig), f"{c.name}: accuracy of each task's gate pipeline ({pipe}) per variant and task, 95% Wilson intervals")
 
 
-def _per_position_fig(c: dict[str, Any]) -> str | None:
+def _per_position_fig(c: ConfigResult) -> str | None:
     series = []
-    for vname, v in c.get("variants", {}).items():
-        for tname, t in v.get("tasks", {}).items():
-            pp = ((t.get("spec_decode") or {}).get("per_position_acceptance")) or []
+    for vname, v in c.variants.items():
+        for tname, t in v.tasks.items():
+            pp = [x for x in (t.spec_decode.per_position_acceptance if t.spec_decode else []) if x is not None]
             if pp:
-                series.append((f"{vname} / {tname}", pp, t.get("per_position_acceptance_ci")))
+                series.append((f"{vname} / {tname}", pp, t.per_position_acceptance_ci))
     if not series:
         return None
     plt = _plt()
@@ -115,12 +119,12 @@ def _per_position_fig(c: dict[str, Any]) -> str | None:
     ax.set_ylim(0, 1.15)
     ax.set_ylabel("accepted / drafts")
     ax.legend(fontsize=8, loc="upper right")
-    return _figure("per-position", c["name"], _svg(fig),
-                   f"{c['name']}: per-position acceptance (accepted tokens at position i / drafts) per speculative variant")
+    return _figure("per-position", c.name, _svg(fig),
+                   f"{c.name}: per-position acceptance (accepted tokens at position i / drafts) per speculative variant")
 
 
-def _divergence_fig(c: dict[str, Any]) -> str | None:
-    comps = [x for x in c.get("comparisons", []) if x.get("mismatches")]
+def _divergence_fig(c: ConfigResult) -> str | None:
+    comps = [x for x in c.comparisons if x.mismatches]
     if not comps:
         return None
     plt = _plt()
@@ -128,28 +132,28 @@ def _divergence_fig(c: dict[str, Any]) -> str | None:
 
     fig, axes = plt.subplots(len(comps), 1, figsize=(7, 2.2 * len(comps)), squeeze=False)
     for ax, comp in zip(axes[:, 0], comps):
-        idx = [m["first_divergence"] for m in comp["mismatches"]]
+        idx = [m.first_divergence for m in comp.mismatches]
         counts: dict[int, int] = {}
         for i in idx:
             counts[i] = counts.get(i, 0) + 1
         keys = sorted(counts)
         bars = ax.bar(keys, [counts[k] for k in keys], color="#d93025")
         ax.bar_label(bars, labels=[str(counts[k]) for k in keys], padding=1)
-        ax.set_title(f"{comp['baseline']} -> {comp['candidate']} / {comp['task']}: "
-                     f"{len(idx)} of {comp.get('compared')} differ", fontsize=9)
+        ax.set_title(f"{comp.baseline} -> {comp.candidate} / {comp.task}: "
+                     f"{len(idx)} of {comp.compared} differ", fontsize=9)
         ax.set_xlabel("first divergent completion token index")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylim(0, max(counts.values()) * 1.25)
         ax.set_ylabel("questions")
     fig.tight_layout()
-    return _figure("first-divergence", c["name"], _svg(fig), f"{c['name']}: output match, first divergence of each mismatch")
+    return _figure("first-divergence", c.name, _svg(fig), f"{c.name}: output match, first divergence of each mismatch")
 
 
-def _trend_fig(c: dict[str, Any], history: Any) -> str | None:
+def _trend_fig(c: ConfigResult, history: Any) -> str | None:
     if history is None or history.empty:
         return None
-    h = history[history["config"] == c["name"]]
+    h = history[history["config"] == c.name]
     if h["run_id"].nunique() < 2:
         return None
     plt = _plt()
@@ -165,7 +169,7 @@ def _trend_fig(c: dict[str, Any], history: Any) -> str | None:
         a.tick_params(axis="x", labelrotation=30, labelsize=7)
         a.legend(fontsize=7)
     fig.tight_layout()
-    return _figure("trend", c["name"], _svg(fig), f"{c['name']}: trend over {h['run_id'].nunique()} runs in the results folder")
+    return _figure("trend", c.name, _svg(fig), f"{c.name}: trend over {h['run_id'].nunique()} runs in the results folder")
 
 
 def _cell(x: Any) -> str:
@@ -182,70 +186,71 @@ def _verdict_span(v: str) -> str:
     return f'<span class="{v.replace(" ", "")}">{_cell(v)}</span>'
 
 
-def render_html(record: dict[str, Any], run_dir: str | Path | None = None, history: Any = None) -> str:
+def render_html(record: RunRecord, run_dir: str | Path | None = None, history: Any = None) -> str:
     """The run as one self-contained HTML page (inline CSS and SVG, no scripts, no links
     to the network).
 
     Args:
-        record: the run record dict.
-        run_dir: the run folder (for flipped questions' completions); default ``_path``.
+        record: the run record.
+        run_dir: the run folder (for flipped questions' completions); default the
+            folder the record was read from or written to.
         history: a :func:`harness.report.history.history_frame` DataFrame of the
             results folder, or None (no trend plots).
     """
-    prov = record.get("provenance", {})
-    verdict = {True: "PASS", False: "FAIL", None: "NOT EVERY GATE JUDGED"}[record.get("passed")]
+    prov = record.provenance
+    verdict = {True: "PASS", False: "FAIL", None: "NOT EVERY GATE JUDGED"}[record.passed]
     parts = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
-        f"<title>evalrun {_cell(record.get('run_id'))}: {verdict}</title><style>{_CSS}</style></head><body>",
-        f"<h1>evalrun run {_cell(record.get('run_id'))}</h1>",
+        f"<title>evalrun {_cell(record.run_id)}: {verdict}</title><style>{_CSS}</style></head><body>",
+        f"<h1>evalrun run {_cell(record.run_id)}</h1>",
         f"<p class='verdict'>{_verdict_span(verdict if verdict != 'NOT EVERY GATE JUDGED' else 'NOT RUN')} "
-        f"exit code {_cell(record.get('exit_code'))}</p>",
-        f"<p>evalrun {_cell(prov.get('evalrun_version'))}, {_cell(prov.get('vllm_version'))}, "
-        f"git {_cell(prov.get('git_revision'))}, started {_cell(prov.get('started_at'))}, ended {_cell(prov.get('ended_at'))}</p>",
+        f"exit code {_cell(record.exit_code)}</p>",
+        f"<p>evalrun {_cell(prov.evalrun_version)}, {_cell(prov.vllm_version)}, "
+        f"git {_cell(prov.git_revision)}, started {_cell(prov.started_at)}, ended {_cell(prov.ended_at)}</p>",
     ]
-    gates = [g for c in record.get("configs", []) for g in c.get("gates", [])]
+    gates = record.gates()
     order = {False: 0, None: 1, True: 2}
-    gates.sort(key=lambda g: order[g.get("passed")])
+    gates.sort(key=lambda g: order[g.passed])
     pipes = _pipelines(record)
-    for c in record.get("configs", []):
-        parts.append(f"<h2>{_cell(c['name'])}</h2>")
-        if c.get("error"):
-            parts.append(f"<p class='FAIL'>could not run: {_cell(c['error'])}</p>")
+    for c in record.configs:
+        parts.append(f"<h2>{_cell(c.name)}</h2>")
+        if c.error:
+            parts.append(f"<p class='FAIL'>could not run: {_cell(c.error)}</p>")
         rows = []
-        for vname, v in c.get("variants", {}).items():
-            for tname, t in v.get("tasks", {}).items():
-                if t.get("status") != "ran":
-                    continue
-                acc, ci = t.get("accuracy") or {}, t.get("accuracy_ci") or {}
-                sd = t.get("spec_decode") or {}
-                rows.append([vname, tname, t.get("num_requests"), t.get("error_count")]
+        for vname, v in c.variants.items():
+            if v.error:
+                parts.append(f"<p class='FAIL'>{_cell(vname)}: {_cell(v.error)}</p>")
+            for tname, t in v.tasks.items():
+                acc, ci = t.accuracy, t.accuracy_ci
+                sd = t.spec_decode
+                rows.append([vname, tname, t.num_requests, t.error_count]
                             + [fmt(acc.get(p)) + (f" [{ci[p][0]:.3f}, {ci[p][1]:.3f}]" if ci.get(p) else "") for p in pipes]
-                            + [fmt(sd.get("mean_acceptance_length")), " ".join(fmt(x, 2) for x in sd.get("per_position_acceptance") or []) or "-"])
+                            + [fmt(sd.mean_acceptance_length if sd else None),
+                               " ".join(fmt(x, 2) for x in (sd.per_position_acceptance if sd else [])) or "-"])
         if rows:
             parts.append(_table(["variant", "task", "n", "errors", *[f"{p} [95% CI]" for p in pipes],
                                  "mean acceptance length", "per-position acceptance"], rows))
         for fig in (_accuracy_fig(c), _per_position_fig(c), _divergence_fig(c), _trend_fig(c, history)):
             if fig:
                 parts.append(fig)
-        for comp in c.get("comparisons", []):
-            ex = flipped_examples(record, c["name"], comp, limit=20, run_dir=run_dir)
+        for comp in c.comparisons:
+            ex = flipped_examples(record, c.name, comp, limit=20, run_dir=run_dir)
             if ex:
-                parts.append(f"<h3>Flipped questions: {_cell(comp['baseline'])} &rarr; {_cell(comp['candidate'])} / {_cell(comp['task'])}</h3>")
+                parts.append(f"<h3>Flipped questions: {_cell(comp.baseline)} &rarr; {_cell(comp.candidate)} / {_cell(comp.task)}</h3>")
                 parts.append(_table(
-                    ["question", "flip", "gold", f"{comp['baseline']} completion", f"{comp['candidate']} completion"],
+                    ["question", "flip", "gold", f"{comp.baseline} completion", f"{comp.candidate} completion"],
                     [[_cell(e["question_id"]), _cell(e["direction"]), _cell(e["gold"]),
                       f"<pre>{_cell(e['baseline_completion'])}</pre>", f"<pre>{_cell(e['candidate_completion'])}</pre>"] for e in ex],
                     raw=True))
     parts.append("<h2>Gates</h2>")
     parts.append(_table(["verdict", "gate", "observed", "limit", "detail"],
-                        [[_verdict_span(g["verdict"]), _cell(g["id"]), _cell(fmt(g.get("observed"), 4)),
-                          _cell((g.get("op", "") + " " + fmt(g.get("limit"), 4)) if g.get("limit") is not None else ""),
-                          _cell(g.get("detail", ""))] for g in gates], raw=True))
+                        [[_verdict_span(g.verdict), _cell(g.id), _cell(fmt(g.observed, 4)), _cell(_limit(g)),
+                          _cell(g.detail)] for g in gates], raw=True))
     parts.append("</body></html>\n")
     return "".join(parts)
 
 
-def write_html(record: dict[str, Any], run_dir: Path, with_history: bool = True) -> Path:
+def write_html(record: RunRecord, run_dir: Path, with_history: bool = True) -> Path:
     """Write ``run_dir/summary.html``; with ``with_history`` the trend plots read the other
     run records of ``run_dir``'s parent folder (unreadable ones are skipped)."""
     history = None
@@ -254,8 +259,8 @@ def write_html(record: dict[str, Any], run_dir: Path, with_history: bool = True)
 
         try:
             recs, _ = load_records(Path(run_dir).parent)
-            ids = {r.get("run_id") for r in recs}
-            if record.get("run_id") not in ids:
+            ids = {r.run_id for r in recs}
+            if record.run_id not in ids:
                 recs.append(record)
             history = history_frame(recs)
         except (OSError, ValueError, KeyError):

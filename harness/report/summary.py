@@ -18,6 +18,7 @@ Layout, for the places CI shows it:
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from harness.records.run_record import ComparisonResult, ConfigResult, GateResult, RunRecord
 from harness.tasks.gsm8k import PIPELINES
 
 
@@ -48,20 +50,20 @@ PIPELINE_TITLES = {"strict-numeric": "strict-numeric", "flexible-numeric": "flex
                    "strict-match": "lm-eval strict-match", "flexible-extract": "lm-eval flexible-extract"}
 
 
-def _pipelines(record: dict[str, Any]) -> list[str]:
+def _pipelines(record: RunRecord) -> list[str]:
     """Pipelines present in any task of the record: the GSM8K ones in report order,
     then others (an lm_eval task's ``acc``, ...) in order of appearance."""
     seen: list[str] = []
-    for c in record.get("configs", []):
-        for v in c.get("variants", {}).values():
-            for t in v.get("tasks", {}).values():
-                for p in (t.get("accuracy") or {}):
+    for c in record.configs:
+        for v in c.variants.values():
+            for t in v.tasks.values():
+                for p in t.accuracy:
                     if p not in seen:
                         seen.append(p)
     return [p for p in PIPELINES if p in seen] + [p for p in seen if p not in PIPELINES]
 
 
-def score_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
+def score_rows(record: RunRecord) -> list[dict[str, Any]]:
     """One row per config x variant x task: accuracy per pipeline (with 95% Wilson
     interval), errors, acceptance rate, mean acceptance length, per-position acceptance.
 
@@ -72,80 +74,88 @@ def score_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
         (bool), ``acceptance_rate``, ``mean_acceptance_length``, ``per_position``.
     """
     rows = []
-    for c in record.get("configs", []):
-        for vname, v in c.get("variants", {}).items():
-            eng = v.get("engine") or {}
-            if v.get("error") and not v.get("tasks"):
-                rows.append({"config": c["name"], "variant": vname, "task": "-", "status": "NOT RUN: " + v["error"].splitlines()[0][:100]})
+    for c in record.configs:
+        for vname, v in c.variants.items():
+            if v.error and not v.tasks:
+                rows.append({"config": c.name, "variant": vname, "task": "-", "status": "NOT RUN: " + v.error.splitlines()[0][:100]})
                 continue
-            for tname, t in v.get("tasks", {}).items():
-                if t.get("status") != "ran":
-                    rows.append({"config": c["name"], "variant": vname, "task": tname, "status": "NOT RUN: " + str(t.get("reason", ""))[:100]})
-                    continue
-                acc = t.get("accuracy", {})
-                ci = t.get("accuracy_ci", {})
-                sd = t.get("spec_decode") or {}
+            for tname, t in v.tasks.items():
+                sd = t.spec_decode
                 row = {
-                    "config": c["name"], "variant": vname, "task": tname, "status": "ran",
-                    "pipeline": c.get("pipeline"),
-                    "async": fmt(eng.get("async_scheduling")),
-                    "n": str(t.get("num_requests")), "errors": str(t.get("error_count")),
-                    "speculative": bool(sd),
-                    "acceptance_rate": fmt(sd.get("acceptance_rate")) + _ci(t.get("acceptance_rate_ci")),
-                    "mean_acceptance_length": fmt(sd.get("mean_acceptance_length")) + _ci(t.get("mean_acceptance_length_ci")),
-                    "per_position": " ".join(fmt(p, 2) for p in sd.get("per_position_acceptance", []) or []) or "-",
-                    "spec_error": t.get("spec_decode_error") or "",
+                    "config": c.name, "variant": vname, "task": tname, "status": "ran",
+                    "pipeline": task_pipeline(c, vname, tname),
+                    "async": fmt(v.engine.async_scheduling if v.engine else None),
+                    "n": str(t.num_requests), "errors": str(t.error_count),
+                    "speculative": sd is not None,
+                    "acceptance_rate": (fmt(sd.acceptance_rate) if sd else "-") + _ci(t.acceptance_rate_ci),
+                    "mean_acceptance_length": (fmt(sd.mean_acceptance_length) if sd else "-") + _ci(t.mean_acceptance_length_ci),
+                    "per_position": " ".join(fmt(x, 2) for x in (sd.per_position_acceptance if sd else [])) or "-",
+                    "spec_error": t.spec_decode_error or "",
                 }
-                for p in acc:
-                    row[p] = fmt(acc.get(p)) + _ci(ci.get(p))
+                for p in t.accuracy:
+                    row[p] = fmt(t.accuracy.get(p)) + _ci(t.accuracy_ci.get(p))
                 rows.append(row)
     return rows
 
 
-def acceptance_ci_notes(record: dict[str, Any]) -> list[str]:
+def task_pipeline(c: ConfigResult, variant: str, task: str) -> str:
+    """The pipeline the gates of a task read (a task may override the config's): the
+    task's comparison names it; else the task's accuracy-floor gate, whose detail starts
+    with it; else the config's."""
+    comp = next((x for x in c.comparisons if x.task == task), None)
+    if comp:
+        return comp.pipeline
+    t = c.variants[variant].tasks[task]
+    for g in c.gates:
+        if g.task == task and g.kind == "accuracy_floor" and g.detail.split(" ", 1)[0] in t.accuracy:
+            return g.detail.split(" ", 1)[0]
+    return c.pipeline
+
+
+def acceptance_ci_notes(record: RunRecord) -> list[str]:
     """Why acceptance intervals are missing or how they were computed, one line per
     distinct reason/method (speculative variants only)."""
     notes: dict[str, list[str]] = {}
-    for c in record.get("configs", []):
-        for vname, v in c.get("variants", {}).items():
-            for tname, t in v.get("tasks", {}).items():
-                if not t.get("spec_decode"):
+    for c in record.configs:
+        for vname, v in c.variants.items():
+            for tname, t in v.tasks.items():
+                if not t.spec_decode:
                     continue
-                why = t.get("acceptance_ci_reason") or t.get("acceptance_ci_method")
+                why = t.acceptance_ci_reason or t.acceptance_ci_method
                 if why:
-                    notes.setdefault(why, []).append(f"{c['name']}/{vname}/{tname}")
+                    notes.setdefault(why, []).append(f"{c.name}/{vname}/{tname}")
     return [f"acceptance intervals ({', '.join(ids)}): {why}" for why, ids in notes.items()]
 
 
-def _noise_text(comp: dict[str, Any]) -> str:
-    nz = comp.get("noise")
+def _noise_text(comp: ComparisonResult) -> str:
+    nz = comp.noise
     if not nz:
         return ""
-    if nz.get("source") == "rerun":
-        src = f"noise {comp['baseline']} rerun {fmt(nz.get('noise_rate'))} ({nz.get('noise_mismatched')}/{nz.get('noise_compared')} differ)"
+    if nz.source == "rerun":
+        src = f"noise {comp.baseline} rerun {fmt(nz.noise_rate)} ({nz.noise_mismatched}/{nz.noise_compared} differ)"
     else:
-        src = f"stored noise {fmt(nz.get('noise_rate'))}"
-    return f"; {src}, one-sided p={fmt(nz.get('p_value'), 4)}"
+        src = f"stored noise {fmt(nz.noise_rate)}"
+    return f"; {src}, one-sided p={fmt(nz.p_value, 4)}"
 
 
-def comparison_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
+def comparison_rows(record: RunRecord) -> list[dict[str, Any]]:
     """One row per comparison and task: output match (with the noise it is judged
     against, when any), paired accuracy difference, p-value, flipped question ids."""
     rows = []
-    for c in record.get("configs", []):
-        for comp in c.get("comparisons", []):
-            p = comp.get("paired") or {}
+    for c in record.configs:
+        for comp in c.comparisons:
+            p = comp.paired
             rows.append(
                 {
-                    "config": c["name"],
-                    "pair": f"{comp['baseline']} -> {comp['candidate']}",
-                    "task": comp["task"],
-                    "lost_ids": list(p.get("a_only", [])),
-                    "gained_ids": list(p.get("b_only", [])),
-                    "output_match": f"{fmt(comp.get('output_match_rate'))} ({comp.get('matched')}/{comp.get('compared')})" + _noise_text(comp),
-                    "diff": (fmt(p.get("diff")) + _ci(p.get("diff_ci"))) if p else "-",
-                    "flipped": f"-{len(p.get('a_only', []))} / +{len(p.get('b_only', []))}" if p else "-",
-                    "p": fmt(p.get("p_value"), 4) if p else "-",
+                    "config": c.name,
+                    "pair": f"{comp.baseline} -> {comp.candidate}",
+                    "task": comp.task,
+                    "lost_ids": list(p.a_only) if p else [],
+                    "gained_ids": list(p.b_only) if p else [],
+                    "output_match": f"{fmt(comp.output_match_rate)} ({comp.matched}/{comp.compared})" + _noise_text(comp),
+                    "diff": (fmt(p.diff) + _ci(p.diff_ci)) if p else "-",
+                    "flipped": f"-{len(p.a_only)} / +{len(p.b_only)}" if p else "-",
+                    "p": fmt(p.p_value, 4) if p else "-",
                 }
             )
     return rows
@@ -154,7 +164,7 @@ def comparison_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------ flipped questions
 
 
-def flipped_examples(record: dict[str, Any], config: str, comp: dict[str, Any], limit: int = 10,
+def flipped_examples(record: RunRecord, config: str, comp: ComparisonResult, limit: int = 10,
                      run_dir: str | Path | None = None) -> list[dict[str, Any]]:
     """Questions right in one variant of a comparison and wrong in the other, with both
     completions, read from the samples beside the record.
@@ -166,20 +176,20 @@ def flipped_examples(record: dict[str, Any], config: str, comp: dict[str, Any], 
     """
     from harness.records.samples import read_jsonl
 
-    p = comp.get("paired") or {}
-    ids = [("lost", q) for q in p.get("a_only", [])] + [("gained", q) for q in p.get("b_only", [])]
+    p = comp.paired
+    ids = ([("lost", q) for q in p.a_only] + [("gained", q) for q in p.b_only]) if p else []
     if not ids:
         return []
-    base = Path(run_dir or record.get("_path") or ".")
-    crec = next((c for c in record.get("configs", []) if c["name"] == config), None)
+    base = Path(run_dir or record.path or ".")
+    crec = record.config(config)
     try:
         side = {}
-        for role in ("baseline", "candidate"):
-            t = crec["variants"][comp[role]]["tasks"][comp["task"]]
-            side[role] = {s.question_id: s for s in read_jsonl(base / t["samples"])}
-    except (KeyError, TypeError, OSError, ValueError):
+        for role, vname in (("baseline", comp.baseline), ("candidate", comp.candidate)):
+            t = crec.variants[vname].tasks[comp.task]
+            side[role] = {s.question_id: s for s in read_jsonl(base / t.samples)}
+    except (KeyError, AttributeError, OSError, ValueError):
         return []
-    pipe = comp.get("pipeline")
+    pipe = comp.pipeline
     out = []
     for direction, q in ids[:limit]:
         a, b = side["baseline"].get(q), side["candidate"].get(q)
@@ -208,7 +218,7 @@ _TERMINAL_HEADS = {"strict-numeric": "strict-\nnumeric", "flexible-numeric": "fl
                    "strict-match": "lm-eval\nstrict-match", "flexible-extract": "lm-eval\nflexible-extract"}
 
 
-def render_terminal(record: dict[str, Any], console: Console | None = None) -> None:
+def render_terminal(record: RunRecord, console: Console | None = None) -> None:
     """Print, per config, an accuracy table and a speculative-decoding table, then the
     comparisons and the gates (failing first; passing gates counted, not listed).
 
@@ -227,13 +237,13 @@ def render_terminal(record: dict[str, Any], console: Console | None = None) -> N
     def title(text: str) -> None:
         console.print(f"[bold]{text}[/bold]", soft_wrap=True, highlight=False)
 
-    for c in record.get("configs", []):
-        crows = [r for r in rows if r["config"] == c["name"]]
-        title(f"== {c['name']}")
-        if c.get("error"):
-            console.print(f"  could not run: {c['error']}", markup=False, soft_wrap=True)
+    for c in record.configs:
+        crows = [r for r in rows if r["config"] == c.name]
+        title(f"== {c.name}")
+        if c.error:
+            console.print(f"  could not run: {c.error}", markup=False, soft_wrap=True)
         if crows:
-            title(f"accuracy (gate pipeline {c.get('pipeline')} with its 95% Wilson interval)")
+            title("accuracy (the gate pipeline of each task with its 95% Wilson interval)")
             t = _table(["variant", "task", "n", *[_TERMINAL_HEADS.get(p, p) for p in pipes]])
             for r in crows:
                 if r["status"] != "ran":
@@ -253,7 +263,7 @@ def render_terminal(record: dict[str, Any], console: Console | None = None) -> N
             for r in spec:
                 st.add_row(r["variant"], r["task"], r["async"], r["acceptance_rate"], r["mean_acceptance_length"], r["per_position"])
             console.print(st)
-        mine = [r for r in crow if r["config"] == c["name"]]
+        mine = [r for r in crow if r["config"] == c.name]
         if mine:
             title("comparisons (paired over the same questions)")
             ct = _table(["pair", "task", "output match", "accuracy diff\n[95% CI]", "lost /\ngained", "McNemar p"])
@@ -265,21 +275,25 @@ def render_terminal(record: dict[str, Any], console: Console | None = None) -> N
                 console.print(line, markup=False, soft_wrap=True)
     for line in acceptance_ci_notes(record):
         console.print(line, markup=False, soft_wrap=True)
-    gates = [g for c in record.get("configs", []) for g in c.get("gates", [])]
-    bad = [g for g in gates if g.get("passed") is not True]
-    bad.sort(key=lambda g: g.get("passed") is None)  # FAIL before NOT RUN
+    gates = record.gates()
+    bad = [g for g in gates if g.passed is not True]
+    bad.sort(key=lambda g: g.passed is None)  # FAIL before NOT RUN
     for g in bad:
-        color = "red" if g.get("passed") is False else "yellow"
-        console.print(f"[{color}]{g['verdict']}[/{color}] {g['id']}: observed {fmt(g.get('observed'), 4)}, "
+        color = "red" if g.passed is False else "yellow"
+        console.print(f"[{color}]{g.verdict}[/{color}] {g.id}: observed {fmt(g.observed, 4)}, "
                       f"limit {_limit(g) or '-'}", soft_wrap=True, highlight=False)
-        console.print(f"    {g.get('detail', '')}", markup=False, soft_wrap=True, highlight=False)
+        console.print(f"    {g.detail}", markup=False, soft_wrap=True, highlight=False)
     console.print(f"{len(gates) - len(bad)} of {len(gates)} gates passed", soft_wrap=True)
-    status = {True: "[green]all gates passed[/green]", False: "[red]gates failed[/red]", None: "[yellow]not every gate could be judged[/yellow]"}[record.get("passed")]
-    console.print(f"{status}; exit code {record.get('exit_code')}; record: {record.get('_path', '')}", soft_wrap=True)
+    status = {True: "[green]all gates passed[/green]", False: "[red]gates failed[/red]", None: "[yellow]not every gate could be judged[/yellow]"}[record.passed]
+    console.print(f"{status}; exit code {record.exit_code}; record: {record.path or ''}", soft_wrap=True)
 
 
-def _limit(g: dict[str, Any]) -> str:
-    return (g.get("op", "") + " " + fmt(g.get("limit"), 4)) if g.get("limit") is not None else ""
+def _limit(g: GateResult) -> str:
+    """``op limit`` of a gate result, counts as integers; empty for yes/no gates."""
+    if g.limit is None:
+        return ""
+    lim = int(g.limit) if float(g.limit).is_integer() and g.kind in ("drafts_observed",) else g.limit
+    return f"{g.op} {fmt(lim, 4)}"
 
 
 def _flipped_lines(crow: list[dict[str, Any]], limit: int = 50) -> list[str]:
@@ -314,69 +328,67 @@ def _md_code(text: str) -> str:
     return "<code>" + html.escape(text[:300]).replace("|", "&#124;").replace("\n", "⏎") + "</code>"
 
 
-def _verdict_word(record: dict[str, Any]) -> str:
+def _verdict_word(record: RunRecord) -> str:
     return {True: "PASS", False: "FAIL",
-            None: "NOT EVERY GATE JUDGED" if record.get("status") == "completed" else "INCOMPLETE"}[record.get("passed")]
+            None: "NOT EVERY GATE JUDGED" if record.status == "completed" else "INCOMPLETE"}[record.passed]
 
 
-def render_markdown(record: dict[str, Any], run_dir: str | Path | None = None) -> str:
+def render_markdown(record: RunRecord, run_dir: str | Path | None = None) -> str:
     """The run as Markdown (``summary.md``), fit for a pull-request comment: failing gates
     first with their numbers and flipped questions (both completions side by side), gates
     not judged with reasons, scores, speculative decoding, comparisons, output
     mismatches, then the passing gates folded in ``<details>``, then provenance.
 
     Args:
-        record: the run record dict.
+        record: the run record.
         run_dir: the run folder (for the samples of flipped questions); default the
-            record's ``_path``.
+            folder the record was read from or written to.
     """
-    prov = record.get("provenance", {})
-    gates = [(c, g) for c in record.get("configs", []) for g in c.get("gates", [])]
-    failed = [(c, g) for c, g in gates if g.get("passed") is False]
-    notrun = [(c, g) for c, g in gates if g.get("passed") is None]
-    passed = [(c, g) for c, g in gates if g.get("passed") is True]
+    prov = record.provenance
+    gates = [(c, g) for c in record.configs for g in c.gates]
+    failed = [(c, g) for c, g in gates if g.passed is False]
+    notrun = [(c, g) for c, g in gates if g.passed is None]
+    passed = [(c, g) for c, g in gates if g.passed is True]
     lines = [
-        f"# evalrun run {record.get('run_id')}: {_verdict_word(record)}",
+        f"# evalrun run {record.run_id}: {_verdict_word(record)}",
         "",
-        f"- result: **{_verdict_word(record)}** (exit code {record.get('exit_code')}): "
+        f"- result: **{_verdict_word(record)}** (exit code {record.exit_code}): "
         f"{len(failed)} gate(s) failed, {len(notrun)} not run, {len(passed)} passed",
-        f"- evalrun {prov.get('evalrun_version')}, {prov.get('vllm_version')}, Python {prov.get('python')}, {prov.get('platform')}",
+        f"- evalrun {prov.evalrun_version}, {prov.vllm_version}, Python {prov.python}, {prov.platform}",
     ]
-    lm = prov.get("lm_eval") or {}
-    if lm.get("version"):
-        lines.append(f"- lm-eval {lm['version']} (gsm8k task version {lm.get('gsm8k_task_version')}): "
+    lm = prov.lm_eval
+    if lm is not None and lm.version:
+        lines.append(f"- lm-eval {lm.version} (gsm8k task version {lm.gsm8k_task_version}): "
                      "`strict-match` / `flexible-extract` are lm-eval's own filters; `strict-numeric` / "
                      "`flexible-numeric` are evalrun's number-aware pipelines")
-    if record.get("merged_from"):
-        lines.append("- merged from shards: " + ", ".join(f"{m['shard']}: `{m['run_id']}`" for m in record["merged_from"]))
+    if record.merged_from:
+        lines.append("- merged from shards: " + ", ".join(f"{m.shard}: `{m.run_id}`" for m in record.merged_from))
     lines += [
-        f"- started {prov.get('started_at')}, ended {prov.get('ended_at')}",
-        f"- command: `{' '.join(prov.get('command_line', []))}`",
+        f"- started {prov.started_at}, ended {prov.ended_at}",
+        f"- command: `{shlex.join(prov.command_line)}`",
     ]
-    comps = {(c["name"], comp["baseline"], comp["candidate"], comp["task"]): comp
-             for c in record.get("configs", []) for comp in c.get("comparisons", [])}
     if failed:
         lines += ["", f"## Failed gates ({len(failed)})", ""]
         for c, g in failed:
-            lines.append(f"- **{g['id']}**: observed {fmt(g.get('observed'), 4)}, limit {_limit(g)}. {g.get('detail', '')}")
-            if g.get("questions"):
-                lines.append(f"  - questions: {', '.join(g['questions'][:50])}" + (" ..." if len(g["questions"]) > 50 else ""))
-            comp = comps.get((c["name"], g.get("baseline"), g.get("variant"), g.get("task")))
-            if comp and g.get("kind") in ("max_accuracy_drop",):
-                ex = flipped_examples(record, c["name"], comp, limit=10, run_dir=run_dir)
+            lines.append(f"- **{g.id}**: observed {fmt(g.observed, 4)}, limit {_limit(g) or '-'}. {g.detail}")
+            if g.questions:
+                lines.append(f"  - questions: {', '.join(g.questions[:50])}" + (" ..." if len(g.questions) > 50 else ""))
+            comp = c.comparison(g.baseline, g.variant, g.task) if g.baseline and g.task else None
+            if comp and g.kind == "max_accuracy_drop":
+                ex = flipped_examples(record, c.name, comp, limit=10, run_dir=run_dir)
                 if ex:
                     lines += ["", _md_table(
-                        ["question", "flip", "gold", f"{comp['baseline']} completion", f"{comp['candidate']} completion"],
+                        ["question", "flip", "gold", f"{comp.baseline} completion", f"{comp.candidate} completion"],
                         [[e["question_id"], e["direction"], str(e["gold"]), _md_code(e["baseline_completion"]),
                           _md_code(e["candidate_completion"])] for e in ex]), ""]
-            if comp and g.get("kind") == "min_output_match":
-                for mm in comp.get("mismatches", [])[:3]:
-                    lines += ["", _md_table(
-                        ["question", "first divergence (token)", f"{comp['baseline']} completion", f"{comp['candidate']} completion"],
-                        [[mm["question_id"], str(mm["first_divergence"]), _md_code(mm["baseline_text"]), _md_code(mm["candidate_text"])]]), ""]
+            if comp and g.kind == "min_output_match" and comp.mismatches:
+                lines += ["", _md_table(
+                    ["question", "first divergence (token)", f"{comp.baseline} completion", f"{comp.candidate} completion"],
+                    [[mm.question_id, str(mm.first_divergence), _md_code(mm.baseline_text), _md_code(mm.candidate_text)]
+                     for mm in comp.mismatches[:5]]), ""]
     if notrun:
         lines += ["", f"## Not run ({len(notrun)})", ""]
-        lines += [f"- {g['id']}: {g.get('detail', '')}" for _, g in notrun]
+        lines += [f"- {g.id}: {g.detail}" for _, g in notrun]
     pipes = _pipelines(record)
     lines += ["", "## Scores", ""]
     srows = []
@@ -394,11 +406,11 @@ def render_markdown(record: dict[str, Any], run_dir: str | Path | None = None) -
     notes = acceptance_ci_notes(record)
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
-    for c in record.get("configs", []):
-        b = c.get("baseline")
-        if b and b.get("found"):
-            lines.append(f"- {c['name']}: gated against baseline `{b.get('path')}` (from run {b.get('source_run_id')}, "
-                         f"written {b.get('written_at')})" + (f"; error: {b['error']}" if b.get("error") else ""))
+    for c in record.configs:
+        b = c.baseline
+        if b and b.found:
+            lines.append(f"- {c.name}: gated against baseline `{b.path}` (from run {b.source_run_id}, "
+                         f"written {b.written_at})" + (f"; error: {b.error}" if b.error else ""))
     crow = comparison_rows(record)
     if crow:
         lines += ["", "## Comparisons", ""]
@@ -413,7 +425,7 @@ def render_markdown(record: dict[str, Any], run_dir: str | Path | None = None) -
     if passed:
         lines += [f"<details><summary>{len(passed)} passing gate(s)</summary>", "",
                   _md_table(["verdict", "gate", "observed", "limit", "detail"],
-                            [[g["verdict"], g["id"], fmt(g.get("observed"), 4), _limit(g), g.get("detail", "")] for _, g in passed]),
+                            [[g.verdict, g.id, fmt(g.observed, 4), _limit(g), g.detail] for _, g in passed]),
                   "", "</details>"]
     else:
         lines.append("No gate passed.")
