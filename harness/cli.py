@@ -36,7 +36,7 @@ examples:
 
 model lists live in model_lists/ (one config per line, '#' comments); an entry is
 looked up beside the list first, then in configs/. Run records are written to
-results/<run id>/ (run.json, samples/, logs/, summary.md).
+results/<run id>/ (run.json, samples/, logs/, summary.md, junit.xml, summary.html).
 
 exit codes: 0 all gates passed, 1 a gate failed, 2 could not run.
 """
