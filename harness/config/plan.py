@@ -189,7 +189,7 @@ def server_argv(config: ModelConfig, model_ref: str, variant_name: str, python: 
         *split_args(v.server_args, f"{config.path}: variants.{variant_name}.server_args"),
     ]
     if v.speculative_config is not None:
-        argv += ["--speculative-config", json.dumps(v.speculative_config, separators=(",", ":"))]
+        argv += ["--speculative-config", json.dumps(v.speculative_config.as_dict(), separators=(",", ":"))]
     if v.async_scheduling is True:
         argv.append("--async-scheduling")
     elif v.async_scheduling is False:
@@ -339,7 +339,7 @@ def build_plan(configs: list[ModelConfig], python: str | None = None) -> Plan:
                     name=vname,
                     argv=tuple(server_argv(c, c.model, vname, python)),
                     env=env,
-                    speculative_config=v.speculative_config,
+                    speculative_config=v.speculative_config.as_dict() if v.speculative_config else None,
                     async_scheduling=v.async_scheduling,
                     fault=v.fault,
                     expected_effective=v.expected_effective,
