@@ -241,6 +241,7 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: dict) -
             record["provenance"]["datasets"][t.id] = {
                 "sha256": prepared[t.name].dataset_hash, "source": prepared[t.name].source,
                 "num_requests": len(prepared[t.name].requests),
+                "stop": list(prepared[t.name].stop),
             }
         except DataUnavailableError as e:
             msg = f"task {t.name}: data not available: {e}"
