@@ -23,7 +23,7 @@ from harness.report.progress import Progress
 from harness.report.summary import render_markdown
 from harness.records.run_record import new_run_id, provenance, utc_now, write_run
 from harness.records.samples import Sample, write_jsonl
-from harness.analysis.scoring import correctness, output_match, score_task
+from harness.analysis.scoring import correctness, is_truncated, output_match, score_task
 from harness.engine.server import ServerStartError
 from harness.engine.session import VariantSession
 from harness.analysis.stats import paired_comparison, ratio_bootstrap_ci
@@ -297,6 +297,10 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: dict) -
                     "baseline": comp.baseline, "candidate": comp.candidate, "task": tname,
                     "pipeline": c.gates.accuracy_pipeline,
                     **om.to_json(),
+                    "truncated": {
+                        "baseline": [x.question_id for x in a if is_truncated(x)],
+                        "candidate": [x.question_id for x in b if is_truncated(x)],
+                    },
                     "paired": pc.to_json() if pc else None,
                     "noise": nz.to_json() if nz else None,
                 }
@@ -393,6 +397,10 @@ def _run_variant(
                     "scored": {k: v.scored for k, v in sc.accuracy.items()},
                     "invalid_rate": {k: v.invalid_rate for k, v in sc.accuracy.items()},
                     "finish_reasons": sc.finish_reasons,
+                    "truncated": sc.truncated,
+                    "truncated_rate": sc.truncated_rate,
+                    "truncated_ids": list(sc.truncated_ids),
+                    "stop_reasons": sc.stop_reasons,
                     "spec_decode": outcome.spec_metrics.to_json() if outcome.spec_metrics else None,
                     "spec_decode_counters": outcome.spec_counters.to_json() if outcome.spec_counters else None,
                     "spec_decode_error": outcome.metrics_error,

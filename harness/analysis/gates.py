@@ -14,7 +14,7 @@ from harness.engine.info import Effectiveness
 from harness.engine.metrics import SpecDecodeMetrics
 from harness.config.plan import GateDef
 from harness.records.samples import Sample
-from harness.analysis.scoring import OutputMatch, TaskScore, first_divergence
+from harness.analysis.scoring import OutputMatch, TaskScore, committed_divergence
 from harness.analysis.stats import PairedComparison, floor_margin, mcnemar_exact
 
 
@@ -132,13 +132,13 @@ def output_noise_rerun(
         if not (usable(a) and usable(b2)):
             continue
         noise_cmp += 1
-        dn = first_divergence(a.token_ids, b2.token_ids)
+        dn = committed_divergence(a, b2)
         if dn is not None:
             noise_div.append((a.question_id, dn))
         if not usable(c):
             continue
         both += 1
-        dc = first_divergence(a.token_ids, c.token_ids)
+        dc = committed_divergence(a, c)
         cand_mm += dc is not None
         if dc is not None and dn is None:
             cand_only.append(a.question_id)
@@ -208,6 +208,21 @@ class Measurements:
     noise: dict[tuple[str, str, str], OutputNoise] = field(default_factory=dict)
 
 
+#: Share of truncated completions above which a failing accuracy gate says so in its
+#: detail (a few percent: more than chance cuts of long answers).
+TRUNCATION_NOTE_RATE = 0.02
+
+
+def truncation_note(sc: TaskScore | None, variant: str) -> str:
+    """``"; note: ..."`` when more than :data:`TRUNCATION_NOTE_RATE` of the variant's
+    completions were cut by ``max_tokens``, else ``""``."""
+    if sc is None or not sc.truncated_rate or sc.truncated_rate <= TRUNCATION_NOTE_RATE:
+        return ""
+    n = sc.num_requests - sc.error_count
+    return (f"; note: {sc.truncated} of {n} {variant} completions ({sc.truncated_rate:.1%}) were cut by "
+            "max_tokens (finish_reason length): raise max_tokens before reading this as lost accuracy")
+
+
 def _result(g: GateDef, observed, limit, passed, detail, questions=()) -> GateResult:
     return GateResult(
         id=g.id, kind=g.kind, config=g.config, variant=g.variant, task=g.task,
@@ -247,6 +262,9 @@ def evaluate_gate(g: GateDef, m: Measurements) -> GateResult:
       engine is deterministic on these prompts, so the limit applies unchanged
       (with the default 1.0: exact equality required).
     * ``max_acceptance_length_drop``: baseline - candidate mean acceptance length <= limit.
+    * ``max_truncation_rate``: completions cut by ``max_tokens`` / successful
+      completions <= limit. A failing accuracy gate also names the truncated share
+      when it is above :data:`TRUNCATION_NOTE_RATE`.
 
     Returns:
         :class:`GateResult`; ``passed`` None when its variant or task did not run.
@@ -267,10 +285,20 @@ def evaluate_gate(g: GateDef, m: Measurements) -> GateResult:
         if eff.expected_on_platform:
             return _result(g, 0.0, None, True, f"not effective, declared expected on this platform ({mism})")
         return _result(g, 0.0, None, False, f"variant did not run as asked: {mism}")
-    if g.kind in ("accuracy_floor", "max_error_rate"):
+    if g.kind in ("accuracy_floor", "max_error_rate", "max_truncation_rate"):
         sc = m.scores.get(key)
         if sc is None:
             return _result(g, None, g.limit, None, "not run: no score")
+        if g.kind == "max_truncation_rate":
+            if sc.truncated_rate is None:
+                return _result(g, None, g.limit, False, "no request succeeded: truncation cannot be computed")
+            ok = sc.truncated_rate <= g.limit
+            n = sc.num_requests - sc.error_count
+            return _result(
+                g, sc.truncated_rate, g.limit, ok,
+                f"{sc.truncated} of {n} completions cut by max_tokens (truncated share {sc.truncated_rate:.3f}, limit {g.limit})",
+                sc.truncated_ids if not ok else (),
+            )
         if g.kind == "max_error_rate":
             ok = sc.error_rate <= g.limit
             return _result(
@@ -289,7 +317,8 @@ def evaluate_gate(g: GateDef, m: Measurements) -> GateResult:
         extra = f" (floor {g.limit} widened by {margin:.4f} for {ps.scored} of {cal} calibration questions)" if margin else ""
         return _result(
             g, ps.accuracy, limit, ok,
-            f"{g.params['pipeline']} accuracy {ps.accuracy:.4f} ({ps.correct}/{ps.scored}) vs floor {limit:.4f}{extra}",
+            f"{g.params['pipeline']} accuracy {ps.accuracy:.4f} ({ps.correct}/{ps.scored}) vs floor {limit:.4f}{extra}"
+            + ("" if ok else truncation_note(sc, g.variant)),
         )
     if g.kind in ("drafts_observed", "min_acceptance_length"):
         sm = m.spec.get(key)
@@ -299,7 +328,8 @@ def evaluate_gate(g: GateDef, m: Measurements) -> GateResult:
         if sm.drafts <= 0:
             return _result(g, 0.0, g.limit, False, "no drafts observed: speculative decoding did not run")
         if g.kind == "drafts_observed":
-            return _result(g, sm.drafts, g.limit, True, f"{sm.drafts:.0f} drafts, {sm.draft_tokens:.0f} draft tokens")
+            # counters are integral counts (prometheus gives floats): report an integer
+            return _result(g, int(round(sm.drafts)), g.limit, True, f"{sm.drafts:.0f} drafts, {sm.draft_tokens:.0f} draft tokens")
         mal = sm.mean_acceptance_length
         ok = mal >= g.limit
         return _result(
@@ -327,6 +357,7 @@ def evaluate_gate(g: GateDef, m: Measurements) -> GateResult:
         )
         if why:
             detail += "; FAILED: " + "; ".join(why)
+            detail += truncation_note(m.scores.get((g.variant, g.task)), g.variant)
         return _result(g, drop, g.limit, ok, detail, pc.a_only if not ok else ())
     if g.kind == "min_output_match":
         om = m.matches.get(pkey)
@@ -334,6 +365,10 @@ def evaluate_gate(g: GateDef, m: Measurements) -> GateResult:
             return _result(g, None, g.limit, False if om is not None else None, "no question could be compared")
         ok = om.output_match_rate >= g.limit
         detail = f"{om.matched}/{om.compared} completions identical (output match {om.output_match_rate:.4f})"
+        if om.past_stop:
+            ex = om.past_stop[0]
+            detail += (f"; {len(om.past_stop)} of them identical only up to the stop (ids past the stop "
+                       f"differ, not a divergence; e.g. {ex.question_id}: {ex.side} has {ex.extra_ids} extra ids)")
         nz = m.noise.get(pkey)
         limit = g.limit
         if nz is not None and nz.noise_rate > 0:

@@ -119,6 +119,9 @@ class GateSpec(_Frozen):
             length since the stored baseline (tokens); None disables.
         baseline_alpha: significance level of the one-sided test (paired McNemar, or
             Fisher's exact test without per-question data) against the baseline.
+        max_truncation_rate: largest allowed share of successful completions cut by
+            ``max_tokens`` (``finish_reason: length``), per variant and task; None
+            (default) disables the gate (the share is recorded and shown either way).
     """
 
     accuracy_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
@@ -130,6 +133,7 @@ class GateSpec(_Frozen):
     baseline_max_accuracy_drop: float | None = Field(default=0.05, ge=0.0, le=1.0)
     baseline_max_acceptance_length_drop: float | None = Field(default=0.1, ge=0.0)
     baseline_alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
+    max_truncation_rate: float | None = Field(default=None, ge=0.0, le=1.0)
 
 
 TaskSpec.model_rebuild()

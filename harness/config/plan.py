@@ -34,7 +34,7 @@ class GateDef:
         id: stable id, ``<config>/<variant or baseline->candidate>/<task>/<kind>``.
         kind: ``accuracy_floor``, ``min_acceptance_length``, ``drafts_observed``,
             ``max_error_rate``, ``variant_effective``, ``max_accuracy_drop``,
-            ``min_output_match``, ``max_acceptance_length_drop``.
+            ``min_output_match``, ``max_acceptance_length_drop``, ``max_truncation_rate``.
         config: config name.
         variant: the variant judged (the candidate for comparisons).
         task: task name, or None for per-variant gates (``variant_effective``).
@@ -241,6 +241,16 @@ def _gates(config: ModelConfig) -> list[GateDef]:
                     description="share of failed requests (never scored as wrong answers)",
                 )
             )
+            if g.max_truncation_rate is not None:
+                out.append(
+                    GateDef(
+                        id=f"{c}/{vname}/{tname}/max_truncation_rate",
+                        kind="max_truncation_rate",
+                        config=c, variant=vname, task=tname, baseline=None,
+                        limit=g.max_truncation_rate, op="<=",
+                        description="share of completions cut by max_tokens (finish_reason length)",
+                    )
+                )
             if v.speculative_config is not None:
                 out.append(
                     GateDef(

@@ -55,6 +55,7 @@ def score_rows(record: dict[str, Any]) -> list[dict[str, str]]:
                         "flexible-extract": fmt(acc.get("flexible-extract")) + _ci(ci.get("flexible-extract")),
                         "n": str(t.get("num_requests")),
                         "errors": str(t.get("error_count")),
+                        "truncated": _truncated(t),
                         "acceptance_rate": fmt(sd.get("acceptance_rate")) + _ci(t.get("acceptance_rate_ci")),
                         "mean_acceptance_length": fmt(sd.get("mean_acceptance_length")) + _ci(t.get("mean_acceptance_length_ci")),
                         "per_position": " ".join(fmt(p, 2) for p in sd.get("per_position_acceptance", []) or []) or "-",
@@ -64,10 +65,17 @@ def score_rows(record: dict[str, Any]) -> list[dict[str, str]]:
     return rows
 
 
+def _truncated(t: dict[str, Any]) -> str:
+    """Truncated share with its count, e.g. ``0.030 (3)``; ``-`` for records without it."""
+    if t.get("truncated_rate") is None:
+        return "-"
+    return f"{t['truncated_rate']:.3f} ({t.get('truncated')})"
+
+
 COLUMNS = [
     ("config", "config"), ("variant", "variant"), ("task", "task"), ("async", "async sched."),
     ("strict-match", "strict-match [95% CI]"), ("flexible-extract", "flexible-extract [95% CI]"),
-    ("n", "n"), ("errors", "errors"), ("acceptance_rate", "accept. rate"),
+    ("n", "n"), ("errors", "errors"), ("truncated", "truncated (max_tokens)"), ("acceptance_rate", "accept. rate"),
     ("mean_acceptance_length", "mean accept. len"), ("per_position", "per-position"),
 ]
 
@@ -105,14 +113,22 @@ def comparison_rows(record: dict[str, Any]) -> list[dict[str, str]]:
     for c in record.get("configs", []):
         for comp in c.get("comparisons", []):
             p = comp.get("paired") or {}
+            cut = comp.get("truncated") or {}
+            cut_ids = set(cut.get("baseline", [])) | set(cut.get("candidate", []))
+
+            def mark(ids: list[str]) -> list[str]:
+                return [q + " (truncated)" if q in cut_ids else q for q in ids]
+
             rows.append(
                 {
                     "config": c["name"],
                     "pair": f"{comp['baseline']} -> {comp['candidate']}",
                     "task": comp["task"],
-                    "lost_ids": list(p.get("a_only", [])),
-                    "gained_ids": list(p.get("b_only", [])),
-                    "output_match": f"{fmt(comp.get('output_match_rate'))} ({comp.get('matched')}/{comp.get('compared')})" + _noise_text(comp),
+                    "lost_ids": mark(list(p.get("a_only", []))),
+                    "gained_ids": mark(list(p.get("b_only", []))),
+                    "output_match": f"{fmt(comp.get('output_match_rate'))} ({comp.get('matched')}/{comp.get('compared')})"
+                    + (f"; {len(comp['past_stop'])} only up to the stop" if comp.get("past_stop") else "")
+                    + _noise_text(comp),
                     "diff": (fmt(p.get("diff")) + _ci(p.get("diff_ci"))) if p else "-",
                     "flipped": f"-{len(p.get('a_only', []))} / +{len(p.get('b_only', []))}" if p else "-",
                     "p": fmt(p.get("p_value"), 4) if p else "-",
