@@ -95,9 +95,9 @@ def cmd_run(argv: list[str]) -> int:
             return 2
     if args.dry_run:
         if args.json:
-            print(json.dumps(plan_json(plan), indent=2))
+            print(json.dumps(plan_json(plan, args.variant), indent=2))
         else:
-            print(render_plan(plan))
+            print(render_plan(plan, args.variant))
         return 0
     if args.json:
         print("evalrun: --json is only for --dry-run (the run record is JSON: results/<run id>/run.json)", file=sys.stderr)

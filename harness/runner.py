@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 from harness.engine.info import EngineInfoError, check_effective
 from harness.analysis.gates import Measurements, evaluate_gates, output_noise_rerun, output_noise_stored
-from harness.config.plan import ConfigPlan, Plan, VariantPlan
+from harness.config.plan import PORT_PLACEHOLDER, ConfigPlan, Plan, VariantPlan, shell_line
 from harness.report.progress import Progress
 from harness.report.summary import render_markdown
 from harness.records.run_record import new_run_id, provenance, utc_now, write_run
@@ -344,7 +344,8 @@ def _run_variant(
         m.not_run[(vp.name, None)] = vrec["error"]
         return vrec, True
     p.log(f"{vp.id}: starting the vLLM server (log: {log_path})")
-    p.log(f"  $ {vp.shell_line()}".replace(c.model, model_ref) if c.model != model_ref else f"  $ {vp.shell_line()}")
+    p.log(f"  $ {shell_line(argv, vp.env)}")
+    p.log(f"  ({PORT_PLACEHOLDER} is the free port chosen at start-up; the server log's first lines hold the exact command)")
     session = VariantSession(
         vp.id, argv, vp.env, log_path,
         startup_timeout=c.startup_max_wait_seconds,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from harness.config.loader import ModelConfig, TaskSpec
 
@@ -87,12 +87,27 @@ class VariantPlan:
         return [a.replace(PORT_PLACEHOLDER, str(port)) for a in self.argv]
 
     def shell_line(self, port: int | None = None) -> str:
-        """The command and environment as one copy-pasteable shell line."""
-        import shlex
+        """The command and environment as one shell line that runs as pasted.
 
-        argv = self.command(port) if port is not None else list(self.argv)
-        envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
-        return (envs + " " if envs else "") + " ".join(shlex.quote(a) for a in argv)
+        Args:
+            port: fills the ``{port}`` placeholder; None keeps it (then the line
+                needs the placeholder replaced before it runs).
+
+        Returns:
+            ``K=V ... python -m ...``: assignments and arguments quoted with
+            :func:`shlex.quote` / :func:`shlex.join`.
+        """
+        return shell_line(self.argv, self.env, port)
+
+
+def shell_line(argv: Sequence[str], env: dict[str, str], port: int | None = None) -> str:
+    """``K=V ... argv...`` as one shell line that runs as pasted (every assignment and
+    argument quoted with :func:`shlex.quote`); ``port`` fills ``{port}`` when given."""
+    import shlex
+
+    args = [a.replace(PORT_PLACEHOLDER, str(port)) for a in argv] if port is not None else list(argv)
+    envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
+    return (envs + " " if envs else "") + shlex.join(args)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from harness.config.loader import ModelConfig
 from harness.config.plan import Plan
@@ -131,18 +131,43 @@ def render_detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER) -
     return lines
 
 
-def render_plan(plan: Plan) -> str:
-    """Human-readable plan for ``--dry-run``: every config, variant command, task and gate."""
+#: Port written into the dry run's command lines so they run as pasted; a real run
+#: picks a free port at start-up instead.
+DRY_RUN_PORT = 8000
+
+
+def render_plan(plan: Plan, only: Sequence[str] | None = None) -> str:
+    """Human-readable plan for ``--dry-run``: every config, variant command, task and gate.
+
+    Args:
+        plan: the plan.
+        only: variant names chosen with ``--variant`` (None = all): only these are
+            listed, with their gates; the gates of the others are counted as NOT RUN.
+
+    Returns:
+        The text. Commands are shell lines that run as pasted (quoted with
+        :func:`shlex.join`), with port :data:`DRY_RUN_PORT` in place of the free port
+        a real run picks.
+    """
     lines: list[str] = []
+    lines.append(
+        f"(commands use port {DRY_RUN_PORT} so they run as pasted; a run picks a free port at start-up. "
+        "A builtin:<name> model becomes the folder of the built model in ~/.cache/evalrun/models.)"
+    )
+    lines.append("")
     for cp in plan.configs:
         c = cp.config
         lines.append(f"config {c.name}  ({c.path}, {c.form} form)")
         lines.append(f"  model: {c.model}")
-        for v in cp.variants:
+        chosen = [v for v in cp.variants if only is None or v.name in only]
+        left = [v.name for v in cp.variants if v not in chosen]
+        for v in chosen:
             lines.append(f"  variant {v.name}:")
-            lines.append(f"    command: {v.shell_line()}")
+            lines.append(f"    command: {v.shell_line(DRY_RUN_PORT)}")
             if v.fault:
                 lines.append(f"    fault injected: {v.fault}")
+        if left:
+            lines.append(f"  variants left out (--variant): {', '.join(left)}")
         for t in cp.tasks:
             s = t.spec
             lines.append(
@@ -152,16 +177,32 @@ def render_plan(plan: Plan) -> str:
             )
         lines += render_detectable_drops(c)
         lines.append("  gates:")
+        skipped = 0
         for g in cp.gates:
+            if left and (g.variant in left or g.baseline in left):
+                skipped += 1
+                continue
             lim = "" if g.limit is None else f" {g.op} {g.limit}"
             lines.append(f"    {g.id}{lim}: {g.description}")
+        if skipped:
+            lines.append(f"    ({skipped} gates of the variants left out will be reported NOT RUN)")
         lines.append("")
     return "\n".join(lines)
 
 
-def plan_json(plan: Plan) -> list[dict[str, Any]]:
-    """``--dry-run --json``: :meth:`Plan.to_json` plus each config's ``detectable_drops``."""
+def plan_json(plan: Plan, only: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """``--dry-run --json``: :meth:`Plan.to_json` plus each config's ``detectable_drops``.
+
+    With ``only`` (``--variant`` names) each config lists only those variants and
+    the gates that involve only them; ``argv`` keeps the ``{port}`` placeholder.
+    """
     out = plan.to_json()
     for entry, cp in zip(out, plan.configs):
         entry["detectable_drops"] = detectable_drops(cp.config)
+        if only is not None:
+            keep = set(only)
+            entry["variants"] = [v for v in entry["variants"] if v["name"] in keep]
+            entry["gates"] = [g for g in entry["gates"]
+                              if g["variant"] in keep and (g["baseline"] is None or g["baseline"] in keep)]
+            entry["variants_left_out"] = [v.name for v in cp.variants if v.name not in keep]
     return out

@@ -6,6 +6,7 @@ be regenerated from disk.
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from rich.console import Console
@@ -209,7 +210,7 @@ def render_markdown(record: dict[str, Any]) -> str:
         f"- result: **{ {True: 'PASS', False: 'FAIL', None: 'NOT EVERY GATE JUDGED' if record.get('status') == 'completed' else 'INCOMPLETE'}[record.get('passed')] }** (exit code {record.get('exit_code')})",
         f"- evalrun {prov.get('evalrun_version')}, {prov.get('vllm_version')}, Python {prov.get('python')}, {prov.get('platform')}",
         f"- started {prov.get('started_at')}, ended {prov.get('ended_at')}",
-        f"- command: `{' '.join(prov.get('command_line', []))}`",
+        f"- command: `{shlex.join(prov.get('command_line', []))}`",
         "",
         "## Scores",
         "",
