@@ -888,12 +888,42 @@ def _from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict | None = No
     )
 
 
+def nearest_names(name: str, candidates: list[str], n: int = 3) -> list[str]:
+    """The candidates closest to ``name``: those whose stem starts with or contains
+    the name's stem first, then :func:`difflib.get_close_matches` (ratio >= 0.6) on
+    the stems, case-insensitive; at most ``n``, no repeats.
+
+    Args:
+        name: what the user typed (a file name or stem).
+        candidates: file names to choose from (e.g. ``Model-MTP.yaml``).
+
+    Returns:
+        Candidate names in order of closeness.
+    """
+    def stem(x: str) -> str:
+        return Path(x).stem.lower() if Path(x).suffix in (".yaml", ".yml", ".txt") else x.lower()
+
+    key = stem(Path(name).name)
+    stems = {stem(c): c for c in candidates}
+    out = [c for c in candidates if key and stem(c).startswith(key)]
+    out += [c for c in candidates if key and key in stem(c) and c not in out]
+    out += [stems[x] for x in difflib.get_close_matches(key, list(stems), n=n) if stems[x] not in out]
+    return out[:n]
+
+
+def _known_files() -> list[str]:
+    return sorted([x.name for x in MODEL_LISTS_DIR.glob("*.txt")]
+                  + [x.name for x in CONFIGS_DIR.glob("*.y*ml")])
+
+
 def resolve_list_path(name: str | Path) -> Path:
     """Find a model list or a config: as given (absolute or relative to the cwd), else
-    by name in ``model_lists/``, else in ``configs/``.
+    by name in ``model_lists/``, else in ``configs/`` (a name without suffix also
+    tries ``.txt`` and ``.yaml``).
 
     Raises:
-        ConfigError: naming every place looked in when the list is not found.
+        ConfigError: naming every place looked in and the nearest list and config
+            names (:func:`nearest_names`) when nothing is found.
     """
     p = Path(name)
     tried = [p]
@@ -901,12 +931,15 @@ def resolve_list_path(name: str | Path) -> Path:
         return p
     if not p.is_absolute():
         # a list by name in model_lists/, or a single config by name in configs/
-        for q in (MODEL_LISTS_DIR / p, CONFIGS_DIR / p):
+        names = [p] if p.suffix else [p, p.with_name(p.name + ".txt"), p.with_name(p.name + ".yaml")]
+        for q in [d / x for x in names for d in (MODEL_LISTS_DIR, CONFIGS_DIR)]:
             tried.append(q)
             if q.is_file():
                 return q
+    near = nearest_names(str(name), _known_files())
+    hint = f"; nearest names: {', '.join(near)}" if near else ""
     raise ConfigError(
-        f"model list or config '{name}' not found (looked in: {', '.join(str(t) for t in tried)}); "
+        f"model list or config '{name}' not found (looked in: {', '.join(str(t) for t in tried)}){hint}; "
         f"available lists: {', '.join(sorted(x.name for x in MODEL_LISTS_DIR.glob('*.txt'))) or 'none'}"
     )
 
@@ -939,8 +972,11 @@ def read_model_list(path: str | Path) -> list[Path]:
             cands = [Path(line)]
         found = next((c for c in cands if c.is_file()), None)
         if found is None:
+            pool = sorted({x.name for d in {c.parent for c in cands} if d.is_dir() for x in d.glob("*.y*ml")})
+            near = nearest_names(line, pool)
             missing.append(
                 f"  {path}:{lineno}: '{line}' (looked in {', '.join(str(c.parent) for c in cands)})"
+                + (f"; nearest names: {', '.join(near)}" if near else "")
             )
         else:
             entries.append(found)

@@ -42,7 +42,7 @@ from harness.records.samples import read_jsonl
 from harness.analysis.stats import paired_comparison, wilson_interval
 from harness.tasks.gsm8k import PIPELINES
 
-__all__ = ["DiffError", "load_side", "diff_runs", "render_diff_markdown", "newcombe_interval", "cli_main"]
+__all__ = ["DiffError", "resolve_side", "load_side", "diff_runs", "render_diff_markdown", "newcombe_interval", "cli_main"]
 
 
 class DiffError(ValueError):
@@ -58,11 +58,38 @@ def _tok_hash(ids) -> str | None:
     return token_ids_hash(ids)
 
 
-def load_side(path: str | Path) -> dict[str, Any]:
+def resolve_side(path: str | Path, results_dir: str | Path | None = None) -> Path:
+    """A diff side as a path: as given when it exists, else a run id, i.e. the folder
+    ``<results_dir>/<id>`` (default ``results/`` of the project).
+
+    Raises:
+        DiffError: neither exists; names both places and the nearest run ids.
+    """
+    import difflib
+
+    from harness.config.loader import PROJECT_ROOT
+
+    p = Path(path)
+    if p.exists():
+        return p
+    rdir = Path(results_dir) if results_dir is not None else PROJECT_ROOT / "results"
+    if len(p.parts) == 1 and (rdir / p).exists():
+        return rdir / p
+    runs = sorted(x.name for x in rdir.glob("*") if (x / "run.json").is_file()) if rdir.is_dir() else []
+    near = difflib.get_close_matches(str(path), runs, n=3, cutoff=0.5)
+    raise DiffError(
+        f"{p}: no such run folder, run.json or baseline file, and no run id {str(path)!r} in {rdir}"
+        + (f"; nearest run ids: {', '.join(near)}" if near else (f"; latest runs: {', '.join(runs[-3:])}" if runs else ""))
+    )
+
+
+def load_side(path: str | Path, results_dir: str | Path | None = None) -> dict[str, Any]:
     """Load one side of a diff into a common form.
 
     Args:
-        path: a run folder, a ``run.json``, or a baseline JSON file.
+        path: a run folder, a ``run.json``, a baseline JSON file, or a run id (the
+            folder of that name in ``results_dir``; :func:`resolve_side`).
+        results_dir: where run ids are looked up (default the project's ``results/``).
 
     Returns:
         ``{"path", "kind": "run"|"baseline", "id", "passed", "status", "configs":
@@ -79,9 +106,7 @@ def load_side(path: str | Path) -> dict[str, Any]:
     from harness.analysis.baseline import BASELINE_SCHEMA
     from harness.records.run_record import RunRecordError, load_run
 
-    p = Path(path)
-    if not p.exists():
-        raise DiffError(f"{p}: no such run folder or baseline file")
+    p = resolve_side(path, results_dir)
     if p.is_file():
         try:
             doc = json.loads(p.read_text(encoding="utf-8"))
@@ -590,15 +615,17 @@ def cli_main(argv: list[str]) -> int:
         prog="evalrun diff",
         description="Explain what changed from run A to run B (run folders, run.json files or baseline JSON files).",
     )
-    p.add_argument("run_a", type=Path, help="run folder, run.json, or baseline JSON (the reference side)")
-    p.add_argument("run_b", type=Path, help="run folder, run.json, or baseline JSON (the side under test)")
+    p.add_argument("run_a", type=Path, help="run id, run folder, run.json, or baseline JSON (the reference side)")
+    p.add_argument("run_b", type=Path, help="run id, run folder, run.json, or baseline JSON (the side under test)")
+    p.add_argument("--results-dir", type=Path, default=None,
+                   help="where run ids are looked up (default: the project's results/)")
     p.add_argument("--output", "-o", type=Path, default=None, help="write to this file instead of the terminal")
     p.add_argument("--json", action="store_true", help="JSON instead of Markdown")
     p.add_argument("--max-flipped", type=int, default=20,
                    help="flipped questions shown with both completions per task and direction (default 20)")
     args = p.parse_args(argv)
     try:
-        d = diff_runs(args.run_a, args.run_b)
+        d = diff_runs(load_side(args.run_a, args.results_dir), load_side(args.run_b, args.results_dir))
     except DiffError as e:
         print(f"evalrun diff: {e}", file=sys.stderr)
         return 2
