@@ -69,6 +69,9 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="folder of stored baselines (<config>.json); a config with a baseline there is also "
                         "gated against it (default: RESULTS_DIR/baselines)")
     p.add_argument("--no-baseline", action="store_true", help="do not gate against stored baselines")
+    p.add_argument("--allow-contamination", action="store_true",
+                   help="run a task even when its test questions are among its few-shot examples or the train "
+                        "split (refused by default; recorded in the run record)")
     p.add_argument("--update-baseline", action="store_true",
                    help="after the run, write a baseline for every config whose gates all passed")
     return p
@@ -115,6 +118,7 @@ def cmd_run(argv: list[str]) -> int:
         results_dir=args.results_dir, data_dir=args.data_dir, run_id=args.run_id,
         argv=["evalrun", *argv], variants=args.variant, progress=progress,
         baseline_dir=None if args.no_baseline else baseline_dir,
+        allow_contamination=args.allow_contamination,
     )
     from harness.runner import RunFolderExistsError
 

@@ -27,7 +27,8 @@ from harness.analysis.scoring import correctness, is_truncated, output_match, sc
 from harness.engine.server import ServerStartError
 from harness.engine.session import VariantSession
 from harness.analysis.stats import paired_comparison, ratio_bootstrap_ci
-from harness.tasks import DataUnavailableError, PreparedTask, prepare_task
+from harness.report.dry_run import subset_warnings
+from harness.tasks import ContaminationError, DataUnavailableError, PreparedTask, prepare_task
 
 EXIT_PASSED, EXIT_GATE_FAILED, EXIT_COULD_NOT_RUN = 0, 1, 2
 
@@ -50,6 +51,9 @@ class RunOptions:
         baseline_dir: folder of stored baselines (``<config>.json``, see
             :mod:`harness.analysis.baseline`); a config with a baseline there is also gated
             against it. None = no baseline gates.
+        allow_contamination: run tasks whose test questions overlap their few-shot
+            examples or the train split (recorded: ``provenance.allow_contamination``
+            and the overlaps per task in ``provenance.datasets[<task id>].contamination``).
     """
 
     results_dir: Path
@@ -59,6 +63,7 @@ class RunOptions:
     variants: list[str] | None = None
     progress: Progress = field(default_factory=Progress)
     baseline_dir: Path | None = None
+    allow_contamination: bool = False
 
 
 #: Why acceptance intervals are missing when requests ran concurrently.
@@ -187,6 +192,7 @@ def run(plan: Plan, opts: RunOptions) -> tuple[dict[str, Any], Path]:
         "provenance": provenance(opts.argv, cfg_prov, started),
         "configs": [],
     }
+    record["provenance"]["allow_contamination"] = opts.allow_contamination
     could_not_run = False
     try:
         for cp in plan.configs:
@@ -237,12 +243,22 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: dict) -
     prepared: dict[str, PreparedTask] = {}
     for t in cp.tasks:
         try:
-            prepared[t.name] = prepare_task(t.name, t.spec, opts.data_dir)
+            prepared[t.name] = prepare_task(t.name, t.spec, opts.data_dir, opts.allow_contamination)
             record["provenance"]["datasets"][t.id] = {
                 "sha256": prepared[t.name].dataset_hash, "source": prepared[t.name].source,
                 "num_requests": len(prepared[t.name].requests),
                 "stop": list(prepared[t.name].stop),
+                "contamination": prepared[t.name].contamination,
             }
+            if prepared[t.name].contamination:
+                p.warn(f"{c.name}: task {t.name}: contaminated data run anyway (--allow-contamination): "
+                       f"{prepared[t.name].contamination}")
+        except ContaminationError as e:
+            could_not_run |= t.spec.required
+            p.error(f"{c.name}: {e}")
+            for v in cp.variants:
+                m.not_run[(v.name, t.name)] = "contaminated data refused (test questions among the few-shot examples or train split)"
+            continue
         except DataUnavailableError as e:
             msg = f"task {t.name}: data not available: {e}"
             if t.spec.required:
@@ -252,6 +268,10 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: dict) -
                 p.warn(f"{c.name}: NOT RUN (optional task): {msg}")
             for v in cp.variants:
                 m.not_run[(v.name, t.name)] = f"data not available ({'required' if t.spec.required else 'optional'} task)"
+    # 1b. a run smaller than the set its threshold was measured on: say so now
+    crec["subset_warnings"] = subset_warnings(c)
+    for w in crec["subset_warnings"]:
+        p.warn(f"{c.name}: {w['message']}")
     # 2. the model
     try:
         model_ref = resolve_model(c.model, p)

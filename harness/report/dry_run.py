@@ -86,6 +86,61 @@ def detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER) -> list[
     return out
 
 
+def full_test_size(spec) -> int:
+    """Questions in the whole test set of a task's kind: GSM8K 1319 (vLLM's default
+    ``num_questions``), the synthetic task's :data:`~harness.tasks.synthetic.DEFAULT_NUM_TEST`."""
+    from harness.tasks import GSM8K_TEST_SIZE
+
+    if spec.kind == "synthetic":
+        from harness.tasks.synthetic import DEFAULT_NUM_TEST
+
+        return DEFAULT_NUM_TEST
+    return GSM8K_TEST_SIZE
+
+
+def subset_warnings(config: ModelConfig, confidence: float = 1 - FLOOR_ALPHA) -> list[dict[str, Any]]:
+    """Tasks that ask fewer questions than their threshold was presumably measured on.
+
+    For every task with an ``accuracy_threshold`` and no ``calibration_questions``,
+    the threshold is taken to come from the whole test set (N questions,
+    :func:`full_test_size`; vLLM's configs are calibrated on all 1319 GSM8K
+    questions). A run on n < N of them differs from the threshold by sampling alone
+    by up to ``margin = floor_margin(n, N, p)`` (one-sided, ``confidence``;
+    :func:`harness.analysis.stats.floor_margin`, p = the threshold), which the floor
+    gate does not allow for while ``calibration_questions`` is unset.
+
+    Returns:
+        ``[{"task", "questions", "assumed_calibration_questions", "accuracy_threshold",
+        "floor", "margin", "fair_floor", "message"}]``: ``floor`` = threshold -
+        tolerance (what the gate applies), ``fair_floor`` = floor - margin (what the
+        run would need to be fair); accuracy fractions.
+    """
+    from harness.analysis.stats import floor_margin
+
+    out = []
+    for tname, spec in config.tasks.items():
+        g = config.gates_for(tname)
+        if g.accuracy_threshold is None or g.calibration_questions is not None:
+            continue
+        n, full = task_size(spec), full_test_size(spec)
+        if n >= full:
+            continue
+        margin = floor_margin(n, full, g.accuracy_threshold, confidence)
+        floor = round(g.accuracy_threshold - g.tolerance, 6)
+        fair = round(floor - margin, 6)
+        out.append({
+            "task": tname, "questions": n, "assumed_calibration_questions": full,
+            "accuracy_threshold": g.accuracy_threshold, "floor": floor, "margin": margin, "fair_floor": fair,
+            "message": (
+                f"task {tname}: the run asks {n} questions, but accuracy_threshold {g.accuracy_threshold} was "
+                f"presumably measured on all {full} (calibration_questions is not set): sampling alone moves a "
+                f"{n}-question score by up to {margin:.3f} (one-sided {confidence:.0%}), so the floor {floor:.3f} "
+                f"is unfair to this run; a fair floor is {fair:.3f} (set calibration_questions: {full} to apply it)"
+            ),
+        })
+    return out
+
+
 def _finite(x: float) -> float | None:
     return None if x == float("inf") else x
 

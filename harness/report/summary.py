@@ -163,7 +163,7 @@ def render_terminal(record: dict[str, Any], console: Console | None = None) -> N
         console.print(ct)
         for line in _flipped_lines(crow):
             console.print(line, markup=False)
-    for line in acceptance_ci_notes(record):
+    for line in acceptance_ci_notes(record) + run_warnings(record):
         console.print(line, markup=False)
     gt = Table(title="gates (" + ", ".join(c["name"] for c in record.get("configs", [])) + ")")
     for h in ("verdict", "gate", "observed", "limit", "detail"):
@@ -176,6 +176,20 @@ def render_terminal(record: dict[str, Any], console: Console | None = None) -> N
     console.print(gt)
     status = {True: "[green]all gates passed[/green]", False: "[red]gates failed[/red]", None: "[yellow]not every gate could be judged[/yellow]"}[record.get("passed")]
     console.print(f"{status}; exit code {record.get('exit_code')}; record: {record.get('_path', '')}")
+
+
+def run_warnings(record: dict[str, Any]) -> list[str]:
+    """Warnings a reader must see next to the scores: tasks smaller than their
+    threshold's calibration set (``subset_warnings``), contaminated data run anyway."""
+    out = []
+    for c in record.get("configs", []):
+        for w in c.get("subset_warnings") or []:
+            out.append(f"warning: {c['name']}: {w['message']}")
+    prov = record.get("provenance", {})
+    for tid, d in (prov.get("datasets") or {}).items():
+        if isinstance(d, dict) and d.get("contamination"):
+            out.append(f"warning: {tid}: contaminated data run with --allow-contamination: {d['contamination']}")
+    return out
 
 
 def _flipped_lines(crow: list[dict[str, Any]], limit: int = 50) -> list[str]:
@@ -225,6 +239,9 @@ def render_markdown(record: dict[str, Any]) -> str:
     notes = acceptance_ci_notes(record)
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
+    warns = run_warnings(record)
+    if warns:
+        lines += ["", "## Warnings", ""] + [f"- {w}" for w in warns]
     for c in record.get("configs", []):
         b = c.get("baseline")
         if b and b.get("found"):
