@@ -231,6 +231,7 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: dict) -
     crec: dict[str, Any] = {
         "name": c.name, "path": str(c.path), "sha256": c.sha256, "form": c.form, "model": c.model,
         "model_path": None, "pipeline": c.gates.accuracy_pipeline,
+        "tasks": {name: spec.model_dump(mode="json", exclude={"gates"}) for name, spec in c.tasks.items()},
         "variants": {}, "comparisons": [], "gates": [], "error": None,
     }
     m = Measurements()

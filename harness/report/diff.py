@@ -131,9 +131,13 @@ def _side_from_run(rec: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         "status": rec.get("status"), "configs": {},
     }
     for c in rec.get("configs", []):
+        datasets = (rec.get("provenance") or {}).get("datasets") or {}
         cv: dict[str, Any] = {
             "pipeline": _pipeline(c), "variants": {}, "comparisons": [],
             "gates": {g["id"]: g for g in c.get("gates", [])},
+            "sha256": c.get("sha256"), "task_specs": c.get("tasks"),
+            "datasets": {tid.split("/", 1)[1]: d for tid, d in datasets.items()
+                         if tid.split("/", 1)[0] == c["name"] and isinstance(d, dict)},
         }
         for vname, v in c.get("variants", {}).items():
             tasks = {}
@@ -173,7 +177,8 @@ def _side_from_run(rec: dict[str, Any], run_dir: Path) -> dict[str, Any]:
 def _side_from_baseline(doc: dict[str, Any], path: Path) -> dict[str, Any]:
     src = doc.get("source_run") or {}
     cv: dict[str, Any] = {"pipeline": doc.get("pipeline") or "flexible-extract", "variants": {},
-                          "comparisons": [], "gates": {}}
+                          "comparisons": [], "gates": {}, "sha256": doc.get("config_sha256"),
+                          "task_specs": None, "datasets": {}}
     for vname, v in (doc.get("variants") or {}).items():
         tasks = {}
         for tname, t in (v.get("tasks") or {}).items():
@@ -367,6 +372,7 @@ def diff_runs(a: str | Path | Mapping[str, Any], b: str | Path | Mapping[str, An
         "gates": {"failing_in_b": [], "changed": [], "only_in_a": [], "only_in_b": []},
         "configs_only_in_a": sorted(set(sa["configs"]) - set(sb["configs"])),
         "configs_only_in_b": sorted(set(sb["configs"]) - set(sa["configs"])),
+        "differences": differences(sa, sb),
     }
     for cname in [c for c in sa["configs"] if c in sb["configs"]]:
         ca, cb = sa["configs"][cname], sb["configs"][cname]
@@ -423,6 +429,70 @@ def diff_runs(a: str | Path | Mapping[str, Any], b: str | Path | Mapping[str, An
     return out
 
 
+#: Task settings that change the prompt or the completion (few-shot count, data
+#: kind, question count, budget, sampling): a difference makes the runs not like for like.
+_PROMPT_KEYS = ("kind", "num_fewshot", "num_questions", "max_tokens", "temperature", "seed")
+#: Engine facts (``/server_info``) compared between the two runs.
+_ENGINE_KEYS = ("vllm_version", "platform", "dtype", "async_scheduling", "speculative_method",
+                "num_speculative_tokens", "max_model_len", "enable_prefix_caching")
+
+
+def differences(sa: Mapping[str, Any], sb: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """What differs between the two sides besides the build under test.
+
+    Compared per config present on both sides: the config file's SHA-256; per task
+    the settings that shape prompts and completions (:data:`_PROMPT_KEYS`), the data
+    hash, the stop strings and the prompts themselves (questions with the same id
+    and a different prompt hash); per variant the engine facts (:data:`_ENGINE_KEYS`).
+    A side that lacks an item (a baseline file has no task settings) is not compared
+    on it.
+
+    Returns:
+        ``[{"config", "kind": "prompts"|"config"|"engine", "where", "field", "a", "b",
+        "unpairs": bool}]``; ``unpairs`` is True for a difference that stops questions
+        from being paired (their prompts differ), in which case the accuracy change of
+        that task is unpaired for those questions.
+    """
+    out: list[dict[str, Any]] = []
+    for cname in [c for c in sa["configs"] if c in sb["configs"]]:
+        ca, cb = sa["configs"][cname], sb["configs"][cname]
+
+        def add(kind, where, field, a, b, unpairs=False):
+            out.append({"config": cname, "kind": kind, "where": where, "field": field, "a": a, "b": b,
+                        "unpairs": unpairs})
+
+        if ca.get("sha256") and cb.get("sha256") and ca["sha256"] != cb["sha256"]:
+            add("config", "config file", "sha256", ca["sha256"][:12], cb["sha256"][:12])
+        ta, tb = ca.get("task_specs") or {}, cb.get("task_specs") or {}
+        for t in [t for t in ta if t in tb]:
+            for k in _PROMPT_KEYS:
+                if ta[t].get(k) != tb[t].get(k):
+                    add("prompts", f"task {t}", k, ta[t].get(k), tb[t].get(k), k in ("kind", "num_fewshot"))
+        da, db = ca.get("datasets") or {}, cb.get("datasets") or {}
+        for t in [t for t in da if t in db]:
+            if da[t].get("sha256") != db[t].get("sha256"):
+                add("prompts", f"task {t}", "data hash (questions and few-shot items)",
+                    (da[t].get("sha256") or "")[:12], (db[t].get("sha256") or "")[:12], True)
+            if da[t].get("stop") is not None and db[t].get("stop") is not None and da[t]["stop"] != db[t]["stop"]:
+                add("prompts", f"task {t}", "stop strings", da[t]["stop"], db[t]["stop"])
+        for v in [v for v in ca["variants"] if v in cb["variants"]]:
+            ea, eb = ca["variants"][v].get("engine") or {}, cb["variants"][v].get("engine") or {}
+            if ea and eb:
+                for k in _ENGINE_KEYS:
+                    if ea.get(k) != eb.get(k):
+                        add("engine", f"variant {v}", k, ea.get(k), eb.get(k))
+            for t in [t for t in ca["variants"][v]["tasks"] if t in cb["variants"][v]["tasks"]]:
+                qa = ca["variants"][v]["tasks"][t]["questions"]
+                qb = cb["variants"][v]["tasks"][t]["questions"]
+                shared = [q for q in qa if q in qb]
+                changed = [q for q in shared if qa[q].get("prompt_hash") != qb[q].get("prompt_hash")]
+                if changed:
+                    add("prompts", f"variant {v} task {t}", "prompt text",
+                        f"{len(changed)} of {len(shared)} shared questions have another prompt",
+                        ", ".join(changed[:5]) + (" ..." if len(changed) > 5 else ""), True)
+    return out
+
+
 def _gate_view(g: Mapping[str, Any]) -> dict[str, Any]:
     return {k: g.get(k) for k in ("id", "kind", "verdict", "observed", "op", "limit", "detail", "questions")}
 
@@ -463,6 +533,29 @@ def _fence(text: str) -> list[str]:
     return ["`" * ticks + "text", text, "`" * ticks]
 
 
+def _render_differences(diffs: list[dict[str, Any]], d: Mapping[str, Any]) -> list[str]:
+    """The "read this first" section: what differs besides the build, and which
+    comparisons are unpaired because of it."""
+    if not diffs:
+        return []
+    L = ["", "## Read first: A and B differ in more than the build", ""]
+    L += _table(["config", "what", "where", "setting", "A", "B"],
+                [[x["config"], x["kind"], x["where"], x["field"], x["a"], x["b"]] for x in diffs])
+    unp = sorted({(x["config"], x["where"]) for x in diffs if x["unpairs"]})
+    if unp:
+        L.append("")
+        L.append("The prompts differ, so questions cannot be paired where their prompts changed: "
+                 + "; ".join(f"{c} {w}" for c, w in unp)
+                 + ". Those accuracy changes are unpaired (Newcombe's interval, Fisher's exact test) "
+                 "and output changes skip those questions; what can still be compared follows.")
+    kinds = {x["kind"] for x in diffs}
+    if kinds & {"config", "engine"}:
+        L.append("")
+        L.append("The config content or the engine differs: every change below mixes the build's effect "
+                 "with these differences.")
+    return L
+
+
 def render_diff_markdown(d: Mapping[str, Any], max_flipped: int = 20) -> str:
     """The diff as Markdown (fit for a pull-request comment).
 
@@ -485,6 +578,7 @@ def render_diff_markdown(d: Mapping[str, Any], max_flipped: int = 20) -> str:
     for k in ("configs_only_in_a", "configs_only_in_b"):
         if d.get(k):
             L.append(f"- configs only in {k[-1].upper()}: {', '.join(d[k])}")
+    L += _render_differences(d.get("differences") or [], d)
     g = d["gates"]
     L += ["", "## Gates failing in B", ""]
     if not g["failing_in_b"]:
