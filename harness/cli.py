@@ -19,6 +19,7 @@ subcommands:
   evalrun calibrate --config LIST --repeat N
                                       run each config N times, recommend tolerances
   evalrun selfcheck                   run the tiny model clean and with injected faults
+  evalrun doctor                      check engine import, torch build, data, cache, ports; say how to mend
 
 examples:
   evalrun --config models-cpu.txt                 run the CPU list (tiny built-in hybrid model)
@@ -162,6 +163,7 @@ SUBCOMMANDS = {
     "diff": _lazy("harness.report.diff:cli_main"),
     "calibrate": _lazy("harness.calibrate:cli_main"),
     "selfcheck": _lazy("harness.selfcheck:cli_main"),
+    "doctor": _lazy("harness.doctor:cli_main"),
 }
 
 

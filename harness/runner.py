@@ -452,7 +452,15 @@ def _run_variant(
         return vrec, True
     except ServerStartError as e:
         vrec["error"] = str(e)
-        p.error(str(e))
+        try:
+            from harness.doctor import diagnose_server_log
+
+            why = diagnose_server_log(log_path.read_text(encoding="utf-8", errors="replace"), argv[0])
+        except OSError:
+            why = None
+        if why:
+            vrec["error"] += f"\ndiagnosis: {why}"
+        p.error(vrec["error"])
         for t in todo:
             if t.name not in vrec["tasks"]:
                 m.not_run[(vp.name, t.name)] = "server failed"

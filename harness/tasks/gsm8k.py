@@ -207,12 +207,57 @@ def _load_jsonl(path: Path) -> list[GsmItem]:
     return items
 
 
+#: Seconds the hub reachability probe waits (a DNS failure answers at once).
+HUB_PROBE_TIMEOUT = 3.0
+
+
+def _env_true(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def hub_unreachable_reason(timeout: float = HUB_PROBE_TIMEOUT) -> str | None:
+    """Why the Hugging Face hub cannot be reached, or None when it answers.
+
+    One ``HEAD`` request to ``$HF_ENDPOINT`` (default ``https://huggingface.co``)
+    with ``timeout`` seconds; any HTTP answer counts as reachable. Used so an offline
+    machine learns it in seconds instead of after ``datasets``' retries (about 25 s,
+    five retries with back-off, measured on this machine with no network).
+    """
+    import httpx
+
+    url = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    try:
+        httpx.head(url, timeout=timeout, follow_redirects=False)
+    except httpx.HTTPError as e:
+        return f"{url}: {type(e).__name__}: {e}"
+    return None
+
+
+def _offline_load(datasets, split: str):
+    """``load_dataset`` from the local cache only (offline flags forced for the call)."""
+    cfg = getattr(datasets, "config", None)
+    if cfg is None or not hasattr(cfg, "HF_HUB_OFFLINE"):  # a datasets without these switches
+        return datasets.load_dataset(HUB_DATASET[0], HUB_DATASET[1], split=split)
+    import huggingface_hub.constants as hub_const
+
+    saved = (cfg.HF_HUB_OFFLINE, cfg.HF_DATASETS_OFFLINE, hub_const.HF_HUB_OFFLINE)
+    cfg.HF_HUB_OFFLINE = cfg.HF_DATASETS_OFFLINE = hub_const.HF_HUB_OFFLINE = True
+    try:
+        return datasets.load_dataset(HUB_DATASET[0], HUB_DATASET[1], split=split)
+    finally:
+        cfg.HF_HUB_OFFLINE, cfg.HF_DATASETS_OFFLINE, hub_const.HF_HUB_OFFLINE = saved
+
+
 def _load_hub(split: str) -> list[GsmItem]:
     """Load a split from the hub via ``datasets.load_dataset`` (imported lazily).
 
+    With ``HF_HUB_OFFLINE`` / ``HF_DATASETS_OFFLINE`` set, or when the hub does not
+    answer a quick probe (:func:`hub_unreachable_reason`), only the local datasets
+    cache is read, so an offline machine gets its answer in seconds.
+
     Raises:
-        DataUnavailableError: ``datasets`` missing, hub unreachable/offline, or a
-            malformed row.
+        DataUnavailableError: ``datasets`` missing, hub unreachable/offline and no
+            cached copy, or a malformed row.
     """
     try:
         import datasets  # noqa: PLC0415 - optional, heavy dependency
@@ -220,12 +265,23 @@ def _load_hub(split: str) -> list[GsmItem]:
         raise DataUnavailableError(
             f"no data folder given and the 'datasets' package is not installed ({e})"
         ) from e
+    offline = _env_true("HF_HUB_OFFLINE") or _env_true("HF_DATASETS_OFFLINE")
+    probe = None if offline else hub_unreachable_reason()
     try:
-        ds = datasets.load_dataset(HUB_DATASET[0], HUB_DATASET[1], split=split)
+        if probe is not None:
+            ds = _offline_load(datasets, split)
+        else:
+            ds = datasets.load_dataset(HUB_DATASET[0], HUB_DATASET[1], split=split)
     except Exception as e:  # offline, network, auth, cache errors all mean "unavailable"
+        if probe is not None:
+            raise DataUnavailableError(
+                f"no data folder given, the hub is not reachable ({probe}) and {HUB_DATASET[0]} is not "
+                "in the local datasets cache"
+            ) from e
+        why = "offline mode is set and the local datasets cache has no copy" if offline else \
+            f"datasets.load_dataset{(*HUB_DATASET, split)!r} failed"
         raise DataUnavailableError(
-            f"no data folder given and datasets.load_dataset{(*HUB_DATASET, split)!r} "
-            f"failed: {type(e).__name__}: {e}"
+            f"no data folder given and {why}: {type(e).__name__}: {e}"
         ) from e
     where = f"hub {HUB_DATASET[0]}/{HUB_DATASET[1]} split {split}"
     return [_item_from_row(dict(row), i, f"{where} row {i}") for i, row in enumerate(ds)]
