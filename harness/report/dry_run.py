@@ -15,7 +15,8 @@ DEFAULT_POWER = 0.8
 FLOOR_ALPHA = 0.05
 
 
-def detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER) -> list[dict[str, Any]]:
+def detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER,
+                     only: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """The smallest accuracy drops the gates of ``config`` can detect, per task.
 
     For each task with n questions (:func:`task_size`) and p = the config's
@@ -42,6 +43,8 @@ def detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER) -> list[
     Args:
         config: a validated config.
         power: wanted probability of detection, in (0.5, 1).
+        only: variant names chosen with ``--variant``; comparisons involving others
+            are left out (None = all).
 
     Returns:
         ``[{"task", "n", "p", "p_assumed", "power", "floor": {...} , "paired": [...]}]``;
@@ -74,6 +77,8 @@ def detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER) -> list[
         paired = []
         for comp in config.comparisons:
             if comp.max_accuracy_drop is None:
+                continue
+            if only is not None and not {comp.baseline, comp.candidate} <= set(only):
                 continue
             paired.append({
                 "baseline": comp.baseline, "candidate": comp.candidate, "alpha": comp.alpha,
@@ -145,13 +150,14 @@ def _finite(x: float) -> float | None:
     return None if x == float("inf") else x
 
 
-def render_detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER) -> list[str]:
+def render_detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER,
+                            only: Sequence[str] | None = None) -> list[str]:
     """Lines for ``--dry-run`` stating :func:`detectable_drops` with their assumptions."""
     def pts(x: float | None) -> str:
         return f"{x:.3f}" if x is not None else "none (not even a drop equal to the discordance)"
 
     lines = []
-    for d in detectable_drops(config, power):
+    for d in detectable_drops(config, power, only):
         f = d["floor"]
         pa = " (no accuracy_threshold: worst case p = 0.5 assumed)" if d["p_assumed"] else ""
         lines.append(
@@ -230,7 +236,7 @@ def render_plan(plan: Plan, only: Sequence[str] | None = None) -> str:
                 f"fewshot={s.num_fewshot}, max_tokens={s.max_tokens}, temperature={s.temperature}"
                 + ("" if s.required else ", optional (reported as not run when data is missing)")
             )
-        lines += render_detectable_drops(c)
+        lines += render_detectable_drops(c, only=only)
         lines.append("  gates:")
         skipped = 0
         for g in cp.gates:
@@ -253,7 +259,7 @@ def plan_json(plan: Plan, only: Sequence[str] | None = None) -> list[dict[str, A
     """
     out = plan.to_json()
     for entry, cp in zip(out, plan.configs):
-        entry["detectable_drops"] = detectable_drops(cp.config)
+        entry["detectable_drops"] = detectable_drops(cp.config, only=only)
         if only is not None:
             keep = set(only)
             entry["variants"] = [v for v in entry["variants"] if v["name"] in keep]
