@@ -15,8 +15,8 @@ def _edit(run_dir, **changes):
     c["sha256"] = changes.get("sha", c["sha256"])
     c["tasks"] = {"gsm8k": {"kind": "gsm8k", "num_fewshot": changes.get("fewshot", 5), "num_questions": 20,
                             "max_tokens": 256, "temperature": 0.0, "seed": 42}}
-    rec["provenance"] = {"datasets": {"cfg/gsm8k": {"sha256": changes.get("data", "d" * 64),
-                                                    "stop": ["\n\nQuestion:"]}}}
+    rec["provenance"]["datasets"] = {"cfg/gsm8k": {"sha256": changes.get("data", "d" * 64), "source": "x",
+                                                   "num_requests": 20, "stop": ["\n\nQuestion:"]}}
     c["variants"]["reference"]["engine"] = {"vllm_version": changes.get("vllm", "0.32.0"), "dtype": "bfloat16"}
     p.write_text(json.dumps(rec))
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import harness.config.loader as loader
-from harness.analysis.baseline import write_baselines
+from harness.records.baselines import write_baselines
 from harness.analysis.gates import Measurements, evaluate_gates
 from harness.cli import main
 from harness.config.loader import ConfigError, load_config, nearest_names, read_model_list, resolve_list_path
@@ -23,6 +23,7 @@ from harness.engine.metrics import SpecDecodeCounters, SpecDecodeMetrics
 from harness.records.samples import Sample, write_jsonl
 from harness.report.diff import DiffError, resolve_side
 from harness.report.summary import render_markdown
+from tests.record_factory import typed
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -117,8 +118,9 @@ def test_counts_print_as_integers(tmp_path):
     m.spec[("spec", "t")] = SpecDecodeMetrics.from_counters(SpecDecodeCounters(935.0, 1870.0, 900.0, (500.0, 400.0)))
     res = [g for g in evaluate_gates(cp.gates, m) if g.kind == "drafts_observed"][0]
     assert res.observed == 935 and isinstance(res.observed, int)
-    rec = {"run_id": "r", "passed": True, "exit_code": 0, "status": "completed", "provenance": {},
-           "configs": [{"name": "c", "variants": {}, "comparisons": [], "gates": [res.to_json()]}]}
+    rec = typed({"run_id": "r", "passed": True, "exit_code": 0, "status": "completed",
+                 "configs": [{"name": "c", "variants": {}, "comparisons": [], "gates": [res.model_dump(mode="json")]}]})
+    assert rec.configs[0].gates[0].observed == 935 and isinstance(rec.configs[0].gates[0].observed, int)
     md = render_markdown(rec)
     assert "| 935 |" in md and "935.0000" not in md
 
@@ -132,13 +134,15 @@ def _sample(qid, variant="v", task="t"):
 def test_update_baseline_writes_what_ran_and_names_what_was_left_out(tmp_path):
     run_dir = tmp_path / "run"
     write_jsonl(run_dir / "samples/c/v/t.jsonl", [_sample("q0"), _sample("q1")])
-    g_pass = {"id": "c/v/t/max_error_rate", "kind": "max_error_rate", "variant": "v", "task": "t", "passed": True}
+    g_pass = {"id": "c/v/t/max_error_rate", "kind": "max_error_rate", "variant": "v", "task": "t", "passed": True,
+              "op": "<="}
     g_nr = {"id": "c/v/extra/max_error_rate", "kind": "max_error_rate", "variant": "v", "task": "extra",
-            "passed": None, "detail": "not run: data not available (optional task)"}
-    rec = {"run_id": "r1", "provenance": {}, "configs": [{
-        "name": "c", "sha256": "x", "path": "c.yaml", "error": None, "gates": [g_pass, g_nr], "comparisons": [],
-        "variants": {"v": {"engine": None, "error": None, "tasks": {"t": {"status": "ran", "samples": "samples/c/v/t.jsonl"}}}},
+            "passed": None, "op": "<=", "detail": "not run: data not available (optional task)"}
+    raw = {"run_id": "r1", "configs": [{
+        "name": "c", "gates": [g_pass, g_nr], "comparisons": [],
+        "variants": {"v": {"tasks": {"t": {"samples": "samples/c/v/t.jsonl", "num_requests": 2}}}},
     }]}
+    rec = typed(raw)
     [(name, path, msg)] = write_baselines(rec, run_dir, tmp_path / "b")
     assert path == tmp_path / "b" / "c.json" and path.exists()
     doc = json.loads(path.read_text())
@@ -146,11 +150,11 @@ def test_update_baseline_writes_what_ran_and_names_what_was_left_out(tmp_path):
     assert sorted(doc["variants"]["v"]["tasks"]["t"]["questions"]) == ["q0", "q1"]
     assert "left out" in msg and "v/extra" in msg and "data not available (optional task)" in msg
     # a failed gate, or a variant whose server failed, still writes nothing
-    rec["configs"][0]["gates"][0]["passed"] = False
-    assert write_baselines(rec, run_dir, tmp_path / "b2")[0][1] is None
-    rec["configs"][0]["gates"][0]["passed"] = True
-    rec["configs"][0]["variants"]["v"]["error"] = "server failed to start"
-    [(_, p2, m2)] = write_baselines(rec, run_dir, tmp_path / "b3")
+    raw["configs"][0]["gates"][0]["passed"] = False
+    assert write_baselines(typed(raw), run_dir, tmp_path / "b2")[0][1] is None
+    raw["configs"][0]["gates"][0]["passed"] = True
+    raw["configs"][0]["variants"]["v"]["error"] = "server failed to start"
+    [(_, p2, m2)] = write_baselines(typed(raw), run_dir, tmp_path / "b3")
     assert p2 is None and "server failed to start" in m2
 
 

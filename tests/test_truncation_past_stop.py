@@ -16,6 +16,7 @@ from harness.config.loader import load_config
 from harness.config.plan import build_plan
 from harness.records.samples import Sample, read_jsonl, write_jsonl
 from harness.report.summary import comparison_rows, render_markdown, score_rows
+from tests.record_factory import typed
 
 TEXT = " The total is 18.\n#### 18\n\n"
 IDS = tuple(range(100, 120))  # 20 committed ids
@@ -113,8 +114,8 @@ def test_max_truncation_rate_gate_and_truncation_named_in_accuracy_gates(tmp_pat
     m = Measurements()
     m.scores[("reference", "t")] = score_task(ref)
     m.scores[("spec", "t")] = score_task(spec)
-    m.paired[("reference", "spec", "t")] = paired_comparison(
-        correctness(ref, "flexible-extract"), correctness(spec, "flexible-extract"))
+    m.samples[("reference", "t")] = ref
+    m.samples[("spec", "t")] = spec
     res = {g.id.split("/", 1)[1]: g for g in evaluate_gates(cp.gates, m)}
     tr = res["spec/t/max_truncation_rate"]
     assert tr.observed == pytest.approx(0.3) and tr.limit == 0.1 and tr.passed is False
@@ -128,8 +129,8 @@ def test_max_truncation_rate_gate_and_truncation_named_in_accuracy_gates(tmp_pat
 
 
 def test_reports_show_truncated_share_and_mark_truncated_flips():
-    rec = {
-        "run_id": "r", "passed": False, "exit_code": 1, "status": "completed", "provenance": {},
+    rec = typed({
+        "run_id": "r", "passed": False, "exit_code": 1, "status": "completed",
         "configs": [{
             "name": "c", "gates": [],
             "variants": {"spec": {"engine": {}, "tasks": {"t": {
@@ -137,11 +138,13 @@ def test_reports_show_truncated_share_and_mark_truncated_flips():
                 "num_requests": 10, "error_count": 0, "truncated": 3, "truncated_rate": 0.3}}}},
             "comparisons": [{
                 "baseline": "reference", "candidate": "spec", "task": "t", "output_match_rate": 1.0,
-                "matched": 10, "compared": 10, "past_stop": [{"question_id": "q9"}],
+                "matched": 10, "compared": 10,
+                "past_stop": [{"question_id": "q9", "side": "candidate", "extra_ids": 3, "common_ids": 20}],
                 "truncated": {"baseline": [], "candidate": ["q0", "q1", "q2"]},
-                "paired": {"a_only": ["q0", "q3"], "b_only": [], "diff": -0.2, "p_value": 0.5}}],
+                "paired": {"n": 10, "accuracy_a": 0.8, "accuracy_b": 0.6, "a_only": ["q0", "q3"], "b_only": [],
+                           "p_value": 0.5}}],
         }],
-    }
+    })
     assert score_rows(rec)[0]["truncated"] == "0.300 (3)"
     row = comparison_rows(rec)[0]
     assert row["lost_ids"] == ["q0 (truncated)", "q3"]

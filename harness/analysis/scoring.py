@@ -16,8 +16,8 @@ stop) are not a greedy divergence; such pairs match and are listed apart
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from dataclasses import dataclass, field
+from typing import Sequence
 
 from harness.records.samples import Sample
 from harness.analysis.stats import wilson_interval
@@ -71,10 +71,6 @@ class TaskScore:
     truncated_rate: float | None = None
     truncated_ids: tuple[str, ...] = ()
     stop_reasons: dict[str, int] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        return d
 
 
 def score_task(samples: Sequence[Sample], pipelines: Sequence[str] = PIPELINES) -> TaskScore:
@@ -228,9 +224,6 @@ class OutputMatch:
     mismatches: tuple[Mismatch, ...]
     skipped: tuple[str, ...]
     past_stop: tuple[PastStop, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def output_match(baseline: Sequence[Sample], candidate: Sequence[Sample]) -> OutputMatch:
