@@ -207,7 +207,7 @@ def _gates(config: ModelConfig) -> list[GateDef]:
                 id=f"{c}/{vname}/variant_effective",
                 kind="variant_effective",
                 config=c, variant=vname, task=None, baseline=None, limit=None, op="==",
-                params={"expected_effective": v.expected_effective},
+                params={"expected_effective": v.expected_effective, "engine_facts": v.engine_facts},
                 description="the engine's effective configuration matches what the variant asked for",
             )
         )
