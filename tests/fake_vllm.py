@@ -11,8 +11,8 @@ takes the place of the interpreter, so it receives ``-m vllm.entrypoints.openai.
 * ``crash_after:N``   exit abruptly when request N+1 of /v1/completions arrives
 * ``hang_after:N``    requests after the N-th never answer
 * ``http500_every:K`` every K-th completion request answers HTTP 500
-* ``ignore_sigterm``  ignore SIGTERM (as vLLM does during part of its start-up) and
-  start a child in the same process group that ignores it too
+* ``ignore_sigterm``  never get ready, ignore SIGTERM (as vLLM does during part of its
+  start-up) and start a child in the same process group that ignores it too
 * ``slow_start:S``    answer /health only after S seconds
 
 ``FAKE_METRICS`` chooses what ``/metrics`` reports for a speculative variant (counters
@@ -21,8 +21,9 @@ the real engine never produces on demand):
 * ``ok`` (default)     engine 0 only: 4 drafts, 8 draft tokens, 2 accepted per request
 * ``impossible``       per request 4 drafts, 8 draft tokens, 10 accepted (accepted >
   draft tokens), per position 4 and 6 (increasing)
-* ``engine_reset``     two engines; engine 1 grows, engine 0 starts again from 0 after
-  the first completion (a restart hidden in the sum)
+* ``engine_reset``     two engines; engine 0 starts at 1000 and starts again from 0 after
+  the first completion, engine 1 grows by 100 per draft, so the sum grows (a restart
+  hidden in the sum)
 
 Like the real server, ``/server_info`` answers 404 unless ``VLLM_SERVER_DEV_MODE=1``.
 
@@ -83,9 +84,10 @@ def metrics_text():
     if metrics_mode == "impossible":
         rows.append(("0", drafts, 2 * drafts, accepted * 5, [drafts, accepted * 5 - drafts]))
     elif metrics_mode == "engine_reset":
-        e0 = drafts if reset_at is None else drafts - reset_at
+        e0 = 1000 + drafts if reset_at is None else drafts - reset_at
+        e1 = 100 + 100 * drafts
         rows.append(("0", e0, 2 * e0, e0 // 2, [e0 // 2, 0]))
-        rows.append(("1", 100 + drafts, 2 * (100 + drafts), 50 + drafts // 2, [50 + drafts // 2, 0]))
+        rows.append(("1", e1, 2 * e1, e1 // 2, [e1 // 2, 0]))
     else:
         rows.append(("0", drafts, 2 * drafts, accepted, [accepted, 0]))
     text = ""
@@ -114,7 +116,8 @@ class H(BaseHTTPRequestHandler):
 
     def do_GET(self):
         if self.path == "/health":
-            if mode.startswith("slow_start:") and time.monotonic() - t_start < float(mode.split(":")[1]):
+            if mode == "ignore_sigterm" or (
+                    mode.startswith("slow_start:") and time.monotonic() - t_start < float(mode.split(":")[1])):
                 return self._send(503, {})
             return self._send(200, {})
         if self.path == "/v1/models":
