@@ -35,7 +35,9 @@ def score_rows(record: dict[str, Any]) -> list[dict[str, str]]:
         for vname, v in c.get("variants", {}).items():
             eng = v.get("engine") or {}
             if v.get("error") and not v.get("tasks"):
-                rows.append({"config": c["name"], "variant": vname, "task": "-", "status": "NOT RUN: " + v["error"].splitlines()[0][:100]})
+                st = (v.get("server") or {}).get("status")
+                rows.append({"config": c["name"], "variant": vname, "task": "-",
+                             "status": "NOT RUN" + (f" (server {st})" if st else "") + ": " + v["error"].splitlines()[0][:100]})
                 continue
             for tname, t in v.get("tasks", {}).items():
                 if t.get("status") != "ran":
@@ -157,6 +159,11 @@ def render_terminal(record: dict[str, Any], console: Console | None = None) -> N
             gt.add_row(f"[{color}]{g['verdict']}[/{color}]", g["id"].split("/", 1)[1], fmt(g.get("observed"), 4),
                        (g.get("op", "") + " " + fmt(g.get("limit"), 4)) if g.get("limit") is not None else "", g.get("detail", ""))
     console.print(gt)
+    for line in server_lines(record):
+        if not line.endswith(": ready") and ": ready (" not in line:
+            from rich.markup import escape
+
+            console.print(f"[yellow]server[/yellow] {escape(line)}", highlight=False, markup=True)
     status = {True: "[green]all gates passed[/green]", False: "[red]gates failed[/red]", None: "[yellow]not every gate could be judged[/yellow]"}[record.get("passed")]
     console.print(f"{status}; exit code {record.get('exit_code')}; record: {record.get('_path', '')}")
 
@@ -181,6 +188,30 @@ def _md_table(headers: list[str], rows: list[list[str]]) -> str:
     out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     out += ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows]
     return "\n".join(out)
+
+
+def server_lines(record: dict[str, Any]) -> list[str]:
+    """What happened to each variant's server (``variants[v]["server"]``, issue 10):
+    one line per variant, ``config/variant: status (exit code N, after S s)``, plus the
+    pre-launch check's problems, leftover servers of earlier runs, and the signal that
+    interrupted the run. Empty for a record without these fields."""
+    out = []
+    for pb in (record.get("preflight") or {}).get("problems", []):
+        out.append(f"{pb['variant']}: {pb['kind']} before launch ({pb['config_path']}): {pb['message']}")
+    for c in record.get("configs", []):
+        for vname, v in c.get("variants", {}).items():
+            srv = v.get("server") or {}
+            if not srv.get("status"):
+                continue
+            extra = [f"exit code {srv['exit_code']}" if srv.get("exit_code") is not None else "",
+                     f"after {srv['seconds']}s" if srv.get("seconds") is not None else ""]
+            extra = ", ".join(x for x in extra if x)
+            out.append(f"{c['name']}/{vname}: {srv['status']}" + (f" ({extra})" if extra else ""))
+    for lo in record.get("leftover_servers") or []:
+        out.append(f"left by an earlier run and still running: pid {lo['pid']}; end it with `{lo['kill_command']}`")
+    if record.get("interrupted_by"):
+        out.append(f"run interrupted by {record['interrupted_by']}; every server was stopped before the record was written")
+    return out
 
 
 def render_markdown(record: dict[str, Any]) -> str:
@@ -208,6 +239,9 @@ def render_markdown(record: dict[str, Any]) -> str:
     notes = acceptance_ci_notes(record)
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
+    servers = server_lines(record)
+    if servers:
+        lines += ["", "## Servers", ""] + [f"- {x}" for x in servers]
     for c in record.get("configs", []):
         b = c.get("baseline")
         if b and b.get("found"):
