@@ -116,18 +116,15 @@ def cmd_run(argv: list[str]) -> int:
         argv=["evalrun", *argv], variants=args.variant, progress=progress,
         baseline_dir=None if args.no_baseline else baseline_dir,
     )
-    from harness.runner import RunFolderExistsError, RunInterrupted
+    from harness.runner import RunFolderExistsError, say_interrupted
 
     try:
         record, run_dir = run(plan, opts)
     except RunFolderExistsError as e:
         print(f"evalrun: {e}", file=sys.stderr)
         return 2
-    except RunInterrupted as e:
-        _say_interrupted(e.signal_name, e.leftover_pids, e.run_dir)
-        return 2
-    except KeyboardInterrupt as e:  # before the run folder existed
-        _say_interrupted(str(e.args[0]) if e.args else "KeyboardInterrupt", None, None)
+    except KeyboardInterrupt as e:  # RunInterrupted, or a signal before the run folder existed
+        say_interrupted(e, "evalrun")
         return 2
     render_terminal(record)
     if args.markdown:
@@ -142,27 +139,6 @@ def cmd_run(argv: list[str]) -> int:
             print(f"evalrun: baseline not written: {e}", file=sys.stderr)
             return max(int(record["exit_code"]), 2)
     return int(record["exit_code"])
-
-
-def _say_interrupted(signal_name: str, leftover_pids: list[int] | None, run_dir: Path | None) -> None:
-    """Tell what an interrupt left behind: claims the servers stopped only when the
-    teardown checked that none of their processes remains. Never raises (after
-    SIGHUP the terminal may be gone)."""
-    from harness.engine.server import unstopped
-
-    left = unstopped()
-    pids = sorted(set(leftover_pids or []) | {p for v in left.values() for p in v})
-    where = f"; partial record: {run_dir / 'run.json'}" if run_dir else ""
-    if pids:
-        msg = (f"evalrun: interrupted ({signal_name}); WARNING: server processes are still alive: {pids} "
-               f"({', '.join(left) or 'evalrun servers'}); end them with: kill -KILL {' '.join(map(str, pids))}{where}")
-    else:
-        msg = (f"evalrun: interrupted ({signal_name}); every server evalrun started was stopped "
-               f"(checked: none of their processes remains){where}")
-    try:
-        print(msg, file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass
 
 
 def _lazy(target: str):

@@ -647,3 +647,33 @@ def terminate_as_interrupt() -> None:
         sig = getattr(signal, name, None)
         if sig is not None:
             signal.signal(sig, handler)
+
+
+def say_interrupted(e: BaseException, prog: str = "evalrun") -> None:
+    """Tell what an interrupt left behind, on stderr: claims the servers stopped only
+    when the teardown checked that none of their processes remains, else names the
+    live processes with the command to end them. Never raises (after SIGHUP the
+    terminal may be gone).
+
+    Args:
+        e: the :class:`RunInterrupted` (or a bare KeyboardInterrupt raised before the
+            run folder existed).
+        prog: the command name for the message.
+    """
+    from harness.engine.server import unstopped
+
+    sig = getattr(e, "signal_name", None) or (str(e.args[0]) if e.args else "KeyboardInterrupt")
+    run_dir = getattr(e, "run_dir", None)
+    left = unstopped()
+    pids = sorted(set(getattr(e, "leftover_pids", None) or []) | {p for v in left.values() for p in v})
+    where = f"; partial record: {Path(run_dir) / 'run.json'}" if run_dir else ""
+    if pids:
+        msg = (f"{prog}: interrupted ({sig}); WARNING: server processes are still alive: {pids} "
+               f"({', '.join(left) or 'evalrun servers'}); end them with: kill -KILL {' '.join(map(str, pids))}{where}")
+    else:
+        msg = (f"{prog}: interrupted ({sig}); every server evalrun started was stopped "
+               f"(checked: none of their processes remains){where}")
+    try:
+        print(msg, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
