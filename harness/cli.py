@@ -130,15 +130,15 @@ def cmd_run(argv: list[str]) -> int:
     if args.markdown:
         args.markdown.write_text(render_markdown(record), encoding="utf-8")
     if args.update_baseline:
-        from harness.analysis.baseline import BaselineError, write_baselines
+        from harness.records.baselines import BaselineError, write_baselines
 
         try:
             for _, _, msg in write_baselines(record, run_dir, baseline_dir):
                 print(f"evalrun: {msg}", file=sys.stderr)
         except (BaselineError, OSError) as e:
             print(f"evalrun: baseline not written: {e}", file=sys.stderr)
-            return max(int(record["exit_code"]), 2)
-    return int(record["exit_code"])
+            return max(int(record.exit_code), 2)
+    return int(record.exit_code)
 
 
 def _lazy(target: str):

@@ -17,18 +17,25 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from harness.engine.info import EngineInfoError, check_effective
-from harness.analysis.gates import Measurements, evaluate_gates, output_noise_rerun, output_noise_stored
+from harness.analysis.gates import (
+    Measurements, baseline_notes, evaluate_gates, judged_baseline_gates, output_noise_rerun, output_noise_stored,
+)
 from harness.config.plan import ConfigPlan, Plan, VariantPlan
 from harness.report.progress import Progress
 from harness.report.summary import render_markdown
-from harness.records.run_record import new_run_id, provenance, utc_now, write_run
+from harness.records.run_record import (
+    BaselineInfo, ComparisonResult, ConfigRef, ConfigResult, DatasetRef, EffectivenessRecord, EngineFactsRecord,
+    LeftoverServerRecord, NoiseRecord, OutputMatchRecord, PairedRecord, PreflightProblemRecord, PreflightRecord,
+    RerunRecord, Requested, RunRecord, ServerRecord, SpecDecodeCountersRecord, SpecDecodeRecord, TaskResult,
+    VariantResult, new_run_id, provenance, utc_now, write_run,
+)
 from harness.records.samples import Sample, write_jsonl
-from harness.analysis.scoring import correctness, output_match, score_task
+from harness.analysis.scoring import output_match, score_task
 from harness.engine.metrics import counter_violations
 from harness.engine.preflight import ServerCommand, check_server_commands
 from harness.engine.server import ServerStartError, find_leftover_servers, unstopped
 from harness.engine.session import VariantSession
-from harness.analysis.stats import paired_comparison, ratio_bootstrap_ci
+from harness.analysis.stats import ratio_bootstrap_ci
 from harness.tasks import DataUnavailableError, PreparedTask, prepare_task
 
 EXIT_PASSED, EXIT_GATE_FAILED, EXIT_COULD_NOT_RUN = 0, 1, 2
@@ -68,7 +75,7 @@ class RunOptions:
         variants: run only these variant names (None = all).
         progress: progress reporter.
         baseline_dir: folder of stored baselines (``<config>.json``, see
-            :mod:`harness.analysis.baseline`); a config with a baseline there is also gated
+            :mod:`harness.records.baselines`); a config with a baseline there is also gated
             against it. None = no baseline gates.
         preflight: check every server command with the installed vLLM's argument
             parser before launching anything (:mod:`harness.engine.preflight`).
@@ -181,25 +188,30 @@ def _rel(path: Path, base: Path) -> str:
         return str(path)
 
 
-def run(plan: Plan, opts: RunOptions) -> tuple[dict[str, Any], Path]:
+def _model(cls, obj):
+    """A record type built from a measurement object's attributes (None stays None)."""
+    return None if obj is None else cls.model_validate(obj, from_attributes=True)
+
+
+def run(plan: Plan, opts: RunOptions) -> tuple[RunRecord, Path]:
     """Execute the plan and write the run folder.
 
     Before anything starts: servers left running by an earlier run in
     ``opts.results_dir`` are named with the command to end them
-    (``record["leftover_servers"]``), and every selected variant's server command is
+    (``record.leftover_servers``), and every selected variant's server command is
     checked with the installed vLLM's own argument parser; a rejected command or an
     interpreter that cannot run ends the run at once with exit code 2, a record naming
-    the variant and why (``record["preflight"]``), and no server started.
+    the variant and why (``record.preflight``), and no server started.
 
     Returns:
-        (the run record dict, the run folder). ``record["exit_code"]`` is 0 when every
-        gate passed, 1 when a gate failed, 2 when something could not run (a server
-        did not start, required data was missing) and no gate failed.
+        (the run record, the run folder). ``record.exit_code`` is 0 when every gate
+        passed, 1 when a gate failed, 2 when something could not run (a server did not
+        start, required data was missing) and no gate failed.
 
     Raises:
-        RunFolderExistsError: the run folder already has a record.
-        RunInterrupted: a stopping signal arrived; servers were stopped and the partial
-            record (``status: interrupted``) written first.
+        RunFolderExistsError: the run folder already holds a record.
+        RunInterrupted: a stopping signal arrived; every server was stopped and the
+            partial record (status ``interrupted``) written first.
     """
     run_id = opts.run_id or new_run_id()
     run_dir = Path(opts.results_dir) / run_id
@@ -214,23 +226,12 @@ def run(plan: Plan, opts: RunOptions) -> tuple[dict[str, Any], Path]:
         p.warn(lo.describe())
     run_dir.mkdir(parents=True, exist_ok=True)
     started = utc_now()
-    cfg_prov = [
-        {"name": cp.name, "path": str(cp.config.path), "sha256": cp.config.sha256} for cp in plan.configs
+    refs = [ConfigRef(name=cp.name, path=str(cp.config.path), sha256=cp.config.sha256) for cp in plan.configs]
+    record = RunRecord(run_id=run_id, provenance=provenance(opts.argv, refs, started))
+    record.leftover_servers = [
+        LeftoverServerRecord(pid=lo.pid, pid_file=str(lo.pid_file), command=lo.command, kill_command=lo.kill_command)
+        for lo in leftovers
     ]
-    record: dict[str, Any] = {
-        "schema_version": 1,
-        "run_id": run_id,
-        "status": "running",
-        "passed": None,
-        "exit_code": None,
-        "provenance": provenance(opts.argv, cfg_prov, started),
-        "leftover_servers": [
-            {"pid": lo.pid, "pid_file": str(lo.pid_file), "command": lo.command, "kill_command": lo.kill_command}
-            for lo in leftovers
-        ],
-        "preflight": None,
-        "configs": [],
-    }
     could_not_run = False
     try:
         if opts.preflight and _preflight(plan, opts, record):
@@ -243,16 +244,17 @@ def run(plan: Plan, opts: RunOptions) -> tuple[dict[str, Any], Path]:
         # every server's context manager has stopped its process group; check, keep the record
         leftover = sorted({pid for pids in unstopped().values() for pid in pids})
         sig = str(e.args[0]) if e.args else "KeyboardInterrupt"
-        record.update(status="interrupted", passed=None, exit_code=EXIT_COULD_NOT_RUN, interrupted_by=sig)
-        record["provenance"]["ended_at"] = utc_now()
+        record.status, record.passed, record.exit_code = "interrupted", None, EXIT_COULD_NOT_RUN
+        record.interrupted_by = sig
+        record.provenance.ended_at = utc_now()
         write_run(run_dir, record)
         raise RunInterrupted(run_dir, sig, leftover) from None
     return _finish(record, run_dir, could_not_run), run_dir
 
 
-def _finish(record: dict[str, Any], run_dir: Path, could_not_run: bool) -> dict[str, Any]:
+def _finish(record: RunRecord, run_dir: Path, could_not_run: bool) -> RunRecord:
     """Set status, verdict and exit code from the gates; write run.json and summary.md."""
-    verdicts = [g["passed"] for c in record["configs"] for g in c["gates"]]
+    verdicts = [g.passed for g in record.gates()]
     if any(v is False for v in verdicts):
         code, passed = EXIT_GATE_FAILED, False
     elif could_not_run or any(v is None for v in verdicts):
@@ -262,22 +264,20 @@ def _finish(record: dict[str, Any], run_dir: Path, could_not_run: bool) -> dict[
     # an optional task that could not run is reported, but does not by itself fail the run
     if code == EXIT_COULD_NOT_RUN and not could_not_run:
         code, passed = EXIT_PASSED, None
-    record.update(status="completed" if not could_not_run else "incomplete", passed=passed, exit_code=code)
-    record["provenance"]["ended_at"] = utc_now()
+    record.status = "completed" if not could_not_run else "incomplete"
+    record.passed, record.exit_code = passed, code
+    record.provenance.ended_at = utc_now()
     write_run(run_dir, record)
     (run_dir / "summary.md").write_text(render_markdown(record), encoding="utf-8")
-    record["_path"] = str(run_dir)
     return record
 
 
-def _preflight(plan: Plan, opts: RunOptions, record: dict[str, Any]) -> bool:
+def _preflight(plan: Plan, opts: RunOptions, record: RunRecord) -> bool:
     """Check every selected variant's server command with vLLM's own parser
-    (:func:`harness.engine.preflight.check_server_commands`). On a problem, fill
-    ``record["configs"]`` with every variant NOT RUN (the rejected ones with their
-    reason and ``server.status`` ``args_rejected`` / ``launch_failed``) and return True.
-
-    Record: ``record["preflight"] = {"checked": n, "seconds": s, "problems": [{"variant",
-    "config_path", "python", "kind", "message"}]}``.
+    (:func:`harness.engine.preflight.check_server_commands`), recorded in
+    ``record.preflight``. On a problem, fill ``record.configs`` with every variant NOT
+    RUN (the rejected ones with their reason and ``server.status`` ``args_rejected`` /
+    ``launch_failed``, the others ``not_started``) and return True.
     """
     import time
 
@@ -291,51 +291,48 @@ def _preflight(plan: Plan, opts: RunOptions, record: dict[str, Any]) -> bool:
     p.log(f"checking {len(cmds)} server command(s) with the installed vLLM's argument parser")
     t0 = time.monotonic()
     problems = check_server_commands(cmds)
-    record["preflight"] = {
-        "checked": len(cmds), "seconds": round(time.monotonic() - t0, 1),
-        "problems": [{"variant": pr.variant_id, "config_path": str(pr.config_path), "python": pr.python,
-                      "kind": pr.kind, "message": pr.message} for pr in problems],
-    }
+    record.preflight = PreflightRecord(
+        checked=len(cmds), seconds=round(time.monotonic() - t0, 1),
+        problems=[PreflightProblemRecord(variant=pr.variant_id, config_path=str(pr.config_path), python=pr.python,
+                                         kind=pr.kind, message=pr.message) for pr in problems],
+    )
     if not problems:
         return False
     bad = {pr.variant_id: pr for pr in problems}
     for pr in problems:
         p.error(f"server command rejected before launch: {pr.describe()}")
     for cp in plan.configs:
+        c = cp.config
         m = Measurements()
-        crec = _config_record(cp)
+        crec = ConfigResult(name=c.name, path=str(c.path), sha256=c.sha256, form=c.form, model=c.model,
+                            pipeline=c.gates.accuracy_pipeline)
         for vp in cp.variants:
             pr = bad.get(vp.id)
+            vrec = VariantResult(
+                argv=list(vp.argv), env=dict(vp.env), fault=vp.fault,
+                requested=Requested(speculative_config=vp.speculative_config, async_scheduling=vp.async_scheduling),
+                server=ServerRecord(status=pr.kind if pr else "not_started"),
+            )
             if pr is not None:
+                vrec.error = f"server command rejected before launch: {pr.message}"
                 reason = f"{pr.kind}: {pr.message}"
-                crec["variants"][vp.name] = {
-                    "argv": list(vp.argv), "env": vp.env, "error": f"server command rejected before launch: {pr.message}",
-                    "server": {"status": pr.kind, "exit_code": None, "seconds": None, "pid": None},
-                    "tasks": {},
-                }
             else:
-                reason = "not started: another variant's server command was rejected before launch"
+                vrec.error = "not started: another variant's server command was rejected before launch"
+                reason = vrec.error
+            crec.variants[vp.name] = vrec
             m.not_run[(vp.name, None)] = reason
-        crec["gates"] = [g.to_json() for g in evaluate_gates(cp.gates, m)]
-        record["configs"].append(crec)
+        crec.gates = evaluate_gates(cp.gates, m)
+        record.configs.append(crec)
     return True
 
 
-def _config_record(cp: ConfigPlan) -> dict[str, Any]:
-    c = cp.config
-    return {
-        "name": c.name, "path": str(c.path), "sha256": c.sha256, "form": c.form, "model": c.model,
-        "model_path": None, "pipeline": c.gates.accuracy_pipeline,
-        "variants": {}, "comparisons": [], "gates": [], "error": None,
-    }
-
-
-def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: dict) -> tuple[dict, bool]:
+def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunRecord) -> tuple[ConfigResult, bool]:
     p = opts.progress
     c = cp.config
     could_not_run = False
-    crec = _config_record(cp)
-    record["configs"].append(crec)  # filled in place, so an interrupt keeps what ran
+    crec = ConfigResult(name=c.name, path=str(c.path), sha256=c.sha256, form=c.form, model=c.model,
+                        pipeline=c.gates.accuracy_pipeline)
+    record.configs.append(crec)  # filled in place, so an interrupt keeps what ran
     m = Measurements()
     variants = [v for v in cp.variants if opts.variants is None or v.name in opts.variants]
     skipped = [v.name for v in cp.variants if v not in variants]
@@ -347,10 +344,10 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: dict) -
     for t in cp.tasks:
         try:
             prepared[t.name] = prepare_task(t.name, t.spec, opts.data_dir)
-            record["provenance"]["datasets"][t.id] = {
-                "sha256": prepared[t.name].dataset_hash, "source": prepared[t.name].source,
-                "num_requests": len(prepared[t.name].requests),
-            }
+            record.provenance.datasets[t.id] = DatasetRef(
+                sha256=prepared[t.name].dataset_hash, source=prepared[t.name].source,
+                num_requests=len(prepared[t.name].requests),
+            )
         except DataUnavailableError as e:
             msg = f"task {t.name}: data not available: {e}"
             if t.spec.required:
@@ -363,36 +360,30 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: dict) -
     # 2. the model
     try:
         model_ref = resolve_model(c.model, p)
-        crec["model_path"] = model_ref
+        crec.model_path = model_ref
     except Exception as e:  # noqa: BLE001 - any build failure stops this config, recorded
-        crec["error"] = f"model {c.model}: cannot be prepared: {type(e).__name__}: {e}"
-        p.error(f"{c.name}: {crec['error']}")
+        crec.error = f"model {c.model}: cannot be prepared: {type(e).__name__}: {e}"
+        p.error(f"{c.name}: {crec.error}")
         for v in cp.variants:
             m.not_run[(v.name, None)] = "model not available"
-        crec["gates"] = [g.to_json() for g in evaluate_gates(cp.gates, m)]
+        crec.gates = evaluate_gates(cp.gates, m)
         return crec, True
     # 3. variants
-    samples_by: dict[tuple[str, str], tuple[Sample, ...]] = {}
     reruns: dict[tuple[str, str], tuple[Sample, ...]] = {}
     for vp in variants:
-        _, ok = _run_variant(cp, vp, model_ref, prepared, opts, run_dir, m, samples_by, reruns,
-                             into=crec["variants"])
+        _, ok = _run_variant(cp, vp, model_ref, prepared, opts, run_dir, m, reruns, into=crec.variants)
         could_not_run |= not ok
-    # 4. comparisons
+    # 4. comparisons (the record's paired test reads each task's own pipeline)
     for comp in c.comparisons:
         for tname in c.tasks:
-            a = samples_by.get((comp.baseline, tname))
-            b = samples_by.get((comp.candidate, tname))
+            a = m.samples.get((comp.baseline, tname))
+            b = m.samples.get((comp.candidate, tname))
             if a is None or b is None:
                 continue
+            pipeline = c.gates_for(tname).accuracy_pipeline
             om = output_match(a, b)
             m.matches[(comp.baseline, comp.candidate, tname)] = om
-            pc = None
-            ca = correctness(a, c.gates.accuracy_pipeline)
-            cb = correctness(b, c.gates.accuracy_pipeline)
-            if set(ca) & set(cb):
-                pc = paired_comparison(ca, cb)
-                m.paired[(comp.baseline, comp.candidate, tname)] = pc
+            pc = m.paired(comp.baseline, comp.candidate, tname, pipeline)
             nz = None
             if comp.noise_runs > 1 and (comp.baseline, tname) in reruns:
                 nz = output_noise_rerun(a, reruns[(comp.baseline, tname)], b)
@@ -400,25 +391,38 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: dict) -
                 nz = output_noise_stored(om, comp.noise_mismatch_rate)
             if nz is not None:
                 m.noise[(comp.baseline, comp.candidate, tname)] = nz
-            crec["comparisons"].append(
-                {
-                    "baseline": comp.baseline, "candidate": comp.candidate, "task": tname,
-                    "pipeline": c.gates.accuracy_pipeline,
-                    **om.to_json(),
-                    "paired": pc.to_json() if pc else None,
-                    "noise": nz.to_json() if nz else None,
-                }
-            )
+            crec.comparisons.append(ComparisonResult(
+                baseline=comp.baseline, candidate=comp.candidate, task=tname, pipeline=pipeline,
+                **OutputMatchRecord.model_validate(om, from_attributes=True).model_dump(),
+                paired=_model(PairedRecord, pc), noise=_model(NoiseRecord, nz),
+            ))
     # 5. gates
-    crec["gates"] = [g.to_json() for g in evaluate_gates(cp.gates, m)]
+    crec.gates = evaluate_gates(cp.gates, m)
     # 6. gates against the stored baseline (last known good), when there is one
     if opts.baseline_dir is not None:
-        from harness.analysis.baseline import baseline_gates_for_run
-
-        info, results = baseline_gates_for_run(opts.baseline_dir, c, samples_by, m)
-        crec["baseline"] = info
-        crec["gates"] += [g.to_json() for g in results]
+        crec.baseline = _load_baseline(opts.baseline_dir, c.name, m)
+        crec.gates += judged_baseline_gates(cp.baseline_gates, m)
+        if crec.baseline.found and m.baseline is not None:
+            crec.baseline.notes = baseline_notes(cp.baseline_gates, m)
     return crec, could_not_run
+
+
+def _load_baseline(baseline_dir: Path, config: str, m: Measurements) -> BaselineInfo:
+    """Read ``<baseline_dir>/<config>.json`` into ``m.baseline`` (or ``m.baseline_error``)."""
+    from harness.records.baselines import BaselineError, baseline_path, load_baseline
+
+    path = baseline_path(baseline_dir, config)
+    info = BaselineInfo(path=str(path), found=path.is_file())
+    if not info.found:
+        return info
+    try:
+        m.baseline = load_baseline(path)
+    except BaselineError as e:
+        m.baseline_error = info.error = str(e)
+        return info
+    info.source_run_id = m.baseline.source_run.run_id
+    info.written_at = m.baseline.written_at
+    return info
 
 
 def _run_variant(
@@ -429,36 +433,34 @@ def _run_variant(
     opts: RunOptions,
     run_dir: Path,
     m: Measurements,
-    samples_by: dict,
     reruns: dict | None = None,
-    into: dict | None = None,
-) -> tuple[dict, bool]:
+    into: dict[str, VariantResult] | None = None,
+) -> tuple[VariantResult, bool]:
     """Run one variant: its server, engine facts, tasks. ``into[vp.name]`` receives
     the variant record as soon as it exists (so an interrupt keeps it).
 
-    Record fields of the server's fate: ``vrec["server"] = {"status", "exit_code",
-    "seconds", "pid"}``, status one of ``ready``, ``exited_early``,
-    ``not_ready_timeout``, ``launch_failed``, ``died_mid_task``, ``interrupted``
-    (:data:`harness.engine.server.STARTUP_STATUSES`); ``vrec["engine_error"]`` when the
-    effective configuration could not be read.
+    The server's fate is ``vrec.server`` (:class:`ServerRecord`: ``ready``,
+    ``exited_early``, ``not_ready_timeout``, ``launch_failed``, ``died_mid_task``,
+    ``interrupted``, with exit code and seconds); ``vrec.engine_error`` says why the
+    effective configuration could not be read (``variant_effective`` then fails).
+    A task whose counters are impossible (:func:`counter_violations`) gets
+    ``spec_decode`` None and ``spec_decode_error`` naming the counters, so its
+    acceptance gates fail.
     """
     p = opts.progress
     c = cp.config
     log_path = run_dir / "logs" / c.name / f"{vp.name}.log"
     argv = [model_ref if a == c.model else a for a in vp.argv]
-    vrec: dict[str, Any] = {
-        "argv": argv, "env": vp.env, "fault": vp.fault,
-        "requested": {"speculative_config": vp.speculative_config, "async_scheduling": vp.async_scheduling},
-        "engine": None, "effective": None, "startup_seconds": None,
-        "server": {"status": None, "exit_code": None, "seconds": None, "pid": None},
-        "log": _rel(log_path, run_dir), "error": None, "tasks": {},
-    }
+    vrec = VariantResult(
+        argv=argv, env=dict(vp.env), fault=vp.fault, log=_rel(log_path, run_dir),
+        requested=Requested(speculative_config=vp.speculative_config, async_scheduling=vp.async_scheduling),
+    )
     if into is not None:
         into[vp.name] = vrec
     todo = [t for t in cp.tasks if t.name in prepared]
     if not todo:
-        vrec["error"] = "no task of this config can run"
-        m.not_run[(vp.name, None)] = vrec["error"]
+        vrec.error = "no task of this config can run"
+        m.not_run[(vp.name, None)] = vrec.error
         return vrec, True
     p.log(f"{vp.id}: starting the vLLM server (log: {log_path})")
     p.log(f"  $ {vp.shell_line()}".replace(c.model, model_ref) if c.model != model_ref else f"  $ {vp.shell_line()}")
@@ -473,20 +475,20 @@ def _run_variant(
     srv = session.server
     try:
         with session:
-            vrec["startup_seconds"] = round(srv.startup_seconds or 0, 1)
-            vrec["server"].update(status="ready", seconds=vrec["startup_seconds"], pid=srv.proc.pid)
-            p.log(f"{vp.id}: server ready in {vrec['startup_seconds']}s on {session.server.base_url}")
+            vrec.startup_seconds = round(srv.startup_seconds or 0, 1)
+            vrec.server = ServerRecord(status="ready", seconds=vrec.startup_seconds, pid=srv.proc.pid)
+            p.log(f"{vp.id}: server ready in {vrec.startup_seconds}s on {session.server.base_url}")
             try:
                 facts = session.engine_facts()
-                vrec["engine"] = facts.to_json()
+                vrec.engine = _model(EngineFactsRecord, facts)
                 eff = check_effective(facts, vp.speculative_config, vp.async_scheduling, vp.expected_effective)
-                vrec["effective"] = eff.to_json()
+                vrec.effective = _model(EffectivenessRecord, eff)
                 m.effectiveness[vp.name] = eff
                 if not eff.effective:
                     p.warn(f"{vp.id}: not effective as asked: {eff.mismatches}"
                            + (" (declared expected on this platform)" if eff.expected_on_platform else ""))
             except EngineInfoError as e:
-                vrec["engine_error"] = str(e)
+                vrec.engine_error = str(e)
                 m.engine_facts_errors[vp.name] = str(e)
                 p.error(f"{e} (variant_effective cannot pass without it)")
             for t in todo:
@@ -503,25 +505,24 @@ def _run_variant(
                 write_jsonl(spath, outcome.samples)
                 sc = score_task(outcome.samples)
                 m.scores[(vp.name, t.name)] = sc
-                samples_by[(vp.name, t.name)] = outcome.samples
-                trec: dict[str, Any] = {
-                    "status": "ran",
-                    "samples": _rel(spath, run_dir),
-                    "seconds": round(outcome.seconds, 2),
-                    "num_requests": sc.num_requests,
-                    "error_count": sc.error_count,
-                    "error_rate": sc.error_rate,
-                    "accuracy": {k: v.accuracy for k, v in sc.accuracy.items()},
-                    "accuracy_ci": {k: v.accuracy_ci for k, v in sc.accuracy.items()},
-                    "correct": {k: v.correct for k, v in sc.accuracy.items()},
-                    "scored": {k: v.scored for k, v in sc.accuracy.items()},
-                    "invalid_rate": {k: v.invalid_rate for k, v in sc.accuracy.items()},
-                    "finish_reasons": sc.finish_reasons,
-                    "spec_decode": outcome.spec_metrics.to_json() if outcome.spec_metrics else None,
-                    "spec_decode_counters": outcome.spec_counters.to_json() if outcome.spec_counters else None,
-                    "spec_decode_error": outcome.metrics_error,
+                m.samples[(vp.name, t.name)] = outcome.samples
+                trec = TaskResult(
+                    samples=_rel(spath, run_dir),
+                    seconds=round(outcome.seconds, 2),
+                    num_requests=sc.num_requests,
+                    error_count=sc.error_count,
+                    error_rate=sc.error_rate,
+                    accuracy={k: v.accuracy for k, v in sc.accuracy.items()},
+                    accuracy_ci={k: v.accuracy_ci for k, v in sc.accuracy.items()},
+                    correct={k: v.correct for k, v in sc.accuracy.items()},
+                    scored={k: v.scored for k, v in sc.accuracy.items()},
+                    invalid_rate={k: v.invalid_rate for k, v in sc.accuracy.items()},
+                    finish_reasons=sc.finish_reasons,
+                    spec_decode=_model(SpecDecodeRecord, outcome.spec_metrics),
+                    spec_decode_counters=_model(SpecDecodeCountersRecord, outcome.spec_counters),
+                    spec_decode_error=outcome.metrics_error,
                     **acceptance_intervals(outcome.samples, vp.speculative_config is not None),
-                }
+                )
                 metrics_error = outcome.metrics_error
                 spec_metrics = outcome.spec_metrics
                 if outcome.spec_counters is not None and vp.speculative_config is not None:
@@ -530,19 +531,19 @@ def _run_variant(
                     if bad:  # impossible counters: no acceptance gate may read them
                         metrics_error = f"{vp.id} {t.name}: impossible speculative-decoding counters: " + "; ".join(bad)
                         spec_metrics = None
-                        trec["spec_decode"] = None
-                        trec["spec_decode_error"] = metrics_error
-                        trec.update(mean_acceptance_length_ci=None, acceptance_rate_ci=None,
-                                    per_position_acceptance_ci=None,
-                                    acceptance_ci_reason="not available: the counters failed the consistency check")
+                        trec.spec_decode = None
+                        trec.spec_decode_error = metrics_error
+                        trec.mean_acceptance_length_ci = trec.acceptance_rate_ci = None
+                        trec.per_position_acceptance_ci = None
+                        trec.acceptance_ci_reason = "not available: the counters failed the consistency check"
                 if spec_metrics is not None:
                     m.spec[(vp.name, t.name)] = spec_metrics
                 if metrics_error:
                     m.spec_errors[(vp.name, t.name)] = metrics_error
                     p.error(f"{vp.id} {t.name}: metrics error: {metrics_error}")
-                vrec["tasks"][t.name] = trec
+                vrec.tasks[t.name] = trec
                 if reruns is not None and vp.name in noise_variants(cp) and session.server.alive():
-                    trec["rerun"] = _rerun_task(
+                    trec.rerun = _rerun_task(
                         session, c.name, vp, t, pt, run_dir, outcome.samples, reruns, p, c.per_request_metrics)
                 acc = sc.accuracy
                 sd = spec_metrics
@@ -556,30 +557,30 @@ def _run_variant(
                     code = srv.proc.poll() if srv.proc else None
                     raise ServerStartError(
                         f"{vp.id}: the vLLM server died during task {t.name} (exit code {code}); log: {log_path}",
-                        status="died_mid_task", exit_code=code,
-                        seconds=round(srv.seconds() or 0, 1),
+                        status="died_mid_task", exit_code=code, seconds=round(srv.seconds() or 0, 1),
                     )
-        vrec["server"]["exit_code"] = srv.exit_code
+        vrec.server.exit_code = srv.exit_code
         return vrec, True
     except KeyboardInterrupt:
-        vrec["server"].update(status="interrupted", exit_code=srv.exit_code)
-        vrec["error"] = "interrupted by a signal"
+        vrec.server = ServerRecord(status="interrupted", exit_code=srv.exit_code, seconds=vrec.server.seconds,
+                                   pid=srv.proc.pid if srv.proc else None)
+        vrec.error = "interrupted by a signal"
         raise
     except ServerStartError as e:
-        vrec["error"] = str(e)
-        vrec["server"].update(status=e.status, exit_code=e.exit_code, seconds=e.seconds,
-                              pid=srv.proc.pid if srv.proc else None)
+        vrec.error = str(e)
+        vrec.server = ServerRecord(status=e.status, exit_code=e.exit_code, seconds=e.seconds,
+                                   pid=srv.proc.pid if srv.proc else None)
         p.error(str(e))
         for t in todo:
-            if t.name not in vrec["tasks"]:
+            if t.name not in vrec.tasks:
                 m.not_run[(vp.name, t.name)] = "server failed"
-        if not vrec["tasks"]:
+        if not vrec.tasks:
             m.not_run[(vp.name, None)] = "server failed to start"
         return vrec, False
 
 
 def _rerun_task(session, config: str, vp: VariantPlan, t, pt: PreparedTask, run_dir: Path,
-                first: tuple[Sample, ...], reruns: dict, p: Progress, per_request: bool) -> dict[str, Any]:
+                first: tuple[Sample, ...], reruns: dict, p: Progress, per_request: bool) -> RerunRecord:
     """Run a task a second time on the same server (``noise_runs: 2``): the samples go
     to ``<task>.rerun.jsonl``; returns the record entry with the output match of the
     rerun against the first pass (the noise)."""
@@ -597,13 +598,13 @@ def _rerun_task(session, config: str, vp: VariantPlan, t, pt: PreparedTask, run_
     om = output_match(first, out.samples)
     p.log(f"{vp.id} {t.name}: rerun output match against the first pass {_f(om.output_match_rate)} "
           f"({om.matched}/{om.compared}) = the noise")
-    return {
-        "samples": _rel(spath, run_dir),
-        "seconds": round(out.seconds, 2),
-        "error_count": sum(1 for x in out.samples if not x.ok),
-        "spec_decode": out.spec_metrics.to_json() if out.spec_metrics else None,
-        "output_match_vs_first": om.to_json(),
-    }
+    return RerunRecord(
+        samples=_rel(spath, run_dir),
+        seconds=round(out.seconds, 2),
+        error_count=sum(1 for x in out.samples if not x.ok),
+        spec_decode=_model(SpecDecodeRecord, out.spec_metrics),
+        output_match_vs_first=_model(OutputMatchRecord, om),
+    )
 
 
 def _f(x: float | None) -> str:

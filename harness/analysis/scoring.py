@@ -8,8 +8,8 @@ pipeline's ``invalid_rate`` (as in vLLM's ``gsm8k_eval.py``).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from dataclasses import dataclass, field
+from typing import Sequence
 
 from harness.records.samples import Sample
 from harness.analysis.stats import wilson_interval
@@ -52,10 +52,6 @@ class TaskScore:
     error_rate: float
     accuracy: dict[str, PipelineScore]
     finish_reasons: dict[str, int] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        return d
 
 
 def score_task(samples: Sequence[Sample], pipelines: Sequence[str] = PIPELINES) -> TaskScore:
@@ -143,9 +139,6 @@ class OutputMatch:
     output_match_rate: float | None
     mismatches: tuple[Mismatch, ...]
     skipped: tuple[str, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def output_match(baseline: Sequence[Sample], candidate: Sequence[Sample]) -> OutputMatch:

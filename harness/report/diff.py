@@ -1,7 +1,7 @@
 """``evalrun diff RUN_A RUN_B``: what changed between two runs (or a run and a baseline).
 
 Either side is a run folder (``results/<run id>/``, or its ``run.json``) or a baseline
-file (``results/baselines/<config>.json``, :mod:`harness.analysis.baseline`). Every accuracy
+file (``results/baselines/<config>.json``, :mod:`harness.records.baselines`). Every accuracy
 figure is recomputed from the per-question data on disk (a run's samples JSONL, a
 baseline's ``questions``), never copied from the record; acceptance figures come from
 the record (its counters are per task, not per question). For each config, variant
@@ -38,6 +38,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from harness.report.summary import fmt
+from harness.records.baselines import BaselineDoc, BaselineTask, token_ids_hash
+from harness.records.run_record import RunRecord, TaskResult
 from harness.records.samples import read_jsonl
 from harness.analysis.stats import paired_comparison, wilson_interval
 from harness.tasks.gsm8k import PIPELINES
@@ -52,12 +54,6 @@ class DiffError(ValueError):
 # --------------------------------------------------------------------------- loading
 
 
-def _tok_hash(ids) -> str | None:
-    from harness.analysis.baseline import token_ids_hash
-
-    return token_ids_hash(ids)
-
-
 def load_side(path: str | Path) -> dict[str, Any]:
     """Load one side of a diff into a common form.
 
@@ -70,13 +66,14 @@ def load_side(path: str | Path) -> dict[str, Any]:
         "questions": {qid: {"prompt_hash", "gold", "correct", "answers", "completion",
         "token_ids", "token_hash", "error"}}, "spec_decode", "mean_acceptance_length_ci",
         "acceptance_rate_ci", "per_position_acceptance_ci", "acceptance_ci_reason"}}}},
-        "comparisons": [...], "gates": {id: gate}}}}``.
+        "comparisons": [...], "gates": {id: gate}}}}`` (engine, spec_decode, noise and
+        gates as plain JSON dicts of their record types).
 
     Raises:
         DiffError: the path does not exist, is not a run record or baseline, or a
             samples file named by the record cannot be read.
     """
-    from harness.analysis.baseline import BASELINE_SCHEMA
+    from harness.records.baselines import BASELINE_SCHEMA, BaselineError, load_baseline
     from harness.records.run_record import RunRecordError, load_run
 
     p = Path(path)
@@ -88,34 +85,45 @@ def load_side(path: str | Path) -> dict[str, Any]:
         except (OSError, json.JSONDecodeError) as e:
             raise DiffError(f"{p}: not a JSON run record or baseline: {e}") from e
         if isinstance(doc, dict) and doc.get("schema") == BASELINE_SCHEMA:
-            return _side_from_baseline(doc, p)
+            try:
+                return _side_from_baseline(load_baseline(p), p)
+            except BaselineError as e:
+                raise DiffError(str(e)) from e
     try:
         rec = load_run(p)
     except RunRecordError as e:
         raise DiffError(str(e)) from e
-    return _side_from_run(rec, Path(rec["_path"]))
+    return _side_from_run(rec, rec.path)
 
 
-_TASK_KEYS = ("spec_decode", "mean_acceptance_length_ci", "acceptance_rate_ci",
-              "per_position_acceptance_ci", "acceptance_ci_reason")
+def _dump(x: Any) -> Any:
+    return None if x is None else x.model_dump(mode="json")
 
 
-def _side_from_run(rec: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    side: dict[str, Any] = {
-        "path": str(run_dir), "kind": "run", "id": rec.get("run_id"), "passed": rec.get("passed"),
-        "status": rec.get("status"), "configs": {},
+def _task_view(t: TaskResult | BaselineTask) -> dict[str, Any]:
+    return {
+        "spec_decode": _dump(t.spec_decode),
+        "mean_acceptance_length_ci": t.mean_acceptance_length_ci,
+        "acceptance_rate_ci": t.acceptance_rate_ci,
+        "per_position_acceptance_ci": t.per_position_acceptance_ci,
+        "acceptance_ci_reason": getattr(t, "acceptance_ci_reason", None),
     }
-    for c in rec.get("configs", []):
+
+
+def _side_from_run(rec: RunRecord, run_dir: Path) -> dict[str, Any]:
+    side: dict[str, Any] = {
+        "path": str(run_dir), "kind": "run", "id": rec.run_id, "passed": rec.passed,
+        "status": rec.status, "configs": {},
+    }
+    for c in rec.configs:
         cv: dict[str, Any] = {
-            "pipeline": _pipeline(c), "variants": {}, "comparisons": [],
-            "gates": {g["id"]: g for g in c.get("gates", [])},
+            "pipeline": c.pipeline, "variants": {}, "comparisons": [],
+            "gates": {g.id: g.model_dump(mode="json") for g in c.gates},
         }
-        for vname, v in c.get("variants", {}).items():
+        for vname, v in c.variants.items():
             tasks = {}
-            for tname, t in v.get("tasks", {}).items():
-                if t.get("status") != "ran" or not t.get("samples"):
-                    continue
-                spath = run_dir / t["samples"]
+            for tname, t in v.tasks.items():
+                spath = run_dir / t.samples
                 try:
                     samples = read_jsonl(spath)
                 except (OSError, ValueError) as e:
@@ -126,60 +134,52 @@ def _side_from_run(rec: dict[str, Any], run_dir: Path) -> dict[str, Any]:
                             "prompt_hash": s.prompt_hash, "gold": s.gold, "correct": dict(s.correct),
                             "answers": dict(s.answers), "completion": s.completion,
                             "token_ids": list(s.token_ids) if s.token_ids is not None else None,
-                            "token_hash": _tok_hash(s.token_ids), "error": s.error,
+                            "token_hash": token_ids_hash(s.token_ids), "error": s.error,
                         }
                         for s in samples
                     },
-                    **{k: t.get(k) for k in _TASK_KEYS},
+                    **_task_view(t),
                 }
-            cv["variants"][vname] = {"engine": v.get("engine"), "tasks": tasks, "error": v.get("error")}
-        for comp in c.get("comparisons", []):
+            cv["variants"][vname] = {"engine": _dump(v.engine), "tasks": tasks, "error": v.error}
+        for comp in c.comparisons:
             cv["comparisons"].append({
-                "baseline": comp["baseline"], "candidate": comp["candidate"], "task": comp["task"],
-                "output_match_rate": comp.get("output_match_rate"), "compared": comp.get("compared"),
-                "matched": comp.get("matched"),
-                "mismatched": {mm["question_id"]: mm.get("first_divergence") for mm in comp.get("mismatches", [])},
-                "noise": comp.get("noise"),
+                "baseline": comp.baseline, "candidate": comp.candidate, "task": comp.task,
+                "output_match_rate": comp.output_match_rate, "compared": comp.compared,
+                "matched": comp.matched,
+                "mismatched": {mm.question_id: mm.first_divergence for mm in comp.mismatches},
+                "noise": _dump(comp.noise),
             })
-        side["configs"][c["name"]] = cv
+        side["configs"][c.name] = cv
     return side
 
 
-def _side_from_baseline(doc: dict[str, Any], path: Path) -> dict[str, Any]:
-    src = doc.get("source_run") or {}
-    cv: dict[str, Any] = {"pipeline": doc.get("pipeline") or "flexible-extract", "variants": {},
-                          "comparisons": [], "gates": {}}
-    for vname, v in (doc.get("variants") or {}).items():
+def _side_from_baseline(doc: BaselineDoc, path: Path) -> dict[str, Any]:
+    cv: dict[str, Any] = {"pipeline": doc.pipeline, "variants": {}, "comparisons": [], "gates": {}}
+    for vname, v in doc.variants.items():
         tasks = {}
-        for tname, t in (v.get("tasks") or {}).items():
-            qs = {}
-            for qid, q in (t.get("questions") or {}).items():
-                qs[qid] = {
-                    "prompt_hash": q.get("prompt_hash"), "gold": q.get("gold"),
-                    "correct": dict(q.get("correct") or {}), "answers": dict(q.get("answers") or {}),
-                    "completion": q.get("completion"), "token_ids": None,
-                    "token_hash": q.get("token_ids_sha256"), "error": q.get("error"),
+        for tname, t in v.tasks.items():
+            qs = {
+                qid: {
+                    "prompt_hash": q.prompt_hash, "gold": q.gold, "correct": dict(q.correct),
+                    "answers": dict(q.answers), "completion": q.completion, "token_ids": None,
+                    "token_hash": q.token_ids_sha256, "error": q.error,
                 }
-            tasks[tname] = {"questions": qs, **{k: t.get(k) for k in _TASK_KEYS},
-                            "record_counts": {"correct": t.get("correct"), "scored": t.get("scored")}}
-        cv["variants"][vname] = {"engine": v.get("engine"), "tasks": tasks, "error": None}
-    for comp in doc.get("comparisons", []):
+                for qid, q in t.questions.items()
+            }
+            tasks[tname] = {"questions": qs, **_task_view(t),
+                            "record_counts": {"correct": t.correct, "scored": t.scored}}
+        cv["variants"][vname] = {"engine": _dump(v.engine), "tasks": tasks, "error": None}
+    for comp in doc.comparisons:
         cv["comparisons"].append({
-            "baseline": comp["baseline"], "candidate": comp["candidate"], "task": comp["task"],
-            "output_match_rate": comp.get("output_match_rate"), "compared": comp.get("compared"),
-            "matched": comp.get("matched"), "mismatched": {q: None for q in comp.get("mismatched", [])},
+            "baseline": comp.baseline, "candidate": comp.candidate, "task": comp.task,
+            "output_match_rate": comp.output_match_rate, "compared": comp.compared,
+            "matched": comp.matched, "mismatched": {q: None for q in comp.mismatched},
             "noise": None,
         })
     return {
-        "path": str(path), "kind": "baseline", "id": f"baseline of {doc.get('config')} (run {src.get('run_id')})",
-        "passed": True, "status": "baseline", "configs": {doc["config"]: cv},
+        "path": str(path), "kind": "baseline", "id": f"baseline of {doc.config} (run {doc.source_run.run_id})",
+        "passed": True, "status": "baseline", "configs": {doc.config: cv},
     }
-
-
-def _pipeline(crec: Mapping[str, Any]) -> str:
-    from harness.analysis.baseline import config_pipeline
-
-    return config_pipeline(crec)
 
 
 # --------------------------------------------------------------------------- statistics
