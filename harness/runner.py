@@ -553,6 +553,9 @@ def _run_variant(
                     + (f", mean acceptance length {_f(sd.mean_acceptance_length)}" if sd else "")
                     + f" ({outcome.seconds:.1f}s)"
                 )
+                if (sc.error_count or metrics_error) and srv.alive():
+                    # failed requests: a dying server may still be exiting; let it show
+                    srv.wait_exit(2.0)
                 if not srv.alive():
                     code = srv.proc.poll() if srv.proc else None
                     raise ServerStartError(

@@ -402,6 +402,16 @@ class VllmServer:
         """True while the server process runs."""
         return self.proc is not None and self.proc.poll() is None
 
+    def wait_exit(self, seconds: float) -> int | None:
+        """Wait up to ``seconds`` for the process to exit; its exit code, or None while
+        it runs (never raises)."""
+        if self.proc is None:
+            return None
+        try:
+            return self.proc.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            return None
+
     def signal_group(self, sig: int) -> None:
         """Send ``sig`` to the server's process group (no waiting, never raises)."""
         if self.proc is None:
