@@ -481,6 +481,8 @@ def _run_variant(
             try:
                 facts = session.engine_facts()
                 vrec.engine = _model(EngineFactsRecord, facts)
+                if facts.vllm_version is None:  # the session reads /version leniently
+                    raise EngineInfoError(f"{vp.id}: cannot read the engine's version from /version")
                 eff = check_effective(facts, vp.speculative_config, vp.async_scheduling, vp.expected_effective)
                 vrec.effective = _model(EffectivenessRecord, eff)
                 m.effectiveness[vp.name] = eff

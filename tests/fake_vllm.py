@@ -25,7 +25,8 @@ the real engine never produces on demand):
   the first completion, engine 1 grows by 100 per draft, so the sum grows (a restart
   hidden in the sum)
 
-Like the real server, ``/server_info`` answers 404 unless ``VLLM_SERVER_DEV_MODE=1``.
+Like the real server, ``/server_info`` answers 404 unless ``VLLM_SERVER_DEV_MODE=1``;
+``FAKE_NO_VERSION=1`` makes ``/version`` answer 404 (the real server always has it).
 
 Pre-launch argument check: evalrun runs ``<python> -c SCRIPT`` with the commands on
 stdin (harness/engine/preflight.py). Here the fake stands in for vLLM's parser: it
@@ -123,6 +124,8 @@ class H(BaseHTTPRequestHandler):
         if self.path == "/v1/models":
             return self._send(200, {"data": [{"id": "fake"}]})
         if self.path == "/version":
+            if os.environ.get("FAKE_NO_VERSION") == "1":
+                return self._send(404, {"detail": "Not Found"})
             return self._send(200, {"version": "0.0.fake"})
         if self.path.startswith("/server_info"):
             if not dev_mode:

@@ -126,6 +126,14 @@ def test_unreadable_engine_facts_fail_the_run(tmp_path):
     assert code == 1 and rec["passed"] is False
 
 
+def test_unreadable_version_fails_the_variant_too(tmp_path):
+    cfg = config(tmp_path, {"FAKE_MODE": "ok"}, {"FAKE_MODE": "ok", "FAKE_NO_VERSION": "1"})
+    code, rec, _ = run(tmp_path, cfg)
+    g = gates(rec)["spec/variant_effective"]
+    assert g["passed"] is False and "/version" in g["detail"]
+    assert code == 1
+
+
 def test_declared_not_reported_facts_are_not_run_not_passed(tmp_path):
     cfg = config(tmp_path, {"FAKE_MODE": "ok"}, {"FAKE_MODE": "ok", "VLLM_SERVER_DEV_MODE": "0"})
     cfg.write_text(cfg.read_text().replace("    env: {\"FAKE_MODE\": \"ok\", \"VLLM_SERVER_DEV_MODE\": \"0\"}",
