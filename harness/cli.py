@@ -19,6 +19,7 @@ subcommands:
   evalrun calibrate --config LIST --repeat N
                                       run each config N times, recommend tolerances
   evalrun selfcheck                   run the tiny model clean and with injected faults
+  evalrun doctor                      check engine import, torch build, data, cache, ports; say how to mend
   evalrun merge RUN...                combine the run folders of the shards of one list (--shard i/n)
   evalrun history RESULTS_DIR [--config NAME] [--last N] [--csv F] [--parquet F]
                                       every run as one table (pandas), and drift across nights
@@ -73,6 +74,9 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="folder of stored baselines (<config>.json); a config with a baseline there is also "
                         "gated against it (default: RESULTS_DIR/baselines)")
     p.add_argument("--no-baseline", action="store_true", help="do not gate against stored baselines")
+    p.add_argument("--allow-contamination", action="store_true",
+                   help="run a task even when its test questions are among its few-shot examples or the train "
+                        "split (refused by default; recorded in the run record)")
     p.add_argument("--update-baseline", action="store_true",
                    help="after the run, write a baseline for every config whose gates all passed")
     p.add_argument("--junit", type=Path, default=None, metavar="FILE",
@@ -118,9 +122,9 @@ def cmd_run(argv: list[str]) -> int:
             return 2
     if args.dry_run:
         if args.json:
-            print(json.dumps(plan_json(plan), indent=2))
+            print(json.dumps(plan_json(plan, args.variant), indent=2))
         else:
-            print(render_plan(plan))
+            print(render_plan(plan, args.variant))
         return 0
     if args.json:
         print("evalrun: --json is only for --dry-run (the run record is JSON: results/<run id>/run.json)", file=sys.stderr)
@@ -137,17 +141,18 @@ def cmd_run(argv: list[str]) -> int:
     opts = RunOptions(
         results_dir=args.results_dir, data_dir=args.data_dir, run_id=args.run_id,
         argv=["evalrun", *argv], variants=args.variant, progress=progress,
-        baseline_dir=None if args.no_baseline else baseline_dir, shard=shard,
+        baseline_dir=None if args.no_baseline else baseline_dir,
+        allow_contamination=args.allow_contamination, shard=shard,
     )
-    from harness.runner import RunFolderExistsError
+    from harness.runner import RunFolderExistsError, say_interrupted
 
     try:
         record, run_dir = run(plan, opts)
     except RunFolderExistsError as e:
         print(f"evalrun: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("evalrun: interrupted; servers were stopped; partial record kept in the run folder", file=sys.stderr)
+    except KeyboardInterrupt as e:  # RunInterrupted, or a signal before the run folder existed
+        say_interrupted(e, "evalrun")
         return 2
     render_terminal(record)
     if args.markdown:
@@ -185,6 +190,7 @@ SUBCOMMANDS = {
     "diff": _lazy("harness.report.diff:cli_main"),
     "calibrate": _lazy("harness.calibrate:cli_main"),
     "selfcheck": _lazy("harness.selfcheck:cli_main"),
+    "doctor": _lazy("harness.doctor:cli_main"),
     "merge": _lazy("harness.merge:cli_main"),
     "history": _lazy("harness.report.history:cli_main"),
 }

@@ -18,7 +18,7 @@ from harness.engine.metrics import SpecDecodeMetrics
 from harness.records.baselines import BaselineDoc, BaselineTask
 from harness.records.run_record import GateResult
 from harness.records.samples import Sample
-from harness.analysis.scoring import OutputMatch, TaskScore, correctness, first_divergence
+from harness.analysis.scoring import OutputMatch, TaskScore, committed_divergence, correctness
 from harness.analysis.stats import PairedComparison, floor_margin, mcnemar_exact, paired_comparison
 
 
@@ -93,13 +93,13 @@ def output_noise_rerun(
         if not (usable(a) and usable(b2)):
             continue
         noise_cmp += 1
-        dn = first_divergence(a.token_ids, b2.token_ids)
+        dn = committed_divergence(a, b2)
         if dn is not None:
             noise_div.append((a.question_id, dn))
         if not usable(c):
             continue
         both += 1
-        dc = first_divergence(a.token_ids, c.token_ids)
+        dc = committed_divergence(a, c)
         cand_mm += dc is not None
         if dc is not None and dn is None:
             cand_only.append(a.question_id)
@@ -154,6 +154,8 @@ class Measurements:
         spec: ``(variant, task)`` -> :class:`SpecDecodeMetrics` (speculative variants).
         spec_errors: ``(variant, task)`` -> why speculative metrics are missing.
         effectiveness: variant -> :class:`Effectiveness`.
+        engine_facts_errors: variant -> why its effective configuration could not be
+            read (``/server_info`` or ``/version`` unreadable); fails ``variant_effective``.
         matches: ``(baseline, candidate, task)`` -> :class:`OutputMatch`.
         not_run: ``(variant, task)`` or ``(variant, None)`` -> reason it did not run.
         noise: ``(baseline, candidate, task)`` -> :class:`OutputNoise` when the
@@ -166,6 +168,7 @@ class Measurements:
     spec: dict[tuple[str, str], SpecDecodeMetrics] = field(default_factory=dict)
     spec_errors: dict[tuple[str, str], str] = field(default_factory=dict)
     effectiveness: dict[str, Effectiveness] = field(default_factory=dict)
+    engine_facts_errors: dict[str, str] = field(default_factory=dict)
     matches: dict[tuple[str, str, str], OutputMatch] = field(default_factory=dict)
     not_run: dict[tuple[str, str | None], str] = field(default_factory=dict)
     noise: dict[tuple[str, str, str], OutputNoise] = field(default_factory=dict)
@@ -180,6 +183,21 @@ class Measurements:
             return None
         ca, cb = correctness(a, pipeline), correctness(b, pipeline)
         return paired_comparison(ca, cb) if set(ca) & set(cb) else None
+
+
+#: Share of truncated completions above which a failing accuracy gate says so in its
+#: detail (a few percent: more than chance cuts of long answers).
+TRUNCATION_NOTE_RATE = 0.02
+
+
+def truncation_note(sc: TaskScore | None, variant: str) -> str:
+    """``"; note: ..."`` when more than :data:`TRUNCATION_NOTE_RATE` of the variant's
+    completions were cut by ``max_tokens``, else ``""``."""
+    if sc is None or not sc.truncated_rate or sc.truncated_rate <= TRUNCATION_NOTE_RATE:
+        return ""
+    n = sc.num_requests - sc.error_count
+    return (f"; note: {sc.truncated} of {n} {variant} completions ({sc.truncated_rate:.1%}) were cut by "
+            "max_tokens (finish_reason length): raise max_tokens before reading this as lost accuracy")
 
 
 def _result(g: G.Gate, observed, limit, passed, detail, questions=(), baseline: str | None = None) -> GateResult:
@@ -209,7 +227,9 @@ def evaluate_gate(g: G.Gate, m: Measurements) -> GateResult:
     * ``drafts_observed``: a speculative variant reported at least one draft.
     * ``max_error_rate``: failed requests / requests <= limit.
     * ``variant_effective``: every requested setting took effect, or every mismatch is
-      declared expected on this platform (``expected_effective``).
+      declared expected on this platform (``expected_effective``). Facts that could
+      not be read fail it (the check that the variant ran as asked must not vanish),
+      unless the variant declares ``engine_facts: not_reported``: then NOT RUN.
     * ``max_accuracy_drop``: one-sided: fails when baseline - candidate accuracy on the
       paired questions (under the gate's pipeline) exceeds the limit, or when the
       candidate is significantly worse (exact one-sided McNemar p < alpha). An
@@ -220,6 +240,9 @@ def evaluate_gate(g: G.Gate, m: Measurements) -> GateResult:
       often than the noise (one-sided p < alpha). Zero observed noise means the
       engine is deterministic on these prompts, so the limit applies unchanged.
     * ``max_acceptance_length_drop``: baseline - candidate mean acceptance length <= limit.
+    * ``max_truncation_rate``: completions cut by ``max_tokens`` / successful
+      completions <= limit. A failing accuracy gate also names the truncated share
+      when it is above :data:`TRUNCATION_NOTE_RATE`.
     * ``baseline_accuracy_drop`` / ``baseline_acceptance_length_drop``: the same
       against the stored baseline (:func:`_baseline_accuracy`).
 
@@ -236,7 +259,11 @@ def evaluate_gate(g: G.Gate, m: Measurements) -> GateResult:
     if isinstance(g, G.VariantEffective):
         eff = m.effectiveness.get(g.variant)
         if eff is None:
-            return _result(g, None, None, None, "not run: effective configuration was not read")
+            why = m.engine_facts_errors.get(g.variant, "the effective configuration was not read")
+            if g.engine_facts == "not_reported":
+                return _result(g, None, None, None, f"not run: the config declares that the engine cannot "
+                               f"report its effective configuration (engine_facts: not_reported); {why}")
+            return _result(g, None, None, False, f"cannot tell whether the variant ran as asked: {why}")
         if eff.effective:
             return _result(g, 1.0, None, True, "every requested setting is effective")
         mism = ", ".join(
@@ -245,10 +272,20 @@ def evaluate_gate(g: G.Gate, m: Measurements) -> GateResult:
         if eff.expected_on_platform:
             return _result(g, 0.0, None, True, f"not effective, declared expected on this platform ({mism})")
         return _result(g, 0.0, None, False, f"variant did not run as asked: {mism}")
-    if isinstance(g, (G.AccuracyFloor, G.MaxErrorRate)):
+    if isinstance(g, (G.AccuracyFloor, G.MaxErrorRate, G.MaxTruncationRate)):
         sc = m.scores.get(key)
         if sc is None:
             return _result(g, None, g.limit, None, "not run: no score")
+        if isinstance(g, G.MaxTruncationRate):
+            if sc.truncated_rate is None:
+                return _result(g, None, g.limit, False, "no request succeeded: truncation cannot be computed")
+            ok = sc.truncated_rate <= g.limit
+            n = sc.num_requests - sc.error_count
+            return _result(
+                g, sc.truncated_rate, g.limit, ok,
+                f"{sc.truncated} of {n} completions cut by max_tokens (truncated share {sc.truncated_rate:.3f}, limit {g.limit})",
+                sc.truncated_ids if not ok else (),
+            )
         if isinstance(g, G.MaxErrorRate):
             ok = sc.error_rate <= g.limit
             return _result(
@@ -272,7 +309,8 @@ def evaluate_gate(g: G.Gate, m: Measurements) -> GateResult:
         extra = f" (floor {g.limit} widened by {margin:.4f} for {ps.scored} of {cal} calibration questions)" if margin else ""
         return _result(
             g, ps.accuracy, limit, ok,
-            f"{g.pipeline} accuracy {ps.accuracy:.4f} ({ps.correct}/{ps.scored}) vs floor {limit:.4f}{extra}",
+            f"{g.pipeline} accuracy {ps.accuracy:.4f} ({ps.correct}/{ps.scored}) vs floor {limit:.4f}{extra}"
+            + ("" if ok else truncation_note(sc, g.variant)),
         )
     if isinstance(g, (G.DraftsObserved, G.MinAcceptanceLength)):
         sm = m.spec.get(key)
@@ -282,7 +320,8 @@ def evaluate_gate(g: G.Gate, m: Measurements) -> GateResult:
         if sm.drafts <= 0:
             return _result(g, 0.0, g.limit, False, "no drafts observed: speculative decoding did not run")
         if isinstance(g, G.DraftsObserved):
-            return _result(g, sm.drafts, g.limit, True, f"{sm.drafts:.0f} drafts, {sm.draft_tokens:.0f} draft tokens")
+            # counters are integral counts (prometheus gives floats): report an integer
+            return _result(g, int(round(sm.drafts)), g.limit, True, f"{sm.drafts:.0f} drafts, {sm.draft_tokens:.0f} draft tokens")
         mal = sm.mean_acceptance_length
         ok = mal >= g.limit
         return _result(
@@ -309,6 +348,7 @@ def evaluate_gate(g: G.Gate, m: Measurements) -> GateResult:
         )
         if why:
             detail += "; FAILED: " + "; ".join(why)
+            detail += truncation_note(m.scores.get((g.variant, g.task)), g.variant)
         return _result(g, drop, g.limit, ok, detail, pc.a_only if not ok else ())
     if isinstance(g, G.MinOutputMatch):
         om = m.matches.get(pkey)
@@ -316,6 +356,10 @@ def evaluate_gate(g: G.Gate, m: Measurements) -> GateResult:
             return _result(g, None, g.limit, False if om is not None else None, "no question could be compared")
         ok = om.output_match_rate >= g.limit
         detail = f"{om.matched}/{om.compared} completions identical (output match {om.output_match_rate:.4f})"
+        if om.past_stop:
+            ex = om.past_stop[0]
+            detail += (f"; {len(om.past_stop)} of them identical only up to the stop (ids past the stop "
+                       f"differ, not a divergence; e.g. {ex.question_id}: {ex.side} has {ex.extra_ids} extra ids)")
         nz = m.noise.get(pkey)
         limit = g.limit
         if nz is not None and nz.noise_rate > 0:

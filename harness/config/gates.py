@@ -28,6 +28,7 @@ class GateKind(str, Enum):
     VARIANT_EFFECTIVE = "variant_effective"
     ACCURACY_FLOOR = "accuracy_floor"
     MAX_ERROR_RATE = "max_error_rate"
+    MAX_TRUNCATION_RATE = "max_truncation_rate"
     DRAFTS_OBSERVED = "drafts_observed"
     MIN_ACCEPTANCE_LENGTH = "min_acceptance_length"
     MAX_ACCURACY_DROP = "max_accuracy_drop"
@@ -54,11 +55,14 @@ class _GateBase(BaseModel):
 class VariantEffective(_GateBase):
     """The engine's effective configuration matches what the variant asked for;
     ``expected_effective`` lists settings a platform is known to override (declared
-    in the config), which then pass with a note."""
+    in the config), which then pass with a note. Facts that cannot be read fail it,
+    unless ``engine_facts`` is ``not_reported`` (the config declares the engine cannot
+    report them): then it is NOT RUN."""
 
     kind: Literal[GateKind.VARIANT_EFFECTIVE] = GateKind.VARIANT_EFFECTIVE
     op: Literal["=="] = "=="
     expected_effective: dict[str, Any] | None = None
+    engine_facts: Literal["required", "not_reported"] = "required"
 
 
 class AccuracyFloor(_GateBase):
@@ -83,12 +87,21 @@ class MaxErrorRate(_GateBase):
     limit: float
 
 
+class MaxTruncationRate(_GateBase):
+    """Completions cut by ``max_tokens`` (``finish_reason: length``) / successful
+    completions <= ``limit`` (fraction); set ``gates.max_truncation_rate`` (off by default)."""
+
+    kind: Literal[GateKind.MAX_TRUNCATION_RATE] = GateKind.MAX_TRUNCATION_RATE
+    op: Literal["<="] = "<="
+    limit: float
+
+
 class DraftsObserved(_GateBase):
     """A speculative variant reported at least ``limit`` (1) draft."""
 
     kind: Literal[GateKind.DRAFTS_OBSERVED] = GateKind.DRAFTS_OBSERVED
     op: Literal[">="] = ">="
-    limit: float = 1
+    limit: int = 1
 
 
 class MinAcceptanceLength(_GateBase):
@@ -162,7 +175,7 @@ class BaselineReadable(_GateBase):
 #: Any planned gate; ``kind`` selects the class (a pydantic discriminated union).
 Gate = Annotated[
     Union[
-        VariantEffective, AccuracyFloor, MaxErrorRate, DraftsObserved, MinAcceptanceLength,
+        VariantEffective, AccuracyFloor, MaxErrorRate, MaxTruncationRate, DraftsObserved, MinAcceptanceLength,
         MaxAccuracyDrop, MinOutputMatch, MaxAcceptanceLengthDrop,
         BaselineAccuracyDrop, BaselineAcceptanceLengthDrop, BaselineReadable,
     ],
@@ -178,7 +191,7 @@ def plan_gates(config: ModelConfig) -> list[Gate]:
     for vname, v in config.variants.items():
         out.append(VariantEffective(
             id=f"{c}/{vname}/variant_effective", config=c, variant=vname,
-            expected_effective=v.expected_effective,
+            expected_effective=v.expected_effective, engine_facts=v.engine_facts,
             description="the engine's effective configuration matches what the variant asked for",
         ))
         for tname in config.tasks:
@@ -197,6 +210,11 @@ def plan_gates(config: ModelConfig) -> list[Gate]:
                 id=f"{c}/{vname}/{tname}/max_error_rate", **base, limit=g.max_error_rate,
                 description="share of failed requests (never scored as wrong answers)",
             ))
+            if g.max_truncation_rate is not None:
+                out.append(MaxTruncationRate(
+                    id=f"{c}/{vname}/{tname}/max_truncation_rate", **base, limit=g.max_truncation_rate,
+                    description="share of completions cut by max_tokens (finish_reason length)",
+                ))
             if v.speculative_config is not None:
                 out.append(DraftsObserved(
                     id=f"{c}/{vname}/{tname}/drafts_observed", **base,

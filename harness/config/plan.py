@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from harness.config.gates import Gate, plan_baseline_gates, plan_gates
 from harness.config.loader import ModelConfig, TaskSpec
@@ -56,12 +56,27 @@ class VariantPlan:
         return [a.replace(PORT_PLACEHOLDER, str(port)) for a in self.argv]
 
     def shell_line(self, port: int | None = None) -> str:
-        """The command and environment as one copy-pasteable shell line."""
-        import shlex
+        """The command and environment as one shell line that runs as pasted.
 
-        argv = self.command(port) if port is not None else list(self.argv)
-        envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
-        return (envs + " " if envs else "") + " ".join(shlex.quote(a) for a in argv)
+        Args:
+            port: fills the ``{port}`` placeholder; None keeps it (then the line
+                needs the placeholder replaced before it runs).
+
+        Returns:
+            ``K=V ... python -m ...``: assignments and arguments quoted with
+            :func:`shlex.quote` / :func:`shlex.join`.
+        """
+        return shell_line(self.argv, self.env, port)
+
+
+def shell_line(argv: Sequence[str], env: dict[str, str], port: int | None = None) -> str:
+    """``K=V ... argv...`` as one shell line that runs as pasted (every assignment and
+    argument quoted with :func:`shlex.quote`); ``port`` fills ``{port}`` when given."""
+    import shlex
+
+    args = [a.replace(PORT_PLACEHOLDER, str(port)) for a in argv] if port is not None else list(argv)
+    envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
+    return (envs + " " if envs else "") + shlex.join(args)
 
 
 @dataclass(frozen=True)
@@ -167,7 +182,7 @@ def server_argv(config: ModelConfig, model_ref: str, variant_name: str, python: 
         *split_args(v.server_args, f"{config.path}: variants.{variant_name}.server_args"),
     ]
     if v.speculative_config is not None:
-        argv += ["--speculative-config", json.dumps(v.speculative_config, separators=(",", ":"))]
+        argv += ["--speculative-config", json.dumps(v.speculative_config.as_dict(), separators=(",", ":"))]
     if v.async_scheduling is True:
         argv.append("--async-scheduling")
     elif v.async_scheduling is False:
@@ -199,7 +214,7 @@ def build_plan(configs: list[ModelConfig], python: str | None = None) -> Plan:
                     name=vname,
                     argv=tuple(server_argv(c, c.model, vname, python)),
                     env=env,
-                    speculative_config=v.speculative_config,
+                    speculative_config=v.speculative_config.as_dict() if v.speculative_config else None,
                     async_scheduling=v.async_scheduling,
                     fault=v.fault,
                     expected_effective=v.expected_effective,

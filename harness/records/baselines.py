@@ -218,7 +218,14 @@ def make_baseline(record: RunRecord, run_dir: str | Path, config: str) -> Baseli
 def write_baselines(record: RunRecord, run_dir: str | Path, baseline_dir: str | Path
                     ) -> list[tuple[str, Path | None, str]]:
     """Write ``<baseline_dir>/<config>.json`` for every config of the run whose gates
-    all passed (``passed`` True for each, none failed or not run).
+    passed.
+
+    A config is written when no gate failed, nothing errored (no config error, no
+    variant whose server failed) and at least one gate passed. Gates that were NOT
+    RUN because an optional task had no data or a variant was left out with
+    ``--variant`` do not stop it: the baseline holds what ran, and the message names
+    what was left out (those variants and tasks are then not in the file, so later
+    runs are not gated on them).
 
     Returns:
         One ``(config, path or None, message)`` per config of the record; path is None
@@ -232,10 +239,13 @@ def write_baselines(record: RunRecord, run_dir: str | Path, baseline_dir: str | 
     bdir = Path(baseline_dir)
     for crec in record.configs:
         name = crec.name
-        bad = [g.id for g in crec.gates if g.passed is not True]
-        if not crec.gates or bad or crec.error:
-            why = crec.error or (f"gates not passed: {', '.join(bad[:5])}" + (" ..." if len(bad) > 5 else "")
-                                 if bad else "no gate was judged")
+        bad = [g.id for g in crec.gates if g.passed is False]
+        not_run = [g for g in crec.gates if g.passed is None]
+        broken = [f"variant {v}: {x.error.splitlines()[0]}" for v, x in crec.variants.items() if x.error]
+        if not any(g.passed is True for g in crec.gates) or bad or crec.error or broken:
+            why = crec.error or (
+                f"gates not passed: {', '.join(bad[:5])}" + (" ..." if len(bad) > 5 else "") if bad
+                else "; ".join(broken) if broken else "no gate was judged")
             out.append((name, None, f"baseline of {name} not updated: {why}"))
             continue
         doc = make_baseline(record, run_dir, name)
@@ -244,7 +254,13 @@ def write_baselines(record: RunRecord, run_dir: str | Path, baseline_dir: str | 
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(doc.model_dump_json(indent=1, by_alias=True) + "\n", encoding="utf-8")
         tmp.replace(path)
-        out.append((name, path, f"baseline of {name} written to {path} from run {record.run_id}"))
+        msg = f"baseline of {name} written to {path} from run {record.run_id}"
+        if not_run:
+            left = sorted({"/".join(x for x in (g.variant, g.task) if x) for g in not_run})
+            reasons = sorted({g.detail.removeprefix("not run: ") for g in not_run})
+            msg += (f"; left out (NOT RUN, so not in the baseline and not gated against it later): "
+                    f"{', '.join(left)} ({'; '.join(reasons)})")
+        out.append((name, path, msg))
     return out
 
 

@@ -73,11 +73,16 @@ class ConfigRef(_Model):
 
 
 class DatasetRef(_Model):
-    """The data one task used: SHA-256 of the questions and few-shot items, source, count."""
+    """The data one task used: SHA-256 of the questions and few-shot items, source, count;
+    the stop strings sent with every request; and the overlaps of test questions with
+    the few-shot examples or the train split that ``--allow-contamination`` let run
+    (``{"fewshot": [[question id, index]], "train": [...]}``), None when there are none."""
 
     sha256: str
     source: str
     num_requests: int
+    stop: list[str] = []
+    contamination: dict[str, list[tuple[str, int]]] | None = None
 
 
 class LmEvalInfo(_Model):
@@ -109,6 +114,7 @@ class Provenance(_Model):
     git_revision: str | None = None
     configs: list[ConfigRef] = []
     datasets: dict[str, DatasetRef] = {}
+    allow_contamination: bool = False
     started_at: str
     ended_at: str | None = None
     lm_eval: LmEvalInfo | None = None
@@ -197,15 +203,35 @@ class MismatchRecord(_Model):
     candidate_tokens: int
 
 
+class PastStopRecord(_Model):
+    """A matched question whose token ids differ only past the stop (same text, one id
+    list a prefix of the other): the side with the extra ids and how many, and the ids
+    both share (see :class:`harness.analysis.scoring.PastStop`)."""
+
+    question_id: str
+    side: Literal["baseline", "candidate"]
+    extra_ids: int
+    common_ids: int
+
+
 class OutputMatchRecord(_Model):
-    """Greedy output match of two sample sets over the questions both answered:
-    ``output_match_rate = matched / compared`` (None when nothing was compared)."""
+    """Greedy output match of two sample sets over the questions both answered, up to
+    the stop: ``output_match_rate = matched / compared`` (None when nothing was
+    compared); ``past_stop`` lists the matches whose ids differ only past the stop."""
 
     compared: int
     matched: int
     output_match_rate: float | None = None
     mismatches: list[MismatchRecord] = []
     skipped: list[str] = []
+    past_stop: list[PastStopRecord] = []
+
+
+class TruncatedIds(_Model):
+    """Question ids cut by ``max_tokens`` on each side of a comparison."""
+
+    baseline: list[str] = []
+    candidate: list[str] = []
 
 
 class PairedRecord(_Model):
@@ -256,6 +282,7 @@ class ComparisonResult(OutputMatchRecord):
     pipeline: Pipeline
     paired: PairedRecord | None = None
     noise: NoiseRecord | None = None
+    truncated: TruncatedIds | None = None
 
 
 # --------------------------------------------------------------------------- tasks and variants
@@ -285,6 +312,11 @@ class TaskResult(_Model):
             with its 95% Wilson interval, counts, share of scored requests with no
             extractable answer.
         finish_reasons: count per finish reason (``stop``, ``length``, ...).
+        truncated, truncated_rate, truncated_ids: successful requests cut by
+            ``max_tokens`` (``finish_reason: length``): count, share of successful
+            requests (None when none succeeded), question ids.
+        stop_reasons: what ended each ``stop`` completion -> count (the stop string,
+            ``token <id>``, or ``eos``).
         spec_decode, spec_decode_counters: acceptance figures and raw counter
             differences (speculative variants), or None with ``spec_decode_error``.
         mean_acceptance_length_ci, acceptance_rate_ci, per_position_acceptance_ci:
@@ -305,6 +337,10 @@ class TaskResult(_Model):
     scored: dict[Pipeline, int]
     invalid_rate: dict[Pipeline, float | None]
     finish_reasons: dict[str, int] = {}
+    truncated: int = 0
+    truncated_rate: float | None = None
+    truncated_ids: list[str] = []
+    stop_reasons: dict[str, int] = {}
     spec_decode: SpecDecodeRecord | None = None
     spec_decode_counters: SpecDecodeCountersRecord | None = None
     spec_decode_error: str | None = None
@@ -330,6 +366,57 @@ class LmEvalTaskRecord(_Model):
     error: str | None = None
 
 
+class ServerRecord(_Model):
+    """What happened to a variant's server process (issue 10: start-up outcomes are distinct).
+
+    Attributes:
+        status: ``ready`` (answered ``/health``), ``exited_early`` (exited during
+            start-up), ``not_ready_timeout`` (no ``/health`` before
+            ``startup_max_wait_seconds``), ``launch_failed`` (the command could not be
+            executed), ``args_rejected`` (vLLM's parser rejected the arguments before
+            launch), ``died_mid_task``, ``interrupted`` (a signal stopped the run),
+            ``not_started`` (the run stopped before this variant), or None before start.
+        exit_code: the process's exit code (negative: killed by that signal), or None.
+        seconds: from launch to ready, or to the failure.
+        pid: the server's process id (also its process group id).
+    """
+
+    status: Literal["ready", "exited_early", "not_ready_timeout", "launch_failed", "args_rejected",
+                    "died_mid_task", "interrupted", "not_started"] | None = None
+    exit_code: int | None = None
+    seconds: float | None = None
+    pid: int | None = None
+
+
+class PreflightProblemRecord(_Model):
+    """A server command rejected before launch (:mod:`harness.engine.preflight`)."""
+
+    variant: str
+    config_path: str
+    python: str
+    kind: Literal["launch_failed", "args_rejected"]
+    message: str
+
+
+class PreflightRecord(_Model):
+    """The pre-launch check of every server command with the installed vLLM's parser:
+    how many commands, how long (seconds) and what it rejected."""
+
+    checked: int
+    seconds: float
+    problems: list[PreflightProblemRecord] = []
+
+
+class LeftoverServerRecord(_Model):
+    """A vLLM server an earlier evalrun run started and left running (found before this
+    run launched anything), with the shell command that ends it."""
+
+    pid: int
+    pid_file: str
+    command: str
+    kill_command: str
+
+
 class VariantResult(_Model):
     """One variant's server and tasks.
 
@@ -347,7 +434,8 @@ class VariantResult(_Model):
     effective: EffectivenessRecord | None = None
     engine_error: str | None = None
     startup_seconds: float | None = None
-    log: str
+    server: ServerRecord = ServerRecord()
+    log: str | None = None
     error: str | None = None
     tasks: dict[str, TaskResult] = {}
 
@@ -373,8 +461,8 @@ class GateResult(_Model):
     task: str | None = None
     baseline: str | None = None
     op: str
-    observed: float | None = None
-    limit: float | None = None
+    observed: int | float | None = None  # int for counts (drafts), so they print as integers
+    limit: int | float | None = None
     passed: bool | None = None
     detail: str
     questions: tuple[str, ...] = ()
@@ -406,6 +494,20 @@ class BaselineInfo(_Model):
     notes: list[str] = []
 
 
+class SubsetWarning(_Model):
+    """A task asking fewer questions than its threshold was presumably measured on (see
+    :func:`harness.report.dry_run.subset_warnings`): accuracy fractions, counts."""
+
+    task: str
+    questions: int
+    assumed_calibration_questions: int
+    accuracy_threshold: float
+    floor: float
+    margin: float
+    fair_floor: float
+    message: str
+
+
 class ConfigResult(_Model):
     """One config of the run: what was asked (name, file, model, form), the variants,
     comparisons and gate verdicts. ``pipeline`` is the config-level answer pipeline;
@@ -423,6 +525,8 @@ class ConfigResult(_Model):
     gates: list[GateResult] = []
     error: str | None = None
     baseline: BaselineInfo | None = None
+    tasks: dict[str, dict[str, Any]] = {}
+    subset_warnings: list[SubsetWarning] = []
 
     def comparison(self, baseline: str, candidate: str, task: str) -> ComparisonResult | None:
         """The comparison of ``baseline -> candidate`` on ``task``, or None."""
@@ -442,6 +546,9 @@ class RunRecord(_Model):
         exit_code: 0 passed, 1 a gate failed, 2 could not run.
         provenance: :class:`Provenance`.
         configs: one :class:`ConfigResult` per config, in list order.
+        preflight: the pre-launch argument check (None when it did not run).
+        leftover_servers: servers of earlier runs found still running before this run.
+        interrupted_by: the signal that stopped the run (``SIGINT``, ``SIGHUP``, ...).
     """
 
     schema_version: Literal[2] = SCHEMA_VERSION  # type: ignore[assignment]
@@ -451,6 +558,9 @@ class RunRecord(_Model):
     exit_code: int | None = None
     provenance: Provenance
     configs: list[ConfigResult] = []
+    preflight: PreflightRecord | None = None
+    leftover_servers: list[LeftoverServerRecord] = []
+    interrupted_by: str | None = None
     shard: "ShardInfo | None" = None
     merged_from: "list[MergedShard]" = []
 

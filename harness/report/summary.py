@@ -77,7 +77,9 @@ def score_rows(record: RunRecord) -> list[dict[str, Any]]:
     for c in record.configs:
         for vname, v in c.variants.items():
             if v.error and not v.tasks:
-                rows.append({"config": c.name, "variant": vname, "task": "-", "status": "NOT RUN: " + v.error.splitlines()[0][:100]})
+                st = v.server.status
+                rows.append({"config": c.name, "variant": vname, "task": "-",
+                             "status": "NOT RUN" + (f" (server {st})" if st else "") + ": " + v.error.splitlines()[0][:100]})
                 continue
             for tname, t in v.tasks.items():
                 sd = t.spec_decode
@@ -86,6 +88,8 @@ def score_rows(record: RunRecord) -> list[dict[str, Any]]:
                     "pipeline": task_pipeline(c, vname, tname),
                     "async": fmt(v.engine.async_scheduling if v.engine else None),
                     "n": str(t.num_requests), "errors": str(t.error_count),
+                    "truncated": "-" if t.truncated_rate is None else f"{t.truncated_rate:.3f} ({t.truncated})",
+                    "truncated_count": t.truncated or 0,
                     "speculative": sd is not None,
                     "acceptance_rate": (fmt(sd.acceptance_rate) if sd else "-") + _ci(t.acceptance_rate_ci),
                     "mean_acceptance_length": (fmt(sd.mean_acceptance_length) if sd else "-") + _ci(t.mean_acceptance_length_ci),
@@ -145,14 +149,21 @@ def comparison_rows(record: RunRecord) -> list[dict[str, Any]]:
     for c in record.configs:
         for comp in c.comparisons:
             p = comp.paired
+            cut = set(comp.truncated.baseline) | set(comp.truncated.candidate) if comp.truncated else set()
+
+            def mark(ids: list[str]) -> list[str]:
+                return [q + " (truncated)" if q in cut else q for q in ids]
+
             rows.append(
                 {
                     "config": c.name,
                     "pair": f"{comp.baseline} -> {comp.candidate}",
                     "task": comp.task,
-                    "lost_ids": list(p.a_only) if p else [],
-                    "gained_ids": list(p.b_only) if p else [],
-                    "output_match": f"{fmt(comp.output_match_rate)} ({comp.matched}/{comp.compared})" + _noise_text(comp),
+                    "lost_ids": mark(list(p.a_only)) if p else [],
+                    "gained_ids": mark(list(p.b_only)) if p else [],
+                    "output_match": f"{fmt(comp.output_match_rate)} ({comp.matched}/{comp.compared})"
+                    + (f"; {len(comp.past_stop)} only up to the stop" if comp.past_stop else "")
+                    + _noise_text(comp),
                     "diff": (fmt(p.diff) + _ci(p.diff_ci)) if p else "-",
                     "flipped": f"-{len(p.a_only)} / +{len(p.b_only)}" if p else "-",
                     "p": fmt(p.p_value, 4) if p else "-",
@@ -253,7 +264,8 @@ def render_terminal(record: RunRecord, console: Console | None = None) -> None:
                 for p in pipes:
                     v = r.get(p, "-")
                     cells.append(v.replace(" [", "\n[", 1) if p == r.get("pipeline") else v.split(" [")[0])
-                n = r["n"] + (f"\n{r['errors']} err" if r["errors"] not in ("0", "None") else "")
+                n = r["n"] + (f"\n{r['errors']} err" if r["errors"] not in ("0", "None") else "") \
+                    + (f"\n{r['truncated_count']} cut" if r.get("truncated_count") else "")
                 t.add_row(r["variant"], r["task"], n, *cells)
             console.print(t)
         spec = [r for r in crows if r.get("speculative")]
@@ -273,8 +285,11 @@ def render_terminal(record: RunRecord, console: Console | None = None) -> None:
             console.print(ct)
             for line in _flipped_lines(mine):
                 console.print(line, markup=False, soft_wrap=True)
-    for line in acceptance_ci_notes(record):
+    for line in acceptance_ci_notes(record) + run_warnings(record):
         console.print(line, markup=False, soft_wrap=True)
+    for line in server_lines(record):
+        if not line.endswith(": ready") and ": ready (" not in line:
+            console.print(f"server {line}", markup=False, soft_wrap=True, highlight=False)
     gates = record.gates()
     bad = [g for g in gates if g.passed is not True]
     bad.sort(key=lambda g: g.passed is None)  # FAIL before NOT RUN
@@ -294,6 +309,16 @@ def _limit(g: GateResult) -> str:
         return ""
     lim = int(g.limit) if float(g.limit).is_integer() and g.kind in ("drafts_observed",) else g.limit
     return f"{g.op} {fmt(lim, 4)}"
+
+
+def run_warnings(record: RunRecord) -> list[str]:
+    """Warnings a reader must see next to the scores: tasks smaller than their
+    threshold's calibration set (``subset_warnings``), contaminated data run anyway."""
+    out = [f"warning: {c.name}: {w.message}" for c in record.configs for w in c.subset_warnings]
+    for tid, d in record.provenance.datasets.items():
+        if d.contamination:
+            out.append(f"warning: {tid}: contaminated data run with --allow-contamination: {d.contamination}")
+    return out
 
 
 def _flipped_lines(crow: list[dict[str, Any]], limit: int = 50) -> list[str]:
@@ -319,6 +344,30 @@ def _md_table(headers: list[str], rows: list[list[str]]) -> str:
     out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     out += ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows]
     return "\n".join(out)
+
+
+def server_lines(record: RunRecord) -> list[str]:
+    """What happened to each variant's server (``VariantResult.server``, issue 10): one
+    line per variant, ``config/variant: status (exit code N, after S s)``, plus the
+    pre-launch check's problems, servers earlier runs left running, and the signal that
+    interrupted the run."""
+    out = []
+    for pb in record.preflight.problems if record.preflight else []:
+        out.append(f"{pb.variant}: {pb.kind} before launch ({pb.config_path}): {pb.message}")
+    for c in record.configs:
+        for vname, v in c.variants.items():
+            srv = v.server
+            if srv.status is None:
+                continue
+            extra = ", ".join(x for x in (
+                f"exit code {srv.exit_code}" if srv.exit_code is not None else "",
+                f"after {srv.seconds}s" if srv.seconds is not None else "") if x)
+            out.append(f"{c.name}/{vname}: {srv.status}" + (f" ({extra})" if extra else ""))
+    for lo in record.leftover_servers:
+        out.append(f"left by an earlier run and still running: pid {lo.pid}; end it with `{lo.kill_command}`")
+    if record.interrupted_by:
+        out.append(f"run interrupted by {record.interrupted_by}; every server was stopped before the record was written")
+    return out
 
 
 def _md_code(text: str) -> str:
@@ -394,10 +443,11 @@ def render_markdown(record: RunRecord, run_dir: str | Path | None = None) -> str
     srows = []
     for r in score_rows(record):
         if r["status"] != "ran":
-            srows.append([r["config"], r["variant"], r["task"], r["status"], ""] + [""] * len(pipes))
+            srows.append([r["config"], r["variant"], r["task"], r["status"], "", ""] + [""] * len(pipes))
         else:
-            srows.append([r["config"], r["variant"], r["task"], r["n"], r["errors"]] + [r.get(p, "-") for p in pipes])
-    lines.append(_md_table(["config", "variant", "task", "n", "errors"] + [f"{PIPELINE_TITLES.get(p, p)} [95% CI]" for p in pipes], srows))
+            srows.append([r["config"], r["variant"], r["task"], r["n"], r["errors"], r["truncated"]] + [r.get(p, "-") for p in pipes])
+    lines.append(_md_table(["config", "variant", "task", "n", "errors", "truncated (max_tokens)"]
+                           + [f"{PIPELINE_TITLES.get(p, p)} [95% CI]" for p in pipes], srows))
     spec = [r for r in score_rows(record) if r.get("speculative")]
     if spec:
         lines += ["", "## Speculative decoding", ""]
@@ -406,6 +456,18 @@ def render_markdown(record: RunRecord, run_dir: str | Path | None = None) -> str
     notes = acceptance_ci_notes(record)
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
+    warns = run_warnings(record)
+    if warns:
+        lines += ["", "## Warnings", ""] + [f"- {w}" for w in warns]
+    servers = server_lines(record)
+    if servers:
+        lines += ["", "## Servers", ""] + [f"- {x}" for x in servers]
+    warns = run_warnings(record)
+    if warns:
+        lines += ["", "## Warnings", ""] + [f"- {w}" for w in warns]
+    servers = server_lines(record)
+    if servers:
+        lines += ["", "## Servers", ""] + [f"- {x}" for x in servers]
     for c in record.configs:
         b = c.baseline
         if b and b.found:

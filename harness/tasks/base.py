@@ -20,6 +20,9 @@ class PreparedTask:
         lm_eval: for ``kind: lm_eval`` the resolved lm-eval task
             (:class:`harness.tasks.lm_eval_task.LmEvalTask`); lm-eval itself builds and
             sends the requests, so ``requests`` is empty. None otherwise.
+        contamination: overlaps of test questions with the few-shot examples or the
+            train split that the user allowed (``--allow-contamination``), as
+            :meth:`harness.tasks.contamination.Overlaps.to_json`; None when none.
     """
 
     requests: tuple[Request, ...]
@@ -27,3 +30,4 @@ class PreparedTask:
     dataset_hash: str
     source: str
     lm_eval: Any = None
+    contamination: dict | None = None
