@@ -2,7 +2,7 @@
 
 The local task asks the same synthetic arithmetic questions as evalrun's ``synthetic``
 task, with the same prompt format (first-n few-shot examples, ``Question: ...\\nAnswer:``)
-and stop strings. So, on the same greedy server, lm-eval's prompts and completions must
+and stop strings (:data:`harness.tasks.gsm8k.STOP_SEQUENCES`). So, on the same greedy server, lm-eval's prompts and completions must
 equal evalrun's own, question by question: a check that does not go through the code
 under test. lm-eval's own aggregated ``exact_match,flexible-extract`` must equal the
 accuracy evalrun records from the mapped samples.
@@ -43,7 +43,7 @@ doc_to_target: "{{{{answer}}}}"
 target_delimiter: " "
 fewshot_delimiter: "\\n\\n"
 generation_kwargs:
-  until: ["Question", "Assistant:", "<|separator|>"]
+  until: {until}
   do_sample: false
   temperature: 0.0
 metric_list:
@@ -106,7 +106,10 @@ def lm_run(tmp_path_factory):
     for split, items in (("test", sp.test), ("fewshot", sp.fewshot)):
         (tasks / f"{split}.jsonl").write_text(
             "".join(json.dumps({"question": x.question, "answer": x.answer}) + "\n" for x in items))
-    (tasks / "evalrun_arith.yaml").write_text(TASK_YAML.format(test=tasks / "test.jsonl", fewshot=tasks / "fewshot.jsonl"))
+    from harness.tasks.gsm8k import STOP_SEQUENCES  # the same stop strings as evalrun's own task
+
+    (tasks / "evalrun_arith.yaml").write_text(TASK_YAML.format(
+        test=tasks / "test.jsonl", fewshot=tasks / "fewshot.jsonl", until=json.dumps(list(STOP_SEQUENCES))))
     (root / "lmeval-cpu.yaml").write_text(CONFIG)
     out = root / "results"
     cmd = [sys.executable, "-m", "harness.cli", "--config", str(root / "lmeval-cpu.yaml"),
