@@ -2,9 +2,9 @@
 
 The local task asks the same synthetic arithmetic questions as evalrun's ``synthetic``
 task, with the same prompt format (first-n few-shot examples, ``Question: ...\\nAnswer:``)
-and stop strings (:data:`harness.tasks.gsm8k.STOP_SEQUENCES`). So, on the same greedy server, lm-eval's prompts and completions must
-equal evalrun's own, question by question: a check that does not go through the code
-under test. lm-eval's own aggregated ``exact_match,flexible-extract`` must equal the
+and stop strings (:data:`harness.tasks.gsm8k.STOP_SEQUENCES`). So, on the same greedy
+server, lm-eval's prompts and completions must equal evalrun's own, question by question:
+a check that does not go through the code under test. lm-eval's own aggregated ``exact_match,flexible-extract`` must equal the
 accuracy evalrun records from the mapped samples.
 """
 
