@@ -667,7 +667,8 @@ def terminate_as_interrupt() -> None:
     Any further signal never interrupts that teardown: it speeds it up, sending SIGKILL
     to every live group (:func:`harness.engine.server.hurry`).
     Without this, SIGHUP (terminal closed) would end evalrun and leave the vLLM server
-    running with parent 1.
+    running with parent 1. A signal that is ignored when evalrun starts (``nohup``)
+    stays ignored.
     """
     import signal
 
@@ -687,7 +688,9 @@ def terminate_as_interrupt() -> None:
 
     for name in STOP_SIGNALS:
         sig = getattr(signal, name, None)
-        if sig is not None:
+        # a signal the caller ignores stays ignored (``nohup evalrun ...`` survives a
+        # closed terminal; a background job of a non-interactive shell ignores SIGINT)
+        if sig is not None and signal.getsignal(sig) is not signal.SIG_IGN:
             signal.signal(sig, handler)
 
 
