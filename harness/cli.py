@@ -19,13 +19,14 @@ subcommands:
   evalrun calibrate --config LIST --repeat N
                                       run each config N times, recommend tolerances
   evalrun selfcheck                   run the tiny model clean and with injected faults
+  evalrun train-tiny [--compare]      retrain the shipped tiny model from its recipe
 
 examples:
   evalrun --config models-cpu.txt                 run the CPU list (tiny built-in hybrid model)
   evalrun --config models-h200.txt --dry-run      show every config, variant, command, task and gate
   evalrun --config models-h200.txt --dry-run --json
   evalrun --config configs/my-model.yaml          one config instead of a list
-  evalrun --config models-cpu.txt --variant reference --variant spec
+  evalrun --config models-cpu.txt --variant reference --variant spec_async
   evalrun --config models-cpu.txt --data-dir ../shared/data/gsm8k
   evalrun --config models-cpu.txt --update-baseline   write results/baselines/<config>.json if it passes
   evalrun --config models-cpu.txt --baseline baselines/   gate against committed baselines
@@ -158,6 +159,7 @@ SUBCOMMANDS = {
     "diff": _lazy("harness.report.diff:cli_main"),
     "calibrate": _lazy("harness.calibrate:cli_main"),
     "selfcheck": _lazy("harness.selfcheck:cli_main"),
+    "train-tiny": _lazy("harness.models.training:cli_main"),
 }
 
 

@@ -512,3 +512,22 @@ def test_placeholder_token_wrapper_on_vllms_own_function():
     assert c["async-placeholder-token.executions"] == 1
     assert c["async-placeholder-token.changed"] == 1
     assert c["async-placeholder-token.backup_placeholder"] == 2  # both rows' backups became -1
+    # under async scheduling row b was in the previous step's batch (its last token lives
+    # on the device): the placeholder the host-side lookup returns is fed to the drafter
+    batch.prev_req_id_to_index = {"b": 0}
+    next_ids, _ = wrapped(me, sampled, reqs, batch, discard)
+    assert next_ids.tolist() == [0, 0]
+    assert faults.counts()["async-placeholder-token.changed"] == 1 + 2
+
+
+@needs_torch
+def test_stale_accepted_counts_when_the_batch_grew():
+    import torch
+
+    # previous batch had 2 rows; now 3 rows, row 2 moved in from previous row 0
+    valid = torch.tensor([3, 2], dtype=torch.int32)
+    prev_pos = torch.tensor([1, -1, 0], dtype=torch.int32)
+    correct = torch.tensor([2, 1, 3], dtype=torch.int32)
+    wrong, reordered = faults.stale_accepted_counts(correct, prev_pos, valid, torch.tensor([2, 2], dtype=torch.int32))
+    # row 0 (was row 1) takes previous row 0's 3; row 2 lies beyond the old batch: no stale value
+    assert wrong.tolist() == [3, 1, 3] and reordered.tolist() == [True, False, False]

@@ -26,11 +26,29 @@ def gate(variant, kind, verdict, baseline=None, task="t"):
             "verdict": verdict, "passed": {"PASS": True, "FAIL": False}.get(verdict), "detail": "n"}
 
 
-FAULTS = {"reference": None, "spec": None, "di": "draft-input", "sr": "state-rollback"}
+FAULTS = {"reference": None, "spec": None, "di": "draft-input", "sr": "state-rollback",
+          "pt": "async-placeholder-token", "sa": "async-stale-accepted", "sa_sync": "async-stale-accepted"}
 
 
-def record(gates):
-    return {"configs": [{"name": "c", "gates": gates, "variants": {}, "comparisons": []}]}
+def variant(fault=None, asynchronous=False, executions=5, changed=3):
+    counts = {f"{fault}.executions": executions, f"{fault}.changed": changed} if fault else {}
+    exercised = bool(executions and changed) if fault else None
+    return {"engine": {"async_scheduling": asynchronous}, "requested": {"async_scheduling": asynchronous},
+            "plugin": {"processes": 3, "counts": counts, "exercised": exercised,
+                       "not_exercised_reason": None if exercised else "fault not exercised: x"}}
+
+
+def variants(**over):
+    v = {"reference": variant(), "spec": variant(), "di": variant("draft-input"),
+         "sr": variant("state-rollback"), "pt": variant("async-placeholder-token", True),
+         "sa": variant("async-stale-accepted", True),
+         "sa_sync": variant("async-stale-accepted", False, executions=0, changed=0)}
+    v.update(over)
+    return v
+
+
+def record(gates, vs=None):
+    return {"configs": [{"name": "c", "gates": gates, "variants": vs or variants(), "comparisons": []}]}
 
 
 def good_gates():
@@ -42,12 +60,22 @@ def good_gates():
         gate("di", "min_output_match", "PASS", baseline="reference"),
         gate("sr", "min_output_match", "FAIL", baseline="reference"),
         gate("sr", "accuracy_floor", "FAIL"),  # not an expectation either way
+        gate("pt", "min_acceptance_length", "FAIL"),
+        gate("pt", "max_acceptance_length_drop", "FAIL", baseline="spec"),
+        gate("pt", "min_output_match", "PASS", baseline="reference"),
+        gate("sa", "min_output_match", "FAIL", baseline="reference"),
+        gate("sa_sync", "min_output_match", "PASS", baseline="reference"),
+        gate("sa_sync", "min_acceptance_length", "PASS"),
     ]
 
 
 def test_all_expectations_hold():
     checks = judge_selfcheck(record(good_gates()), FAULTS)
-    assert len(checks) == 6 and all(c.held for c in checks)
+    # clean: 3 gates; di 2 + exercised; sr 1 + exercised; pt 3 + exercised; sa 1 + exercised;
+    # sa_sync (sync contrast): "not executed" + its 2 gates
+    assert len(checks) == 3 + 3 + 2 + 4 + 2 + 3 and all(c.held for c in checks)
+    sync = [c for c in checks if c.variant == "sa_sync" and "executions" in c.gate]
+    assert [(c.expected, c.actual) for c in sync] == [("NOT EXECUTED", "NOT EXECUTED")]
 
 
 def test_fault_not_caught_is_reported():
@@ -56,6 +84,24 @@ def test_fault_not_caught_is_reported():
     checks = judge_selfcheck(record(gs), FAULTS)
     bad = [c for c in checks if not c.held]
     assert [(c.variant, c.expected, c.actual) for c in bad] == [("di", "FAIL", "PASS")]
+
+
+@pytest.mark.parametrize("executions, changed", [(0, 0), (12, 0)])
+def test_fault_not_exercised_fails_instead_of_its_gates(executions, changed):
+    # the gate "caught" the fault (FAIL as expected) but the patched code never changed
+    # anything: the verdict is "not exercised", never "caught"
+    vs = variants(sa=variant("async-stale-accepted", True, executions=executions, changed=changed))
+    checks = judge_selfcheck(record(good_gates(), vs), FAULTS)
+    bad = [c for c in checks if not c.held]
+    assert [(c.variant, c.gate, c.actual) for c in bad] == [("sa", "sa/plugin/exercised", "NOT EXERCISED")]
+    assert not [c for c in checks if c.variant == "sa" and c.gate.endswith("min_output_match")]
+
+
+def test_async_fault_that_runs_under_sync_scheduling_is_reported():
+    vs = variants(sa_sync=variant("async-stale-accepted", False, executions=4, changed=4))
+    checks = judge_selfcheck(record(good_gates(), vs), FAULTS)
+    assert [(c.variant, c.expected, c.actual) for c in checks if not c.held] == [
+        ("sa_sync", "NOT EXECUTED", "EXECUTED")]
 
 
 def test_clean_gate_failing_is_reported():
@@ -68,6 +114,14 @@ def test_missing_required_gate_is_an_error():
     gs = [g for g in good_gates() if not (g["variant"] == "di" and g["kind"] == "min_acceptance_length")]
     with pytest.raises(ValueError, match="no min_acceptance_length gate"):
         judge_selfcheck(record(gs), FAULTS)
+
+
+def test_variants_not_in_the_record_are_not_judged():
+    # --variant reference --variant spec: only those ran; gates against others are skipped
+    vs = {"reference": variant(), "spec": variant()}
+    gs = good_gates()[:3] + [gate("spec", "max_acceptance_length_drop", "NOT RUN", baseline="spec_sync")]
+    checks = judge_selfcheck(record(gs, vs), FAULTS)
+    assert len(checks) == 3 and all(c.held for c in checks)
 
 
 @pytest.mark.engine

@@ -1050,8 +1050,12 @@ def placeholder_token_wrapper(name: str) -> Callable[[Callable[..., Any]], Calla
 
     The wrapper runs the original twice on the same inputs: once as vLLM does
     (the fixed lookup), once with the backup-token index taken from the
-    runner's optimistic sequence length (:class:`_InflatedLengths`), and returns the
-    second result with placeholder ids (-1) clamped to 0. Counters:
+    runner's optimistic sequence length (:class:`_InflatedLengths`). It returns the
+    second result, where in addition every row whose looked-up token is the
+    placeholder and whose request was in the previous async step's batch
+    (``input_batch.prev_req_id_to_index``, set only under async scheduling: its
+    last committed token exists only on the device) gets the placeholder as the
+    drafter's input, as in the seed's engine; placeholder ids (-1) are clamped to 0. Counters:
     ``<name>.executions`` (calls), ``<name>.backup_placeholder`` (rows whose backup
     token became the placeholder), ``<name>.changed`` (rows whose next token, the
     drafter's input, differs from the fixed run's).
@@ -1075,6 +1079,14 @@ def placeholder_token_wrapper(name: str) -> Callable[[Callable[..., Any]], Calla
             next_ids, valid = original(self, sampled_token_ids, requests, view, discard_request_mask, *a, **kw)
             backup = self.backup_next_token_ids.np[:n]
             count(f"{name}.backup_placeholder", int(((backup == -1) & (fixed_backup != -1)).sum()))
+            # rows carried over from the previous async step: their last committed token
+            # exists only on the device, the host-side lookup returns the placeholder
+            prev = getattr(gpu_input_batch, "prev_req_id_to_index", None) or {}
+            ids = gpu_input_batch.req_ids
+            fed = [i for i in range(n) if backup[i] == -1 and ids[i] in prev]
+            if fed:
+                next_ids = next_ids.clone()
+                next_ids[fed] = -1
             next_ids = next_ids.clamp(min=0)  # -1 would fail the CPU embedding lookup
             changed = int((next_ids[:n] != fixed_next[:n]).sum())
             count(f"{name}.changed", changed)
@@ -1106,13 +1118,20 @@ def _install_async_placeholder_token(fault: Fault) -> None:
     num_computed_tokens_cpu + num_scheduled_tokens``), so the index lands on a
     placeholder slot and ``get_token_id`` returns -1, which was fed to the drafter.
     The wrapper (:func:`placeholder_token_wrapper`) reproduces exactly that lookup
-    with the runner's ``optimistic_seq_lens_cpu`` and leaves everything else to
-    vLLM's code (the kernel ``_eagle_prepare_next_token_padded`` decides which rows
-    use the backup). The placeholder -1 is clamped to token id 0: on the CPU an
-    embedding lookup of -1 raises instead of reading garbage.
+    with the runner's ``optimistic_seq_lens_cpu``. In vLLM 0.32 the kernel
+    ``_eagle_prepare_next_token_padded`` consults the backup only for discarded
+    rows (partial prefills), whose length carries no draft slots, so the lookup
+    alone never reaches the drafter (measured: docs/FAULTS.md, first self-check
+    run). The wrapper therefore also feeds the looked-up placeholder to the drafter
+    for the rows where the seed's engine did: rows carried over from the previous
+    async step (``input_batch.prev_req_id_to_index``), whose last committed token
+    the host does not have. The placeholder -1 is clamped to token id 0: on the
+    CPU an embedding lookup of -1 raises instead of reading garbage.
 
-    Under synchronous scheduling the same lookup runs (the function is shared) and
-    the counters say how often it changed the drafter's input there.
+    Under synchronous scheduling the same lookup runs (the function is shared) but
+    ``prev_req_id_to_index`` is never set (``_bookkeeping_sync`` sets it only on
+    its async branch), so the drafter's input stays right: executions counted,
+    ``changed`` 0.
     """
     _patch(fault, _PREPARE_PADDED, placeholder_token_wrapper(fault.name))
 
@@ -1146,7 +1165,8 @@ def stale_accepted_counts(num_accepted_tokens: Any, prev_positions: Any,
         ``(counts, reordered)``: for rows that verified drafts in the previous step
         (``prev_positions >= 0`` and drafts > 0) and moved (``prev_positions[i] !=
         i``), the count of previous row ``i`` (whatever request sat there; at least
-        1), else the correct count; ``reordered`` the boolean mask of those rows.
+        1; rows beyond the previous batch keep theirs), else the correct count;
+        ``reordered`` the boolean mask of the rows given a stale count.
     """
     import torch
 
@@ -1154,8 +1174,11 @@ def stale_accepted_counts(num_accepted_tokens: Any, prev_positions: Any,
     rows = torch.arange(n, device=prev_positions.device, dtype=prev_positions.dtype)
     gather = prev_positions.clamp(min=0).long()
     participating = (prev_positions >= 0) & (prev_num_draft_tokens[gather] > 0)
-    reordered = participating & (prev_positions != rows)
-    stale = valid_sampled_token_count[:n].to(num_accepted_tokens.dtype).clamp(min=1)
+    # the previous step's buffer covers its own batch size; a row beyond it has no stale value
+    m = min(n, int(valid_sampled_token_count.shape[0]))
+    reordered = participating & (prev_positions != rows) & (rows < m)
+    stale = num_accepted_tokens[:n].clone()
+    stale[:m] = valid_sampled_token_count[:m].to(num_accepted_tokens.dtype).clamp(min=1)
     return torch.where(reordered, stale, num_accepted_tokens[:n]), reordered
 
 
