@@ -149,6 +149,12 @@ def _counters(fault: str | None, counts: dict[str, int]) -> str:
     return ", ".join(f"{k.split('.', 1)[1]} {counts[k]}" for k in keys) or "none (never executed)"
 
 
+def _short(gate_id: str, variant: str) -> str:
+    """``config/variant/task/kind`` -> ``task/kind``; comparison gates keep ``a->b/``."""
+    rest = gate_id.split("/", 1)[1]
+    return rest[len(variant) + 1:] if rest.startswith(variant + "/") else rest
+
+
 def selfcheck_table(rec: dict[str, Any], checks: list[dict[str, Any]], task: str = "arith") -> str:
     """Markdown: per self-check variant its figures, the plugin's counters and verdicts.
 
@@ -164,8 +170,8 @@ def selfcheck_table(rec: dict[str, Any], checks: list[dict[str, Any]], task: str
     gates = rec["configs"][0]["gates"]
     for r in variant_rows(rec, task):
         mine = [c for c in checks if c["variant"] == r["variant"]]
-        failing = sorted({g["id"].split("/", 1)[1].replace(f"{r['variant']}/", "") for g in gates
-                          if g.get("passed") is False and (g.get("variant") == r["variant"])})
+        failing = sorted({_short(g["id"], r["variant"]) for g in gates
+                          if g.get("passed") is False and g.get("variant") == r["variant"]})
         lines.append(
             f"| {r['variant']} | {r['fault'] or 'clean'} | {r['async']} | {_f(r['flexible'])} | {_f(r['mal'])} | "
             f"{', '.join(_f(p, 2) for p in r['per_pos']) or '-'} | {_om(r['om_ref'])} | "
@@ -185,7 +191,7 @@ def repeat_table(recs: list[dict[str, Any]], variant: str = "spec_async") -> str
              "| --- | --- | --- | --- | --- | --- |"]
     all_ok = 0
     for rec in recs:
-        gates = [g for g in rec["configs"][0]["gates"] if g.get("variant") == variant and not g.get("baseline", "").startswith("spec_async_")]
+        gates = [g for g in rec["configs"][0]["gates"] if g.get("variant") == variant and not (g.get("baseline") or "").startswith("spec_async_")]
         ok = bool(gates) and all(g.get("passed") is True for g in gates)
         all_ok += ok
         r = next(x for x in variant_rows(rec) if x["variant"] == variant)
