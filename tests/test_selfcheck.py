@@ -139,21 +139,38 @@ def test_selfcheck_on_real_engine(tmp_path):
     rec = json.loads((run_dir / "run.json").read_text())
     c = rec["configs"][0]
     v = c["variants"]
-    # every faulty server really ran the fault (the plugin logs it)
-    for name, fault in (("spec_draft_input", "draft-input"), ("spec_state_rollback", "state-rollback")):
+    # every faulty server really ran its fault (the plugin logs it) and names the runner it patched
+    for name in v:
+        fault = v[name]["fault"]
         log = (run_dir / v[name]["log"]).read_text()
-        assert f"evalrun fault {fault} active" in log
-        assert "evalrun fault" not in (run_dir / v["spec"]["log"]).read_text()
+        if fault:
+            assert f"evalrun fault {fault} active" in log
+            assert "model runner in process" in log and "CPUModelRunner" in log
+        else:
+            assert "evalrun fault" not in log
     t = {name: v[name]["tasks"]["arith"] for name in v}
     mal = {name: (t[name]["spec_decode"] or {}).get("mean_acceptance_length") for name in t}
     om = {x["candidate"]: x for x in c["comparisons"] if x["baseline"] == "reference" and x["task"] == "arith"}
-    # clean: the trained drafter gets most drafts accepted and outputs match reference
-    assert mal["spec"] >= 2.0 and om["spec"]["output_match_rate"] >= 0.95
-    # draft-input: acceptance clearly down (by at least a third of the clean gain), outputs unchanged
-    assert mal["spec_draft_input"] <= mal["spec"] - (mal["spec"] - 1) / 3
-    assert om["spec_draft_input"]["output_match_rate"] >= 0.95
-    # state-rollback: outputs diverge from reference and accuracy falls
-    assert om["spec_state_rollback"]["output_match_rate"] <= 0.5
     acc = {name: t[name]["accuracy"]["flexible-extract"] for name in t}
+    cnt = {name: v[name]["plugin"]["counts"] for name in v}
+    # clean: the trained drafter gets most drafts accepted and outputs match reference, sync and async alike
+    for clean in ("spec_sync", "spec_async"):
+        assert mal[clean] >= 2.0 and om[clean]["output_match_rate"] >= 0.95
+        assert acc[clean] == pytest.approx(acc["reference"], abs=0.05)
+    assert v["spec_async"]["engine"]["async_scheduling"] is True
+    # the seed's bug 1 in the async path: acceptance clearly down, outputs unchanged
+    assert mal["spec_async_placeholder_token"] <= mal["spec_async"] - (mal["spec_async"] - 1) / 3
+    assert om["spec_async_placeholder_token"]["output_match_rate"] >= 0.95
+    assert cnt["spec_async_placeholder_token"]["async-placeholder-token.changed"] > 0
+    # ... and the same patch under synchronous scheduling runs but changes nothing
+    assert cnt["spec_sync_placeholder_token"]["async-placeholder-token.executions"] > 0
+    assert cnt["spec_sync_placeholder_token"].get("async-placeholder-token.changed", 0) == 0
+    # the seed's bug 2 in the async path: outputs diverge; under sync the code never runs
+    assert cnt["spec_async_stale_accepted"]["async-stale-accepted.changed"] > 0
+    assert om["spec_async_stale_accepted"]["output_match_rate"] < 0.95
+    assert cnt["spec_sync_stale_accepted"].get("async-stale-accepted.executions", 0) == 0
+    # the bug classes in the synchronous path
+    assert mal["spec_draft_input"] <= mal["spec_sync"] - (mal["spec_sync"] - 1) / 3
+    assert om["spec_draft_input"]["output_match_rate"] >= 0.95
+    assert om["spec_state_rollback"]["output_match_rate"] <= 0.5
     assert acc["spec_state_rollback"] <= acc["reference"] - 0.3
-    assert acc["spec"] == pytest.approx(acc["reference"], abs=0.05)

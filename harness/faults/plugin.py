@@ -49,14 +49,34 @@ Faults (:data:`FAULTS`; see each ``_install_*`` docstring for the exact logic):
     that verified draft tokens. Mirrors design notes (../shared/docs/DESIGN.md) bug 2 (stale accepted counts, state
     rolled back by the wrong amount). Greedy outputs diverge from the reference,
     accuracy down.
+``async-placeholder-token``
+    The seed's bug 1 in vLLM's own async path: the drafter's backup token is looked
+    up at the optimistic (placeholder-inflated) sequence length
+    (``SpecDecodeBaseProposer.prepare_next_token_ids_padded`` before vLLM pull
+    request 38419), and the placeholder reaches the drafter.
+``async-stale-accepted``
+    The seed's bug 2 in vLLM's own async path: the accepted counts used for the
+    recurrent-state update are taken by row index instead of following the batch
+    reorder (``update_num_computed_tokens_for_batch_change``).
 ``noop``
     Patches nothing; only logs the ``active`` line. Tests the plumbing (entry point,
     environment propagation to every process, log capture).
 
-Public API: :data:`FAULT_ENV`, :data:`DEBUG_ENV`, :data:`FAULTS`, :class:`Fault`,
-:class:`PatchTarget`, :class:`FaultConfigError`, :func:`known_faults`,
-:func:`requested_fault`, :func:`register`, :func:`check_patch_targets`,
-:func:`applied_patches`, :func:`unpatch_all`.
+Beyond faults (same entry point, each behind its own evalrun variable):
+``EVALRUN_CPU_ASYNC_SCHEDULING=1`` (:data:`CPU_ASYNC_ENV`) keeps a requested async
+scheduling on the CPU platform (:func:`_install_cpu_async`);
+``EVALRUN_PLUGIN_REPORT_DIR`` (:data:`REPORT_ENV`) makes every process write its
+counters (fault executions and changes, batch condense / reorder events, the model
+runner in use) to ``plugin-<pid>.json`` there (:func:`flush_report`,
+:func:`read_reports`, :func:`exercised`). A fault refuses to run on a model runner
+its patches do not reach (:func:`check_model_runner`).
+
+Public API: :data:`FAULT_ENV`, :data:`DEBUG_ENV`, :data:`CPU_ASYNC_ENV`,
+:data:`REPORT_ENV`, :data:`FAULTS`, :class:`Fault`, :class:`PatchTarget`,
+:class:`FaultConfigError`, :func:`known_faults`, :func:`requested_fault`,
+:func:`register`, :func:`check_patch_targets`, :func:`applied_patches`,
+:func:`unpatch_all`, :func:`count`, :func:`counts`, :func:`flush_report`,
+:func:`read_reports`, :func:`exercised`, :func:`check_model_runner`.
 """
 
 from __future__ import annotations
@@ -338,6 +358,8 @@ _FLUSH_INTERVAL_S = 0.5
 def count(key: str, n: int = 1) -> None:
     """Add ``n`` to counter ``key`` of this process (written to the report file)."""
     if n:
+        if _STATE.get("flusher") not in (None, os.getpid()):
+            _start_flusher()  # a forked child: its own file, its own flusher thread
         _COUNTS[key] += int(n)
         _STATE["dirty"] = True
 
@@ -385,6 +407,8 @@ def flush_report() -> str | None:
 def _start_flusher() -> None:
     if _report_path() is None or _STATE.get("flusher") == os.getpid():
         return
+    if _STATE.get("flusher") is not None:  # forked from a reporting parent: start afresh
+        _COUNTS.clear()
     _STATE["flusher"] = os.getpid()
     flush_report()
 
@@ -1358,9 +1382,12 @@ def check_patch_targets(name: str | None = None) -> list[str]:
 
 
 def register() -> None:
-    """vLLM ``general_plugins`` entry point: apply the fault named by ``EVALRUN_FAULT``.
+    """vLLM ``general_plugins`` entry point: apply the fault named by ``EVALRUN_FAULT``,
+    keep async scheduling on the CPU (``EVALRUN_CPU_ASYNC_SCHEDULING=1``), and count
+    and report (``EVALRUN_PLUGIN_REPORT_DIR``).
 
-    Inert when the variable is unset or empty. Idempotent within a process.
+    Inert (patches and imports nothing) when none of the three variables is set.
+    Idempotent within a process.
 
     Raises:
         FaultConfigError: unknown fault name, or a patch target is missing in the
