@@ -33,8 +33,11 @@ EXPECTATIONS: dict[str, dict[str, tuple[str, ...]]] = {
     "draft-input": {"must_fail": ("min_acceptance_length",), "must_pass": ("min_output_match",)},
     "draft-input-placeholder": {"must_fail": ("min_acceptance_length",), "must_pass": ("min_output_match",)},
     "state-rollback": {"must_fail": ("min_output_match",), "must_pass": ()},
-    "async-placeholder-token": {"must_fail": ("min_acceptance_length", "max_acceptance_length_drop"),
-                                "must_pass": ("min_output_match",)},
+    # in the async path the same next token is also the target's next input
+    # (GPUModelRunner._copy_valid_sampled_token_count -> input_batch.prev_sampled_token_ids),
+    # so outputs diverge too (the seed: GSM8K 0.93 -> 0.74)
+    "async-placeholder-token": {"must_fail": ("min_acceptance_length", "max_acceptance_length_drop",
+                                              "min_output_match"), "must_pass": ()},
     "async-stale-accepted": {"must_fail": ("min_output_match",), "must_pass": ()},
     "noop": {"must_fail": (), "must_pass": ("min_output_match", "min_acceptance_length")},
 }
