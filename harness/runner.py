@@ -18,23 +18,52 @@ from typing import Any, Sequence
 
 from harness.engine.info import EngineInfoError, check_effective
 from harness.faults.plugin import REPORT_ENV, exercised, read_reports
-from harness.analysis.gates import Measurements, evaluate_gates, output_noise_rerun, output_noise_stored
-from harness.config.plan import ConfigPlan, Plan, VariantPlan
+from harness.analysis.gates import (
+    Measurements, baseline_notes, evaluate_gates, judged_baseline_gates, output_noise_rerun, output_noise_stored,
+)
+from harness.config.plan import PORT_PLACEHOLDER, ConfigPlan, Plan, VariantPlan, shell_line
 from harness.report.progress import Progress
 from harness.report.summary import render_markdown
-from harness.records.run_record import new_run_id, provenance, utc_now, write_run
+from harness.records.run_record import (
+    BaselineInfo, ComparisonResult, ConfigRef, ConfigResult, DatasetRef, EffectivenessRecord, EngineFactsRecord,
+    LeftoverServerRecord, NoiseRecord, OutputMatchRecord, PairedRecord, PluginReport, PreflightProblemRecord,
+    PreflightRecord,
+    RerunRecord, Requested, RunRecord, ServerRecord, SpecDecodeCountersRecord, SpecDecodeRecord, SubsetWarning,
+    TaskResult, TruncatedIds, VariantResult, new_run_id, provenance, utc_now, write_run,
+)
 from harness.records.samples import Sample, write_jsonl
-from harness.analysis.scoring import correctness, output_match, score_task
-from harness.engine.server import ServerStartError
+from harness.analysis.scoring import is_truncated, output_match, score_task
+from harness.engine.metrics import counter_violations
+from harness.engine.preflight import ServerCommand, check_server_commands
+from harness.engine.server import ServerStartError, find_leftover_servers, unstopped
 from harness.engine.session import VariantSession
-from harness.analysis.stats import paired_comparison, ratio_bootstrap_ci
-from harness.tasks import DataUnavailableError, PreparedTask, prepare_task
+from harness.analysis.stats import ratio_bootstrap_ci
+from harness.report.dry_run import subset_warnings
+from harness.tasks import ContaminationError, DataUnavailableError, PreparedTask, prepare_task
 
 EXIT_PASSED, EXIT_GATE_FAILED, EXIT_COULD_NOT_RUN = 0, 1, 2
 
 
 class RunFolderExistsError(FileExistsError):
     """The run folder already holds a record; names the folder."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A stopping signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT) ended the run; every server
+    was torn down first and the partial record written.
+
+    Attributes:
+        run_dir: the run folder holding the partial ``run.json``.
+        signal_name: e.g. ``SIGHUP`` (or ``KeyboardInterrupt``).
+        leftover_pids: processes of evalrun's servers still alive after teardown
+            (empty when the check found none).
+    """
+
+    def __init__(self, run_dir: Path, signal_name: str, leftover_pids: list[int]) -> None:
+        super().__init__(signal_name)
+        self.run_dir = run_dir
+        self.signal_name = signal_name
+        self.leftover_pids = leftover_pids
 
 
 @dataclass
@@ -49,8 +78,13 @@ class RunOptions:
         variants: run only these variant names (None = all).
         progress: progress reporter.
         baseline_dir: folder of stored baselines (``<config>.json``, see
-            :mod:`harness.analysis.baseline`); a config with a baseline there is also gated
+            :mod:`harness.records.baselines`); a config with a baseline there is also gated
             against it. None = no baseline gates.
+        allow_contamination: run tasks whose test questions overlap their few-shot
+            examples or the train split (recorded: ``provenance.allow_contamination``
+            and the overlaps per task in ``provenance.datasets[<task id>].contamination``).
+        preflight: check every server command with the installed vLLM's argument
+            parser before launching anything (:mod:`harness.engine.preflight`).
     """
 
     results_dir: Path
@@ -60,6 +94,8 @@ class RunOptions:
     variants: list[str] | None = None
     progress: Progress = field(default_factory=Progress)
     baseline_dir: Path | None = None
+    allow_contamination: bool = False
+    preflight: bool = True
 
 
 #: Why acceptance intervals are missing when requests ran concurrently.
@@ -159,13 +195,30 @@ def _rel(path: Path, base: Path) -> str:
         return str(path)
 
 
-def run(plan: Plan, opts: RunOptions) -> tuple[dict[str, Any], Path]:
+def _model(cls, obj):
+    """A record type built from a measurement object's attributes (None stays None)."""
+    return None if obj is None else cls.model_validate(obj, from_attributes=True)
+
+
+def run(plan: Plan, opts: RunOptions) -> tuple[RunRecord, Path]:
     """Execute the plan and write the run folder.
 
+    Before anything starts: servers left running by an earlier run in
+    ``opts.results_dir`` are named with the command to end them
+    (``record.leftover_servers``), and every selected variant's server command is
+    checked with the installed vLLM's own argument parser; a rejected command or an
+    interpreter that cannot run ends the run at once with exit code 2, a record naming
+    the variant and why (``record.preflight``), and no server started.
+
     Returns:
-        (the run record dict, the run folder). ``record["exit_code"]`` is 0 when every
-        gate passed, 1 when a gate failed, 2 when something could not run (a server
-        did not start, required data was missing) and no gate failed.
+        (the run record, the run folder). ``record.exit_code`` is 0 when every gate
+        passed, 1 when a gate failed, 2 when something could not run (a server did not
+        start, required data was missing) and no gate failed.
+
+    Raises:
+        RunFolderExistsError: the run folder already holds a record.
+        RunInterrupted: a stopping signal arrived; every server was stopped and the
+            partial record (status ``interrupted``) written first.
     """
     run_id = opts.run_id or new_run_id()
     run_dir = Path(opts.results_dir) / run_id
@@ -174,34 +227,42 @@ def run(plan: Plan, opts: RunOptions) -> tuple[dict[str, Any], Path]:
             f"{run_dir}: a run record is already there; choose another --run-id "
             "(runs are never mixed or overwritten)"
         )
+    p = opts.progress
+    leftovers = find_leftover_servers(Path(opts.results_dir))
+    for lo in leftovers:
+        p.warn(lo.describe())
     run_dir.mkdir(parents=True, exist_ok=True)
     started = utc_now()
-    cfg_prov = [
-        {"name": cp.name, "path": str(cp.config.path), "sha256": cp.config.sha256} for cp in plan.configs
+    refs = [ConfigRef(name=cp.name, path=str(cp.config.path), sha256=cp.config.sha256) for cp in plan.configs]
+    record = RunRecord(run_id=run_id, provenance=provenance(opts.argv, refs, started))
+    record.provenance.allow_contamination = opts.allow_contamination
+    record.leftover_servers = [
+        LeftoverServerRecord(pid=lo.pid, pid_file=str(lo.pid_file), command=lo.command, kill_command=lo.kill_command)
+        for lo in leftovers
     ]
-    record: dict[str, Any] = {
-        "schema_version": 1,
-        "run_id": run_id,
-        "status": "running",
-        "passed": None,
-        "exit_code": None,
-        "provenance": provenance(opts.argv, cfg_prov, started),
-        "configs": [],
-    }
     could_not_run = False
     try:
+        if opts.preflight and _preflight(plan, opts, record):
+            return _finish(record, run_dir, could_not_run=True), run_dir
         for cp in plan.configs:
-            crec, cnr = _run_config(cp, opts, run_dir, record)
+            _, cnr = _run_config(cp, opts, run_dir, record)
             could_not_run |= cnr
-            record["configs"].append(crec)
             write_run(run_dir, record)  # keep what is measured so far
-    except KeyboardInterrupt:
-        # servers are already stopped by their context managers; keep the record
-        record.update(status="interrupted", passed=None, exit_code=EXIT_COULD_NOT_RUN)
-        record["provenance"]["ended_at"] = utc_now()
+    except KeyboardInterrupt as e:
+        # every server's context manager has stopped its process group; check, keep the record
+        leftover = sorted({pid for pids in unstopped().values() for pid in pids})
+        sig = str(e.args[0]) if e.args else "KeyboardInterrupt"
+        record.status, record.passed, record.exit_code = "interrupted", None, EXIT_COULD_NOT_RUN
+        record.interrupted_by = sig
+        record.provenance.ended_at = utc_now()
         write_run(run_dir, record)
-        raise
-    verdicts = [g["passed"] for c in record["configs"] for g in c["gates"]]
+        raise RunInterrupted(run_dir, sig, leftover) from None
+    return _finish(record, run_dir, could_not_run), run_dir
+
+
+def _finish(record: RunRecord, run_dir: Path, could_not_run: bool) -> RunRecord:
+    """Set status, verdict and exit code from the gates; write run.json and summary.md."""
+    verdicts = [g.passed for g in record.gates()]
     if any(v is False for v in verdicts):
         code, passed = EXIT_GATE_FAILED, False
     elif could_not_run or any(v is None for v in verdicts):
@@ -211,23 +272,76 @@ def run(plan: Plan, opts: RunOptions) -> tuple[dict[str, Any], Path]:
     # an optional task that could not run is reported, but does not by itself fail the run
     if code == EXIT_COULD_NOT_RUN and not could_not_run:
         code, passed = EXIT_PASSED, None
-    record.update(status="completed" if not could_not_run else "incomplete", passed=passed, exit_code=code)
-    record["provenance"]["ended_at"] = utc_now()
+    record.status = "completed" if not could_not_run else "incomplete"
+    record.passed, record.exit_code = passed, code
+    record.provenance.ended_at = utc_now()
     write_run(run_dir, record)
     (run_dir / "summary.md").write_text(render_markdown(record), encoding="utf-8")
-    record["_path"] = str(run_dir)
-    return record, run_dir
+    return record
 
 
-def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: dict) -> tuple[dict, bool]:
+def _preflight(plan: Plan, opts: RunOptions, record: RunRecord) -> bool:
+    """Check every selected variant's server command with vLLM's own parser
+    (:func:`harness.engine.preflight.check_server_commands`), recorded in
+    ``record.preflight``. On a problem, fill ``record.configs`` with every variant NOT
+    RUN (the rejected ones with their reason and ``server.status`` ``args_rejected`` /
+    ``launch_failed``, the others ``not_started``) and return True.
+    """
+    import time
+
+    p = opts.progress
+    cmds = [
+        ServerCommand(vp.id, cp.config.path, tuple(a.replace("{port}", "8000") for a in vp.argv),
+                      {k: v for k, v in vp.env.items() if not k.startswith("EVALRUN_")})  # no fault in a check
+        for cp in plan.configs for vp in cp.variants
+        if opts.variants is None or vp.name in opts.variants
+    ]
+    p.log(f"checking {len(cmds)} server command(s) with the installed vLLM's argument parser")
+    t0 = time.monotonic()
+    problems = check_server_commands(cmds)
+    record.preflight = PreflightRecord(
+        checked=len(cmds), seconds=round(time.monotonic() - t0, 1),
+        problems=[PreflightProblemRecord(variant=pr.variant_id, config_path=str(pr.config_path), python=pr.python,
+                                         kind=pr.kind, message=pr.message) for pr in problems],
+    )
+    if not problems:
+        return False
+    bad = {pr.variant_id: pr for pr in problems}
+    for pr in problems:
+        p.error(f"server command rejected before launch: {pr.describe()}")
+    for cp in plan.configs:
+        c = cp.config
+        m = Measurements()
+        crec = ConfigResult(name=c.name, path=str(c.path), sha256=c.sha256, form=c.form, model=c.model,
+                            pipeline=c.gates.accuracy_pipeline)
+        for vp in cp.variants:
+            pr = bad.get(vp.id)
+            vrec = VariantResult(
+                argv=list(vp.argv), env=dict(vp.env), fault=vp.fault,
+                requested=Requested(speculative_config=vp.speculative_config, async_scheduling=vp.async_scheduling),
+                server=ServerRecord(status=pr.kind if pr else "not_started"),
+            )
+            if pr is not None:
+                vrec.error = f"server command rejected before launch: {pr.message}"
+                reason = f"{pr.kind}: {pr.message}"
+            else:
+                vrec.error = "not started: another variant's server command was rejected before launch"
+                reason = vrec.error
+            crec.variants[vp.name] = vrec
+            m.not_run[(vp.name, None)] = reason
+        crec.gates = evaluate_gates(cp.gates, m)
+        record.configs.append(crec)
+    return True
+
+
+def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunRecord) -> tuple[ConfigResult, bool]:
     p = opts.progress
     c = cp.config
     could_not_run = False
-    crec: dict[str, Any] = {
-        "name": c.name, "path": str(c.path), "sha256": c.sha256, "form": c.form, "model": c.model,
-        "model_path": None, "pipeline": c.gates.accuracy_pipeline,
-        "variants": {}, "comparisons": [], "gates": [], "error": None,
-    }
+    crec = ConfigResult(name=c.name, path=str(c.path), sha256=c.sha256, form=c.form, model=c.model,
+                        pipeline=c.gates.accuracy_pipeline,
+                        tasks={name: spec.model_dump(mode="json", exclude={"gates"}) for name, spec in c.tasks.items()})
+    record.configs.append(crec)  # filled in place, so an interrupt keeps what ran
     m = Measurements()
     variants = [v for v in cp.variants if opts.variants is None or v.name in opts.variants]
     skipped = [v.name for v in cp.variants if v not in variants]
@@ -238,11 +352,21 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: dict) -
     prepared: dict[str, PreparedTask] = {}
     for t in cp.tasks:
         try:
-            prepared[t.name] = prepare_task(t.name, t.spec, opts.data_dir)
-            record["provenance"]["datasets"][t.id] = {
-                "sha256": prepared[t.name].dataset_hash, "source": prepared[t.name].source,
-                "num_requests": len(prepared[t.name].requests),
-            }
+            prepared[t.name] = prepare_task(t.name, t.spec, opts.data_dir, opts.allow_contamination)
+            record.provenance.datasets[t.id] = DatasetRef(
+                sha256=prepared[t.name].dataset_hash, source=prepared[t.name].source,
+                num_requests=len(prepared[t.name].requests), stop=list(prepared[t.name].stop),
+                contamination=prepared[t.name].contamination,
+            )
+            if prepared[t.name].contamination:
+                p.warn(f"{c.name}: task {t.name}: contaminated data run anyway (--allow-contamination): "
+                       f"{prepared[t.name].contamination}")
+        except ContaminationError as e:
+            could_not_run |= t.spec.required
+            p.error(f"{c.name}: {e}")
+            for v in cp.variants:
+                m.not_run[(v.name, t.name)] = ("contaminated data refused (test questions among the few-shot "
+                                               "examples or the train split)")
         except DataUnavailableError as e:
             msg = f"task {t.name}: data not available: {e}"
             if t.spec.required:
@@ -252,40 +376,38 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: dict) -
                 p.warn(f"{c.name}: NOT RUN (optional task): {msg}")
             for v in cp.variants:
                 m.not_run[(v.name, t.name)] = f"data not available ({'required' if t.spec.required else 'optional'} task)"
+    # 1b. a run smaller than the set its threshold was measured on: say so now
+    crec.subset_warnings = [SubsetWarning(**w) for w in subset_warnings(c)]
+    for w in crec.subset_warnings:
+        p.warn(f"{c.name}: {w.message}")
     # 2. the model
     try:
         model_ref = resolve_model(c.model, p)
-        crec["model_path"] = model_ref
+        crec.model_path = model_ref
     except Exception as e:  # noqa: BLE001 - any build failure stops this config, recorded
-        crec["error"] = f"model {c.model}: cannot be prepared: {type(e).__name__}: {e}"
-        p.error(f"{c.name}: {crec['error']}")
+        crec.error = f"model {c.model}: cannot be prepared: {type(e).__name__}: {e}"
+        p.error(f"{c.name}: {crec.error}")
         for v in cp.variants:
             m.not_run[(v.name, None)] = "model not available"
-        crec["gates"] = [g.to_json() for g in evaluate_gates(cp.gates, m)]
+        crec.gates = evaluate_gates(cp.gates, m)
         return crec, True
     # 3. variants
-    samples_by: dict[tuple[str, str], tuple[Sample, ...]] = {}
     reruns: dict[tuple[str, str], tuple[Sample, ...]] = {}
     for vp in variants:
-        vrec, ok = _run_variant(cp, vp, model_ref, prepared, opts, run_dir, m, samples_by, reruns)
-        vrec["plugin"] = plugin_report(run_dir, c.name, vp)
-        crec["variants"][vp.name] = vrec
+        _, ok = _run_variant(cp, vp, model_ref, prepared, opts, run_dir, m, reruns, into=crec.variants)
+        crec.variants[vp.name].plugin = plugin_report(run_dir, c.name, vp)
         could_not_run |= not ok
-    # 4. comparisons
+    # 4. comparisons (the record's paired test reads each task's own pipeline)
     for comp in c.comparisons:
         for tname in c.tasks:
-            a = samples_by.get((comp.baseline, tname))
-            b = samples_by.get((comp.candidate, tname))
+            a = m.samples.get((comp.baseline, tname))
+            b = m.samples.get((comp.candidate, tname))
             if a is None or b is None:
                 continue
+            pipeline = c.gates_for(tname).accuracy_pipeline
             om = output_match(a, b)
             m.matches[(comp.baseline, comp.candidate, tname)] = om
-            pc = None
-            ca = correctness(a, c.gates.accuracy_pipeline)
-            cb = correctness(b, c.gates.accuracy_pipeline)
-            if set(ca) & set(cb):
-                pc = paired_comparison(ca, cb)
-                m.paired[(comp.baseline, comp.candidate, tname)] = pc
+            pc = m.paired(comp.baseline, comp.candidate, tname, pipeline)
             nz = None
             if comp.noise_runs > 1 and (comp.baseline, tname) in reruns:
                 nz = output_noise_rerun(a, reruns[(comp.baseline, tname)], b)
@@ -293,25 +415,40 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: dict) -
                 nz = output_noise_stored(om, comp.noise_mismatch_rate)
             if nz is not None:
                 m.noise[(comp.baseline, comp.candidate, tname)] = nz
-            crec["comparisons"].append(
-                {
-                    "baseline": comp.baseline, "candidate": comp.candidate, "task": tname,
-                    "pipeline": c.gates.accuracy_pipeline,
-                    **om.to_json(),
-                    "paired": pc.to_json() if pc else None,
-                    "noise": nz.to_json() if nz else None,
-                }
-            )
+            crec.comparisons.append(ComparisonResult(
+                baseline=comp.baseline, candidate=comp.candidate, task=tname, pipeline=pipeline,
+                **OutputMatchRecord.model_validate(om, from_attributes=True).model_dump(),
+                paired=_model(PairedRecord, pc), noise=_model(NoiseRecord, nz),
+                truncated=TruncatedIds(baseline=[x.question_id for x in a if is_truncated(x)],
+                                       candidate=[x.question_id for x in b if is_truncated(x)]),
+            ))
     # 5. gates
-    crec["gates"] = [g.to_json() for g in evaluate_gates(cp.gates, m)]
+    crec.gates = evaluate_gates(cp.gates, m)
     # 6. gates against the stored baseline (last known good), when there is one
     if opts.baseline_dir is not None:
-        from harness.analysis.baseline import baseline_gates_for_run
-
-        info, results = baseline_gates_for_run(opts.baseline_dir, c, samples_by, m)
-        crec["baseline"] = info
-        crec["gates"] += [g.to_json() for g in results]
+        crec.baseline = _load_baseline(opts.baseline_dir, c.name, m)
+        crec.gates += judged_baseline_gates(cp.baseline_gates, m)
+        if crec.baseline.found and m.baseline is not None:
+            crec.baseline.notes = baseline_notes(cp.baseline_gates, m)
     return crec, could_not_run
+
+
+def _load_baseline(baseline_dir: Path, config: str, m: Measurements) -> BaselineInfo:
+    """Read ``<baseline_dir>/<config>.json`` into ``m.baseline`` (or ``m.baseline_error``)."""
+    from harness.records.baselines import BaselineError, baseline_path, load_baseline
+
+    path = baseline_path(baseline_dir, config)
+    info = BaselineInfo(path=str(path), found=path.is_file())
+    if not info.found:
+        return info
+    try:
+        m.baseline = load_baseline(path)
+    except BaselineError as e:
+        m.baseline_error = info.error = str(e)
+        return info
+    info.source_run_id = m.baseline.source_run.run_id
+    info.written_at = m.baseline.written_at
+    return info
 
 
 def _run_variant(
@@ -322,26 +459,38 @@ def _run_variant(
     opts: RunOptions,
     run_dir: Path,
     m: Measurements,
-    samples_by: dict,
     reruns: dict | None = None,
-) -> tuple[dict, bool]:
+    into: dict[str, VariantResult] | None = None,
+) -> tuple[VariantResult, bool]:
+    """Run one variant: its server, engine facts, tasks. ``into[vp.name]`` receives
+    the variant record as soon as it exists (so an interrupt keeps it).
+
+    The server's fate is ``vrec.server`` (:class:`ServerRecord`: ``ready``,
+    ``exited_early``, ``not_ready_timeout``, ``launch_failed``, ``died_mid_task``,
+    ``interrupted``, with exit code and seconds); ``vrec.engine_error`` says why the
+    effective configuration could not be read (``variant_effective`` then fails).
+    A task whose counters are impossible (:func:`counter_violations`) gets
+    ``spec_decode`` None and ``spec_decode_error`` naming the counters, so its
+    acceptance gates fail.
+    """
     p = opts.progress
     c = cp.config
     log_path = run_dir / "logs" / c.name / f"{vp.name}.log"
     argv = [model_ref if a == c.model else a for a in vp.argv]
-    vrec: dict[str, Any] = {
-        "argv": argv, "env": vp.env, "fault": vp.fault,
-        "requested": {"speculative_config": vp.speculative_config, "async_scheduling": vp.async_scheduling},
-        "engine": None, "effective": None, "startup_seconds": None,
-        "log": _rel(log_path, run_dir), "error": None, "tasks": {},
-    }
+    vrec = VariantResult(
+        argv=argv, env=dict(vp.env), fault=vp.fault, log=_rel(log_path, run_dir),
+        requested=Requested(speculative_config=vp.speculative_config, async_scheduling=vp.async_scheduling),
+    )
+    if into is not None:
+        into[vp.name] = vrec
     todo = [t for t in cp.tasks if t.name in prepared]
     if not todo:
-        vrec["error"] = "no task of this config can run"
-        m.not_run[(vp.name, None)] = vrec["error"]
+        vrec.error = "no task of this config can run"
+        m.not_run[(vp.name, None)] = vrec.error
         return vrec, True
     p.log(f"{vp.id}: starting the vLLM server (log: {log_path})")
-    p.log(f"  $ {vp.shell_line()}".replace(c.model, model_ref) if c.model != model_ref else f"  $ {vp.shell_line()}")
+    p.log(f"  $ {shell_line(argv, vp.env)}")
+    p.log(f"  ({PORT_PLACEHOLDER} is the free port chosen at start-up; the server log's first lines hold the exact command)")
     env = {**vp.env, REPORT_ENV: str(plugin_dir(run_dir, c.name, vp.name))}
     session = VariantSession(
         vp.id, argv, env, log_path,
@@ -351,22 +500,27 @@ def _run_variant(
         speculative=vp.speculative_config is not None,
         on_wait=p.waiting(f"{vp.id}: waiting for /health"),
     )
+    srv = session.server
     try:
         with session:
-            vrec["startup_seconds"] = round(session.server.startup_seconds or 0, 1)
-            p.log(f"{vp.id}: server ready in {vrec['startup_seconds']}s on {session.server.base_url}")
+            vrec.startup_seconds = round(srv.startup_seconds or 0, 1)
+            vrec.server = ServerRecord(status="ready", seconds=vrec.startup_seconds, pid=srv.proc.pid)
+            p.log(f"{vp.id}: server ready in {vrec.startup_seconds}s on {session.server.base_url}")
             try:
                 facts = session.engine_facts()
-                vrec["engine"] = facts.to_json()
+                vrec.engine = _model(EngineFactsRecord, facts)
+                if facts.vllm_version is None:  # the session reads /version leniently
+                    raise EngineInfoError(f"{vp.id}: cannot read the engine's version from /version")
                 eff = check_effective(facts, vp.speculative_config, vp.async_scheduling, vp.expected_effective)
-                vrec["effective"] = eff.to_json()
+                vrec.effective = _model(EffectivenessRecord, eff)
                 m.effectiveness[vp.name] = eff
                 if not eff.effective:
                     p.warn(f"{vp.id}: not effective as asked: {eff.mismatches}"
                            + (" (declared expected on this platform)" if eff.expected_on_platform else ""))
             except EngineInfoError as e:
-                vrec["engine_error"] = str(e)
-                p.error(str(e))
+                vrec.engine_error = str(e)
+                m.engine_facts_errors[vp.name] = str(e)
+                p.error(f"{e} (variant_effective cannot pass without it)")
             for t in todo:
                 pt = prepared[t.name]
                 bar = p.bar(f"{vp.id} {t.name}", len(pt.requests))
@@ -381,54 +535,91 @@ def _run_variant(
                 write_jsonl(spath, outcome.samples)
                 sc = score_task(outcome.samples)
                 m.scores[(vp.name, t.name)] = sc
-                samples_by[(vp.name, t.name)] = outcome.samples
-                trec: dict[str, Any] = {
-                    "status": "ran",
-                    "samples": _rel(spath, run_dir),
-                    "seconds": round(outcome.seconds, 2),
-                    "num_requests": sc.num_requests,
-                    "error_count": sc.error_count,
-                    "error_rate": sc.error_rate,
-                    "accuracy": {k: v.accuracy for k, v in sc.accuracy.items()},
-                    "accuracy_ci": {k: v.accuracy_ci for k, v in sc.accuracy.items()},
-                    "correct": {k: v.correct for k, v in sc.accuracy.items()},
-                    "scored": {k: v.scored for k, v in sc.accuracy.items()},
-                    "invalid_rate": {k: v.invalid_rate for k, v in sc.accuracy.items()},
-                    "finish_reasons": sc.finish_reasons,
-                    "spec_decode": outcome.spec_metrics.to_json() if outcome.spec_metrics else None,
-                    "spec_decode_counters": outcome.spec_counters.to_json() if outcome.spec_counters else None,
-                    "spec_decode_error": outcome.metrics_error,
+                m.samples[(vp.name, t.name)] = outcome.samples
+                trec = TaskResult(
+                    samples=_rel(spath, run_dir),
+                    seconds=round(outcome.seconds, 2),
+                    num_requests=sc.num_requests,
+                    error_count=sc.error_count,
+                    error_rate=sc.error_rate,
+                    accuracy={k: v.accuracy for k, v in sc.accuracy.items()},
+                    accuracy_ci={k: v.accuracy_ci for k, v in sc.accuracy.items()},
+                    correct={k: v.correct for k, v in sc.accuracy.items()},
+                    scored={k: v.scored for k, v in sc.accuracy.items()},
+                    invalid_rate={k: v.invalid_rate for k, v in sc.accuracy.items()},
+                    finish_reasons=sc.finish_reasons,
+                    truncated=sc.truncated,
+                    truncated_rate=sc.truncated_rate,
+                    truncated_ids=list(sc.truncated_ids),
+                    stop_reasons=sc.stop_reasons,
+                    spec_decode=_model(SpecDecodeRecord, outcome.spec_metrics),
+                    spec_decode_counters=_model(SpecDecodeCountersRecord, outcome.spec_counters),
+                    spec_decode_error=outcome.metrics_error,
                     **acceptance_intervals(outcome.samples, vp.speculative_config is not None),
-                }
-                if outcome.spec_metrics is not None:
-                    m.spec[(vp.name, t.name)] = outcome.spec_metrics
-                if outcome.metrics_error:
-                    m.spec_errors[(vp.name, t.name)] = outcome.metrics_error
-                    p.warn(f"{vp.id} {t.name}: {outcome.metrics_error}")
-                vrec["tasks"][t.name] = trec
+                )
+                metrics_error = outcome.metrics_error
+                spec_metrics = outcome.spec_metrics
+                if outcome.spec_counters is not None and vp.speculative_config is not None:
+                    bad = counter_violations(outcome.spec_counters,
+                                             vp.speculative_config.get("num_speculative_tokens"))
+                    if bad:  # impossible counters: no acceptance gate may read them
+                        metrics_error = f"{vp.id} {t.name}: impossible speculative-decoding counters: " + "; ".join(bad)
+                        spec_metrics = None
+                        trec.spec_decode = None
+                        trec.spec_decode_error = metrics_error
+                        trec.mean_acceptance_length_ci = trec.acceptance_rate_ci = None
+                        trec.per_position_acceptance_ci = None
+                        trec.acceptance_ci_reason = "not available: the counters failed the consistency check"
+                if spec_metrics is not None:
+                    m.spec[(vp.name, t.name)] = spec_metrics
+                if metrics_error:
+                    m.spec_errors[(vp.name, t.name)] = metrics_error
+                    p.error(f"{vp.id} {t.name}: metrics error: {metrics_error}")
+                vrec.tasks[t.name] = trec
                 if reruns is not None and vp.name in noise_variants(cp) and session.server.alive():
-                    trec["rerun"] = _rerun_task(
+                    trec.rerun = _rerun_task(
                         session, c.name, vp, t, pt, run_dir, outcome.samples, reruns, p, c.per_request_metrics)
                 acc = sc.accuracy
-                sd = outcome.spec_metrics
+                sd = spec_metrics
                 p.log(
                     f"{vp.id} {t.name}: strict-match {_f(acc['strict-match'].accuracy)}, "
                     f"flexible-extract {_f(acc['flexible-extract'].accuracy)}, errors {sc.error_count}/{sc.num_requests}"
                     + (f", mean acceptance length {_f(sd.mean_acceptance_length)}" if sd else "")
                     + f" ({outcome.seconds:.1f}s)"
                 )
-                if not session.server.alive():
+                if (sc.error_count or metrics_error) and srv.alive():
+                    # failed requests: a dying server may still be exiting; let it show
+                    srv.wait_exit(2.0)
+                if not srv.alive():
+                    code = srv.proc.poll() if srv.proc else None
                     raise ServerStartError(
-                        f"{vp.id}: the vLLM server died during task {t.name}; log: {log_path}"
+                        f"{vp.id}: the vLLM server died during task {t.name} (exit code {code}); log: {log_path}",
+                        status="died_mid_task", exit_code=code, seconds=round(srv.seconds() or 0, 1),
                     )
+        vrec.server.exit_code = srv.exit_code
         return vrec, True
+    except KeyboardInterrupt:
+        vrec.server = ServerRecord(status="interrupted", exit_code=srv.exit_code, seconds=vrec.server.seconds,
+                                   pid=srv.proc.pid if srv.proc else None)
+        vrec.error = "interrupted by a signal"
+        raise
     except ServerStartError as e:
-        vrec["error"] = str(e)
-        p.error(str(e))
+        vrec.error = str(e)
+        vrec.server = ServerRecord(status=e.status, exit_code=e.exit_code, seconds=e.seconds,
+                                   pid=srv.proc.pid if srv.proc else None)
+        try:
+            from harness.doctor import diagnose_server_log
+
+            why = diagnose_server_log(log_path.read_text(encoding="utf-8", errors="replace"), argv[0])
+        except OSError:
+            why = None
+        if why:
+            vrec.error += f"\ndiagnosis: {why}"
+        p.error(vrec.error)
         for t in todo:
-            if t.name not in vrec["tasks"]:
+            if t.name not in vrec.tasks:
                 m.not_run[(vp.name, t.name)] = "server failed"
-        if not vrec["tasks"]:
+        if not vrec.tasks:
             m.not_run[(vp.name, None)] = "server failed to start"
         return vrec, False
 
@@ -439,7 +630,7 @@ def plugin_dir(run_dir: Path, config: str, variant: str) -> Path:
     return run_dir / "plugin" / config / variant
 
 
-def plugin_report(run_dir: Path, config: str, vp: VariantPlan) -> dict[str, Any]:
+def plugin_report(run_dir: Path, config: str, vp: VariantPlan) -> PluginReport:
     """The record's ``variants[v].plugin``: the plugin's counters merged over the
     server's processes (:func:`harness.faults.plugin.read_reports`), plus
     ``async_scheduling_via``: how async scheduling was obtained when it was asked
@@ -457,11 +648,11 @@ def plugin_report(run_dir: Path, config: str, vp: VariantPlan) -> dict[str, Any]
         ok, why = exercised(rep, vp.fault)
         rep["exercised"] = ok
         rep["not_exercised_reason"] = why or None
-    return rep
+    return PluginReport(**rep)
 
 
 def _rerun_task(session, config: str, vp: VariantPlan, t, pt: PreparedTask, run_dir: Path,
-                first: tuple[Sample, ...], reruns: dict, p: Progress, per_request: bool) -> dict[str, Any]:
+                first: tuple[Sample, ...], reruns: dict, p: Progress, per_request: bool) -> RerunRecord:
     """Run a task a second time on the same server (``noise_runs: 2``): the samples go
     to ``<task>.rerun.jsonl``; returns the record entry with the output match of the
     rerun against the first pass (the noise)."""
@@ -479,25 +670,83 @@ def _rerun_task(session, config: str, vp: VariantPlan, t, pt: PreparedTask, run_
     om = output_match(first, out.samples)
     p.log(f"{vp.id} {t.name}: rerun output match against the first pass {_f(om.output_match_rate)} "
           f"({om.matched}/{om.compared}) = the noise")
-    return {
-        "samples": _rel(spath, run_dir),
-        "seconds": round(out.seconds, 2),
-        "error_count": sum(1 for x in out.samples if not x.ok),
-        "spec_decode": out.spec_metrics.to_json() if out.spec_metrics else None,
-        "output_match_vs_first": om.to_json(),
-    }
+    return RerunRecord(
+        samples=_rel(spath, run_dir),
+        seconds=round(out.seconds, 2),
+        error_count=sum(1 for x in out.samples if not x.ok),
+        spec_decode=_model(SpecDecodeRecord, out.spec_metrics),
+        output_match_vs_first=_model(OutputMatchRecord, om),
+    )
 
 
 def _f(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
+#: Signals that stop evalrun: Ctrl-C, ``kill``/CI timeouts, a closed terminal, Ctrl-\\.
+STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
+
+
 def terminate_as_interrupt() -> None:
-    """Turn SIGTERM (CI timeouts, ``kill``) into KeyboardInterrupt so every server's
-    context manager tears its process group down and the partial record is kept."""
+    """Make every stopping signal (:data:`STOP_SIGNALS`) stop every server and keep the
+    partial record.
+
+    First signal: SIGTERM goes to every live server's process group at once (so
+    in-flight requests end), and KeyboardInterrupt is raised in the main thread; each
+    server's context manager then waits for its group to exit (saying what it waits
+    for) and the runner writes the record with ``status: interrupted``.
+    Any further signal never interrupts that teardown: it speeds it up, sending SIGKILL
+    to every live group (:func:`harness.engine.server.hurry`).
+    Without this, SIGHUP (terminal closed) would end evalrun and leave the vLLM server
+    running with parent 1.
+    """
     import signal
 
-    def handler(signum, frame):  # noqa: ARG001
-        raise KeyboardInterrupt(f"signal {signum}")
+    from harness.engine import server as _server
 
-    signal.signal(signal.SIGTERM, handler)
+    state = {"count": 0}
+
+    def handler(signum, frame):  # noqa: ARG001
+        name = signal.Signals(signum).name
+        state["count"] += 1
+        if state["count"] == 1:
+            _server.mark_interrupting()
+            _server.signal_all(signal.SIGTERM)
+            raise KeyboardInterrupt(name)
+        _server.hurry()
+        _server._event(f"{name} again: sending SIGKILL to every server's process group; still waiting until they are gone")
+
+    for name in STOP_SIGNALS:
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            signal.signal(sig, handler)
+
+
+def say_interrupted(e: BaseException, prog: str = "evalrun") -> None:
+    """Tell what an interrupt left behind, on stderr: claims the servers stopped only
+    when the teardown checked that none of their processes remains, else names the
+    live processes with the command to end them. Never raises (after SIGHUP the
+    terminal may be gone).
+
+    Args:
+        e: the :class:`RunInterrupted` (or a bare KeyboardInterrupt raised before the
+            run folder existed).
+        prog: the command name for the message.
+    """
+    from harness.engine.server import unstopped
+
+    sig = getattr(e, "signal_name", None) or (str(e.args[0]) if e.args else "KeyboardInterrupt")
+    run_dir = getattr(e, "run_dir", None)
+    left = unstopped()
+    pids = sorted(set(getattr(e, "leftover_pids", None) or []) | {p for v in left.values() for p in v})
+    where = f"; partial record: {Path(run_dir) / 'run.json'}" if run_dir else ""
+    if pids:
+        msg = (f"{prog}: interrupted ({sig}); WARNING: server processes are still alive: {pids} "
+               f"({', '.join(left) or 'evalrun servers'}); end them with: kill -KILL {' '.join(map(str, pids))}{where}")
+    else:
+        msg = (f"{prog}: interrupted ({sig}); every server evalrun started was stopped "
+               f"(checked: none of their processes remains){where}")
+    try:
+        print(msg, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass

@@ -22,9 +22,9 @@ import json
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from harness.config.loader import CONFIGS_DIR, ConfigError, load_config
+from harness.records.run_record import PluginReport, RunRecord, VariantResult
 
 #: What each fault must do in its own scheduling mode: gate kinds that must fail / must
 #: pass for its variant (comparison gates are attributed to their candidate variant).
@@ -74,11 +74,11 @@ class Check:
     detail: str
 
 
-def judge_selfcheck(record: dict[str, Any], faults: dict[str, str | None]) -> list[Check]:
+def judge_selfcheck(record: RunRecord, faults: dict[str, str | None]) -> list[Check]:
     """Check a run record's gates against :data:`EXPECTATIONS`.
 
     Args:
-        record: a run record (``run.json`` as a dict) with one config.
+        record: a run record with one config.
         faults: variant name -> fault name (None for clean variants).
 
     Returns:
@@ -92,26 +92,26 @@ def judge_selfcheck(record: dict[str, Any], faults: dict[str, str | None]) -> li
     from harness.faults.plugin import FAULTS
 
     checks: list[Check] = []
-    gates = [g for c in record["configs"] for g in c["gates"]]
-    variants = {k: v for c in record["configs"] for k, v in c["variants"].items()}
+    gates = record.gates()
+    variants = {k: v for c in record.configs for k, v in c.variants.items()}
     faults = {v: f for v, f in faults.items() if v in variants}  # --variant may select a subset
     for variant, fault in faults.items():
-        mine = [g for g in gates if g["variant"] == variant]
+        mine = [g for g in gates if g.variant == variant]
         if fault is None:
             involved_faulty = {v for v, f in faults.items() if f is not None}
             for g in mine:
-                if g.get("baseline") in involved_faulty:
+                if g.baseline in involved_faulty:
                     continue
-                if g.get("baseline") and g["baseline"] not in faults:
+                if g.baseline and g.baseline not in faults:
                     continue  # its baseline variant was not selected
-                checks.append(Check(variant, None, g["id"], "PASS", g["verdict"], g["verdict"] == "PASS", g["detail"]))
+                checks.append(Check(variant, None, g.id, "PASS", g.verdict, g.verdict == "PASS", g.detail))
             continue
         if fault not in EXPECTATIONS:
             raise ValueError(f"variant {variant}: fault {fault!r} has no self-check expectations "
                              f"(known: {', '.join(sorted(EXPECTATIONS))})")
         vrec = variants[variant]
-        plugin = vrec.get("plugin") or {}
-        counts = plugin.get("counts") or {}
+        plugin = vrec.plugin or PluginReport()
+        counts = plugin.counts
         ex_detail = (", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if k.startswith(f"{fault}."))
                      or "no executions counted")
         sync_run = _async_effective(vrec) is False and FAULTS[fault].scheduling == "async"
@@ -124,37 +124,36 @@ def judge_selfcheck(record: dict[str, Any], faults: dict[str, str | None]) -> li
             checks.append(Check(variant, fault, f"{variant}/plugin/executions (sync scheduling)", want, got,
                                 want == got, ex_detail))
             for g in mine:
-                if g.get("baseline") in {v for v, f in faults.items() if f is not None}:
+                if g.baseline in {v for v, f in faults.items() if f is not None}:
                     continue
-                checks.append(Check(variant, fault, g["id"], "PASS", g["verdict"], g["verdict"] == "PASS", g["detail"]))
+                checks.append(Check(variant, fault, g.id, "PASS", g.verdict, g.verdict == "PASS", g.detail))
             continue
-        exercised = plugin.get("exercised")
+        exercised = plugin.exercised
         checks.append(Check(variant, fault, f"{variant}/plugin/exercised", "EXERCISED",
                             "EXERCISED" if exercised else "NOT EXERCISED", bool(exercised),
-                            ex_detail if exercised else (plugin.get("not_exercised_reason") or "no plugin report")))
+                            ex_detail if exercised else (plugin.not_exercised_reason or "no plugin report")))
         if not exercised:
             continue  # "fault not exercised": its gates' verdicts would be for the wrong reason
         exp = EXPECTATIONS[fault]
         for want, kinds in (("FAIL", exp["must_fail"]), ("PASS", exp["must_pass"])):
             for kind in kinds:
-                hits = [g for g in mine if g["kind"] == kind]
+                hits = [g for g in mine if g.kind == kind]
                 if not hits:
                     raise ValueError(f"variant {variant} ({fault}): the config defines no {kind} gate; "
                                      "the self-check needs it")
                 for g in hits:
-                    checks.append(Check(variant, fault, g["id"], want, g["verdict"], g["verdict"] == want, g["detail"]))
+                    checks.append(Check(variant, fault, g.id, want, g.verdict, g.verdict == want, g.detail))
     return checks
 
 
-def _async_effective(vrec: dict[str, Any]) -> bool | None:
+def _async_effective(vrec: VariantResult) -> bool | None:
     """The variant's effective async scheduling (engine facts), else the requested value."""
-    eng = vrec.get("engine") or {}
-    if eng.get("async_scheduling") is not None:
-        return bool(eng["async_scheduling"])
-    return (vrec.get("requested") or {}).get("async_scheduling")
+    if vrec.engine is not None and vrec.engine.async_scheduling is not None:
+        return bool(vrec.engine.async_scheduling)
+    return vrec.requested.async_scheduling
 
 
-def render_checks(checks: list[Check], record: dict[str, Any]) -> str:
+def render_checks(checks: list[Check], record: RunRecord) -> str:
     """Markdown: per variant the expectation, the verdict and the numbers, then a summary
     of acceptance length and output match per variant."""
     lines = ["# evalrun selfcheck", "", "| variant | fault | gate | expected | actual | held | numbers |", "|---|---|---|---|---|---|---|"]
@@ -162,21 +161,19 @@ def render_checks(checks: list[Check], record: dict[str, Any]) -> str:
         lines.append(f"| {c.variant} | {c.fault or 'clean'} | {c.gate.split('/', 1)[1]} | {c.expected} | {c.actual} | "
                      f"{'yes' if c.held else '**NO**'} | {c.detail.replace('|', '/')} |")
     lines += ["", "| variant | task | accuracy (flexible-extract) | mean acceptance length | per-position acceptance | output match vs reference |", "|---|---|---|---|---|---|"]
-    for c in record["configs"]:
-        om = {(x["candidate"], x["task"]): x for x in c["comparisons"] if x["baseline"] == "reference"}
-        for vname, v in c["variants"].items():
-            for tname, t in v.get("tasks", {}).items():
-                if t.get("status") != "ran":
-                    continue
-                sd = t.get("spec_decode") or {}
-                acc = t["accuracy"]["flexible-extract"]
+    for c in record.configs:
+        om = {(x.candidate, x.task): x for x in c.comparisons if x.baseline == "reference"}
+        for vname, v in c.variants.items():
+            for tname, t in v.tasks.items():
+                sd = t.spec_decode
+                acc = t.accuracy["flexible-extract"]
                 o = om.get((vname, tname))
-                mal = sd.get("mean_acceptance_length")
-                om_txt = "-" if o is None else f"{o['output_match_rate']:.3f} ({o['matched']}/{o['compared']})"
+                mal = sd.mean_acceptance_length if sd else None
+                om_txt = "-" if o is None or o.output_match_rate is None else f"{o.output_match_rate:.3f} ({o.matched}/{o.compared})"
                 lines.append(
                     f"| {vname} | {tname} | {'-' if acc is None else f'{acc:.3f}'} | "
                     f"{'-' if mal is None else f'{mal:.3f}'} | "
-                    f"{' '.join('-' if p is None else f'{p:.2f}' for p in sd.get('per_position_acceptance') or []) or '-'} | "
+                    f"{' '.join('-' if p is None else f'{p:.2f}' for p in (sd.per_position_acceptance if sd else [])) or '-'} | "
                     f"{om_txt} |"
                 )
     held = sum(c.held for c in checks)
@@ -196,6 +193,11 @@ def _one_run(cfg, faults: dict[str, str | None], args, run_id: str | None, argv:
         record, run_dir = run(build_plan([cfg], python=args.python), opts)
     except RunFolderExistsError as e:
         print(f"evalrun selfcheck: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as e:  # a stopping signal: servers stopped, partial record kept
+        from harness.runner import say_interrupted
+
+        say_interrupted(e, "evalrun selfcheck")
         return 2
     try:
         checks = judge_selfcheck(record, faults)

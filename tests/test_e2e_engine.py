@@ -97,7 +97,7 @@ def test_clean_run_exits_0_with_every_gate_pass(cpu_run):
     not_pass = [(g["id"], g["verdict"]) for g in gates if g["verdict"] != "PASS" and "/gsm8k/" not in g["id"]]
     assert not_pass == [], not_pass
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert rec["schema_version"] == 1
+    assert rec["schema_version"] == 2
     prov = rec["provenance"]
     assert prov["vllm_version"].startswith("vllm") and prov["started_at"] and prov["ended_at"]
     assert prov["configs"][0]["sha256"] and prov["datasets"]

@@ -15,7 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.record_factory import typed
+
 from harness.selfcheck import judge_selfcheck
+
+from .conftest import require_vllm
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -48,7 +52,7 @@ def variants(**over):
 
 
 def record(gates, vs=None):
-    return {"configs": [{"name": "c", "gates": gates, "variants": vs or variants(), "comparisons": []}]}
+    return typed({"configs": [{"name": "c", "gates": gates, "variants": vs or variants(), "comparisons": []}]})
 
 
 def good_gates():
@@ -126,7 +130,7 @@ def test_variants_not_in_the_record_are_not_judged():
 
 @pytest.mark.engine
 def test_selfcheck_on_real_engine(tmp_path):
-    pytest.importorskip("vllm")
+    require_vllm()
     proc = subprocess.run(
         [sys.executable, "-m", "harness.cli", "selfcheck", "--results-dir", str(tmp_path), "--run-id", "sc", "--json"],
         cwd=REPO, capture_output=True, text=True, timeout=3000, env={**os.environ, "PYTHONUNBUFFERED": "1"},

@@ -24,6 +24,9 @@ class CompletionResult:
         token_ids: completion token ids (``return_token_ids``), None on error or when
             the server did not return them.
         finish_reason: ``stop`` / ``length`` / ..., None on error.
+        stop_reason: what ended a ``stop`` completion, as vLLM reports it: the stop
+            string that matched, a stop token id, or None (end-of-sequence token,
+            ``length``, an error, or a server that does not report it).
         error: None on success, else a message naming the request and the failure.
         attempts: HTTP attempts made (>= 1).
         latency_s: seconds of the last attempt.
@@ -36,6 +39,7 @@ class CompletionResult:
     error: str | None
     attempts: int
     latency_s: float
+    stop_reason: str | int | None = None
 
 
 class CompletionClient:
@@ -125,6 +129,7 @@ class CompletionClient:
                     None,
                     attempts,
                     latency,
+                    stop_reason=choice.get("stop_reason"),
                 )
             except (ValueError, KeyError, IndexError, TypeError) as e:
                 return CompletionResult(

@@ -231,6 +231,7 @@ class VariantSession:
                     config=config, variant=variant, task=task, question_id=r.question_id,
                     prompt_hash=r.prompt_hash, gold=r.gold, completion=res.text,
                     token_ids=res.token_ids, finish_reason=res.finish_reason,
+                    stop_reason=res.stop_reason,
                     answers=answers, correct=correct, attempts=res.attempts,
                     latency_s=round(res.latency_s, 4),
                 )
