@@ -136,6 +136,16 @@ def cpu_list_table(rec: dict[str, Any], task: str = "arith") -> str:
                 f"with drafts ({k.get('batch.reorder_swaps', 0)} swaps); async scheduling kept by the plugin "
                 f"{k.get('cpu_async.kept', 0)} time(s)."
             )
+    for other in sorted({t for v in c["variants"].values() for t in (v.get("tasks") or {})} - {task}):
+        try:
+            rows = variant_rows(rec, other)
+        except FiguresError:
+            lines.append(f"Task {other}: not run in this run.")
+            continue
+        lines.append(f"Task {other}: " + "; ".join(
+            f"{r['variant']} flexible-extract {_f(r['flexible'])}"
+            + (f", mean acceptance length {_f(r['mal'])}" if r["mal"] is not None else "")
+            + (f", output match vs reference {_om(r['om_ref'])}" if r["om_ref"] else "") for r in rows) + ".")
     secs = _seconds(rec)
     if secs is not None:
         lines.append(f"Whole run: {secs / 60:.1f} minutes (run {rec.get('run_id', '?')}).")
