@@ -531,3 +531,15 @@ def test_stale_accepted_counts_when_the_batch_grew():
     wrong, reordered = faults.stale_accepted_counts(correct, prev_pos, valid, torch.tensor([2, 2], dtype=torch.int32))
     # row 0 (was row 1) takes previous row 0's 3; row 2 lies beyond the old batch: no stale value
     assert wrong.tolist() == [3, 1, 3] and reordered.tolist() == [True, False, False]
+
+
+@needs_vllm
+def test_a_missing_observer_target_does_not_stop_the_server(monkeypatch, tmp_path):
+    # observers only count: a renamed vLLM internal leaves the run unobserved, not broken
+    monkeypatch.setattr(faults, "_CONDENSE", faults.PatchTarget("vllm.v1.worker.gpu_input_batch",
+                                                               "InputBatch.no_such_method", ()))
+    monkeypatch.setenv(faults.REPORT_ENV, str(tmp_path))
+    faults.register()
+    assert faults.counts()["observer_missing"] == 1
+    assert "vllm.v1.worker.gpu_input_batch.InputBatch.swap_states" in faults.applied_patches()
+    assert faults.read_reports(tmp_path)["processes"] == 1

@@ -618,9 +618,15 @@ def _install_observers() -> None:
       from ``GPUModelRunner._may_reorder_batch``, which puts decodes before prefills
       for the GDN / Mamba backends): swaps, and those involving a row with drafts.
     """
-    _patch_as("observe", _WORKER_INIT, _worker_init_wrapper, what=REPORT_ENV)
-    _patch_as("observe", _CONDENSE, _condense_wrapper, what=REPORT_ENV)
-    _patch_as("observe", _SWAP, _swap_wrapper, what=REPORT_ENV)
+    for target, make in ((_WORKER_INIT, _worker_init_wrapper), (_CONDENSE, _condense_wrapper),
+                         (_SWAP, _swap_wrapper)):
+        try:
+            _patch_as("observe", target, make, what=REPORT_ENV)
+        except FaultConfigError as e:
+            # observers only count: a vLLM that renamed their target still runs, unobserved
+            # (a fault needs the runner check: register() refuses it without one)
+            count("observer_missing")
+            logger.warning("evalrun plugin: observer not installed: %s", e)
 
 
 # ---------------------------------------------------------------------------
@@ -756,6 +762,10 @@ def _install_cpu_async() -> None:
     are unchanged. Then :func:`_install_torch_standins`. The engine reports the
     effective value in ``/server_info`` as usual.
     """
+    import torch
+
+    if torch.cuda.is_available():
+        return  # a CUDA host: vLLM honours --async-scheduling itself; nothing to keep
     problems = _CPU_CHECK.problems()
     if problems:
         raise FaultConfigError(f"{CPU_ASYNC_ENV}=1: cannot patch the installed vLLM: " + "; ".join(problems))
@@ -1410,6 +1420,10 @@ def register() -> None:
         _install_cpu_async()
     _install_observers()
     if fault is not None:
+        if fault.runner is not None and not _WORKER_INIT.resolve()[2].__dict__.get(_MARK):
+            raise FaultConfigError(
+                f"{FAULT_ENV}={fault.name}: cannot check which model runner runs "
+                f"({_WORKER_INIT.module}.{_WORKER_INIT.qualname} could not be patched); refusing the fault")
         fault.install(fault)
         _info("evalrun fault %s active in process %d", fault.name, os.getpid())
     _start_flusher()
