@@ -34,7 +34,9 @@ selfcheck: install
 
 # Measured tables of README.md and docs/FAULTS.md, regenerated from fresh runs (each table
 # names its run folder). figures: the CPU list and one self-check (about 10 minutes on
-# 2 cores); figures-repeat: the clean variants of the self-check 5 times (about 15 minutes).
+# 2 cores; the README's run used ARGS="--data-dir ../shared/data/gsm8k"); figures-repeat: the
+# clean variants of the self-check 5 times (about 8 minutes). On a shared machine wrap them
+# in `flock /tmp/evalrun-engine.lock make figures`.
 FIG_ID    ?= $(shell date -u +%Y%m%dT%H%M%SZ)
 RESULTS   ?= results
 
