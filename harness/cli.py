@@ -19,6 +19,7 @@ subcommands:
   evalrun calibrate --config LIST --repeat N
                                       run each config N times, recommend tolerances
   evalrun selfcheck                   run the tiny model clean and with injected faults
+  evalrun train-tiny [--compare]      retrain the shipped tiny model from its recipe
   evalrun doctor                      check engine import, torch build, data, cache, ports; say how to mend
 
 examples:
@@ -26,7 +27,7 @@ examples:
   evalrun --config models-h200.txt --dry-run      show every config, variant, command, task and gate
   evalrun --config models-h200.txt --dry-run --json
   evalrun --config configs/my-model.yaml          one config instead of a list
-  evalrun --config models-cpu.txt --variant reference --variant spec
+  evalrun --config models-cpu.txt --variant reference --variant spec_async
   evalrun --config models-cpu.txt --data-dir ../shared/data/gsm8k
   evalrun --config models-cpu.txt --update-baseline   write results/baselines/<config>.json if it passes
   evalrun --config models-cpu.txt --baseline baselines/   gate against committed baselines
@@ -163,6 +164,7 @@ SUBCOMMANDS = {
     "diff": _lazy("harness.report.diff:cli_main"),
     "calibrate": _lazy("harness.calibrate:cli_main"),
     "selfcheck": _lazy("harness.selfcheck:cli_main"),
+    "train-tiny": _lazy("harness.models.training:cli_main"),
     "doctor": _lazy("harness.doctor:cli_main"),
 }
 
