@@ -28,6 +28,7 @@ from harness.engine.server import ServerStartError
 from harness.engine.session import VariantSession
 from harness.analysis.stats import paired_comparison, ratio_bootstrap_ci
 from harness.tasks import DataUnavailableError, PreparedTask, prepare_task
+from harness.tasks.judging import judge_completions
 
 EXIT_PASSED, EXIT_GATE_FAILED, EXIT_COULD_NOT_RUN = 0, 1, 2
 
@@ -368,17 +369,18 @@ def _run_variant(
                 pt = prepared[t.name]
                 bar = p.bar(f"{vp.id} {t.name}", len(pt.requests))
                 outcome = session.run_task(
-                    c.name, vp.name, t.name, pt.requests,
+                    pt.requests,
                     max_tokens=t.spec.max_tokens, temperature=t.spec.temperature, seed=t.spec.seed,
-                    stop=pt.stop, on_done=lambda s: bar.advance(s.error is None),
+                    stop=pt.stop, on_done=lambda x: bar.advance(x.ok),
                     per_request=c.per_request_metrics,
                 )
                 bar.close()
+                samples = judge_completions(c.name, vp.name, t.name, pt.requests, outcome.completions)
                 spath = run_dir / "samples" / c.name / vp.name / f"{t.name}.jsonl"
-                write_jsonl(spath, outcome.samples)
-                sc = score_task(outcome.samples)
+                write_jsonl(spath, samples)
+                sc = score_task(samples)
                 m.scores[(vp.name, t.name)] = sc
-                samples_by[(vp.name, t.name)] = outcome.samples
+                samples_by[(vp.name, t.name)] = samples
                 trec: dict[str, Any] = {
                     "status": "ran",
                     "samples": _rel(spath, run_dir),
@@ -395,7 +397,7 @@ def _run_variant(
                     "spec_decode": outcome.spec_metrics.to_json() if outcome.spec_metrics else None,
                     "spec_decode_counters": outcome.spec_counters.to_json() if outcome.spec_counters else None,
                     "spec_decode_error": outcome.metrics_error,
-                    **acceptance_intervals(outcome.samples, vp.speculative_config is not None),
+                    **acceptance_intervals(samples, vp.speculative_config is not None),
                 }
                 if outcome.spec_metrics is not None:
                     m.spec[(vp.name, t.name)] = outcome.spec_metrics
@@ -405,7 +407,7 @@ def _run_variant(
                 vrec["tasks"][t.name] = trec
                 if reruns is not None and vp.name in noise_variants(cp) and session.server.alive():
                     trec["rerun"] = _rerun_task(
-                        session, c.name, vp, t, pt, run_dir, outcome.samples, reruns, p, c.per_request_metrics)
+                        session, c.name, vp, t, pt, run_dir, samples, reruns, p, c.per_request_metrics)
                 acc = sc.accuracy
                 sd = outcome.spec_metrics
                 p.log(
@@ -437,22 +439,23 @@ def _rerun_task(session, config: str, vp: VariantPlan, t, pt: PreparedTask, run_
     rerun against the first pass (the noise)."""
     bar = p.bar(f"{vp.id} {t.name} (rerun for noise)", len(pt.requests))
     out = session.run_task(
-        config, vp.name, t.name, pt.requests,
+        pt.requests,
         max_tokens=t.spec.max_tokens, temperature=t.spec.temperature, seed=t.spec.seed,
-        stop=pt.stop, on_done=lambda s: bar.advance(s.error is None),
+        stop=pt.stop, on_done=lambda x: bar.advance(x.ok),
         per_request=per_request,
     )
     bar.close()
+    samples = judge_completions(config, vp.name, t.name, pt.requests, out.completions)
     spath = run_dir / "samples" / config / vp.name / f"{t.name}.rerun.jsonl"
-    write_jsonl(spath, out.samples)
-    reruns[(vp.name, t.name)] = out.samples
-    om = output_match(first, out.samples)
+    write_jsonl(spath, samples)
+    reruns[(vp.name, t.name)] = samples
+    om = output_match(first, samples)
     p.log(f"{vp.id} {t.name}: rerun output match against the first pass {_f(om.output_match_rate)} "
           f"({om.matched}/{om.compared}) = the noise")
     return {
         "samples": _rel(spath, run_dir),
         "seconds": round(out.seconds, 2),
-        "error_count": sum(1 for x in out.samples if not x.ok),
+        "error_count": sum(1 for x in samples if not x.ok),
         "spec_decode": out.spec_metrics.to_json() if out.spec_metrics else None,
         "output_match_vs_first": om.to_json(),
     }
