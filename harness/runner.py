@@ -23,7 +23,7 @@ from harness.report.progress import Progress
 from harness.report.summary import render_markdown
 from harness.records.run_record import new_run_id, provenance, utc_now, write_run
 from harness.records.samples import Sample, write_jsonl
-from harness.analysis.scoring import correctness, output_match, score_task
+from harness.analysis.scoring import answer_agreement, correctness, output_match, score_task
 from harness.engine.server import ServerStartError
 from harness.engine.session import VariantSession
 from harness.analysis.stats import paired_comparison, ratio_bootstrap_ci
@@ -279,6 +279,8 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: dict) -
                 continue
             om = output_match(a, b)
             m.matches[(comp.baseline, comp.candidate, tname)] = om
+            ag = answer_agreement(a, b, c.gates_for(tname).accuracy_pipeline)
+            m.answers[(comp.baseline, comp.candidate, tname)] = ag
             pc = None
             ca = correctness(a, c.gates.accuracy_pipeline)
             cb = correctness(b, c.gates.accuracy_pipeline)
@@ -297,6 +299,7 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: dict) -
                     "baseline": comp.baseline, "candidate": comp.candidate, "task": tname,
                     "pipeline": c.gates.accuracy_pipeline,
                     **om.to_json(),
+                    "answer_agreement": ag.to_json(),
                     "paired": pc.to_json() if pc else None,
                     "noise": nz.to_json() if nz else None,
                 }

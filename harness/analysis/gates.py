@@ -14,7 +14,7 @@ from harness.engine.info import Effectiveness
 from harness.engine.metrics import SpecDecodeMetrics
 from harness.config.plan import GateDef
 from harness.records.samples import Sample
-from harness.analysis.scoring import OutputMatch, TaskScore, first_divergence
+from harness.analysis.scoring import AnswerAgreement, OutputMatch, TaskScore, first_divergence
 from harness.analysis.stats import PairedComparison, floor_margin, mcnemar_exact
 
 
@@ -196,6 +196,8 @@ class Measurements:
         not_run: ``(variant, task)`` or ``(variant, None)`` -> reason it did not run.
         noise: ``(baseline, candidate, task)`` -> :class:`OutputNoise` when the
             comparison has a noise reference (rerun or stored rate).
+        answers: ``(baseline, candidate, task)`` -> :class:`AnswerAgreement` (same
+            extracted answer), reported beside output match.
     """
 
     scores: dict[tuple[str, str], TaskScore] = field(default_factory=dict)
@@ -206,6 +208,44 @@ class Measurements:
     matches: dict[tuple[str, str, str], OutputMatch] = field(default_factory=dict)
     not_run: dict[tuple[str, str | None], str] = field(default_factory=dict)
     noise: dict[tuple[str, str, str], OutputNoise] = field(default_factory=dict)
+    answers: dict[tuple[str, str, str], AnswerAgreement] = field(default_factory=dict)
+
+
+def holm_adjust(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (Holm 1979, "A simple sequentially
+    rejective multiple test procedure", Scand. J. Statist. 6:65-70).
+
+    With p-values sorted ascending p_(1) <= ... <= p_(m), the adjusted value of the
+    i-th is ``max_{j <= i} min(1, (m - j + 1) p_(j))``; rejecting where it is below
+    alpha keeps the family-wise error at most alpha under any dependence.
+
+    Args:
+        p_values: m p-values in [0, 1], any order.
+
+    Returns:
+        The adjusted p-values, in the input order.
+    """
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    out = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        out[i] = running
+    return out
+
+
+def holm_p_values(gates: Sequence[GateDef], m: Measurements) -> dict[str, float]:
+    """Holm-adjusted one-sided McNemar p-values of the ``max_accuracy_drop`` gates that
+    ask for it (``params["multiple_testing"] == "holm"``) and have paired data.
+
+    The family is those gates of one config (one call per config). Returns gate id ->
+    adjusted p-value; gates outside the family are absent.
+    """
+    fam = [g for g in gates if g.kind == "max_accuracy_drop" and g.params.get("multiple_testing") == "holm"
+           and (g.baseline, g.variant, g.task) in m.paired]
+    raw = [m.paired[(g.baseline, g.variant, g.task)].one_sided_p_value for g in fam]
+    return {g.id: p for g, p in zip(fam, holm_adjust(raw))}
 
 
 def _result(g: GateDef, observed, limit, passed, detail, questions=()) -> GateResult:
@@ -223,7 +263,7 @@ def _not_run(g: GateDef, m: Measurements) -> str | None:
     return None
 
 
-def evaluate_gate(g: GateDef, m: Measurements) -> GateResult:
+def evaluate_gate(g: GateDef, m: Measurements, adjusted_p: float | None = None) -> GateResult:
     """Judge one gate.
 
     Semantics (README "Gates"):
@@ -238,7 +278,8 @@ def evaluate_gate(g: GateDef, m: Measurements) -> GateResult:
       declared expected on this platform (``expected_effective``).
     * ``max_accuracy_drop``: one-sided: fails when baseline - candidate accuracy on the
       paired questions exceeds the limit, or when the candidate is significantly worse
-      (exact one-sided McNemar p < alpha). An improvement never fails.
+      (exact one-sided McNemar p < alpha; with ``adjusted_p`` given, the Holm-adjusted
+      p-value of :func:`holm_p_values` is compared instead). An improvement never fails.
     * ``min_output_match``: share of identical completion token ids >= limit. With a
       noise reference (:class:`OutputNoise`: the baseline rerun, ``noise_runs: 2``, or
       a stored ``noise_mismatch_rate``) whose noise is above zero, the limit is
@@ -313,17 +354,20 @@ def evaluate_gate(g: GateDef, m: Measurements) -> GateResult:
             return _result(g, None, g.limit, None, "not run: no paired questions")
         drop = pc.accuracy_a - pc.accuracy_b
         alpha = g.params.get("alpha", 0.05)
-        signif = pc.one_sided_p_value < alpha
+        p_used = pc.one_sided_p_value if adjusted_p is None else adjusted_p
+        signif = p_used < alpha
         ok = drop <= g.limit and not signif
         why = []
         if drop > g.limit:
             why.append(f"drop {drop:.4f} > {g.limit}")
         if signif:
-            why.append(f"significantly worse (one-sided McNemar p={pc.one_sided_p_value:.4g} < {alpha})")
+            why.append(f"significantly worse (one-sided McNemar {'Holm-adjusted ' if adjusted_p is not None else ''}"
+                       f"p={p_used:.4g} < {alpha})")
         detail = (
             f"{g.baseline} {pc.accuracy_a:.4f} -> {g.variant} {pc.accuracy_b:.4f} on {pc.n} paired questions; "
             f"{len(pc.a_only)} right only in {g.baseline}, {len(pc.b_only)} right only in {g.variant}; "
             f"one-sided p={pc.one_sided_p_value:.4g}"
+            + (f" (Holm-adjusted {adjusted_p:.4g})" if adjusted_p is not None else "")
         )
         if why:
             detail += "; FAILED: " + "; ".join(why)
@@ -349,6 +393,10 @@ def evaluate_gate(g: GateDef, m: Measurements) -> GateResult:
             )
         elif nz is not None:
             detail += f"; noise reference shows no mismatch ({nz.source}), so exact limit {g.limit} applies"
+        ag = m.answers.get(pkey)
+        if ag is not None and ag.agreement_rate is not None:
+            detail += (f"; answer-level agreement ({ag.pipeline}) {ag.agreed}/{ag.compared} "
+                       f"({ag.agreement_rate:.4f})")
         if om.mismatches:
             firsts = ", ".join(f"{x.question_id}@{x.first_divergence}" for x in om.mismatches[:5])
             detail += f"; first divergences: {firsts}" + (" ..." if len(om.mismatches) > 5 else "")
@@ -371,5 +419,7 @@ def evaluate_gate(g: GateDef, m: Measurements) -> GateResult:
 
 
 def evaluate_gates(gates: list[GateDef] | tuple[GateDef, ...], m: Measurements) -> list[GateResult]:
-    """Judge every gate of one config, in plan order."""
-    return [evaluate_gate(g, m) for g in gates]
+    """Judge every gate of one config, in plan order (the ``max_accuracy_drop`` gates
+    that ask for it with Holm-adjusted p-values, :func:`holm_p_values`)."""
+    adj = holm_p_values(gates, m)
+    return [evaluate_gate(g, m, adj.get(g.id)) for g in gates]

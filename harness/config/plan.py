@@ -276,11 +276,14 @@ def _gates(config: ModelConfig) -> list[GateDef]:
                         kind="max_accuracy_drop",
                         config=c, variant=comp.candidate, task=tname, baseline=comp.baseline,
                         limit=comp.max_accuracy_drop, op="<=",
-                        params={"pipeline": g.accuracy_pipeline, "alpha": comp.alpha},
+                        params={"pipeline": g.accuracy_pipeline, "alpha": comp.alpha,
+                                "multiple_testing": g.multiple_testing},
                         description=(
                             f"paired accuracy drop {comp.baseline} - {comp.candidate} <= "
                             f"{comp.max_accuracy_drop}, and not significantly worse "
-                            f"(one-sided McNemar, alpha {comp.alpha})"
+                            f"(one-sided McNemar, alpha {comp.alpha}"
+                            + (", Holm-corrected across the config's accuracy-drop gates)"
+                               if g.multiple_testing == "holm" else ")")
                         ),
                     )
                 )

@@ -47,13 +47,13 @@ def detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER) -> list[
         ``[{"task", "n", "p", "p_assumed", "power", "floor": {...} , "paired": [...]}]``;
         drops are accuracy fractions.
     """
-    from scipy import stats as _st
+    from statistics import NormalDist
 
     from harness.analysis.stats import floor_margin, min_detectable_drop
 
     g = config.gates
     out = []
-    z_pow = float(_st.norm.ppf(power))
+    z_pow = NormalDist().inv_cdf(power)
     for tname, t in config.tasks.items():
         g = config.gates_for(tname)
         n = task_size(t)
