@@ -155,6 +155,8 @@ class ComparisonSpec(_Frozen):
         noise_mismatch_rate: a stored baseline-vs-baseline output mismatch rate
             (fraction of questions, e.g. from ``evalrun calibrate``) used as the noise
             when the baseline is not rerun in this run; None = none.
+        output_match_alpha: significance level of the output-match test against noise
+            (None = ``alpha``).
     """
 
     baseline: str
@@ -167,6 +169,7 @@ class ComparisonSpec(_Frozen):
     expected_discordance: float = Field(default=0.05, gt=0.0, le=1.0)
     noise_runs: int = Field(default=1, ge=1, le=2)
     noise_mismatch_rate: float | None = Field(default=None, ge=0.0, le=1.0)
+    output_match_alpha: float | None = Field(default=None, gt=0.0, lt=1.0)
 
 
 class VariantSpec(_Frozen):
@@ -237,7 +240,11 @@ class EvalrunBlock(_Frozen):
         min_output_match: output match limit used when the measured noise is 0.
         max_accuracy_drop: largest paired accuracy drop reference -> spec variant.
         max_acceptance_length_drop: largest mean acceptance length drop spec_sync -> spec_async.
-        alpha: one-sided significance level of the comparisons' tests.
+        alpha: one-sided significance level of the paired accuracy test.
+        output_match_alpha: one-sided level of the output-match test against noise
+            (default 0.001: a broken build's excess of mismatches is large, while a
+            correct build with 9 such gates false-fails with probability at most
+            1 - 0.999^9, about 0.9%).
         expected_discordance: assumed discordance for the dry run's power statement
             and family-wise false-fail probability.
         multiple_testing: ``holm`` or ``none`` (see :class:`GateSpec`).
@@ -251,6 +258,7 @@ class EvalrunBlock(_Frozen):
     max_accuracy_drop: float | None = Field(default=0.05, ge=0.0, le=1.0)
     max_acceptance_length_drop: float | None = Field(default=0.1, ge=0.0)
     alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
+    output_match_alpha: float = Field(default=0.001, gt=0.0, lt=1.0)
     expected_discordance: float = Field(default=0.05, gt=0.0, le=1.0)
     multiple_testing: Literal["none", "holm"] = "none"
 
@@ -616,7 +624,7 @@ def _from_vllm(c: VllmGsm8kConfig, path: Path, sha: str) -> ModelConfig:
             "spec_async": VariantSpec(speculative_config=spec, async_scheduling=True),
         }
         common = dict(
-            min_output_match=ev.min_output_match, alpha=ev.alpha,
+            min_output_match=ev.min_output_match, alpha=ev.alpha, output_match_alpha=ev.output_match_alpha,
             expected_discordance=ev.expected_discordance,
             noise_runs=ev.effective_noise_runs(), noise_mismatch_rate=ev.noise_mismatch_rate,
         )

@@ -300,7 +300,7 @@ def _gates(config: ModelConfig) -> list[GateDef]:
                         kind="min_output_match",
                         config=c, variant=comp.candidate, task=tname, baseline=comp.baseline,
                         limit=comp.min_output_match, op=">=",
-                        params={"alpha": comp.alpha, "noise_runs": comp.noise_runs,
+                        params={"alpha": comp.output_match_alpha or comp.alpha, "noise_runs": comp.noise_runs,
                                 "noise_mismatch_rate": comp.noise_mismatch_rate},
                         description="share of questions with identical completion token ids" + noise,
                     )
