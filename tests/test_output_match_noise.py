@@ -28,7 +28,7 @@ Q = 0.0811
 def vllm_form(tmp_path: Path, extra: str = "") -> Path:
     p = tmp_path / "Fake-Model-BF16.yaml"
     p.write_text(textwrap.dedent(f"""\
-        model_name: fake/Fake-Model-BF16
+        model_name: Fake-Model-BF16
         accuracy_threshold: 0.0
         num_questions: {N}
         num_fewshot: 1
@@ -108,3 +108,22 @@ def test_holm_adjust_matches_the_step_down_definition():
     assert holm_adjust([0.04, 0.01, 0.02]) == pytest.approx([0.04, 0.03, 0.04])
     assert holm_adjust([0.5, 0.6]) == pytest.approx([1.0, 1.0])
     assert holm_adjust([]) == []
+
+
+def test_hub_weights_are_fetched_before_startup(monkeypatch, tmp_path):
+    import huggingface_hub
+
+    from harness.report.progress import Progress
+    from harness.runner import resolve_model
+
+    calls = []
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda repo_id: calls.append(repo_id) or str(tmp_path))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    assert resolve_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16", Progress(quiet=True)) == \
+        "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16"
+    assert calls == ["nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16"]
+    # a local folder is used as it is; offline mode trusts the cache
+    assert resolve_model(str(tmp_path), Progress(quiet=True)) == str(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    resolve_model("org/other", Progress(quiet=True))
+    assert calls == ["nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16"]

@@ -21,7 +21,7 @@ FAKE = Path(__file__).resolve().parent / "fake_vllm.py"
 
 def vllm_form(path: Path, env: str) -> Path:
     path.write_text(textwrap.dedent(f"""\
-        model_name: fake/{path.stem}
+        model_name: fake-{path.stem}
         accuracy_threshold: 0.0
         num_questions: 12
         num_fewshot: 1
