@@ -73,7 +73,7 @@ def cli_main(argv: list[str]) -> int:
         except FileExistsError as e:  # runner.RunFolderExistsError: never mix runs
             print(f"evalrun calibrate: {e}", file=sys.stderr)
             return 2
-        could_not_run |= record.get("status") != "completed"
+        could_not_run |= record.status != "completed"
         runs.append((record, run_dir))
     summary = summarize(runs, k=args.sigmas)
     md = render_calibration_markdown(summary)

@@ -19,6 +19,7 @@ subcommands:
   evalrun calibrate --config LIST --repeat N
                                       run each config N times, recommend tolerances
   evalrun selfcheck                   run the tiny model clean and with injected faults
+  evalrun doctor                      check engine import, torch build, data, cache, ports; say how to mend
 
 examples:
   evalrun --config models-cpu.txt                 run the CPU list (tiny built-in hybrid model)
@@ -76,6 +77,9 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="folder of stored baselines (<config>.json); a config with a baseline there is also "
                         "gated against it (default: RESULTS_DIR/baselines)")
     p.add_argument("--no-baseline", action="store_true", help="do not gate against stored baselines")
+    p.add_argument("--allow-contamination", action="store_true",
+                   help="run a task even when its test questions are among its few-shot examples or the train "
+                        "split (refused by default; recorded in the run record)")
     p.add_argument("--update-baseline", action="store_true",
                    help="after the run, write a baseline for every config whose gates all passed")
     return p
@@ -102,9 +106,9 @@ def cmd_run(argv: list[str]) -> int:
             return 2
     if args.dry_run:
         if args.json:
-            print(json.dumps(plan_json(plan), indent=2))
+            print(json.dumps(plan_json(plan, args.variant), indent=2))
         else:
-            print(render_plan(plan))
+            print(render_plan(plan, args.variant))
         return 0
     if args.json:
         print("evalrun: --json is only for --dry-run (the run record is JSON: results/<run id>/run.json)", file=sys.stderr)
@@ -122,6 +126,7 @@ def cmd_run(argv: list[str]) -> int:
         results_dir=args.results_dir, data_dir=args.data_dir, run_id=args.run_id,
         argv=["evalrun", *argv], variants=args.variant, progress=progress,
         baseline_dir=None if args.no_baseline else baseline_dir,
+        allow_contamination=args.allow_contamination,
     )
     from harness.runner import RunFolderExistsError
 
@@ -137,15 +142,15 @@ def cmd_run(argv: list[str]) -> int:
     if args.markdown:
         args.markdown.write_text(render_markdown(record), encoding="utf-8")
     if args.update_baseline:
-        from harness.analysis.baseline import BaselineError, write_baselines
+        from harness.records.baselines import BaselineError, write_baselines
 
         try:
             for _, _, msg in write_baselines(record, run_dir, baseline_dir):
                 print(f"evalrun: {msg}", file=sys.stderr)
         except (BaselineError, OSError) as e:
             print(f"evalrun: baseline not written: {e}", file=sys.stderr)
-            return max(int(record["exit_code"]), 2)
-    return int(record["exit_code"])
+            return max(int(record.exit_code), 2)
+    return int(record.exit_code)
 
 
 def _lazy(target: str):
@@ -165,6 +170,7 @@ SUBCOMMANDS = {
     "diff": _lazy("harness.report.diff:cli_main"),
     "calibrate": _lazy("harness.calibrate:cli_main"),
     "selfcheck": _lazy("harness.selfcheck:cli_main"),
+    "doctor": _lazy("harness.doctor:cli_main"),
 }
 
 

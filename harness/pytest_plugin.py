@@ -20,9 +20,12 @@ fails too (fail closed). The list is resolved as evalrun resolves lists (a path,
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from harness.records.run_record import RunRecord
 
 #: The fixture each config is given to.
 FIXTURE = "evalrun_config"
@@ -63,26 +66,27 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize(FIXTURE, paths, ids=[p.stem for p in paths])
 
 
-def gate_table(record: dict[str, Any]) -> str:
+def gate_table(record: RunRecord) -> str:
     """The gate verdicts of a run record as a plain-text table (one line per gate:
-    verdict, gate id, observed, limit, detail), failed and not-run gates first."""
-    rows = [g for c in record["configs"] for g in c["gates"]]
-    order = {"FAIL": 0, "NOT RUN": 1, "PASS": 2}
-    rows.sort(key=lambda g: order.get(g["verdict"], 3))
+    verdict, gate id, observed, limit, detail), failed and not-run gates first, then
+    the config and variant errors."""
+    rows = [g for c in record.configs for g in c.gates]
+    order = {False: 0, None: 1, True: 2}
+    rows.sort(key=lambda g: order[g.passed])
 
     def num(x: Any) -> str:
         return "-" if x is None else f"{x:.4g}" if isinstance(x, float) else str(x)
 
+    verdict = {True: "PASS", False: "FAIL", None: "NOT RUN"}
     lines = [f"{'verdict':8} {'gate':60} {'observed':>9} {'limit':>8}  detail"]
     for g in rows:
-        lines.append(f"{g['verdict']:8} {g['id']:60} {num(g['observed']):>9} {num(g['limit']):>8}  {g['detail']}")
-    errs = [f"{c['name']}: {c['error']}" for c in record["configs"] if c.get("error")]
-    errs += [f"{c['name']}/{v}: {vr['error']}" for c in record["configs"]
-             for v, vr in c["variants"].items() if vr.get("error")]
+        lines.append(f"{verdict[g.passed]:8} {g.id:60} {num(g.observed):>9} {num(g.limit):>8}  {g.detail}")
+    errs = [f"{c.name}: {c.error}" for c in record.configs if c.error]
+    errs += [f"{c.name}/{v}: {vr.error}" for c in record.configs for v, vr in c.variants.items() if vr.error]
     return "\n".join(lines + [f"error: {e}" for e in errs])
 
 
-def run_config(path: Path, config: pytest.Config) -> tuple[dict[str, Any], Path]:
+def run_config(path: Path, config: pytest.Config) -> tuple[RunRecord, Path]:
     """Run one config through :func:`harness.runner.run` with the plugin's options.
 
     Returns:

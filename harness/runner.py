@@ -17,17 +17,25 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from harness.engine.info import EngineInfoError, check_effective
-from harness.analysis.gates import Measurements, evaluate_gates, output_noise_rerun, output_noise_stored
-from harness.config.plan import ConfigPlan, Plan, VariantPlan
+from harness.analysis.gates import (
+    Measurements, baseline_notes, evaluate_gates, judged_baseline_gates, output_noise_rerun, output_noise_stored,
+)
+from harness.config.plan import PORT_PLACEHOLDER, ConfigPlan, Plan, VariantPlan, shell_line
 from harness.report.progress import Progress
 from harness.report.summary import render_markdown
-from harness.records.run_record import new_run_id, provenance, utc_now, write_run
+from harness.records.run_record import (
+    AnswerAgreementRecord, BaselineInfo, ComparisonResult, ConfigRef, ConfigResult, DatasetRef, EffectivenessRecord, EngineFactsRecord,
+    NoiseRecord, OutputMatchRecord, PairedRecord, RerunRecord, Requested, RunRecord, SpecDecodeCountersRecord,
+    SpecDecodeRecord, SubsetWarning, TaskResult, TruncatedIds, VariantResult, new_run_id, provenance, utc_now,
+    write_run,
+)
 from harness.records.samples import Sample, write_jsonl
-from harness.analysis.scoring import answer_agreement, correctness, output_match, score_task
+from harness.analysis.scoring import answer_agreement, is_truncated, output_match, score_task
 from harness.engine.server import ServerStartError
 from harness.engine.session import VariantSession
-from harness.analysis.stats import paired_comparison, ratio_bootstrap_ci
-from harness.tasks import DataUnavailableError, PreparedTask, prepare_task
+from harness.analysis.stats import ratio_bootstrap_ci
+from harness.report.dry_run import subset_warnings
+from harness.tasks import ContaminationError, DataUnavailableError, PreparedTask, prepare_task
 from harness.tasks.judging import judge_completions
 
 EXIT_PASSED, EXIT_GATE_FAILED, EXIT_COULD_NOT_RUN = 0, 1, 2
@@ -49,8 +57,11 @@ class RunOptions:
         variants: run only these variant names (None = all).
         progress: progress reporter.
         baseline_dir: folder of stored baselines (``<config>.json``, see
-            :mod:`harness.analysis.baseline`); a config with a baseline there is also gated
+            :mod:`harness.records.baselines`); a config with a baseline there is also gated
             against it. None = no baseline gates.
+        allow_contamination: run tasks whose test questions overlap their few-shot
+            examples or the train split (recorded: ``provenance.allow_contamination``
+            and the overlaps per task in ``provenance.datasets[<task id>].contamination``).
     """
 
     results_dir: Path
@@ -60,6 +71,7 @@ class RunOptions:
     variants: list[str] | None = None
     progress: Progress = field(default_factory=Progress)
     baseline_dir: Path | None = None
+    allow_contamination: bool = False
 
 
 #: Why acceptance intervals are missing when requests ran concurrently.
@@ -182,13 +194,22 @@ def _rel(path: Path, base: Path) -> str:
         return str(path)
 
 
-def run(plan: Plan, opts: RunOptions) -> tuple[dict[str, Any], Path]:
+def _model(cls, obj):
+    """A record type built from a measurement object's attributes (None stays None)."""
+    return None if obj is None else cls.model_validate(obj, from_attributes=True)
+
+
+def run(plan: Plan, opts: RunOptions) -> tuple[RunRecord, Path]:
     """Execute the plan and write the run folder.
 
     Returns:
-        (the run record dict, the run folder). ``record["exit_code"]`` is 0 when every
-        gate passed, 1 when a gate failed, 2 when something could not run (a server
-        did not start, required data was missing) and no gate failed.
+        (the run record, the run folder). ``record.exit_code`` is 0 when every gate
+        passed, 1 when a gate failed, 2 when something could not run (a server did not
+        start, required data was missing) and no gate failed.
+
+    Raises:
+        RunFolderExistsError: the run folder already holds a record.
+        KeyboardInterrupt: after the partial record is written (status ``interrupted``).
     """
     run_id = opts.run_id or new_run_id()
     run_dir = Path(opts.results_dir) / run_id
@@ -199,32 +220,23 @@ def run(plan: Plan, opts: RunOptions) -> tuple[dict[str, Any], Path]:
         )
     run_dir.mkdir(parents=True, exist_ok=True)
     started = utc_now()
-    cfg_prov = [
-        {"name": cp.name, "path": str(cp.config.path), "sha256": cp.config.sha256} for cp in plan.configs
-    ]
-    record: dict[str, Any] = {
-        "schema_version": 1,
-        "run_id": run_id,
-        "status": "running",
-        "passed": None,
-        "exit_code": None,
-        "provenance": provenance(opts.argv, cfg_prov, started),
-        "configs": [],
-    }
+    refs = [ConfigRef(name=cp.name, path=str(cp.config.path), sha256=cp.config.sha256) for cp in plan.configs]
+    record = RunRecord(run_id=run_id, provenance=provenance(opts.argv, refs, started))
+    record.provenance.allow_contamination = opts.allow_contamination
     could_not_run = False
     try:
         for cp in plan.configs:
             crec, cnr = _run_config(cp, opts, run_dir, record)
             could_not_run |= cnr
-            record["configs"].append(crec)
+            record.configs.append(crec)
             write_run(run_dir, record)  # keep what is measured so far
     except KeyboardInterrupt:
         # servers are already stopped by their context managers; keep the record
-        record.update(status="interrupted", passed=None, exit_code=EXIT_COULD_NOT_RUN)
-        record["provenance"]["ended_at"] = utc_now()
+        record.status, record.passed, record.exit_code = "interrupted", None, EXIT_COULD_NOT_RUN
+        record.provenance.ended_at = utc_now()
         write_run(run_dir, record)
         raise
-    verdicts = [g["passed"] for c in record["configs"] for g in c["gates"]]
+    verdicts = [g.passed for g in record.gates()]
     if any(v is False for v in verdicts):
         code, passed = EXIT_GATE_FAILED, False
     elif could_not_run or any(v is None for v in verdicts):
@@ -234,23 +246,21 @@ def run(plan: Plan, opts: RunOptions) -> tuple[dict[str, Any], Path]:
     # an optional task that could not run is reported, but does not by itself fail the run
     if code == EXIT_COULD_NOT_RUN and not could_not_run:
         code, passed = EXIT_PASSED, None
-    record.update(status="completed" if not could_not_run else "incomplete", passed=passed, exit_code=code)
-    record["provenance"]["ended_at"] = utc_now()
+    record.status = "completed" if not could_not_run else "incomplete"
+    record.passed, record.exit_code = passed, code
+    record.provenance.ended_at = utc_now()
     write_run(run_dir, record)
     (run_dir / "summary.md").write_text(render_markdown(record), encoding="utf-8")
-    record["_path"] = str(run_dir)
     return record, run_dir
 
 
-def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: dict) -> tuple[dict, bool]:
+def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunRecord) -> tuple[ConfigResult, bool]:
     p = opts.progress
     c = cp.config
     could_not_run = False
-    crec: dict[str, Any] = {
-        "name": c.name, "path": str(c.path), "sha256": c.sha256, "form": c.form, "model": c.model,
-        "model_path": None, "pipeline": c.gates.accuracy_pipeline,
-        "variants": {}, "comparisons": [], "gates": [], "error": None,
-    }
+    crec = ConfigResult(name=c.name, path=str(c.path), sha256=c.sha256, form=c.form, model=c.model,
+                        pipeline=c.gates.accuracy_pipeline,
+                        tasks={name: spec.model_dump(mode="json", exclude={"gates"}) for name, spec in c.tasks.items()})
     m = Measurements()
     variants = [v for v in cp.variants if opts.variants is None or v.name in opts.variants]
     skipped = [v.name for v in cp.variants if v not in variants]
@@ -261,11 +271,21 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: dict) -
     prepared: dict[str, PreparedTask] = {}
     for t in cp.tasks:
         try:
-            prepared[t.name] = prepare_task(t.name, t.spec, opts.data_dir)
-            record["provenance"]["datasets"][t.id] = {
-                "sha256": prepared[t.name].dataset_hash, "source": prepared[t.name].source,
-                "num_requests": len(prepared[t.name].requests),
-            }
+            prepared[t.name] = prepare_task(t.name, t.spec, opts.data_dir, opts.allow_contamination)
+            record.provenance.datasets[t.id] = DatasetRef(
+                sha256=prepared[t.name].dataset_hash, source=prepared[t.name].source,
+                num_requests=len(prepared[t.name].requests), stop=list(prepared[t.name].stop),
+                contamination=prepared[t.name].contamination,
+            )
+            if prepared[t.name].contamination:
+                p.warn(f"{c.name}: task {t.name}: contaminated data run anyway (--allow-contamination): "
+                       f"{prepared[t.name].contamination}")
+        except ContaminationError as e:
+            could_not_run |= t.spec.required
+            p.error(f"{c.name}: {e}")
+            for v in cp.variants:
+                m.not_run[(v.name, t.name)] = ("contaminated data refused (test questions among the few-shot "
+                                               "examples or the train split)")
         except DataUnavailableError as e:
             msg = f"task {t.name}: data not available: {e}"
             if t.spec.required:
@@ -275,41 +295,40 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: dict) -
                 p.warn(f"{c.name}: NOT RUN (optional task): {msg}")
             for v in cp.variants:
                 m.not_run[(v.name, t.name)] = f"data not available ({'required' if t.spec.required else 'optional'} task)"
+    # 1b. a run smaller than the set its threshold was measured on: say so now
+    crec.subset_warnings = [SubsetWarning(**w) for w in subset_warnings(c)]
+    for w in crec.subset_warnings:
+        p.warn(f"{c.name}: {w.message}")
     # 2. the model
     try:
         model_ref = resolve_model(c.model, p)
-        crec["model_path"] = model_ref
+        crec.model_path = model_ref
     except Exception as e:  # noqa: BLE001 - any build failure stops this config, recorded
-        crec["error"] = f"model {c.model}: cannot be prepared: {type(e).__name__}: {e}"
-        p.error(f"{c.name}: {crec['error']}")
+        crec.error = f"model {c.model}: cannot be prepared: {type(e).__name__}: {e}"
+        p.error(f"{c.name}: {crec.error}")
         for v in cp.variants:
             m.not_run[(v.name, None)] = "model not available"
-        crec["gates"] = [g.to_json() for g in evaluate_gates(cp.gates, m)]
+        crec.gates = evaluate_gates(cp.gates, m)
         return crec, True
     # 3. variants
-    samples_by: dict[tuple[str, str], tuple[Sample, ...]] = {}
     reruns: dict[tuple[str, str], tuple[Sample, ...]] = {}
     for vp in variants:
-        vrec, ok = _run_variant(cp, vp, model_ref, prepared, opts, run_dir, m, samples_by, reruns)
-        crec["variants"][vp.name] = vrec
+        vrec, ok = _run_variant(cp, vp, model_ref, prepared, opts, run_dir, m, reruns)
+        crec.variants[vp.name] = vrec
         could_not_run |= not ok
-    # 4. comparisons
+    # 4. comparisons (the record's paired test reads each task's own pipeline)
     for comp in c.comparisons:
         for tname in c.tasks:
-            a = samples_by.get((comp.baseline, tname))
-            b = samples_by.get((comp.candidate, tname))
+            a = m.samples.get((comp.baseline, tname))
+            b = m.samples.get((comp.candidate, tname))
             if a is None or b is None:
                 continue
+            pipeline = c.gates_for(tname).accuracy_pipeline
             om = output_match(a, b)
             m.matches[(comp.baseline, comp.candidate, tname)] = om
-            ag = answer_agreement(a, b, c.gates_for(tname).accuracy_pipeline)
+            ag = answer_agreement(a, b, pipeline)
             m.answers[(comp.baseline, comp.candidate, tname)] = ag
-            pc = None
-            ca = correctness(a, c.gates.accuracy_pipeline)
-            cb = correctness(b, c.gates.accuracy_pipeline)
-            if set(ca) & set(cb):
-                pc = paired_comparison(ca, cb)
-                m.paired[(comp.baseline, comp.candidate, tname)] = pc
+            pc = m.paired(comp.baseline, comp.candidate, tname, pipeline)
             nz = None
             if comp.noise_runs > 1 and (comp.baseline, tname) in reruns:
                 nz = output_noise_rerun(a, reruns[(comp.baseline, tname)], b)
@@ -317,26 +336,41 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: dict) -
                 nz = output_noise_stored(om, comp.noise_mismatch_rate)
             if nz is not None:
                 m.noise[(comp.baseline, comp.candidate, tname)] = nz
-            crec["comparisons"].append(
-                {
-                    "baseline": comp.baseline, "candidate": comp.candidate, "task": tname,
-                    "pipeline": c.gates.accuracy_pipeline,
-                    **om.to_json(),
-                    "answer_agreement": ag.to_json(),
-                    "paired": pc.to_json() if pc else None,
-                    "noise": nz.to_json() if nz else None,
-                }
-            )
+            crec.comparisons.append(ComparisonResult(
+                baseline=comp.baseline, candidate=comp.candidate, task=tname, pipeline=pipeline,
+                **OutputMatchRecord.model_validate(om, from_attributes=True).model_dump(),
+                paired=_model(PairedRecord, pc), noise=_model(NoiseRecord, nz),
+                answer_agreement=_model(AnswerAgreementRecord, ag),
+                truncated=TruncatedIds(baseline=[x.question_id for x in a if is_truncated(x)],
+                                       candidate=[x.question_id for x in b if is_truncated(x)]),
+            ))
     # 5. gates
-    crec["gates"] = [g.to_json() for g in evaluate_gates(cp.gates, m)]
+    crec.gates = evaluate_gates(cp.gates, m)
     # 6. gates against the stored baseline (last known good), when there is one
     if opts.baseline_dir is not None:
-        from harness.analysis.baseline import baseline_gates_for_run
-
-        info, results = baseline_gates_for_run(opts.baseline_dir, c, samples_by, m)
-        crec["baseline"] = info
-        crec["gates"] += [g.to_json() for g in results]
+        crec.baseline = _load_baseline(opts.baseline_dir, c.name, m)
+        crec.gates += judged_baseline_gates(cp.baseline_gates, m)
+        if crec.baseline.found and m.baseline is not None:
+            crec.baseline.notes = baseline_notes(cp.baseline_gates, m)
     return crec, could_not_run
+
+
+def _load_baseline(baseline_dir: Path, config: str, m: Measurements) -> BaselineInfo:
+    """Read ``<baseline_dir>/<config>.json`` into ``m.baseline`` (or ``m.baseline_error``)."""
+    from harness.records.baselines import BaselineError, baseline_path, load_baseline
+
+    path = baseline_path(baseline_dir, config)
+    info = BaselineInfo(path=str(path), found=path.is_file())
+    if not info.found:
+        return info
+    try:
+        m.baseline = load_baseline(path)
+    except BaselineError as e:
+        m.baseline_error = info.error = str(e)
+        return info
+    info.source_run_id = m.baseline.source_run.run_id
+    info.written_at = m.baseline.written_at
+    return info
 
 
 def _run_variant(
@@ -347,26 +381,24 @@ def _run_variant(
     opts: RunOptions,
     run_dir: Path,
     m: Measurements,
-    samples_by: dict,
     reruns: dict | None = None,
-) -> tuple[dict, bool]:
+) -> tuple[VariantResult, bool]:
     p = opts.progress
     c = cp.config
     log_path = run_dir / "logs" / c.name / f"{vp.name}.log"
     argv = [model_ref if a == c.model else a for a in vp.argv]
-    vrec: dict[str, Any] = {
-        "argv": argv, "env": vp.env, "fault": vp.fault,
-        "requested": {"speculative_config": vp.speculative_config, "async_scheduling": vp.async_scheduling},
-        "engine": None, "effective": None, "startup_seconds": None,
-        "log": _rel(log_path, run_dir), "error": None, "tasks": {},
-    }
+    vrec = VariantResult(
+        argv=argv, env=dict(vp.env), fault=vp.fault, log=_rel(log_path, run_dir),
+        requested=Requested(speculative_config=vp.speculative_config, async_scheduling=vp.async_scheduling),
+    )
     todo = [t for t in cp.tasks if t.name in prepared]
     if not todo:
-        vrec["error"] = "no task of this config can run"
-        m.not_run[(vp.name, None)] = vrec["error"]
+        vrec.error = "no task of this config can run"
+        m.not_run[(vp.name, None)] = vrec.error
         return vrec, True
     p.log(f"{vp.id}: starting the vLLM server (log: {log_path})")
-    p.log(f"  $ {vp.shell_line()}".replace(c.model, model_ref) if c.model != model_ref else f"  $ {vp.shell_line()}")
+    p.log(f"  $ {shell_line(argv, vp.env)}")
+    p.log(f"  ({PORT_PLACEHOLDER} is the free port chosen at start-up; the server log's first lines hold the exact command)")
     session = VariantSession(
         vp.id, argv, vp.env, log_path,
         startup_timeout=c.startup_max_wait_seconds,
@@ -377,19 +409,19 @@ def _run_variant(
     )
     try:
         with session:
-            vrec["startup_seconds"] = round(session.server.startup_seconds or 0, 1)
-            p.log(f"{vp.id}: server ready in {vrec['startup_seconds']}s on {session.server.base_url}")
+            vrec.startup_seconds = round(session.server.startup_seconds or 0, 1)
+            p.log(f"{vp.id}: server ready in {vrec.startup_seconds}s on {session.server.base_url}")
             try:
                 facts = session.engine_facts()
-                vrec["engine"] = facts.to_json()
+                vrec.engine = _model(EngineFactsRecord, facts)
                 eff = check_effective(facts, vp.speculative_config, vp.async_scheduling, vp.expected_effective)
-                vrec["effective"] = eff.to_json()
+                vrec.effective = _model(EffectivenessRecord, eff)
                 m.effectiveness[vp.name] = eff
                 if not eff.effective:
                     p.warn(f"{vp.id}: not effective as asked: {eff.mismatches}"
                            + (" (declared expected on this platform)" if eff.expected_on_platform else ""))
             except EngineInfoError as e:
-                vrec["engine_error"] = str(e)
+                vrec.engine_error = str(e)
                 p.error(str(e))
             for t in todo:
                 pt = prepared[t.name]
@@ -406,33 +438,36 @@ def _run_variant(
                 write_jsonl(spath, samples)
                 sc = score_task(samples)
                 m.scores[(vp.name, t.name)] = sc
-                samples_by[(vp.name, t.name)] = samples
-                trec: dict[str, Any] = {
-                    "status": "ran",
-                    "samples": _rel(spath, run_dir),
-                    "seconds": round(outcome.seconds, 2),
-                    "num_requests": sc.num_requests,
-                    "error_count": sc.error_count,
-                    "error_rate": sc.error_rate,
-                    "accuracy": {k: v.accuracy for k, v in sc.accuracy.items()},
-                    "accuracy_ci": {k: v.accuracy_ci for k, v in sc.accuracy.items()},
-                    "correct": {k: v.correct for k, v in sc.accuracy.items()},
-                    "scored": {k: v.scored for k, v in sc.accuracy.items()},
-                    "invalid_rate": {k: v.invalid_rate for k, v in sc.accuracy.items()},
-                    "finish_reasons": sc.finish_reasons,
-                    "spec_decode": outcome.spec_metrics.to_json() if outcome.spec_metrics else None,
-                    "spec_decode_counters": outcome.spec_counters.to_json() if outcome.spec_counters else None,
-                    "spec_decode_error": outcome.metrics_error,
+                m.samples[(vp.name, t.name)] = samples
+                trec = TaskResult(
+                    samples=_rel(spath, run_dir),
+                    seconds=round(outcome.seconds, 2),
+                    num_requests=sc.num_requests,
+                    error_count=sc.error_count,
+                    error_rate=sc.error_rate,
+                    accuracy={k: v.accuracy for k, v in sc.accuracy.items()},
+                    accuracy_ci={k: v.accuracy_ci for k, v in sc.accuracy.items()},
+                    correct={k: v.correct for k, v in sc.accuracy.items()},
+                    scored={k: v.scored for k, v in sc.accuracy.items()},
+                    invalid_rate={k: v.invalid_rate for k, v in sc.accuracy.items()},
+                    finish_reasons=sc.finish_reasons,
+                    truncated=sc.truncated,
+                    truncated_rate=sc.truncated_rate,
+                    truncated_ids=list(sc.truncated_ids),
+                    stop_reasons=sc.stop_reasons,
+                    spec_decode=_model(SpecDecodeRecord, outcome.spec_metrics),
+                    spec_decode_counters=_model(SpecDecodeCountersRecord, outcome.spec_counters),
+                    spec_decode_error=outcome.metrics_error,
                     **acceptance_intervals(samples, vp.speculative_config is not None),
-                }
+                )
                 if outcome.spec_metrics is not None:
                     m.spec[(vp.name, t.name)] = outcome.spec_metrics
                 if outcome.metrics_error:
                     m.spec_errors[(vp.name, t.name)] = outcome.metrics_error
                     p.warn(f"{vp.id} {t.name}: {outcome.metrics_error}")
-                vrec["tasks"][t.name] = trec
+                vrec.tasks[t.name] = trec
                 if reruns is not None and vp.name in noise_variants(cp) and session.server.alive():
-                    trec["rerun"] = _rerun_task(
+                    trec.rerun = _rerun_task(
                         session, c.name, vp, t, pt, run_dir, samples, reruns, p, c.per_request_metrics)
                 acc = sc.accuracy
                 sd = outcome.spec_metrics
@@ -448,18 +483,26 @@ def _run_variant(
                     )
         return vrec, True
     except ServerStartError as e:
-        vrec["error"] = str(e)
-        p.error(str(e))
+        vrec.error = str(e)
+        try:
+            from harness.doctor import diagnose_server_log
+
+            why = diagnose_server_log(log_path.read_text(encoding="utf-8", errors="replace"), argv[0])
+        except OSError:
+            why = None
+        if why:
+            vrec.error += f"\ndiagnosis: {why}"
+        p.error(vrec.error)
         for t in todo:
-            if t.name not in vrec["tasks"]:
+            if t.name not in vrec.tasks:
                 m.not_run[(vp.name, t.name)] = "server failed"
-        if not vrec["tasks"]:
+        if not vrec.tasks:
             m.not_run[(vp.name, None)] = "server failed to start"
         return vrec, False
 
 
 def _rerun_task(session, config: str, vp: VariantPlan, t, pt: PreparedTask, run_dir: Path,
-                first: tuple[Sample, ...], reruns: dict, p: Progress, per_request: bool) -> dict[str, Any]:
+                first: tuple[Sample, ...], reruns: dict, p: Progress, per_request: bool) -> RerunRecord:
     """Run a task a second time on the same server (``noise_runs: 2``): the samples go
     to ``<task>.rerun.jsonl``; returns the record entry with the output match of the
     rerun against the first pass (the noise)."""
@@ -478,13 +521,13 @@ def _rerun_task(session, config: str, vp: VariantPlan, t, pt: PreparedTask, run_
     om = output_match(first, samples)
     p.log(f"{vp.id} {t.name}: rerun output match against the first pass {_f(om.output_match_rate)} "
           f"({om.matched}/{om.compared}) = the noise")
-    return {
-        "samples": _rel(spath, run_dir),
-        "seconds": round(out.seconds, 2),
-        "error_count": sum(1 for x in samples if not x.ok),
-        "spec_decode": out.spec_metrics.to_json() if out.spec_metrics else None,
-        "output_match_vs_first": om.to_json(),
-    }
+    return RerunRecord(
+        samples=_rel(spath, run_dir),
+        seconds=round(out.seconds, 2),
+        error_count=sum(1 for x in samples if not x.ok),
+        spec_decode=_model(SpecDecodeRecord, out.spec_metrics),
+        output_match_vs_first=_model(OutputMatchRecord, om),
+    )
 
 
 def _f(x: float | None) -> str:

@@ -22,9 +22,9 @@ import json
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from harness.config.loader import CONFIGS_DIR, ConfigError, load_config
+from harness.records.run_record import RunRecord
 
 #: What each fault must do: gate kinds that must fail / must pass for its variant
 #: (comparison gates are attributed to their candidate variant).
@@ -61,11 +61,11 @@ class Check:
     detail: str
 
 
-def judge_selfcheck(record: dict[str, Any], faults: dict[str, str | None]) -> list[Check]:
+def judge_selfcheck(record: RunRecord, faults: dict[str, str | None]) -> list[Check]:
     """Check a run record's gates against :data:`EXPECTATIONS`.
 
     Args:
-        record: a run record (``run.json`` as a dict) with one config.
+        record: a run record with one config.
         faults: variant name -> fault name (None for clean variants).
 
     Returns:
@@ -77,15 +77,15 @@ def judge_selfcheck(record: dict[str, Any], faults: dict[str, str | None]) -> li
             missing from the record (e.g. no ``min_acceptance_length`` configured).
     """
     checks: list[Check] = []
-    gates = [g for c in record["configs"] for g in c["gates"]]
+    gates = record.gates()
     for variant, fault in faults.items():
-        mine = [g for g in gates if g["variant"] == variant]
+        mine = [g for g in gates if g.variant == variant]
         if fault is None:
             involved_faulty = {v for v, f in faults.items() if f is not None}
             for g in mine:
-                if g.get("baseline") in involved_faulty:
+                if g.baseline in involved_faulty:
                     continue
-                checks.append(Check(variant, None, g["id"], "PASS", g["verdict"], g["verdict"] == "PASS", g["detail"]))
+                checks.append(Check(variant, None, g.id, "PASS", g.verdict, g.verdict == "PASS", g.detail))
             continue
         if fault not in EXPECTATIONS:
             raise ValueError(f"variant {variant}: fault {fault!r} has no self-check expectations "
@@ -93,16 +93,16 @@ def judge_selfcheck(record: dict[str, Any], faults: dict[str, str | None]) -> li
         exp = EXPECTATIONS[fault]
         for want, kinds in (("FAIL", exp["must_fail"]), ("PASS", exp["must_pass"])):
             for kind in kinds:
-                hits = [g for g in mine if g["kind"] == kind]
+                hits = [g for g in mine if g.kind == kind]
                 if not hits:
                     raise ValueError(f"variant {variant} ({fault}): the config defines no {kind} gate; "
                                      "the self-check needs it")
                 for g in hits:
-                    checks.append(Check(variant, fault, g["id"], want, g["verdict"], g["verdict"] == want, g["detail"]))
+                    checks.append(Check(variant, fault, g.id, want, g.verdict, g.verdict == want, g.detail))
     return checks
 
 
-def render_checks(checks: list[Check], record: dict[str, Any]) -> str:
+def render_checks(checks: list[Check], record: RunRecord) -> str:
     """Markdown: per variant the expectation, the verdict and the numbers, then a summary
     of acceptance length and output match per variant."""
     lines = ["# evalrun selfcheck", "", "| variant | fault | gate | expected | actual | held | numbers |", "|---|---|---|---|---|---|---|"]
@@ -110,21 +110,19 @@ def render_checks(checks: list[Check], record: dict[str, Any]) -> str:
         lines.append(f"| {c.variant} | {c.fault or 'clean'} | {c.gate.split('/', 1)[1]} | {c.expected} | {c.actual} | "
                      f"{'yes' if c.held else '**NO**'} | {c.detail.replace('|', '/')} |")
     lines += ["", "| variant | task | accuracy (flexible-extract) | mean acceptance length | per-position acceptance | output match vs reference |", "|---|---|---|---|---|---|"]
-    for c in record["configs"]:
-        om = {(x["candidate"], x["task"]): x for x in c["comparisons"] if x["baseline"] == "reference"}
-        for vname, v in c["variants"].items():
-            for tname, t in v.get("tasks", {}).items():
-                if t.get("status") != "ran":
-                    continue
-                sd = t.get("spec_decode") or {}
-                acc = t["accuracy"]["flexible-extract"]
+    for c in record.configs:
+        om = {(x.candidate, x.task): x for x in c.comparisons if x.baseline == "reference"}
+        for vname, v in c.variants.items():
+            for tname, t in v.tasks.items():
+                sd = t.spec_decode
+                acc = t.accuracy["flexible-extract"]
                 o = om.get((vname, tname))
-                mal = sd.get("mean_acceptance_length")
-                om_txt = "-" if o is None else f"{o['output_match_rate']:.3f} ({o['matched']}/{o['compared']})"
+                mal = sd.mean_acceptance_length if sd else None
+                om_txt = "-" if o is None or o.output_match_rate is None else f"{o.output_match_rate:.3f} ({o.matched}/{o.compared})"
                 lines.append(
                     f"| {vname} | {tname} | {'-' if acc is None else f'{acc:.3f}'} | "
                     f"{'-' if mal is None else f'{mal:.3f}'} | "
-                    f"{' '.join('-' if p is None else f'{p:.2f}' for p in sd.get('per_position_acceptance') or []) or '-'} | "
+                    f"{' '.join('-' if p is None else f'{p:.2f}' for p in (sd.per_position_acceptance if sd else [])) or '-'} | "
                     f"{om_txt} |"
                 )
     held = sum(c.held for c in checks)

@@ -16,8 +16,8 @@ def test_gsm8k_correctness(evalrun_config, evalrun_run):
     record, run_dir = evalrun_run(evalrun_config)
     from harness.pytest_plugin import gate_table
 
-    code = record["exit_code"]
-    if code == 0 and record["passed"] is True:
+    code = record.exit_code
+    if code == 0 and record.passed is True:
         return
     what = {1: "a gate failed", 2: "could not run or judge every gate"}.get(code, f"exit code {code}")
     if code == 0:

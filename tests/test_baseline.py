@@ -13,17 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis.baseline import (
-    BASELINE_SCHEMA,
-    baseline_gates_for_run,
-    evaluate_baseline_gates,
-    load_baseline,
-    token_ids_hash,
-)
+from harness.records.baselines import BASELINE_SCHEMA, BaselineDoc, load_baseline, token_ids_hash
 from harness.cli import main
 from harness.config.loader import load_config
 from harness.engine.metrics import SpecDecodeCounters, SpecDecodeMetrics
-from harness.analysis.gates import Measurements, evaluate_gate, output_noise_rerun, output_noise_stored
+from harness.analysis.gates import (
+    Measurements, baseline_notes, evaluate_gate, judged_baseline_gates, output_noise_rerun, output_noise_stored,
+)
 from harness.config.plan import build_plan
 from harness.records.samples import Sample
 from harness.analysis.scoring import output_match
@@ -78,6 +74,40 @@ def baseline_doc(questions_by_variant: dict, mal: float | None = 2.0, store_ques
         variants[v] = {"tasks": {"gsm8k": task}}
     return {"schema": BASELINE_SCHEMA, "config": "c", "source_run": {"run_id": "good"},
             "pipeline": "flexible-extract", "variants": variants}
+
+
+def _complete(doc: dict) -> dict:
+    """Fill the fields a written baseline always has (not under test here)."""
+    doc = dict(doc, written_at="2026-11-30T00:00:00+00:00")
+    doc["source_run"] = dict(doc["source_run"], path="/nowhere")
+    for v in doc["variants"].values():
+        for t in v["tasks"].values():
+            t.setdefault("num_requests", t["scored"]["flexible-extract"])
+            t.setdefault("error_count", 0)
+            t.setdefault("accuracy", {})
+            t.setdefault("accuracy_ci", {})
+            if t.get("spec_decode"):
+                t["spec_decode"] = dict({"drafts": 1.0, "draft_tokens": 2.0, "accepted_tokens": 1.0}, **t["spec_decode"])
+            for q in t.get("questions", {}).values():
+                q.setdefault("gold", "5")
+    return doc
+
+
+def evaluate_baseline_gates(doc: dict, cfg, samples_by: dict, m: Measurements):
+    """The planned baseline gates of ``cfg`` judged against ``doc`` (as the runner does)."""
+    (cp,) = build_plan([cfg]).configs
+    m.baseline = BaselineDoc.model_validate(_complete(doc))
+    m.samples.update(samples_by)
+    return judged_baseline_gates(cp.baseline_gates, m), baseline_notes(cp.baseline_gates, m)
+
+
+def baseline_gates_for_run(bdir: Path, cfg, m: Measurements):
+    """The runner's baseline step for one config: (info as JSON, gate results)."""
+    from harness.runner import _load_baseline
+
+    (cp,) = build_plan([cfg]).configs
+    info = _load_baseline(bdir, cfg.name, m)
+    return info.model_dump(exclude_defaults=True), judged_baseline_gates(cp.baseline_gates, m)
 
 
 def binom_tail_ge(k, n):
@@ -165,10 +195,10 @@ def test_corrupt_or_foreign_baseline_fails_loudly(tmp_path):
     cfg = load_config(native_config(tmp_path))
     bdir = tmp_path / "b"
     bdir.mkdir()
-    info, res = baseline_gates_for_run(bdir, cfg, {}, Measurements())
+    info, res = baseline_gates_for_run(bdir, cfg, Measurements())
     assert info == {"path": str(bdir / "c.json"), "found": False} and res == []
     (bdir / "c.json").write_text("{not json")
-    info, (g,) = baseline_gates_for_run(bdir, cfg, {}, Measurements())
+    info, (g,) = baseline_gates_for_run(bdir, cfg, Measurements())
     assert g.kind == "baseline_readable" and g.passed is False and "not a JSON baseline" in g.detail
     (bdir / "c.json").write_text(json.dumps({"schema": "something-else/9"}))
     with pytest.raises(ValueError, match="something-else/9"):
@@ -238,7 +268,7 @@ def test_update_baseline_then_gate_against_it(tmp_path, gsm8k_dir):
     assert failed["fake/spec/gsm8k/baseline_acceptance_length_drop"]["observed"] == pytest.approx(0.3)
     # --no-baseline skips it; --baseline DIR chooses another folder (empty: no gates)
     code, rec = run_cli(tmp_path, cfg, gsm8k_dir, "nob", "--no-baseline")
-    assert code == 0 and "baseline" not in rec["configs"][0]
+    assert code == 0 and rec["configs"][0].get("baseline") is None
     code, rec = run_cli(tmp_path, cfg, gsm8k_dir, "other", "--baseline", str(tmp_path / "elsewhere"))
     assert code == 0 and rec["configs"][0]["baseline"]["found"] is False
 
@@ -291,7 +321,7 @@ def _output_gate(tmp_path, comparison):
 
 def test_output_match_gate_judged_against_noise(tmp_path):
     g = _output_gate(tmp_path, "{baseline: reference, candidate: spec, noise_runs: 2, alpha: 0.05}")
-    assert g.params["alpha"] == 0.05 and "noise" in g.description
+    assert g.alpha == 0.05 and "noise" in g.description
     base = [s(f"q{i}", True, ids=(1, 2, 3), variant="reference") for i in range(20)]
     rerun = [s(f"q{i}", True, ids=(1, 2, 4) if i < 3 else (1, 2, 3), variant="reference") for i in range(20)]
     key = ("reference", "spec", "gsm8k")

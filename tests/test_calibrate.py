@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.record_factory import typed
+
 from .conftest import vllm_available
 from scipy import stats as st
 
@@ -97,7 +99,7 @@ def build_run(root: Path, i: int) -> tuple[dict, Path]:
         "name": "cfg", "pipeline": "flexible-extract", "variants": variants,
         "comparisons": [{"baseline": "reference", "candidate": "spec", "task": "gsm8k",
                          "output_match_rate": 1.0, "paired": pc}]}]}
-    return rec, run_dir
+    return typed(rec), run_dir
 
 
 def test_summary_and_recommendations_by_hand(tmp_path):
@@ -147,7 +149,7 @@ def test_summary_and_recommendations_by_hand(tmp_path):
     # a clean build whose candidate already differs from the baseline on 10% of prompts
     # (bf16 numerics): that, not the smaller rerun noise, is the noise to judge against
     for rec, _ in runs:
-        rec["configs"][0]["comparisons"][0]["output_match_rate"] = 0.9
+        rec.configs[0].comparisons[0].output_match_rate = 0.9
     (cr2,) = summarize(runs, k=3.0)["configs"][0]["recommended"]["comparisons"]
     assert cr2["noise_mismatch_rate"] == pytest.approx(0.1) and "min_output_match" not in cr2
     md = render_calibration_markdown(sm)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.record_factory import complete_record
+
 from .conftest import vllm_available
 
 from harness.cli import main
@@ -81,7 +83,7 @@ def write_run(root: Path, run_id: str, variants: dict, mal: float, gates: list, 
                                "paired": None, "noise": None})
     rec = {"schema_version": 1, "run_id": run_id, "status": "completed", "passed": passed,
            "exit_code": 0 if passed else 1, "provenance": {}, "configs": [cfg]}
-    (run_dir / "run.json").write_text(json.dumps(rec))
+    (run_dir / "run.json").write_text(json.dumps(complete_record(rec)))
     return run_dir
 
 
@@ -263,7 +265,7 @@ def test_unpaired_when_prompts_differ(tmp_path):
 
 
 def test_diff_against_a_baseline_file(two_runs, tmp_path):
-    from harness.analysis.baseline import write_baselines
+    from harness.records.baselines import write_baselines
     from harness.records.run_record import load_run
 
     a, b = two_runs

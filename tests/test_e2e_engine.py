@@ -74,7 +74,7 @@ def test_exit_code_matches_gates(cpu_run):
     gates = [g for c in rec["configs"] for g in c["gates"]]
     expected = 1 if any(g["passed"] is False for g in gates) else (2 if rec["status"] != "completed" else 0)
     assert proc.returncode == expected == rec["exit_code"], proc.stderr[-3000:]
-    assert rec["schema_version"] == 1
+    assert rec["schema_version"] == 2
     prov = rec["provenance"]
     assert prov["vllm_version"].startswith("vllm") and prov["started_at"] and prov["ended_at"]
     assert prov["configs"][0]["sha256"] and prov["datasets"]

@@ -169,7 +169,10 @@ def test_judge_bad_gold_raises():
 
 def test_pipelines_and_stops():
     assert PIPELINES == ("strict-match", "flexible-extract")
-    assert "Question" in STOP_SEQUENCES
+    # the blank line before the next "Question:" that build_prompt writes between examples
+    assert STOP_SEQUENCES == ("\n\nQuestion:",)
+    shots = build_prompt("q", [GsmItem(0, "a", "b #### 1", "1"), GsmItem(1, "c", "d #### 2", "2")], 2)
+    assert shots.count(STOP_SEQUENCES[0]) == 2  # between the examples, and before the test question
 
 
 # ------------------------------------------------------------------------- loading

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.record_factory import typed
+
 from harness.selfcheck import judge_selfcheck
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,7 +32,7 @@ FAULTS = {"reference": None, "spec": None, "di": "draft-input", "sr": "state-rol
 
 
 def record(gates):
-    return {"configs": [{"name": "c", "gates": gates, "variants": {}, "comparisons": []}]}
+    return typed({"configs": [{"name": "c", "gates": gates, "variants": {}, "comparisons": []}]})
 
 
 def good_gates():

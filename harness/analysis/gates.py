@@ -1,58 +1,25 @@
-"""Gate verdicts: each planned :class:`~harness.config.plan.GateDef` judged against what was measured.
+"""Gate verdicts: each planned gate (:mod:`harness.config.gates`) judged against what was measured.
 
-Every gate result carries its name, the observed value, the limit and a verdict
-(``passed``: True, False, or None when it could not be judged because its task or
-variant did not run). A gate that cannot be judged is never reported as passed.
+Every gate result (:class:`harness.records.run_record.GateResult`) carries its id, the
+observed value, the limit and a verdict (``passed``: True, False, or None when it could
+not be judged because its task or variant did not run). A gate that cannot be judged is
+never reported as passed. The evaluator reads only the planned gate and the
+measurements: every setting a gate needs (pipeline, alpha, limits) is on the gate.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from dataclasses import dataclass, field
+from typing import Sequence
 
+from harness.config import gates as G
 from harness.engine.info import Effectiveness
 from harness.engine.metrics import SpecDecodeMetrics
-from harness.config.plan import GateDef
+from harness.records.baselines import BaselineDoc, BaselineTask
+from harness.records.run_record import GateResult
 from harness.records.samples import Sample
-from harness.analysis.scoring import AnswerAgreement, OutputMatch, TaskScore, first_divergence
-from harness.analysis.stats import PairedComparison, floor_margin, mcnemar_exact
-
-
-@dataclass(frozen=True)
-class GateResult:
-    """The verdict of one gate.
-
-    Attributes:
-        id, kind, config, variant, task, baseline, op: as in the :class:`GateDef`.
-        observed: the measured value (fraction, tokens, count), or None.
-        limit: the limit applied (after any sample-size margin), or None.
-        passed: True / False, or None when it could not be judged (``not run``).
-        detail: one sentence with the numbers, for the report.
-        questions: question ids that explain a failure (flipped or diverged).
-    """
-
-    id: str
-    kind: str
-    config: str
-    variant: str
-    task: str | None
-    baseline: str | None
-    op: str
-    observed: float | None
-    limit: float | None
-    passed: bool | None
-    detail: str
-    questions: tuple[str, ...] = field(default_factory=tuple)
-
-    @property
-    def verdict(self) -> str:
-        """``PASS``, ``FAIL`` or ``NOT RUN``."""
-        return {True: "PASS", False: "FAIL", None: "NOT RUN"}[self.passed]
-
-    def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["verdict"] = self.verdict
-        return d
+from harness.analysis.scoring import AnswerAgreement, OutputMatch, TaskScore, committed_divergence, correctness
+from harness.analysis.stats import PairedComparison, floor_margin, mcnemar_exact, paired_comparison
 
 
 @dataclass(frozen=True)
@@ -95,12 +62,6 @@ class OutputNoise:
     test: str
     p_value: float
 
-    def to_json(self) -> dict[str, Any]:
-        """JSON dict of every field (tuples as lists)."""
-        d = asdict(self)
-        d["noise_first_divergences"] = [list(x) for x in self.noise_first_divergences]
-        return d
-
 
 def output_noise_rerun(
     baseline: Sequence[Sample], rerun: Sequence[Sample], candidate: Sequence[Sample]
@@ -132,13 +93,13 @@ def output_noise_rerun(
         if not (usable(a) and usable(b2)):
             continue
         noise_cmp += 1
-        dn = first_divergence(a.token_ids, b2.token_ids)
+        dn = committed_divergence(a, b2)
         if dn is not None:
             noise_div.append((a.question_id, dn))
         if not usable(c):
             continue
         both += 1
-        dc = first_divergence(a.token_ids, c.token_ids)
+        dc = committed_divergence(a, c)
         cand_mm += dc is not None
         if dc is not None and dn is None:
             cand_only.append(a.question_id)
@@ -188,27 +149,40 @@ class Measurements:
 
     Attributes:
         scores: ``(variant, task)`` -> :class:`TaskScore`.
+        samples: ``(variant, task)`` -> that task's samples (paired gates read them
+            under their own pipeline).
         spec: ``(variant, task)`` -> :class:`SpecDecodeMetrics` (speculative variants).
         spec_errors: ``(variant, task)`` -> why speculative metrics are missing.
         effectiveness: variant -> :class:`Effectiveness`.
-        paired: ``(baseline, candidate, task)`` -> :class:`PairedComparison`.
         matches: ``(baseline, candidate, task)`` -> :class:`OutputMatch`.
         not_run: ``(variant, task)`` or ``(variant, None)`` -> reason it did not run.
         noise: ``(baseline, candidate, task)`` -> :class:`OutputNoise` when the
             comparison has a noise reference (rerun or stored rate).
+        baseline: the stored baseline of the config, for the baseline gates.
         answers: ``(baseline, candidate, task)`` -> :class:`AnswerAgreement` (same
             extracted answer), reported beside output match.
     """
 
     scores: dict[tuple[str, str], TaskScore] = field(default_factory=dict)
+    samples: dict[tuple[str, str], Sequence[Sample]] = field(default_factory=dict)
     spec: dict[tuple[str, str], SpecDecodeMetrics] = field(default_factory=dict)
     spec_errors: dict[tuple[str, str], str] = field(default_factory=dict)
     effectiveness: dict[str, Effectiveness] = field(default_factory=dict)
-    paired: dict[tuple[str, str, str], PairedComparison] = field(default_factory=dict)
     matches: dict[tuple[str, str, str], OutputMatch] = field(default_factory=dict)
     not_run: dict[tuple[str, str | None], str] = field(default_factory=dict)
     noise: dict[tuple[str, str, str], OutputNoise] = field(default_factory=dict)
+    baseline: BaselineDoc | None = None
+    baseline_error: str | None = None
     answers: dict[tuple[str, str, str], AnswerAgreement] = field(default_factory=dict)
+
+    def paired(self, baseline: str, candidate: str, task: str, pipeline: str) -> PairedComparison | None:
+        """Paired accuracy of ``baseline`` vs ``candidate`` on ``task`` under ``pipeline``
+        over the questions both scored (None when they share none)."""
+        a, b = self.samples.get((baseline, task)), self.samples.get((candidate, task))
+        if a is None or b is None:
+            return None
+        ca, cb = correctness(a, pipeline), correctness(b, pipeline)
+        return paired_comparison(ca, cb) if set(ca) & set(cb) else None
 
 
 def holm_adjust(p_values: Sequence[float]) -> list[float]:
@@ -235,41 +209,60 @@ def holm_adjust(p_values: Sequence[float]) -> list[float]:
     return out
 
 
-def holm_p_values(gates: Sequence[GateDef], m: Measurements) -> dict[str, float]:
+def holm_p_values(gates: Sequence[G.Gate], m: Measurements) -> dict[str, float]:
     """Holm-adjusted one-sided McNemar p-values of the ``max_accuracy_drop`` gates that
-    ask for it (``params["multiple_testing"] == "holm"``) and have paired data.
+    ask for it (``multiple_testing: holm``) and have paired data.
 
     The family is those gates of one config (one call per config). Returns gate id ->
     adjusted p-value; gates outside the family are absent.
     """
-    fam = [g for g in gates if g.kind == "max_accuracy_drop" and g.params.get("multiple_testing") == "holm"
-           and (g.baseline, g.variant, g.task) in m.paired]
-    raw = [m.paired[(g.baseline, g.variant, g.task)].one_sided_p_value for g in fam]
+    fam, raw = [], []
+    for g in gates:
+        if isinstance(g, G.MaxAccuracyDrop) and g.multiple_testing == "holm":
+            pc = m.paired(g.baseline, g.variant, g.task, g.pipeline)
+            if pc is not None:
+                fam.append(g)
+                raw.append(pc.one_sided_p_value)
     return {g.id: p for g, p in zip(fam, holm_adjust(raw))}
 
 
-def _result(g: GateDef, observed, limit, passed, detail, questions=()) -> GateResult:
+#: Share of truncated completions above which a failing accuracy gate says so in its
+#: detail (a few percent: more than chance cuts of long answers).
+TRUNCATION_NOTE_RATE = 0.02
+
+
+def truncation_note(sc: TaskScore | None, variant: str) -> str:
+    """``"; note: ..."`` when more than :data:`TRUNCATION_NOTE_RATE` of the variant's
+    completions were cut by ``max_tokens``, else ``""``."""
+    if sc is None or not sc.truncated_rate or sc.truncated_rate <= TRUNCATION_NOTE_RATE:
+        return ""
+    n = sc.num_requests - sc.error_count
+    return (f"; note: {sc.truncated} of {n} {variant} completions ({sc.truncated_rate:.1%}) were cut by "
+            "max_tokens (finish_reason length): raise max_tokens before reading this as lost accuracy")
+
+
+def _result(g: G.Gate, observed, limit, passed, detail, questions=(), baseline: str | None = None) -> GateResult:
     return GateResult(
-        id=g.id, kind=g.kind, config=g.config, variant=g.variant, task=g.task,
-        baseline=g.baseline, op=g.op, observed=observed, limit=limit, passed=passed,
-        detail=detail, questions=tuple(questions),
+        id=g.id, kind=g.kind.value, config=g.config, variant=g.variant, task=g.task,
+        baseline=baseline if baseline is not None else g.baseline, op=g.op, observed=observed,
+        limit=limit, passed=passed, detail=detail, questions=tuple(questions),
     )
 
 
-def _not_run(g: GateDef, m: Measurements) -> str | None:
+def _not_run(g: G.Gate, m: Measurements) -> str | None:
     for key in ((g.variant, None), (g.variant, g.task), (g.baseline, None), (g.baseline, g.task)):
         if key[0] is not None and key in m.not_run:
             return m.not_run[key]
     return None
 
 
-def evaluate_gate(g: GateDef, m: Measurements, adjusted_p: float | None = None) -> GateResult:
-    """Judge one gate.
+def evaluate_gate(g: G.Gate, m: Measurements, adjusted_p: float | None = None) -> GateResult:
+    """Judge one planned gate against the measurements.
 
-    Semantics (README "Gates"):
+    Semantics (README "Gates"; each gate class in :mod:`harness.config.gates` says its own):
 
     * ``accuracy_floor``: accuracy >= threshold - tolerance - margin, where margin is
-      :func:`harness.analysis.stats.floor_margin` when the config gives
+      :func:`harness.analysis.stats.floor_margin` when the gate gives
       ``calibration_questions`` larger than the run, else 0.
     * ``min_acceptance_length``: mean acceptance length >= limit; no drafts fails.
     * ``drafts_observed``: a speculative variant reported at least one draft.
@@ -277,26 +270,33 @@ def evaluate_gate(g: GateDef, m: Measurements, adjusted_p: float | None = None) 
     * ``variant_effective``: every requested setting took effect, or every mismatch is
       declared expected on this platform (``expected_effective``).
     * ``max_accuracy_drop``: one-sided: fails when baseline - candidate accuracy on the
-      paired questions exceeds the limit, or when the candidate is significantly worse
-      (exact one-sided McNemar p < alpha; with ``adjusted_p`` given, the Holm-adjusted
-      p-value of :func:`holm_p_values` is compared instead). An improvement never fails.
+      paired questions (under the gate's pipeline) exceeds the limit, or when the
+      candidate is significantly worse (exact one-sided McNemar p < alpha; with
+      ``adjusted_p`` given, the Holm-adjusted p-value of :func:`holm_p_values` is
+      compared instead). An improvement never fails.
     * ``min_output_match``: share of identical completion token ids >= limit. With a
-      noise reference (:class:`OutputNoise`: the baseline rerun, ``noise_runs: 2``, or
-      a stored ``noise_mismatch_rate``) whose noise is above zero, the limit is
+      noise reference (:class:`OutputNoise`) whose noise is above zero, the limit is
       replaced by a test: fails when the candidate mismatches significantly more
       often than the noise (one-sided p < alpha). Zero observed noise means the
-      engine is deterministic on these prompts, so the limit applies unchanged
-      (with the default 1.0: exact equality required).
+      engine is deterministic on these prompts, so the limit applies unchanged.
     * ``max_acceptance_length_drop``: baseline - candidate mean acceptance length <= limit.
+    * ``max_truncation_rate``: completions cut by ``max_tokens`` / successful
+      completions <= limit. A failing accuracy gate also names the truncated share
+      when it is above :data:`TRUNCATION_NOTE_RATE`.
+    * ``baseline_accuracy_drop`` / ``baseline_acceptance_length_drop``: the same
+      against the stored baseline (:func:`_baseline_accuracy`).
 
     Returns:
         :class:`GateResult`; ``passed`` None when its variant or task did not run.
+
+    Raises:
+        TypeError: a gate class this evaluator does not know.
     """
     reason = _not_run(g, m)
     if reason is not None:
         return _result(g, None, g.limit, None, f"not run: {reason}")
     key = (g.variant, g.task)
-    if g.kind == "variant_effective":
+    if isinstance(g, G.VariantEffective):
         eff = m.effectiveness.get(g.variant)
         if eff is None:
             return _result(g, None, None, None, "not run: effective configuration was not read")
@@ -308,39 +308,51 @@ def evaluate_gate(g: GateDef, m: Measurements, adjusted_p: float | None = None) 
         if eff.expected_on_platform:
             return _result(g, 0.0, None, True, f"not effective, declared expected on this platform ({mism})")
         return _result(g, 0.0, None, False, f"variant did not run as asked: {mism}")
-    if g.kind in ("accuracy_floor", "max_error_rate"):
+    if isinstance(g, (G.AccuracyFloor, G.MaxErrorRate, G.MaxTruncationRate)):
         sc = m.scores.get(key)
         if sc is None:
             return _result(g, None, g.limit, None, "not run: no score")
-        if g.kind == "max_error_rate":
+        if isinstance(g, G.MaxTruncationRate):
+            if sc.truncated_rate is None:
+                return _result(g, None, g.limit, False, "no request succeeded: truncation cannot be computed")
+            ok = sc.truncated_rate <= g.limit
+            n = sc.num_requests - sc.error_count
+            return _result(
+                g, sc.truncated_rate, g.limit, ok,
+                f"{sc.truncated} of {n} completions cut by max_tokens (truncated share {sc.truncated_rate:.3f}, limit {g.limit})",
+                sc.truncated_ids if not ok else (),
+            )
+        if isinstance(g, G.MaxErrorRate):
             ok = sc.error_rate <= g.limit
             return _result(
                 g, sc.error_rate, g.limit, ok,
                 f"{sc.error_count} of {sc.num_requests} requests failed (error rate {sc.error_rate:.3f}, limit {g.limit})",
             )
-        ps = sc.accuracy[g.params["pipeline"]]
+        ps = sc.accuracy[g.pipeline]
         if ps.accuracy is None:
             return _result(g, None, g.limit, False, "no request succeeded: accuracy cannot be computed")
         margin = 0.0
-        cal = g.params.get("calibration_questions")
+        cal = g.calibration_questions
         if cal is not None and ps.scored < cal:
-            margin = floor_margin(ps.scored, cal, g.params["accuracy_threshold"])
+            margin = floor_margin(ps.scored, cal, g.accuracy_threshold)
         limit = round(g.limit - margin, 6)
         ok = ps.accuracy >= limit
         extra = f" (floor {g.limit} widened by {margin:.4f} for {ps.scored} of {cal} calibration questions)" if margin else ""
         return _result(
             g, ps.accuracy, limit, ok,
-            f"{g.params['pipeline']} accuracy {ps.accuracy:.4f} ({ps.correct}/{ps.scored}) vs floor {limit:.4f}{extra}",
+            f"{g.pipeline} accuracy {ps.accuracy:.4f} ({ps.correct}/{ps.scored}) vs floor {limit:.4f}{extra}"
+            + ("" if ok else truncation_note(sc, g.variant)),
         )
-    if g.kind in ("drafts_observed", "min_acceptance_length"):
+    if isinstance(g, (G.DraftsObserved, G.MinAcceptanceLength)):
         sm = m.spec.get(key)
         if sm is None:
             err = m.spec_errors.get(key, "no speculative-decoding metrics")
             return _result(g, None, g.limit, False, f"speculative metrics missing: {err}")
         if sm.drafts <= 0:
             return _result(g, 0.0, g.limit, False, "no drafts observed: speculative decoding did not run")
-        if g.kind == "drafts_observed":
-            return _result(g, sm.drafts, g.limit, True, f"{sm.drafts:.0f} drafts, {sm.draft_tokens:.0f} draft tokens")
+        if isinstance(g, G.DraftsObserved):
+            # counters are integral counts (prometheus gives floats): report an integer
+            return _result(g, int(round(sm.drafts)), g.limit, True, f"{sm.drafts:.0f} drafts, {sm.draft_tokens:.0f} draft tokens")
         mal = sm.mean_acceptance_length
         ok = mal >= g.limit
         return _result(
@@ -348,48 +360,51 @@ def evaluate_gate(g: GateDef, m: Measurements, adjusted_p: float | None = None) 
             f"mean acceptance length {mal:.3f} (1 + {sm.accepted_tokens:.0f}/{sm.drafts:.0f}) vs minimum {g.limit}",
         )
     pkey = (g.baseline, g.variant, g.task)
-    if g.kind == "max_accuracy_drop":
-        pc = m.paired.get(pkey)
+    if isinstance(g, G.MaxAccuracyDrop):
+        pc = m.paired(g.baseline, g.variant, g.task, g.pipeline)
         if pc is None:
             return _result(g, None, g.limit, None, "not run: no paired questions")
         drop = pc.accuracy_a - pc.accuracy_b
-        alpha = g.params.get("alpha", 0.05)
         p_used = pc.one_sided_p_value if adjusted_p is None else adjusted_p
-        signif = p_used < alpha
+        signif = p_used < g.alpha
         ok = drop <= g.limit and not signif
         why = []
         if drop > g.limit:
             why.append(f"drop {drop:.4f} > {g.limit}")
         if signif:
             why.append(f"significantly worse (one-sided McNemar {'Holm-adjusted ' if adjusted_p is not None else ''}"
-                       f"p={p_used:.4g} < {alpha})")
+                       f"p={p_used:.4g} < {g.alpha})")
         detail = (
-            f"{g.baseline} {pc.accuracy_a:.4f} -> {g.variant} {pc.accuracy_b:.4f} on {pc.n} paired questions; "
+            f"{g.pipeline}: {g.baseline} {pc.accuracy_a:.4f} -> {g.variant} {pc.accuracy_b:.4f} on {pc.n} paired questions; "
             f"{len(pc.a_only)} right only in {g.baseline}, {len(pc.b_only)} right only in {g.variant}; "
             f"one-sided p={pc.one_sided_p_value:.4g}"
             + (f" (Holm-adjusted {adjusted_p:.4g})" if adjusted_p is not None else "")
         )
         if why:
             detail += "; FAILED: " + "; ".join(why)
+            detail += truncation_note(m.scores.get((g.variant, g.task)), g.variant)
         return _result(g, drop, g.limit, ok, detail, pc.a_only if not ok else ())
-    if g.kind == "min_output_match":
+    if isinstance(g, G.MinOutputMatch):
         om = m.matches.get(pkey)
         if om is None or om.output_match_rate is None:
             return _result(g, None, g.limit, False if om is not None else None, "no question could be compared")
         ok = om.output_match_rate >= g.limit
         detail = f"{om.matched}/{om.compared} completions identical (output match {om.output_match_rate:.4f})"
+        if om.past_stop:
+            ex = om.past_stop[0]
+            detail += (f"; {len(om.past_stop)} of them identical only up to the stop (ids past the stop "
+                       f"differ, not a divergence; e.g. {ex.question_id}: {ex.side} has {ex.extra_ids} extra ids)")
         nz = m.noise.get(pkey)
         limit = g.limit
         if nz is not None and nz.noise_rate > 0:
-            alpha = g.params.get("alpha", 0.05)
-            ok = nz.p_value >= alpha
+            ok = nz.p_value >= g.alpha
             limit = None
             src = (f"{g.baseline} rerun: {nz.noise_mismatched}/{nz.noise_compared} differ"
                    if nz.source == "rerun" else f"stored noise_mismatch_rate {nz.noise_rate:.4f}")
             detail += (
                 f"; judged against noise ({src}, rate {nz.noise_rate:.4f}) instead of the limit {g.limit}: "
                 f"candidate mismatch rate {'-' if nz.candidate_rate is None else f'{nz.candidate_rate:.4f}'}, one-sided p={nz.p_value:.4g} "
-                f"({nz.test}) {'>=' if ok else '<'} alpha {alpha}"
+                f"({nz.test}) {'>=' if ok else '<'} alpha {g.alpha}"
             )
         elif nz is not None:
             detail += f"; noise reference shows no mismatch ({nz.source}), so exact limit {g.limit} applies"
@@ -404,7 +419,7 @@ def evaluate_gate(g: GateDef, m: Measurements, adjusted_p: float | None = None) 
         if nz is not None and nz.source == "rerun" and nz.noise_rate > 0:
             qs = list(nz.candidate_only)
         return _result(g, om.output_match_rate, limit, ok, detail, qs)
-    if g.kind == "max_acceptance_length_drop":
+    if isinstance(g, G.MaxAcceptanceLengthDrop):
         a = m.spec.get((g.baseline, g.task))
         b = m.spec.get((g.variant, g.task))
         if a is None or b is None or a.mean_acceptance_length is None or b.mean_acceptance_length is None:
@@ -415,11 +430,142 @@ def evaluate_gate(g: GateDef, m: Measurements, adjusted_p: float | None = None) 
             g, drop, g.limit, ok,
             f"mean acceptance length {g.baseline} {a.mean_acceptance_length:.3f} -> {g.variant} {b.mean_acceptance_length:.3f}",
         )
-    raise ValueError(f"unknown gate kind {g.kind!r} in gate {g.id}")
+    if isinstance(g, (G.BaselineAccuracyDrop, G.BaselineAcceptanceLengthDrop)):
+        return _baseline_gate(g, m)
+    if isinstance(g, G.BaselineReadable):
+        ok = m.baseline_error is None
+        return _result(g, None, None, ok, "the stored baseline was read" if ok else m.baseline_error)
+    raise TypeError(f"unknown gate kind {g.kind!r} in gate {g.id}")
 
 
-def evaluate_gates(gates: list[GateDef] | tuple[GateDef, ...], m: Measurements) -> list[GateResult]:
+def evaluate_gates(gates: Sequence[G.Gate], m: Measurements) -> list[GateResult]:
     """Judge every gate of one config, in plan order (the ``max_accuracy_drop`` gates
     that ask for it with Holm-adjusted p-values, :func:`holm_p_values`)."""
     adj = holm_p_values(gates, m)
     return [evaluate_gate(g, m, adj.get(g.id)) for g in gates]
+
+
+def baseline_notes(gates: Sequence[G.Gate], m: Measurements) -> list[str]:
+    """Why some planned baseline gates are not judged against ``m.baseline``: variants or
+    tasks the baseline does not have (a new variant must not fail a run), or a
+    baseline without a mean acceptance length; and a change of config pipeline."""
+    b = m.baseline
+    if b is None:
+        return []
+    notes = []
+    seen = set()
+    for g in gates:
+        if isinstance(g, G.BaselineReadable):
+            continue
+        bt = b.task(g.variant, g.task)
+        if bt is None and (g.variant, g.task) not in seen:
+            seen.add((g.variant, g.task))
+            notes.append(f"{g.variant}/{g.task}: not in the baseline, not gated against it")
+        elif bt is not None and isinstance(g, G.BaselineAcceptanceLengthDrop) and (
+                bt.spec_decode is None or bt.spec_decode.mean_acceptance_length is None):
+            notes.append(f"{g.variant}/{g.task}: the baseline has no mean acceptance length, not gated")
+    return notes
+
+
+def judged_baseline_gates(gates: Sequence[G.Gate], m: Measurements) -> list[GateResult]:
+    """Judge the planned baseline gates that the stored baseline can judge (see
+    :func:`baseline_notes` for the ones it cannot). No baseline: no verdicts."""
+    b = m.baseline
+    if b is None:
+        return [evaluate_gate(g, m) for g in gates if isinstance(g, G.BaselineReadable) and m.baseline_error]
+    out = []
+    for g in gates:
+        if isinstance(g, G.BaselineReadable):
+            continue
+        bt = b.task(g.variant, g.task)
+        if bt is None:
+            continue
+        if isinstance(g, G.BaselineAcceptanceLengthDrop) and (
+                bt.spec_decode is None or bt.spec_decode.mean_acceptance_length is None):
+            continue
+        out.append(evaluate_gate(g, m))
+    return out
+
+
+def _baseline_gate(g: G.Gate, m: Measurements) -> GateResult:
+    """Judge a gate against the stored baseline ``m.baseline`` (module
+    :mod:`harness.records.baselines` for the semantics).
+
+    Accuracy: with b = questions right in the baseline and wrong now, c = the reverse,
+    over the question ids present in both with the same prompt hash, drop = (b - c)/n
+    and the one-sided exact McNemar p = P(Binomial(b + c, 1/2) >= b) (McNemar 1947);
+    without paired data drop = p_base - p_now and p is Fisher's exact one-sided p of
+    the 2x2 table [[correct_base, wrong_base], [correct_now, wrong_now]] (alternative:
+    the baseline's odds of a right answer are greater; Fisher 1935,
+    ``scipy.stats.fisher_exact``).
+    """
+    b = m.baseline
+    label = f"baseline:{b.source_run.run_id}" if b is not None else None
+    bt = b.task(g.variant, g.task) if b is not None else None
+    if bt is None:
+        return _result(g, None, g.limit, None, "not run: no stored baseline for this variant and task", baseline=label)
+    if isinstance(g, G.BaselineAccuracyDrop):
+        cur = m.samples.get((g.variant, g.task))
+        if cur is None:
+            return _result(g, None, g.limit, None, "not run: no samples", baseline=label)
+        return _baseline_accuracy(g, bt, cur, label)
+    base_mal = bt.spec_decode.mean_acceptance_length if bt.spec_decode else None
+    sm = m.spec.get((g.variant, g.task))
+    if base_mal is None:
+        return _result(g, None, g.limit, None, "not run: the baseline has no mean acceptance length", baseline=label)
+    if sm is None or sm.mean_acceptance_length is None:
+        return _result(g, None, g.limit, False, f"mean acceptance length missing now (baseline {base_mal:.3f})",
+                       baseline=label)
+    drop = base_mal - sm.mean_acceptance_length
+    ok = drop <= g.limit
+    ci = bt.mean_acceptance_length_ci
+    return _result(
+        g, drop, g.limit, ok,
+        f"mean acceptance length baseline {base_mal:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+        + f" -> now {sm.mean_acceptance_length:.3f}: drop {drop:.3f} " + ("<=" if ok else ">") + f" {g.limit}",
+        baseline=label,
+    )
+
+
+def _baseline_accuracy(g: G.BaselineAccuracyDrop, bt: BaselineTask, cur: Sequence[Sample], label: str) -> GateResult:
+    from scipy import stats as _st
+
+    pipe = g.pipeline
+    base = bt.correctness(pipe)
+    now_ok = [s for s in cur if s.ok]
+    now_hash = {s.question_id: s.prompt_hash for s in now_ok}
+    now = correctness(now_ok, pipe)
+    same = {q for q in set(base) & set(now) if base[q][0] == now_hash[q]}
+    changed_prompt = len((set(base) & set(now)) - same)
+    if same:
+        pc = paired_comparison({q: base[q][1] for q in same}, {q: now[q] for q in same})
+        drop = pc.accuracy_a - pc.accuracy_b
+        p = pc.one_sided_p_value
+        how = (f"paired on {pc.n} questions: {len(pc.a_only)} right only in the baseline, "
+               f"{len(pc.b_only)} right only now; one-sided exact McNemar p={p:.4g}")
+        a_acc, b_acc, lost = pc.accuracy_a, pc.accuracy_b, pc.a_only
+    else:
+        cb, nb = int(bt.correct.get(pipe) or 0), int(bt.scored.get(pipe) or 0)
+        cn, nn = sum(now.values()), len(now)
+        if nb == 0 or nn == 0:
+            return _result(g, None, g.limit, False,
+                           "no scored question on one side: accuracy cannot be compared with the baseline",
+                           baseline=label)
+        a_acc, b_acc = cb / nb, cn / nn
+        drop = a_acc - b_acc
+        p = float(_st.fisher_exact([[cb, nb - cb], [cn, nn - cn]], alternative="greater")[1])
+        how = f"unpaired (baseline has no per-question data for these prompts): {cb}/{nb} vs {cn}/{nn}; one-sided Fisher exact p={p:.4g}"
+        lost = ()
+    signif = p < g.alpha
+    ok = drop <= g.limit and not signif
+    detail = f"{pipe} accuracy baseline {a_acc:.4f} -> now {b_acc:.4f} (drop {drop:.4f}); {how}"
+    if changed_prompt:
+        detail += f"; {changed_prompt} question(s) have a different prompt than in the baseline and are not paired"
+    why = []
+    if drop > g.limit:
+        why.append(f"drop {drop:.4f} > {g.limit}")
+    if signif:
+        why.append(f"significantly lower (p={p:.4g} < alpha {g.alpha})")
+    if why:
+        detail += "; FAILED: " + "; ".join(why)
+    return _result(g, drop, g.limit, ok, detail, lost if not ok else (), baseline=label)

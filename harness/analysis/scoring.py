@@ -3,13 +3,21 @@
 Accuracy is computed over the requests that succeeded; failed requests are counted
 apart (``error_count``, ``error_rate``) and never scored as wrong answers. A
 completion from which a pipeline extracts no number is wrong and counts toward that
-pipeline's ``invalid_rate`` (as in vLLM's ``gsm8k_eval.py``).
+pipeline's ``invalid_rate`` (as in vLLM's ``gsm8k_eval.py``). A completion cut by
+the token budget (``finish_reason == "length"``) is counted apart as **truncated**
+(a different fact from a wrong answer; it may be both).
+
+Output match compares what the model committed up to the stop: token ids an engine
+returns beyond the point where a stop string ended the text (vLLM once returned
+them under speculative decoding, when several accepted draft tokens overran the
+stop) are not a greedy divergence; such pairs match and are listed apart
+(:attr:`OutputMatch.past_stop`).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from dataclasses import dataclass, field
+from typing import Sequence
 
 from harness.records.samples import Sample
 from harness.analysis.stats import wilson_interval
@@ -45,6 +53,13 @@ class TaskScore:
         error_rate: error_count / num_requests.
         accuracy: pipeline name -> :class:`PipelineScore`.
         finish_reasons: finish reason -> count over successful requests.
+        truncated: successful requests cut by ``max_tokens`` (``finish_reason ==
+            "length"``).
+        truncated_rate: truncated / successful requests (None when none succeeded).
+        truncated_ids: their question ids, in sample order.
+        stop_reasons: what ended each ``stop`` completion -> count: the stop
+            string, ``"token <id>"`` for a stop token, ``"eos"`` when the server
+            reported none (end-of-sequence token).
     """
 
     num_requests: int
@@ -52,10 +67,10 @@ class TaskScore:
     error_rate: float
     accuracy: dict[str, PipelineScore]
     finish_reasons: dict[str, int] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        return d
+    truncated: int = 0
+    truncated_rate: float | None = None
+    truncated_ids: tuple[str, ...] = ()
+    stop_reasons: dict[str, int] = field(default_factory=dict)
 
 
 def score_task(samples: Sequence[Sample], pipelines: Sequence[str] = PIPELINES) -> TaskScore:
@@ -83,15 +98,40 @@ def score_task(samples: Sequence[Sample], pipelines: Sequence[str] = PIPELINES) 
             invalid_rate=invalid / n if n else None,
         )
     reasons: dict[str, int] = {}
+    stops: dict[str, int] = {}
     for s in ok:
         reasons[str(s.finish_reason)] = reasons.get(str(s.finish_reason), 0) + 1
+        if s.finish_reason == "stop":
+            key = stop_reason_label(s.stop_reason)
+            stops[key] = stops.get(key, 0) + 1
+    cut = tuple(s.question_id for s in ok if is_truncated(s))
     return TaskScore(
         num_requests=len(samples),
         error_count=errors,
         error_rate=errors / len(samples) if samples else 0.0,
         accuracy=acc,
         finish_reasons=reasons,
+        truncated=len(cut),
+        truncated_rate=len(cut) / len(ok) if ok else None,
+        truncated_ids=cut,
+        stop_reasons=stops,
     )
+
+
+def is_truncated(s: Sample) -> bool:
+    """True when a successful completion was cut by the token budget
+    (OpenAI ``finish_reason == "length"``)."""
+    return s.ok and s.finish_reason == "length"
+
+
+def stop_reason_label(reason: str | int | None) -> str:
+    """A stop reason as a table key: the stop string as is, ``"token <id>"`` for a
+    stop token id, ``"eos"`` for None (vLLM reports None for the end-of-sequence token)."""
+    if reason is None:
+        return "eos"
+    if isinstance(reason, int):
+        return f"token {reason}"
+    return str(reason)
 
 
 def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
@@ -105,6 +145,24 @@ def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
     if len(a) != len(b):
         return min(len(a), len(b))
     return None
+
+
+def committed_divergence(a: Sample, b: Sample) -> int | None:
+    """First divergence of two successful samples' token ids up to the stop.
+
+    None when the ids are identical, or when the texts are identical and one id
+    sequence is a proper prefix of the other (ids past the stop; see
+    :func:`output_match`); else :func:`first_divergence` of the ids.
+
+    Raises:
+        ValueError: either sample has no token ids.
+    """
+    if a.token_ids is None or b.token_ids is None:
+        raise ValueError(f"{a.question_id}: token ids missing, cannot compare outputs")
+    idx = first_divergence(a.token_ids, b.token_ids)
+    if idx is not None and a.completion == b.completion and idx == min(len(a.token_ids), len(b.token_ids)):
+        return None
+    return idx
 
 
 @dataclass(frozen=True)
@@ -127,15 +185,37 @@ class Mismatch:
 
 
 @dataclass(frozen=True)
+class PastStop:
+    """A question whose two completions have the same text and whose token ids differ
+    only after the shorter one ends: ids past the stop, not a divergence.
+
+    Attributes:
+        question_id: the question.
+        side: ``"baseline"`` or ``"candidate"``: the side with the extra ids.
+        extra_ids: how many ids that side has past the other's end.
+        common_ids: the ids both share (the committed output).
+    """
+
+    question_id: str
+    side: str
+    extra_ids: int
+    common_ids: int
+
+
+@dataclass(frozen=True)
 class OutputMatch:
     """Greedy output match between a baseline and a candidate variant.
 
     Attributes:
         compared: questions that succeeded on both variants and have token ids.
-        matched: questions whose completion token ids are identical.
+        matched: questions whose completions are identical up to the stop: equal
+            token ids, or equal text with one side's ids a prefix of the other's
+            (:attr:`past_stop`).
         output_match_rate: matched / compared (None when nothing was compared).
         mismatches: one :class:`Mismatch` per differing question, in question order.
         skipped: question ids not compared (an error on either side, or no token ids).
+        past_stop: the matched questions whose ids differ only past the stop (the
+            engine returned ids beyond the end of the text), in question order.
     """
 
     compared: int
@@ -143,13 +223,19 @@ class OutputMatch:
     output_match_rate: float | None
     mismatches: tuple[Mismatch, ...]
     skipped: tuple[str, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    past_stop: tuple[PastStop, ...] = ()
 
 
 def output_match(baseline: Sequence[Sample], candidate: Sequence[Sample]) -> OutputMatch:
-    """Compare completion token ids question by question.
+    """Compare completions question by question, up to the stop.
+
+    Two completions match when their token ids are identical, or when their texts
+    are identical and one id sequence is a proper prefix of the other: the longer
+    side carries ids past the point where a stop string ended the text (the text,
+    cut at the stop, is what the model committed). Such pairs are listed in
+    :attr:`OutputMatch.past_stop`. Texts that are equal while the ids differ inside
+    the shorter sequence remain a mismatch (without the tokenizer evalrun cannot
+    tell where the text ends in ids, so it does not guess).
 
     Args:
         baseline: samples of the baseline variant.
@@ -162,6 +248,7 @@ def output_match(baseline: Sequence[Sample], candidate: Sequence[Sample]) -> Out
     compared = matched = 0
     mism: list[Mismatch] = []
     skipped: list[str] = []
+    past: list[PastStop] = []
     for a in baseline:
         b = cand.get(a.question_id)
         if b is None:
@@ -170,9 +257,14 @@ def output_match(baseline: Sequence[Sample], candidate: Sequence[Sample]) -> Out
             skipped.append(a.question_id)
             continue
         compared += 1
-        idx = first_divergence(a.token_ids, b.token_ids)
+        idx = committed_divergence(a, b)
         if idx is None:
             matched += 1
+            if len(a.token_ids) == len(b.token_ids):
+                continue
+            longer = "baseline" if len(a.token_ids) > len(b.token_ids) else "candidate"
+            common = min(len(a.token_ids), len(b.token_ids))
+            past.append(PastStop(a.question_id, longer, abs(len(a.token_ids) - len(b.token_ids)), common))
         else:
             mism.append(
                 Mismatch(
@@ -190,6 +282,7 @@ def output_match(baseline: Sequence[Sample], candidate: Sequence[Sample]) -> Out
         output_match_rate=matched / compared if compared else None,
         mismatches=tuple(mism),
         skipped=tuple(skipped),
+        past_stop=tuple(past),
     )
 
 

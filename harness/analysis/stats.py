@@ -176,24 +176,6 @@ class PairedComparison:
     one_sided_p_value: float
     confidence: float
 
-    def to_json(self) -> dict:
-        """JSON-serialisable dict of all fields (tuples as lists)."""
-        return {
-            "n": self.n,
-            "accuracy_a": self.accuracy_a,
-            "accuracy_b": self.accuracy_b,
-            "diff": self.diff,
-            "diff_ci": list(self.diff_ci),
-            "a_only": list(self.a_only),
-            "b_only": list(self.b_only),
-            "both_correct": self.both_correct,
-            "both_wrong": self.both_wrong,
-            "p_value": self.p_value,
-            "test": self.test,
-            "one_sided_p_value": self.one_sided_p_value,
-            "confidence": self.confidence,
-        }
-
 
 def paired_comparison(
     a: Mapping[str, bool], b: Mapping[str, bool], confidence: float = 0.95

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 #: Folder of the repository that holds ``configs/`` and ``model_lists/``.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -47,8 +47,21 @@ def _env_to_str(v: Any) -> Any:
     return v
 
 
-#: An environment mapping; values written as numbers in YAML become strings.
+#: An environment mapping; values written as plain decimal integers in YAML become
+#: their text (other non-strings are refused earlier by :func:`check_yaml`).
 EnvDict = Annotated[dict[str, str], BeforeValidator(_env_to_str)]
+
+
+def _args_to_str(v: Any) -> Any:
+    """``server_args`` may be a shell-like string or a list of arguments; a list is
+    joined with :func:`shlex.join`, so it splits back into exactly its items."""
+    if isinstance(v, list):
+        return shlex.join(str(x) for x in v)
+    return v
+
+
+#: Server arguments: a string split like a shell, or a YAML list of arguments.
+ArgsStr = Annotated[str, BeforeValidator(_args_to_str)]
 
 
 class ConfigError(ValueError):
@@ -113,6 +126,9 @@ class GateSpec(_Frozen):
             ``max_accuracy_drop`` gates with Holm's step-down correction (Holm 1979,
             Scand. J. Statist. 6:65-70), so that their family-wise false-fail
             probability is at most alpha; ``none`` (default) tests each at its alpha.
+        max_truncation_rate: largest allowed share of successful completions cut by
+            ``max_tokens`` (``finish_reason: length``), per variant and task; None
+            (default) disables the gate (the share is recorded and shown either way).
     """
 
     accuracy_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
@@ -125,6 +141,7 @@ class GateSpec(_Frozen):
     baseline_max_acceptance_length_drop: float | None = Field(default=0.1, ge=0.0)
     baseline_alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
     multiple_testing: Literal["none", "holm"] = "none"
+    max_truncation_rate: float | None = Field(default=None, ge=0.0, le=1.0)
 
 
 TaskSpec.model_rebuild()
@@ -172,12 +189,107 @@ class ComparisonSpec(_Frozen):
     output_match_alpha: float | None = Field(default=None, gt=0.0, lt=1.0)
 
 
+class SpeculativeConfigSpec(_Frozen):
+    """A variant's speculative config: the keys of vLLM's ``SpeculativeConfig``
+    (``vllm/config/speculative.py``, vLLM 0.32) that a user sets, typed.
+
+    Sent to the server as ``--speculative-config '<JSON>'`` with only the keys written
+    in the config (:meth:`as_dict`). An unknown key is a :class:`ConfigError` naming
+    the file, key path, line and nearest valid key (``methd`` -> ``method``). It reads
+    like the mapping it came from (``spec["method"]``, ``spec.get(...)``, ``spec ==
+    {...}``) so code that takes the JSON mapping keeps working.
+
+    Attributes (units as in vLLM):
+        method: speculative method, e.g. ``mtp``, ``qwen3_next_mtp``, ``eagle``,
+            ``eagle3``, ``ngram``, ``draft_model``, ``suffix``, ``medusa``; a string,
+            not an enum here, because vLLM adds methods between releases (the engine
+            rejects an unknown one at start-up, and the effective method is checked
+            against ``/server_info``).
+        num_speculative_tokens: draft tokens proposed per step (>= 1).
+        model: draft model (hub id or path) for ``draft_model`` / EAGLE / Medusa.
+        prompt_lookup_min, prompt_lookup_max: n-gram window bounds of ``ngram``
+            (>= 1; min <= max).
+        draft_tensor_parallel_size, tensor_parallel_size: draft model parallelism.
+        quantization, revision, code_revision, max_model_len, enforce_eager,
+        kv_cache_dtype, attention_backend, moe_backend: draft-model settings.
+        disable_padded_drafter_batch, disable_eagle_block_drop, parallel_drafting,
+        use_local_argmax_reduction, use_heterogeneous_vocab,
+        index_share_for_mtp_iteration, enable_adaptive_verification: EAGLE/MTP
+            switches.
+        suffix_decoding_max_tree_depth, suffix_decoding_max_cached_requests,
+        suffix_decoding_max_spec_factor, suffix_decoding_min_token_prob: ``suffix``.
+        num_speculative_tokens_per_batch_size: ``[[min_bs, max_bs, k], ...]``.
+        rejection_sample_method, draft_sample_method, dspark_draft_topk,
+        synthetic_acceptance_rates, synthetic_acceptance_length: sampling of drafts.
+    """
+
+    method: str | None = None
+    num_speculative_tokens: int | None = Field(default=None, ge=1)
+    model: str | None = None
+    prompt_lookup_min: int | None = Field(default=None, ge=1)
+    prompt_lookup_max: int | None = Field(default=None, ge=1)
+    draft_tensor_parallel_size: int | None = Field(default=None, ge=1)
+    tensor_parallel_size: int | None = Field(default=None, ge=1)
+    quantization: str | None = None
+    revision: str | None = None
+    code_revision: str | None = None
+    max_model_len: int | None = Field(default=None, ge=1)
+    enforce_eager: bool | None = None
+    kv_cache_dtype: str | None = None
+    attention_backend: str | None = None
+    moe_backend: str | None = None
+    disable_padded_drafter_batch: bool | None = None
+    disable_eagle_block_drop: bool | None = None
+    parallel_drafting: bool | None = None
+    use_local_argmax_reduction: bool | None = None
+    use_heterogeneous_vocab: bool | None = None
+    index_share_for_mtp_iteration: bool | None = None
+    enable_adaptive_verification: bool | None = None
+    suffix_decoding_max_tree_depth: int | None = Field(default=None, ge=1)
+    suffix_decoding_max_cached_requests: int | None = Field(default=None, ge=0)
+    suffix_decoding_max_spec_factor: float | None = Field(default=None, ge=0.0)
+    suffix_decoding_min_token_prob: float | None = Field(default=None, ge=0.0, le=1.0)
+    num_speculative_tokens_per_batch_size: list[tuple[int, int, int]] | None = None
+    rejection_sample_method: Literal["standard", "synthetic", "block"] | None = None
+    draft_sample_method: Literal["greedy", "probabilistic"] | None = None
+    dspark_draft_topk: int | None = Field(default=None, ge=1)
+    synthetic_acceptance_rates: list[float] | None = None
+    synthetic_acceptance_length: float | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "SpeculativeConfigSpec":
+        if self.method is None and self.model is None:
+            raise ValueError("set 'method' (e.g. mtp, ngram, eagle) or a draft 'model'")
+        lo, hi = self.prompt_lookup_min, self.prompt_lookup_max
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError(f"prompt_lookup_min ({lo}) is larger than prompt_lookup_max ({hi})")
+        return self
+
+    def as_dict(self) -> dict[str, Any]:
+        """The keys written in the config, as the JSON mapping for ``--speculative-config``."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.as_dict()[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """``mapping.get``: the value written for ``key``, else ``default``."""
+        return self.as_dict().get(key, default)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, dict):
+            return self.as_dict() == other
+        return super().__eq__(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 class VariantSpec(_Frozen):
     """One way to run the model.
 
     Attributes:
-        speculative_config: the ``--speculative-config`` JSON as a mapping, or None
-            (no speculative decoding).
+        speculative_config: the ``--speculative-config`` settings
+            (:class:`SpeculativeConfigSpec`), or None (no speculative decoding).
         async_scheduling: True adds ``--async-scheduling``, False adds
             ``--no-async-scheduling``, None leaves the engine default.
         server_args: extra server arguments for this variant (a shell-like string,
@@ -189,9 +301,9 @@ class VariantSpec(_Frozen):
             the variant is still reported as not effective, but its gate passes.
     """
 
-    speculative_config: dict[str, Any] | None = None
+    speculative_config: SpeculativeConfigSpec | None = None
     async_scheduling: bool | None = None
-    server_args: str = ""
+    server_args: ArgsStr = ""
     env: EnvDict = Field(default_factory=dict)
     fault: str | None = None
     expected_effective: dict[str, dict[str, Any]] = Field(default_factory=dict)
@@ -208,7 +320,7 @@ class NativeConfig(_Frozen):
 
     name: str | None = None
     model: str
-    server_args: str = ""
+    server_args: ArgsStr = ""
     env: EnvDict = Field(default_factory=dict)
     startup_max_wait_seconds: float = Field(default=600, gt=0)
     request_timeout_seconds: float = Field(default=600, gt=0)
@@ -282,7 +394,7 @@ class VllmGsm8kConfig(_Frozen):
     tolerance: float = Field(default=DEFAULT_TOLERANCE, ge=0.0, le=1.0)
     num_questions: int = Field(default=1319, ge=1)
     num_fewshot: int = Field(default=5, ge=0)
-    server_args: str = ""
+    server_args: ArgsStr = ""
     env: EnvDict = Field(default_factory=dict)
     startup_max_wait_seconds: float = Field(default=600, gt=0)
     min_acceptance_length: float | None = Field(default=None, ge=1.0)
@@ -392,6 +504,118 @@ def pop_speculative_config(argv: list[str], where: str) -> tuple[list[str], dict
 
 
 # --------------------------------------------------------------------------- loading
+
+
+_STR_TAG = "tag:yaml.org,2002:str"
+_INT_TAG = "tag:yaml.org,2002:int"
+
+#: Keys whose values are strings to the engine (shell arguments, environment
+#: values, model ids): a plain YAML 1.1 scalar there that PyYAML would turn into a
+#: bool, null, float, date or a re-based integer is an error (:func:`check_yaml`).
+#: ``*`` matches any key (a variant name, an environment variable).
+STRING_PATHS: tuple[tuple[str, ...], ...] = (
+    ("model_name",), ("model",), ("name",),
+    ("server_args",), ("variants", "*", "server_args"),
+    ("env", "*"), ("variants", "*", "env", "*"),
+)
+#: Of those, where a plain decimal integer (``VLLM_CPU_KVCACHE_SPACE: 1``,
+#: ``[--max-model-len, 4096]``) is accepted and kept as the text written: its text
+#: and its value print the same.
+_INT_OK_PATHS: tuple[tuple[str, ...], ...] = (
+    ("server_args", "#"), ("variants", "*", "server_args", "#"),
+    ("env", "*"), ("variants", "*", "env", "*"),
+)
+
+
+def _path_matches(path: tuple, patterns: tuple[tuple[str, ...], ...]) -> bool:
+    """True when ``path`` (keys and list indices) fits a pattern; ``*`` = any key,
+    ``#`` = any list index."""
+    for pat in patterns:
+        if len(pat) != len(path):
+            continue
+        if all(p == "*" and not isinstance(x, int) or p == "#" and isinstance(x, int) or p == x
+               for p, x in zip(pat, path)):
+            return True
+    return False
+
+
+def _quoted_hint(key: Any, text: str) -> str:
+    return f'{key}: "{text}"'
+
+
+def check_yaml(node: yaml.Node | None, path: Path) -> None:
+    """YAML pitfalls the loader refuses, found on the composed node tree.
+
+    * A key written twice in one mapping (PyYAML keeps the last silently): the
+      error names the key path and both lines.
+    * In places that are strings to the engine (:data:`STRING_PATHS`: ``env``
+      values, ``server_args`` and its list items, ``model_name`` / ``model`` /
+      ``name``), an unquoted scalar that YAML 1.1 reads as something else: ``yes`` /
+      ``no`` / ``on`` / ``off`` / ``true`` (bool), an empty value or ``~`` (null),
+      ``1.0`` / ``1e3`` / ``.5`` (float), ``0755`` / ``0x1F`` / ``1_000`` /
+      ``1:30`` (octal, hex, underscored or base-60 integer), ``2024-01-01`` (date).
+      The error names the file, key path and line and shows the quoted form to
+      write. A plain decimal integer (``1``, ``4096``) is accepted in ``env`` and
+      in ``server_args`` list items: it reads back as the same text.
+
+    Raises:
+        ConfigError: on the first pitfall, ``"<file>:<line>: ..."``.
+    """
+    if node is None:
+        return
+    _walk_yaml(node, (), path)
+
+
+def _walk_yaml(node: yaml.Node, prefix: tuple, file: Path) -> None:
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[Any, int] = {}
+        for k, v in node.value:
+            kv = k.value if isinstance(k, yaml.ScalarNode) else None
+            line = k.start_mark.line + 1
+            if kv is not None and kv in seen:
+                dotted = ".".join(str(x) for x in prefix + (kv,))
+                raise ConfigError(
+                    f"{file}:{line}: duplicate key '{dotted}': first written at line {seen[kv]}, "
+                    f"again at line {line} (YAML would silently keep only the second); keep one"
+                )
+            if kv is not None:
+                seen[kv] = line
+            _walk_yaml(v, prefix + (kv,), file)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, v in enumerate(node.value):
+            _walk_yaml(v, prefix + (i,), file)
+    elif isinstance(node, yaml.ScalarNode):
+        _check_string_scalar(node, prefix, file)
+
+
+def _check_string_scalar(node: yaml.ScalarNode, path: tuple, file: Path) -> None:
+    in_list = bool(path) and isinstance(path[-1], int)
+    if not (_path_matches(path, STRING_PATHS) or (in_list and _path_matches(path[:-1], STRING_PATHS))):
+        return
+    if node.style is not None or node.tag == _STR_TAG:
+        return  # quoted, or a plain scalar that is a string anyway
+    text = node.value
+    if node.tag == _INT_TAG and _path_matches(path, _INT_OK_PATHS):
+        try:
+            if str(int(text)) == text:
+                return
+        except ValueError:
+            pass
+    kind = {
+        "tag:yaml.org,2002:bool": "a boolean",
+        "tag:yaml.org,2002:null": "null (no value)",
+        "tag:yaml.org,2002:float": "a float",
+        "tag:yaml.org,2002:int": "an integer",
+        "tag:yaml.org,2002:timestamp": "a date",
+    }.get(node.tag, node.tag)
+    key = path[-2] if in_list else path[-1]
+    dotted = ".".join(str(x) for x in path)
+    shown = f"- \"{text}\"" if in_list else _quoted_hint(key, text)
+    value = "an empty value" if text in ("", "~") and kind.startswith("null") else f"unquoted {text!r}"
+    raise ConfigError(
+        f"{file}:{node.start_mark.line + 1}: key '{dotted}': {value} is read by YAML 1.1 as "
+        f"{kind}, but the engine takes a string here; quote it: {shown}"
+    )
 
 
 def _key_lines(node: yaml.Node, prefix: tuple = ()) -> dict[tuple, int]:
@@ -522,13 +746,51 @@ def load_config(path: str | Path) -> ModelConfig:
         raise ConfigError(f"{path}: not valid YAML: {e}") from e
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a config must be a YAML mapping of keys, got {type(data).__name__}")
+    check_yaml(node, path)
     lines = _key_lines(node) if node is not None else {}
     sha = hashlib.sha256(raw_bytes).hexdigest()
     if "variants" in data:
         native = _validate(NativeConfig, data, path, lines)
-        return _from_native(native, path, sha)
-    vcfg = _validate(VllmGsm8kConfig, data, path, lines)
-    return _from_vllm(vcfg, path, sha)
+        cfg = _from_native(native, path, sha)
+    else:
+        vcfg = _validate(VllmGsm8kConfig, data, path, lines)
+        cfg = _from_vllm(vcfg, path, sha, lines)
+    check_acceptance_floor(cfg, lines)
+    return cfg
+
+
+def check_acceptance_floor(cfg: "ModelConfig", lines: dict[tuple, int] | None = None) -> None:
+    """Refuse a ``min_acceptance_length`` no speculative variant can reach.
+
+    Mean acceptance length = 1 + accepted tokens / drafts, and a draft has at most
+    ``num_speculative_tokens`` (k) tokens, so it is at most ``1 + k`` (vLLM's
+    spec-decode metrics; project notes ../shared/docs/VLLM-CPU-FACTS.md). A floor above
+    that fails on every run, whatever the build.
+
+    Raises:
+        ConfigError: naming the file, the line of the floor, the floor and ``1 + k``.
+    """
+    lines = lines or {}
+    for vname, v in cfg.variants.items():
+        k = v.speculative_config.num_speculative_tokens if v.speculative_config else None
+        if k is None:
+            continue
+        for tname in cfg.tasks:
+            floor = cfg.gates_for(tname).min_acceptance_length
+            if floor is None or floor <= 1 + k:
+                continue
+            over = cfg.tasks[tname].gates
+            keypath = (("tasks", tname, "gates", "min_acceptance_length")
+                       if over is not None and "min_acceptance_length" in over.model_fields_set
+                       else ("gates", "min_acceptance_length") if cfg.form == "native"
+                       else ("min_acceptance_length",))
+            line = lines.get(keypath)
+            where = f"{cfg.path}:{line}" if line else f"{cfg.path}"
+            raise ConfigError(
+                f"{where}: key '{'.'.join(keypath)}': min_acceptance_length {floor} is above "
+                f"1 + num_speculative_tokens = {1 + k} (variant {vname}, task {tname}); a mean "
+                f"acceptance length can never exceed 1 + {k}, so this gate could never pass"
+            )
 
 
 def _from_native(c: NativeConfig, path: Path, sha: str) -> ModelConfig:
@@ -562,7 +824,14 @@ def _from_native(c: NativeConfig, path: Path, sha: str) -> ModelConfig:
     from harness.faults.plugin import known_faults  # standard library only
 
     for name, v in c.variants.items():
-        split_args(v.server_args, f"{path}: variants.{name}.server_args")
+        _, vspec = pop_speculative_config(
+            split_args(v.server_args, f"{path}: variants.{name}.server_args"),
+            f"{path}: variants.{name}.server_args")
+        if vspec is not None:
+            raise ConfigError(
+                f"{path}: variants.{name}.server_args: put --speculative-config in the variant's "
+                "'speculative_config' mapping (it is typed and checked there), not in server_args"
+            )
         if v.fault is not None and v.fault not in known_faults():
             near = difflib.get_close_matches(v.fault, known_faults(), n=1)
             hint = f"; did you mean '{near[0]}'?" if near else ""
@@ -589,9 +858,39 @@ def _from_native(c: NativeConfig, path: Path, sha: str) -> ModelConfig:
     )
 
 
-def _from_vllm(c: VllmGsm8kConfig, path: Path, sha: str) -> ModelConfig:
+def typed_speculative_config(spec: dict, where: str) -> SpeculativeConfigSpec:
+    """Validate a ``--speculative-config`` JSON mapping into :class:`SpeculativeConfigSpec`.
+
+    Args:
+        spec: the parsed JSON object.
+        where: ``"<file>:<line>: server_args"``, put in front of every message.
+
+    Raises:
+        ConfigError: an unknown key (with the nearest valid key), a wrong type or a
+            value out of range, each named by its key inside the JSON.
+    """
+    try:
+        return SpeculativeConfigSpec.model_validate(spec)
+    except ValidationError as e:
+        valid = list(SpeculativeConfigSpec.model_fields)
+        msgs = []
+        for err in e.errors():
+            key = ".".join(str(x) for x in err["loc"]) or "(the object)"
+            if err["type"] == "extra_forbidden":
+                near = difflib.get_close_matches(str(err["loc"][-1]), valid, n=1, cutoff=0.5)
+                hint = f"; did you mean '{near[0]}'?" if near else ""
+                msgs.append(f"{where}: {SPEC_FLAG}: unknown key '{key}'{hint} (valid keys: {', '.join(valid)})")
+            else:
+                msgs.append(f"{where}: {SPEC_FLAG}: key '{key}': {err['msg']} (got {err.get('input')!r})")
+        raise ConfigError("\n".join(msgs)) from None
+
+
+def _from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict | None = None) -> ModelConfig:
+    line = (lines or {}).get(("server_args",))
+    at = f"{path}:{line}" if line else f"{path}"
     argv = split_args(c.server_args, f"{path}: server_args")
-    argv, spec = pop_speculative_config(argv, f"{path}: server_args")
+    argv, raw_spec = pop_speculative_config(argv, f"{at}: server_args")
+    spec = typed_speculative_config(raw_spec, f"{at}: server_args") if raw_spec is not None else None
     for flag in ("--async-scheduling", "--no-async-scheduling"):
         if flag in argv and spec is not None:
             raise ConfigError(
@@ -657,12 +956,42 @@ def _from_vllm(c: VllmGsm8kConfig, path: Path, sha: str) -> ModelConfig:
     )
 
 
+def nearest_names(name: str, candidates: list[str], n: int = 3) -> list[str]:
+    """The candidates closest to ``name``: those whose stem starts with or contains
+    the name's stem first, then :func:`difflib.get_close_matches` (ratio >= 0.6) on
+    the stems, case-insensitive; at most ``n``, no repeats.
+
+    Args:
+        name: what the user typed (a file name or stem).
+        candidates: file names to choose from (e.g. ``Model-MTP.yaml``).
+
+    Returns:
+        Candidate names in order of closeness.
+    """
+    def stem(x: str) -> str:
+        return Path(x).stem.lower() if Path(x).suffix in (".yaml", ".yml", ".txt") else x.lower()
+
+    key = stem(Path(name).name)
+    stems = {stem(c): c for c in candidates}
+    out = [c for c in candidates if key and stem(c).startswith(key)]
+    out += [c for c in candidates if key and key in stem(c) and c not in out]
+    out += [stems[x] for x in difflib.get_close_matches(key, list(stems), n=n) if stems[x] not in out]
+    return out[:n]
+
+
+def _known_files() -> list[str]:
+    return sorted([x.name for x in MODEL_LISTS_DIR.glob("*.txt")]
+                  + [x.name for x in CONFIGS_DIR.glob("*.y*ml")])
+
+
 def resolve_list_path(name: str | Path) -> Path:
     """Find a model list or a config: as given (absolute or relative to the cwd), else
-    by name in ``model_lists/``, else in ``configs/``.
+    by name in ``model_lists/``, else in ``configs/`` (a name without suffix also
+    tries ``.txt`` and ``.yaml``).
 
     Raises:
-        ConfigError: naming every place looked in when the list is not found.
+        ConfigError: naming every place looked in and the nearest list and config
+            names (:func:`nearest_names`) when nothing is found.
     """
     p = Path(name)
     tried = [p]
@@ -670,12 +999,15 @@ def resolve_list_path(name: str | Path) -> Path:
         return p
     if not p.is_absolute():
         # a list by name in model_lists/, or a single config by name in configs/
-        for q in (MODEL_LISTS_DIR / p, CONFIGS_DIR / p):
+        names = [p] if p.suffix else [p, p.with_name(p.name + ".txt"), p.with_name(p.name + ".yaml")]
+        for q in [d / x for x in names for d in (MODEL_LISTS_DIR, CONFIGS_DIR)]:
             tried.append(q)
             if q.is_file():
                 return q
+    near = nearest_names(str(name), _known_files())
+    hint = f"; nearest names: {', '.join(near)}" if near else ""
     raise ConfigError(
-        f"model list or config '{name}' not found (looked in: {', '.join(str(t) for t in tried)}); "
+        f"model list or config '{name}' not found (looked in: {', '.join(str(t) for t in tried)}){hint}; "
         f"available lists: {', '.join(sorted(x.name for x in MODEL_LISTS_DIR.glob('*.txt'))) or 'none'}"
     )
 
@@ -708,8 +1040,11 @@ def read_model_list(path: str | Path) -> list[Path]:
             cands = [Path(line)]
         found = next((c for c in cands if c.is_file()), None)
         if found is None:
+            pool = sorted({x.name for d in {c.parent for c in cands} if d.is_dir() for x in d.glob("*.y*ml")})
+            near = nearest_names(line, pool)
             missing.append(
                 f"  {path}:{lineno}: '{line}' (looked in {', '.join(str(c.parent) for c in cands)})"
+                + (f"; nearest names: {', '.join(near)}" if near else "")
             )
         else:
             entries.append(found)

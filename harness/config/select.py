@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from harness.config.loader import ConfigError, ModelConfig, load_config, read_model_list
+from harness.config.loader import ConfigError, ModelConfig, load_config, load_model_list, read_model_list
 
 _TOKEN = re.compile(r"\s*(\(|\)|[\w:+\-.\[\]\\/]+)")
 
@@ -120,6 +120,8 @@ def load_selected(list_path: str | Path, keyword: str | None = None, names: Sequ
         ConfigError: from :func:`read_model_list`, :func:`load_config` (all errors
             collected), or when nothing is selected (naming the list and the stems).
     """
+    if not keyword and not names:
+        return load_model_list(list_path)
     paths = read_model_list(list_path)
     chosen = select_paths(paths, keyword, names)
     if not chosen:

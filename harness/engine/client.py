@@ -162,6 +162,7 @@ class AsyncCompletionClient:
                     None,
                     attempts,
                     latency,
+                    stop_reason=choice.get("stop_reason"),
                 )
             except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
                 return Completion(

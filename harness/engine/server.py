@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import shlex
 import subprocess
 import time
 from collections.abc import Callable
@@ -99,8 +100,9 @@ class VllmServer:
         """
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("w", encoding="utf-8")
-        log.write("# " + " ".join(self.argv) + "\n")
-        log.write("# env: " + " ".join(f"{k}={v}" for k, v in sorted(self.env.items())) + "\n")
+        # both lines paste into a shell as they stand (after the "# "): quoted with shlex
+        log.write("# " + shlex.join(self.argv) + "\n")
+        log.write("# env: " + " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(self.env.items())) + "\n")
         log.flush()
         t0 = time.monotonic()
         self.proc = subprocess.Popen(

@@ -21,6 +21,9 @@ class Completion:
         token_ids: completion token ids (``return_token_ids``); None on error or when
             the server did not return them.
         finish_reason: ``stop`` / ``length`` / ... as returned; None on error.
+        stop_reason: what ended a ``stop`` completion, as vLLM reports it: the stop
+            string that matched, a stop token id, or None (end-of-sequence token,
+            ``length``, an error, or a server that does not report it).
         error: None on success, else a message naming the request and the failure
             (HTTP status and body, transport error, timeout, malformed response).
         attempts: HTTP attempts made (>= 1).
@@ -42,6 +45,7 @@ class Completion:
     spec_draft_tokens: float | None = None
     spec_accepted_tokens: float | None = None
     spec_accepted_per_pos: tuple[float, ...] | None = None
+    stop_reason: str | int | None = None
 
     @property
     def ok(self) -> bool:

@@ -1,21 +1,30 @@
-"""The run record on disk: a versioned JSON document with provenance, beside its samples and logs.
+"""The run record on disk: one typed, versioned document with provenance, beside its samples and logs.
 
 Layout of one run folder (``results/<run id>/``)::
 
-    run.json                                   the record (schema below)
+    run.json                                   the record: a :class:`RunRecord`
     summary.md                                 the report for humans
-    samples/<config>/<variant>/<task>.jsonl    one Sample per line
+    samples/<config>/<variant>/<task>.jsonl    one :class:`~harness.records.samples.Sample` per line
     logs/<config>/<variant>.log                the server's stdout and stderr
 
-``run.json`` keys (schema version :data:`SCHEMA_VERSION`): ``schema_version``,
-``run_id``, ``status`` (``completed`` / ``incomplete``), ``passed`` (True / False /
-None), ``exit_code``, ``provenance`` (evalrun, vLLM and Python versions, platform,
-command line, git revision, config paths and SHA-256, dataset hashes, start and end
-times), and ``configs``: per config its ``variants`` (engine facts incl.
-``async_scheduling``, effectiveness, per task ``accuracy`` per pipeline,
-``error_count``, ``acceptance_rate``, ``mean_acceptance_length``, per-position
-acceptance), ``comparisons`` (``output_match_rate``, first divergences, paired
-statistics) and ``gates`` (each with ``passed``).
+``run.json`` is written and read only through these pydantic models
+(``model_dump_json`` / ``model_validate_json``); every module that reads a record
+(report, diff, calibrate, selfcheck, baselines) uses the types, never dict look-ups.
+The shape, top down::
+
+    RunRecord            schema_version, run_id, status, passed, exit_code, provenance
+    └ configs: [ConfigResult]          name, path, sha256, form, model, pipeline, error
+      ├ variants: {name: VariantResult}   argv, env, fault, requested, engine, effective
+      │  └ tasks: {name: TaskResult}      accuracy per pipeline, errors, spec_decode, intervals
+      ├ comparisons: [ComparisonResult]   output match, first divergences, paired test, noise
+      ├ gates: [GateResult]               one verdict per planned gate
+      └ baseline: BaselineInfo | None     the stored baseline the config was gated against
+
+Schema versions (:data:`SCHEMA_VERSION`): 1 was written by evalrun 0.1 as an untyped
+dict of the same shape; :func:`load_run` migrates it (:func:`_migrate_v1`: the version
+number changes, nothing else, since every later field is optional). Any other version,
+or a field this evalrun does not know, is a :class:`RunRecordError` naming the file and
+the first bad field.
 """
 
 from __future__ import annotations
@@ -27,16 +36,480 @@ import platform
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, computed_field, model_validator
 
 from harness import __version__
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 RUN_FILE = "run.json"
+
+#: The pipelines' names, as keys of the per-pipeline maps (see :mod:`harness.tasks.gsm8k`).
+Pipeline = str
+#: A two-sided interval ``[low, high]`` (fractions or tokens, as the field says).
+Interval = tuple[float, float]
 
 
 class RunRecordError(ValueError):
-    """A run folder or record cannot be read; names the path."""
+    """A run folder or record cannot be read; names the path (and the first bad field)."""
+
+
+class _Model(BaseModel):
+    """Every record type: unknown fields are errors (a foreign or newer file is refused)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# --------------------------------------------------------------------------- provenance
+
+
+class ConfigRef(_Model):
+    """A config that was run: its name, path and the SHA-256 of its bytes."""
+
+    name: str
+    path: str
+    sha256: str
+
+
+class DatasetRef(_Model):
+    """The data one task used: SHA-256 of the questions and few-shot items, source, count;
+    the stop strings sent with every request; and the overlaps of test questions with
+    the few-shot examples or the train split that ``--allow-contamination`` let run
+    (``{"fewshot": [[question id, index]], "train": [...]}``), None when there are none."""
+
+    sha256: str
+    source: str
+    num_requests: int
+    stop: list[str] = []
+    contamination: dict[str, list[tuple[str, int]]] | None = None
+
+
+class Provenance(_Model):
+    """Where a run came from: versions, machine, command line, git revision, inputs, times.
+
+    Times are ISO 8601 UTC strings with seconds; ``datasets`` is keyed by task id
+    (``<config>/<task>``).
+    """
+
+    evalrun_version: str
+    vllm_version: str | None = None
+    python: str
+    platform: str
+    machine: str
+    hostname: str
+    command_line: list[str]
+    git_revision: str | None = None
+    configs: list[ConfigRef] = []
+    datasets: dict[str, DatasetRef] = {}
+    allow_contamination: bool = False
+    started_at: str
+    ended_at: str | None = None
+
+
+# --------------------------------------------------------------------------- engine
+
+
+class EngineFactsRecord(_Model):
+    """The engine's effective configuration as read from ``/server_info`` and ``/version``
+    (see :class:`harness.engine.info.EngineFacts`); None where the engine did not say."""
+
+    vllm_version: str | None = None
+    platform: str | None = None
+    dtype: str | None = None
+    async_scheduling: bool | None = None
+    speculative_method: str | None = None
+    num_speculative_tokens: int | None = None
+    max_model_len: int | None = None
+    enable_prefix_caching: bool | None = None
+
+
+class EffectivenessRecord(_Model):
+    """Whether every requested setting took effect.
+
+    ``mismatches`` maps a setting (``async_scheduling``, ``speculative_method``, ...)
+    to ``{"requested": ..., "effective": ...}``.
+    """
+
+    effective: bool
+    mismatches: dict[str, dict[str, Any]] = {}
+    expected_on_platform: bool = False
+
+
+class Requested(_Model):
+    """What a variant asked the engine for (the plan's view, before the engine answers)."""
+
+    speculative_config: dict[str, Any] | None = None
+    async_scheduling: bool | None = None
+
+
+class SpecDecodeCountersRecord(_Model):
+    """Differences of the engine's cumulative speculative-decoding counters over one task
+    (counts, summed over engines): drafts, draft tokens, accepted tokens, accepted per position."""
+
+    drafts: float
+    draft_tokens: float
+    accepted_tokens: float
+    accepted_per_pos: list[float] = []
+
+
+class SpecDecodeRecord(_Model):
+    """Acceptance figures of one task (see :class:`harness.engine.metrics.SpecDecodeMetrics`):
+    acceptance rate = accepted / draft tokens; mean acceptance length = 1 + accepted /
+    drafts (tokens per draft); per-position acceptance = accepted at position i / drafts."""
+
+    drafts: float
+    draft_tokens: float
+    accepted_tokens: float
+    acceptance_rate: float | None = None
+    mean_acceptance_length: float | None = None
+    per_position_acceptance: list[float | None] = []
+
+
+class PerRequestTotals(_Model):
+    """Sums of the per-request counter shares (sequential requests only), counts."""
+
+    drafts: float
+    draft_tokens: float
+    accepted_tokens: float
+    accepted_per_pos: list[float] = []
+
+
+# --------------------------------------------------------------------------- comparisons
+
+
+class MismatchRecord(_Model):
+    """One question whose completion token ids differ: first differing token index and
+    both completions (text and token count)."""
+
+    question_id: str
+    first_divergence: int
+    baseline_text: str
+    candidate_text: str
+    baseline_tokens: int
+    candidate_tokens: int
+
+
+class PastStopRecord(_Model):
+    """A matched question whose token ids differ only past the stop (same text, one id
+    list a prefix of the other): the side with the extra ids and how many, and the ids
+    both share (see :class:`harness.analysis.scoring.PastStop`)."""
+
+    question_id: str
+    side: Literal["baseline", "candidate"]
+    extra_ids: int
+    common_ids: int
+
+
+class OutputMatchRecord(_Model):
+    """Greedy output match of two sample sets over the questions both answered, up to
+    the stop: ``output_match_rate = matched / compared`` (None when nothing was
+    compared); ``past_stop`` lists the matches whose ids differ only past the stop."""
+
+    compared: int
+    matched: int
+    output_match_rate: float | None = None
+    mismatches: list[MismatchRecord] = []
+    skipped: list[str] = []
+    past_stop: list[PastStopRecord] = []
+
+
+class TruncatedIds(_Model):
+    """Question ids cut by ``max_tokens`` on each side of a comparison."""
+
+    baseline: list[str] = []
+    candidate: list[str] = []
+
+
+class PairedRecord(_Model):
+    """A paired accuracy comparison over the same question ids (see
+    :class:`harness.analysis.stats.PairedComparison`): accuracies, difference B - A with
+    its interval, discordant ids, two- and one-sided p-values and the test's name."""
+
+    n: int
+    accuracy_a: float
+    accuracy_b: float
+    diff: float
+    diff_ci: Interval
+    a_only: list[str] = []
+    b_only: list[str] = []
+    both_correct: int
+    both_wrong: int
+    p_value: float
+    test: str
+    one_sided_p_value: float
+    confidence: float
+
+
+class NoiseRecord(_Model):
+    """Output mismatches judged against baseline-vs-baseline noise (see
+    :class:`harness.analysis.gates.OutputNoise` for every field's meaning)."""
+
+    source: Literal["rerun", "stored"]
+    noise_compared: int | None = None
+    noise_mismatched: int | None = None
+    noise_rate: float
+    noise_first_divergences: list[tuple[str, int]] = []
+    compared: int
+    candidate_mismatched: int
+    candidate_rate: float | None = None
+    candidate_only: list[str] = []
+    noise_only: list[str] = []
+    test: str
+    p_value: float
+
+
+class AnswerAgreementRecord(_Model):
+    """Answer-level agreement of a comparison: questions whose extracted answers
+    (``pipeline``) are equal, beside the token-level output match
+    (:class:`harness.analysis.scoring.AnswerAgreement`)."""
+
+    pipeline: Pipeline
+    compared: int
+    agreed: int
+    agreement_rate: float | None
+    disagreements: list[str] = Field(default_factory=list)
+
+
+class ComparisonResult(OutputMatchRecord):
+    """One planned comparison ``baseline -> candidate`` on one task: output match (the
+    inherited fields), answer-level agreement, the paired accuracy test under
+    ``pipeline``, and the noise reference."""
+
+    baseline: str
+    candidate: str
+    task: str
+    pipeline: Pipeline
+    paired: PairedRecord | None = None
+    noise: NoiseRecord | None = None
+    truncated: TruncatedIds | None = None
+    answer_agreement: AnswerAgreementRecord | None = None
+
+
+# --------------------------------------------------------------------------- tasks and variants
+
+
+class RerunRecord(_Model):
+    """A second pass of a task on the same server (``noise_runs: 2``) and its output
+    match against the first pass (the noise)."""
+
+    samples: str
+    seconds: float
+    error_count: int
+    spec_decode: SpecDecodeRecord | None = None
+    output_match_vs_first: OutputMatchRecord
+
+
+class TaskResult(_Model):
+    """What one task measured on one variant.
+
+    Attributes:
+        status: ``ran``.
+        samples: the JSONL file, relative to the run folder.
+        seconds: wall time of the task's requests.
+        num_requests, error_count: counts; ``error_rate = error_count / num_requests``.
+        accuracy, accuracy_ci, correct, scored, invalid_rate: per pipeline name
+            (``strict-match``, ``flexible-extract``): accuracy over scored requests
+            with its 95% Wilson interval, counts, share of scored requests with no
+            extractable answer.
+        finish_reasons: count per finish reason (``stop``, ``length``, ...).
+        truncated, truncated_rate, truncated_ids: successful requests cut by
+            ``max_tokens`` (``finish_reason: length``): count, share of successful
+            requests (None when none succeeded), question ids.
+        stop_reasons: what ended each ``stop`` completion -> count (the stop string,
+            ``token <id>``, or ``eos``).
+        spec_decode, spec_decode_counters: acceptance figures and raw counter
+            differences (speculative variants), or None with ``spec_decode_error``.
+        mean_acceptance_length_ci, acceptance_rate_ci, per_position_acceptance_ci:
+            95% bootstrap intervals from per-request counts, or None with
+            ``acceptance_ci_reason``; ``acceptance_ci_method`` says how.
+        rerun: the noise pass, when the task ran twice.
+    """
+
+    status: Literal["ran"] = "ran"
+    samples: str
+    seconds: float
+    num_requests: int
+    error_count: int
+    error_rate: float
+    accuracy: dict[Pipeline, float | None]
+    accuracy_ci: dict[Pipeline, Interval | None]
+    correct: dict[Pipeline, int]
+    scored: dict[Pipeline, int]
+    invalid_rate: dict[Pipeline, float | None]
+    finish_reasons: dict[str, int] = {}
+    truncated: int = 0
+    truncated_rate: float | None = None
+    truncated_ids: list[str] = []
+    stop_reasons: dict[str, int] = {}
+    spec_decode: SpecDecodeRecord | None = None
+    spec_decode_counters: SpecDecodeCountersRecord | None = None
+    spec_decode_error: str | None = None
+    mean_acceptance_length_ci: Interval | None = None
+    acceptance_rate_ci: Interval | None = None
+    per_position_acceptance_ci: list[Interval | None] | None = None
+    acceptance_ci_method: str | None = None
+    acceptance_ci_reason: str | None = None
+    acceptance_ci_requests: int = 0
+    per_request_totals: PerRequestTotals | None = None
+    rerun: RerunRecord | None = None
+
+
+class VariantResult(_Model):
+    """One variant's server and tasks.
+
+    ``argv`` is the exact server command that ran (model path filled in), ``log`` the
+    server log relative to the run folder, ``startup_seconds`` the time to ``/health``;
+    ``error`` says why the variant (or part of it) did not run, ``engine_error`` why
+    the engine's facts could not be read.
+    """
+
+    argv: list[str]
+    env: dict[str, str] = {}
+    fault: str | None = None
+    requested: Requested = Requested()
+    engine: EngineFactsRecord | None = None
+    effective: EffectivenessRecord | None = None
+    engine_error: str | None = None
+    startup_seconds: float | None = None
+    log: str
+    error: str | None = None
+    tasks: dict[str, TaskResult] = {}
+
+
+class GateResult(_Model):
+    """The verdict of one planned gate (:mod:`harness.config.gates`).
+
+    Attributes:
+        id, kind, config, variant, task, baseline, op: as in the planned gate.
+        observed: the measured value (fraction, tokens, count), or None.
+        limit: the limit applied (after any sample-size margin), or None.
+        passed: True / False, or None when it could not be judged (``NOT RUN``).
+        detail: one sentence with the numbers, for the report.
+        questions: question ids that explain a failure (flipped or diverged).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    kind: str
+    config: str
+    variant: str
+    task: str | None = None
+    baseline: str | None = None
+    op: str
+    observed: int | float | None = None  # int for counts (drafts), so they print as integers
+    limit: int | float | None = None
+    passed: bool | None = None
+    detail: str
+    questions: tuple[str, ...] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_verdict(cls, data: Any) -> Any:
+        """``verdict`` is written (computed from ``passed``) but never read back."""
+        if isinstance(data, dict) and "verdict" in data:
+            data = {k: v for k, v in data.items() if k != "verdict"}
+        return data
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def verdict(self) -> str:
+        """``PASS``, ``FAIL`` or ``NOT RUN``."""
+        return {True: "PASS", False: "FAIL", None: "NOT RUN"}[self.passed]
+
+
+class BaselineInfo(_Model):
+    """Which stored baseline a config was gated against (see :mod:`harness.records.baselines`)."""
+
+    path: str
+    found: bool
+    error: str | None = None
+    source_run_id: str | None = None
+    written_at: str | None = None
+    config_sha256_matches: bool | None = None
+    notes: list[str] = []
+
+
+class SubsetWarning(_Model):
+    """A task asking fewer questions than its threshold was presumably measured on (see
+    :func:`harness.report.dry_run.subset_warnings`): accuracy fractions, counts."""
+
+    task: str
+    questions: int
+    assumed_calibration_questions: int
+    accuracy_threshold: float
+    floor: float
+    margin: float
+    fair_floor: float
+    message: str
+
+
+class ConfigResult(_Model):
+    """One config of the run: what was asked (name, file, model, form), the variants,
+    comparisons and gate verdicts. ``pipeline`` is the config-level answer pipeline;
+    a task may override it (its gates say which they used)."""
+
+    name: str
+    path: str
+    sha256: str
+    form: str
+    model: str
+    model_path: str | None = None
+    pipeline: Pipeline
+    variants: dict[str, VariantResult] = {}
+    comparisons: list[ComparisonResult] = []
+    gates: list[GateResult] = []
+    error: str | None = None
+    baseline: BaselineInfo | None = None
+    tasks: dict[str, dict[str, Any]] = {}
+    subset_warnings: list[SubsetWarning] = []
+
+    def comparison(self, baseline: str, candidate: str, task: str) -> ComparisonResult | None:
+        """The comparison of ``baseline -> candidate`` on ``task``, or None."""
+        return next((c for c in self.comparisons
+                     if (c.baseline, c.candidate, c.task) == (baseline, candidate, task)), None)
+
+
+class RunRecord(_Model):
+    """A whole run (``run.json``).
+
+    Attributes:
+        schema_version: :data:`SCHEMA_VERSION`.
+        run_id: the run folder's name.
+        status: ``running`` (being written), ``completed``, ``incomplete`` (something
+            required could not run) or ``interrupted`` (a signal stopped it).
+        passed: True when every gate passed, False when one failed, None otherwise.
+        exit_code: 0 passed, 1 a gate failed, 2 could not run.
+        provenance: :class:`Provenance`.
+        configs: one :class:`ConfigResult` per config, in list order.
+    """
+
+    schema_version: Literal[2] = SCHEMA_VERSION  # type: ignore[assignment]
+    run_id: str
+    status: Literal["running", "completed", "incomplete", "interrupted"] = "running"
+    passed: bool | None = None
+    exit_code: int | None = None
+    provenance: Provenance
+    configs: list[ConfigResult] = []
+
+    _path: Path | None = PrivateAttr(default=None)
+
+    @property
+    def path(self) -> Path | None:
+        """The run folder this record was read from or written to (not stored)."""
+        return self._path
+
+    def config(self, name: str) -> ConfigResult | None:
+        """The config result named ``name``, or None."""
+        return next((c for c in self.configs if c.name == name), None)
+
+    def gates(self) -> list[GateResult]:
+        """Every gate verdict of every config, in order."""
+        return [g for c in self.configs for g in c.gates]
+
+
+# --------------------------------------------------------------------------- helpers
 
 
 def new_run_id(now: _dt.datetime | None = None) -> str:
@@ -73,67 +546,96 @@ def installed_vllm_version() -> str | None:
     return None
 
 
-def provenance(argv: list[str], configs: list[dict[str, str]], started_at: str) -> dict[str, Any]:
-    """Provenance block of a run record.
+def provenance(argv: list[str], configs: list[ConfigRef], started_at: str) -> Provenance:
+    """Provenance of a run started now.
 
     Args:
         argv: the command line (``sys.argv``).
-        configs: ``[{"name", "path", "sha256"}]`` of the configs run.
+        configs: the configs run (name, path, SHA-256).
         started_at: ISO time the run started.
     """
-    return {
-        "evalrun_version": __version__,
-        "vllm_version": installed_vllm_version(),
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "hostname": platform.node(),
-        "command_line": list(argv),
-        "git_revision": _git_revision(),
-        "configs": configs,
-        "datasets": {},
-        "started_at": started_at,
-        "ended_at": None,
-    }
+    return Provenance(
+        evalrun_version=__version__,
+        vllm_version=installed_vllm_version(),
+        python=sys.version.split()[0],
+        platform=platform.platform(),
+        machine=platform.machine(),
+        hostname=platform.node(),
+        command_line=list(argv),
+        git_revision=_git_revision(),
+        configs=list(configs),
+        started_at=started_at,
+    )
 
 
-def write_run(run_dir: Path, record: dict[str, Any]) -> Path:
+def write_run(run_dir: Path, record: RunRecord) -> Path:
     """Write ``run.json`` atomically (temp file + rename) and return its path."""
+    run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / RUN_FILE
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(record, indent=2, sort_keys=False, default=_json_default) + "\n", encoding="utf-8")
+    tmp.write_text(record.model_dump_json(indent=2) + "\n", encoding="utf-8")
     tmp.replace(path)
+    record._path = run_dir
     return path
 
 
-def _json_default(o: Any) -> Any:
-    if isinstance(o, Path):
-        return str(o)
-    if isinstance(o, (set, frozenset, tuple)):
-        return list(o)
-    if hasattr(o, "to_json"):
-        return o.to_json()
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+def _migrate_v1(doc: dict[str, Any]) -> dict[str, Any]:
+    """Schema 1 -> 2: the same shape (written as an untyped dict by evalrun 0.1); only
+    the version number changes. A ``_path`` key some copies carry is dropped."""
+    doc = dict(doc)
+    doc.pop("_path", None)
+    doc["schema_version"] = 2
+    return doc
 
 
-def load_run(path: str | Path) -> dict[str, Any]:
+def _first_error(e: ValidationError) -> str:
+    err = e.errors()[0]
+    loc = ".".join(str(x) for x in err["loc"])
+    return f"field {loc!r}: {err['msg']}" + (f" (got {err['input']!r})" if err["type"] != "missing" and not isinstance(err.get("input"), (dict, list)) else "")
+
+
+def parse_run(text: str, source: str | Path) -> RunRecord:
+    """Parse the text of a ``run.json``.
+
+    Args:
+        text: the file's contents.
+        source: the file's path, for error messages.
+
+    Raises:
+        RunRecordError: not JSON, not a run record, an unknown schema version, or a
+            field that does not validate (the first one is named).
+    """
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise RunRecordError(f"{source}: not a JSON run record: {e}") from e
+    if not isinstance(doc, dict) or "schema_version" not in doc:
+        raise RunRecordError(f"{source}: not an evalrun run record (no schema_version)")
+    v = doc["schema_version"]
+    if v == 1:
+        doc = _migrate_v1(doc)
+    elif v != SCHEMA_VERSION:
+        raise RunRecordError(f"{source}: schema_version {v!r}; this evalrun reads 1 and {SCHEMA_VERSION}")
+    try:
+        return RunRecord.model_validate(doc)
+    except ValidationError as e:
+        raise RunRecordError(f"{source}: not a valid run record: {_first_error(e)}") from e
+
+
+def load_run(path: str | Path) -> RunRecord:
     """Load a run record from a run folder or a ``run.json`` path.
 
     Raises:
-        RunRecordError: the file is missing, not JSON, or of an unknown schema version.
+        RunRecordError: the file is missing or unreadable, or see :func:`parse_run`.
     """
     p = Path(path)
     if p.is_dir():
         p = p / RUN_FILE
     try:
-        rec = json.loads(p.read_text(encoding="utf-8"))
+        text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise RunRecordError(f"{p}: cannot read run record: {e.strerror}") from e
-    except json.JSONDecodeError as e:
-        raise RunRecordError(f"{p}: not a JSON run record: {e}") from e
-    v = rec.get("schema_version")
-    if v != SCHEMA_VERSION:
-        raise RunRecordError(f"{p}: schema_version {v!r}, this evalrun reads {SCHEMA_VERSION}")
-    rec["_path"] = str(p.parent)
+    rec = parse_run(text, p)
+    rec._path = p.parent
     return rec

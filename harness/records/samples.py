@@ -41,8 +41,11 @@ class Sample:
             (``per_request_metrics``); ``None`` otherwise.
         spec_accepted_per_pos: accepted tokens per draft position for this request
             (counts), or ``None``.
+        stop_reason: what ended a completion with ``finish_reason == "stop"``, as
+            vLLM reports it: the stop string that matched, a stop token id, or
+            ``None`` (end-of-sequence token, ``length``, or not reported).
 
-    The four ``spec_*`` fields are optional: they are left out of the JSON when
+    The four ``spec_*`` fields and ``stop_reason`` are optional: they are left out of the JSON when
     ``None``, so JSONL files written without them read back unchanged.
     """
 
@@ -64,6 +67,7 @@ class Sample:
     spec_draft_tokens: float | None = None
     spec_accepted_tokens: float | None = None
     spec_accepted_per_pos: tuple[float, ...] | None = None
+    stop_reason: str | int | None = None
 
     @property
     def ok(self) -> bool:
@@ -97,7 +101,7 @@ class Sample:
 
 
 #: Fields left out of :meth:`Sample.to_json` when None (added after the first format).
-_OPTIONAL = ("spec_drafts", "spec_draft_tokens", "spec_accepted_tokens", "spec_accepted_per_pos")
+_OPTIONAL = ("spec_drafts", "spec_draft_tokens", "spec_accepted_tokens", "spec_accepted_per_pos", "stop_reason")
 
 
 def write_jsonl(path: Path, samples: Iterable[Sample]) -> int:

@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from harness.report.summary import fmt
+from harness.records.run_record import RunRecord, TaskResult
 from harness.records.samples import read_jsonl
 from harness.analysis.scoring import first_divergence
 from harness.tasks.gsm8k import PIPELINES
@@ -145,15 +146,20 @@ def _ci_se(ci: Any) -> float | None:
     return (ci[1] - ci[0]) / (2 * Z95) if ci else None
 
 
-def _noise_vs_first(runs: Sequence[tuple[Mapping[str, Any], Path]], cname: str, vname: str, tname: str
+def _task(rec: RunRecord, cname: str, vname: str, tname: str) -> TaskResult | None:
+    c = rec.config(cname)
+    v = c.variants.get(vname) if c else None
+    return v.tasks.get(tname) if v else None
+
+
+def _noise_vs_first(runs: Sequence[tuple[RunRecord, Path]], cname: str, vname: str, tname: str
                     ) -> list[dict[str, Any]]:
     """Output mismatch of run i (i >= 2) against run 1 of the same variant and task."""
     def samples(rec, run_dir):
-        c = next((c for c in rec.get("configs", []) if c["name"] == cname), None)
-        t = ((c or {}).get("variants", {}).get(vname) or {}).get("tasks", {}).get(tname)
-        if not t or t.get("status") != "ran":
+        t = _task(rec, cname, vname, tname)
+        if t is None:
             return None
-        return {s.question_id: s for s in read_jsonl(Path(run_dir) / t["samples"])}
+        return {s.question_id: s for s in read_jsonl(Path(run_dir) / t.samples)}
 
     first = samples(*runs[0])
     out = []
@@ -177,7 +183,7 @@ def _noise_vs_first(runs: Sequence[tuple[Mapping[str, Any], Path]], cname: str, 
     return out
 
 
-def summarize(runs: Sequence[tuple[Mapping[str, Any], Path]], k: float = 3.0) -> dict[str, Any]:
+def summarize(runs: Sequence[tuple[RunRecord, Path]], k: float = 3.0) -> dict[str, Any]:
     """Summarise repeated runs of the same configs and recommend tolerances.
 
     Args:
@@ -203,35 +209,34 @@ def summarize(runs: Sequence[tuple[Mapping[str, Any], Path]], k: float = 3.0) ->
         raise ValueError("summarize needs at least one run")
     first_rec = runs[0][0]
     out: dict[str, Any] = {
-        "runs": [{"run_id": r.get("run_id"), "path": str(p), "exit_code": r.get("exit_code"),
-                  "status": r.get("status")} for r, p in runs],
+        "runs": [{"run_id": r.run_id, "path": str(p), "exit_code": r.exit_code,
+                  "status": r.status} for r, p in runs],
         "sigmas": k, "rule": RULE.format(k=k), "configs": [],
     }
-    for c0 in first_rec.get("configs", []):
-        cname = c0["name"]
-        crecs = [next((c for c in r.get("configs", []) if c["name"] == cname), None) for r, _ in runs]
-        pipe = c0.get("pipeline") or "flexible-extract"
+    for c0 in first_rec.configs:
+        cname = c0.name
+        crecs = [r.config(cname) for r, _ in runs]
+        pipe = c0.pipeline
         cs: dict[str, Any] = {"name": cname, "pipeline": pipe, "tasks": [], "comparisons": []}
         tstats: dict[tuple[str, str], dict[str, Any]] = {}
-        for vname, v in c0.get("variants", {}).items():
-            for tname in v.get("tasks", {}):
-                ts = [((c or {}).get("variants", {}).get(vname) or {}).get("tasks", {}).get(tname) for c in crecs]
-                ts = [t if t and t.get("status") == "ran" else None for t in ts]
+        for vname, v in c0.variants.items():
+            for tname in v.tasks:
+                ts = [_task(r, cname, vname, tname) for r, _ in runs]
                 e: dict[str, Any] = {"variant": vname, "task": tname}
-                scored = [t["scored"][pipe] for t in ts if t]
+                scored = [t.scored[pipe] for t in ts if t]
                 e["n"] = round(_mean(scored)) if scored else None
-                e["accuracy"] = {p: spread([t["accuracy"].get(p) if t else None for t in ts]) for p in PIPELINES}
-                sds = [(t.get("spec_decode") if t else None) for t in ts]
+                e["accuracy"] = {p: spread([t.accuracy.get(p) if t else None for t in ts]) for p in PIPELINES}
+                sds = [(t.spec_decode if t else None) for t in ts]
                 if any(sds):
-                    e["mean_acceptance_length"] = spread([s.get("mean_acceptance_length") if s else None for s in sds])
-                    e["acceptance_rate"] = spread([s.get("acceptance_rate") if s else None for s in sds])
-                    width = max(len(s.get("per_position_acceptance") or []) for s in sds if s)
+                    e["mean_acceptance_length"] = spread([s.mean_acceptance_length if s else None for s in sds])
+                    e["acceptance_rate"] = spread([s.acceptance_rate if s else None for s in sds])
+                    width = max(len(s.per_position_acceptance) for s in sds if s)
                     e["per_position_acceptance"] = [
-                        spread([(s.get("per_position_acceptance") or [None] * width)[i] if s else None for s in sds])
+                        spread([(s.per_position_acceptance or [None] * width)[i] if s else None for s in sds])
                         for i in range(width)
                     ]
-                    boot = [_ci_se(t.get("mean_acceptance_length_ci")) for t in ts if t]
-                    draft = [per_draft_se(s.get("per_position_acceptance"), s.get("drafts")) for s in sds if s]
+                    boot = [_ci_se(t.mean_acceptance_length_ci) for t in ts if t]
+                    draft = [per_draft_se(s.per_position_acceptance, s.drafts) for s in sds if s]
                     if any(x is not None for x in boot):
                         e["sampling_se_mean_acceptance_length"] = _mean(boot)
                         e["sampling_se_source"] = "per-request bootstrap"
@@ -240,25 +245,24 @@ def summarize(runs: Sequence[tuple[Mapping[str, Any], Path]], k: float = 3.0) ->
                         e["sampling_se_source"] = "per-draft (per-position acceptance, independent drafts)"
                 e["output_noise"] = _noise_vs_first(runs, cname, vname, tname)
                 e["output_noise_rate"] = spread([x["rate"] for x in e["output_noise"]])
-                reruns = [((t or {}).get("rerun") or {}).get("output_match_vs_first") for t in ts]
+                reruns = [t.rerun.output_match_vs_first if t and t.rerun else None for t in ts]
                 e["rerun_noise_rate"] = spread(
-                    [1 - x["output_match_rate"] if x and x.get("output_match_rate") is not None else None for x in reruns])
+                    [1 - x.output_match_rate if x and x.output_match_rate is not None else None for x in reruns])
                 cs["tasks"].append(e)
                 tstats[(vname, tname)] = e
-        for comp0 in c0.get("comparisons", []):
-            key = (comp0["baseline"], comp0["candidate"], comp0["task"])
-            comps = [next((x for x in (c or {}).get("comparisons", [])
-                           if (x["baseline"], x["candidate"], x["task"]) == key), None) for c in crecs]
-            pcs = [(x or {}).get("paired") for x in comps]
-            drops = [p["accuracy_a"] - p["accuracy_b"] if p else None for p in pcs]
-            disc = [(len(p["a_only"]) + len(p["b_only"])) / p["n"] if p and p["n"] else None for p in pcs]
-            wald = [((len(p["a_only"]) + len(p["b_only"])) / p["n"] ** 2
-                     - (len(p["a_only"]) - len(p["b_only"])) ** 2 / p["n"] ** 3) if p and p["n"] else None for p in pcs]
+        for comp0 in c0.comparisons:
+            key = (comp0.baseline, comp0.candidate, comp0.task)
+            comps = [c.comparison(*key) if c else None for c in crecs]
+            pcs = [x.paired if x else None for x in comps]
+            drops = [p.accuracy_a - p.accuracy_b if p else None for p in pcs]
+            disc = [(len(p.a_only) + len(p.b_only)) / p.n if p and p.n else None for p in pcs]
+            wald = [((len(p.a_only) + len(p.b_only)) / p.n ** 2
+                     - (len(p.a_only) - len(p.b_only)) ** 2 / p.n ** 3) if p and p.n else None for p in pcs]
             ce: dict[str, Any] = {
                 "baseline": key[0], "candidate": key[1], "task": key[2],
-                "output_match_rate": spread([(x or {}).get("output_match_rate") for x in comps]),
+                "output_match_rate": spread([x.output_match_rate if x else None for x in comps]),
                 "accuracy_drop": spread(drops), "discordance": spread(disc), "wald_variance": _mean(wald),
-                "n": (pcs[0] or {}).get("n") if pcs else None,
+                "n": pcs[0].n if pcs and pcs[0] else None,
                 "acceptance_length_drop": None,
             }
             ea, eb = tstats.get((key[0], key[2])), tstats.get((key[1], key[2]))

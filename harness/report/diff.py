@@ -1,7 +1,7 @@
 """``evalrun diff RUN_A RUN_B``: what changed between two runs (or a run and a baseline).
 
 Either side is a run folder (``results/<run id>/``, or its ``run.json``) or a baseline
-file (``results/baselines/<config>.json``, :mod:`harness.analysis.baseline`). Every accuracy
+file (``results/baselines/<config>.json``, :mod:`harness.records.baselines`). Every accuracy
 figure is recomputed from the per-question data on disk (a run's samples JSONL, a
 baseline's ``questions``), never copied from the record; acceptance figures come from
 the record (its counters are per task, not per question). For each config, variant
@@ -38,11 +38,13 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from harness.report.summary import fmt
+from harness.records.baselines import BaselineDoc, BaselineTask, token_ids_hash
+from harness.records.run_record import RunRecord, TaskResult
 from harness.records.samples import read_jsonl
 from harness.analysis.stats import paired_comparison, wilson_interval
 from harness.tasks.gsm8k import PIPELINES
 
-__all__ = ["DiffError", "load_side", "diff_runs", "render_diff_markdown", "newcombe_interval", "cli_main"]
+__all__ = ["DiffError", "resolve_side", "differences", "load_side", "diff_runs", "render_diff_markdown", "newcombe_interval", "cli_main"]
 
 
 class DiffError(ValueError):
@@ -52,17 +54,38 @@ class DiffError(ValueError):
 # --------------------------------------------------------------------------- loading
 
 
-def _tok_hash(ids) -> str | None:
-    from harness.analysis.baseline import token_ids_hash
+def resolve_side(path: str | Path, results_dir: str | Path | None = None) -> Path:
+    """A diff side as a path: as given when it exists, else a run id, i.e. the folder
+    ``<results_dir>/<id>`` (default ``results/`` of the project).
 
-    return token_ids_hash(ids)
+    Raises:
+        DiffError: neither exists; names both places and the nearest run ids.
+    """
+    import difflib
+
+    from harness.config.loader import PROJECT_ROOT
+
+    p = Path(path)
+    if p.exists():
+        return p
+    rdir = Path(results_dir) if results_dir is not None else PROJECT_ROOT / "results"
+    if len(p.parts) == 1 and (rdir / p).exists():
+        return rdir / p
+    runs = sorted(x.name for x in rdir.glob("*") if (x / "run.json").is_file()) if rdir.is_dir() else []
+    near = difflib.get_close_matches(str(path), runs, n=3, cutoff=0.5)
+    raise DiffError(
+        f"{p}: no such run folder, run.json or baseline file, and no run id {str(path)!r} in {rdir}"
+        + (f"; nearest run ids: {', '.join(near)}" if near else (f"; latest runs: {', '.join(runs[-3:])}" if runs else ""))
+    )
 
 
-def load_side(path: str | Path) -> dict[str, Any]:
+def load_side(path: str | Path, results_dir: str | Path | None = None) -> dict[str, Any]:
     """Load one side of a diff into a common form.
 
     Args:
-        path: a run folder, a ``run.json``, or a baseline JSON file.
+        path: a run folder, a ``run.json``, a baseline JSON file, or a run id (the
+            folder of that name in ``results_dir``; :func:`resolve_side`).
+        results_dir: where run ids are looked up (default the project's ``results/``).
 
     Returns:
         ``{"path", "kind": "run"|"baseline", "id", "passed", "status", "configs":
@@ -70,52 +93,65 @@ def load_side(path: str | Path) -> dict[str, Any]:
         "questions": {qid: {"prompt_hash", "gold", "correct", "answers", "completion",
         "token_ids", "token_hash", "error"}}, "spec_decode", "mean_acceptance_length_ci",
         "acceptance_rate_ci", "per_position_acceptance_ci", "acceptance_ci_reason"}}}},
-        "comparisons": [...], "gates": {id: gate}}}}``.
+        "comparisons": [...], "gates": {id: gate}}}}`` (engine, spec_decode, noise and
+        gates as plain JSON dicts of their record types).
 
     Raises:
         DiffError: the path does not exist, is not a run record or baseline, or a
             samples file named by the record cannot be read.
     """
-    from harness.analysis.baseline import BASELINE_SCHEMA
+    from harness.records.baselines import BASELINE_SCHEMA, BaselineError, load_baseline
     from harness.records.run_record import RunRecordError, load_run
 
-    p = Path(path)
-    if not p.exists():
-        raise DiffError(f"{p}: no such run folder or baseline file")
+    p = resolve_side(path, results_dir)
     if p.is_file():
         try:
             doc = json.loads(p.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as e:
             raise DiffError(f"{p}: not a JSON run record or baseline: {e}") from e
         if isinstance(doc, dict) and doc.get("schema") == BASELINE_SCHEMA:
-            return _side_from_baseline(doc, p)
+            try:
+                return _side_from_baseline(load_baseline(p), p)
+            except BaselineError as e:
+                raise DiffError(str(e)) from e
     try:
         rec = load_run(p)
     except RunRecordError as e:
         raise DiffError(str(e)) from e
-    return _side_from_run(rec, Path(rec["_path"]))
+    return _side_from_run(rec, rec.path)
 
 
-_TASK_KEYS = ("spec_decode", "mean_acceptance_length_ci", "acceptance_rate_ci",
-              "per_position_acceptance_ci", "acceptance_ci_reason")
+def _dump(x: Any) -> Any:
+    return None if x is None else x.model_dump(mode="json")
 
 
-def _side_from_run(rec: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    side: dict[str, Any] = {
-        "path": str(run_dir), "kind": "run", "id": rec.get("run_id"), "passed": rec.get("passed"),
-        "status": rec.get("status"), "configs": {},
+def _task_view(t: TaskResult | BaselineTask) -> dict[str, Any]:
+    return {
+        "spec_decode": _dump(t.spec_decode),
+        "mean_acceptance_length_ci": t.mean_acceptance_length_ci,
+        "acceptance_rate_ci": t.acceptance_rate_ci,
+        "per_position_acceptance_ci": t.per_position_acceptance_ci,
+        "acceptance_ci_reason": getattr(t, "acceptance_ci_reason", None),
     }
-    for c in rec.get("configs", []):
+
+
+def _side_from_run(rec: RunRecord, run_dir: Path) -> dict[str, Any]:
+    side: dict[str, Any] = {
+        "path": str(run_dir), "kind": "run", "id": rec.run_id, "passed": rec.passed,
+        "status": rec.status, "configs": {},
+    }
+    for c in rec.configs:
         cv: dict[str, Any] = {
-            "pipeline": _pipeline(c), "variants": {}, "comparisons": [],
-            "gates": {g["id"]: g for g in c.get("gates", [])},
+            "pipeline": c.pipeline, "variants": {}, "comparisons": [],
+            "gates": {g.id: g.model_dump(mode="json") for g in c.gates},
+            "sha256": c.sha256, "task_specs": c.tasks or None,
+            "datasets": {tid.split("/", 1)[1]: d.model_dump(mode="json")
+                         for tid, d in rec.provenance.datasets.items() if tid.split("/", 1)[0] == c.name},
         }
-        for vname, v in c.get("variants", {}).items():
+        for vname, v in c.variants.items():
             tasks = {}
-            for tname, t in v.get("tasks", {}).items():
-                if t.get("status") != "ran" or not t.get("samples"):
-                    continue
-                spath = run_dir / t["samples"]
+            for tname, t in v.tasks.items():
+                spath = run_dir / t.samples
                 try:
                     samples = read_jsonl(spath)
                 except (OSError, ValueError) as e:
@@ -126,60 +162,53 @@ def _side_from_run(rec: dict[str, Any], run_dir: Path) -> dict[str, Any]:
                             "prompt_hash": s.prompt_hash, "gold": s.gold, "correct": dict(s.correct),
                             "answers": dict(s.answers), "completion": s.completion,
                             "token_ids": list(s.token_ids) if s.token_ids is not None else None,
-                            "token_hash": _tok_hash(s.token_ids), "error": s.error,
+                            "token_hash": token_ids_hash(s.token_ids), "error": s.error,
                         }
                         for s in samples
                     },
-                    **{k: t.get(k) for k in _TASK_KEYS},
+                    **_task_view(t),
                 }
-            cv["variants"][vname] = {"engine": v.get("engine"), "tasks": tasks, "error": v.get("error")}
-        for comp in c.get("comparisons", []):
+            cv["variants"][vname] = {"engine": _dump(v.engine), "tasks": tasks, "error": v.error}
+        for comp in c.comparisons:
             cv["comparisons"].append({
-                "baseline": comp["baseline"], "candidate": comp["candidate"], "task": comp["task"],
-                "output_match_rate": comp.get("output_match_rate"), "compared": comp.get("compared"),
-                "matched": comp.get("matched"),
-                "mismatched": {mm["question_id"]: mm.get("first_divergence") for mm in comp.get("mismatches", [])},
-                "noise": comp.get("noise"),
+                "baseline": comp.baseline, "candidate": comp.candidate, "task": comp.task,
+                "output_match_rate": comp.output_match_rate, "compared": comp.compared,
+                "matched": comp.matched,
+                "mismatched": {mm.question_id: mm.first_divergence for mm in comp.mismatches},
+                "noise": _dump(comp.noise),
             })
-        side["configs"][c["name"]] = cv
+        side["configs"][c.name] = cv
     return side
 
 
-def _side_from_baseline(doc: dict[str, Any], path: Path) -> dict[str, Any]:
-    src = doc.get("source_run") or {}
-    cv: dict[str, Any] = {"pipeline": doc.get("pipeline") or "flexible-extract", "variants": {},
-                          "comparisons": [], "gates": {}}
-    for vname, v in (doc.get("variants") or {}).items():
+def _side_from_baseline(doc: BaselineDoc, path: Path) -> dict[str, Any]:
+    cv: dict[str, Any] = {"pipeline": doc.pipeline, "variants": {}, "comparisons": [], "gates": {},
+                          "sha256": doc.config_sha256, "task_specs": None, "datasets": {}}
+    for vname, v in doc.variants.items():
         tasks = {}
-        for tname, t in (v.get("tasks") or {}).items():
-            qs = {}
-            for qid, q in (t.get("questions") or {}).items():
-                qs[qid] = {
-                    "prompt_hash": q.get("prompt_hash"), "gold": q.get("gold"),
-                    "correct": dict(q.get("correct") or {}), "answers": dict(q.get("answers") or {}),
-                    "completion": q.get("completion"), "token_ids": None,
-                    "token_hash": q.get("token_ids_sha256"), "error": q.get("error"),
+        for tname, t in v.tasks.items():
+            qs = {
+                qid: {
+                    "prompt_hash": q.prompt_hash, "gold": q.gold, "correct": dict(q.correct),
+                    "answers": dict(q.answers), "completion": q.completion, "token_ids": None,
+                    "token_hash": q.token_ids_sha256, "error": q.error,
                 }
-            tasks[tname] = {"questions": qs, **{k: t.get(k) for k in _TASK_KEYS},
-                            "record_counts": {"correct": t.get("correct"), "scored": t.get("scored")}}
-        cv["variants"][vname] = {"engine": v.get("engine"), "tasks": tasks, "error": None}
-    for comp in doc.get("comparisons", []):
+                for qid, q in t.questions.items()
+            }
+            tasks[tname] = {"questions": qs, **_task_view(t),
+                            "record_counts": {"correct": t.correct, "scored": t.scored}}
+        cv["variants"][vname] = {"engine": _dump(v.engine), "tasks": tasks, "error": None}
+    for comp in doc.comparisons:
         cv["comparisons"].append({
-            "baseline": comp["baseline"], "candidate": comp["candidate"], "task": comp["task"],
-            "output_match_rate": comp.get("output_match_rate"), "compared": comp.get("compared"),
-            "matched": comp.get("matched"), "mismatched": {q: None for q in comp.get("mismatched", [])},
+            "baseline": comp.baseline, "candidate": comp.candidate, "task": comp.task,
+            "output_match_rate": comp.output_match_rate, "compared": comp.compared,
+            "matched": comp.matched, "mismatched": {q: None for q in comp.mismatched},
             "noise": None,
         })
     return {
-        "path": str(path), "kind": "baseline", "id": f"baseline of {doc.get('config')} (run {src.get('run_id')})",
-        "passed": True, "status": "baseline", "configs": {doc["config"]: cv},
+        "path": str(path), "kind": "baseline", "id": f"baseline of {doc.config} (run {doc.source_run.run_id})",
+        "passed": True, "status": "baseline", "configs": {doc.config: cv},
     }
-
-
-def _pipeline(crec: Mapping[str, Any]) -> str:
-    from harness.analysis.baseline import config_pipeline
-
-    return config_pipeline(crec)
 
 
 # --------------------------------------------------------------------------- statistics
@@ -342,6 +371,7 @@ def diff_runs(a: str | Path | Mapping[str, Any], b: str | Path | Mapping[str, An
         "gates": {"failing_in_b": [], "changed": [], "only_in_a": [], "only_in_b": []},
         "configs_only_in_a": sorted(set(sa["configs"]) - set(sb["configs"])),
         "configs_only_in_b": sorted(set(sb["configs"]) - set(sa["configs"])),
+        "differences": differences(sa, sb),
     }
     for cname in [c for c in sa["configs"] if c in sb["configs"]]:
         ca, cb = sa["configs"][cname], sb["configs"][cname]
@@ -398,6 +428,70 @@ def diff_runs(a: str | Path | Mapping[str, Any], b: str | Path | Mapping[str, An
     return out
 
 
+#: Task settings that change the prompt or the completion (few-shot count, data
+#: kind, question count, budget, sampling): a difference makes the runs not like for like.
+_PROMPT_KEYS = ("kind", "num_fewshot", "num_questions", "max_tokens", "temperature", "seed")
+#: Engine facts (``/server_info``) compared between the two runs.
+_ENGINE_KEYS = ("vllm_version", "platform", "dtype", "async_scheduling", "speculative_method",
+                "num_speculative_tokens", "max_model_len", "enable_prefix_caching")
+
+
+def differences(sa: Mapping[str, Any], sb: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """What differs between the two sides besides the build under test.
+
+    Compared per config present on both sides: the config file's SHA-256; per task
+    the settings that shape prompts and completions (:data:`_PROMPT_KEYS`), the data
+    hash, the stop strings and the prompts themselves (questions with the same id
+    and a different prompt hash); per variant the engine facts (:data:`_ENGINE_KEYS`).
+    A side that lacks an item (a baseline file has no task settings) is not compared
+    on it.
+
+    Returns:
+        ``[{"config", "kind": "prompts"|"config"|"engine", "where", "field", "a", "b",
+        "unpairs": bool}]``; ``unpairs`` is True for a difference that stops questions
+        from being paired (their prompts differ), in which case the accuracy change of
+        that task is unpaired for those questions.
+    """
+    out: list[dict[str, Any]] = []
+    for cname in [c for c in sa["configs"] if c in sb["configs"]]:
+        ca, cb = sa["configs"][cname], sb["configs"][cname]
+
+        def add(kind, where, field, a, b, unpairs=False):
+            out.append({"config": cname, "kind": kind, "where": where, "field": field, "a": a, "b": b,
+                        "unpairs": unpairs})
+
+        if ca.get("sha256") and cb.get("sha256") and ca["sha256"] != cb["sha256"]:
+            add("config", "config file", "sha256", ca["sha256"][:12], cb["sha256"][:12])
+        ta, tb = ca.get("task_specs") or {}, cb.get("task_specs") or {}
+        for t in [t for t in ta if t in tb]:
+            for k in _PROMPT_KEYS:
+                if ta[t].get(k) != tb[t].get(k):
+                    add("prompts", f"task {t}", k, ta[t].get(k), tb[t].get(k), k in ("kind", "num_fewshot"))
+        da, db = ca.get("datasets") or {}, cb.get("datasets") or {}
+        for t in [t for t in da if t in db]:
+            if da[t].get("sha256") != db[t].get("sha256"):
+                add("prompts", f"task {t}", "data hash (questions and few-shot items)",
+                    (da[t].get("sha256") or "")[:12], (db[t].get("sha256") or "")[:12], True)
+            if da[t].get("stop") is not None and db[t].get("stop") is not None and da[t]["stop"] != db[t]["stop"]:
+                add("prompts", f"task {t}", "stop strings", da[t]["stop"], db[t]["stop"])
+        for v in [v for v in ca["variants"] if v in cb["variants"]]:
+            ea, eb = ca["variants"][v].get("engine") or {}, cb["variants"][v].get("engine") or {}
+            if ea and eb:
+                for k in _ENGINE_KEYS:
+                    if ea.get(k) != eb.get(k):
+                        add("engine", f"variant {v}", k, ea.get(k), eb.get(k))
+            for t in [t for t in ca["variants"][v]["tasks"] if t in cb["variants"][v]["tasks"]]:
+                qa = ca["variants"][v]["tasks"][t]["questions"]
+                qb = cb["variants"][v]["tasks"][t]["questions"]
+                shared = [q for q in qa if q in qb]
+                changed = [q for q in shared if qa[q].get("prompt_hash") != qb[q].get("prompt_hash")]
+                if changed:
+                    add("prompts", f"variant {v} task {t}", "prompt text",
+                        f"{len(changed)} of {len(shared)} shared questions have another prompt",
+                        ", ".join(changed[:5]) + (" ..." if len(changed) > 5 else ""), True)
+    return out
+
+
 def _gate_view(g: Mapping[str, Any]) -> dict[str, Any]:
     return {k: g.get(k) for k in ("id", "kind", "verdict", "observed", "op", "limit", "detail", "questions")}
 
@@ -438,6 +532,29 @@ def _fence(text: str) -> list[str]:
     return ["`" * ticks + "text", text, "`" * ticks]
 
 
+def _render_differences(diffs: list[dict[str, Any]], d: Mapping[str, Any]) -> list[str]:
+    """The "read this first" section: what differs besides the build, and which
+    comparisons are unpaired because of it."""
+    if not diffs:
+        return []
+    L = ["", "## Read first: A and B differ in more than the build", ""]
+    L += _table(["config", "what", "where", "setting", "A", "B"],
+                [[x["config"], x["kind"], x["where"], x["field"], x["a"], x["b"]] for x in diffs])
+    unp = sorted({(x["config"], x["where"]) for x in diffs if x["unpairs"]})
+    if unp:
+        L.append("")
+        L.append("The prompts differ, so questions cannot be paired where their prompts changed: "
+                 + "; ".join(f"{c} {w}" for c, w in unp)
+                 + ". Those accuracy changes are unpaired (Newcombe's interval, Fisher's exact test) "
+                 "and output changes skip those questions; what can still be compared follows.")
+    kinds = {x["kind"] for x in diffs}
+    if kinds & {"config", "engine"}:
+        L.append("")
+        L.append("The config content or the engine differs: every change below mixes the build's effect "
+                 "with these differences.")
+    return L
+
+
 def render_diff_markdown(d: Mapping[str, Any], max_flipped: int = 20) -> str:
     """The diff as Markdown (fit for a pull-request comment).
 
@@ -460,6 +577,7 @@ def render_diff_markdown(d: Mapping[str, Any], max_flipped: int = 20) -> str:
     for k in ("configs_only_in_a", "configs_only_in_b"):
         if d.get(k):
             L.append(f"- configs only in {k[-1].upper()}: {', '.join(d[k])}")
+    L += _render_differences(d.get("differences") or [], d)
     g = d["gates"]
     L += ["", "## Gates failing in B", ""]
     if not g["failing_in_b"]:
@@ -590,15 +708,17 @@ def cli_main(argv: list[str]) -> int:
         prog="evalrun diff",
         description="Explain what changed from run A to run B (run folders, run.json files or baseline JSON files).",
     )
-    p.add_argument("run_a", type=Path, help="run folder, run.json, or baseline JSON (the reference side)")
-    p.add_argument("run_b", type=Path, help="run folder, run.json, or baseline JSON (the side under test)")
+    p.add_argument("run_a", type=Path, help="run id, run folder, run.json, or baseline JSON (the reference side)")
+    p.add_argument("run_b", type=Path, help="run id, run folder, run.json, or baseline JSON (the side under test)")
+    p.add_argument("--results-dir", type=Path, default=None,
+                   help="where run ids are looked up (default: the project's results/)")
     p.add_argument("--output", "-o", type=Path, default=None, help="write to this file instead of the terminal")
     p.add_argument("--json", action="store_true", help="JSON instead of Markdown")
     p.add_argument("--max-flipped", type=int, default=20,
                    help="flipped questions shown with both completions per task and direction (default 20)")
     args = p.parse_args(argv)
     try:
-        d = diff_runs(args.run_a, args.run_b)
+        d = diff_runs(load_side(args.run_a, args.results_dir), load_side(args.run_b, args.results_dir))
     except DiffError as e:
         print(f"evalrun diff: {e}", file=sys.stderr)
         return 2

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from harness.config.loader import ModelConfig
 from harness.config.plan import Plan
@@ -15,7 +15,8 @@ DEFAULT_POWER = 0.8
 FLOOR_ALPHA = 0.05
 
 
-def detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER) -> list[dict[str, Any]]:
+def detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER,
+                     only: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """The smallest accuracy drops the gates of ``config`` can detect, per task.
 
     For each task with n questions (:func:`task_size`) and p = the config's
@@ -42,6 +43,8 @@ def detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER) -> list[
     Args:
         config: a validated config.
         power: wanted probability of detection, in (0.5, 1).
+        only: variant names chosen with ``--variant``; comparisons involving others
+            are left out (None = all).
 
     Returns:
         ``[{"task", "n", "p", "p_assumed", "power", "floor": {...} , "paired": [...]}]``;
@@ -75,6 +78,8 @@ def detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER) -> list[
         for comp in config.comparisons:
             if comp.max_accuracy_drop is None:
                 continue
+            if only is not None and not {comp.baseline, comp.candidate} <= set(only):
+                continue
             paired.append({
                 "baseline": comp.baseline, "candidate": comp.candidate, "alpha": comp.alpha,
                 "expected_discordance": comp.expected_discordance,
@@ -86,17 +91,73 @@ def detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER) -> list[
     return out
 
 
+def full_test_size(spec) -> int:
+    """Questions in the whole test set of a task's kind: GSM8K 1319 (vLLM's default
+    ``num_questions``), the synthetic task's :data:`~harness.tasks.synthetic.DEFAULT_NUM_TEST`."""
+    from harness.tasks import GSM8K_TEST_SIZE
+
+    if spec.kind == "synthetic":
+        from harness.tasks.synthetic import DEFAULT_NUM_TEST
+
+        return DEFAULT_NUM_TEST
+    return GSM8K_TEST_SIZE
+
+
+def subset_warnings(config: ModelConfig, confidence: float = 1 - FLOOR_ALPHA) -> list[dict[str, Any]]:
+    """Tasks that ask fewer questions than their threshold was presumably measured on.
+
+    For every task with an ``accuracy_threshold`` and no ``calibration_questions``,
+    the threshold is taken to come from the whole test set (N questions,
+    :func:`full_test_size`; vLLM's configs are calibrated on all 1319 GSM8K
+    questions). A run on n < N of them differs from the threshold by sampling alone
+    by up to ``margin = floor_margin(n, N, p)`` (one-sided, ``confidence``;
+    :func:`harness.analysis.stats.floor_margin`, p = the threshold), which the floor
+    gate does not allow for while ``calibration_questions`` is unset.
+
+    Returns:
+        ``[{"task", "questions", "assumed_calibration_questions", "accuracy_threshold",
+        "floor", "margin", "fair_floor", "message"}]``: ``floor`` = threshold -
+        tolerance (what the gate applies), ``fair_floor`` = floor - margin (what the
+        run would need to be fair); accuracy fractions.
+    """
+    from harness.analysis.stats import floor_margin
+
+    out = []
+    for tname, spec in config.tasks.items():
+        g = config.gates_for(tname)
+        if g.accuracy_threshold is None or g.calibration_questions is not None:
+            continue
+        n, full = task_size(spec), full_test_size(spec)
+        if n >= full:
+            continue
+        margin = floor_margin(n, full, g.accuracy_threshold, confidence)
+        floor = round(g.accuracy_threshold - g.tolerance, 6)
+        fair = round(floor - margin, 6)
+        out.append({
+            "task": tname, "questions": n, "assumed_calibration_questions": full,
+            "accuracy_threshold": g.accuracy_threshold, "floor": floor, "margin": margin, "fair_floor": fair,
+            "message": (
+                f"task {tname}: the run asks {n} questions, but accuracy_threshold {g.accuracy_threshold} was "
+                f"presumably measured on all {full} (calibration_questions is not set): sampling alone moves a "
+                f"{n}-question score by up to {margin:.3f} (one-sided {confidence:.0%}), so the floor {floor:.3f} "
+                f"is unfair to this run; a fair floor is {fair:.3f} (set calibration_questions: {full} to apply it)"
+            ),
+        })
+    return out
+
+
 def _finite(x: float) -> float | None:
     return None if x == float("inf") else x
 
 
-def render_detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER) -> list[str]:
+def render_detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER,
+                            only: Sequence[str] | None = None) -> list[str]:
     """Lines for ``--dry-run`` stating :func:`detectable_drops` with their assumptions."""
     def pts(x: float | None) -> str:
         return f"{x:.3f}" if x is not None else "none (not even a drop equal to the discordance)"
 
     lines = []
-    for d in detectable_drops(config, power):
+    for d in detectable_drops(config, power, only):
         f = d["floor"]
         pa = " (no accuracy_threshold: worst case p = 0.5 assumed)" if d["p_assumed"] else ""
         lines.append(
@@ -188,18 +249,43 @@ def render_family(config: ModelConfig) -> list[str]:
     ]
 
 
-def render_plan(plan: Plan) -> str:
-    """Human-readable plan for ``--dry-run``: every config, variant command, task and gate."""
+#: Port written into the dry run's command lines so they run as pasted; a real run
+#: picks a free port at start-up instead.
+DRY_RUN_PORT = 8000
+
+
+def render_plan(plan: Plan, only: Sequence[str] | None = None) -> str:
+    """Human-readable plan for ``--dry-run``: every config, variant command, task and gate.
+
+    Args:
+        plan: the plan.
+        only: variant names chosen with ``--variant`` (None = all): only these are
+            listed, with their gates; the gates of the others are counted as NOT RUN.
+
+    Returns:
+        The text. Commands are shell lines that run as pasted (quoted with
+        :func:`shlex.join`), with port :data:`DRY_RUN_PORT` in place of the free port
+        a real run picks.
+    """
     lines: list[str] = []
+    lines.append(
+        f"(commands use port {DRY_RUN_PORT} so they run as pasted; a run picks a free port at start-up. "
+        "A builtin:<name> model becomes the folder of the built model in ~/.cache/evalrun/models.)"
+    )
+    lines.append("")
     for cp in plan.configs:
         c = cp.config
         lines.append(f"config {c.name}  ({c.path}, {c.form} form)")
         lines.append(f"  model: {c.model}")
-        for v in cp.variants:
+        chosen = [v for v in cp.variants if only is None or v.name in only]
+        left = [v.name for v in cp.variants if v not in chosen]
+        for v in chosen:
             lines.append(f"  variant {v.name}:")
-            lines.append(f"    command: {v.shell_line()}")
+            lines.append(f"    command: {v.shell_line(DRY_RUN_PORT)}")
             if v.fault:
                 lines.append(f"    fault injected: {v.fault}")
+        if left:
+            lines.append(f"  variants left out (--variant): {', '.join(left)}")
         for t in cp.tasks:
             s = t.spec
             lines.append(
@@ -207,21 +293,37 @@ def render_plan(plan: Plan) -> str:
                 f"fewshot={s.num_fewshot}, max_tokens={s.max_tokens}, temperature={s.temperature}"
                 + ("" if s.required else ", optional (reported as not run when data is missing)")
             )
-        lines += render_detectable_drops(c)
+        lines += render_detectable_drops(c, only=only)
         lines += render_family(c)
         lines.append("  gates:")
+        skipped = 0
         for g in cp.gates:
+            if left and (g.variant in left or g.baseline in left):
+                skipped += 1
+                continue
             lim = "" if g.limit is None else f" {g.op} {g.limit}"
             lines.append(f"    {g.id}{lim}: {g.description}")
+        if skipped:
+            lines.append(f"    ({skipped} gates of the variants left out will be reported NOT RUN)")
         lines.append("")
     return "\n".join(lines)
 
 
-def plan_json(plan: Plan) -> list[dict[str, Any]]:
+def plan_json(plan: Plan, only: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """``--dry-run --json``: :meth:`Plan.to_json` plus each config's ``detectable_drops``
-    and ``family_false_fail`` (:func:`family_false_fail_of`)."""
+    and ``family_false_fail`` (:func:`family_false_fail_of`).
+
+    With ``only`` (``--variant`` names) each config lists only those variants and
+    the gates that involve only them; ``argv`` keeps the ``{port}`` placeholder.
+    """
     out = plan.to_json()
     for entry, cp in zip(out, plan.configs):
-        entry["detectable_drops"] = detectable_drops(cp.config)
+        entry["detectable_drops"] = detectable_drops(cp.config, only=only)
         entry["family_false_fail"] = family_false_fail_of(cp.config)
+        if only is not None:
+            keep = set(only)
+            entry["variants"] = [v for v in entry["variants"] if v["name"] in keep]
+            entry["gates"] = [g for g in entry["gates"]
+                              if g["variant"] in keep and (g["baseline"] is None or g["baseline"] in keep)]
+            entry["variants_left_out"] = [v.name for v in cp.variants if v.name not in keep]
     return out

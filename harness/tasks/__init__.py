@@ -10,10 +10,12 @@ from pathlib import Path
 
 from harness.config.loader import TaskSpec
 from harness.tasks.base import PreparedTask
+from harness.tasks.contamination import ContaminationError, find_overlaps
 from harness.tasks.gsm8k import STOP_SEQUENCES, DataUnavailableError, build_requests, dataset_hash, load_gsm8k
 
 
-def prepare_task(name: str, spec: TaskSpec, data_dir: Path | None) -> PreparedTask:
+def prepare_task(name: str, spec: TaskSpec, data_dir: Path | None,
+                 allow_contamination: bool = False) -> PreparedTask:
     """Load data and build requests for one task.
 
     Args:
@@ -21,9 +23,15 @@ def prepare_task(name: str, spec: TaskSpec, data_dir: Path | None) -> PreparedTa
         spec: the task spec.
         data_dir: folder with GSM8K ``test.jsonl`` and ``train.jsonl`` (None: the
             ``EVALRUN_DATA_DIR`` variable, then the hub via ``datasets``).
+        allow_contamination: run a GSM8K task even when test questions overlap its
+            few-shot examples or the train split (the overlaps are then kept in
+            :attr:`PreparedTask.contamination`).
 
     Raises:
         DataUnavailableError: the data cannot be had; the message says how to provide it.
+        ContaminationError: a GSM8K task's asked test questions (normalised text)
+            are among the few-shot examples of their prompt or in the train split;
+            the message names the data source and the overlapping ids.
     """
     if spec.kind == "gsm8k":
         import os
@@ -33,7 +41,15 @@ def prepare_task(name: str, spec: TaskSpec, data_dir: Path | None) -> PreparedTa
         reqs = build_requests(test, train, spec.num_questions, spec.num_fewshot, task_name=name)
         used = test[: len(reqs)] + train[: spec.num_fewshot]
         src = str(data_dir or os.environ.get("EVALRUN_DATA_DIR") or "hub:openai/gsm8k (main)")
-        return PreparedTask(tuple(reqs), tuple(STOP_SEQUENCES), dataset_hash(used), src)
+        ov = find_overlaps(name, test[: len(reqs)], train[: spec.num_fewshot], train or None)
+        if ov.any and not allow_contamination:
+            raise ContaminationError(
+                f"task {name}: data {src}: {ov.describe()}. The model would be asked questions whose "
+                "solutions are in front of it. Remove them from the data (test.jsonl / train.jsonl), "
+                "or pass --allow-contamination to run anyway (recorded in the run record)."
+            )
+        return PreparedTask(tuple(reqs), tuple(STOP_SEQUENCES), dataset_hash(used), src,
+                            contamination=ov.to_json() if ov.any else None)
     if spec.kind == "synthetic":
         from harness.tasks.synthetic import prepare_synthetic
 
@@ -57,4 +73,4 @@ def task_size(spec: TaskSpec) -> int:
     return GSM8K_TEST_SIZE
 
 
-__all__ = ["PreparedTask", "prepare_task", "task_size", "DataUnavailableError"]
+__all__ = ["PreparedTask", "prepare_task", "task_size", "DataUnavailableError", "ContaminationError"]

@@ -16,9 +16,13 @@ class PreparedTask:
         stop: stop sequences for every request.
         dataset_hash: SHA-256 of the questions and few-shot items used (provenance).
         source: where the data came from (folder, hub id or generator).
+        contamination: overlaps of test questions with the few-shot examples or the
+            train split that the user allowed (``--allow-contamination``), as
+            :meth:`harness.tasks.contamination.Overlaps.to_json`; None when none.
     """
 
     requests: tuple[Request, ...]
     stop: tuple[str, ...]
     dataset_hash: str
     source: str
+    contamination: dict | None = None

@@ -7,8 +7,12 @@ Conventions and their sources:
   an ``answer`` whose final line is ``#### <number>``.
 * Prompts: plain completion prompts as in vLLM's ``tests/evals/gsm8k/gsm8k_eval.py``
   (``_build_gsm8k_prompts``): the first ``num_fewshot`` train items as
-  ``Question: {q}\\nAnswer: {a}\\n\\n``, then ``Question: {q}\\nAnswer:``; stop
-  sequences as in that script (:data:`STOP_SEQUENCES`).
+  ``Question: {q}\\nAnswer: {a}\\n\\n``, then ``Question: {q}\\nAnswer:``; one stop
+  sequence, the blank line before the next ``Question:`` (:data:`STOP_SEQUENCES`;
+  vLLM's script also stops at the bare word ``Question``).
+* Reasoning blocks (``<think>...</think>``) are not answer text, and LaTeX number
+  forms (``\\boxed{}``, ``\\text{}``, ``\\$``, ``{,}``, ``\\frac{a}{b}``) are read as
+  numbers (:func:`answer_text`, :func:`normalize_latex`).
 * Answer extraction: the two filters of lm-evaluation-harness
   ``lm_eval/tasks/gsm8k/gsm8k.yaml``: ``strict-match`` (the first ``#### N``) and
   ``flexible-extract`` (the last number in the text). Numbers are read with the
@@ -40,6 +44,8 @@ __all__ = [
     "Request",
     "STOP_SEQUENCES",
     "SPLITS",
+    "answer_text",
+    "normalize_latex",
     "build_prompt",
     "build_requests",
     "dataset_hash",
@@ -63,10 +69,25 @@ SPLITS = ("test", "train")
 DEFAULT_NUM_FEWSHOT = 5
 """Few-shot count of vLLM's gsm8k_eval.py (``--num-shots`` default)."""
 
-STOP_SEQUENCES: tuple[str, ...] = ("Question", "Assistant:", "<|separator|>")
-"""Stop strings of vLLM's gsm8k_eval.py (``stop=[...]`` in ``get_answer``).
+FEWSHOT_DELIMITER = "\n\n"
+"""What :func:`build_prompt` puts between two solved examples (the blank line)."""
 
-``"Question"`` ends a completion that runs on into an invented next question."""
+QUESTION_PREFIX = "Question:"
+"""How :func:`build_prompt` starts every question block."""
+
+STOP_SEQUENCES: tuple[str, ...] = (FEWSHOT_DELIMITER + QUESTION_PREFIX,)
+"""Stop strings: the few-shot delimiter the prompt really uses, the blank line before
+the next ``Question:`` (``"\n\nQuestion:"``). It ends a completion that runs on into
+an invented next question, and nothing else.
+
+vLLM's gsm8k_eval.py (``get_answer``) stops at ``["Question", "Assistant:",
+"<|separator|>"]`` instead: the bare word ``Question`` also cuts a completion whose
+reasoning mentions it ("The question asks for ..." does not, but "Question: how
+many ...?" restated in the working does), and ``Assistant:`` cuts a chat-style
+restatement. The stop list is recorded with each task in the run record."""
+
+VLLM_GSM8K_STOP_SEQUENCES: tuple[str, ...] = ("Question", "Assistant:", "<|separator|>")
+"""The stop strings of vLLM's gsm8k_eval.py, for reference (not used)."""
 
 PIPELINES: tuple[str, ...] = ("strict-match", "flexible-extract")
 """Answer-extraction pipeline names, as in lm-evaluation-harness gsm8k.yaml."""
@@ -186,12 +207,57 @@ def _load_jsonl(path: Path) -> list[GsmItem]:
     return items
 
 
+#: Seconds the hub reachability probe waits (a DNS failure answers at once).
+HUB_PROBE_TIMEOUT = 3.0
+
+
+def _env_true(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def hub_unreachable_reason(timeout: float = HUB_PROBE_TIMEOUT) -> str | None:
+    """Why the Hugging Face hub cannot be reached, or None when it answers.
+
+    One ``HEAD`` request to ``$HF_ENDPOINT`` (default ``https://huggingface.co``)
+    with ``timeout`` seconds; any HTTP answer counts as reachable. Used so an offline
+    machine learns it in seconds instead of after ``datasets``' retries (about 25 s,
+    five retries with back-off, measured on this machine with no network).
+    """
+    import httpx
+
+    url = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    try:
+        httpx.head(url, timeout=timeout, follow_redirects=False)
+    except httpx.HTTPError as e:
+        return f"{url}: {type(e).__name__}: {e}"
+    return None
+
+
+def _offline_load(datasets, split: str):
+    """``load_dataset`` from the local cache only (offline flags forced for the call)."""
+    cfg = getattr(datasets, "config", None)
+    if cfg is None or not hasattr(cfg, "HF_HUB_OFFLINE"):  # a datasets without these switches
+        return datasets.load_dataset(HUB_DATASET[0], HUB_DATASET[1], split=split)
+    import huggingface_hub.constants as hub_const
+
+    saved = (cfg.HF_HUB_OFFLINE, cfg.HF_DATASETS_OFFLINE, hub_const.HF_HUB_OFFLINE)
+    cfg.HF_HUB_OFFLINE = cfg.HF_DATASETS_OFFLINE = hub_const.HF_HUB_OFFLINE = True
+    try:
+        return datasets.load_dataset(HUB_DATASET[0], HUB_DATASET[1], split=split)
+    finally:
+        cfg.HF_HUB_OFFLINE, cfg.HF_DATASETS_OFFLINE, hub_const.HF_HUB_OFFLINE = saved
+
+
 def _load_hub(split: str) -> list[GsmItem]:
     """Load a split from the hub via ``datasets.load_dataset`` (imported lazily).
 
+    With ``HF_HUB_OFFLINE`` / ``HF_DATASETS_OFFLINE`` set, or when the hub does not
+    answer a quick probe (:func:`hub_unreachable_reason`), only the local datasets
+    cache is read, so an offline machine gets its answer in seconds.
+
     Raises:
-        DataUnavailableError: ``datasets`` missing, hub unreachable/offline, or a
-            malformed row.
+        DataUnavailableError: ``datasets`` missing, hub unreachable/offline and no
+            cached copy, or a malformed row.
     """
     try:
         import datasets  # noqa: PLC0415 - optional, heavy dependency
@@ -199,12 +265,23 @@ def _load_hub(split: str) -> list[GsmItem]:
         raise DataUnavailableError(
             f"no data folder given and the 'datasets' package is not installed ({e})"
         ) from e
+    offline = _env_true("HF_HUB_OFFLINE") or _env_true("HF_DATASETS_OFFLINE")
+    probe = None if offline else hub_unreachable_reason()
     try:
-        ds = datasets.load_dataset(HUB_DATASET[0], HUB_DATASET[1], split=split)
+        if probe is not None:
+            ds = _offline_load(datasets, split)
+        else:
+            ds = datasets.load_dataset(HUB_DATASET[0], HUB_DATASET[1], split=split)
     except Exception as e:  # offline, network, auth, cache errors all mean "unavailable"
+        if probe is not None:
+            raise DataUnavailableError(
+                f"no data folder given, the hub is not reachable ({probe}) and {HUB_DATASET[0]} is not "
+                "in the local datasets cache"
+            ) from e
+        why = "offline mode is set and the local datasets cache has no copy" if offline else \
+            f"datasets.load_dataset{(*HUB_DATASET, split)!r} failed"
         raise DataUnavailableError(
-            f"no data folder given and datasets.load_dataset{(*HUB_DATASET, split)!r} "
-            f"failed: {type(e).__name__}: {e}"
+            f"no data folder given and {why}: {type(e).__name__}: {e}"
         ) from e
     where = f"hub {HUB_DATASET[0]}/{HUB_DATASET[1]} split {split}"
     return [_item_from_row(dict(row), i, f"{where} row {i}") for i, row in enumerate(ds)]
@@ -349,6 +426,91 @@ def build_requests(
 # ---------------------------------------------------------------- answer judging
 
 
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+"""Reasoning-block markers of reasoning models (DeepSeek-R1, Qwen3, Nemotron)."""
+
+_THINK_BLOCK_RE = re.compile(re.escape(THINK_OPEN) + r".*?" + re.escape(THINK_CLOSE), re.DOTALL)
+
+
+def answer_text(completion: str) -> str:
+    """The part of a completion that may hold the answer: reasoning removed.
+
+    * every ``<think>...</think>`` block is removed;
+    * an unterminated ``<think>`` (the budget ran out while reasoning) removes
+      everything from it to the end;
+    * a ``</think>`` without its ``<think>`` (the chat template put the opening tag
+      in the prompt) removes everything up to and including it.
+
+    A completion that is only reasoning gives ``""``: no answer, counted in the
+    invalid rate by :func:`judge`.
+
+    Args:
+        completion: the completion text.
+
+    Returns:
+        The answer text (may be empty).
+    """
+    text = _THINK_BLOCK_RE.sub(" ", completion)
+    if THINK_CLOSE in text:
+        text = text.rsplit(THINK_CLOSE, 1)[1]
+    if THINK_OPEN in text:
+        text = text.split(THINK_OPEN, 1)[0]
+    return text
+
+
+_FRAC_RE = re.compile(r"\\[dt]?frac\s*\{\s*(-?[0-9][0-9,]*(?:\.[0-9]+)?)\s*\}\s*\{\s*(-?[0-9][0-9,]*(?:\.[0-9]+)?)\s*\}")
+_WRAP_RE = re.compile(r"\\(?:boxed|fbox|text|textbf|mathrm|mathbf|displaystyle)\s*\{([^{}]*)\}")
+
+
+def _frac_value(m: re.Match[str]) -> str:
+    num, den = Decimal(m.group(1).replace(",", "")), Decimal(m.group(2).replace(",", ""))
+    if den == 0:
+        return m.group(0).replace("\\", " ")
+    q = num / den
+    if q == q.to_integral_value():
+        return str(q.to_integral_value())
+    # a non-integer fraction: written as a decimal when it terminates (3/4 -> 0.75)
+    from fractions import Fraction
+
+    f = Fraction(num) / Fraction(den)
+    d = f.denominator
+    while d % 2 == 0:
+        d //= 2
+    while d % 5 == 0:
+        d //= 5
+    return format(q.normalize(), "f") if d == 1 else f"{m.group(1)}/{m.group(2)}"
+
+
+def normalize_latex(text: str) -> str:
+    """Rewrite LaTeX number forms as plain numbers, so extraction reads them.
+
+    ``{,}`` -> ``,`` (thousands separator), ``\\,`` between digits -> ``,``;
+    ``\\$`` -> ``$``, ``\\%`` -> ``%``; ``\\frac{a}{b}`` / ``\\dfrac`` / ``\\tfrac`` with
+    numeric a, b -> the exact value when it is an integer or a terminating decimal
+    (``\\frac{24}{2}`` -> ``12``, ``\\frac{3}{4}`` -> ``0.75``), else ``a/b``;
+    ``\\boxed{x}``, ``\\text{x}``, ``\\textbf{x}``, ``\\mathrm{x}``, ... -> ``x``
+    (innermost first, so ``\\boxed{\\text{\\$}12{,}400}`` -> ``$12,400``).
+
+    Args:
+        text: answer text.
+
+    Returns:
+        The text with those forms rewritten; text without LaTeX is returned unchanged.
+    """
+    if "\\" not in text and "{" not in text:
+        return text
+    out = text.replace("{,}", ",")
+    out = re.sub(r"(?<=[0-9])\\,(?=[0-9]{3})", ",", out)
+    out = out.replace("\\$", "$").replace("\\%", "%")
+    for _ in range(10):  # nesting depth; each pass removes the innermost layer
+        new = _FRAC_RE.sub(_frac_value, out)
+        new = _WRAP_RE.sub(lambda m: m.group(1), new)
+        if new == out:
+            break
+        out = new
+    return out
+
+
 def extract_strict(text: str) -> str | None:
     """``strict-match``: the number right after the FIRST ``####`` marker.
 
@@ -395,6 +557,9 @@ def _equal(answer: str | None, gold_value: Decimal) -> bool:
 def judge(completion: str, gold: str) -> tuple[dict[str, str | None], dict[str, bool]]:
     """Extract answers with each pipeline and compare them with the gold answer.
 
+    The pipelines read :func:`answer_text` (reasoning blocks removed) after
+    :func:`normalize_latex`; a completion with only reasoning has no answer.
+
     Both sides are read by :func:`harness.tasks.numbers.parse_number` and compared as exact
     decimals (``"18.00"`` == ``"18"``, ``"5600"`` == ``"5,600"``, ``"3.5"`` != ``"3"``).
     A pipeline that finds nothing gives answer ``None`` and verdict ``False`` (it
@@ -417,9 +582,10 @@ def judge(completion: str, gold: str) -> tuple[dict[str, str | None], dict[str, 
     gold_value = parse_number(gold)
     if gold_value is None:
         raise ValueError(f"gold answer {gold!r} is not a number")
+    text = normalize_latex(answer_text(completion))
     answers: dict[str, str | None] = {
-        "strict-match": extract_strict(completion),
-        "flexible-extract": extract_flexible(completion),
+        "strict-match": extract_strict(text),
+        "flexible-extract": extract_flexible(text),
     }
     correct = {name: _equal(answers[name], gold_value) for name in PIPELINES}
     return answers, correct

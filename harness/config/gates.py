@@ -1,0 +1,296 @@
+"""Planned gates: one typed class per gate kind, all derived from a config here and nowhere else.
+
+The plan (:func:`plan_gates`, :func:`plan_baseline_gates`) is the single source of
+every gate: the evaluator (:mod:`harness.analysis.gates`) reads only a planned gate
+and the measurements, never the config. Per-task settings (``tasks.<name>.gates``:
+pipeline, thresholds, limits) reach every gate of that task because every gate of a
+task is built from :meth:`~harness.config.loader.ModelConfig.gates_for` of that task.
+
+Every gate has a stable ``id`` (``<config>/<variant or baseline->candidate>/<task>/<kind>``),
+the variant it judges (the candidate for comparisons), its task (None for per-variant
+gates), the ``baseline`` variant for comparisons, a ``limit`` and an ``op`` (the value
+must be ``>=`` or ``<=`` the limit; ``==`` for yes/no checks), and a sentence for people.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from harness.config.loader import ModelConfig
+
+
+class GateKind(str, Enum):
+    """Every kind of gate evalrun judges (README "Gates")."""
+
+    VARIANT_EFFECTIVE = "variant_effective"
+    ACCURACY_FLOOR = "accuracy_floor"
+    MAX_ERROR_RATE = "max_error_rate"
+    MAX_TRUNCATION_RATE = "max_truncation_rate"
+    DRAFTS_OBSERVED = "drafts_observed"
+    MIN_ACCEPTANCE_LENGTH = "min_acceptance_length"
+    MAX_ACCURACY_DROP = "max_accuracy_drop"
+    MIN_OUTPUT_MATCH = "min_output_match"
+    MAX_ACCEPTANCE_LENGTH_DROP = "max_acceptance_length_drop"
+    BASELINE_ACCURACY_DROP = "baseline_accuracy_drop"
+    BASELINE_ACCEPTANCE_LENGTH_DROP = "baseline_acceptance_length_drop"
+    BASELINE_READABLE = "baseline_readable"
+
+
+class _GateBase(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    config: str
+    variant: str
+    task: str | None = None
+    baseline: str | None = None
+    limit: float | None = None
+    op: Literal[">=", "<=", "=="]
+    description: str = ""
+
+
+class VariantEffective(_GateBase):
+    """The engine's effective configuration matches what the variant asked for;
+    ``expected_effective`` lists settings a platform is known to override (declared
+    in the config), which then pass with a note."""
+
+    kind: Literal[GateKind.VARIANT_EFFECTIVE] = GateKind.VARIANT_EFFECTIVE
+    op: Literal["=="] = "=="
+    expected_effective: dict[str, Any] | None = None
+
+
+class AccuracyFloor(_GateBase):
+    """``pipeline`` accuracy >= ``limit`` = accuracy_threshold - tolerance (fractions),
+    widened by :func:`harness.analysis.stats.floor_margin` when the run has fewer
+    scored questions than ``calibration_questions``."""
+
+    kind: Literal[GateKind.ACCURACY_FLOOR] = GateKind.ACCURACY_FLOOR
+    op: Literal[">="] = ">="
+    limit: float
+    pipeline: str
+    accuracy_threshold: float
+    tolerance: float
+    calibration_questions: int | None = None
+
+
+class MaxErrorRate(_GateBase):
+    """Failed requests / requests <= ``limit`` (a failed request is never a wrong answer)."""
+
+    kind: Literal[GateKind.MAX_ERROR_RATE] = GateKind.MAX_ERROR_RATE
+    op: Literal["<="] = "<="
+    limit: float
+
+
+class MaxTruncationRate(_GateBase):
+    """Completions cut by ``max_tokens`` (``finish_reason: length``) / successful
+    completions <= ``limit`` (fraction); set ``gates.max_truncation_rate`` (off by default)."""
+
+    kind: Literal[GateKind.MAX_TRUNCATION_RATE] = GateKind.MAX_TRUNCATION_RATE
+    op: Literal["<="] = "<="
+    limit: float
+
+
+class DraftsObserved(_GateBase):
+    """A speculative variant reported at least ``limit`` (1) draft."""
+
+    kind: Literal[GateKind.DRAFTS_OBSERVED] = GateKind.DRAFTS_OBSERVED
+    op: Literal[">="] = ">="
+    limit: int = 1
+
+
+class MinAcceptanceLength(_GateBase):
+    """Mean acceptance length (1 + accepted tokens / drafts, tokens) >= ``limit``."""
+
+    kind: Literal[GateKind.MIN_ACCEPTANCE_LENGTH] = GateKind.MIN_ACCEPTANCE_LENGTH
+    op: Literal[">="] = ">="
+    limit: float
+
+
+class MaxAccuracyDrop(_GateBase):
+    """Paired ``pipeline`` accuracy drop baseline - candidate <= ``limit`` (fraction) and
+    not significantly worse (one-sided exact McNemar p >= ``alpha``; with
+    ``multiple_testing`` ``holm``, the Holm-adjusted p-value over the config's
+    accuracy-drop gates that ask for it)."""
+
+    kind: Literal[GateKind.MAX_ACCURACY_DROP] = GateKind.MAX_ACCURACY_DROP
+    op: Literal["<="] = "<="
+    limit: float
+    pipeline: str
+    alpha: float = 0.05
+    multiple_testing: Literal["none", "holm"] = "none"
+
+
+class MinOutputMatch(_GateBase):
+    """Share of questions with identical completion token ids >= ``limit``, or, when a
+    noise reference (rerun: ``noise_runs`` 2, or a stored ``noise_mismatch_rate``)
+    shows noise above zero, not significantly more mismatches than the noise at ``alpha``."""
+
+    kind: Literal[GateKind.MIN_OUTPUT_MATCH] = GateKind.MIN_OUTPUT_MATCH
+    op: Literal[">="] = ">="
+    limit: float
+    alpha: float = 0.05
+    noise_runs: int = 1
+    noise_mismatch_rate: float | None = None
+
+
+class MaxAcceptanceLengthDrop(_GateBase):
+    """Mean acceptance length baseline - candidate <= ``limit`` (tokens)."""
+
+    kind: Literal[GateKind.MAX_ACCEPTANCE_LENGTH_DROP] = GateKind.MAX_ACCEPTANCE_LENGTH_DROP
+    op: Literal["<="] = "<="
+    limit: float
+
+
+class BaselineAccuracyDrop(_GateBase):
+    """``pipeline`` accuracy drop since the stored baseline <= ``limit`` and not
+    significantly lower at ``alpha`` (paired McNemar, else Fisher's exact test).
+    ``baseline`` is filled with ``baseline:<run id>`` when judged."""
+
+    kind: Literal[GateKind.BASELINE_ACCURACY_DROP] = GateKind.BASELINE_ACCURACY_DROP
+    op: Literal["<="] = "<="
+    limit: float
+    pipeline: str
+    alpha: float = 0.05
+
+
+class BaselineAcceptanceLengthDrop(_GateBase):
+    """Mean acceptance length drop since the stored baseline <= ``limit`` (tokens)."""
+
+    kind: Literal[GateKind.BASELINE_ACCEPTANCE_LENGTH_DROP] = GateKind.BASELINE_ACCEPTANCE_LENGTH_DROP
+    op: Literal["<="] = "<="
+    limit: float
+
+
+class BaselineReadable(_GateBase):
+    """The config's stored baseline file exists but cannot be read: a failing gate, so a
+    corrupt baseline never passes silently (reported only when that happens)."""
+
+    kind: Literal[GateKind.BASELINE_READABLE] = GateKind.BASELINE_READABLE
+    op: Literal["=="] = "=="
+
+
+#: Any planned gate; ``kind`` selects the class (a pydantic discriminated union).
+Gate = Annotated[
+    Union[
+        VariantEffective, AccuracyFloor, MaxErrorRate, MaxTruncationRate, DraftsObserved, MinAcceptanceLength,
+        MaxAccuracyDrop, MinOutputMatch, MaxAcceptanceLengthDrop,
+        BaselineAccuracyDrop, BaselineAcceptanceLengthDrop, BaselineReadable,
+    ],
+    Field(discriminator="kind"),
+]
+
+
+def plan_gates(config: ModelConfig) -> list[Gate]:
+    """Every in-run gate of ``config``, in a stable order: per variant (effective, then
+    per task floor, error rate, drafts, acceptance), then per comparison and task."""
+    c = config.name
+    out: list[Gate] = []
+    for vname, v in config.variants.items():
+        out.append(VariantEffective(
+            id=f"{c}/{vname}/variant_effective", config=c, variant=vname,
+            expected_effective=v.expected_effective,
+            description="the engine's effective configuration matches what the variant asked for",
+        ))
+        for tname in config.tasks:
+            g = config.gates_for(tname)
+            base = dict(config=c, variant=vname, task=tname)
+            if g.accuracy_threshold is not None:
+                out.append(AccuracyFloor(
+                    id=f"{c}/{vname}/{tname}/accuracy_floor", **base,
+                    limit=round(g.accuracy_threshold - g.tolerance, 6),
+                    pipeline=g.accuracy_pipeline, accuracy_threshold=g.accuracy_threshold,
+                    tolerance=g.tolerance, calibration_questions=g.calibration_questions,
+                    description=(f"{g.accuracy_pipeline} accuracy >= accuracy_threshold - tolerance "
+                                 f"= {g.accuracy_threshold} - {g.tolerance}"),
+                ))
+            out.append(MaxErrorRate(
+                id=f"{c}/{vname}/{tname}/max_error_rate", **base, limit=g.max_error_rate,
+                description="share of failed requests (never scored as wrong answers)",
+            ))
+            if g.max_truncation_rate is not None:
+                out.append(MaxTruncationRate(
+                    id=f"{c}/{vname}/{tname}/max_truncation_rate", **base, limit=g.max_truncation_rate,
+                    description="share of completions cut by max_tokens (finish_reason length)",
+                ))
+            if v.speculative_config is not None:
+                out.append(DraftsObserved(
+                    id=f"{c}/{vname}/{tname}/drafts_observed", **base,
+                    description="a speculative variant must report drafts (no drafts observed = fail)",
+                ))
+                if g.min_acceptance_length is not None:
+                    out.append(MinAcceptanceLength(
+                        id=f"{c}/{vname}/{tname}/min_acceptance_length", **base,
+                        limit=g.min_acceptance_length,
+                        description="mean acceptance length = 1 + accepted tokens / drafts",
+                    ))
+    for comp in config.comparisons:
+        pair = f"{comp.baseline}->{comp.candidate}"
+        spec_pair = (config.variants[comp.baseline].speculative_config is not None
+                     and config.variants[comp.candidate].speculative_config is not None)
+        for tname in comp.tasks or config.tasks:
+            g = config.gates_for(tname)
+            base = dict(config=c, variant=comp.candidate, task=tname, baseline=comp.baseline)
+            if comp.max_accuracy_drop is not None:
+                out.append(MaxAccuracyDrop(
+                    id=f"{c}/{pair}/{tname}/max_accuracy_drop", **base,
+                    limit=comp.max_accuracy_drop, pipeline=g.accuracy_pipeline, alpha=comp.alpha,
+                    multiple_testing=g.multiple_testing,
+                    description=(f"paired {g.accuracy_pipeline} accuracy drop {comp.baseline} - {comp.candidate} "
+                                 f"<= {comp.max_accuracy_drop}, and not significantly worse "
+                                 f"(one-sided McNemar, alpha {comp.alpha}"
+                                 + (", Holm-corrected across the config's accuracy-drop gates)"
+                                    if g.multiple_testing == "holm" else ")")),
+                ))
+            if comp.min_output_match is not None:
+                noise = (
+                    f"; judged against {comp.baseline}-vs-{comp.baseline} noise (rerun) when that noise is > 0"
+                    if comp.noise_runs > 1 else
+                    f"; judged against the stored noise rate {comp.noise_mismatch_rate} when > 0"
+                    if comp.noise_mismatch_rate is not None else ""
+                )
+                out.append(MinOutputMatch(
+                    id=f"{c}/{pair}/{tname}/min_output_match", **base,
+                    limit=comp.min_output_match, alpha=comp.output_match_alpha or comp.alpha,
+                    noise_runs=comp.noise_runs,
+                    noise_mismatch_rate=comp.noise_mismatch_rate,
+                    description="share of questions with identical completion token ids" + noise,
+                ))
+            if comp.max_acceptance_length_drop is not None and spec_pair:
+                out.append(MaxAcceptanceLengthDrop(
+                    id=f"{c}/{pair}/{tname}/max_acceptance_length_drop", **base,
+                    limit=comp.max_acceptance_length_drop,
+                    description="drop of mean acceptance length from baseline to candidate",
+                ))
+    return out
+
+
+def plan_baseline_gates(config: ModelConfig) -> list[Gate]:
+    """The gates against a stored baseline (judged only when ``<baseline dir>/<config>.json``
+    exists): per variant and task the accuracy drop, per speculative variant and task the
+    mean-acceptance-length drop; each from the task's own settings."""
+    c = config.name
+    out: list[Gate] = [BaselineReadable(
+        id=f"{c}/baseline_readable", config=c, variant="-",
+        description="the stored baseline file can be read (reported only when it cannot)",
+    )]
+    for vname, v in config.variants.items():
+        for tname in config.tasks:
+            g = config.gates_for(tname)
+            base = dict(config=c, variant=vname, task=tname)
+            if g.baseline_max_accuracy_drop is not None:
+                out.append(BaselineAccuracyDrop(
+                    id=f"{c}/{vname}/{tname}/baseline_accuracy_drop", **base,
+                    limit=g.baseline_max_accuracy_drop, pipeline=g.accuracy_pipeline, alpha=g.baseline_alpha,
+                    description=(f"{g.accuracy_pipeline} accuracy drop since the stored baseline "
+                                 f"<= {g.baseline_max_accuracy_drop}, not significantly lower (alpha {g.baseline_alpha})"),
+                ))
+            if v.speculative_config is not None and g.baseline_max_acceptance_length_drop is not None:
+                out.append(BaselineAcceptanceLengthDrop(
+                    id=f"{c}/{vname}/{tname}/baseline_acceptance_length_drop", **base,
+                    limit=g.baseline_max_acceptance_length_drop,
+                    description="mean acceptance length drop since the stored baseline",
+                ))
+    return out

@@ -1,0 +1,116 @@
+"""The typed contract: the run record's types, schema migration and errors, and that a
+per-task setting reaches every gate of that task (the plan is the single source of gates)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.analysis.gates import Measurements, evaluate_gates, judged_baseline_gates
+from harness.config.gates import AccuracyFloor, BaselineAccuracyDrop, MaxAccuracyDrop
+from harness.config.loader import load_config
+from harness.config.plan import build_plan
+from harness.records.baselines import BaselineDoc
+from harness.records.run_record import RunRecordError, load_run, parse_run, write_run
+from harness.records.samples import Sample
+from tests.record_factory import complete_record, typed
+
+CFG = """\
+name: c
+model: m
+variants:
+  reference: {}
+  spec: {speculative_config: {method: mtp, num_speculative_tokens: 2}}
+tasks:
+  t1: {num_questions: 10, gates: {accuracy_pipeline: strict-match}}
+  t2: {num_questions: 10}
+gates:
+  accuracy_threshold: 0.5
+  tolerance: 0.0
+  baseline_max_accuracy_drop: 0.05
+comparisons:
+  - {baseline: reference, candidate: spec, max_accuracy_drop: 0.05}
+"""
+
+
+def sample(variant, task, i, strict, flexible):
+    return Sample("c", variant, task, f"{task}/{i}", f"h{i}", "5", completion="x", token_ids=(1, 2),
+                  finish_reason="stop", answers={"strict-match": None, "flexible-extract": "5"},
+                  correct={"strict-match": strict, "flexible-extract": flexible})
+
+
+def test_task_pipeline_reaches_floor_paired_and_baseline_gates(tmp_path):
+    (tmp_path / "c.yaml").write_text(CFG)
+    (cp,) = build_plan([load_config(tmp_path / "c.yaml")]).configs
+    # reference: strict right on 8 of 10, flexible right on all 10
+    # spec:      strict right on 4 of 10, flexible right on all 10
+    ref = {t: [sample("reference", t, i, i < 8, True) for i in range(10)] for t in ("t1", "t2")}
+    spec = {t: [sample("spec", t, i, i < 4, True) for i in range(10)] for t in ("t1", "t2")}
+    from harness.analysis.scoring import score_task
+
+    m = Measurements()
+    for v, by in (("reference", ref), ("spec", spec)):
+        for t, xs in by.items():
+            m.samples[(v, t)] = xs
+            m.scores[(v, t)] = score_task(xs)
+    res = {g.id: g for g in evaluate_gates(cp.gates, m)}
+    # the planned gates carry the task's pipeline
+    floors = {g.task: g.pipeline for g in cp.gates if isinstance(g, AccuracyFloor)}
+    drops = {g.task: g.pipeline for g in cp.gates if isinstance(g, MaxAccuracyDrop)}
+    based = {g.task: g.pipeline for g in cp.baseline_gates if isinstance(g, BaselineAccuracyDrop)}
+    assert floors == drops == based == {"t1": "strict-match", "t2": "flexible-extract"}
+    # floor: spec t1 reads strict-match 4/10 (fails 0.5), t2 flexible-extract 10/10
+    assert res["c/spec/t1/accuracy_floor"].observed == pytest.approx(0.4)
+    assert res["c/spec/t1/accuracy_floor"].passed is False
+    assert res["c/spec/t2/accuracy_floor"].observed == pytest.approx(1.0)
+    # paired drop: t1 strict 0.8 -> 0.4 = 0.4 (4 right only in reference); t2 flexible: 0
+    assert res["c/reference->spec/t1/max_accuracy_drop"].observed == pytest.approx(0.4)
+    assert set(res["c/reference->spec/t1/max_accuracy_drop"].questions) == {"t1/4", "t1/5", "t1/6", "t1/7"}
+    assert res["c/reference->spec/t2/max_accuracy_drop"].observed == pytest.approx(0.0)
+    # baseline gates: a baseline where spec was right everywhere under both pipelines
+    qs = {f"{t}/{i}": {"prompt_hash": f"h{i}", "gold": "5", "correct": {"strict-match": True, "flexible-extract": True}}
+          for t in ("t1", "t2") for i in range(10)}
+    doc = {"schema": "evalrun-baseline/1", "config": "c", "written_at": "x", "pipeline": "flexible-extract",
+           "source_run": {"run_id": "good", "path": "/x"},
+           "variants": {"spec": {"tasks": {t: {
+               "num_requests": 10, "error_count": 0, "accuracy": {}, "accuracy_ci": {}, "correct": {}, "scored": {},
+               "questions": {k: v for k, v in qs.items() if k.startswith(t + "/")}} for t in ("t1", "t2")}}}}
+    m.baseline = BaselineDoc.model_validate(doc)
+    b = {g.id: g for g in judged_baseline_gates(cp.baseline_gates, m)}
+    # t1 under strict-match: 10/10 -> 4/10 = drop 0.6; t2 under flexible-extract: no drop
+    assert b["c/spec/t1/baseline_accuracy_drop"].observed == pytest.approx(0.6)
+    assert b["c/spec/t1/baseline_accuracy_drop"].passed is False
+    assert b["c/spec/t2/baseline_accuracy_drop"].observed == pytest.approx(0.0)
+    assert b["c/spec/t2/baseline_accuracy_drop"].passed is True
+
+
+def test_record_round_trips_and_v1_migrates(tmp_path):
+    rec = typed({"run_id": "r", "configs": [{"name": "c", "gates": [
+        {"id": "c/x/g", "kind": "max_error_rate", "variant": "x", "passed": True, "detail": "d", "verdict": "PASS"}]}]})
+    write_run(tmp_path, rec)
+    back = load_run(tmp_path)
+    assert back == rec and back.path == tmp_path and back.gates()[0].verdict == "PASS"
+    on_disk = json.loads((tmp_path / "run.json").read_text())
+    assert on_disk["schema_version"] == 2 and on_disk["configs"][0]["gates"][0]["verdict"] == "PASS"
+    v1 = complete_record({"run_id": "old", "configs": []})
+    v1["schema_version"] = 1
+    assert parse_run(json.dumps(v1), "old/run.json").run_id == "old"
+
+
+def test_foreign_or_broken_records_name_file_and_first_bad_field(tmp_path):
+    good = complete_record({"run_id": "r", "configs": [{"name": "c"}]})
+    bad = json.loads(json.dumps(good))
+    bad["configs"][0]["variants"] = {"v": {"argv": [], "log": "l", "tasks": {"t": {"seconds": "soon"}}}}
+    with pytest.raises(RunRecordError, match=r"x/run.json: not a valid run record: field 'configs.0.variants.v.tasks.t.samples'"):
+        parse_run(json.dumps(bad), "x/run.json")
+    extra = json.loads(json.dumps(good))
+    extra["configs"][0]["colour"] = "red"
+    with pytest.raises(RunRecordError, match=r"field 'configs.0.colour': Extra inputs are not permitted"):
+        parse_run(json.dumps(extra), "x/run.json")
+    with pytest.raises(RunRecordError, match="schema_version 7"):
+        parse_run(json.dumps(dict(good, schema_version=7)), "x/run.json")
+    with pytest.raises(RunRecordError, match="no schema_version"):
+        parse_run(json.dumps({"hello": 1}), "x/run.json")
+    with pytest.raises(RunRecordError, match="cannot read run record"):
+        load_run(tmp_path / "missing")
