@@ -24,9 +24,11 @@ What is compared, on the same 1319 GSM8K 5-shot prompts (evalrun's prompts):
   ``local-completions`` model) ``generate_until`` with ``num_concurrent`` =
   ``--concurrency``, skipped when lm-eval is not installed (``pip install lm-eval``).
 
-Measured per client: request-phase wall seconds, client CPU seconds (this process's
-user + system time, ``time.process_time``; the stub runs in other processes), CPU
-milliseconds per request, medians over ``--repeats`` interleaved runs. Every client's modules are imported before the clocks start.
+Measured per client: request-phase wall seconds and client CPU seconds (this process's
+user + system time, ``time.process_time``; the stub runs in other processes), timed as
+vLLM's client times its own ``latency`` (the requests only); then the CPU of scoring the
+answers (evalrun: both pipelines and the samples; vLLM: its last-integer rule; lm-eval:
+its flexible-extract regex), shown added per request, medians over ``--repeats`` interleaved runs. Every client's modules are imported before the clocks start.
 ``--stall-runs N`` then repeats evalrun's request phase N
 times at ``--stall-concurrency`` in flight with a 60 s request timeout and counts runs
 in which any request needed a retry or took longer than 10 s (a stall).
@@ -72,9 +74,18 @@ def start_stub(latency_ms: float) -> tuple[subprocess.Popen, str]:
 
 
 def measure(fn) -> tuple[float, float, object]:
+    """(wall seconds, this process's CPU seconds, fn's result) of one call."""
     c0, t0 = time.process_time(), time.perf_counter()
     out = fn()
     return time.perf_counter() - t0, time.process_time() - c0, out
+
+
+def with_scoring(phase, score) -> tuple[float, float, float, object]:
+    """Request phase timed like vLLM's client times its ``latency`` (the requests only),
+    then scoring: (wall s, request-phase CPU s, scoring CPU s, scored result)."""
+    wall, cpu, out = measure(phase)
+    _, cpu_score, scored = measure(lambda: score(out))
+    return wall, cpu, cpu_score, scored
 
 
 # ------------------------------------------------------------------ evalrun
@@ -90,10 +101,9 @@ def run_evalrun(requests, latency_ms: float, concurrency: int, timeout: float = 
                           startup_timeout=60, request_timeout=timeout, max_concurrency=concurrency,
                           speculative=False)
     with sess:
-        def phase():
-            out = sess.run_task(requests, max_tokens=256, temperature=0.0, seed=42, stop=STOP)
-            return out, judge_completions("bench", "reference", "gsm8k", requests, out.completions)
-        return measure(phase)
+        return with_scoring(
+            lambda: sess.run_task(requests, max_tokens=256, temperature=0.0, seed=42, stop=STOP),
+            lambda out: (out, judge_completions("bench", "reference", "gsm8k", requests, out.completions)))
 
 
 # ------------------------------------------------------------------ vLLM's client
@@ -122,6 +132,8 @@ def run_vllm_client(prompts, url: str, max_concurrency: int | None, vllm_src: st
                 print(f"Error calling vLLM API ({type(e).__name__}): {e}")
                 return "", 0
 
+    states = [""] * len(prompts)
+
     def answer_value(s: str) -> int:
         nums = re.findall(r"\d+", s.replace(",", ""))
         if not nums:
@@ -132,8 +144,6 @@ def run_vllm_client(prompts, url: str, max_concurrency: int | None, vllm_src: st
             return -9999999
 
     async def main():
-        states = [""] * len(prompts)
-
         async def get_answer(session, i):
             ans, _ = await call_vllm_api(session=session, prompt=prompts[i], temperature=0.0, max_tokens=256,
                                          stop=STOP, url=url, seed=42)
@@ -146,9 +156,8 @@ def run_vllm_client(prompts, url: str, max_concurrency: int | None, vllm_src: st
             async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
                 await tqdm.gather(*[get_answer(session, i) for i in range(len(prompts))], desc="Evaluating",
                                   file=devnull)
-        return [answer_value(s) for s in states]
 
-    return measure(lambda: asyncio.run(main()))
+    return with_scoring(lambda: asyncio.run(main()), lambda _: [answer_value(s) for s in states])
 
 
 # ------------------------------------------------------------------ lm-eval
@@ -164,7 +173,12 @@ def run_lm_eval(prompts, url: str, concurrency: int):
                              tokenizer_backend=None, tokenized_requests=False, max_retries=1, timeout=600)
     gen = {"until": STOP, "max_gen_toks": 256, "do_sample": False, "temperature": 0.0}
     reqs = [Instance(request_type="generate_until", doc={}, arguments=(p, gen), idx=i) for i, p in enumerate(prompts)]
-    return measure(lambda: lm.generate_until(reqs, disable_tqdm=True)), None
+    import re as _re
+
+    def score(texts):  # lm-eval's gsm8k flexible-extract: the last number
+        return [(_re.findall(r"(-?[$0-9.,]{2,})|(-?[0-9]+)", t) or [None])[-1] for t in texts]
+
+    return with_scoring(lambda: lm.generate_until(reqs, disable_tqdm=True), score), None
 
 
 # ------------------------------------------------------------------ main
@@ -207,37 +221,40 @@ def main() -> int:
     import statistics
 
     for lat in args.latency_ms:
-        runs: dict[str, list[tuple[float, float]]] = {}
+        runs: dict[str, list[tuple[float, float, float]]] = {}
         errs = 0
         for _ in range(args.repeats):  # clients interleaved, so slow phases of the machine hit all
-            wall, cpu, (out, samples) = run_evalrun(requests, lat, args.concurrency)
+            wall, cpu, cpu_s, (out, samples) = run_evalrun(requests, lat, args.concurrency)
             errs += sum(1 for s in samples if not s.ok)
-            runs.setdefault("evalrun", []).append((wall, cpu))
+            runs.setdefault("evalrun", []).append((wall, cpu, cpu_s))
             stub, url = start_stub(lat)
             try:
-                wall, cpu, _ = run_vllm_client(prompts, url, args.vllm_max_concurrency, args.vllm_src)
-                runs.setdefault("vllm-client", []).append((wall, cpu))
+                wall, cpu, cpu_s, _ = run_vllm_client(prompts, url, args.vllm_max_concurrency, args.vllm_src)
+                runs.setdefault("vllm-client", []).append((wall, cpu, cpu_s))
                 if not args.no_lm_eval:
                     res, why = run_lm_eval(prompts, url, args.concurrency)
                     if res is None:
                         print(f"lm-eval: {why}")
                     else:
-                        runs.setdefault("lm-eval local-completions", []).append(res[:2])
+                        runs.setdefault("lm-eval local-completions", []).append(res[:3])
             finally:
                 stub.terminate()
                 stub.wait(10)
-        rows = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in runs.items()}
+        rows = {k: tuple(statistics.median(x[i] for x in v) for i in range(3)) for k, v in runs.items()}
         print(f"\nstub latency {lat:g} ms, evalrun max_concurrency {args.concurrency}, "
               f"vLLM client max_concurrency {args.vllm_max_concurrency or 'default (100)'}; "
               f"median of {args.repeats} runs; evalrun errors {errs}; load average {os.getloadavg()[0]:.2f}")
-        print(f"{'client':28} {'wall s':>8} {'cpu s':>7} {'cpu ms/req':>11} {'wall / vllm':>12} {'cpu / vllm':>11}")
-        vw, vc = rows["vllm-client"]
-        for name, (w, c) in rows.items():
-            print(f"{name:28} {w:8.2f} {c:7.2f} {1000 * c / n:11.2f} {w / vw:12.2f} {c / vc:11.2f}")
+        print("request phase = the requests only, as vLLM's client times its 'latency'; scoring after it")
+        print(f"{'client':28} {'wall s':>7} {'cpu s':>6} {'cpu ms/req':>10} {'+scoring ms/req':>15} "
+              f"{'wall/vllm':>9} {'cpu/vllm':>8} {'cpu+scoring/vllm':>16}")
+        vw, vc, vs = rows["vllm-client"]
+        for name, (w, c, sc) in rows.items():
+            print(f"{name:28} {w:7.2f} {c:6.2f} {1000 * c / n:10.3f} {1000 * (c + sc) / n:15.3f} "
+                  f"{w / vw:9.2f} {c / vc:8.2f} {(c + sc) / (vc + vs):16.2f}")
     if args.stall_runs:
         stalls = 0
         for i in range(args.stall_runs):
-            wall, cpu, (out, samples) = run_evalrun(requests, args.latency_ms[0], args.stall_concurrency, timeout=60)
+            wall, cpu, _, (out, samples) = run_evalrun(requests, args.latency_ms[0], args.stall_concurrency, timeout=60)
             slow = [c for c in out.completions if c.attempts > 1 or c.latency_s > 10]
             stalls += bool(slow)
             print(f"stall run {i + 1}: {wall:.2f} s, {len(slow)} slow or retried requests")

@@ -86,7 +86,8 @@ class AsyncCompletionClient:
 
         self._aiohttp = aiohttp
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0),
+            # ssl=False: plain HTTP to the local server; skips building an SSL context (~60 ms CPU)
+            connector=aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0, ssl=False),
             timeout=aiohttp.ClientTimeout(total=self.timeout_s, connect=CONNECT_TIMEOUT_S),
             json_serialize=json.dumps,
         )
