@@ -55,6 +55,9 @@ def cli_main(argv: list[str]) -> int:
         print(f"evalrun calibrate: config error:\n{e}", file=sys.stderr)
         return 2
     plan = build_plan(configs, python=args.python)
+    from harness.runner import terminate_as_interrupt
+
+    terminate_as_interrupt()  # SIGHUP/SIGINT/SIGTERM/SIGQUIT stop every server, keep the records
     cal_id = args.run_id or f"calibrate-{new_run_id()}"
     out_dir = args.results_dir / cal_id
     progress = Progress(quiet=args.quiet)
@@ -67,8 +70,10 @@ def cli_main(argv: list[str]) -> int:
                 results_dir=out_dir, data_dir=args.data_dir, run_id=f"run{i}",
                 argv=["evalrun", "calibrate", *argv], variants=args.variant, progress=progress,
             ))
-        except KeyboardInterrupt:
-            print("evalrun calibrate: interrupted", file=sys.stderr)
+        except KeyboardInterrupt as e:  # a stopping signal: servers stopped, partial record kept
+            from harness.runner import say_interrupted
+
+            say_interrupted(e, "evalrun calibrate")
             return 2
         except FileExistsError as e:  # runner.RunFolderExistsError: never mix runs
             print(f"evalrun calibrate: {e}", file=sys.stderr)

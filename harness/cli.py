@@ -128,15 +128,15 @@ def cmd_run(argv: list[str]) -> int:
         baseline_dir=None if args.no_baseline else baseline_dir,
         allow_contamination=args.allow_contamination,
     )
-    from harness.runner import RunFolderExistsError
+    from harness.runner import RunFolderExistsError, say_interrupted
 
     try:
         record, run_dir = run(plan, opts)
     except RunFolderExistsError as e:
         print(f"evalrun: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("evalrun: interrupted; servers were stopped; partial record kept in the run folder", file=sys.stderr)
+    except KeyboardInterrupt as e:  # RunInterrupted, or a signal before the run folder existed
+        say_interrupted(e, "evalrun")
         return 2
     render_terminal(record)
     if args.markdown:

@@ -25,13 +25,15 @@ from harness.report.progress import Progress
 from harness.report.summary import render_markdown
 from harness.records.run_record import (
     AnswerAgreementRecord, BaselineInfo, ComparisonResult, ConfigRef, ConfigResult, DatasetRef, EffectivenessRecord, EngineFactsRecord,
-    NoiseRecord, OutputMatchRecord, PairedRecord, RerunRecord, Requested, RunRecord, SpecDecodeCountersRecord,
-    SpecDecodeRecord, SubsetWarning, TaskResult, TruncatedIds, VariantResult, new_run_id, provenance, utc_now,
-    write_run,
+    LeftoverServerRecord, NoiseRecord, OutputMatchRecord, PairedRecord, PreflightProblemRecord, PreflightRecord,
+    RerunRecord, Requested, RunRecord, ServerRecord, SpecDecodeCountersRecord, SpecDecodeRecord, SubsetWarning,
+    TaskResult, TruncatedIds, VariantResult, new_run_id, provenance, utc_now, write_run,
 )
 from harness.records.samples import Sample, write_jsonl
 from harness.analysis.scoring import answer_agreement, is_truncated, output_match, score_task
-from harness.engine.server import ServerStartError
+from harness.engine.metrics import counter_violations
+from harness.engine.preflight import ServerCommand, check_server_commands
+from harness.engine.server import ServerStartError, find_leftover_servers, unstopped
 from harness.engine.session import VariantSession
 from harness.analysis.stats import ratio_bootstrap_ci
 from harness.report.dry_run import subset_warnings
@@ -43,6 +45,24 @@ EXIT_PASSED, EXIT_GATE_FAILED, EXIT_COULD_NOT_RUN = 0, 1, 2
 
 class RunFolderExistsError(FileExistsError):
     """The run folder already holds a record; names the folder."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A stopping signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT) ended the run; every server
+    was torn down first and the partial record written.
+
+    Attributes:
+        run_dir: the run folder holding the partial ``run.json``.
+        signal_name: e.g. ``SIGHUP`` (or ``KeyboardInterrupt``).
+        leftover_pids: processes of evalrun's servers still alive after teardown
+            (empty when the check found none).
+    """
+
+    def __init__(self, run_dir: Path, signal_name: str, leftover_pids: list[int]) -> None:
+        super().__init__(signal_name)
+        self.run_dir = run_dir
+        self.signal_name = signal_name
+        self.leftover_pids = leftover_pids
 
 
 @dataclass
@@ -62,6 +82,8 @@ class RunOptions:
         allow_contamination: run tasks whose test questions overlap their few-shot
             examples or the train split (recorded: ``provenance.allow_contamination``
             and the overlaps per task in ``provenance.datasets[<task id>].contamination``).
+        preflight: check every server command with the installed vLLM's argument
+            parser before launching anything (:mod:`harness.engine.preflight`).
     """
 
     results_dir: Path
@@ -72,6 +94,7 @@ class RunOptions:
     progress: Progress = field(default_factory=Progress)
     baseline_dir: Path | None = None
     allow_contamination: bool = False
+    preflight: bool = True
 
 
 #: Why acceptance intervals are missing when requests ran concurrently.
@@ -202,6 +225,13 @@ def _model(cls, obj):
 def run(plan: Plan, opts: RunOptions) -> tuple[RunRecord, Path]:
     """Execute the plan and write the run folder.
 
+    Before anything starts: servers left running by an earlier run in
+    ``opts.results_dir`` are named with the command to end them
+    (``record.leftover_servers``), and every selected variant's server command is
+    checked with the installed vLLM's own argument parser; a rejected command or an
+    interpreter that cannot run ends the run at once with exit code 2, a record naming
+    the variant and why (``record.preflight``), and no server started.
+
     Returns:
         (the run record, the run folder). ``record.exit_code`` is 0 when every gate
         passed, 1 when a gate failed, 2 when something could not run (a server did not
@@ -209,7 +239,8 @@ def run(plan: Plan, opts: RunOptions) -> tuple[RunRecord, Path]:
 
     Raises:
         RunFolderExistsError: the run folder already holds a record.
-        KeyboardInterrupt: after the partial record is written (status ``interrupted``).
+        RunInterrupted: a stopping signal arrived; every server was stopped and the
+            partial record (status ``interrupted``) written first.
     """
     run_id = opts.run_id or new_run_id()
     run_dir = Path(opts.results_dir) / run_id
@@ -218,24 +249,41 @@ def run(plan: Plan, opts: RunOptions) -> tuple[RunRecord, Path]:
             f"{run_dir}: a run record is already there; choose another --run-id "
             "(runs are never mixed or overwritten)"
         )
+    p = opts.progress
+    leftovers = find_leftover_servers(Path(opts.results_dir))
+    for lo in leftovers:
+        p.warn(lo.describe())
     run_dir.mkdir(parents=True, exist_ok=True)
     started = utc_now()
     refs = [ConfigRef(name=cp.name, path=str(cp.config.path), sha256=cp.config.sha256) for cp in plan.configs]
     record = RunRecord(run_id=run_id, provenance=provenance(opts.argv, refs, started))
     record.provenance.allow_contamination = opts.allow_contamination
+    record.leftover_servers = [
+        LeftoverServerRecord(pid=lo.pid, pid_file=str(lo.pid_file), command=lo.command, kill_command=lo.kill_command)
+        for lo in leftovers
+    ]
     could_not_run = False
     try:
+        if opts.preflight and _preflight(plan, opts, record):
+            return _finish(record, run_dir, could_not_run=True), run_dir
         for cp in plan.configs:
-            crec, cnr = _run_config(cp, opts, run_dir, record)
+            _, cnr = _run_config(cp, opts, run_dir, record)
             could_not_run |= cnr
-            record.configs.append(crec)
             write_run(run_dir, record)  # keep what is measured so far
-    except KeyboardInterrupt:
-        # servers are already stopped by their context managers; keep the record
+    except KeyboardInterrupt as e:
+        # every server's context manager has stopped its process group; check, keep the record
+        leftover = sorted({pid for pids in unstopped().values() for pid in pids})
+        sig = str(e.args[0]) if e.args else "KeyboardInterrupt"
         record.status, record.passed, record.exit_code = "interrupted", None, EXIT_COULD_NOT_RUN
+        record.interrupted_by = sig
         record.provenance.ended_at = utc_now()
         write_run(run_dir, record)
-        raise
+        raise RunInterrupted(run_dir, sig, leftover) from None
+    return _finish(record, run_dir, could_not_run), run_dir
+
+
+def _finish(record: RunRecord, run_dir: Path, could_not_run: bool) -> RunRecord:
+    """Set status, verdict and exit code from the gates; write run.json and summary.md."""
     verdicts = [g.passed for g in record.gates()]
     if any(v is False for v in verdicts):
         code, passed = EXIT_GATE_FAILED, False
@@ -251,7 +299,61 @@ def run(plan: Plan, opts: RunOptions) -> tuple[RunRecord, Path]:
     record.provenance.ended_at = utc_now()
     write_run(run_dir, record)
     (run_dir / "summary.md").write_text(render_markdown(record), encoding="utf-8")
-    return record, run_dir
+    return record
+
+
+def _preflight(plan: Plan, opts: RunOptions, record: RunRecord) -> bool:
+    """Check every selected variant's server command with vLLM's own parser
+    (:func:`harness.engine.preflight.check_server_commands`), recorded in
+    ``record.preflight``. On a problem, fill ``record.configs`` with every variant NOT
+    RUN (the rejected ones with their reason and ``server.status`` ``args_rejected`` /
+    ``launch_failed``, the others ``not_started``) and return True.
+    """
+    import time
+
+    p = opts.progress
+    cmds = [
+        ServerCommand(vp.id, cp.config.path, tuple(a.replace("{port}", "8000") for a in vp.argv),
+                      {k: v for k, v in vp.env.items() if not k.startswith("EVALRUN_")})  # no fault in a check
+        for cp in plan.configs for vp in cp.variants
+        if opts.variants is None or vp.name in opts.variants
+    ]
+    p.log(f"checking {len(cmds)} server command(s) with the installed vLLM's argument parser")
+    t0 = time.monotonic()
+    problems = check_server_commands(cmds)
+    record.preflight = PreflightRecord(
+        checked=len(cmds), seconds=round(time.monotonic() - t0, 1),
+        problems=[PreflightProblemRecord(variant=pr.variant_id, config_path=str(pr.config_path), python=pr.python,
+                                         kind=pr.kind, message=pr.message) for pr in problems],
+    )
+    if not problems:
+        return False
+    bad = {pr.variant_id: pr for pr in problems}
+    for pr in problems:
+        p.error(f"server command rejected before launch: {pr.describe()}")
+    for cp in plan.configs:
+        c = cp.config
+        m = Measurements()
+        crec = ConfigResult(name=c.name, path=str(c.path), sha256=c.sha256, form=c.form, model=c.model,
+                            pipeline=c.gates.accuracy_pipeline)
+        for vp in cp.variants:
+            pr = bad.get(vp.id)
+            vrec = VariantResult(
+                argv=list(vp.argv), env=dict(vp.env), fault=vp.fault,
+                requested=Requested(speculative_config=vp.speculative_config, async_scheduling=vp.async_scheduling),
+                server=ServerRecord(status=pr.kind if pr else "not_started"),
+            )
+            if pr is not None:
+                vrec.error = f"server command rejected before launch: {pr.message}"
+                reason = f"{pr.kind}: {pr.message}"
+            else:
+                vrec.error = "not started: another variant's server command was rejected before launch"
+                reason = vrec.error
+            crec.variants[vp.name] = vrec
+            m.not_run[(vp.name, None)] = reason
+        crec.gates = evaluate_gates(cp.gates, m)
+        record.configs.append(crec)
+    return True
 
 
 def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunRecord) -> tuple[ConfigResult, bool]:
@@ -261,6 +363,7 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
     crec = ConfigResult(name=c.name, path=str(c.path), sha256=c.sha256, form=c.form, model=c.model,
                         pipeline=c.gates.accuracy_pipeline,
                         tasks={name: spec.model_dump(mode="json", exclude={"gates"}) for name, spec in c.tasks.items()})
+    record.configs.append(crec)  # filled in place, so an interrupt keeps what ran
     m = Measurements()
     variants = [v for v in cp.variants if opts.variants is None or v.name in opts.variants]
     skipped = [v.name for v in cp.variants if v not in variants]
@@ -313,8 +416,7 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
     # 3. variants
     reruns: dict[tuple[str, str], tuple[Sample, ...]] = {}
     for vp in variants:
-        vrec, ok = _run_variant(cp, vp, model_ref, prepared, opts, run_dir, m, reruns)
-        crec.variants[vp.name] = vrec
+        _, ok = _run_variant(cp, vp, model_ref, prepared, opts, run_dir, m, reruns, into=crec.variants)
         could_not_run |= not ok
     # 4. comparisons (the record's paired test reads each task's own pipeline)
     for comp in c.comparisons:
@@ -382,7 +484,19 @@ def _run_variant(
     run_dir: Path,
     m: Measurements,
     reruns: dict | None = None,
+    into: dict[str, VariantResult] | None = None,
 ) -> tuple[VariantResult, bool]:
+    """Run one variant: its server, engine facts, tasks. ``into[vp.name]`` receives
+    the variant record as soon as it exists (so an interrupt keeps it).
+
+    The server's fate is ``vrec.server`` (:class:`ServerRecord`: ``ready``,
+    ``exited_early``, ``not_ready_timeout``, ``launch_failed``, ``died_mid_task``,
+    ``interrupted``, with exit code and seconds); ``vrec.engine_error`` says why the
+    effective configuration could not be read (``variant_effective`` then fails).
+    A task whose counters are impossible (:func:`counter_violations`) gets
+    ``spec_decode`` None and ``spec_decode_error`` naming the counters, so its
+    acceptance gates fail.
+    """
     p = opts.progress
     c = cp.config
     log_path = run_dir / "logs" / c.name / f"{vp.name}.log"
@@ -391,6 +505,8 @@ def _run_variant(
         argv=argv, env=dict(vp.env), fault=vp.fault, log=_rel(log_path, run_dir),
         requested=Requested(speculative_config=vp.speculative_config, async_scheduling=vp.async_scheduling),
     )
+    if into is not None:
+        into[vp.name] = vrec
     todo = [t for t in cp.tasks if t.name in prepared]
     if not todo:
         vrec.error = "no task of this config can run"
@@ -407,13 +523,17 @@ def _run_variant(
         speculative=vp.speculative_config is not None,
         on_wait=p.waiting(f"{vp.id}: waiting for /health"),
     )
+    srv = session.server
     try:
         with session:
-            vrec.startup_seconds = round(session.server.startup_seconds or 0, 1)
+            vrec.startup_seconds = round(srv.startup_seconds or 0, 1)
+            vrec.server = ServerRecord(status="ready", seconds=vrec.startup_seconds, pid=srv.proc.pid)
             p.log(f"{vp.id}: server ready in {vrec.startup_seconds}s on {session.server.base_url}")
             try:
                 facts = session.engine_facts()
                 vrec.engine = _model(EngineFactsRecord, facts)
+                if facts.vllm_version is None:  # the session reads /version leniently
+                    raise EngineInfoError(f"{vp.id}: cannot read the engine's version from /version")
                 eff = check_effective(facts, vp.speculative_config, vp.async_scheduling, vp.expected_effective)
                 vrec.effective = _model(EffectivenessRecord, eff)
                 m.effectiveness[vp.name] = eff
@@ -422,7 +542,8 @@ def _run_variant(
                            + (" (declared expected on this platform)" if eff.expected_on_platform else ""))
             except EngineInfoError as e:
                 vrec.engine_error = str(e)
-                p.error(str(e))
+                m.engine_facts_errors[vp.name] = str(e)
+                p.error(f"{e} (variant_effective cannot pass without it)")
             for t in todo:
                 pt = prepared[t.name]
                 bar = p.bar(f"{vp.id} {t.name}", len(pt.requests))
@@ -460,30 +581,56 @@ def _run_variant(
                     spec_decode_error=outcome.metrics_error,
                     **acceptance_intervals(samples, vp.speculative_config is not None),
                 )
-                if outcome.spec_metrics is not None:
-                    m.spec[(vp.name, t.name)] = outcome.spec_metrics
-                if outcome.metrics_error:
-                    m.spec_errors[(vp.name, t.name)] = outcome.metrics_error
-                    p.warn(f"{vp.id} {t.name}: {outcome.metrics_error}")
+                metrics_error = outcome.metrics_error
+                spec_metrics = outcome.spec_metrics
+                if outcome.spec_counters is not None and vp.speculative_config is not None:
+                    bad = counter_violations(outcome.spec_counters,
+                                             vp.speculative_config.get("num_speculative_tokens"))
+                    if bad:  # impossible counters: no acceptance gate may read them
+                        metrics_error = f"{vp.id} {t.name}: impossible speculative-decoding counters: " + "; ".join(bad)
+                        spec_metrics = None
+                        trec.spec_decode = None
+                        trec.spec_decode_error = metrics_error
+                        trec.mean_acceptance_length_ci = trec.acceptance_rate_ci = None
+                        trec.per_position_acceptance_ci = None
+                        trec.acceptance_ci_reason = "not available: the counters failed the consistency check"
+                if spec_metrics is not None:
+                    m.spec[(vp.name, t.name)] = spec_metrics
+                if metrics_error:
+                    m.spec_errors[(vp.name, t.name)] = metrics_error
+                    p.error(f"{vp.id} {t.name}: metrics error: {metrics_error}")
                 vrec.tasks[t.name] = trec
                 if reruns is not None and vp.name in noise_variants(cp) and session.server.alive():
                     trec.rerun = _rerun_task(
                         session, c.name, vp, t, pt, run_dir, samples, reruns, p, c.per_request_metrics)
                 acc = sc.accuracy
-                sd = outcome.spec_metrics
+                sd = spec_metrics
                 p.log(
                     f"{vp.id} {t.name}: strict-match {_f(acc['strict-match'].accuracy)}, "
                     f"flexible-extract {_f(acc['flexible-extract'].accuracy)}, errors {sc.error_count}/{sc.num_requests}"
                     + (f", mean acceptance length {_f(sd.mean_acceptance_length)}" if sd else "")
                     + f" ({outcome.seconds:.1f}s)"
                 )
-                if not session.server.alive():
+                if (sc.error_count or metrics_error) and srv.alive():
+                    # failed requests: a dying server may still be exiting; let it show
+                    srv.wait_exit(2.0)
+                if not srv.alive():
+                    code = srv.proc.poll() if srv.proc else None
                     raise ServerStartError(
-                        f"{vp.id}: the vLLM server died during task {t.name}; log: {log_path}"
+                        f"{vp.id}: the vLLM server died during task {t.name} (exit code {code}); log: {log_path}",
+                        status="died_mid_task", exit_code=code, seconds=round(srv.seconds() or 0, 1),
                     )
+        vrec.server.exit_code = srv.exit_code
         return vrec, True
+    except KeyboardInterrupt:
+        vrec.server = ServerRecord(status="interrupted", exit_code=srv.exit_code, seconds=vrec.server.seconds,
+                                   pid=srv.proc.pid if srv.proc else None)
+        vrec.error = "interrupted by a signal"
+        raise
     except ServerStartError as e:
         vrec.error = str(e)
+        vrec.server = ServerRecord(status=e.status, exit_code=e.exit_code, seconds=e.seconds,
+                                   pid=srv.proc.pid if srv.proc else None)
         try:
             from harness.doctor import diagnose_server_log
 
@@ -534,12 +681,70 @@ def _f(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
+#: Signals that stop evalrun: Ctrl-C, ``kill``/CI timeouts, a closed terminal, Ctrl-\\.
+STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
+
+
 def terminate_as_interrupt() -> None:
-    """Turn SIGTERM (CI timeouts, ``kill``) into KeyboardInterrupt so every server's
-    context manager tears its process group down and the partial record is kept."""
+    """Make every stopping signal (:data:`STOP_SIGNALS`) stop every server and keep the
+    partial record.
+
+    First signal: SIGTERM goes to every live server's process group at once (so
+    in-flight requests end), and KeyboardInterrupt is raised in the main thread; each
+    server's context manager then waits for its group to exit (saying what it waits
+    for) and the runner writes the record with ``status: interrupted``.
+    Any further signal never interrupts that teardown: it speeds it up, sending SIGKILL
+    to every live group (:func:`harness.engine.server.hurry`).
+    Without this, SIGHUP (terminal closed) would end evalrun and leave the vLLM server
+    running with parent 1.
+    """
     import signal
 
-    def handler(signum, frame):  # noqa: ARG001
-        raise KeyboardInterrupt(f"signal {signum}")
+    from harness.engine import server as _server
 
-    signal.signal(signal.SIGTERM, handler)
+    state = {"count": 0}
+
+    def handler(signum, frame):  # noqa: ARG001
+        name = signal.Signals(signum).name
+        state["count"] += 1
+        if state["count"] == 1:
+            _server.mark_interrupting()
+            _server.signal_all(signal.SIGTERM)
+            raise KeyboardInterrupt(name)
+        _server.hurry()
+        _server._event(f"{name} again: sending SIGKILL to every server's process group; still waiting until they are gone")
+
+    for name in STOP_SIGNALS:
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            signal.signal(sig, handler)
+
+
+def say_interrupted(e: BaseException, prog: str = "evalrun") -> None:
+    """Tell what an interrupt left behind, on stderr: claims the servers stopped only
+    when the teardown checked that none of their processes remains, else names the
+    live processes with the command to end them. Never raises (after SIGHUP the
+    terminal may be gone).
+
+    Args:
+        e: the :class:`RunInterrupted` (or a bare KeyboardInterrupt raised before the
+            run folder existed).
+        prog: the command name for the message.
+    """
+    from harness.engine.server import unstopped
+
+    sig = getattr(e, "signal_name", None) or (str(e.args[0]) if e.args else "KeyboardInterrupt")
+    run_dir = getattr(e, "run_dir", None)
+    left = unstopped()
+    pids = sorted(set(getattr(e, "leftover_pids", None) or []) | {p for v in left.values() for p in v})
+    where = f"; partial record: {Path(run_dir) / 'run.json'}" if run_dir else ""
+    if pids:
+        msg = (f"{prog}: interrupted ({sig}); WARNING: server processes are still alive: {pids} "
+               f"({', '.join(left) or 'evalrun servers'}); end them with: kill -KILL {' '.join(map(str, pids))}{where}")
+    else:
+        msg = (f"{prog}: interrupted ({sig}); every server evalrun started was stopped "
+               f"(checked: none of their processes remains){where}")
+    try:
+        print(msg, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass

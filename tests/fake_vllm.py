@@ -17,6 +17,27 @@ takes the place of the interpreter, so it receives ``-m vllm.entrypoints.openai.
   the same; two passes then differ on 2Q(1-Q) of the questions (Q = 0.0811: 15%)
 * ``corrupt``         state corruption: every answer diverges at token 1 and gives a
   wrong answer (``#### 7``)
+* ``ignore_sigterm``  never get ready, ignore SIGTERM (as vLLM does during part of its
+  start-up) and start a child in the same process group that ignores it too
+* ``slow_start:S``    answer /health only after S seconds
+
+``FAKE_METRICS`` chooses what ``/metrics`` reports for a speculative variant (counters
+the real engine never produces on demand):
+
+* ``ok`` (default)     engine 0 only: 4 drafts, 8 draft tokens, 2 accepted per request
+* ``impossible``       per request 4 drafts, 8 draft tokens, 10 accepted (accepted >
+  draft tokens), per position 4 and 6 (increasing)
+* ``engine_reset``     two engines; engine 0 starts at 1000 and starts again from 0 after
+  the first completion, engine 1 grows by 100 per draft, so the sum grows (a restart
+  hidden in the sum)
+
+Like the real server, ``/server_info`` answers 404 unless ``VLLM_SERVER_DEV_MODE=1``;
+``FAKE_NO_VERSION=1`` makes ``/version`` answer 404 (the real server always has it).
+
+Pre-launch argument check: evalrun runs ``<python> -c SCRIPT`` with the commands on
+stdin (harness/engine/preflight.py). Here the fake stands in for vLLM's parser: it
+accepts every command whose environment does not say ``FAKE_MODE=reject_args``, and
+rejects that one as vLLM's parser words an unknown flag.
 """
 
 import hashlib
@@ -29,20 +50,69 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 args = sys.argv[1:]
+if args and args[0] == "-c":  # the pre-launch argument check
+    items = json.load(sys.stdin)
+    results = []
+    for it in items:
+        if it["env"].get("FAKE_MODE") == "reject_args":
+            results.append({"id": it["id"], "ok": False, "error": "vllm.entrypoints.openai.api_server: error: "
+                                                                  "unrecognized arguments: --fake-flag-from-main"})
+        else:
+            results.append({"id": it["id"], "ok": True, "error": None})
+    print("EVALRUN_PREFLIGHT " + json.dumps({"python": sys.executable, "version": "0.0.fake",
+                                              "import_error": None, "results": results}), flush=True)
+    sys.exit(0)
+
+import signal
+import subprocess
+
 port = int(args[args.index("--port") + 1])
 spec = "--speculative-config" in args
 mode = os.environ.get("FAKE_MODE", "ok")
-if spec and os.environ.get("FAKE_SPEC_MODE"):  # a mode for speculative variants only
-    mode = os.environ["FAKE_SPEC_MODE"]
+metrics_mode = os.environ.get("FAKE_METRICS", "ok")
+dev_mode = os.environ.get("VLLM_SERVER_DEV_MODE") == "1"
 count = 0
 lock = threading.Lock()
 drafts = accepted = 0
+reset_at = None
+t_start = time.monotonic()
+if spec and os.environ.get("FAKE_SPEC_MODE"):  # a mode for speculative variants only
+    mode = os.environ["FAKE_SPEC_MODE"]
 seen: dict[str, int] = {}
 flags = " ".join(a for a in args if a.startswith("--") and "scheduling" in a) + (" spec" if spec else "")
 
 if mode == "exit_on_start":
     print("fake vllm: simulated start-up failure (CUDA out of memory)", flush=True)
     sys.exit(3)
+if mode == "ignore_sigterm":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # a helper process in the same group (like vLLM's resource tracker), also deaf to SIGTERM
+    subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(3600)"])
+    print(f"fake vllm: ignoring SIGTERM (pid {os.getpid()})", flush=True)
+
+
+def metrics_text():
+    """Prometheus text for the chosen FAKE_METRICS mode."""
+    rows = []  # (engine, drafts, draft tokens, accepted, per position)
+    if metrics_mode == "impossible":
+        rows.append(("0", drafts, 2 * drafts, accepted * 5, [drafts, accepted * 5 - drafts]))
+    elif metrics_mode == "engine_reset":
+        e0 = 1000 + drafts if reset_at is None else drafts - reset_at
+        e1 = 100 + 100 * drafts
+        rows.append(("0", e0, 2 * e0, e0 // 2, [e0 // 2, 0]))
+        rows.append(("1", e1, 2 * e1, e1 // 2, [e1 // 2, 0]))
+    else:
+        rows.append(("0", drafts, 2 * drafts, accepted, [accepted, 0]))
+    text = ""
+    for j, name in enumerate(("drafts", "draft_tokens", "accepted_tokens")):
+        text += f"# TYPE vllm:spec_decode_num_{name} counter\n"
+        for r in rows:
+            text += f'vllm:spec_decode_num_{name}_total{{engine="{r[0]}",model_name="fake"}} {r[1 + j]}\n'
+    text += "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter\n"
+    for r in rows:
+        for i, v in enumerate(r[4]):
+            text += f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="{r[0]}",model_name="fake",position="{i}"}} {v}\n'
+    return text
 
 
 class H(BaseHTTPRequestHandler):
@@ -59,12 +129,19 @@ class H(BaseHTTPRequestHandler):
 
     def do_GET(self):
         if self.path == "/health":
+            if mode == "ignore_sigterm" or (
+                    mode.startswith("slow_start:") and time.monotonic() - t_start < float(mode.split(":")[1])):
+                return self._send(503, {})
             return self._send(200, {})
         if self.path == "/v1/models":
             return self._send(200, {"data": [{"id": "fake"}]})
         if self.path == "/version":
+            if os.environ.get("FAKE_NO_VERSION") == "1":
+                return self._send(404, {"detail": "Not Found"})
             return self._send(200, {"version": "0.0.fake"})
         if self.path.startswith("/server_info"):
+            if not dev_mode:
+                return self._send(404, {"detail": "Not Found"})
             cfg = {
                 "scheduler_config": {"async_scheduling": "--async-scheduling" in args},
                 "model_config": {"dtype": "torch.float32", "max_model_len": 2048},
@@ -74,19 +151,11 @@ class H(BaseHTTPRequestHandler):
             }
             return self._send(200, {"vllm_config": cfg})
         if self.path == "/metrics":
-            text = ""
-            if spec:
-                for name, v in (("drafts", drafts), ("draft_tokens", 2 * drafts), ("accepted_tokens", accepted)):
-                    text += f"# TYPE vllm:spec_decode_num_{name} counter\n"
-                    text += f'vllm:spec_decode_num_{name}_total{{engine="0",model_name="fake"}} {v}\n'
-                text += "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter\n"
-                text += f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="fake",position="0"}} {accepted}\n'
-                text += f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="fake",position="1"}} 0\n'
-            return self._send(200, text, "text/plain")
+            return self._send(200, metrics_text() if spec else "", "text/plain")
         self._send(404, {"error": "not found"})
 
     def do_POST(self):
-        global count, drafts, accepted
+        global count, drafts, accepted, reset_at
         n = int(self.headers.get("Content-Length", 0))
         body = self.rfile.read(n)
         with lock:
@@ -97,6 +166,8 @@ class H(BaseHTTPRequestHandler):
             npass = seen[prompt]
             drafts += 4
             accepted += 2
+            if k == 2 and reset_at is None:
+                reset_at = drafts
         if mode.startswith("crash_after:") and k > int(mode.split(":")[1]):
             os._exit(1)
         if mode.startswith("hang_after:") and k > int(mode.split(":")[1]):

@@ -15,6 +15,7 @@ from harness.engine.metrics import (
     MetricsError,
     SpecDecodeCounters,
     SpecDecodeMetrics,
+    counter_violations,
     has_spec_decode_counters,
     parse_spec_decode_counters,
 )
@@ -250,3 +251,83 @@ def test_per_position_reset_is_an_error():
 def test_counters_json_round_trip():
     c = parse_spec_decode_counters(TWO_ENGINES)
     assert SpecDecodeCounters.from_json(json.loads(json.dumps(c.to_json()))) == c
+
+
+# ------------------------------------------------------------ per-engine differences
+
+
+def engines_text(values: dict[str, tuple[int, int, int, list[int]]]) -> str:
+    """Prometheus text with one row per engine: ``{engine: (drafts, draft tokens,
+    accepted, per-position)}``, written line by line (no harness code)."""
+    names = ("drafts", "draft_tokens", "accepted_tokens")
+    lines = []
+    for j, n in enumerate(names):
+        lines.append(f"# TYPE vllm:spec_decode_num_{n} counter")
+        for e, v in values.items():
+            lines.append(f'vllm:spec_decode_num_{n}_total{{engine="{e}",model_name="m"}} {v[j]}')
+    lines.append("# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter")
+    for e, v in values.items():
+        for i, x in enumerate(v[3]):
+            lines.append(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="{e}",model_name="m",position="{i}"}} {x}')
+    return "\n".join(lines) + "\n"
+
+
+def test_reset_on_one_engine_is_named_even_when_the_sum_grows():
+    # issue 10 example: before e0=100, e1=100; after e0=10, e1=250. The sums grow
+    # (200 -> 260) but engine 0 went down: an error naming engine 0, never 60.
+    before = parse_spec_decode_counters(engines_text({"0": (100, 200, 100, [60, 40]), "1": (100, 200, 100, [60, 40])}))
+    after = parse_spec_decode_counters(engines_text({"0": (10, 20, 10, [6, 4]), "1": (250, 500, 250, [150, 100])}))
+    with pytest.raises(MetricsError, match=r"vllm:spec_decode_num_drafts went backwards on engine '0' \(100 -> 10\)"):
+        after.minus(before)
+
+
+def test_difference_is_taken_per_engine_then_summed():
+    before = parse_spec_decode_counters(engines_text({"0": (10, 20, 12, [8, 4]), "1": (20, 40, 28, [18, 10])}))
+    after = parse_spec_decode_counters(engines_text({"0": (15, 30, 16, [11, 5]), "1": (27, 54, 36, [23, 13])}))
+    d = after.minus(before)
+    # by hand: drafts 5 + 7, draft tokens 10 + 14, accepted 4 + 8, per position (3+5, 1+3)
+    assert (d.drafts, d.draft_tokens, d.accepted_tokens, d.accepted_per_pos) == (12, 24, 12, (8, 4))
+    assert d.per_engine["1"].drafts == 7
+
+
+def test_an_engine_that_vanishes_is_an_error_and_a_new_one_counts_from_zero():
+    before = parse_spec_decode_counters(engines_text({"0": (10, 20, 12, [8, 4]), "1": (20, 40, 28, [18, 10])}))
+    after = parse_spec_decode_counters(engines_text({"0": (15, 30, 16, [11, 5])}))
+    with pytest.raises(MetricsError, match="engine '1'"):
+        after.minus(before)
+    grown = parse_spec_decode_counters(engines_text({"0": (15, 30, 16, [11, 5]), "1": (20, 40, 28, [18, 10]),
+                                                     "2": (3, 6, 2, [2, 0])}))
+    d = grown.minus(before)
+    assert (d.drafts, d.accepted_tokens) == (5 + 0 + 3, 4 + 0 + 2)
+
+
+# ------------------------------------------------------------ impossible counters
+
+
+def test_issue_example_is_impossible_on_every_count():
+    # 10 drafts, 20 draft tokens, 25 accepted, per position 10 and 15, k = 2
+    v = counter_violations(SpecDecodeCounters(10, 20, 25, (10, 15)), num_speculative_tokens=2)
+    text = " | ".join(v)
+    assert "accepted tokens 25 > draft tokens 20" in text
+    assert "accepted at position 1 (15) > accepted at position 0 (10)" in text
+    assert "mean acceptance length 1 + 25/10 = 3.500 > 1 + num_speculative_tokens = 3" in text
+    assert len(v) == 3  # sum of positions (25) = accepted (25), draft tokens 20 <= 2 x 10
+
+
+@pytest.mark.parametrize(
+    "counters, k, needle",
+    [
+        (SpecDecodeCounters(10, 20, 12, (8, 5)), 2, "sum of per-position accepted tokens 13 != accepted tokens 12"),
+        (SpecDecodeCounters(10, 30, 12, (8, 4)), 2, "draft tokens 30 > num_speculative_tokens 2 x drafts 10"),
+        (SpecDecodeCounters(10, 30, 12, (8, 4, 0)), 3, None),
+        (SpecDecodeCounters(4, 8, 5, (5, 0)), 2, "accepted at position 0 (5) > drafts 4"),
+        (SpecDecodeCounters(10, 20, 20, (10, 10)), 2, None),  # every draft fully accepted: allowed
+        (SpecDecodeCounters(10, 20, 12, ()), 2, None),         # engine without per-position counters
+    ],
+)
+def test_each_consistency_rule(counters, k, needle):
+    v = counter_violations(counters, k)
+    if needle is None:
+        assert v == ()
+    else:
+        assert any(needle in x for x in v), v

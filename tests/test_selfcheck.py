@@ -19,6 +19,8 @@ from tests.record_factory import typed
 
 from harness.selfcheck import judge_selfcheck
 
+from .conftest import require_vllm
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -74,7 +76,7 @@ def test_missing_required_gate_is_an_error():
 
 @pytest.mark.engine
 def test_selfcheck_on_real_engine(tmp_path):
-    pytest.importorskip("vllm")
+    require_vllm()
     proc = subprocess.run(
         [sys.executable, "-m", "harness.cli", "selfcheck", "--results-dir", str(tmp_path), "--run-id", "sc", "--json"],
         cwd=REPO, capture_output=True, text=True, timeout=3000, env={**os.environ, "PYTHONUNBUFFERED": "1"},

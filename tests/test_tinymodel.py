@@ -30,6 +30,8 @@ from harness.models.tiny import (
     tiny_model_dir,
 )
 
+from .conftest import require_vllm
+
 NAME = "tiny-qwen3next-mtp"
 
 
@@ -272,7 +274,7 @@ def test_interrupted_build_leaves_no_folder(tmp_path, monkeypatch):
 @pytest.mark.engine
 def test_vllm_serves_tiny_model_with_mtp(built, tmp_path):
     """Start the OpenAI server with MTP, complete greedily, read spec-decode counters."""
-    pytest.importorskip("vllm")
+    require_vllm()
     import signal
     import socket
     import subprocess

@@ -10,8 +10,7 @@ import textwrap
 import pytest
 
 from harness.analysis.gates import Measurements, evaluate_gates, output_noise_rerun
-from harness.analysis.scoring import correctness, output_match, score_task
-from harness.analysis.stats import paired_comparison
+from harness.analysis.scoring import output_match, score_task
 from harness.config.loader import load_config
 from harness.config.plan import build_plan
 from harness.records.samples import Sample, read_jsonl, write_jsonl

@@ -154,6 +154,8 @@ class Measurements:
         spec: ``(variant, task)`` -> :class:`SpecDecodeMetrics` (speculative variants).
         spec_errors: ``(variant, task)`` -> why speculative metrics are missing.
         effectiveness: variant -> :class:`Effectiveness`.
+        engine_facts_errors: variant -> why its effective configuration could not be
+            read (``/server_info`` or ``/version`` unreadable); fails ``variant_effective``.
         matches: ``(baseline, candidate, task)`` -> :class:`OutputMatch`.
         not_run: ``(variant, task)`` or ``(variant, None)`` -> reason it did not run.
         noise: ``(baseline, candidate, task)`` -> :class:`OutputNoise` when the
@@ -168,6 +170,7 @@ class Measurements:
     spec: dict[tuple[str, str], SpecDecodeMetrics] = field(default_factory=dict)
     spec_errors: dict[tuple[str, str], str] = field(default_factory=dict)
     effectiveness: dict[str, Effectiveness] = field(default_factory=dict)
+    engine_facts_errors: dict[str, str] = field(default_factory=dict)
     matches: dict[tuple[str, str, str], OutputMatch] = field(default_factory=dict)
     not_run: dict[tuple[str, str | None], str] = field(default_factory=dict)
     noise: dict[tuple[str, str, str], OutputNoise] = field(default_factory=dict)
@@ -268,7 +271,9 @@ def evaluate_gate(g: G.Gate, m: Measurements, adjusted_p: float | None = None) -
     * ``drafts_observed``: a speculative variant reported at least one draft.
     * ``max_error_rate``: failed requests / requests <= limit.
     * ``variant_effective``: every requested setting took effect, or every mismatch is
-      declared expected on this platform (``expected_effective``).
+      declared expected on this platform (``expected_effective``). Facts that could
+      not be read fail it (the check that the variant ran as asked must not vanish),
+      unless the variant declares ``engine_facts: not_reported``: then NOT RUN.
     * ``max_accuracy_drop``: one-sided: fails when baseline - candidate accuracy on the
       paired questions (under the gate's pipeline) exceeds the limit, or when the
       candidate is significantly worse (exact one-sided McNemar p < alpha; with
@@ -299,7 +304,11 @@ def evaluate_gate(g: G.Gate, m: Measurements, adjusted_p: float | None = None) -
     if isinstance(g, G.VariantEffective):
         eff = m.effectiveness.get(g.variant)
         if eff is None:
-            return _result(g, None, None, None, "not run: effective configuration was not read")
+            why = m.engine_facts_errors.get(g.variant, "the effective configuration was not read")
+            if g.engine_facts == "not_reported":
+                return _result(g, None, None, None, f"not run: the config declares that the engine cannot "
+                               f"report its effective configuration (engine_facts: not_reported); {why}")
+            return _result(g, None, None, False, f"cannot tell whether the variant ran as asked: {why}")
         if eff.effective:
             return _result(g, 1.0, None, True, "every requested setting is effective")
         mism = ", ".join(

@@ -55,11 +55,14 @@ class _GateBase(BaseModel):
 class VariantEffective(_GateBase):
     """The engine's effective configuration matches what the variant asked for;
     ``expected_effective`` lists settings a platform is known to override (declared
-    in the config), which then pass with a note."""
+    in the config), which then pass with a note. Facts that cannot be read fail it,
+    unless ``engine_facts`` is ``not_reported`` (the config declares the engine cannot
+    report them): then it is NOT RUN."""
 
     kind: Literal[GateKind.VARIANT_EFFECTIVE] = GateKind.VARIANT_EFFECTIVE
     op: Literal["=="] = "=="
     expected_effective: dict[str, Any] | None = None
+    engine_facts: Literal["required", "not_reported"] = "required"
 
 
 class AccuracyFloor(_GateBase):
@@ -191,7 +194,7 @@ def plan_gates(config: ModelConfig) -> list[Gate]:
     for vname, v in config.variants.items():
         out.append(VariantEffective(
             id=f"{c}/{vname}/variant_effective", config=c, variant=vname,
-            expected_effective=v.expected_effective,
+            expected_effective=v.expected_effective, engine_facts=v.engine_facts,
             description="the engine's effective configuration matches what the variant asked for",
         ))
         for tname in config.tasks:

