@@ -56,3 +56,51 @@ def test_holm_lowers_the_family_figure_in_the_dry_run(tmp_path):
     fa, fb = family_false_fail_of(load_config(a)), family_false_fail_of(load_config(b))
     assert fa["accuracy_drop_gates"] == 2 and fb["holm"] is True
     assert fb["accuracy_drop_false_fail"] < fa["accuracy_drop_false_fail"]
+
+
+def _samples(variant, right):
+    from harness.records.samples import Sample
+
+    return tuple(Sample(config="c", variant=variant, task="t", question_id=f"q{i}", prompt_hash="h", gold="1",
+                        completion="#### 1", token_ids=(1,), finish_reason="stop",
+                        answers={"strict-match": "1", "flexible-extract": "1"},
+                        correct={"strict-match": r, "flexible-extract": r}) for i, r in enumerate(right))
+
+
+def test_holm_changes_the_verdict_of_a_marginal_accuracy_drop():
+    from scipy import stats as st
+
+    from harness.analysis.gates import Measurements, evaluate_gates
+    from harness.config.gates import MaxAccuracyDrop
+
+    # 200 questions; candidate A loses 12 and gains 4 (one-sided McNemar p = P(Bin(16,1/2) >= 12)),
+    # candidate B loses 6 and gains 6 (p about 0.61): A alone is significant at 0.05, A with
+    # Holm over two gates needs 2p < 0.05
+    n = 200
+    ref = [True] * 100 + [False] * 100
+    a = list(ref)
+    for i in range(12):
+        a[i] = False
+    for i in range(100, 104):
+        a[i] = True
+    b = list(ref)
+    for i in range(6):
+        b[i] = False
+    for i in range(100, 106):
+        b[i] = True
+    p_a = float(st.binom.sf(11, 16, 0.5))
+    assert p_a < 0.05 and 2 * p_a >= 0.05
+    m = Measurements(samples={("ref", "t"): _samples("ref", ref), ("A", "t"): _samples("A", a),
+                              ("B", "t"): _samples("B", b)})
+
+    def gates(mt):
+        return [MaxAccuracyDrop(id=f"c/ref->{v}/t/max_accuracy_drop", config="c", variant=v, task="t",
+                                baseline="ref", limit=0.5, pipeline="flexible-extract", alpha=0.05,
+                                multiple_testing=mt) for v in ("A", "B")]
+
+    plain = evaluate_gates(gates("none"), m)
+    holm = evaluate_gates(gates("holm"), m)
+    assert [g.passed for g in plain] == [False, True]
+    assert [g.passed for g in holm] == [True, True]
+    assert "Holm-adjusted" in holm[0].detail
+    assert n == len(ref)

@@ -64,6 +64,9 @@ def test_state_rollback_fails_output_match_against_noise(tmp_path):
     assert comp["matched"] == same and comp["noise"]["noise_mismatched"] == noise
     assert same < len(ref)  # the fault changes outputs
     gate = next(g for g in c["gates"] if g["kind"] == "min_output_match")
+    print(f"\noutput match {same}/{len(ref)}, reference rerun mismatches {noise}/{len(ref)}, "
+          f"answer agreement {comp['answer_agreement']['agreed']}/{comp['answer_agreement']['compared']}; "
+          f"gate: {gate['detail']}")
     assert gate["passed"] is False, gate["detail"]
     assert "answer-level agreement" in gate["detail"]
     assert comp["answer_agreement"]["compared"] == len(ref)
