@@ -19,6 +19,7 @@ subcommands:
   evalrun calibrate --config LIST --repeat N
                                       run each config N times, recommend tolerances
   evalrun selfcheck                   run the tiny model clean and with injected faults
+  evalrun train-tiny [--compare]      retrain the shipped tiny model from its recipe
   evalrun doctor                      check engine import, torch build, data, cache, ports; say how to mend
   evalrun merge RUN...                combine the run folders of the shards of one list (--shard i/n)
   evalrun history RESULTS_DIR [--config NAME] [--last N] [--csv F] [--parquet F]
@@ -29,7 +30,9 @@ examples:
   evalrun --config models-h200.txt --dry-run      show every config, variant, command, task and gate
   evalrun --config models-h200.txt --dry-run --json
   evalrun --config configs/my-model.yaml          one config instead of a list
-  evalrun --config models-cpu.txt --variant reference --variant spec
+  evalrun --config models-cpu.txt --variant reference --variant spec_async
+  evalrun --config models-h200.txt -k Nemotron-3-Super-120B-A12B-BF16   one config of the list
+  pytest --pyargs harness.test_gsm8k_correctness --config-list-file=models-h200.txt -k Nemotron-3-Super-120B-A12B-BF16
   evalrun --config models-cpu.txt --data-dir ../shared/data/gsm8k
   evalrun --config models-cpu.txt --update-baseline   write results/baselines/<config>.json if it passes
   evalrun --config models-cpu.txt --baseline baselines/   gate against committed baselines
@@ -56,6 +59,11 @@ def _run_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--config", required=True, metavar="LIST_OR_YAML",
                    help="a model list (model_lists/*.txt, or a path) or a single config YAML")
+    p.add_argument("-k", dest="keyword", default=None, metavar="EXPR",
+                   help="run only configs whose file stem matches EXPR, as pytest -k: words joined by "
+                        "and/or/not, a word matches a stem containing it (e.g. -k Nemotron-3-Super-120B-A12B-BF16)")
+    p.add_argument("--select", action="append", default=None, metavar="STEM",
+                   help="run only the config with exactly this file stem (repeatable)")
     p.add_argument("--dry-run", action="store_true",
                    help="print the plan (configs, variants, exact server commands and environment, tasks, gates) and exit; needs no vLLM")
     p.add_argument("--json", action="store_true", help="with --dry-run: print the plan as JSON")
@@ -90,12 +98,12 @@ def _run_parser() -> argparse.ArgumentParser:
 def cmd_run(argv: list[str]) -> int:
     """``evalrun --config ...``: run or dry-run a model list. Returns the exit code."""
     args = _run_parser().parse_args(argv)
-    from harness.config.loader import load_model_list
     from harness.config.plan import build_plan
+    from harness.config.select import load_selected
     from harness.report.dry_run import plan_json, render_plan
 
     try:
-        configs = load_model_list(args.config)
+        configs = load_selected(args.config, args.keyword, args.select)
     except ConfigError as e:
         print(f"evalrun: config error:\n{e}", file=sys.stderr)
         return 2
@@ -190,6 +198,7 @@ SUBCOMMANDS = {
     "diff": _lazy("harness.report.diff:cli_main"),
     "calibrate": _lazy("harness.calibrate:cli_main"),
     "selfcheck": _lazy("harness.selfcheck:cli_main"),
+    "train-tiny": _lazy("harness.models.training:cli_main"),
     "doctor": _lazy("harness.doctor:cli_main"),
     "merge": _lazy("harness.merge:cli_main"),
     "history": _lazy("harness.report.history:cli_main"),

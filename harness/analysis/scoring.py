@@ -294,3 +294,58 @@ def correctness(samples: Sequence[Sample], pipeline: str) -> dict[str, bool]:
     """Question id -> verdict of ``pipeline`` for the successful samples that carry
     that pipeline (for paired stats); a sample without it is left out, not counted wrong."""
     return {s.question_id: bool(s.correct[pipeline]) for s in samples if s.ok and pipeline in s.correct}
+
+
+@dataclass(frozen=True)
+class AnswerAgreement:
+    """Answer-level agreement between two variants: same extracted answer, whatever
+    the tokens around it (reported beside the token-level output match).
+
+    Attributes:
+        pipeline: the extraction pipeline compared (e.g. ``flexible-numeric``).
+        compared: questions that succeeded on both variants.
+        agreed: questions whose extracted answers are equal as numbers (both None
+            counts as agreement: neither found an answer).
+        agreement_rate: agreed / compared (None when nothing was compared).
+        disagreements: question ids whose answers differ, in question order.
+    """
+
+    pipeline: str
+    compared: int
+    agreed: int
+    agreement_rate: float | None
+    disagreements: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["disagreements"] = list(self.disagreements)
+        return d
+
+
+def answer_agreement(baseline: Sequence[Sample], candidate: Sequence[Sample], pipeline: str) -> AnswerAgreement:
+    """Compare the extracted answers of ``pipeline`` question by question.
+
+    Answers are compared as exact decimals (:func:`harness.tasks.numbers.parse_number`,
+    so ``"5,600"`` equals ``"5600"``), as text when either is not a number (an lm_eval
+    task's non-numeric answers); a question failed on either side, or without this
+    pipeline on either side (lm-eval's pipelines without lm-eval), is skipped.
+    """
+    from harness.tasks.numbers import parse_number
+
+    def same(x: str | None, y: str | None) -> bool:
+        px, py = parse_number(x), parse_number(y)
+        return px == py if (px is not None and py is not None) or (x is None and y is None) else x == y
+
+    cand = {s.question_id: s for s in candidate}
+    compared = agreed = 0
+    diff: list[str] = []
+    for a in baseline:
+        b = cand.get(a.question_id)
+        if b is None or not (a.ok and b.ok) or pipeline not in a.answers or pipeline not in b.answers:
+            continue
+        compared += 1
+        if same(a.answers.get(pipeline), b.answers.get(pipeline)):
+            agreed += 1
+        else:
+            diff.append(a.question_id)
+    return AnswerAgreement(pipeline, compared, agreed, agreed / compared if compared else None, tuple(diff))

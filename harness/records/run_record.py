@@ -38,7 +38,7 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, computed_field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, computed_field, model_validator
 
 from harness import __version__
 
@@ -272,9 +272,22 @@ class NoiseRecord(_Model):
     p_value: float
 
 
+class AnswerAgreementRecord(_Model):
+    """Answer-level agreement of a comparison: questions whose extracted answers
+    (``pipeline``) are equal, beside the token-level output match
+    (:class:`harness.analysis.scoring.AnswerAgreement`)."""
+
+    pipeline: Pipeline
+    compared: int
+    agreed: int
+    agreement_rate: float | None
+    disagreements: list[str] = Field(default_factory=list)
+
+
 class ComparisonResult(OutputMatchRecord):
     """One planned comparison ``baseline -> candidate`` on one task: output match (the
-    inherited fields), the paired accuracy test under ``pipeline``, and the noise reference."""
+    inherited fields), answer-level agreement, the paired accuracy test under
+    ``pipeline``, and the noise reference."""
 
     baseline: str
     candidate: str
@@ -283,6 +296,7 @@ class ComparisonResult(OutputMatchRecord):
     paired: PairedRecord | None = None
     noise: NoiseRecord | None = None
     truncated: TruncatedIds | None = None
+    answer_agreement: AnswerAgreementRecord | None = None
 
 
 # --------------------------------------------------------------------------- tasks and variants
@@ -417,6 +431,39 @@ class LeftoverServerRecord(_Model):
     kill_command: str
 
 
+class PluginReport(_Model):
+    """What evalrun's vLLM plugin reported for one variant's server (``harness.faults.plugin``).
+
+    Attributes:
+        processes: server processes that wrote a report (0: the plugin never loaded).
+        faults: fault names active in those processes.
+        cpu_async: the plugin was asked to keep async scheduling on the CPU.
+        model_runners: ``module.Class`` of the model runner(s) in use.
+        patched: what the plugin patched (``module.Class.attr``).
+        counts: counters summed over processes: ``<fault>.executions``,
+            ``<fault>.changed``, ``batch.*`` (condense / reorder events),
+            ``cpu_async.kept``.
+        errors: unreadable report files.
+        dir: the reports' folder, relative to the run folder.
+        async_scheduling_via: for a variant that asked for async scheduling, how it was
+            obtained (``"engine"`` or the plugin).
+        exercised: for a fault variant, whether its patched code ran and changed a value.
+        not_exercised_reason: why not.
+    """
+
+    processes: int = 0
+    faults: list[str] = []
+    cpu_async: bool = False
+    model_runners: list[str] = []
+    patched: list[str] = []
+    counts: dict[str, int] = {}
+    errors: list[str] = []
+    dir: str | None = None
+    async_scheduling_via: str | None = None
+    exercised: bool | None = None
+    not_exercised_reason: str | None = None
+
+
 class VariantResult(_Model):
     """One variant's server and tasks.
 
@@ -438,6 +485,7 @@ class VariantResult(_Model):
     log: str | None = None
     error: str | None = None
     tasks: dict[str, TaskResult] = {}
+    plugin: PluginReport | None = None
 
 
 class GateResult(_Model):
