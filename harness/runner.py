@@ -693,9 +693,8 @@ def _run_lm_eval(session: VariantSession, config: str, vp: VariantPlan, t, pt: P
         before, metrics_error = None, str(e)
     p.log(f"{vp.id} {t.name}: lm-eval task {pt.lm_eval.lm_eval_task} ({pt.lm_eval.num_docs} documents) "
           "through lm-eval's local-completions model")
-    assert session.client is not None
     samples, summary = run_lm_eval_task(
-        pt.lm_eval, base_url=session.server.base_url, served_model=session.client.model,
+        pt.lm_eval, base_url=session.server.base_url, served_model=session.model,
         config=config, variant=vp.name, num_fewshot=t.spec.num_fewshot, max_tokens=t.spec.max_tokens,
         seed=t.spec.seed, max_concurrency=c.max_concurrency, timeout_s=c.request_timeout_seconds,
     )
