@@ -88,7 +88,7 @@ def _accuracy_fig(c: ConfigResult) -> str | None:
         ax.annotate(f"{acc:.3f}", (acc, i), textcoords="offset points", xytext=(0, 7), ha="center")
     ax.set_yticks(range(len(pts)), [p[0] for p in pts])
     ax.set_xlim(0, 1.05)
-    ax.invert_yaxis()
+    ax.set_ylim(len(pts) - 0.5, -0.8)  # room above the first label
     pipe = ", ".join(sorted(pipes))
     ax.set_xlabel(f"{pipe} accuracy (95% Wilson interval)")
     ax.grid(axis="x", alpha=0.3)
@@ -116,9 +116,9 @@ def _per_position_fig(c: ConfigResult) -> str | None:
         ax.bar_label(bars, labels=[f"{p:.2f}" for p in pp], padding=2)
     ax.set_xticks([i + width * (len(series) - 1) / 2 for i in range(max(len(s[1]) for s in series))],
                   [f"position {i + 1}" for i in range(max(len(s[1]) for s in series))])
-    ax.set_ylim(0, 1.15)
+    ax.set_ylim(0, 1.2)
     ax.set_ylabel("accepted / drafts")
-    ax.legend(fontsize=8, loc="upper right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _figure("per-position", c.name, _svg(fig),
                    f"{c.name}: per-position acceptance (accepted tokens at position i / drafts) per speculative variant")
 
