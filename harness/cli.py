@@ -28,6 +28,8 @@ examples:
   evalrun --config models-h200.txt --dry-run --json
   evalrun --config configs/my-model.yaml          one config instead of a list
   evalrun --config models-cpu.txt --variant reference --variant spec_async
+  evalrun --config models-h200.txt -k Nemotron-3-Super-120B-A12B-BF16   one config of the list
+  pytest --pyargs harness.test_gsm8k_correctness --config-list-file=models-h200.txt -k Nemotron-3-Super-120B-A12B-BF16
   evalrun --config models-cpu.txt --data-dir ../shared/data/gsm8k
   evalrun --config models-cpu.txt --update-baseline   write results/baselines/<config>.json if it passes
   evalrun --config models-cpu.txt --baseline baselines/   gate against committed baselines
@@ -53,6 +55,11 @@ def _run_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--config", required=True, metavar="LIST_OR_YAML",
                    help="a model list (model_lists/*.txt, or a path) or a single config YAML")
+    p.add_argument("-k", dest="keyword", default=None, metavar="EXPR",
+                   help="run only configs whose file stem matches EXPR, as pytest -k: words joined by "
+                        "and/or/not, a word matches a stem containing it (e.g. -k Nemotron-3-Super-120B-A12B-BF16)")
+    p.add_argument("--select", action="append", default=None, metavar="STEM",
+                   help="run only the config with exactly this file stem (repeatable)")
     p.add_argument("--dry-run", action="store_true",
                    help="print the plan (configs, variants, exact server commands and environment, tasks, gates) and exit; needs no vLLM")
     p.add_argument("--json", action="store_true", help="with --dry-run: print the plan as JSON")
@@ -82,12 +89,12 @@ def _run_parser() -> argparse.ArgumentParser:
 def cmd_run(argv: list[str]) -> int:
     """``evalrun --config ...``: run or dry-run a model list. Returns the exit code."""
     args = _run_parser().parse_args(argv)
-    from harness.config.loader import load_model_list
     from harness.config.plan import build_plan
+    from harness.config.select import load_selected
     from harness.report.dry_run import plan_json, render_plan
 
     try:
-        configs = load_model_list(args.config)
+        configs = load_selected(args.config, args.keyword, args.select)
     except ConfigError as e:
         print(f"evalrun: config error:\n{e}", file=sys.stderr)
         return 2

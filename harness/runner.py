@@ -25,14 +25,14 @@ from harness.config.plan import PORT_PLACEHOLDER, ConfigPlan, Plan, VariantPlan,
 from harness.report.progress import Progress
 from harness.report.summary import render_markdown
 from harness.records.run_record import (
-    BaselineInfo, ComparisonResult, ConfigRef, ConfigResult, DatasetRef, EffectivenessRecord, EngineFactsRecord,
-    LeftoverServerRecord, NoiseRecord, OutputMatchRecord, PairedRecord, PluginReport, PreflightProblemRecord,
-    PreflightRecord,
+    AnswerAgreementRecord, BaselineInfo, ComparisonResult, ConfigRef, ConfigResult, DatasetRef, EffectivenessRecord,
+    EngineFactsRecord, LeftoverServerRecord, NoiseRecord, OutputMatchRecord, PairedRecord, PluginReport,
+    PreflightProblemRecord, PreflightRecord,
     RerunRecord, Requested, RunRecord, ServerRecord, SpecDecodeCountersRecord, SpecDecodeRecord, SubsetWarning,
     TaskResult, TruncatedIds, VariantResult, new_run_id, provenance, utc_now, write_run,
 )
 from harness.records.samples import Sample, write_jsonl
-from harness.analysis.scoring import is_truncated, output_match, score_task
+from harness.analysis.scoring import answer_agreement, is_truncated, output_match, score_task
 from harness.engine.metrics import counter_violations
 from harness.engine.preflight import ServerCommand, check_server_commands
 from harness.engine.server import ServerStartError, find_leftover_servers, unstopped
@@ -40,6 +40,7 @@ from harness.engine.session import VariantSession
 from harness.analysis.stats import ratio_bootstrap_ci
 from harness.report.dry_run import subset_warnings
 from harness.tasks import ContaminationError, DataUnavailableError, PreparedTask, prepare_task
+from harness.tasks.judging import judge_completions
 
 EXIT_PASSED, EXIT_GATE_FAILED, EXIT_COULD_NOT_RUN = 0, 1, 2
 
@@ -174,18 +175,41 @@ def noise_variants(cp: ConfigPlan) -> set[str]:
 
 
 def resolve_model(model: str, progress: Progress) -> str:
-    """Turn ``builtin:<name>`` into the folder of evalrun's built model (building it on
-    first use); other model references are returned unchanged.
+    """Make the model available before any server's start-up clock runs.
+
+    * ``builtin:<name>`` -> the folder of evalrun's built model (built on first use).
+    * a local folder or file -> unchanged.
+    * a Hugging Face hub id (``org/name``) -> its weights are fetched now with
+      ``huggingface_hub.snapshot_download`` (a no-op when already cached; skipped when
+      ``HF_HUB_OFFLINE`` is set), so ``startup_max_wait_seconds`` measures start-up
+      and not a download, as vLLM's own test utilities do. The hub id is returned
+      unchanged: the server command stays the one a person would type, and vLLM finds
+      the files in the same cache.
 
     Raises:
         RuntimeError: the built-in model cannot be built (e.g. torch is missing).
+        Exception: from ``snapshot_download`` (unknown repo, no network, gated model);
+            the runner records it as "model cannot be prepared".
     """
-    if not model.startswith("builtin:"):
-        return model
-    from harness.models import ensure_model
+    import os
 
-    name = model.split(":", 1)[1]
-    return str(ensure_model(name, progress=progress.log))
+    if model.startswith("builtin:"):
+        from harness.models import ensure_model
+
+        name = model.split(":", 1)[1]
+        return str(ensure_model(name, progress=progress.log))
+    if Path(model).expanduser().exists() or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+        return model
+    if model.count("/") == 1 and not model.startswith((".", "/", "~")):
+        import time
+
+        from huggingface_hub import snapshot_download
+
+        t0 = time.monotonic()
+        progress.log(f"{model}: fetching weights from the Hugging Face hub before start-up (snapshot_download)")
+        local = snapshot_download(repo_id=model)
+        progress.log(f"{model}: weights ready in {local} ({time.monotonic() - t0:.1f}s)")
+    return model
 
 
 def _rel(path: Path, base: Path) -> str:
@@ -407,6 +431,8 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
             pipeline = c.gates_for(tname).accuracy_pipeline
             om = output_match(a, b)
             m.matches[(comp.baseline, comp.candidate, tname)] = om
+            ag = answer_agreement(a, b, pipeline)
+            m.answers[(comp.baseline, comp.candidate, tname)] = ag
             pc = m.paired(comp.baseline, comp.candidate, tname, pipeline)
             nz = None
             if comp.noise_runs > 1 and (comp.baseline, tname) in reruns:
@@ -419,6 +445,7 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
                 baseline=comp.baseline, candidate=comp.candidate, task=tname, pipeline=pipeline,
                 **OutputMatchRecord.model_validate(om, from_attributes=True).model_dump(),
                 paired=_model(PairedRecord, pc), noise=_model(NoiseRecord, nz),
+                answer_agreement=_model(AnswerAgreementRecord, ag),
                 truncated=TruncatedIds(baseline=[x.question_id for x in a if is_truncated(x)],
                                        candidate=[x.question_id for x in b if is_truncated(x)]),
             ))
@@ -525,17 +552,18 @@ def _run_variant(
                 pt = prepared[t.name]
                 bar = p.bar(f"{vp.id} {t.name}", len(pt.requests))
                 outcome = session.run_task(
-                    c.name, vp.name, t.name, pt.requests,
+                    pt.requests,
                     max_tokens=t.spec.max_tokens, temperature=t.spec.temperature, seed=t.spec.seed,
-                    stop=pt.stop, on_done=lambda s: bar.advance(s.error is None),
+                    stop=pt.stop, on_done=lambda x: bar.advance(x.ok),
                     per_request=c.per_request_metrics,
                 )
                 bar.close()
+                samples = judge_completions(c.name, vp.name, t.name, pt.requests, outcome.completions)
                 spath = run_dir / "samples" / c.name / vp.name / f"{t.name}.jsonl"
-                write_jsonl(spath, outcome.samples)
-                sc = score_task(outcome.samples)
+                write_jsonl(spath, samples)
+                sc = score_task(samples)
                 m.scores[(vp.name, t.name)] = sc
-                m.samples[(vp.name, t.name)] = outcome.samples
+                m.samples[(vp.name, t.name)] = samples
                 trec = TaskResult(
                     samples=_rel(spath, run_dir),
                     seconds=round(outcome.seconds, 2),
@@ -555,7 +583,7 @@ def _run_variant(
                     spec_decode=_model(SpecDecodeRecord, outcome.spec_metrics),
                     spec_decode_counters=_model(SpecDecodeCountersRecord, outcome.spec_counters),
                     spec_decode_error=outcome.metrics_error,
-                    **acceptance_intervals(outcome.samples, vp.speculative_config is not None),
+                    **acceptance_intervals(samples, vp.speculative_config is not None),
                 )
                 metrics_error = outcome.metrics_error
                 spec_metrics = outcome.spec_metrics
@@ -578,7 +606,7 @@ def _run_variant(
                 vrec.tasks[t.name] = trec
                 if reruns is not None and vp.name in noise_variants(cp) and session.server.alive():
                     trec.rerun = _rerun_task(
-                        session, c.name, vp, t, pt, run_dir, outcome.samples, reruns, p, c.per_request_metrics)
+                        session, c.name, vp, t, pt, run_dir, samples, reruns, p, c.per_request_metrics)
                 acc = sc.accuracy
                 sd = spec_metrics
                 p.log(
@@ -658,22 +686,23 @@ def _rerun_task(session, config: str, vp: VariantPlan, t, pt: PreparedTask, run_
     rerun against the first pass (the noise)."""
     bar = p.bar(f"{vp.id} {t.name} (rerun for noise)", len(pt.requests))
     out = session.run_task(
-        config, vp.name, t.name, pt.requests,
+        pt.requests,
         max_tokens=t.spec.max_tokens, temperature=t.spec.temperature, seed=t.spec.seed,
-        stop=pt.stop, on_done=lambda s: bar.advance(s.error is None),
+        stop=pt.stop, on_done=lambda x: bar.advance(x.ok),
         per_request=per_request,
     )
     bar.close()
+    samples = judge_completions(config, vp.name, t.name, pt.requests, out.completions)
     spath = run_dir / "samples" / config / vp.name / f"{t.name}.rerun.jsonl"
-    write_jsonl(spath, out.samples)
-    reruns[(vp.name, t.name)] = out.samples
-    om = output_match(first, out.samples)
+    write_jsonl(spath, samples)
+    reruns[(vp.name, t.name)] = samples
+    om = output_match(first, samples)
     p.log(f"{vp.id} {t.name}: rerun output match against the first pass {_f(om.output_match_rate)} "
           f"({om.matched}/{om.compared}) = the noise")
     return RerunRecord(
         samples=_rel(spath, run_dir),
         seconds=round(out.seconds, 2),
-        error_count=sum(1 for x in out.samples if not x.ok),
+        error_count=sum(1 for x in samples if not x.ok),
         spec_decode=_model(SpecDecodeRecord, out.spec_metrics),
         output_match_vs_first=_model(OutputMatchRecord, om),
     )
@@ -698,7 +727,8 @@ def terminate_as_interrupt() -> None:
     Any further signal never interrupts that teardown: it speeds it up, sending SIGKILL
     to every live group (:func:`harness.engine.server.hurry`).
     Without this, SIGHUP (terminal closed) would end evalrun and leave the vLLM server
-    running with parent 1.
+    running with parent 1. A signal that is ignored when evalrun starts (``nohup``)
+    stays ignored.
     """
     import signal
 
@@ -718,7 +748,9 @@ def terminate_as_interrupt() -> None:
 
     for name in STOP_SIGNALS:
         sig = getattr(signal, name, None)
-        if sig is not None:
+        # a signal the caller ignores stays ignored (``nohup evalrun ...`` survives a
+        # closed terminal; a background job of a non-interactive shell ignores SIGINT)
+        if sig is not None and signal.getsignal(sig) is not signal.SIG_IGN:
             signal.signal(sig, handler)
 
 

@@ -11,6 +11,12 @@ takes the place of the interpreter, so it receives ``-m vllm.entrypoints.openai.
 * ``crash_after:N``   exit abruptly when request N+1 of /v1/completions arrives
 * ``hang_after:N``    requests after the N-th never answer
 * ``http500_every:K`` every K-th completion request answers HTTP 500
+* ``benign_noise:Q``  GPU-like numerics: each answer's token ids change after the
+  third token with probability Q, independently per server and per time a prompt is
+  seen (seeded by prompt, variant flags and pass), while the text and the answer stay
+  the same; two passes then differ on 2Q(1-Q) of the questions (Q = 0.0811: 15%)
+* ``corrupt``         state corruption: every answer diverges at token 1 and gives a
+  wrong answer (``#### 7``)
 * ``ignore_sigterm``  never get ready, ignore SIGTERM (as vLLM does during part of its
   start-up) and start a child in the same process group that ignores it too
 * ``slow_start:S``    answer /health only after S seconds
@@ -34,8 +40,10 @@ accepts every command whose environment does not say ``FAKE_MODE=reject_args``, 
 rejects that one as vLLM's parser words an unknown flag.
 """
 
+import hashlib
 import json
 import os
+import random
 import sys
 import threading
 import time
@@ -68,6 +76,10 @@ lock = threading.Lock()
 drafts = accepted = 0
 reset_at = None
 t_start = time.monotonic()
+if spec and os.environ.get("FAKE_SPEC_MODE"):  # a mode for speculative variants only
+    mode = os.environ["FAKE_SPEC_MODE"]
+seen: dict[str, int] = {}
+flags = " ".join(a for a in args if a.startswith("--") and "scheduling" in a) + (" spec" if spec else "")
 
 if mode == "exit_on_start":
     print("fake vllm: simulated start-up failure (CUDA out of memory)", flush=True)
@@ -131,7 +143,7 @@ class H(BaseHTTPRequestHandler):
             if not dev_mode:
                 return self._send(404, {"detail": "Not Found"})
             cfg = {
-                "scheduler_config": {"async_scheduling": False},
+                "scheduler_config": {"async_scheduling": "--async-scheduling" in args},
                 "model_config": {"dtype": "torch.float32", "max_model_len": 2048},
                 "device_config": {"device": "cpu"},
                 "cache_config": {"enable_prefix_caching": False},
@@ -145,10 +157,13 @@ class H(BaseHTTPRequestHandler):
     def do_POST(self):
         global count, drafts, accepted, reset_at
         n = int(self.headers.get("Content-Length", 0))
-        self.rfile.read(n)
+        body = self.rfile.read(n)
         with lock:
             count += 1
             k = count
+            prompt = json.loads(body or b"{}").get("prompt", "")
+            seen[prompt] = seen.get(prompt, 0) + 1
+            npass = seen[prompt]
             drafts += 4
             accepted += 2
             if k == 2 and reset_at is None:
@@ -159,7 +174,21 @@ class H(BaseHTTPRequestHandler):
             time.sleep(3600)
         if mode.startswith("http500_every:") and k % int(mode.split(":")[1]) == 0:
             return self._send(500, {"error": "simulated engine error"})
-        self._send(200, {"choices": [{"text": " 2 + 3 = 5 #### 5", "token_ids": [5, 6, 7, 8], "finish_reason": "stop"}]})
+        ids = [5, 6, 7, 8]
+        text = " 2 + 3 = 5 #### 5"
+        if mode.startswith("benign_noise:"):
+            key = hashlib.sha256(f"{prompt}|{flags}|{npass}".encode()).hexdigest()
+            if random.Random(key).random() < float(mode.split(":")[1]):
+                ids = [5, 6, 7, 9]
+        elif mode == "corrupt":
+            ids, text = [5, 1, 1, 1], " 2 + 3 = 7 #### 7"
+        self._send(200, {"choices": [{"text": text, "token_ids": ids, "finish_reason": "stop"}]})
 
 
-ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
+class Server(ThreadingHTTPServer):
+    # uvicorn's backlog is 2048; the default of 5 drops connections at 100 in flight
+    # (the kernel's SYN retries then add seconds per request)
+    request_queue_size = 2048
+
+
+Server(("127.0.0.1", port), H).serve_forever()

@@ -21,6 +21,7 @@ STAGES = {
     "config": 1, "records": 2, "tasks": 3, "models": 4, "engine": 5,
     "analysis": 6, "report": 7,
     "runner": 8, "selfcheck": 8, "calibrate": 8, "cli": 8, "doctor": 8,
+    "pytest_plugin": 8, "test_gsm8k_correctness": 8,
 }
 
 

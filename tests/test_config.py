@@ -146,8 +146,8 @@ def test_model_list_resolution_and_comments(tmp_path):
 
 
 def test_model_list_falls_back_to_configs_dir(tmp_path):
-    lst = write(tmp_path, "models.txt", "Qwen3-Next-80B-A3B-Instruct-MTP.yaml\n")
-    assert read_model_list(lst) == [REPO / "configs" / "Qwen3-Next-80B-A3B-Instruct-MTP.yaml"]
+    lst = write(tmp_path, "models.txt", "Qwen3-Next-80B-A3B-Instruct.yaml\n")
+    assert read_model_list(lst) == [REPO / "configs" / "Qwen3-Next-80B-A3B-Instruct.yaml"]
 
 
 def test_model_list_missing_entries_all_named(tmp_path):

@@ -54,7 +54,7 @@ def test_h200_dry_run_text_shows_gates_and_tasks(capsys):
 
 def test_list_with_missing_entry_exits_2_naming_it(tmp_path, capsys):
     lst = tmp_path / "models-x.txt"
-    lst.write_text("Qwen3-Next-80B-A3B-Instruct-MTP.yaml\ndoes-not-exist.yaml\n")
+    lst.write_text("Qwen3-Next-80B-A3B-Instruct.yaml\ndoes-not-exist.yaml\n")
     assert main(["--config", str(lst), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert "does-not-exist.yaml" in err and f"{lst}:2" in err

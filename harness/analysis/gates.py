@@ -18,7 +18,7 @@ from harness.engine.metrics import SpecDecodeMetrics
 from harness.records.baselines import BaselineDoc, BaselineTask
 from harness.records.run_record import GateResult
 from harness.records.samples import Sample
-from harness.analysis.scoring import OutputMatch, TaskScore, committed_divergence, correctness
+from harness.analysis.scoring import AnswerAgreement, OutputMatch, TaskScore, committed_divergence, correctness
 from harness.analysis.stats import PairedComparison, floor_margin, mcnemar_exact, paired_comparison
 
 
@@ -161,6 +161,8 @@ class Measurements:
         noise: ``(baseline, candidate, task)`` -> :class:`OutputNoise` when the
             comparison has a noise reference (rerun or stored rate).
         baseline: the stored baseline of the config, for the baseline gates.
+        answers: ``(baseline, candidate, task)`` -> :class:`AnswerAgreement` (same
+            extracted answer), reported beside output match.
     """
 
     scores: dict[tuple[str, str], TaskScore] = field(default_factory=dict)
@@ -174,6 +176,7 @@ class Measurements:
     noise: dict[tuple[str, str, str], OutputNoise] = field(default_factory=dict)
     baseline: BaselineDoc | None = None
     baseline_error: str | None = None
+    answers: dict[tuple[str, str, str], AnswerAgreement] = field(default_factory=dict)
 
     def paired(self, baseline: str, candidate: str, task: str, pipeline: str) -> PairedComparison | None:
         """Paired accuracy of ``baseline`` vs ``candidate`` on ``task`` under ``pipeline``
@@ -183,6 +186,47 @@ class Measurements:
             return None
         ca, cb = correctness(a, pipeline), correctness(b, pipeline)
         return paired_comparison(ca, cb) if set(ca) & set(cb) else None
+
+
+def holm_adjust(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (Holm 1979, "A simple sequentially
+    rejective multiple test procedure", Scand. J. Statist. 6:65-70).
+
+    With p-values sorted ascending p_(1) <= ... <= p_(m), the adjusted value of the
+    i-th is ``max_{j <= i} min(1, (m - j + 1) p_(j))``; rejecting where it is below
+    alpha keeps the family-wise error at most alpha under any dependence.
+
+    Args:
+        p_values: m p-values in [0, 1], any order.
+
+    Returns:
+        The adjusted p-values, in the input order.
+    """
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    out = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        out[i] = running
+    return out
+
+
+def holm_p_values(gates: Sequence[G.Gate], m: Measurements) -> dict[str, float]:
+    """Holm-adjusted one-sided McNemar p-values of the ``max_accuracy_drop`` gates that
+    ask for it (``multiple_testing: holm``) and have paired data.
+
+    The family is those gates of one config (one call per config). Returns gate id ->
+    adjusted p-value; gates outside the family are absent.
+    """
+    fam, raw = [], []
+    for g in gates:
+        if isinstance(g, G.MaxAccuracyDrop) and g.multiple_testing == "holm":
+            pc = m.paired(g.baseline, g.variant, g.task, g.pipeline)
+            if pc is not None:
+                fam.append(g)
+                raw.append(pc.one_sided_p_value)
+    return {g.id: p for g, p in zip(fam, holm_adjust(raw))}
 
 
 #: Share of truncated completions above which a failing accuracy gate says so in its
@@ -215,7 +259,7 @@ def _not_run(g: G.Gate, m: Measurements) -> str | None:
     return None
 
 
-def evaluate_gate(g: G.Gate, m: Measurements) -> GateResult:
+def evaluate_gate(g: G.Gate, m: Measurements, adjusted_p: float | None = None) -> GateResult:
     """Judge one planned gate against the measurements.
 
     Semantics (README "Gates"; each gate class in :mod:`harness.config.gates` says its own):
@@ -232,8 +276,9 @@ def evaluate_gate(g: G.Gate, m: Measurements) -> GateResult:
       unless the variant declares ``engine_facts: not_reported``: then NOT RUN.
     * ``max_accuracy_drop``: one-sided: fails when baseline - candidate accuracy on the
       paired questions (under the gate's pipeline) exceeds the limit, or when the
-      candidate is significantly worse (exact one-sided McNemar p < alpha). An
-      improvement never fails.
+      candidate is significantly worse (exact one-sided McNemar p < alpha; with
+      ``adjusted_p`` given, the Holm-adjusted p-value of :func:`holm_p_values` is
+      compared instead). An improvement never fails.
     * ``min_output_match``: share of identical completion token ids >= limit. With a
       noise reference (:class:`OutputNoise`) whose noise is above zero, the limit is
       replaced by a test: fails when the candidate mismatches significantly more
@@ -329,17 +374,20 @@ def evaluate_gate(g: G.Gate, m: Measurements) -> GateResult:
         if pc is None:
             return _result(g, None, g.limit, None, "not run: no paired questions")
         drop = pc.accuracy_a - pc.accuracy_b
-        signif = pc.one_sided_p_value < g.alpha
+        p_used = pc.one_sided_p_value if adjusted_p is None else adjusted_p
+        signif = p_used < g.alpha
         ok = drop <= g.limit and not signif
         why = []
         if drop > g.limit:
             why.append(f"drop {drop:.4f} > {g.limit}")
         if signif:
-            why.append(f"significantly worse (one-sided McNemar p={pc.one_sided_p_value:.4g} < {g.alpha})")
+            why.append(f"significantly worse (one-sided McNemar {'Holm-adjusted ' if adjusted_p is not None else ''}"
+                       f"p={p_used:.4g} < {g.alpha})")
         detail = (
             f"{g.pipeline}: {g.baseline} {pc.accuracy_a:.4f} -> {g.variant} {pc.accuracy_b:.4f} on {pc.n} paired questions; "
             f"{len(pc.a_only)} right only in {g.baseline}, {len(pc.b_only)} right only in {g.variant}; "
             f"one-sided p={pc.one_sided_p_value:.4g}"
+            + (f" (Holm-adjusted {adjusted_p:.4g})" if adjusted_p is not None else "")
         )
         if why:
             detail += "; FAILED: " + "; ".join(why)
@@ -369,6 +417,10 @@ def evaluate_gate(g: G.Gate, m: Measurements) -> GateResult:
             )
         elif nz is not None:
             detail += f"; noise reference shows no mismatch ({nz.source}), so exact limit {g.limit} applies"
+        ag = m.answers.get(pkey)
+        if ag is not None and ag.agreement_rate is not None:
+            detail += (f"; answer-level agreement ({ag.pipeline}) {ag.agreed}/{ag.compared} "
+                       f"({ag.agreement_rate:.4f})")
         if om.mismatches:
             firsts = ", ".join(f"{x.question_id}@{x.first_divergence}" for x in om.mismatches[:5])
             detail += f"; first divergences: {firsts}" + (" ..." if len(om.mismatches) > 5 else "")
@@ -396,8 +448,10 @@ def evaluate_gate(g: G.Gate, m: Measurements) -> GateResult:
 
 
 def evaluate_gates(gates: Sequence[G.Gate], m: Measurements) -> list[GateResult]:
-    """Judge every gate of one config, in plan order."""
-    return [evaluate_gate(g, m) for g in gates]
+    """Judge every gate of one config, in plan order (the ``max_accuracy_drop`` gates
+    that ask for it with Holm-adjusted p-values, :func:`holm_p_values`)."""
+    adj = holm_p_values(gates, m)
+    return [evaluate_gate(g, m, adj.get(g.id)) for g in gates]
 
 
 def baseline_notes(gates: Sequence[G.Gate], m: Measurements) -> list[str]:

@@ -289,3 +289,57 @@ def output_match(baseline: Sequence[Sample], candidate: Sequence[Sample]) -> Out
 def correctness(samples: Sequence[Sample], pipeline: str) -> dict[str, bool]:
     """Question id -> verdict of ``pipeline`` for the successful samples (for paired stats)."""
     return {s.question_id: bool(s.correct.get(pipeline)) for s in samples if s.ok}
+
+
+@dataclass(frozen=True)
+class AnswerAgreement:
+    """Answer-level agreement between two variants: same extracted answer, whatever
+    the tokens around it (reported beside the token-level output match).
+
+    Attributes:
+        pipeline: the extraction pipeline compared (``strict-match`` / ``flexible-extract``).
+        compared: questions that succeeded on both variants.
+        agreed: questions whose extracted answers are equal as numbers (both None
+            counts as agreement: neither found an answer).
+        agreement_rate: agreed / compared (None when nothing was compared).
+        disagreements: question ids whose answers differ, in question order.
+    """
+
+    pipeline: str
+    compared: int
+    agreed: int
+    agreement_rate: float | None
+    disagreements: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["disagreements"] = list(self.disagreements)
+        return d
+
+
+def answer_agreement(baseline: Sequence[Sample], candidate: Sequence[Sample], pipeline: str) -> AnswerAgreement:
+    """Compare the extracted answers of ``pipeline`` question by question.
+
+    Answers are compared as exact decimals (:func:`harness.tasks.numbers.parse_number`,
+    so ``"5,600"`` equals ``"5600"``); a question failed on either side is skipped.
+
+    Raises:
+        ValueError: ``pipeline`` is not one of :data:`harness.tasks.gsm8k.PIPELINES`.
+    """
+    from harness.tasks.numbers import parse_number
+
+    if pipeline not in PIPELINES:
+        raise ValueError(f"unknown pipeline {pipeline!r} (known: {', '.join(PIPELINES)})")
+    cand = {s.question_id: s for s in candidate}
+    compared = agreed = 0
+    diff: list[str] = []
+    for a in baseline:
+        b = cand.get(a.question_id)
+        if b is None or not (a.ok and b.ok):
+            continue
+        compared += 1
+        if parse_number(a.answers.get(pipeline)) == parse_number(b.answers.get(pipeline)):
+            agreed += 1
+        else:
+            diff.append(a.question_id)
+    return AnswerAgreement(pipeline, compared, agreed, agreed / compared if compared else None, tuple(diff))

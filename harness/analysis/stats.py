@@ -5,8 +5,8 @@ differences), never percentages. Question-level inputs are dicts mapping a quest
 id (e.g. ``"gsm8k/test/17"``) to a correctness verdict.
 
 Numerics come from scipy/numpy: ``scipy.stats.binomtest`` (exact binomial tests and
-the Wilson interval), ``scipy.stats.norm``/``chi2`` (quantiles and tail areas),
-``scipy.optimize.brentq`` (root finding) and ``scipy.stats.bootstrap``.
+the Wilson interval), ``statistics.NormalDist`` / ``scipy.stats.chi2`` (normal quantiles, tail areas),
+bisection (root finding) and ``scipy.stats.bootstrap``.
 """
 
 from __future__ import annotations
@@ -16,8 +16,23 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Literal, Mapping, Sequence
 
-import numpy as np
-from scipy import optimize, stats
+import importlib
+from statistics import NormalDist
+
+
+class _LazyModule:
+    """A module imported on first attribute access (numpy and scipy cost about 1.5 s of
+    start-up, which ``evalrun --help`` and ``--dry-run`` must not pay)."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr: str):
+        return getattr(importlib.import_module(self._name), attr)
+
+
+np = _LazyModule("numpy")
+stats = _LazyModule("scipy.stats")
 
 __all__ = [
     "wilson_interval",
@@ -265,7 +280,7 @@ def min_detectable_drop(
           / delta^2`` is inverted: delta solves
           ``delta * sqrt(n) = z_{1-alpha} sqrt(psi) + z_{power} sqrt(psi - delta^2)``
           on (0, psi] (a drop cannot exceed the discordance), by
-          ``scipy.optimize.brentq``. When even delta = psi is not detectable,
+          bisection (f is increasing there). When even delta = psi is not detectable,
           ``math.inf`` is returned.
 
     Raises:
@@ -279,8 +294,8 @@ def min_detectable_drop(
         raise ValueError(f"alpha must be in (0, 0.5), got {alpha!r}")
     if not 0.5 < power < 1.0:
         raise ValueError(f"power must be in (0.5, 1), got {power!r}")
-    z_a = float(stats.norm.ppf(1.0 - alpha))
-    z_b = float(stats.norm.ppf(power))
+    z_a = NormalDist().inv_cdf(1.0 - alpha)
+    z_b = NormalDist().inv_cdf(power)
     if discordance is None:
         return (z_a + z_b) * math.sqrt(p * (1.0 - p) / n)
     psi = float(discordance)
@@ -292,8 +307,16 @@ def min_detectable_drop(
 
     if f(psi) < 0.0:
         return math.inf
-    # f(0) = -(z_a + z_b) sqrt(psi) < 0 and f is increasing on [0, psi].
-    return float(optimize.brentq(f, 0.0, psi, xtol=1e-12))
+    # f(0) = -(z_a + z_b) sqrt(psi) < 0 and f is increasing on [0, psi]: bisection
+    # to 1e-12 (no scipy import, so --dry-run starts fast).
+    lo, hi = 0.0, psi
+    while hi - lo > 1e-12:
+        mid = (lo + hi) / 2
+        if f(mid) < 0.0:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
 
 
 # --------------------------------------------------------------------------- bootstrap
@@ -308,7 +331,7 @@ def _generator_kw(seed: int) -> dict:
 
 def bootstrap_ci(
     values: Sequence[float],
-    statistic: Callable = np.mean,
+    statistic: Callable | None = None,
     confidence: float = 0.95,
     n_resamples: int = 2000,
     seed: int = 0,
@@ -317,8 +340,8 @@ def bootstrap_ci(
 
     Args:
         values: one number per unit (e.g. per request), same unit as the result.
-        statistic: function of a 1-D array; if it accepts ``axis`` it is called
-            vectorised (``np.mean``, ``np.median`` do).
+        statistic: function of a 1-D array (None = ``numpy.mean``); if it accepts
+            ``axis`` it is called vectorised (``np.mean``, ``np.median`` do).
         confidence: two-sided level in (0, 1).
         n_resamples: number of bootstrap resamples (>= 1).
         seed: seed of the ``numpy.random.Generator``; same inputs and seed give the
@@ -335,6 +358,8 @@ def bootstrap_ci(
         ValueError: empty or non-finite values, bad confidence or n_resamples.
     """
     _check_confidence(confidence)
+    if statistic is None:
+        statistic = np.mean
     if n_resamples < 1:
         raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
     arr = np.asarray(values, dtype=float)
@@ -457,7 +482,7 @@ def floor_margin(
         raise ValueError(f"n_calibration must be >= 1 or None, got {n_calibration}")
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"p must be in [0, 1], got {p!r}")
-    z = float(stats.norm.ppf(confidence))
+    z = NormalDist().inv_cdf(confidence)
     if n_calibration is None:
         return z * math.sqrt(p * (1.0 - p) / n_run)
     if n_run >= n_calibration:

@@ -114,13 +114,16 @@ class MinAcceptanceLength(_GateBase):
 
 class MaxAccuracyDrop(_GateBase):
     """Paired ``pipeline`` accuracy drop baseline - candidate <= ``limit`` (fraction) and
-    not significantly worse (one-sided exact McNemar p >= ``alpha``)."""
+    not significantly worse (one-sided exact McNemar p >= ``alpha``; with
+    ``multiple_testing`` ``holm``, the Holm-adjusted p-value over the config's
+    accuracy-drop gates that ask for it)."""
 
     kind: Literal[GateKind.MAX_ACCURACY_DROP] = GateKind.MAX_ACCURACY_DROP
     op: Literal["<="] = "<="
     limit: float
     pipeline: str
     alpha: float = 0.05
+    multiple_testing: Literal["none", "holm"] = "none"
 
 
 class MinOutputMatch(_GateBase):
@@ -237,9 +240,12 @@ def plan_gates(config: ModelConfig) -> list[Gate]:
                 out.append(MaxAccuracyDrop(
                     id=f"{c}/{pair}/{tname}/max_accuracy_drop", **base,
                     limit=comp.max_accuracy_drop, pipeline=g.accuracy_pipeline, alpha=comp.alpha,
+                    multiple_testing=g.multiple_testing,
                     description=(f"paired {g.accuracy_pipeline} accuracy drop {comp.baseline} - {comp.candidate} "
                                  f"<= {comp.max_accuracy_drop}, and not significantly worse "
-                                 f"(one-sided McNemar, alpha {comp.alpha})"),
+                                 f"(one-sided McNemar, alpha {comp.alpha}"
+                                 + (", Holm-corrected across the config's accuracy-drop gates)"
+                                    if g.multiple_testing == "holm" else ")")),
                 ))
             if comp.min_output_match is not None:
                 noise = (
@@ -250,7 +256,8 @@ def plan_gates(config: ModelConfig) -> list[Gate]:
                 )
                 out.append(MinOutputMatch(
                     id=f"{c}/{pair}/{tname}/min_output_match", **base,
-                    limit=comp.min_output_match, alpha=comp.alpha, noise_runs=comp.noise_runs,
+                    limit=comp.min_output_match, alpha=comp.output_match_alpha or comp.alpha,
+                    noise_runs=comp.noise_runs,
                     noise_mismatch_rate=comp.noise_mismatch_rate,
                     description="share of questions with identical completion token ids" + noise,
                 ))

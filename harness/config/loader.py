@@ -35,6 +35,9 @@ MODEL_LISTS_DIR = PROJECT_ROOT / "model_lists"
 #: Default of vLLM's GSM8K test (``tests/evals/gsm8k/test_gsm8k_correctness.py``):
 #: absolute tolerance below ``accuracy_threshold``.
 DEFAULT_TOLERANCE = 0.08
+#: Requests in flight per variant by default: vLLM's gsm8k_eval.py without
+#: ``--max-concurrency`` is bounded only by aiohttp's ``TCPConnector`` limit of 100.
+DEFAULT_MAX_CONCURRENCY = 100
 
 
 def _env_to_str(v: Any) -> Any:
@@ -119,6 +122,10 @@ class GateSpec(_Frozen):
             length since the stored baseline (tokens); None disables.
         baseline_alpha: significance level of the one-sided test (paired McNemar, or
             Fisher's exact test without per-question data) against the baseline.
+        multiple_testing: ``holm`` judges the significance part of the config's
+            ``max_accuracy_drop`` gates with Holm's step-down correction (Holm 1979,
+            Scand. J. Statist. 6:65-70), so that their family-wise false-fail
+            probability is at most alpha; ``none`` (default) tests each at its alpha.
         max_truncation_rate: largest allowed share of successful completions cut by
             ``max_tokens`` (``finish_reason: length``), per variant and task; None
             (default) disables the gate (the share is recorded and shown either way).
@@ -133,6 +140,7 @@ class GateSpec(_Frozen):
     baseline_max_accuracy_drop: float | None = Field(default=0.05, ge=0.0, le=1.0)
     baseline_max_acceptance_length_drop: float | None = Field(default=0.1, ge=0.0)
     baseline_alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
+    multiple_testing: Literal["none", "holm"] = "none"
     max_truncation_rate: float | None = Field(default=None, ge=0.0, le=1.0)
 
 
@@ -164,6 +172,8 @@ class ComparisonSpec(_Frozen):
         noise_mismatch_rate: a stored baseline-vs-baseline output mismatch rate
             (fraction of questions, e.g. from ``evalrun calibrate``) used as the noise
             when the baseline is not rerun in this run; None = none.
+        output_match_alpha: significance level of the output-match test against noise
+            (None = ``alpha``).
     """
 
     baseline: str
@@ -176,6 +186,7 @@ class ComparisonSpec(_Frozen):
     expected_discordance: float = Field(default=0.05, gt=0.0, le=1.0)
     noise_runs: int = Field(default=1, ge=1, le=2)
     noise_mismatch_rate: float | None = Field(default=None, ge=0.0, le=1.0)
+    output_match_alpha: float | None = Field(default=None, gt=0.0, lt=1.0)
 
 
 class SpeculativeConfigSpec(_Frozen):
@@ -318,7 +329,7 @@ class NativeConfig(_Frozen):
     env: EnvDict = Field(default_factory=dict)
     startup_max_wait_seconds: float = Field(default=600, gt=0)
     request_timeout_seconds: float = Field(default=600, gt=0)
-    max_concurrency: int = Field(default=8, ge=1)
+    max_concurrency: int = Field(default=DEFAULT_MAX_CONCURRENCY, ge=1)
     per_request_metrics: bool = False
     variants: dict[str, VariantSpec]
     tasks: dict[str, TaskSpec]
@@ -327,6 +338,52 @@ class NativeConfig(_Frozen):
 
 
 # --------------------------------------------------------------------------- vLLM form
+
+
+class EvalrunBlock(_Frozen):
+    """evalrun's own settings inside a vLLM-form YAML (top-level key ``evalrun:``;
+    vLLM's test ignores top-level keys it does not read). Validated like the native
+    form: an unknown key is an error naming file, key path, line and nearest key.
+
+    Attributes:
+        max_concurrency: requests in flight per variant (default 100, vLLM's client's).
+        request_timeout_seconds: total seconds per request attempt.
+        noise_runs: 2 (default) runs each comparison's baseline variant twice, and
+            every derived comparison's output match is judged against that rerun's
+            output mismatches (README "Output match against noise"); 1 = no rerun.
+        noise_mismatch_rate: a stored baseline-vs-baseline mismatch rate (fraction of
+            questions, e.g. from ``evalrun calibrate``); when set, no rerun is made
+            (unless ``noise_runs: 2`` is written) and the rate is the noise.
+        min_output_match: output match limit used when the measured noise is 0.
+        max_accuracy_drop: largest paired accuracy drop reference -> spec variant.
+        max_acceptance_length_drop: largest mean acceptance length drop spec_sync -> spec_async.
+        alpha: one-sided significance level of the paired accuracy test.
+        output_match_alpha: one-sided level of the output-match test against noise
+            (default 0.001: a broken build's excess of mismatches is large, while a
+            correct build with 9 such gates false-fails with probability at most
+            1 - 0.999^9, about 0.9%).
+        expected_discordance: assumed discordance for the dry run's power statement
+            and family-wise false-fail probability.
+        multiple_testing: ``holm`` or ``none`` (see :class:`GateSpec`).
+    """
+
+    max_concurrency: int = Field(default=DEFAULT_MAX_CONCURRENCY, ge=1)
+    request_timeout_seconds: float = Field(default=600, gt=0)
+    noise_runs: int | None = Field(default=None, ge=1, le=2)
+    noise_mismatch_rate: float | None = Field(default=None, ge=0.0, le=1.0)
+    min_output_match: float | None = Field(default=1.0, ge=0.0, le=1.0)
+    max_accuracy_drop: float | None = Field(default=0.05, ge=0.0, le=1.0)
+    max_acceptance_length_drop: float | None = Field(default=0.1, ge=0.0)
+    alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
+    output_match_alpha: float = Field(default=0.001, gt=0.0, lt=1.0)
+    expected_discordance: float = Field(default=0.05, gt=0.0, le=1.0)
+    multiple_testing: Literal["none", "holm"] = "none"
+
+    def effective_noise_runs(self) -> int:
+        """2 unless a stored ``noise_mismatch_rate`` replaces the rerun (or 1 is written)."""
+        if self.noise_runs is not None:
+            return self.noise_runs
+        return 1 if self.noise_mismatch_rate is not None else 2
 
 
 class VllmGsm8kConfig(_Frozen):
@@ -350,6 +407,7 @@ class VllmGsm8kConfig(_Frozen):
     temperature: float = Field(default=0.0, ge=0.0)
     seed: int = 42
     calibration_questions: int | None = Field(default=None, ge=1)
+    evalrun: EvalrunBlock = Field(default_factory=EvalrunBlock)
 
 
 # --------------------------------------------------------------------------- the result
@@ -383,7 +441,7 @@ class ModelConfig(_Frozen):
     env: dict[str, str]
     startup_max_wait_seconds: float
     request_timeout_seconds: float = 600
-    max_concurrency: int = 8
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY
     per_request_metrics: bool = False
     variants: dict[str, VariantSpec]
     tasks: dict[str, TaskSpec]
@@ -879,11 +937,13 @@ def _from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict | None = No
         temperature=c.temperature,
         seed=c.seed,
     )
+    ev = c.evalrun
     gates = GateSpec(
         accuracy_threshold=c.accuracy_threshold,
         tolerance=c.tolerance,
         calibration_questions=c.calibration_questions,
         min_acceptance_length=c.min_acceptance_length,
+        multiple_testing=ev.multiple_testing,
     )
     if spec is None:
         variants = {"reference": VariantSpec()}
@@ -894,14 +954,20 @@ def _from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict | None = No
             "spec_sync": VariantSpec(speculative_config=spec, async_scheduling=False),
             "spec_async": VariantSpec(speculative_config=spec, async_scheduling=True),
         }
+        common = dict(
+            min_output_match=ev.min_output_match, alpha=ev.alpha, output_match_alpha=ev.output_match_alpha,
+            expected_discordance=ev.expected_discordance,
+            noise_runs=ev.effective_noise_runs(), noise_mismatch_rate=ev.noise_mismatch_rate,
+        )
         comparisons = (
-            ComparisonSpec(baseline="reference", candidate="spec_async"),
-            ComparisonSpec(baseline="reference", candidate="spec_sync"),
+            ComparisonSpec(baseline="reference", candidate="spec_async", max_accuracy_drop=ev.max_accuracy_drop, **common),
+            ComparisonSpec(baseline="reference", candidate="spec_sync", max_accuracy_drop=ev.max_accuracy_drop, **common),
             ComparisonSpec(
                 baseline="spec_sync",
                 candidate="spec_async",
                 max_accuracy_drop=None,
-                max_acceptance_length_drop=0.1,
+                max_acceptance_length_drop=ev.max_acceptance_length_drop,
+                **common,
             ),
         )
     return ModelConfig(
@@ -913,6 +979,8 @@ def _from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict | None = No
         server_args=tuple(argv),
         env=dict(c.env),
         startup_max_wait_seconds=c.startup_max_wait_seconds,
+        request_timeout_seconds=ev.request_timeout_seconds,
+        max_concurrency=ev.max_concurrency,
         variants=variants,
         tasks={"gsm8k": task},
         gates=gates,

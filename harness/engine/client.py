@@ -1,91 +1,119 @@
-"""OpenAI-compatible completions client: errors are values, retries are bounded and counted.
+"""OpenAI-compatible completions client: asyncio, many requests in flight, errors as values.
 
-A failed request returns a :class:`CompletionResult` with ``error`` set (naming the
-request id, the HTTP status or transport error and the server's message); it is
-never turned into an empty completion. Only transport errors and HTTP 5xx are
+Requests go out concurrently on one ``aiohttp.ClientSession``, as in vLLM's own GSM8K
+client (``tests/evals/gsm8k/gsm8k_eval.py``: ``aiohttp.ClientSession`` with a
+``TCPConnector``, all questions gathered at once; its default bound is aiohttp's
+connector limit of 100). A failed request returns a
+:class:`~harness.records.completions.Completion` with ``error`` set (naming the
+request id, the HTTP status or transport error and the server's message); it is never
+turned into an empty completion. Only transport errors, timeouts and HTTP 5xx are
 retried, at most ``max_retries`` times, and the number of attempts is recorded.
+
+**Why no request can hang on a client-side fault.** The connection pool is aiohttp's
+``TCPConnector``, not httpx/httpcore: httpcore's pool has an open race
+(encode/httpcore#1110) in which a request can wait on a connection that is never
+handed to it, which stalled whole runs of evalrun's earlier thread-pool client for
+``request_timeout_seconds`` at 100 in flight. The connector's limit equals the number
+of requests the caller lets in flight (:class:`asyncio.Semaphore` in the session), so
+no request queues for a connection; and each attempt has a total timeout
+(``aiohttp.ClientTimeout(total=...)``) as the backstop for a server that never
+answers. A progress-based read timeout is not used: a non-streamed completion sends
+no byte until it is finished, so "no progress" cannot be told from "a long answer".
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import httpx
+from harness.records.completions import Completion
+
+if TYPE_CHECKING:  # aiohttp is imported on first use (start-up time of --help / --dry-run)
+    import aiohttp
+
+#: vLLM's gsm8k_eval.py bound when ``--max-concurrency`` is not given: aiohttp's
+#: ``TCPConnector(limit=100)`` default.
+VLLM_CLIENT_DEFAULT_CONCURRENCY = 100
+#: Seconds allowed to open a TCP connection to the local server.
+CONNECT_TIMEOUT_S = 10.0
 
 
-@dataclass(frozen=True)
-class CompletionResult:
-    """The outcome of one ``/v1/completions`` request.
+def served_model(base_url: str, timeout_s: float = 30) -> str:
+    """The first model id listed by ``GET /v1/models``.
 
-    Attributes:
-        request_id: the caller's id (the question id).
-        text: completion text, None on error.
-        token_ids: completion token ids (``return_token_ids``), None on error or when
-            the server did not return them.
-        finish_reason: ``stop`` / ``length`` / ..., None on error.
-        stop_reason: what ended a ``stop`` completion, as vLLM reports it: the stop
-            string that matched, a stop token id, or None (end-of-sequence token,
-            ``length``, an error, or a server that does not report it).
-        error: None on success, else a message naming the request and the failure.
-        attempts: HTTP attempts made (>= 1).
-        latency_s: seconds of the last attempt.
+    Raises:
+        RuntimeError: naming the URL when the list cannot be read.
     """
+    import httpx
 
-    request_id: str
-    text: str | None
-    token_ids: tuple[int, ...] | None
-    finish_reason: str | None
-    error: str | None
-    attempts: int
-    latency_s: float
-    stop_reason: str | int | None = None
+    try:
+        r = httpx.get(base_url.rstrip("/") + "/v1/models", timeout=timeout_s)
+        r.raise_for_status()
+        return r.json()["data"][0]["id"]
+    except (httpx.HTTPError, KeyError, IndexError, ValueError) as e:
+        raise RuntimeError(f"{base_url}/v1/models: cannot read the served model: {e}") from e
 
 
-class CompletionClient:
-    """Synchronous, thread-safe client for one server's ``/v1/completions``.
+class AsyncCompletionClient:
+    """Asynchronous client for one server's ``/v1/completions``; use as ``async with``.
 
     Args:
         base_url: ``http://HOST:PORT``.
-        model: the served model name (see :meth:`served_model`).
-        timeout_s: per-request timeout in seconds.
-        max_retries: extra attempts on transport errors or HTTP 5xx (default 1).
+        model: the served model name (see :func:`served_model`).
+        timeout_s: total seconds per attempt (connect + send + wait + read).
+        max_retries: extra attempts on transport errors, timeouts or HTTP 5xx (default 1).
+        max_connections: size of the connection pool; keep it >= the requests the
+            caller puts in flight so none waits for a connection.
     """
 
-    def __init__(self, base_url: str, model: str, timeout_s: float = 600, max_retries: int = 1):
+    def __init__(
+        self, base_url: str, model: str, timeout_s: float = 600, max_retries: int = 1,
+        max_connections: int = VLLM_CLIENT_DEFAULT_CONCURRENCY,
+    ):
         self.base_url = base_url.rstrip("/")
+        self.url = self.base_url + "/v1/completions"
         self.model = model
+        self.timeout_s = timeout_s
         self.max_retries = max_retries
-        self._http = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=10.0))
+        self.max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
 
-    @staticmethod
-    def served_model(base_url: str, timeout_s: float = 30) -> str:
-        """The first model id listed by ``GET /v1/models``.
+    async def __aenter__(self) -> "AsyncCompletionClient":
+        import aiohttp
 
-        Raises:
-            RuntimeError: naming the URL when the list cannot be read.
-        """
-        try:
-            r = httpx.get(base_url.rstrip("/") + "/v1/models", timeout=timeout_s)
-            r.raise_for_status()
-            return r.json()["data"][0]["id"]
-        except (httpx.HTTPError, KeyError, IndexError, ValueError) as e:
-            raise RuntimeError(f"{base_url}/v1/models: cannot read the served model: {e}") from e
+        self._aiohttp = aiohttp
+        self._session = aiohttp.ClientSession(
+            # ssl=False: plain HTTP to the local server; skips building an SSL context (~60 ms CPU)
+            connector=aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0, ssl=False),
+            timeout=aiohttp.ClientTimeout(total=self.timeout_s, connect=CONNECT_TIMEOUT_S),
+            json_serialize=json.dumps,
+        )
+        return self
 
-    def complete(
+    async def __aexit__(self, *exc) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def complete(
         self,
         request_id: str,
         prompt: str,
         max_tokens: int,
         temperature: float = 0.0,
         seed: int | None = None,
-        stop: list[str] | tuple[str, ...] = (),
-    ) -> CompletionResult:
+        stop: Sequence[str] = (),
+    ) -> Completion:
         """Send one completion request (``return_token_ids`` on).
 
         Returns:
-            A :class:`CompletionResult`; never raises for HTTP or transport errors.
+            A :class:`Completion`; never raises for HTTP, transport or timeout errors.
         """
+        assert self._session is not None, "use AsyncCompletionClient as 'async with'"
+        aiohttp = self._aiohttp
         body = {
             "model": self.model,
             "prompt": prompt,
@@ -103,52 +131,44 @@ class CompletionClient:
             attempts += 1
             t0 = time.monotonic()
             try:
-                r = self._http.post(self.base_url + "/v1/completions", json=body)
+                async with self._session.post(self.url, json=body) as r:
+                    status = r.status
+                    raw = await r.read()
                 latency = time.monotonic() - t0
-            except httpx.HTTPError as e:
+            except asyncio.TimeoutError:
+                latency = time.monotonic() - t0
+                last_err = f"request {request_id}: no response within {self.timeout_s:g} s (attempt {attempts})"
+                continue
+            except aiohttp.ClientError as e:
                 latency = time.monotonic() - t0
                 last_err = f"request {request_id}: {type(e).__name__}: {e}"
                 continue
-            if r.status_code >= 500:
-                last_err = f"request {request_id}: HTTP {r.status_code}: {r.text[:500]}"
+            if status >= 500:
+                last_err = f"request {request_id}: HTTP {status}: {raw[:500].decode('utf-8', 'replace')}"
                 continue
-            if r.status_code != 200:
-                return CompletionResult(
+            if status != 200:
+                return Completion(
                     request_id, None, None, None,
-                    f"request {request_id}: HTTP {r.status_code}: {r.text[:500]}",
+                    f"request {request_id}: HTTP {status}: {raw[:500].decode('utf-8', 'replace')}",
                     attempts, latency,
                 )
             try:
-                choice = r.json()["choices"][0]
+                choice = json.loads(raw)["choices"][0]
                 ids = choice.get("token_ids")
-                return CompletionResult(
+                return Completion(
                     request_id,
                     choice["text"],
-                    tuple(int(t) for t in ids) if ids is not None else None,
+                    tuple(ids) if ids is not None else None,
                     choice.get("finish_reason"),
                     None,
                     attempts,
                     latency,
                     stop_reason=choice.get("stop_reason"),
                 )
-            except (ValueError, KeyError, IndexError, TypeError) as e:
-                return CompletionResult(
+            except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
+                return Completion(
                     request_id, None, None, None,
-                    f"request {request_id}: malformed response ({e}): {r.text[:300]}",
+                    f"request {request_id}: malformed response ({e}): {raw[:300].decode('utf-8', 'replace')}",
                     attempts, latency,
                 )
-        return CompletionResult(request_id, None, None, None, last_err, attempts, latency)
-
-    def get_text(self, path: str, params: dict | None = None) -> str:
-        """GET ``path`` and return the body text.
-
-        Raises:
-            httpx.HTTPError: on transport errors or a non-2xx status.
-        """
-        r = self._http.get(self.base_url + path, params=params, timeout=30)
-        r.raise_for_status()
-        return r.text
-
-    def close(self) -> None:
-        """Close the connection pool."""
-        self._http.close()
+        return Completion(request_id, None, None, None, last_err, attempts, latency)

@@ -1,22 +1,23 @@
 """One variant's engine session: its server, its client, and metric snapshots around each task.
 
 A session starts the variant's vLLM server, reads the effective engine facts, and
-runs task requests, producing one immutable :class:`~harness.records.samples.Sample` per
-request plus the speculative-decoding counter difference over the task.
+sends task requests, producing one raw :class:`~harness.records.completions.Completion`
+per request plus the speculative-decoding counter difference over the task. Judging the
+completions is the task stage's work (:mod:`harness.tasks.judging`), not the engine's.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
-from harness.engine.client import CompletionClient
+from harness.engine.client import AsyncCompletionClient, served_model
 from harness.engine.info import EngineFacts, EngineInfoError
 from harness.engine.metrics import (
     MetricsError,
@@ -25,9 +26,9 @@ from harness.engine.metrics import (
     has_spec_decode_counters,
     parse_spec_decode_counters,
 )
-from harness.records.samples import Sample
 from harness.engine.server import VllmServer
-from harness.tasks.gsm8k import Request, judge
+from harness.records.completions import Completion
+from harness.tasks.gsm8k import Request
 
 #: Per-request metrics: seconds between two reads of /metrics that must agree.
 SETTLE_INTERVAL = 0.02
@@ -40,7 +41,7 @@ class TaskOutcome:
     """What one task produced on one variant.
 
     Attributes:
-        samples: one per request, in request order.
+        completions: one raw completion per request, in request order.
         spec_counters: counter difference over the task (None when the variant does
             not speculate).
         spec_metrics: ratios derived from ``spec_counters`` (None likewise).
@@ -48,7 +49,7 @@ class TaskOutcome:
         seconds: wall-clock seconds of the task.
     """
 
-    samples: tuple[Sample, ...]
+    completions: tuple[Completion, ...]
     spec_counters: SpecDecodeCounters | None
     spec_metrics: SpecDecodeMetrics | None
     metrics_error: str | None
@@ -65,7 +66,8 @@ class VariantSession:
         log_path: server log file.
         startup_timeout: seconds to wait for ``/health``.
         request_timeout: seconds per request.
-        max_concurrency: requests in flight at once.
+        max_concurrency: requests in flight at once (asyncio; the pool has as many
+            connections).
         speculative: whether the variant asked for speculative decoding.
         on_wait: progress callback while the server starts (elapsed seconds).
 
@@ -93,21 +95,22 @@ class VariantSession:
         self.request_timeout = request_timeout
         self.max_concurrency = max_concurrency
         self.speculative = speculative
-        self.client: CompletionClient | None = None
+        self.model: str | None = None
+        self._http: httpx.Client | None = None
 
     def __enter__(self) -> "VariantSession":
         self.server.__enter__()
         try:
-            model = CompletionClient.served_model(self.server.base_url)
-            self.client = CompletionClient(self.server.base_url, model, timeout_s=self.request_timeout)
+            self.model = served_model(self.server.base_url)
+            self._http = httpx.Client(timeout=httpx.Timeout(30.0, connect=10.0))
         except BaseException:
             self.server.stop()
             raise
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.client:
-            self.client.close()
+        if self._http is not None:
+            self._http.close()
         self.server.stop()
 
     # ------------------------------------------------------------------ engine facts
@@ -118,7 +121,6 @@ class VariantSession:
         Raises:
             EngineInfoError: naming the variant when either cannot be read.
         """
-        assert self.client is not None
         try:
             info = httpx.get(
                 self.server.base_url + "/server_info",
@@ -143,9 +145,11 @@ class VariantSession:
             MetricsError: the variant speculates but a counter is missing, or
                 ``/metrics`` cannot be read.
         """
-        assert self.client is not None
+        assert self._http is not None, "use VariantSession as a context manager"
         try:
-            text = self.client.get_text("/metrics")
+            r = self._http.get(self.server.base_url + "/metrics")
+            r.raise_for_status()
+            text = r.text
         except httpx.HTTPError as e:
             raise MetricsError(f"{self.variant_id}: cannot read /metrics: {e}") from e
         if not self.speculative and not has_spec_decode_counters(text):
@@ -176,23 +180,27 @@ class VariantSession:
 
     def run_task(
         self,
-        config: str,
-        variant: str,
-        task: str,
         requests: Sequence[Request],
         max_tokens: int,
         temperature: float,
         seed: int,
         stop: Sequence[str],
-        on_done: Callable[[Sample], None] | None = None,
+        on_done: Callable[[Completion], None] | None = None,
         per_request: bool = False,
     ) -> TaskOutcome:
-        """Send every request, judge the completions, diff the counters.
+        """Send every request and diff the counters; nothing is judged here.
+
+        Requests go out on one asyncio event loop (:class:`AsyncCompletionClient`),
+        at most ``max_concurrency`` in flight (an :class:`asyncio.Semaphore`; the
+        connection pool has as many connections, so none waits for one).
 
         Args:
+            requests: the task's requests (``question_id``, ``prompt``).
+            max_tokens, temperature, seed, stop: sampling settings of every request.
+            on_done: called with each completion as it arrives (progress).
             per_request: send the requests one at a time (no concurrency) and, for a
                 variant exposing speculative-decoding counters, read ``/metrics``
-                before and after each one: the difference is stored on the sample
+                before and after each one: the difference is stored on the completion
                 (``spec_drafts``, ``spec_draft_tokens``, ``spec_accepted_tokens``,
                 ``spec_accepted_per_pos``). vLLM's counters are cumulative per
                 engine, so this attribution is only possible for sequential requests.
@@ -202,69 +210,19 @@ class VariantSession:
                 lands.
 
         Returns:
-            :class:`TaskOutcome` with one sample per request, in request order.
-            Failed requests become samples with ``error`` set (never scored).
+            :class:`TaskOutcome` with one raw :class:`Completion` per request, in
+            request order (failed requests carry ``error``); the task stage judges
+            them (:func:`harness.tasks.judging.judge_completions`).
         """
-        assert self.client is not None
+        assert self.model is not None, "use VariantSession as a context manager"
         t0 = time.monotonic()
         metrics_error = None
         try:
             before = self.snapshot()
         except MetricsError as e:
             before, metrics_error = None, str(e)
-        results: dict[int, Sample] = {}
-
-        def one(i: int, r: Request) -> tuple[int, Sample]:
-            res = self.client.complete(
-                r.question_id, r.prompt, max_tokens=max_tokens,
-                temperature=temperature, seed=seed, stop=stop,
-            )
-            if res.error is not None:
-                s = Sample(
-                    config=config, variant=variant, task=task, question_id=r.question_id,
-                    prompt_hash=r.prompt_hash, gold=r.gold, error=res.error,
-                    attempts=res.attempts, latency_s=round(res.latency_s, 4),
-                )
-            else:
-                answers, correct = judge(res.text or "", r.gold)
-                s = Sample(
-                    config=config, variant=variant, task=task, question_id=r.question_id,
-                    prompt_hash=r.prompt_hash, gold=r.gold, completion=res.text,
-                    token_ids=res.token_ids, finish_reason=res.finish_reason,
-                    stop_reason=res.stop_reason,
-                    answers=answers, correct=correct, attempts=res.attempts,
-                    latency_s=round(res.latency_s, 4),
-                )
-            return i, s
-
-        if per_request:
-            prev = before if metrics_error is None else None
-            for i, r in enumerate(requests):
-                _, s = one(i, r)
-                if prev is not None:
-                    try:
-                        now = self._settled_snapshot(prev)
-                        d = now.minus(prev)
-                        s = dataclasses.replace(
-                            s, spec_drafts=d.drafts, spec_draft_tokens=d.draft_tokens,
-                            spec_accepted_tokens=d.accepted_tokens,
-                            spec_accepted_per_pos=tuple(d.accepted_per_pos),
-                        )
-                        prev = now
-                    except MetricsError as e:
-                        metrics_error, prev = f"per-request metrics stopped at {r.question_id}: {e}", None
-                results[i] = s
-                if on_done:
-                    on_done(s)
-        else:
-            with ThreadPoolExecutor(max_workers=self.max_concurrency) as pool:
-                futs = [pool.submit(one, i, r) for i, r in enumerate(requests)]
-                for f in as_completed(futs):
-                    i, s = f.result()
-                    results[i] = s
-                    if on_done:
-                        on_done(s)
-        samples = tuple(results[i] for i in range(len(requests)))
+        completions, metrics_error = asyncio.run(self._send_all(
+            requests, max_tokens, temperature, seed, stop, on_done, per_request, before, metrics_error))
 
         counters = metrics = None
         if metrics_error is None:
@@ -277,4 +235,49 @@ class VariantSession:
                     metrics_error = f"{self.variant_id}: no speculative-decoding counters in /metrics"
             except MetricsError as e:
                 metrics_error = str(e)
-        return TaskOutcome(samples, counters, metrics, metrics_error, time.monotonic() - t0)
+        return TaskOutcome(completions, counters, metrics, metrics_error, time.monotonic() - t0)
+
+    async def _send_all(
+        self, requests: Sequence[Request], max_tokens: int, temperature: float, seed: int,
+        stop: Sequence[str], on_done: Callable[[Completion], None] | None, per_request: bool,
+        before: SpecDecodeCounters | None, metrics_error: str | None,
+    ) -> tuple[tuple[Completion, ...], str | None]:
+        """Send the requests on this event loop; return completions in request order
+        and the (possibly updated) metrics error."""
+        results: list[Completion | None] = [None] * len(requests)
+        width = 1 if per_request else self.max_concurrency
+        async with AsyncCompletionClient(
+            self.server.base_url, self.model, timeout_s=self.request_timeout, max_connections=width,
+        ) as client:
+            if per_request:
+                prev = before if metrics_error is None else None
+                for i, r in enumerate(requests):
+                    c = await client.complete(r.question_id, r.prompt, max_tokens, temperature, seed, stop)
+                    if prev is not None:
+                        try:
+                            # a blocking read is fine here: nothing else is in flight
+                            now = self._settled_snapshot(prev)
+                            d = now.minus(prev)
+                            c = dataclasses.replace(
+                                c, spec_drafts=d.drafts, spec_draft_tokens=d.draft_tokens,
+                                spec_accepted_tokens=d.accepted_tokens,
+                                spec_accepted_per_pos=tuple(d.accepted_per_pos),
+                            )
+                            prev = now
+                        except MetricsError as e:
+                            metrics_error, prev = f"per-request metrics stopped at {r.question_id}: {e}", None
+                    results[i] = c
+                    if on_done:
+                        on_done(c)
+            else:
+                gate = asyncio.Semaphore(width)
+
+                async def one(i: int, r: Request) -> None:
+                    async with gate:
+                        c = await client.complete(r.question_id, r.prompt, max_tokens, temperature, seed, stop)
+                    results[i] = c
+                    if on_done:
+                        on_done(c)
+
+                await asyncio.gather(*(one(i, r) for i, r in enumerate(requests)))
+        return tuple(results), metrics_error  # type: ignore[arg-type]

@@ -38,7 +38,7 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, computed_field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, computed_field, model_validator
 
 from harness import __version__
 
@@ -259,9 +259,22 @@ class NoiseRecord(_Model):
     p_value: float
 
 
+class AnswerAgreementRecord(_Model):
+    """Answer-level agreement of a comparison: questions whose extracted answers
+    (``pipeline``) are equal, beside the token-level output match
+    (:class:`harness.analysis.scoring.AnswerAgreement`)."""
+
+    pipeline: Pipeline
+    compared: int
+    agreed: int
+    agreement_rate: float | None
+    disagreements: list[str] = Field(default_factory=list)
+
+
 class ComparisonResult(OutputMatchRecord):
     """One planned comparison ``baseline -> candidate`` on one task: output match (the
-    inherited fields), the paired accuracy test under ``pipeline``, and the noise reference."""
+    inherited fields), answer-level agreement, the paired accuracy test under
+    ``pipeline``, and the noise reference."""
 
     baseline: str
     candidate: str
@@ -270,6 +283,7 @@ class ComparisonResult(OutputMatchRecord):
     paired: PairedRecord | None = None
     noise: NoiseRecord | None = None
     truncated: TruncatedIds | None = None
+    answer_agreement: AnswerAgreementRecord | None = None
 
 
 # --------------------------------------------------------------------------- tasks and variants

@@ -50,13 +50,13 @@ def detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER,
         ``[{"task", "n", "p", "p_assumed", "power", "floor": {...} , "paired": [...]}]``;
         drops are accuracy fractions.
     """
-    from scipy import stats as _st
+    from statistics import NormalDist
 
     from harness.analysis.stats import floor_margin, min_detectable_drop
 
     g = config.gates
     out = []
-    z_pow = float(_st.norm.ppf(power))
+    z_pow = NormalDist().inv_cdf(power)
     for tname, t in config.tasks.items():
         g = config.gates_for(tname)
         n = task_size(t)
@@ -192,6 +192,63 @@ def render_detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER,
     return lines
 
 
+def family_false_fail_of(config: ModelConfig) -> dict[str, Any]:
+    """The family-wise false-fail probability of ``config``'s in-run gates that test
+    for a difference, on an unchanged build.
+
+    The family: every ``max_accuracy_drop`` gate (per comparison and task; n = the
+    task's questions, discordance = the comparison's ``expected_discordance``, its
+    limit and alpha; Holm when the task's gates ask for ``multiple_testing: holm``),
+    computed exactly by :func:`harness.analysis.familywise.family_false_fail`; and
+    every ``min_output_match`` gate judged against noise, whose exact test fails a
+    build with noise-level mismatches with probability at most its alpha.
+    Gates against a stored baseline (``--baseline``) are not in the plan and not counted.
+
+    Returns:
+        ``{"accuracy_drop_gates": int, "holm": bool, "accuracy_drop_false_fail": float,
+        "output_match_gates": int, "output_match_alpha_sum_bound": float,
+        "false_fail": float}``; ``false_fail`` = 1 - (1 - accuracy-drop part) *
+        prod(1 - alpha_i) over the output-match gates (independence).
+    """
+    from harness.analysis.familywise import family_false_fail
+
+    drops: list[tuple[int, float, float | None, float]] = []
+    holm = False
+    om_alphas: list[float] = []
+    for comp in config.comparisons:
+        for tname in comp.tasks or config.tasks:
+            n = task_size(config.tasks[tname])
+            if comp.max_accuracy_drop is not None:
+                drops.append((n, comp.expected_discordance, comp.max_accuracy_drop, comp.alpha))
+                holm |= config.gates_for(tname).multiple_testing == "holm"
+            if comp.min_output_match is not None and (comp.noise_runs > 1 or comp.noise_mismatch_rate is not None):
+                om_alphas.append(comp.output_match_alpha or comp.alpha)
+    acc = family_false_fail(drops, holm=holm) if drops else 0.0
+    keep = 1.0 - acc
+    for a in om_alphas:
+        keep *= 1.0 - a
+    return {"accuracy_drop_gates": len(drops), "holm": holm, "accuracy_drop_false_fail": acc,
+            "output_match_gates": len(om_alphas), "output_match_alpha_sum_bound": sum(om_alphas),
+            "false_fail": 1.0 - keep}
+
+
+def render_family(config: ModelConfig) -> list[str]:
+    """Lines for ``--dry-run`` stating :func:`family_false_fail_of`."""
+    f = family_false_fail_of(config)
+    if not f["accuracy_drop_gates"] and not f["output_match_gates"]:
+        return []
+    disc = sorted({c.expected_discordance for c in config.comparisons if c.max_accuracy_drop is not None})
+    return [
+        f"  family-wise false-fail probability on an unchanged build: {f['false_fail']:.3f}",
+        f"    {f['accuracy_drop_gates']} accuracy-drop gate(s) "
+        f"{'with Holm correction' if f['holm'] else 'each at its own alpha (set multiple_testing: holm to correct)'}: "
+        f"{f['accuracy_drop_false_fail']:.3f}, assuming discordance {', '.join(map(str, disc)) or '-'} "
+        f"(expected_discordance: questions flipping run to run) and independent gates",
+        f"    {f['output_match_gates']} output-match gate(s) judged against noise: at most "
+        f"{f['output_match_alpha_sum_bound']:.3f} together (each at most its alpha)",
+    ]
+
+
 #: Port written into the dry run's command lines so they run as pasted; a real run
 #: picks a free port at start-up instead.
 DRY_RUN_PORT = 8000
@@ -237,6 +294,7 @@ def render_plan(plan: Plan, only: Sequence[str] | None = None) -> str:
                 + ("" if s.required else ", optional (reported as not run when data is missing)")
             )
         lines += render_detectable_drops(c, only=only)
+        lines += render_family(c)
         lines.append("  gates:")
         skipped = 0
         for g in cp.gates:
@@ -252,7 +310,8 @@ def render_plan(plan: Plan, only: Sequence[str] | None = None) -> str:
 
 
 def plan_json(plan: Plan, only: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    """``--dry-run --json``: :meth:`Plan.to_json` plus each config's ``detectable_drops``.
+    """``--dry-run --json``: :meth:`Plan.to_json` plus each config's ``detectable_drops``
+    and ``family_false_fail`` (:func:`family_false_fail_of`).
 
     With ``only`` (``--variant`` names) each config lists only those variants and
     the gates that involve only them; ``argv`` keeps the ``{port}`` placeholder.
@@ -260,6 +319,7 @@ def plan_json(plan: Plan, only: Sequence[str] | None = None) -> list[dict[str, A
     out = plan.to_json()
     for entry, cp in zip(out, plan.configs):
         entry["detectable_drops"] = detectable_drops(cp.config, only=only)
+        entry["family_false_fail"] = family_false_fail_of(cp.config)
         if only is not None:
             keep = set(only)
             entry["variants"] = [v for v in entry["variants"] if v["name"] in keep]

@@ -1,0 +1,115 @@
+"""evalrun's pytest plugin (entry point ``pytest11``): vLLM's GSM8K test workflow.
+
+vLLM runs its GSM8K configs as ``pytest tests/evals/gsm8k/test_gsm8k_correctness.py
+--config-list-file=configs/models-h200.txt -k <config stem>``. With evalrun installed,
+the same command line works on evalrun's test module::
+
+    pytest --pyargs harness.test_gsm8k_correctness \\
+        --config-list-file=models-h200.txt -k Nemotron-3-Super-120B-A12B-BF16 \\
+        --junitxml=results/junit.xml
+
+Each config of the list becomes one test item named by the config's file stem
+(``test_gsm8k_correctness[Nemotron-3-Super-120B-A12B-BF16]``), so ``-k`` selects as in
+vLLM. An item runs its config through the same runner as ``evalrun --config`` and
+writes the run record as usual (``<results>/<run id>-<stem>/``); a failing gate fails
+the test with the gate table as the message, and a config that could not be judged
+fails too (fail closed). The list is resolved as evalrun resolves lists (a path, else
+``model_lists/``, else ``configs/``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from harness.records.run_record import RunRecord
+
+#: The fixture each config is given to.
+FIXTURE = "evalrun_config"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--config-list-file`` and evalrun's run options."""
+    g = parser.getgroup("evalrun", "evalrun (speculative-decoding accuracy gates on a vLLM server)")
+    g.addoption("--config-list-file", default=None, metavar="LIST",
+                help="model list (models-*.txt) or one config YAML; one test per config, named by its stem")
+    g.addoption("--evalrun-results-dir", default=None, metavar="DIR",
+                help="where run records are written (default: evalrun's results/)")
+    g.addoption("--evalrun-data-dir", default=None, metavar="DIR",
+                help="GSM8K folder with test.jsonl and train.jsonl (default: $EVALRUN_DATA_DIR, else the hub)")
+    g.addoption("--evalrun-python", default=None, metavar="PYTHON",
+                help="interpreter with vLLM installed, for the server command (default: this one)")
+    g.addoption("--evalrun-baseline-dir", default=None, metavar="DIR",
+                help="folder of stored baselines to gate against (default: none)")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize :data:`FIXTURE` with the list's config paths, ids = file stems.
+
+    Raises:
+        pytest.UsageError: the list cannot be read (naming the list and the entries).
+    """
+    if FIXTURE not in metafunc.fixturenames:
+        return
+    lst = metafunc.config.getoption("--config-list-file")
+    if not lst:
+        raise pytest.UsageError(f"{metafunc.function.__name__}: pass --config-list-file=LIST (a models-*.txt)")
+    from harness.config.loader import ConfigError, read_model_list
+
+    try:
+        paths = read_model_list(lst)
+    except ConfigError as e:
+        raise pytest.UsageError(f"--config-list-file={lst}: {e}") from None
+    metafunc.parametrize(FIXTURE, paths, ids=[p.stem for p in paths])
+
+
+def gate_table(record: RunRecord) -> str:
+    """The gate verdicts of a run record as a plain-text table (one line per gate:
+    verdict, gate id, observed, limit, detail), failed and not-run gates first, then
+    the config and variant errors."""
+    rows = [g for c in record.configs for g in c.gates]
+    order = {False: 0, None: 1, True: 2}
+    rows.sort(key=lambda g: order[g.passed])
+
+    def num(x: Any) -> str:
+        return "-" if x is None else f"{x:.4g}" if isinstance(x, float) else str(x)
+
+    verdict = {True: "PASS", False: "FAIL", None: "NOT RUN"}
+    lines = [f"{'verdict':8} {'gate':60} {'observed':>9} {'limit':>8}  detail"]
+    for g in rows:
+        lines.append(f"{verdict[g.passed]:8} {g.id:60} {num(g.observed):>9} {num(g.limit):>8}  {g.detail}")
+    errs = [f"{c.name}: {c.error}" for c in record.configs if c.error]
+    errs += [f"{c.name}/{v}: {vr.error}" for c in record.configs for v, vr in c.variants.items() if vr.error]
+    return "\n".join(lines + [f"error: {e}" for e in errs])
+
+
+def run_config(path: Path, config: pytest.Config) -> tuple[RunRecord, Path]:
+    """Run one config through :func:`harness.runner.run` with the plugin's options.
+
+    Returns:
+        (the run record, the run folder).
+    """
+    from harness.config.loader import PROJECT_ROOT, load_config
+    from harness.config.plan import build_plan
+    from harness.records.run_record import new_run_id
+    from harness.runner import RunOptions, run
+
+    plan = build_plan([load_config(path)], python=config.getoption("--evalrun-python"))
+    opt = config.getoption
+    opts = RunOptions(
+        results_dir=Path(opt("--evalrun-results-dir") or PROJECT_ROOT / "results"),
+        data_dir=Path(opt("--evalrun-data-dir")) if opt("--evalrun-data-dir") else None,
+        run_id=f"{new_run_id()}-{path.stem}",
+        argv=["pytest", f"--config-list-file={opt('--config-list-file')}", "-k", path.stem],
+        baseline_dir=Path(opt("--evalrun-baseline-dir")) if opt("--evalrun-baseline-dir") else None,
+    )
+    return run(plan, opts)
+
+
+@pytest.fixture
+def evalrun_run(request: pytest.FixtureRequest):
+    """A callable ``(config path) -> (record, run folder)`` bound to this session's options."""
+    return lambda path: run_config(Path(path), request.config)

@@ -1,0 +1,53 @@
+"""Raw completions: what the engine session hands the task stage, before any judging.
+
+The engine stage (:mod:`harness.engine.session`) sends requests and returns one
+:class:`Completion` per request; the task stage (:func:`harness.tasks.judge_completions`)
+turns them into judged :class:`~harness.records.samples.Sample` records. A failed
+request is a completion with ``error`` set and no text: it is never judged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Completion:
+    """The engine's answer to one ``/v1/completions`` request, unjudged.
+
+    Attributes:
+        request_id: the caller's id (the question id, e.g. ``gsm8k/test/17``).
+        text: completion text; None when the request failed.
+        token_ids: completion token ids (``return_token_ids``); None on error or when
+            the server did not return them.
+        finish_reason: ``stop`` / ``length`` / ... as returned; None on error.
+        stop_reason: what ended a ``stop`` completion, as vLLM reports it: the stop
+            string that matched, a stop token id, or None (end-of-sequence token,
+            ``length``, an error, or a server that does not report it).
+        error: None on success, else a message naming the request and the failure
+            (HTTP status and body, transport error, timeout, malformed response).
+        attempts: HTTP attempts made (>= 1).
+        latency_s: seconds of the last attempt.
+        spec_drafts, spec_draft_tokens, spec_accepted_tokens: this request's share of
+            the engine's cumulative speculative-decoding counters (counts), when the
+            session read ``/metrics`` around it (sequential requests only); else None.
+        spec_accepted_per_pos: accepted tokens per draft position (counts), or None.
+    """
+
+    request_id: str
+    text: str | None
+    token_ids: tuple[int, ...] | None
+    finish_reason: str | None
+    error: str | None
+    attempts: int = 1
+    latency_s: float = 0.0
+    spec_drafts: float | None = None
+    spec_draft_tokens: float | None = None
+    spec_accepted_tokens: float | None = None
+    spec_accepted_per_pos: tuple[float, ...] | None = None
+    stop_reason: str | int | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the request succeeded."""
+        return self.error is None

@@ -1,0 +1,73 @@
+"""Judging: raw engine completions become scored samples (the task stage's half of a run).
+
+The engine session returns :class:`~harness.records.completions.Completion` records
+and nothing else; this module pairs each with its request and applies the task's
+answer extraction (:func:`harness.tasks.gsm8k.judge`, the same for the synthetic
+task, whose items use GSM8K's ``#### N`` form). The resulting
+:class:`~harness.records.samples.Sample` has the same fields on disk as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from harness.records.completions import Completion
+from harness.records.samples import Sample
+from harness.tasks.gsm8k import Request, judge
+
+
+def judge_completion(config: str, variant: str, task: str, request: Request, c: Completion) -> Sample:
+    """One judged sample from one request and its completion.
+
+    Args:
+        config, variant, task: names for the sample.
+        request: the request sent (question id, prompt hash, gold answer).
+        c: the engine's completion of ``request``.
+
+    Returns:
+        A :class:`Sample`; when ``c.error`` is set it carries the error and no
+        verdicts (a failed request is never scored as a wrong answer).
+
+    Raises:
+        ValueError: ``c.request_id`` is not ``request.question_id`` (a pairing bug),
+            or the gold answer is not a number (from :func:`judge`).
+    """
+    if c.request_id != request.question_id:
+        raise ValueError(f"completion {c.request_id!r} paired with request {request.question_id!r}")
+    spec = dict(
+        spec_drafts=c.spec_drafts, spec_draft_tokens=c.spec_draft_tokens,
+        spec_accepted_tokens=c.spec_accepted_tokens, spec_accepted_per_pos=c.spec_accepted_per_pos,
+    )
+    common = dict(
+        config=config, variant=variant, task=task, question_id=request.question_id,
+        prompt_hash=request.prompt_hash, gold=request.gold, attempts=c.attempts,
+        latency_s=round(c.latency_s, 4), **spec,
+    )
+    if c.error is not None:
+        return Sample(error=c.error, **common)
+    answers, correct = judge(c.text or "", request.gold)
+    return Sample(
+        completion=c.text, token_ids=c.token_ids, finish_reason=c.finish_reason,
+        stop_reason=c.stop_reason, answers=answers, correct=correct, **common,
+    )
+
+
+def judge_completions(
+    config: str, variant: str, task: str, requests: Sequence[Request], completions: Sequence[Completion]
+) -> tuple[Sample, ...]:
+    """Judge a task's completions, in request order.
+
+    Args:
+        requests: the task's requests, in order.
+        completions: one per request, in the same order (as
+            :meth:`harness.engine.session.VariantSession.run_task` returns them).
+
+    Returns:
+        One :class:`Sample` per request.
+
+    Raises:
+        ValueError: the two sequences differ in length or pairing.
+    """
+    if len(requests) != len(completions):
+        raise ValueError(f"{config}/{variant}/{task}: {len(requests)} requests but {len(completions)} completions")
+    return tuple(judge_completion(config, variant, task, r, c) for r, c in zip(requests, completions))
