@@ -11,7 +11,7 @@ PY        := $(VENV)/bin/python
 STAMP     := $(VENV)/.evalrun-installed
 ARGS      ?=
 
-.PHONY: install cpu selfcheck test test-fast dry-run-h200 clean-venv
+.PHONY: install cpu selfcheck test test-fast dry-run-h200 clean-venv figures figures-repeat
 
 install: $(STAMP)
 
@@ -31,6 +31,26 @@ cpu: install
 
 selfcheck: install
 	$(VENV)/bin/evalrun selfcheck $(ARGS)
+
+# Measured tables of README.md and docs/FAULTS.md, regenerated from fresh runs (each table
+# names its run folder). figures: the CPU list and one self-check (about 10 minutes on
+# 2 cores; the README's run used ARGS="--data-dir ../shared/data/gsm8k"); figures-repeat: the
+# clean variants of the self-check 5 times (about 8 minutes). On a shared machine wrap them
+# in `flock /tmp/evalrun-engine.lock make figures`.
+FIG_ID    ?= $(shell date -u +%Y%m%dT%H%M%SZ)
+RESULTS   ?= results
+
+figures: install
+	-$(VENV)/bin/evalrun --config models-cpu.txt --no-baseline --results-dir $(RESULTS) --run-id fig-$(FIG_ID)-cpu $(ARGS)
+	-$(VENV)/bin/evalrun selfcheck --results-dir $(RESULTS) --run-id fig-$(FIG_ID)-selfcheck
+	$(PY) -m harness.report.figures --cpu-run $(RESULTS)/fig-$(FIG_ID)-cpu \
+	  --selfcheck-run $(RESULTS)/fig-$(FIG_ID)-selfcheck --write README.md docs/FAULTS.md
+
+figures-repeat: install
+	-$(VENV)/bin/evalrun selfcheck --results-dir $(RESULTS) --run-id fig-$(FIG_ID)-repeat --repeat 5 \
+	  --variant reference --variant spec_sync --variant spec_async
+	$(PY) -m harness.report.figures --write README.md \
+	  $(foreach i,1 2 3 4 5,--repeat-run $(RESULTS)/fig-$(FIG_ID)-repeat-$(i))
 
 test: install
 	$(PY) -m pytest $(ARGS)

@@ -19,6 +19,7 @@ subcommands:
   evalrun calibrate --config LIST --repeat N
                                       run each config N times, recommend tolerances
   evalrun selfcheck                   run the tiny model clean and with injected faults
+  evalrun train-tiny [--compare]      retrain the shipped tiny model from its recipe
   evalrun doctor                      check engine import, torch build, data, cache, ports; say how to mend
 
 examples:
@@ -26,7 +27,7 @@ examples:
   evalrun --config models-h200.txt --dry-run      show every config, variant, command, task and gate
   evalrun --config models-h200.txt --dry-run --json
   evalrun --config configs/my-model.yaml          one config instead of a list
-  evalrun --config models-cpu.txt --variant reference --variant spec
+  evalrun --config models-cpu.txt --variant reference --variant spec_async
   evalrun --config models-h200.txt -k Nemotron-3-Super-120B-A12B-BF16   one config of the list
   pytest --pyargs harness.test_gsm8k_correctness --config-list-file=models-h200.txt -k Nemotron-3-Super-120B-A12B-BF16
   evalrun --config models-cpu.txt --data-dir ../shared/data/gsm8k
@@ -170,6 +171,7 @@ SUBCOMMANDS = {
     "diff": _lazy("harness.report.diff:cli_main"),
     "calibrate": _lazy("harness.calibrate:cli_main"),
     "selfcheck": _lazy("harness.selfcheck:cli_main"),
+    "train-tiny": _lazy("harness.models.training:cli_main"),
     "doctor": _lazy("harness.doctor:cli_main"),
 }
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from harness.engine.info import EngineInfoError, check_effective
+from harness.faults.plugin import REPORT_ENV, exercised, read_reports
 from harness.analysis.gates import (
     Measurements, baseline_notes, evaluate_gates, judged_baseline_gates, output_noise_rerun, output_noise_stored,
 )
@@ -24,8 +25,9 @@ from harness.config.plan import PORT_PLACEHOLDER, ConfigPlan, Plan, VariantPlan,
 from harness.report.progress import Progress
 from harness.report.summary import render_markdown
 from harness.records.run_record import (
-    AnswerAgreementRecord, BaselineInfo, ComparisonResult, ConfigRef, ConfigResult, DatasetRef, EffectivenessRecord, EngineFactsRecord,
-    LeftoverServerRecord, NoiseRecord, OutputMatchRecord, PairedRecord, PreflightProblemRecord, PreflightRecord,
+    AnswerAgreementRecord, BaselineInfo, ComparisonResult, ConfigRef, ConfigResult, DatasetRef, EffectivenessRecord,
+    EngineFactsRecord, LeftoverServerRecord, NoiseRecord, OutputMatchRecord, PairedRecord, PluginReport,
+    PreflightProblemRecord, PreflightRecord,
     RerunRecord, Requested, RunRecord, ServerRecord, SpecDecodeCountersRecord, SpecDecodeRecord, SubsetWarning,
     TaskResult, TruncatedIds, VariantResult, new_run_id, provenance, utc_now, write_run,
 )
@@ -417,6 +419,7 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
     reruns: dict[tuple[str, str], tuple[Sample, ...]] = {}
     for vp in variants:
         _, ok = _run_variant(cp, vp, model_ref, prepared, opts, run_dir, m, reruns, into=crec.variants)
+        crec.variants[vp.name].plugin = plugin_report(run_dir, c.name, vp)
         could_not_run |= not ok
     # 4. comparisons (the record's paired test reads each task's own pipeline)
     for comp in c.comparisons:
@@ -515,8 +518,9 @@ def _run_variant(
     p.log(f"{vp.id}: starting the vLLM server (log: {log_path})")
     p.log(f"  $ {shell_line(argv, vp.env)}")
     p.log(f"  ({PORT_PLACEHOLDER} is the free port chosen at start-up; the server log's first lines hold the exact command)")
+    env = {**vp.env, REPORT_ENV: str(plugin_dir(run_dir, c.name, vp.name))}
     session = VariantSession(
-        vp.id, argv, vp.env, log_path,
+        vp.id, argv, env, log_path,
         startup_timeout=c.startup_max_wait_seconds,
         request_timeout=c.request_timeout_seconds,
         max_concurrency=c.max_concurrency,
@@ -648,6 +652,33 @@ def _run_variant(
         return vrec, False
 
 
+def plugin_dir(run_dir: Path, config: str, variant: str) -> Path:
+    """``<run>/plugin/<config>/<variant>/``: where evalrun's vLLM plugin writes one
+    ``plugin-<pid>.json`` per server process (``EVALRUN_PLUGIN_REPORT_DIR``)."""
+    return run_dir / "plugin" / config / variant
+
+
+def plugin_report(run_dir: Path, config: str, vp: VariantPlan) -> PluginReport:
+    """The record's ``variants[v].plugin``: the plugin's counters merged over the
+    server's processes (:func:`harness.faults.plugin.read_reports`), plus
+    ``async_scheduling_via``: how async scheduling was obtained when it was asked
+    for (``"engine"``, or ``"evalrun plugin"`` when the plugin kept it on the CPU
+    platform, which forces it off) and, for a fault, ``exercised`` / ``not_exercised_reason``
+    (:func:`harness.faults.plugin.exercised`)."""
+    rep = read_reports(plugin_dir(run_dir, config, vp.name))
+    rep["dir"] = _rel(plugin_dir(run_dir, config, vp.name), run_dir)
+    if vp.async_scheduling is True:
+        kept = rep["counts"].get("cpu_async.kept", 0)
+        rep["async_scheduling_via"] = (
+            "evalrun plugin (kept after CpuPlatform.check_and_update_config forced it off)" if kept else "engine"
+        )
+    if vp.fault:
+        ok, why = exercised(rep, vp.fault)
+        rep["exercised"] = ok
+        rep["not_exercised_reason"] = why or None
+    return PluginReport(**rep)
+
+
 def _rerun_task(session, config: str, vp: VariantPlan, t, pt: PreparedTask, run_dir: Path,
                 first: tuple[Sample, ...], reruns: dict, p: Progress, per_request: bool) -> RerunRecord:
     """Run a task a second time on the same server (``noise_runs: 2``): the samples go
@@ -696,7 +727,8 @@ def terminate_as_interrupt() -> None:
     Any further signal never interrupts that teardown: it speeds it up, sending SIGKILL
     to every live group (:func:`harness.engine.server.hurry`).
     Without this, SIGHUP (terminal closed) would end evalrun and leave the vLLM server
-    running with parent 1.
+    running with parent 1. A signal that is ignored when evalrun starts (``nohup``)
+    stays ignored.
     """
     import signal
 
@@ -716,7 +748,9 @@ def terminate_as_interrupt() -> None:
 
     for name in STOP_SIGNALS:
         sig = getattr(signal, name, None)
-        if sig is not None:
+        # a signal the caller ignores stays ignored (``nohup evalrun ...`` survives a
+        # closed terminal; a background job of a non-interactive shell ignores SIGINT)
+        if sig is not None and signal.getsignal(sig) is not signal.SIG_IGN:
             signal.signal(sig, handler)
 
 

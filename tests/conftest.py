@@ -55,6 +55,22 @@ def vllm_available() -> bool:
     return True
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``slow`` (retraining the tiny model, 10 to 20 minutes on 2 cores) run
+    only when asked for: ``-m slow`` (or an expression naming ``slow`` positively) or
+    ``EVALRUN_RUN_SLOW=1``. ``make test`` (CI) leaves them out."""
+    import os
+
+    expr = config.getoption("-m") or ""
+    wanted = os.environ.get("EVALRUN_RUN_SLOW") == "1" or ("slow" in expr and "not slow" not in expr)
+    if wanted:
+        return
+    skip = pytest.mark.skip(reason="slow (retrains the tiny model); run with -m slow or EVALRUN_RUN_SLOW=1")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
 def require_vllm() -> None:
     """Skip when no vLLM is installed; fail when it is installed but broken."""
     if not vllm_available():

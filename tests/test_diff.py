@@ -338,11 +338,12 @@ def test_diff_explains_an_injected_fault_on_the_real_cpu_engine(tmp_path, gsm8k_
 
     d0 = yaml.safe_load((repo / "configs" / "tiny-qwen3next-mtp-cpu.yaml").read_text())
     d0["max_concurrency"] = 1
+    d0["variants"] = {k: d0["variants"][k] for k in ("reference", "spec_sync")}  # lean: one spec variant
     d0["tasks"] = {"arith": {**d0["tasks"]["arith"], "num_questions": 6}}
     d0["comparisons"] = [{**d0["comparisons"][0], "tasks": ["arith"]}]
     clean, faulty = tmp_path / "clean.yaml", tmp_path / "faulty.yaml"
     clean.write_text(yaml.safe_dump(d0))
-    d0["variants"]["spec"]["fault"] = "state-rollback"
+    d0["variants"]["spec_sync"]["fault"] = "state-rollback"
     faulty.write_text(yaml.safe_dump(d0))
     assert "fault: state-rollback" in faulty.read_text()
     for cfg, rid in ((clean, "clean"), (faulty, "faulty")):
@@ -352,9 +353,9 @@ def test_diff_explains_an_injected_fault_on_the_real_cpu_engine(tmp_path, gsm8k_
     a, b = tmp_path / "res" / "clean", tmp_path / "res" / "faulty"
     d = diff_runs(a, b)
     rec_b = json.loads((b / "run.json").read_text())
-    spec = next(t for t in d["tasks"] if t["variant"] == "spec")
-    sa = read_samples(a / "samples/tiny-qwen3next-mtp-cpu/spec/arith.jsonl")
-    sb = read_samples(b / "samples/tiny-qwen3next-mtp-cpu/spec/arith.jsonl")
+    spec = next(t for t in d["tasks"] if t["variant"] == "spec_sync")
+    sa = read_samples(a / "samples/tiny-qwen3next-mtp-cpu/spec_sync/arith.jsonl")
+    sb = read_samples(b / "samples/tiny-qwen3next-mtp-cpu/spec_sync/arith.jsonl")
     # outputs changed between the runs, with the first divergent token, from the samples
     changed = {}
     for q in sa:
@@ -375,8 +376,8 @@ def test_diff_explains_an_injected_fault_on_the_real_cpu_engine(tmp_path, gsm8k_
     matched = sum(1 for q in rb if rb[q]["token_ids"] == sb[q]["token_ids"])
     assert d["comparisons"][0]["b"] == pytest.approx(matched / len(rb))
     # acceptance side by side from the records
-    ta = json.loads((a / "run.json").read_text())["configs"][0]["variants"]["spec"]["tasks"]["arith"]
-    tb = rec_b["configs"][0]["variants"]["spec"]["tasks"]["arith"]
+    ta = json.loads((a / "run.json").read_text())["configs"][0]["variants"]["spec_sync"]["tasks"]["arith"]
+    tb = rec_b["configs"][0]["variants"]["spec_sync"]["tasks"]["arith"]
     mal = spec["acceptance"]["mean_acceptance_length"]
     assert (mal["a"], mal["b"]) == (ta["spec_decode"]["mean_acceptance_length"], tb["spec_decode"]["mean_acceptance_length"])
     # every gate that fails in B is named with its numbers and questions

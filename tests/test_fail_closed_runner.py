@@ -222,6 +222,7 @@ def _start_evalrun(tmp_path: Path, spec_mode: str) -> tuple[subprocess.Popen, Pa
          "--results-dir", str(tmp_path / "results"), "--run-id", "r"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=_default_signals,  # evalrun keeps ignored signals ignored (nohup); these tests need them
     )
     pid_file = tmp_path / "results" / "r" / "logs" / "fake" / "reference.pid.json"
     deadline = time.monotonic() + 60
@@ -230,6 +231,28 @@ def _start_evalrun(tmp_path: Path, spec_mode: str) -> tuple[subprocess.Popen, Pa
     assert pid_file.exists(), proc.communicate(timeout=30)
     time.sleep(1.0)  # the server is up and waiting (slow start)
     return proc, pid_file
+
+
+def _default_signals() -> None:
+    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def test_a_signal_ignored_at_start_stays_ignored(tmp_path):
+    """``nohup evalrun ...`` must survive a closed terminal: SIGHUP ignored by the caller
+    is not turned into a stop."""
+    import harness.runner as runner
+
+    old = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    olds = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT)}
+    try:
+        runner.terminate_as_interrupt()
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        assert callable(signal.getsignal(signal.SIGTERM))
+    finally:
+        signal.signal(signal.SIGHUP, old)
+        for s, h in olds.items():
+            signal.signal(s, h)
 
 
 def _group_gone(pgid: int) -> bool:

@@ -196,3 +196,78 @@ def test_tinymodel_resolves_trained_names(monkeypatch, tmp_path):
     assert calls == [(tr.DEFAULT_TRAINED_NAME, tmp_path)]
     with pytest.raises(tm.TinyModelError, match=tr.DEFAULT_TRAINED_NAME):
         models.ensure_model("no-such-model", cache_dir=tmp_path)
+
+
+# ---------------------------------------------------------------- the shipped checkpoint
+
+
+def test_shipped_checkpoint_is_used_and_verified(tmp_path, monkeypatch):
+    import hashlib
+    import shutil
+
+    name = tr.DEFAULT_TRAINED_NAME
+    shipped = tr.SHIPPED_DIR / name
+    # recipe hash recorded in the shipped folder = the hash of today's recipe, computed here
+    want = hashlib.sha256(json.dumps(tr.TRAINED_MODELS[name].to_json(), sort_keys=True,
+                                     separators=(",", ":")).encode()).hexdigest()
+    assert json.loads((shipped / "recipe.json").read_text())["recipe_sha256"] == want
+    manifest = json.loads((shipped / tr.MANIFEST).read_text())
+    for f, digest in manifest.items():
+        assert hashlib.sha256((shipped / f).read_bytes()).hexdigest() == digest
+    assert (shipped / "model.safetensors").stat().st_size < 5_000_000   # a few MB
+    # ensure_trained_model returns it without training (no cache folder is written)
+    msgs = []
+    assert tr.ensure_trained_model(name, cache_dir=tmp_path, progress=msgs.append) == shipped
+    assert msgs == [] and not (tmp_path / "models").exists()
+    # a corrupted copy is refused (and training would start instead)
+    bad = tmp_path / "data"
+    shutil.copytree(tr.SHIPPED_DIR, bad)
+    with open(bad / name / "model.safetensors", "r+b") as f:
+        f.seek(1000)
+        f.write(b"\x00\x01\x02\x03")
+    monkeypatch.setattr(tr, "SHIPPED_DIR", bad)
+    assert tr.shipped_model_dir(name) is None
+
+
+def test_package_data_declares_the_shipped_checkpoint():
+    import tomllib
+    from pathlib import Path
+
+    doc = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    globs = doc["tool"]["setuptools"]["package-data"]["harness.models"]
+    from fnmatch import fnmatch
+
+    rel = [f"data/{tr.DEFAULT_TRAINED_NAME}/{f}" for f in (*tr.REQUIRED_FILES, tr.MANIFEST)]
+    assert all(any(fnmatch(r, g) for g in globs) for r in rel)
+
+
+@pytest.mark.slow
+def test_retraining_reproduces_the_shipped_checkpoint(tmp_path):
+    """Retrain from the recipe (10 to 20 minutes on 2 cores) and compare with the shipped
+    weights: bit-identical when torch and the CPU kind match those that trained it;
+    otherwise the same greedy completions on test questions."""
+    name = tr.DEFAULT_TRAINED_NAME
+    shipped = tr.SHIPPED_DIR / name
+    out = tmp_path / "retrained"
+    assert tr.cli_main(["--name", name, "--output", str(out)]) == 0
+    cmp = tr.compare_checkpoints(shipped, out)
+    info = json.loads((shipped / "recipe.json").read_text())
+    if cmp["identical"]:
+        return
+    assert info.get("torch_version") != torch.__version__, (
+        f"same torch {torch.__version__} but weights differ: {cmp['differing'][:5]}")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    splits = syn.generate_splits(tr.TRAINED_MODELS[name].split_seed, tr.TRAINED_MODELS[name].num_test,
+                                 tr.TRAINED_MODELS[name].num_fewshot_items)
+    tok = AutoTokenizer.from_pretrained(shipped)
+    outs = []
+    for folder in (shipped, out):
+        m = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32).eval()
+        texts = []
+        for item in splits.test[:20]:
+            ids = tok(syn.format_block(item).split("Answer:")[0] + "Answer:", return_tensors="pt").input_ids
+            g = m.generate(ids, max_new_tokens=24, do_sample=False)
+            texts.append(tok.decode(g[0, ids.shape[1]:]))
+        outs.append(texts)
+    assert outs[0] == outs[1]

@@ -23,6 +23,10 @@ PORT_PLACEHOLDER = "{port}"
 HOST = "127.0.0.1"
 #: Environment variable naming the fault evalrun's vLLM plugin injects.
 FAULT_ENV = "EVALRUN_FAULT"
+#: Set to ``1`` for a variant that asks for async scheduling: evalrun's vLLM plugin then
+#: keeps it on the CPU platform, which would otherwise force synchronous scheduling
+#: (same value as ``harness.faults.plugin.CPU_ASYNC_ENV``; no effect on other platforms).
+CPU_ASYNC_ENV = "EVALRUN_CPU_ASYNC_SCHEDULING"
 #: Always set: exposes ``GET /server_info`` with the effective engine configuration.
 DEV_MODE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
 
@@ -208,6 +212,8 @@ def build_plan(configs: list[ModelConfig], python: str | None = None) -> Plan:
             env = {**DEV_MODE_ENV, **c.env, **v.env}
             if v.fault:
                 env[FAULT_ENV] = v.fault
+            if v.async_scheduling is True:
+                env[CPU_ASYNC_ENV] = "1"
             variants.append(
                 VariantPlan(
                     id=f"{c.name}/{vname}",

@@ -49,14 +49,34 @@ Faults (:data:`FAULTS`; see each ``_install_*`` docstring for the exact logic):
     that verified draft tokens. Mirrors design notes (../shared/docs/DESIGN.md) bug 2 (stale accepted counts, state
     rolled back by the wrong amount). Greedy outputs diverge from the reference,
     accuracy down.
+``async-placeholder-token``
+    The seed's bug 1 in vLLM's own async path: the drafter's backup token is looked
+    up at the optimistic (placeholder-inflated) sequence length
+    (``SpecDecodeBaseProposer.prepare_next_token_ids_padded`` before vLLM pull
+    request 38419), and the placeholder reaches the drafter.
+``async-stale-accepted``
+    The seed's bug 2 in vLLM's own async path: the accepted counts used for the
+    recurrent-state update are taken by row index instead of following the batch
+    reorder (``update_num_computed_tokens_for_batch_change``).
 ``noop``
     Patches nothing; only logs the ``active`` line. Tests the plumbing (entry point,
     environment propagation to every process, log capture).
 
-Public API: :data:`FAULT_ENV`, :data:`DEBUG_ENV`, :data:`FAULTS`, :class:`Fault`,
-:class:`PatchTarget`, :class:`FaultConfigError`, :func:`known_faults`,
-:func:`requested_fault`, :func:`register`, :func:`check_patch_targets`,
-:func:`applied_patches`, :func:`unpatch_all`.
+Beyond faults (same entry point, each behind its own evalrun variable):
+``EVALRUN_CPU_ASYNC_SCHEDULING=1`` (:data:`CPU_ASYNC_ENV`) keeps a requested async
+scheduling on the CPU platform (:func:`_install_cpu_async`);
+``EVALRUN_PLUGIN_REPORT_DIR`` (:data:`REPORT_ENV`) makes every process write its
+counters (fault executions and changes, batch condense / reorder events, the model
+runner in use) to ``plugin-<pid>.json`` there (:func:`flush_report`,
+:func:`read_reports`, :func:`exercised`). A fault refuses to run on a model runner
+its patches do not reach (:func:`check_model_runner`).
+
+Public API: :data:`FAULT_ENV`, :data:`DEBUG_ENV`, :data:`CPU_ASYNC_ENV`,
+:data:`REPORT_ENV`, :data:`FAULTS`, :class:`Fault`, :class:`PatchTarget`,
+:class:`FaultConfigError`, :func:`known_faults`, :func:`requested_fault`,
+:func:`register`, :func:`check_patch_targets`, :func:`applied_patches`,
+:func:`unpatch_all`, :func:`count`, :func:`counts`, :func:`flush_report`,
+:func:`read_reports`, :func:`exercised`, :func:`check_model_runner`.
 """
 
 from __future__ import annotations
@@ -64,10 +84,16 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import json
 import logging
 import os
 import sys
-from dataclasses import dataclass
+import threading
+import time
+import types
+import weakref
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 #: Environment variable naming the fault (same value as ``harness.config.plan.FAULT_ENV``;
@@ -75,6 +101,15 @@ from typing import Any, Callable
 FAULT_ENV = "EVALRUN_FAULT"
 #: Set to ``1`` to log every application of the fault with before/after values.
 DEBUG_ENV = "EVALRUN_FAULT_DEBUG"
+#: Set to ``1`` by evalrun for a variant that asks for async scheduling: on the CPU
+#: platform the plugin then keeps ``scheduler_config.async_scheduling = True`` (which
+#: ``CpuPlatform.check_and_update_config`` would reset to False) and installs no-op
+#: stand-ins for CUDA events and streams (:func:`_install_cpu_async`).
+CPU_ASYNC_ENV = "EVALRUN_CPU_ASYNC_SCHEDULING"
+#: A folder: every process the plugin is active in writes ``plugin-<pid>.json`` there
+#: with its counters (:func:`read_reports`). Setting it alone activates the observers
+#: (which model runner runs, batch condense / reorder events), nothing else.
+REPORT_ENV = "EVALRUN_PLUGIN_REPORT_DIR"
 #: Marker attribute set on every wrapper this module installs.
 _MARK = "__evalrun_fault__"
 
@@ -109,7 +144,10 @@ class PatchTarget:
     patched: bool = True
 
     def resolve(self) -> tuple[type, str, Callable[..., Any]]:
-        """Import the module and return ``(class, attribute name, current function)``.
+        """Import the module and return ``(owner, attribute name, current function)``.
+
+        ``owner`` is the class for ``Class.method`` and the module itself for a
+        module-level function (``qualname`` without a dot).
 
         Raises:
             FaultConfigError: the module, class or attribute does not exist.
@@ -119,10 +157,18 @@ class PatchTarget:
             mod = importlib.import_module(self.module)
         except ImportError as e:
             raise FaultConfigError(f"patch target module {self.module} not importable: {e}") from e
+        if not cls_name:
+            # a module-level function (patched where the caller looks it up)
+            fn = mod.__dict__.get(attr)
+            if fn is None or not callable(fn):
+                raise FaultConfigError(f"patch target {self.module}.{attr} not found")
+            return mod, attr, fn  # type: ignore[return-value]
         cls = getattr(mod, cls_name, None)
         if not isinstance(cls, type):
             raise FaultConfigError(f"patch target class {self.module}.{cls_name} not found")
         fn = cls.__dict__.get(attr)
+        if isinstance(fn, (classmethod, staticmethod)):
+            return cls, attr, fn  # callers unwrap ``__func__``
         if fn is None or not callable(fn):
             raise FaultConfigError(
                 f"patch target {self.module}.{self.qualname} not found "
@@ -137,8 +183,10 @@ class PatchTarget:
         except FaultConfigError as e:
             return [str(e)]
         out = []
-        fn = inspect.unwrap(fn)
-        names = [p for p in inspect.signature(fn).parameters][1:]  # drop self
+        fn = inspect.unwrap(getattr(fn, "__func__", fn) if isinstance(fn, (classmethod, staticmethod)) else fn)
+        names = [p for p in inspect.signature(fn).parameters]
+        if "." in self.qualname:
+            names = names[1:]  # drop self / cls
         if tuple(names[: len(self.params)]) != self.params:
             out.append(
                 f"{self.module}.{self.qualname}: expected leading parameters "
@@ -163,6 +211,12 @@ class Fault:
         expected: the effect the gates should see.
         targets: what it patches (and, ``patched=False``, what it relies on).
         install: ``install(fault)`` applies the patches in this process.
+        runner: the model runner class whose code path the patches sit on
+            (``module.Class``); the worker refuses to start when another runner
+            is in use (:func:`check_model_runner`). None: no runner needed (``noop``).
+        scheduling: ``"async"`` when the patched code belongs to vLLM's async
+            scheduling path (the self-check runs it with async scheduling and
+            contrasts it with synchronous scheduling), else ``"any"``.
     """
 
     name: str
@@ -171,6 +225,8 @@ class Fault:
     expected: str
     targets: tuple[PatchTarget, ...]
     install: Callable[["Fault"], None]
+    runner: str | None = "vllm.v1.worker.gpu_model_runner.GPUModelRunner"
+    scheduling: str = "any"
 
 
 # ---------------------------------------------------------------------------
@@ -231,23 +287,43 @@ def _patch(
     Raises:
         FaultConfigError: the target is missing or its signature changed.
     """
+    _patch_as(fault.name, target, make, what=f"{FAULT_ENV}={fault.name}")
+
+
+def _patch_as(
+    label: str,
+    target: PatchTarget,
+    make: Callable[[Callable[..., Any]], Callable[..., Any]],
+    what: str,
+) -> None:
+    """Replace ``target`` by ``make(original)``, marked ``label``; idempotent per process.
+
+    Raises:
+        FaultConfigError: the target is missing or its signature changed (``what``
+            names the setting that asked for the patch).
+    """
     problems = target.problems()
     if problems:
-        raise FaultConfigError(
-            f"{FAULT_ENV}={fault.name}: cannot patch the installed vLLM: " + "; ".join(problems)
-        )
+        raise FaultConfigError(f"{what}: cannot patch the installed vLLM: " + "; ".join(problems))
     cls, attr, original = target.resolve()
-    if getattr(original, _MARK, None) == fault.name:
+    if getattr(original, _MARK, None) == label:
         return  # register() ran twice in this process (or the parent already patched)
     wrapper = functools.wraps(original)(make(original))
-    setattr(wrapper, _MARK, fault.name)
+    setattr(wrapper, _MARK, label)
     setattr(cls, attr, wrapper)
     _APPLIED.append((cls, attr, original))
 
 
+def _owner_name(owner: Any) -> str:
+    if isinstance(owner, types.ModuleType):
+        return owner.__name__
+    return f"{owner.__module__}.{owner.__qualname__}"
+
+
 def applied_patches() -> list[str]:
-    """``module.Class.attr`` of every patch applied in this process (for tests, logs)."""
-    return [f"{cls.__module__}.{cls.__qualname__}.{attr}" for cls, attr, _ in _APPLIED]
+    """``module.Class.attr`` (or ``module.function``) of every patch applied in this
+    process (for tests, logs and the plugin report)."""
+    return [f"{_owner_name(owner)}.{attr}" for owner, attr, _ in _APPLIED]
 
 
 def unpatch_all() -> None:
@@ -255,7 +331,462 @@ def unpatch_all() -> None:
     while _APPLIED:
         cls, attr, original = _APPLIED.pop()
         setattr(cls, attr, original)
+    _restore_torch()
     _FIRED.clear()
+    _COUNTS.clear()
+    _STATE.clear()
+    global _RUNNER
+    _RUNNER = None
+
+
+# ---------------------------------------------------------------------------
+# counters and the per-process report file
+# ---------------------------------------------------------------------------
+
+#: Counters of this process: ``<fault>.executions`` (the patched code ran),
+#: ``<fault>.changed`` (it changed a value the engine then used), ``batch.*``
+#: (condense / reorder events), ``cpu_async.kept``.
+_COUNTS: Counter = Counter()
+#: Facts of this process for the report (fault, model runner, ...).
+_STATE: dict[str, Any] = {}
+#: The V1 model runner of this process (a weak reference), for faults that need its state.
+_RUNNER: Any = None
+_FLUSH_LOCK = threading.Lock()
+_FLUSH_INTERVAL_S = 0.5
+
+
+def count(key: str, n: int = 1) -> None:
+    """Add ``n`` to counter ``key`` of this process (written to the report file)."""
+    if n:
+        if _STATE.get("flusher") not in (None, os.getpid()):
+            _start_flusher()  # a forked child: its own file, its own flusher thread
+        _COUNTS[key] += int(n)
+        _STATE["dirty"] = True
+
+
+def counts() -> dict[str, int]:
+    """A copy of this process's counters."""
+    return dict(_COUNTS)
+
+
+def _report_path() -> str | None:
+    folder = os.environ.get(REPORT_ENV, "").strip()
+    return os.path.join(folder, f"plugin-{os.getpid()}.json") if folder else None
+
+
+def flush_report() -> str | None:
+    """Write this process's counters to ``$EVALRUN_PLUGIN_REPORT_DIR/plugin-<pid>.json``.
+
+    Atomic (temporary file + rename). Returns the path, or None without the variable.
+    Called every :data:`_FLUSH_INTERVAL_S` seconds by a daemon thread while counters
+    change, and at interpreter exit.
+    """
+    path = _report_path()
+    if path is None:
+        return None
+    with _FLUSH_LOCK:
+        _STATE["dirty"] = False
+        doc = {
+            "pid": os.getpid(),
+            "argv0": os.path.basename(sys.argv[0]) if sys.argv else "",
+            "fault": _STATE.get("fault"),
+            "cpu_async": bool(_STATE.get("cpu_async")),
+            "model_runner": _STATE.get("model_runner"),
+            "patched": applied_patches(),
+            "counts": dict(_COUNTS),
+            "written_at": time.time(),
+        }
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(doc, f, sort_keys=True)
+        os.replace(tmp, path)
+    return path
+
+
+def _start_flusher() -> None:
+    if _report_path() is None or _STATE.get("flusher") == os.getpid():
+        return
+    if _STATE.get("flusher") is not None:  # forked from a reporting parent: start afresh
+        _COUNTS.clear()
+    _STATE["flusher"] = os.getpid()
+    flush_report()
+
+    def loop() -> None:
+        while True:
+            time.sleep(_FLUSH_INTERVAL_S)
+            if _STATE.get("dirty"):
+                try:
+                    flush_report()
+                except OSError:
+                    pass
+
+    threading.Thread(target=loop, name="evalrun-plugin-report", daemon=True).start()
+    import atexit
+
+    atexit.register(lambda: _STATE.get("dirty") and flush_report())
+
+
+def read_reports(folder: str | os.PathLike) -> dict[str, Any]:
+    """Merge the ``plugin-<pid>.json`` files of one server (one variant) into one report.
+
+    Args:
+        folder: the variant's ``$EVALRUN_PLUGIN_REPORT_DIR``.
+
+    Returns:
+        ``{"processes": n, "faults": [...], "cpu_async": bool, "model_runners": [...],
+        "patched": [...], "counts": {key: sum over processes}}``; ``processes`` is 0
+        when the folder is missing or empty (the plugin never loaded: is evalrun
+        installed in the server's environment?). Unreadable files are listed under
+        ``"errors"``.
+    """
+    out: dict[str, Any] = {"processes": 0, "faults": [], "cpu_async": False, "model_runners": [],
+                           "patched": [], "counts": {}, "errors": []}
+    total: Counter = Counter()
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.startswith("plugin-") and n.endswith(".json"))
+    except OSError:
+        return out
+    for n in names:
+        try:
+            with open(os.path.join(folder, n), encoding="utf-8") as f:
+                doc = json.load(f)
+        except (OSError, ValueError) as e:
+            out["errors"].append(f"{n}: {e}")
+            continue
+        out["processes"] += 1
+        if doc.get("fault") and doc["fault"] not in out["faults"]:
+            out["faults"].append(doc["fault"])
+        out["cpu_async"] = out["cpu_async"] or bool(doc.get("cpu_async"))
+        if doc.get("model_runner") and doc["model_runner"] not in out["model_runners"]:
+            out["model_runners"].append(doc["model_runner"])
+        for p in doc.get("patched", []):
+            if p not in out["patched"]:
+                out["patched"].append(p)
+        total.update({k: int(v) for k, v in (doc.get("counts") or {}).items()})
+    out["counts"] = dict(sorted(total.items()))
+    return out
+
+
+def exercised(report: dict[str, Any], fault: str) -> tuple[bool, str]:
+    """Whether ``fault``'s patched code ran and changed something, from :func:`read_reports`.
+
+    Returns:
+        ``(True, "")`` when ``<fault>.executions > 0`` and ``<fault>.changed > 0``,
+        else ``(False, reason)`` naming what was (not) seen. ``noop`` patches
+        nothing: it counts as exercised when a process reported it active.
+    """
+    c = report.get("counts") or {}
+    if report.get("processes", 0) == 0:
+        return False, "no plugin report: the plugin did not load in the server (is evalrun installed there?)"
+    if fault == "noop":
+        return (fault in report.get("faults", []), "" if fault in report.get("faults", []) else "noop not active")
+    ex, ch = int(c.get(f"{fault}.executions", 0)), int(c.get(f"{fault}.changed", 0))
+    if ex == 0:
+        return False, f"fault not exercised: its patched code never ran ({fault}.executions = 0)"
+    if ch == 0:
+        return False, f"fault not exercised: its patched code ran {ex} times but never changed a value ({fault}.changed = 0)"
+    return True, ""
+
+
+# ---------------------------------------------------------------------------
+# observers: which model runner runs, batch condense / reorder events
+# ---------------------------------------------------------------------------
+
+_WORKER_INIT = PatchTarget(
+    module="vllm.v1.worker.worker_base",
+    qualname="WorkerWrapperBase.init_device",
+    params=(),
+    reads=("worker",),
+)
+_CONDENSE = PatchTarget(
+    module="vllm.v1.worker.gpu_input_batch",
+    qualname="InputBatch.condense",
+    params=(),
+    reads=("_req_ids", "spec_token_ids", "num_reqs"),
+)
+_SWAP = PatchTarget(
+    module="vllm.v1.worker.gpu_input_batch",
+    qualname="InputBatch.swap_states",
+    params=("i1", "i2"),
+    reads=("spec_token_ids",),
+)
+
+
+def _class_path(obj: Any) -> str:
+    t = type(obj)
+    return f"{t.__module__}.{t.__qualname__}"
+
+
+def check_model_runner(runner: Any, fault: Fault | None) -> str:
+    """Record which model runner this worker uses; refuse a fault whose target is not it.
+
+    Args:
+        runner: the worker's ``model_runner`` (any object).
+        fault: the active fault, or None.
+
+    Returns:
+        ``module.Class`` of the runner, plus the V1 class it derives from when it is
+        a subclass (e.g. ``vllm.v1.worker.cpu_model_runner.CPUModelRunner (a
+        vllm.v1.worker.gpu_model_runner.GPUModelRunner)``).
+
+    Raises:
+        FaultConfigError: ``fault.runner`` names a class ``runner`` is not an
+            instance of (for example vLLM's V2 runner, ``vllm.v1.worker.gpu.model_runner``,
+            which CUDA builds use by default from vLLM 0.33 on): the patches would
+            never run. The message names both and how to select the V1 runner.
+    """
+    name = _class_path(runner)
+    if fault is None or fault.runner is None:
+        return name
+    mod, _, cls_name = fault.runner.rpartition(".")
+    target = getattr(importlib.import_module(mod), cls_name)
+    if not isinstance(runner, target):
+        raise FaultConfigError(
+            f"{FAULT_ENV}={fault.name}: the fault patches the code path of {fault.runner} "
+            f"(vLLM's V1 model runner), but this worker runs {name}, which does not use it; "
+            f"the fault would never execute. Run the server with VLLM_USE_V2_MODEL_RUNNER=0 "
+            f"to select the V1 runner, or run without the fault."
+        )
+    return name if type(runner) is target else f"{name} (a {fault.runner})"
+
+
+def _worker_init_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
+    def init_device(self: Any, *a: Any, **kw: Any) -> Any:
+        result = original(self, *a, **kw)
+        runner = getattr(getattr(self, "worker", None), "model_runner", None)
+        if runner is not None:
+            fault = FAULTS.get(_STATE.get("fault") or "")
+            _STATE["model_runner"] = check_model_runner(runner, fault)
+            global _RUNNER
+            _RUNNER = weakref.ref(runner)
+            _info("evalrun plugin: model runner in process %d is %s%s", os.getpid(), _STATE["model_runner"],
+                  f"; fault {fault.name} patches {', '.join(applied_patches())}" if fault else "")
+            flush_report()
+        return result
+
+    return init_device
+
+
+def current_runner() -> Any:
+    """The model runner of this worker process (None before it exists or elsewhere)."""
+    return _RUNNER() if _RUNNER is not None else None
+
+
+def _condense_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
+    def condense(self: Any, *a: Any, **kw: Any) -> Any:
+        before = {r: i for i, r in enumerate(self._req_ids) if r is not None}
+        result = original(self, *a, **kw)
+        count("batch.condense_calls")
+        moved = with_drafts = 0
+        for i, r in enumerate(self._req_ids[: self.num_reqs]):
+            if r is not None and before.get(r, i) != i:
+                moved += 1
+                with_drafts += bool(self.spec_token_ids[i])
+        count("batch.rows_moved_by_condense", moved)
+        count("batch.rows_moved_with_drafts_in_flight", with_drafts)
+        return result
+
+    return condense
+
+
+def _swap_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
+    def swap_states(self: Any, i1: int, i2: int, *a: Any, **kw: Any) -> Any:
+        drafts = bool(self.spec_token_ids[i1]) or bool(self.spec_token_ids[i2])
+        result = original(self, i1, i2, *a, **kw)
+        count("batch.reorder_swaps")
+        count("batch.reorder_swaps_with_drafts_in_flight", drafts)
+        return result
+
+    return swap_states
+
+
+def _install_observers() -> None:
+    """Count batch condense / reorder events and record the model runner (every process).
+
+    Patches (wrappers that call the original unchanged and count):
+
+    * ``vllm.v1.worker.worker_base.WorkerWrapperBase.init_device``: after the worker
+      built its model runner, :func:`check_model_runner` records its class and
+      refuses an active fault whose target runner is not in use.
+    * ``vllm.v1.worker.gpu_input_batch.InputBatch.condense`` (called by
+      ``GPUModelRunner._update_states`` after finished requests leave the batch):
+      rows that moved to another index, and how many of them had draft tokens
+      scheduled (``spec_token_ids`` non-empty: drafts in flight).
+    * ``InputBatch.swap_states`` (called by
+      ``vllm.v1.attention.backends.utils.reorder_batch_to_split_decodes_and_prefills``
+      from ``GPUModelRunner._may_reorder_batch``, which puts decodes before prefills
+      for the GDN / Mamba backends): swaps, and those involving a row with drafts.
+    """
+    for target, make in ((_WORKER_INIT, _worker_init_wrapper), (_CONDENSE, _condense_wrapper),
+                         (_SWAP, _swap_wrapper)):
+        try:
+            _patch_as("observe", target, make, what=REPORT_ENV)
+        except FaultConfigError as e:
+            # observers only count: a vLLM that renamed their target still runs, unobserved
+            # (a fault needs the runner check: register() refuses it without one)
+            count("observer_missing")
+            logger.warning("evalrun plugin: observer not installed: %s", e)
+
+
+# ---------------------------------------------------------------------------
+# async scheduling on the CPU platform
+# ---------------------------------------------------------------------------
+
+_CPU_CHECK = PatchTarget(
+    module="vllm.platforms.cpu",
+    qualname="CpuPlatform.check_and_update_config",
+    params=("vllm_config",),
+    reads=(),
+)
+
+
+class _NoOpEvent:
+    """Stand-in for ``torch.cuda.Event`` / ``torch.Event`` on a CPU-only host: CPU
+    work is synchronous, so recording and waiting have nothing to do."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def record(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+    def wait(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+
+class _NoOpStream:
+    """Stand-in for ``torch.cuda.Stream`` (and what ``torch.cuda.current_stream``
+    returns) on a CPU-only host."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        import torch
+
+        self.device = torch.device("cpu")
+
+    def wait_stream(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def wait_event(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+    def record_event(self, event: Any = None) -> Any:
+        return event if event is not None else _NoOpEvent()
+
+    def query(self) -> bool:
+        return True
+
+
+_TORCH_SAVED: dict[str, Any] = {}
+
+
+def _install_torch_standins() -> None:
+    """Replace ``torch.cuda.Event``, ``torch.Event``, ``torch.cuda.Stream``,
+    ``torch.cuda.current_stream`` and ``torch.cuda.stream`` by no-op stand-ins, on a
+    host without CUDA only (``torch.cuda.is_available()`` False). vLLM's
+    ``GPUModelRunner`` creates events and side streams for its non-blocking
+    device-to-host copies when ``use_async_scheduling`` is True
+    (``__init__``: ``async_output_copy_stream``, ``prepare_inputs_event``,
+    ``valid_sampled_token_count_event``; ``AsyncGPUModelRunnerOutput``;
+    ``_copy_valid_sampled_token_count``); on the CPU those copies are synchronous.
+    ``cpu_model_runner._torch_cuda_wrapper`` does the same for ``torch.Event`` and
+    ``torch.cuda.Stream`` but only while the runner is constructed."""
+    import contextlib
+
+    import torch
+
+    if torch.cuda.is_available() or _TORCH_SAVED:
+        return
+    _TORCH_SAVED.update(
+        event=torch.Event, cuda_event=torch.cuda.Event, stream=torch.cuda.Stream,
+        current_stream=torch.cuda.current_stream, stream_ctx=torch.cuda.stream,
+    )
+    torch.Event = _NoOpEvent  # type: ignore[misc,assignment]
+    torch.cuda.Event = _NoOpEvent  # type: ignore[misc,assignment]
+    torch.cuda.Stream = _NoOpStream  # type: ignore[misc,assignment]
+    torch.cuda.current_stream = lambda *a, **k: _NoOpStream()  # type: ignore[assignment]
+    torch.cuda.stream = lambda *a, **k: contextlib.nullcontext()  # type: ignore[assignment]
+
+
+def _restore_torch() -> None:
+    if not _TORCH_SAVED:
+        return
+    import torch
+
+    torch.Event = _TORCH_SAVED["event"]
+    torch.cuda.Event = _TORCH_SAVED["cuda_event"]
+    torch.cuda.Stream = _TORCH_SAVED["stream"]
+    torch.cuda.current_stream = _TORCH_SAVED["current_stream"]
+    torch.cuda.stream = _TORCH_SAVED["stream_ctx"]
+    _TORCH_SAVED.clear()
+
+
+def keep_requested_async(asked: Any, vllm_config: Any) -> bool:
+    """After ``CpuPlatform.check_and_update_config``: restore ``async_scheduling = True``
+    when it was requested (``asked is True``) and the platform reset it.
+
+    Returns:
+        True when the value was restored (counted as ``cpu_async.kept``).
+    """
+    sched = vllm_config.scheduler_config
+    if asked is True and sched.async_scheduling is not True:
+        sched.async_scheduling = True
+        count("cpu_async.kept")
+        _info(
+            "evalrun plugin: kept the requested async scheduling on the CPU platform "
+            "(CpuPlatform.check_and_update_config had set scheduler_config.async_scheduling "
+            "= False) in process %d", os.getpid(),
+        )
+        return True
+    return False
+
+
+def _install_cpu_async() -> None:
+    """Let a variant that asks for ``--async-scheduling`` run with it on the CPU platform.
+
+    ``vllm/platforms/cpu.py``, ``CpuPlatform.check_and_update_config``, ends its
+    scheduler settings with ``scheduler_config.async_scheduling = False`` ("async
+    scheduling is not required on CPU"), which ``VllmConfig.__post_init__`` calls
+    after resolving the requested value. The wrapper remembers the requested value,
+    runs the original and restores it (:func:`keep_requested_async`); only a request
+    of exactly True is kept, so the engine default and ``--no-async-scheduling``
+    are unchanged. Then :func:`_install_torch_standins`. The engine reports the
+    effective value in ``/server_info`` as usual.
+    """
+    import torch
+
+    if torch.cuda.is_available():
+        return  # a CUDA host: vLLM honours --async-scheduling itself; nothing to keep
+    problems = _CPU_CHECK.problems()
+    if problems:
+        raise FaultConfigError(f"{CPU_ASYNC_ENV}=1: cannot patch the installed vLLM: " + "; ".join(problems))
+    mod = importlib.import_module(_CPU_CHECK.module)
+    cls = mod.CpuPlatform
+    original = cls.__dict__["check_and_update_config"]
+    if getattr(original.__func__, _MARK, None) == "cpu-async":
+        return
+    func = original.__func__
+
+    @functools.wraps(func)
+    def check_and_update_config(klass: Any, vllm_config: Any) -> Any:
+        asked = vllm_config.scheduler_config.async_scheduling
+        result = func(klass, vllm_config)
+        keep_requested_async(asked, vllm_config)
+        return result
+
+    setattr(check_and_update_config, _MARK, "cpu-async")
+    cls.check_and_update_config = classmethod(check_and_update_config)
+    _APPLIED.append((cls, "check_and_update_config", original))
+    _install_torch_standins()
 
 
 # ---------------------------------------------------------------------------
@@ -325,6 +856,8 @@ def draft_input_wrapper(name: str) -> Callable[[Callable[..., Any]], Callable[..
             before = bound.arguments["next_token_ids"]
             after = _wrong_next_token_ids(bound, mode)
             bound.arguments["next_token_ids"] = after
+            count(f"{name}.executions")
+            count(f"{name}.changed", int((after != before).sum()))
             if _should_report(name):
                 _report(
                     name,
@@ -428,18 +961,19 @@ def state_rollback_wrapper(name: str) -> Callable[[Callable[..., Any]], Callable
             result = original(self, output_token_ids, scheduler_output, *a, **kw)
             if not self.speculative_config or not self.model_config.is_hybrid:
                 return result
-            if (
-                self.use_async_scheduling
-                and self.cache_config.mamba_cache_mode != "align"
-                and not warned
-            ):
-                warned.append(True)
-                logger.warning(
-                    "evalrun fault %s: async scheduling without mamba align mode reads "
-                    "accepted counts on the device; this fault perturbs the host copy "
-                    "and has no effect in this configuration",
-                    name,
-                )
+            count(f"{name}.executions")
+            if self.use_async_scheduling and self.cache_config.mamba_cache_mode != "align":
+                # the next step recomputes the counts on the device: nothing to perturb
+                count(f"{name}.ineffective_async")
+                if not warned:
+                    warned.append(True)
+                    logger.warning(
+                        "evalrun fault %s: async scheduling without mamba align mode reads "
+                        "accepted counts on the device; this fault has no effect in this "
+                        "configuration (use async-stale-accepted)",
+                        name,
+                    )
+                return result
             num_reqs = int(output_token_ids.size(0))
             if num_reqs == 0:
                 return result
@@ -450,6 +984,7 @@ def state_rollback_wrapper(name: str) -> Callable[[Callable[..., Any]], Callable
             wrong = off_by_one_counts(counts, drafts)
             if wrong == counts:
                 return result
+            count(f"{name}.changed", sum(w != k for w, k in zip(wrong, counts)))
             event = getattr(self, "num_accepted_tokens_event", None)
             if event is not None:
                 event.synchronize()  # the original's non-blocking D2H copy must land first
@@ -511,6 +1046,248 @@ def _install_noop(fault: Fault) -> None:
 
 
 # ---------------------------------------------------------------------------
+# async-placeholder-token (the seed's bug 1 in vLLM's own async path)
+# ---------------------------------------------------------------------------
+
+_PREPARE_PADDED = PatchTarget(
+    module="vllm.v1.spec_decode.llm_base_proposer",
+    qualname="SpecDecodeBaseProposer.prepare_next_token_ids_padded",
+    params=("sampled_token_ids", "requests", "gpu_input_batch", "discard_request_mask"),
+    reads=("backup_next_token_ids",),
+)
+#: Holds the optimistic sequence lengths the pre-fix lookup used (not patched).
+_OPTIMISTIC_SEQ_LENS = PatchTarget(
+    module="vllm.v1.worker.gpu_model_runner",
+    qualname="GPUModelRunner._prepare_inputs",
+    params=("scheduler_output",),
+    reads=("optimistic_seq_lens_cpu", "use_async_scheduling"),
+    patched=False,
+)
+
+
+class _InflatedLengths:
+    """A view of an ``InputBatch`` whose ``num_tokens_no_spec`` is the optimistic
+    sequence length plus one, so that vLLM's own lookup
+    ``get_token_id(num_tokens_no_spec[i] - 1)`` reads index ``seq_lens_cpu[i]``: the
+    lookup before the fix. Every other attribute is the real batch's."""
+
+    def __init__(self, batch: Any, seq_lens: Any) -> None:
+        self._batch = batch
+        self.num_tokens_no_spec = seq_lens + 1
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._batch, name)
+
+
+def placeholder_token_wrapper(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``make(original) -> wrapper`` for ``SpecDecodeBaseProposer.prepare_next_token_ids_padded``.
+
+    The wrapper runs the original twice on the same inputs: once as vLLM does
+    (the fixed lookup), once with the backup-token index taken from the
+    runner's optimistic sequence length (:class:`_InflatedLengths`). It returns the
+    second result, where in addition every row whose looked-up token is the
+    placeholder and whose request was in the previous async step's batch
+    (``input_batch.prev_req_id_to_index``, set only under async scheduling: its
+    last committed token exists only on the device) gets the placeholder as the
+    drafter's input, as in the seed's engine; placeholder ids (-1) are clamped to 0. Counters:
+    ``<name>.executions`` (calls), ``<name>.backup_placeholder`` (rows whose backup
+    token became the placeholder), ``<name>.changed`` (rows whose next token, the
+    drafter's input, differs from the fixed run's).
+    """
+
+    def make(original: Callable[..., Any]) -> Callable[..., Any]:
+        def prepare_next_token_ids_padded(
+            self: Any, sampled_token_ids: Any, requests: Any, gpu_input_batch: Any,
+            discard_request_mask: Any, *a: Any, **kw: Any,
+        ) -> Any:
+            runner = current_runner()
+            fixed = original(self, sampled_token_ids, requests, gpu_input_batch, discard_request_mask, *a, **kw)
+            if runner is None:
+                return fixed
+            count(f"{name}.executions")
+            n = int(gpu_input_batch.num_reqs)
+            fixed_next = fixed[0].clone()
+            fixed_backup = self.backup_next_token_ids.np[:n].copy()
+            seq_lens = runner.optimistic_seq_lens_cpu[:n].numpy().astype("int64")
+            view = _InflatedLengths(gpu_input_batch, seq_lens)
+            next_ids, valid = original(self, sampled_token_ids, requests, view, discard_request_mask, *a, **kw)
+            backup = self.backup_next_token_ids.np[:n]
+            count(f"{name}.backup_placeholder", int(((backup == -1) & (fixed_backup != -1)).sum()))
+            # rows carried over from the previous async step: their last committed token
+            # exists only on the device, the host-side lookup returns the placeholder
+            prev = getattr(gpu_input_batch, "prev_req_id_to_index", None) or {}
+            ids = gpu_input_batch.req_ids
+            fed = [i for i in range(n) if backup[i] == -1 and ids[i] in prev]
+            if fed:
+                next_ids = next_ids.clone()
+                next_ids[fed] = -1
+            next_ids = next_ids.clamp(min=0)  # -1 would fail the CPU embedding lookup
+            changed = int((next_ids[:n] != fixed_next[:n]).sum())
+            count(f"{name}.changed", changed)
+            if changed and _should_report(name):
+                _report(name, "drafter input %s -> %s (backup %s -> %s)", fixed_next[:8].tolist(),
+                        next_ids[:8].tolist(), fixed_backup[:8].tolist(), backup[:8].tolist())
+            return next_ids, valid
+
+        return prepare_next_token_ids_padded
+
+    return make
+
+
+def _install_async_placeholder_token(fault: Fault) -> None:
+    """Take the backup token at the optimistic sequence length (design notes
+    (../shared/docs/DESIGN.md) bug 1, in vLLM's own async path).
+
+    Patches ``vllm.v1.spec_decode.llm_base_proposer.SpecDecodeBaseProposer.prepare_next_token_ids_padded``
+    (inherited by ``EagleProposer``, which serves ``method: mtp``), the function the
+    seed's fix 1 changed (vLLM pull request 38419, "Fix backup token index in async
+    spec decode (fixes Nemotron BF16 accuracy)"). vLLM computes, per request, the
+    "backup" next token (the drafter's input token when the step sampled none for
+    the request, e.g. a chunk of a prompt) as
+    ``requests[req_id].get_token_id(gpu_input_batch.num_tokens_no_spec[i] - 1)``,
+    the last committed token. Before the fix it was
+    ``get_token_id(common_attn_metadata.seq_lens_cpu[i])``: under async scheduling
+    that length is optimistic (it counts the draft slots of the step before as if
+    accepted, ``GPUModelRunner._prepare_inputs``: ``optimistic_seq_lens_cpu =
+    num_computed_tokens_cpu + num_scheduled_tokens``), so the index lands on a
+    placeholder slot and ``get_token_id`` returns -1, which was fed to the drafter.
+    The wrapper (:func:`placeholder_token_wrapper`) reproduces exactly that lookup
+    with the runner's ``optimistic_seq_lens_cpu``. In vLLM 0.32 the kernel
+    ``_eagle_prepare_next_token_padded`` consults the backup only for discarded
+    rows (partial prefills), whose length carries no draft slots, so the lookup
+    alone never reaches the drafter (measured: docs/FAULTS.md, first self-check
+    run). The wrapper therefore also feeds the looked-up placeholder to the drafter
+    for the rows where the seed's engine did: rows carried over from the previous
+    async step (``input_batch.prev_req_id_to_index``), whose last committed token
+    the host does not have. The placeholder -1 is clamped to token id 0: on the
+    CPU an embedding lookup of -1 raises instead of reading garbage.
+
+    In the async path the returned next tokens are not only the drafter's input:
+    ``GPUModelRunner._copy_valid_sampled_token_count`` stores them as
+    ``input_batch.prev_sampled_token_ids``, the next step's input of the target
+    model. So the placeholder also reaches the target, and greedy outputs diverge
+    (the seed saw GSM8K fall from 0.93 to 0.74), besides the acceptance collapse.
+
+    Under synchronous scheduling the same lookup runs (the function is shared) but
+    ``prev_req_id_to_index`` is never set (``_bookkeeping_sync`` sets it only on
+    its async branch), so the drafter's input stays right: executions counted,
+    ``changed`` 0.
+    """
+    _patch(fault, _PREPARE_PADDED, placeholder_token_wrapper(fault.name))
+
+
+# ---------------------------------------------------------------------------
+# async-stale-accepted (the seed's bug 2 in vLLM's own async path)
+# ---------------------------------------------------------------------------
+
+_BATCH_CHANGE = PatchTarget(
+    module="vllm.v1.worker.gpu_model_runner",
+    qualname="update_num_computed_tokens_for_batch_change",
+    params=("num_computed_tokens", "num_accepted_tokens", "prev_positions",
+            "valid_sampled_token_count", "prev_num_draft_tokens", "cpu_num_computed_tokens"),
+)
+
+
+def stale_accepted_counts(num_accepted_tokens: Any, prev_positions: Any,
+                          valid_sampled_token_count: Any, prev_num_draft_tokens: Any):
+    """The accepted counts as taken without following the batch reorder.
+
+    Args:
+        num_accepted_tokens: int tensor ``[n]``, vLLM's (correct) counts per row of
+            the current batch.
+        prev_positions: int tensor ``[n]``, row of each current row in the previous
+            step's batch (-1: not in it).
+        valid_sampled_token_count: int tensor ``[>= n]``, valid tokens (1 + accepted
+            drafts) per row of the previous step's batch.
+        prev_num_draft_tokens: int tensor, drafts per previous row.
+
+    Returns:
+        ``(counts, reordered)``: for rows that verified drafts in the previous step
+        (``prev_positions >= 0`` and drafts > 0) and moved (``prev_positions[i] !=
+        i``), the count of previous row ``i`` (whatever request sat there; at least
+        1; rows beyond the previous batch keep theirs), else the correct count;
+        ``reordered`` the boolean mask of the rows given a stale count.
+    """
+    import torch
+
+    n = int(prev_positions.shape[0])
+    rows = torch.arange(n, device=prev_positions.device, dtype=prev_positions.dtype)
+    gather = prev_positions.clamp(min=0).long()
+    participating = (prev_positions >= 0) & (prev_num_draft_tokens[gather] > 0)
+    # the previous step's buffer covers its own batch size; a row beyond it has no stale value
+    m = min(n, int(valid_sampled_token_count.shape[0]))
+    reordered = participating & (prev_positions != rows) & (rows < m)
+    stale = num_accepted_tokens[:n].clone()
+    stale[:m] = valid_sampled_token_count[:m].to(num_accepted_tokens.dtype).clamp(min=1)
+    return torch.where(reordered, stale, num_accepted_tokens[:n]), reordered
+
+
+def stale_accepted_wrapper(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``make(original) -> wrapper`` for ``update_num_computed_tokens_for_batch_change``
+    as ``vllm.v1.worker.gpu_model_runner`` calls it.
+
+    Runs the original (positions and ``num_computed_tokens`` stay right), then
+    overwrites ``num_accepted_tokens`` with :func:`stale_accepted_counts`. Counters:
+    ``<name>.executions``, ``<name>.reordered_rows`` (rows with drafts that moved),
+    ``<name>.changed`` (rows whose count changed).
+    """
+
+    def make(original: Callable[..., Any]) -> Callable[..., Any]:
+        def update_num_computed_tokens_for_batch_change(
+            num_computed_tokens: Any, num_accepted_tokens: Any, prev_positions: Any,
+            valid_sampled_token_count: Any, prev_num_draft_tokens: Any, *a: Any, **kw: Any,
+        ) -> Any:
+            result = original(num_computed_tokens, num_accepted_tokens, prev_positions,
+                              valid_sampled_token_count, prev_num_draft_tokens, *a, **kw)
+            count(f"{name}.executions")
+            n = int(prev_positions.shape[0])
+            before = num_accepted_tokens[:n].clone()
+            wrong, reordered = stale_accepted_counts(num_accepted_tokens, prev_positions,
+                                                     valid_sampled_token_count, prev_num_draft_tokens)
+            num_accepted_tokens[:n].copy_(wrong)
+            changed = int((wrong != before).sum())
+            count(f"{name}.reordered_rows", int(reordered.sum()))
+            count(f"{name}.changed", changed)
+            if changed and _should_report(name):
+                _report(name, "accepted counts %s -> %s (previous rows %s)", before[:8].tolist(),
+                        wrong[:8].tolist(), prev_positions[:8].tolist())
+            return result
+
+        return update_num_computed_tokens_for_batch_change
+
+    return make
+
+
+def _install_async_stale_accepted(fault: Fault) -> None:
+    """Hand reordered rows the accepted counts of whatever request sat in their row
+    before (design notes (../shared/docs/DESIGN.md) bug 2, in vLLM's own async path).
+
+    Patches ``vllm.v1.worker.gpu_model_runner.update_num_computed_tokens_for_batch_change``
+    (defined in ``vllm/v1/spec_decode/utils.py``, looked up in the runner's module).
+    Under async scheduling with speculative decoding and no Mamba "align" cache mode
+    (the CPU case: prefix caching off), ``GPUModelRunner._prepare_inputs`` skips the
+    host copy of the accepted counts ("the CPU copy races with the in-flight D2H
+    copy and with input-batch row moves") and calls this function, which gathers
+    the previous step's ``valid_sampled_token_count`` through ``prev_positions``
+    (current row -> previous row, built by ``_compute_prev_positions`` from
+    ``input_batch.prev_req_id_to_index``) into ``num_accepted_tokens``; the GDN /
+    Mamba metadata builders then resume each request's recurrent state from slot
+    ``num_accepted_tokens - 1``. That gather through ``prev_positions`` is the
+    seed's fix 2; before it, counts were taken by row index while ``condense()`` /
+    ``swap_states`` had moved requests, so reordered rows got another request's
+    (stale) count. The wrapper (:func:`stale_accepted_wrapper`) re-injects that: for
+    rows that verified drafts and moved, the count is read from the same row index
+    of the previous step.
+
+    On a CPU there is no device-to-host race to produce the stale value by timing;
+    it is re-injected as the value the race produced. Under synchronous scheduling
+    the runner never calls this function (the host counts are exact), so the fault
+    does not execute: its counters stay 0.
+    """
+    _patch(fault, _BATCH_CHANGE, stale_accepted_wrapper(fault.name))
+
+
+# ---------------------------------------------------------------------------
 # registry and entry point
 # ---------------------------------------------------------------------------
 
@@ -546,12 +1323,36 @@ FAULTS: dict[str, Fault] = {
             install=_install_state_rollback,
         ),
         Fault(
+            name="async-placeholder-token",
+            summary="async scheduling: the drafter's backup token is looked up at the optimistic "
+            "(placeholder-inflated) sequence length instead of the last committed token",
+            mirrors="design notes (../shared/docs/DESIGN.md) bug 1 in vLLM's async path "
+            "(SpecDecodeBaseProposer.prepare_next_token_ids_padded before vLLM pull request 38419)",
+            expected="acceptance length down; greedy outputs diverge and accuracy falls (in the async "
+            "path the same next token is the target's next input: _copy_valid_sampled_token_count)",
+            targets=(_PREPARE_PADDED, _OPTIMISTIC_SEQ_LENS),
+            install=_install_async_placeholder_token,
+            scheduling="async",
+        ),
+        Fault(
+            name="async-stale-accepted",
+            summary="async scheduling: accepted-token counts for the recurrent-state update are "
+            "taken by row index, not following the batch reorder",
+            mirrors="design notes (../shared/docs/DESIGN.md) bug 2 in vLLM's async path "
+            "(update_num_computed_tokens_for_batch_change without the prev_positions gather)",
+            expected="greedy outputs diverge from the reference where reordered rows carried drafts",
+            targets=(_BATCH_CHANGE, _GDN_BUILD),
+            install=_install_async_stale_accepted,
+            scheduling="async",
+        ),
+        Fault(
             name="noop",
             summary="patches nothing; logs that the plugin is active (plumbing test)",
             mirrors="none",
             expected="identical to the unfaulted run",
             targets=(),
             install=_install_noop,
+            runner=None,
         ),
     )
 }
@@ -597,16 +1398,32 @@ def check_patch_targets(name: str | None = None) -> list[str]:
 
 
 def register() -> None:
-    """vLLM ``general_plugins`` entry point: apply the fault named by ``EVALRUN_FAULT``.
+    """vLLM ``general_plugins`` entry point: apply the fault named by ``EVALRUN_FAULT``,
+    keep async scheduling on the CPU (``EVALRUN_CPU_ASYNC_SCHEDULING=1``), and count
+    and report (``EVALRUN_PLUGIN_REPORT_DIR``).
 
-    Inert when the variable is unset or empty. Idempotent within a process.
+    Inert (patches and imports nothing) when none of the three variables is set.
+    Idempotent within a process.
 
     Raises:
         FaultConfigError: unknown fault name, or a patch target is missing in the
             installed vLLM.
     """
     fault = requested_fault()
-    if fault is None:
+    cpu_async = os.environ.get(CPU_ASYNC_ENV, "").strip() not in ("", "0", "false", "no")
+    reporting = bool(os.environ.get(REPORT_ENV, "").strip())
+    if fault is None and not cpu_async and not reporting:
         return
-    fault.install(fault)
-    _info("evalrun fault %s active in process %d", fault.name, os.getpid())
+    _STATE["fault"] = fault.name if fault else None
+    _STATE["cpu_async"] = cpu_async
+    if cpu_async:
+        _install_cpu_async()
+    _install_observers()
+    if fault is not None:
+        if fault.runner is not None and not _WORKER_INIT.resolve()[2].__dict__.get(_MARK):
+            raise FaultConfigError(
+                f"{FAULT_ENV}={fault.name}: cannot check which model runner runs "
+                f"({_WORKER_INIT.module}.{_WORKER_INIT.qualname} could not be patched); refusing the fault")
+        fault.install(fault)
+        _info("evalrun fault %s active in process %d", fault.name, os.getpid())
+    _start_flusher()

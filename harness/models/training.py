@@ -55,6 +55,7 @@ import math
 import os
 import random
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -574,14 +575,70 @@ def _is_complete(folder: Path, recipe: TrainRecipe) -> bool:
     return tm.folder_is_complete(folder, REQUIRED_FILES, trained_recipe_hash(recipe))
 
 
+#: Where trained checkpoints ship with evalrun (package data of ``harness.models``,
+#: declared in pyproject.toml), one folder per name.
+SHIPPED_DIR = Path(__file__).resolve().parent / "data"
+#: Per-file SHA-256 of a shipped folder (written by :func:`write_manifest`).
+MANIFEST = "MANIFEST.sha256.json"
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_manifest(folder: Path) -> Path:
+    """Write ``MANIFEST.sha256.json`` = ``{file name: sha256}`` of every file of ``folder``
+    listed in :data:`REQUIRED_FILES` (the shipped checkpoint's integrity record)."""
+    doc = {f: _sha256_file(folder / f) for f in REQUIRED_FILES}
+    tm._write_json(folder / MANIFEST, doc)
+    return folder / MANIFEST
+
+
+def shipped_model_dir(name: str, recipe: TrainRecipe | None = None) -> Path | None:
+    """The checkpoint shipped with evalrun for ``name``, when it matches ``recipe``.
+
+    Returns:
+        ``harness/models/data/<name>`` when it holds every required file, its
+        ``recipe.json`` records the SHA-256 of ``recipe`` (default: the named one) and
+        every file matches :data:`MANIFEST`; else None (the caller trains instead).
+    """
+    if recipe is None:
+        recipe = TRAINED_MODELS.get(name)
+        if recipe is None:
+            return None
+    folder = SHIPPED_DIR / name
+    if not _is_complete(folder, recipe) or not (folder / MANIFEST).is_file():
+        return None
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    if set(manifest) != set(REQUIRED_FILES):
+        return None
+    if any(_sha256_file(folder / f) != digest for f, digest in manifest.items()):
+        return None
+    return folder
+
+
 def ensure_trained_model(
     name: str = DEFAULT_TRAINED_NAME,
     cache_dir: Path | None = None,
     progress: Callable[[str], Any] = print,
     *,
     recipe: TrainRecipe | None = None,
+    use_shipped: bool = True,
 ) -> Path:
-    """Return the folder of the named trained model, training it on first use.
+    """Return the folder of the named trained model: the shipped checkpoint, else train.
+
+    evalrun ships the trained checkpoint of the default recipe
+    (``harness/models/data/<name>``, :func:`shipped_model_dir`): when its recipe hash
+    and per-file SHA-256 (:data:`MANIFEST`) match, that folder is returned and
+    nothing is trained. Otherwise (a changed recipe, ``use_shipped=False``) the model
+    is trained once into the cache, as follows.
 
     The folder (:func:`trained_model_dir`) holds what
     :func:`harness.models.tiny.ensure_tiny_model` writes plus ``train_log.json``
@@ -596,6 +653,7 @@ def ensure_trained_model(
         cache_dir: cache root; None means :func:`harness.models.tiny.default_cache_dir`.
         progress: receives one-line status messages (training progress included).
         recipe: overrides the named recipe (tests, experiments).
+        use_shipped: False skips the shipped checkpoint (``evalrun train-tiny``).
 
     Raises:
         TrainingError: unknown name, missing libraries, or failed training/export.
@@ -607,6 +665,13 @@ def ensure_trained_model(
             raise TrainingError(f"unknown trained model {name!r}; known: {sorted(TRAINED_MODELS)}")
         recipe = TRAINED_MODELS[name]
     recipe.validate()
+    if use_shipped:
+        shipped = shipped_model_dir(name, recipe)
+        if shipped is not None:
+            return shipped
+        if (SHIPPED_DIR / name).is_dir():
+            progress(f"the checkpoint shipped in {SHIPPED_DIR / name} does not match recipe "
+                     f"{trained_recipe_hash(recipe)[:12]} (or its {MANIFEST}); training instead")
     final = trained_model_dir(name, recipe, cache_dir)
     if _is_complete(final, recipe):
         return final
@@ -636,3 +701,83 @@ def ensure_trained_model(
     progress(f"trained {name} in {log['seconds']:.0f} s ({log['tokens_per_second']:,.0f} tok/s); "
              f"final loss main {log['final']['main']:.3f} mtp {log['final']['mtp']:.3f}")
     return final
+
+
+# --------------------------------------------------------------------------- reproducibility
+
+
+def compare_checkpoints(a: Path, b: Path) -> dict[str, Any]:
+    """Compare the weights of two checkpoint folders tensor by tensor.
+
+    Args:
+        a, b: folders with ``model.safetensors``.
+
+    Returns:
+        ``{"identical": bool (same names, shapes, dtypes and bytes), "file_identical":
+        bool (same SHA-256 of model.safetensors), "tensors": n, "differing": [names],
+        "max_abs_diff": float (over tensors present in both, in float32)}``.
+    """
+    from safetensors import safe_open
+
+    out: dict[str, Any] = {"file_identical": _sha256_file(a / "model.safetensors") == _sha256_file(b / "model.safetensors")}
+    differing: list[str] = []
+    max_diff = 0.0
+    with safe_open(str(a / "model.safetensors"), framework="pt") as fa, \
+            safe_open(str(b / "model.safetensors"), framework="pt") as fb:
+        ka, kb = set(fa.keys()), set(fb.keys())
+        differing += sorted(ka ^ kb)
+        for k in sorted(ka & kb):
+            x, y = fa.get_tensor(k), fb.get_tensor(k)
+            if x.shape != y.shape or x.dtype != y.dtype:
+                differing.append(k)
+                continue
+            if not x.equal(y):
+                differing.append(k)
+                max_diff = max(max_diff, float((x.float() - y.float()).abs().max()))
+        out["tensors"] = len(ka | kb)
+    out["differing"] = differing
+    out["identical"] = not differing
+    out["max_abs_diff"] = max_diff
+    return out
+
+
+def cli_main(argv: list[str]) -> int:
+    """``evalrun train-tiny [--name NAME] [--output DIR] [--compare]``: retrain from the recipe.
+
+    Trains the named model from its recipe (never reusing the shipped checkpoint or
+    a cached folder) into ``--output`` (default: a new folder under the cache) and,
+    with ``--compare``, compares the result with the shipped checkpoint
+    (:func:`compare_checkpoints`). Exit 0 when trained (and, with ``--compare``,
+    bit-identical), 1 when the weights differ, 2 on errors.
+    """
+    import argparse
+
+    p = argparse.ArgumentParser(prog="evalrun train-tiny", description=(
+        "Retrain evalrun's tiny Qwen3-Next + MTP model from its recipe (about 5 minutes on two "
+        "idle cores, up to 20 on busy ones). The checkpoint ships with evalrun, so runs never need this."))
+    p.add_argument("--name", default=DEFAULT_TRAINED_NAME, choices=sorted(TRAINED_MODELS))
+    p.add_argument("--output", type=Path, default=None,
+                   help="folder to write (must not exist; default: <cache>/retrain/<name>-<hash>-<time>)")
+    p.add_argument("--compare", action="store_true", help="compare with the shipped checkpoint")
+    args = p.parse_args(argv)
+    recipe = TRAINED_MODELS[args.name]
+    out = args.output or (tm.default_cache_dir() / "retrain" /
+                          f"{args.name}-{trained_recipe_hash(recipe)[:12]}-{time.strftime('%Y%m%dT%H%M%S')}")
+    if out.exists():
+        print(f"evalrun train-tiny: {out} exists; choose another --output", file=sys.stderr)
+        return 2
+    try:
+        model, mtp, _, _, log = train_model(recipe, print)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        export_checkpoint(model, mtp, recipe, out)
+        tm._write_json(out / "train_log.json", log)
+    except TrainingError as e:
+        print(f"evalrun train-tiny: {e}", file=sys.stderr)
+        return 2
+    print(f"trained {args.name} in {log['seconds']:.0f} s into {out}")
+    if not args.compare:
+        return 0
+    shipped = SHIPPED_DIR / args.name
+    cmp = compare_checkpoints(shipped, out)
+    print(json.dumps({"shipped": str(shipped), "retrained": str(out), **cmp}, indent=2))
+    return 0 if cmp["identical"] else 1

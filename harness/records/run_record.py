@@ -406,6 +406,39 @@ class LeftoverServerRecord(_Model):
     kill_command: str
 
 
+class PluginReport(_Model):
+    """What evalrun's vLLM plugin reported for one variant's server (``harness.faults.plugin``).
+
+    Attributes:
+        processes: server processes that wrote a report (0: the plugin never loaded).
+        faults: fault names active in those processes.
+        cpu_async: the plugin was asked to keep async scheduling on the CPU.
+        model_runners: ``module.Class`` of the model runner(s) in use.
+        patched: what the plugin patched (``module.Class.attr``).
+        counts: counters summed over processes: ``<fault>.executions``,
+            ``<fault>.changed``, ``batch.*`` (condense / reorder events),
+            ``cpu_async.kept``.
+        errors: unreadable report files.
+        dir: the reports' folder, relative to the run folder.
+        async_scheduling_via: for a variant that asked for async scheduling, how it was
+            obtained (``"engine"`` or the plugin).
+        exercised: for a fault variant, whether its patched code ran and changed a value.
+        not_exercised_reason: why not.
+    """
+
+    processes: int = 0
+    faults: list[str] = []
+    cpu_async: bool = False
+    model_runners: list[str] = []
+    patched: list[str] = []
+    counts: dict[str, int] = {}
+    errors: list[str] = []
+    dir: str | None = None
+    async_scheduling_via: str | None = None
+    exercised: bool | None = None
+    not_exercised_reason: str | None = None
+
+
 class VariantResult(_Model):
     """One variant's server and tasks.
 
@@ -427,6 +460,7 @@ class VariantResult(_Model):
     log: str | None = None
     error: str | None = None
     tasks: dict[str, TaskResult] = {}
+    plugin: PluginReport | None = None
 
 
 class GateResult(_Model):
