@@ -93,7 +93,7 @@ import time
 import types
 import weakref
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 #: Environment variable naming the fault (same value as ``harness.config.plan.FAULT_ENV``;
