@@ -31,19 +31,34 @@ if TYPE_CHECKING:
 FIXTURE = "evalrun_config"
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    """``--config-list-file`` and evalrun's run options."""
+def _add_options(parser: pytest.Parser) -> None:
+    """``--config-list-file`` and evalrun's run options; an option that a conftest
+    already defines (vLLM's ``tests/evals/gsm8k/conftest.py`` defines
+    ``--config-list-file`` too) is left as that conftest defined it."""
     g = parser.getgroup("evalrun", "evalrun (speculative-decoding accuracy gates on a vLLM server)")
-    g.addoption("--config-list-file", default=None, metavar="LIST",
-                help="model list (models-*.txt) or one config YAML; one test per config, named by its stem")
-    g.addoption("--evalrun-results-dir", default=None, metavar="DIR",
-                help="where run records are written (default: evalrun's results/)")
-    g.addoption("--evalrun-data-dir", default=None, metavar="DIR",
-                help="GSM8K folder with test.jsonl and train.jsonl (default: $EVALRUN_DATA_DIR, else the hub)")
-    g.addoption("--evalrun-python", default=None, metavar="PYTHON",
-                help="interpreter with vLLM installed, for the server command (default: this one)")
-    g.addoption("--evalrun-baseline-dir", default=None, metavar="DIR",
-                help="folder of stored baselines to gate against (default: none)")
+    options = [
+        ("--config-list-file", "LIST",
+         "model list (models-*.txt) or one config YAML; one test per config, named by its stem"),
+        ("--evalrun-results-dir", "DIR", "where run records are written (default: evalrun's results/)"),
+        ("--evalrun-data-dir", "DIR",
+         "GSM8K folder with test.jsonl and train.jsonl (default: $EVALRUN_DATA_DIR, else the hub)"),
+        ("--evalrun-python", "PYTHON", "interpreter with vLLM installed, for the server command (default: this one)"),
+        ("--evalrun-baseline-dir", "DIR", "folder of stored baselines to gate against (default: none)"),
+    ]
+    for name, metavar, text in options:
+        try:
+            g.addoption(name, default=None, metavar=metavar, help=text)
+        except ValueError:  # already defined by a conftest: both read it as a string
+            pass
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]):
+    """Add evalrun's options AFTER the initial conftests, so that a pytest session that
+    also loads vLLM's own GSM8K conftest (which defines ``--config-list-file``) does not
+    fail with a duplicate option: installing evalrun must not break vLLM's test suite."""
+    yield
+    _add_options(parser)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

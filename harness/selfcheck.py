@@ -22,6 +22,7 @@ import json
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from harness.config.loader import CONFIGS_DIR, ConfigError, load_config
 from harness.records.run_record import PluginReport, RunRecord, VariantResult

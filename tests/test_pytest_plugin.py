@@ -90,3 +90,15 @@ def test_keyword_expressions_follow_pytest_k():
         compile_keyword("(Qwen3 or Nano")
     with pytest.raises(ConfigError, match="not in the list"):
         select_paths([Path("a/X.yaml")], names=["Y"])
+
+
+def test_plugin_does_not_break_vllms_own_conftest(tmp_path):
+    # vLLM's tests/evals/gsm8k/conftest.py defines --config-list-file too; with evalrun
+    # installed (plugin auto-loaded) that session must still start and read the option
+    (tmp_path / "conftest.py").write_text(
+        'def pytest_addoption(parser):\n    parser.addoption("--config-list-file", default=None)\n')
+    (tmp_path / "test_v.py").write_text(
+        'def test_v(request):\n    assert request.config.getoption("--config-list-file") == "x.txt"\n')
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--config-list-file=x.txt",
+                        str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]

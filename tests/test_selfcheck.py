@@ -168,9 +168,13 @@ def test_selfcheck_on_real_engine(tmp_path):
     assert om["spec_async_placeholder_token"]["output_match_rate"] < 0.95
     assert acc["spec_async_placeholder_token"] <= acc["reference"] - 0.3
     assert cnt["spec_async_placeholder_token"]["async-placeholder-token.changed"] > 0
-    # ... and the same patch under synchronous scheduling runs but changes nothing
-    assert cnt["spec_sync_placeholder_token"]["async-placeholder-token.executions"] > 0
-    assert cnt["spec_sync_placeholder_token"].get("async-placeholder-token.changed", 0) == 0
+    # ... and the same patch under synchronous scheduling runs, but reaches the drafter only on
+    # the rare partial-prefill row (vLLM's own use of the backup) and moves no figure
+    sp = cnt["spec_sync_placeholder_token"]
+    assert sp["async-placeholder-token.executions"] > 0
+    assert sp.get("async-placeholder-token.changed", 0) <= sp["async-placeholder-token.executions"] // 10
+    assert abs(mal["spec_sync_placeholder_token"] - mal["spec_sync"]) <= 0.05
+    assert om["spec_sync_placeholder_token"]["output_match_rate"] >= 0.95
     # the seed's bug 2 in the async path (4 speculative tokens, so counts differ between
     # requests): outputs diverge while the clean 4-token control matches the reference;
     # under sync the patched function is never called

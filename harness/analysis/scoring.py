@@ -316,11 +316,6 @@ class AnswerAgreement:
     agreement_rate: float | None
     disagreements: tuple[str, ...]
 
-    def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["disagreements"] = list(self.disagreements)
-        return d
-
 
 def answer_agreement(baseline: Sequence[Sample], candidate: Sequence[Sample], pipeline: str) -> AnswerAgreement:
     """Compare the extracted answers of ``pipeline`` question by question.

@@ -93,7 +93,7 @@ import time
 import types
 import weakref
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 #: Environment variable naming the fault (same value as ``harness.config.plan.FAULT_ENV``;
@@ -1170,8 +1170,9 @@ def _install_async_placeholder_token(fault: Fault) -> None:
 
     Under synchronous scheduling the same lookup runs (the function is shared) but
     ``prev_req_id_to_index`` is never set (``_bookkeeping_sync`` sets it only on
-    its async branch), so the drafter's input stays right: executions counted,
-    ``changed`` 0.
+    its async branch): the drafter's input changes only where vLLM itself uses the
+    backup, a partial-prefill row whose prompt was chunked (the pre-fix index there
+    is the next prompt token instead of the last one; rare with these prompts).
     """
     _patch(fault, _PREPARE_PADDED, placeholder_token_wrapper(fault.name))
 
