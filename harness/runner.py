@@ -627,7 +627,6 @@ def _run_variant(
                 if reruns is not None and vp.name in noise_variants(cp) and pt.lm_eval is None and session.server.alive():
                     trec.rerun = _rerun_task(
                         session, c.name, vp, t, pt, run_dir, samples, reruns, p, c.per_request_metrics)
-                acc = sc.accuracy
                 sd = spec_metrics
                 p.log(
                     f"{vp.id} {t.name}: "

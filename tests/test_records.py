@@ -71,7 +71,7 @@ def test_task_pipeline_reaches_floor_paired_and_baseline_gates(tmp_path):
     # baseline gates: a baseline where spec was right everywhere under both pipelines
     qs = {f"{t}/{i}": {"prompt_hash": f"h{i}", "gold": "5", "correct": {"strict-numeric": True, "flexible-numeric": True}}
           for t in ("t1", "t2") for i in range(10)}
-    doc = {"schema": "evalrun-baseline/1", "config": "c", "written_at": "x", "pipeline": "flexible-numeric",
+    doc = {"schema": "evalrun-baseline/2", "config": "c", "written_at": "x", "pipeline": "flexible-numeric",
            "source_run": {"run_id": "good", "path": "/x"},
            "variants": {"spec": {"tasks": {t: {
                "num_requests": 10, "error_count": 0, "accuracy": {}, "accuracy_ci": {}, "correct": {}, "scored": {},
@@ -96,6 +96,27 @@ def test_record_round_trips_and_v1_migrates(tmp_path):
     v1 = complete_record({"run_id": "old", "configs": []})
     v1["schema_version"] = 1
     assert parse_run(json.dumps(v1), "old/run.json").run_id == "old"
+
+
+def test_v1_records_and_baselines_name_evalrun_pipelines_anew(tmp_path):
+    """Schema 1 called evalrun's own pipelines strict-match / flexible-extract; those
+    names now mean lm-eval's filters, so reading a v1 file renames them."""
+    from harness.records.baselines import load_baseline
+
+    v1 = complete_record({"run_id": "old", "configs": [{"name": "c", "pipeline": "flexible-extract", "variants": {
+        "v": {"tasks": {"t": {"accuracy": {"strict-match": 0.5, "flexible-extract": 0.75}}}}}}]})
+    v1["schema_version"] = 1
+    rec = parse_run(json.dumps(v1), "old/run.json")
+    assert rec.configs[0].pipeline == "flexible-numeric"
+    assert rec.configs[0].variants["v"].tasks["t"].accuracy == {"strict-numeric": 0.5, "flexible-numeric": 0.75}
+    b1 = {"schema": "evalrun-baseline/1", "config": "c", "written_at": "x", "pipeline": "strict-match",
+          "source_run": {"run_id": "good", "path": "/x"}, "variants": {"v": {"tasks": {"t": {
+              "num_requests": 1, "error_count": 0, "accuracy": {"flexible-extract": 1.0}, "accuracy_ci": {},
+              "correct": {"flexible-extract": 1}, "scored": {"flexible-extract": 1},
+              "questions": {"q": {"prompt_hash": "h", "gold": "5", "correct": {"flexible-extract": True}}}}}}}}
+    (tmp_path / "c.json").write_text(json.dumps(b1))
+    doc = load_baseline(tmp_path / "c.json")
+    assert doc.pipeline == "strict-numeric" and doc.task("v", "t").correctness("flexible-numeric") == {"q": ("h", True)}
 
 
 def test_foreign_or_broken_records_name_file_and_first_bad_field(tmp_path):

@@ -30,7 +30,7 @@ from typing import Literal, Sequence
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from harness.records.run_record import (
-    EngineFactsRecord, Interval, RunRecord, SpecDecodeRecord, _first_error, utc_now,
+    EngineFactsRecord, Interval, RunRecord, SpecDecodeRecord, _first_error, rename_v1_pipelines, utc_now,
 )
 from harness.records.samples import Sample, read_jsonl
 
@@ -39,7 +39,10 @@ __all__ = [
     "baseline_path", "token_ids_hash", "make_baseline", "write_baselines", "load_baseline",
 ]
 
-BASELINE_SCHEMA = "evalrun-baseline/1"
+BASELINE_SCHEMA = "evalrun-baseline/2"
+#: Baseline schemas this evalrun reads; /1 is migrated on read (evalrun's pipelines
+#: renamed, :func:`harness.records.run_record.rename_v1_pipelines`).
+BASELINE_SCHEMAS = ("evalrun-baseline/1", BASELINE_SCHEMA)
 
 
 class BaselineError(ValueError):
@@ -123,7 +126,7 @@ class BaselineDoc(_Model):
         comparisons: output match of each comparison in the source run.
     """
 
-    schema_: Literal["evalrun-baseline/1"] = Field(BASELINE_SCHEMA, alias="schema")
+    schema_: Literal["evalrun-baseline/2"] = Field(BASELINE_SCHEMA, alias="schema")
     config: str
     config_sha256: str | None = None
     config_path: str | None = None
@@ -278,9 +281,11 @@ def load_baseline(path: str | Path) -> BaselineDoc:
         raise BaselineError(f"{p}: cannot read baseline: {e.strerror}") from e
     except json.JSONDecodeError as e:
         raise BaselineError(f"{p}: not a JSON baseline: {e}") from e
-    if not isinstance(raw, dict) or raw.get("schema") != BASELINE_SCHEMA:
+    if not isinstance(raw, dict) or raw.get("schema") not in BASELINE_SCHEMAS:
         got = raw.get("schema") if isinstance(raw, dict) else type(raw).__name__
-        raise BaselineError(f"{p}: schema {got!r}, this evalrun reads {BASELINE_SCHEMA!r}")
+        raise BaselineError(f"{p}: schema {got!r}, this evalrun reads {' and '.join(map(repr, BASELINE_SCHEMAS))}")
+    if raw["schema"] == "evalrun-baseline/1":
+        raw = dict(rename_v1_pipelines(raw), schema=BASELINE_SCHEMA)
     raw.pop("_path", None)
     try:
         doc = BaselineDoc.model_validate(raw)

@@ -21,8 +21,10 @@ The shape, top down::
       └ baseline: BaselineInfo | None     the stored baseline the config was gated against
 
 Schema versions (:data:`SCHEMA_VERSION`): 1 was written by evalrun 0.1 as an untyped
-dict of the same shape; :func:`load_run` migrates it (:func:`_migrate_v1`: the version
-number changes, nothing else, since every later field is optional). Any other version,
+dict of the same shape; :func:`load_run` migrates it (:func:`_migrate_v1`): every later
+field is optional, and evalrun's own answer pipelines, called ``strict-match`` and
+``flexible-extract`` in schema 1, are renamed ``strict-numeric`` and ``flexible-numeric``
+(:data:`V1_PIPELINE_NAMES`), since schema 2 uses the old names for lm-eval's own filters. Any other version,
 or a field this evalrun does not know, is a :class:`RunRecordError` naming the file and
 the first bad field.
 """
@@ -729,10 +731,28 @@ def write_run(run_dir: Path, record: RunRecord) -> Path:
     return path
 
 
+#: Schema 1 -> 2: evalrun's own pipelines were named like lm-eval's filters before 2.
+V1_PIPELINE_NAMES = {"strict-match": "strict-numeric", "flexible-extract": "flexible-numeric"}
+
+
+def rename_v1_pipelines(obj: Any) -> Any:
+    """A copy of a schema-1 JSON value with :data:`V1_PIPELINE_NAMES` applied to every
+    mapping key and every string value that is exactly a pipeline name (free text,
+    such as a gate's detail, is left as written)."""
+    if isinstance(obj, dict):
+        return {V1_PIPELINE_NAMES.get(k, k): rename_v1_pipelines(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [rename_v1_pipelines(x) for x in obj]
+    if isinstance(obj, str):
+        return V1_PIPELINE_NAMES.get(obj, obj)
+    return obj
+
+
 def _migrate_v1(doc: dict[str, Any]) -> dict[str, Any]:
-    """Schema 1 -> 2: the same shape (written as an untyped dict by evalrun 0.1); only
-    the version number changes. A ``_path`` key some copies carry is dropped."""
-    doc = dict(doc)
+    """Schema 1 -> 2: the same shape (written as an untyped dict by evalrun 0.1), with
+    evalrun's pipelines renamed (:func:`rename_v1_pipelines`). A ``_path`` key some
+    copies carry is dropped."""
+    doc = rename_v1_pipelines(dict(doc))
     doc.pop("_path", None)
     doc["schema_version"] = 2
     return doc

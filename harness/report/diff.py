@@ -100,7 +100,7 @@ def load_side(path: str | Path, results_dir: str | Path | None = None) -> dict[s
         DiffError: the path does not exist, is not a run record or baseline, or a
             samples file named by the record cannot be read.
     """
-    from harness.records.baselines import BASELINE_SCHEMA, BaselineError, load_baseline
+    from harness.records.baselines import BASELINE_SCHEMAS, BaselineError, load_baseline
     from harness.records.run_record import RunRecordError, load_run
 
     p = resolve_side(path, results_dir)
@@ -109,7 +109,7 @@ def load_side(path: str | Path, results_dir: str | Path | None = None) -> dict[s
             doc = json.loads(p.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as e:
             raise DiffError(f"{p}: not a JSON run record or baseline: {e}") from e
-        if isinstance(doc, dict) and doc.get("schema") == BASELINE_SCHEMA:
+        if isinstance(doc, dict) and doc.get("schema") in BASELINE_SCHEMAS:
             try:
                 return _side_from_baseline(load_baseline(p), p)
             except BaselineError as e:
