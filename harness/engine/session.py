@@ -36,6 +36,16 @@ SETTLE_INTERVAL = 0.02
 SETTLE_SECONDS = 2.0
 
 
+def run_coroutine(coro):
+    """Run ``coro`` to completion on a new event loop: uvloop's where it is installed
+    (its loop costs less CPU per request than asyncio's default), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:  # e.g. Windows, where uvloop does not build
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
 @dataclass(frozen=True)
 class TaskOutcome:
     """What one task produced on one variant.
@@ -221,7 +231,7 @@ class VariantSession:
             before = self.snapshot()
         except MetricsError as e:
             before, metrics_error = None, str(e)
-        completions, metrics_error = asyncio.run(self._send_all(
+        completions, metrics_error = run_coroutine(self._send_all(
             requests, max_tokens, temperature, seed, stop, on_done, per_request, before, metrics_error))
 
         counters = metrics = None
