@@ -235,6 +235,11 @@ def main() -> int:
     import tqdm.asyncio  # noqa: F401
 
     import harness.engine.session  # noqa: F401
+    import harness.report.progress  # noqa: F401
+    try:
+        import uvloop  # noqa: F401  (evalrun's event loop where installed; imported on the first task)
+    except ImportError:
+        pass
     import harness.tasks.judging  # noqa: F401
     if not args.no_lm_eval:
         try:

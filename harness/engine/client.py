@@ -14,7 +14,7 @@ retried, at most ``max_retries`` times, and the number of attempts is recorded.
 (encode/httpcore#1110) in which a request can wait on a connection that is never
 handed to it, which stalled whole runs of evalrun's earlier thread-pool client for
 ``request_timeout_seconds`` at 100 in flight. The connector's limit equals the number
-of requests the caller lets in flight (:class:`asyncio.Semaphore` in the session), so
+of requests the caller lets in flight (that many workers in the session), so
 no request queues for a connection; and each attempt has a total timeout
 (``aiohttp.ClientTimeout(total=...)``) as the backstop for a server that never
 answers. A progress-based read timeout is not used: a non-streamed completion sends

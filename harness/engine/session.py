@@ -201,8 +201,9 @@ class VariantSession:
         """Send every request and diff the counters; nothing is judged here.
 
         Requests go out on one asyncio event loop (:class:`AsyncCompletionClient`),
-        at most ``max_concurrency`` in flight (an :class:`asyncio.Semaphore`; the
-        connection pool has as many connections, so none waits for one).
+        at most ``max_concurrency`` in flight (as many workers, each sending the next
+        request in order when its last one is done; the connection pool has as many
+        connections, so none waits for one).
 
         Args:
             requests: the task's requests (``question_id``, ``prompt``).
@@ -280,14 +281,17 @@ class VariantSession:
                     if on_done:
                         on_done(c)
             else:
-                gate = asyncio.Semaphore(width)
+                # ``width`` workers take the requests in order from one iterator: at most
+                # ``width`` in flight, a freed slot refilled at once, and one task per
+                # worker instead of one per request behind a semaphore (less CPU per request)
+                todo = iter(enumerate(requests))
 
-                async def one(i: int, r: Request) -> None:
-                    async with gate:
+                async def worker() -> None:
+                    for i, r in todo:
                         c = await client.complete(r.question_id, r.prompt, max_tokens, temperature, seed, stop)
-                    results[i] = c
-                    if on_done:
-                        on_done(c)
+                        results[i] = c
+                        if on_done:
+                            on_done(c)
 
-                await asyncio.gather(*(one(i, r) for i, r in enumerate(requests)))
+                await asyncio.gather(*(worker() for _ in range(min(width, len(requests)))))
         return tuple(results), metrics_error  # type: ignore[arg-type]
