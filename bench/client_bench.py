@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
@@ -202,7 +203,11 @@ def run_lm_eval(prompts, url: str, concurrency: int):
     def score(texts):  # lm-eval's gsm8k flexible-extract: the last number
         return [(_re.findall(r"(-?[$0-9.,]{2,})|(-?[0-9]+)", t) or [None])[-1] for t in texts]
 
-    return with_scoring(lambda: lm.generate_until(reqs, disable_tqdm=True), score), None
+    def phase():  # its request bar ignores disable_tqdm: drawn into /dev/null, as vLLM's is here
+        with open(os.devnull, "w") as devnull, contextlib.redirect_stderr(devnull):
+            return lm.generate_until(reqs, disable_tqdm=True)
+
+    return with_scoring(phase, score), None
 
 
 # ------------------------------------------------------------------ main
