@@ -13,7 +13,7 @@ from harness.engine.client import AsyncCompletionClient
 from harness.engine.session import run_coroutine
 
 
-def _serve_and_send(handler, timeout_s: float = 5, **kw):
+def _serve_and_send(handler, timeout_s: float = 5, prompt: str = "What is 2+2?"):
     """Run one request through AsyncCompletionClient against ``handler``; return
     (completion, bodies the server received, content types)."""
     seen: list[dict] = []
@@ -32,7 +32,7 @@ def _serve_and_send(handler, timeout_s: float = 5, **kw):
         try:
             url = f"http://127.0.0.1:{server.port}"
             async with AsyncCompletionClient(url, "m", timeout_s=timeout_s, max_connections=2) as client:
-                return await client.complete("q/1", "What is 2+2?", 16, seed=7, stop=["Question"], **kw)
+                return await client.complete("q/1", prompt, 16, seed=7, stop=["Question"])
         finally:
             await server.close()
 
@@ -96,3 +96,11 @@ def test_no_answer_within_the_total_timeout_is_an_error_value():
     c, seen, _ = _serve_and_send(hang, timeout_s=0.3)
     assert not c.ok and c.attempts == 2 and len(seen) == 2
     assert "no response within 0.3 s" in c.error
+
+
+def test_a_prompt_orjson_refuses_is_still_sent():
+    async def ok(request, n):
+        return web.json_response({"choices": [{"text": "y", "finish_reason": "stop"}]})
+
+    c, seen, _ = _serve_and_send(ok, prompt="odd \ud800 text")
+    assert c.ok and seen[0]["prompt"] == "odd \ud800 text"

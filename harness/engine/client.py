@@ -24,6 +24,7 @@ no byte until it is finished, so "no progress" cannot be told from "a long answe
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -129,7 +130,10 @@ class AsyncCompletionClient:
         if seed is not None:
             body["seed"] = seed
         # encoded once (orjson: bytes, no str round trip), re-sent as is on a retry
-        payload = orjson.dumps(body)
+        try:
+            payload = orjson.dumps(body)
+        except TypeError:  # orjson refuses a lone surrogate in the prompt; json escapes it
+            payload = json.dumps(body).encode()
         attempts = 0
         last_err = ""
         latency = 0.0
