@@ -10,8 +10,10 @@ repository root with the project's venv, on cores as quiet as you can get them::
 What is compared, on the same 1319 GSM8K 5-shot prompts (evalrun's prompts):
 
 * ``evalrun``: :class:`harness.engine.session.VariantSession` (its server lifecycle
-  starts the stub; start-up is not timed) ``run_task`` + the task stage's
-  ``judge_completions``: exactly the request phase of a run, at ``--concurrency``.
+  starts the stub; start-up is not timed) ``run_task`` with the runner's progress bar
+  (``--progress``: the rich bar as at a terminal, drawn into /dev/null as vLLM's tqdm bar
+  is here) + the task stage's ``judge_completions``: exactly the request phase of a
+  run, at ``--concurrency``.
 * ``vllm-client``: vLLM's ``tests/evals/gsm8k/gsm8k_eval.py`` request loop. That file is
   not part of the installed ``vllm`` package, so its loop is REIMPLEMENTED here as it
   reads: one ``aiohttp.ClientSession(timeout=ClientTimeout(total=600))`` with its
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
@@ -91,7 +94,19 @@ def with_scoring(phase, score) -> tuple[float, float, float, object]:
 # ------------------------------------------------------------------ evalrun
 
 
-def run_evalrun(requests, latency_ms: float, concurrency: int, timeout: float = 600):
+def evalrun_progress(mode: str):
+    """evalrun's progress as a run shows it: ``terminal`` = the rich bar (drawn into
+    /dev/null as if stderr were a terminal), ``log`` = plain lines (CI), ``none``."""
+    if mode == "none":
+        return None
+    from rich.console import Console
+
+    from harness.report.progress import Progress
+
+    return Progress(Console(file=open(os.devnull, "w"), force_terminal=mode == "terminal", width=120))
+
+
+def run_evalrun(requests, latency_ms: float, concurrency: int, timeout: float = 600, progress: str = "terminal"):
     from harness.engine.session import VariantSession
     from harness.tasks.judging import judge_completions
 
@@ -100,10 +115,20 @@ def run_evalrun(requests, latency_ms: float, concurrency: int, timeout: float = 
     sess = VariantSession("bench/evalrun", argv, {"STUB_LATENCY_MS": str(latency_ms)}, log,
                           startup_timeout=60, request_timeout=timeout, max_concurrency=concurrency,
                           speculative=False)
+    prog = evalrun_progress(progress)
+
+    def phase():  # as the runner does: a bar per task, advanced by every completion
+        bar = prog.bar("bench/evalrun gsm8k", len(requests)) if prog else None
+        try:
+            return sess.run_task(requests, max_tokens=256, temperature=0.0, seed=42, stop=STOP,
+                                 on_done=(lambda c: bar.advance(c.ok)) if bar else None)
+        finally:
+            if bar:
+                bar.close()
+
     with sess:
         return with_scoring(
-            lambda: sess.run_task(requests, max_tokens=256, temperature=0.0, seed=42, stop=STOP),
-            lambda out: (out, judge_completions("bench", "reference", "gsm8k", requests, out.completions)))
+            phase, lambda out: (out, judge_completions("bench", "reference", "gsm8k", requests, out.completions)))
 
 
 # ------------------------------------------------------------------ vLLM's client
@@ -178,7 +203,11 @@ def run_lm_eval(prompts, url: str, concurrency: int):
     def score(texts):  # lm-eval's gsm8k flexible-extract: the last number
         return [(_re.findall(r"(-?[$0-9.,]{2,})|(-?[0-9]+)", t) or [None])[-1] for t in texts]
 
-    return with_scoring(lambda: lm.generate_until(reqs, disable_tqdm=True), score), None
+    def phase():  # its request bar ignores disable_tqdm: drawn into /dev/null, as vLLM's is here
+        with open(os.devnull, "w") as devnull, contextlib.redirect_stderr(devnull):
+            return lm.generate_until(reqs, disable_tqdm=True)
+
+    return with_scoring(phase, score), None
 
 
 # ------------------------------------------------------------------ main
@@ -196,6 +225,10 @@ def main() -> int:
     ap.add_argument("--vllm-src", default=None, help="a vLLM checkout: import its real call_vllm_api")
     ap.add_argument("--repeats", type=int, default=5, help="runs per client and latency; medians are shown")
     ap.add_argument("--no-lm-eval", action="store_true", help="skip lm-eval")
+    ap.add_argument("--progress", choices=["terminal", "log", "none"], default="terminal",
+                    help="evalrun's progress during its request phase, as a run shows it: the rich bar at a "
+                         "terminal (default; drawn into /dev/null, as vLLM's client draws its tqdm bar), plain "
+                         "lines as in CI logs, or none")
     ap.add_argument("--stall-runs", type=int, default=0, help="repeat evalrun's request phase N times for stalls")
     ap.add_argument("--stall-concurrency", type=int, default=256)
     args = ap.parse_args()
@@ -207,6 +240,11 @@ def main() -> int:
     import tqdm.asyncio  # noqa: F401
 
     import harness.engine.session  # noqa: F401
+    import harness.report.progress  # noqa: F401
+    try:
+        import uvloop  # noqa: F401  (evalrun's event loop where installed; imported on the first task)
+    except ImportError:
+        pass
     import harness.tasks.judging  # noqa: F401
     if not args.no_lm_eval:
         try:
@@ -224,7 +262,7 @@ def main() -> int:
         runs: dict[str, list[tuple[float, float, float]]] = {}
         errs = 0
         for _ in range(args.repeats):  # clients interleaved, so slow phases of the machine hit all
-            wall, cpu, cpu_s, (out, samples) = run_evalrun(requests, lat, args.concurrency)
+            wall, cpu, cpu_s, (out, samples) = run_evalrun(requests, lat, args.concurrency, progress=args.progress)
             errs += sum(1 for s in samples if not s.ok)
             runs.setdefault("evalrun", []).append((wall, cpu, cpu_s))
             stub, url = start_stub(lat)
@@ -241,7 +279,7 @@ def main() -> int:
                 stub.terminate()
                 stub.wait(10)
         rows = {k: tuple(statistics.median(x[i] for x in v) for i in range(3)) for k, v in runs.items()}
-        print(f"\nstub latency {lat:g} ms, evalrun max_concurrency {args.concurrency}, "
+        print(f"\nstub latency {lat:g} ms, evalrun max_concurrency {args.concurrency} (progress: {args.progress}), "
               f"vLLM client max_concurrency {args.vllm_max_concurrency or 'default (100)'}; "
               f"median of {args.repeats} runs; evalrun errors {errs}; load average {os.getloadavg()[0]:.2f}")
         print("request phase = the requests only, as vLLM's client times its 'latency'; scoring after it")
@@ -254,7 +292,8 @@ def main() -> int:
     if args.stall_runs:
         stalls = 0
         for i in range(args.stall_runs):
-            wall, cpu, _, (out, samples) = run_evalrun(requests, args.latency_ms[0], args.stall_concurrency, timeout=60)
+            wall, cpu, _, (out, samples) = run_evalrun(requests, args.latency_ms[0], args.stall_concurrency, timeout=60,
+                                                       progress="none")
             slow = [c for c in out.completions if c.attempts > 1 or c.latency_s > 10]
             stalls += bool(slow)
             print(f"stall run {i + 1}: {wall:.2f} s, {len(slow)} slow or retried requests")

@@ -14,7 +14,7 @@ retried, at most ``max_retries`` times, and the number of attempts is recorded.
 (encode/httpcore#1110) in which a request can wait on a connection that is never
 handed to it, which stalled whole runs of evalrun's earlier thread-pool client for
 ``request_timeout_seconds`` at 100 in flight. The connector's limit equals the number
-of requests the caller lets in flight (:class:`asyncio.Semaphore` in the session), so
+of requests the caller lets in flight (that many workers in the session), so
 no request queues for a connection; and each attempt has a total timeout
 (``aiohttp.ClientTimeout(total=...)``) as the backstop for a server that never
 answers. A progress-based read timeout is not used: a non-streamed completion sends
@@ -28,6 +28,8 @@ import json
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
+
+import orjson
 
 from harness.records.completions import Completion
 
@@ -83,13 +85,16 @@ class AsyncCompletionClient:
 
     async def __aenter__(self) -> "AsyncCompletionClient":
         import aiohttp
+        from aiohttp.payload import BytesPayload
 
         self._aiohttp = aiohttp
+        self._payload = BytesPayload
         self._session = aiohttp.ClientSession(
             # ssl=False: plain HTTP to the local server; skips building an SSL context (~60 ms CPU)
             connector=aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0, ssl=False),
             timeout=aiohttp.ClientTimeout(total=self.timeout_s, connect=CONNECT_TIMEOUT_S),
-            json_serialize=json.dumps,
+            # the server sets no cookies: skip the jar's per-request filtering and updating
+            cookie_jar=aiohttp.DummyCookieJar(),
         )
         return self
 
@@ -124,6 +129,11 @@ class AsyncCompletionClient:
         }
         if seed is not None:
             body["seed"] = seed
+        # encoded once (orjson: bytes, no str round trip), re-sent as is on a retry
+        try:
+            payload = orjson.dumps(body)
+        except TypeError:  # orjson refuses a lone surrogate in the prompt; json escapes it
+            payload = json.dumps(body).encode()
         attempts = 0
         last_err = ""
         latency = 0.0
@@ -131,7 +141,8 @@ class AsyncCompletionClient:
             attempts += 1
             t0 = time.monotonic()
             try:
-                async with self._session.post(self.url, json=body) as r:
+                data = self._payload(payload, content_type="application/json")
+                async with self._session.post(self.url, data=data) as r:
                     status = r.status
                     raw = await r.read()
                 latency = time.monotonic() - t0
@@ -153,7 +164,7 @@ class AsyncCompletionClient:
                     attempts, latency,
                 )
             try:
-                choice = json.loads(raw)["choices"][0]
+                choice = orjson.loads(raw)["choices"][0]
                 ids = choice.get("token_ids")
                 return Completion(
                     request_id,

@@ -36,6 +36,16 @@ SETTLE_INTERVAL = 0.02
 SETTLE_SECONDS = 2.0
 
 
+def run_coroutine(coro):
+    """Run ``coro`` to completion on a new event loop: uvloop's where it is installed
+    (its loop costs less CPU per request than asyncio's default), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:  # e.g. Windows, where uvloop does not build
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
 @dataclass(frozen=True)
 class TaskOutcome:
     """What one task produced on one variant.
@@ -191,8 +201,9 @@ class VariantSession:
         """Send every request and diff the counters; nothing is judged here.
 
         Requests go out on one asyncio event loop (:class:`AsyncCompletionClient`),
-        at most ``max_concurrency`` in flight (an :class:`asyncio.Semaphore`; the
-        connection pool has as many connections, so none waits for one).
+        at most ``max_concurrency`` in flight (as many workers, each sending the next
+        request in order when its last one is done; the connection pool has as many
+        connections, so none waits for one).
 
         Args:
             requests: the task's requests (``question_id``, ``prompt``).
@@ -221,7 +232,7 @@ class VariantSession:
             before = self.snapshot()
         except MetricsError as e:
             before, metrics_error = None, str(e)
-        completions, metrics_error = asyncio.run(self._send_all(
+        completions, metrics_error = run_coroutine(self._send_all(
             requests, max_tokens, temperature, seed, stop, on_done, per_request, before, metrics_error))
 
         counters = metrics = None
@@ -270,14 +281,17 @@ class VariantSession:
                     if on_done:
                         on_done(c)
             else:
-                gate = asyncio.Semaphore(width)
+                # ``width`` workers take the requests in order from one iterator: at most
+                # ``width`` in flight, a freed slot refilled at once, and one task per
+                # worker instead of one per request behind a semaphore (less CPU per request)
+                todo = iter(enumerate(requests))
 
-                async def one(i: int, r: Request) -> None:
-                    async with gate:
+                async def worker() -> None:
+                    for i, r in todo:
                         c = await client.complete(r.question_id, r.prompt, max_tokens, temperature, seed, stop)
-                    results[i] = c
-                    if on_done:
-                        on_done(c)
+                        results[i] = c
+                        if on_done:
+                            on_done(c)
 
-                await asyncio.gather(*(one(i, r) for i, r in enumerate(requests)))
+                await asyncio.gather(*(worker() for _ in range(min(width, len(requests)))))
         return tuple(results), metrics_error  # type: ignore[arg-type]
