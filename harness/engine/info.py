@@ -8,7 +8,7 @@ platform forces ``scheduler_config.async_scheduling = False``), and ``GET /versi
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 #: The generic name vLLM gives every model-specific MTP method in its effective config.
@@ -78,10 +78,6 @@ class EngineFacts:
     max_model_len: int | None
     enable_prefix_caching: bool | None
 
-    def to_json(self) -> dict[str, Any]:
-        """Plain dict with the attribute names as keys."""
-        return asdict(self)
-
     @classmethod
     def from_server_info(cls, info: dict, version: str | None, where: str) -> "EngineFacts":
         """Extract the facts from a ``/server_info?config_format=json`` body.
@@ -143,9 +139,6 @@ class Effectiveness:
     effective: bool
     mismatches: dict[str, dict[str, Any]]
     expected_on_platform: bool
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def check_effective(
