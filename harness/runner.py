@@ -681,15 +681,10 @@ def _run_lm_eval(session: VariantSession, config: str, vp: VariantPlan, t, pt: P
     summary (aggregated results, pipelines, error)."""
     import time
 
-    from harness.engine.metrics import MetricsError, SpecDecodeMetrics
     from harness.tasks.lm_eval_task import run_lm_eval_task
 
     t0 = time.monotonic()
-    metrics_error = None
-    try:
-        before = session.snapshot()
-    except MetricsError as e:
-        before, metrics_error = None, str(e)
+    before, metrics_error = session.counters_before()
     p.log(f"{vp.id} {t.name}: lm-eval task {pt.lm_eval.lm_eval_task} ({pt.lm_eval.num_docs} documents) "
           "through lm-eval's local-completions model")
     samples, summary = run_lm_eval_task(
@@ -699,17 +694,7 @@ def _run_lm_eval(session: VariantSession, config: str, vp: VariantPlan, t, pt: P
     )
     if summary["error"]:
         p.error(f"{vp.id} {t.name}: {summary['error']}")
-    counters = metrics = None
-    if metrics_error is None:
-        try:
-            after = session.snapshot()
-            if before is not None and after is not None:
-                counters = after.minus(before)
-                metrics = SpecDecodeMetrics.from_counters(counters)
-            elif session.speculative:
-                metrics_error = f"{vp.id}: no speculative-decoding counters in /metrics"
-        except MetricsError as e:
-            metrics_error = str(e)
+    counters, metrics, metrics_error = session.counters_since(before, metrics_error)
     return TaskOutcome((), counters, metrics, metrics_error, time.monotonic() - t0), samples, summary
 
 

@@ -1115,9 +1115,19 @@ def load_model_list(path: str | Path) -> list[ModelConfig]:
         ConfigError: from :func:`read_model_list` or :func:`load_config`; all
             config errors of the list are collected into one message.
     """
+    return load_configs(read_model_list(path), path)
+
+
+def load_configs(paths: list[Path], list_path: str | Path) -> list[ModelConfig]:
+    """Load the configs at ``paths`` (entries of the model list ``list_path``).
+
+    Raises:
+        ConfigError: every config error collected into one message, or two configs
+            with the same name (naming the list).
+    """
     configs: list[ModelConfig] = []
     errors: list[str] = []
-    for p in read_model_list(path):
+    for p in paths:
         try:
             configs.append(load_config(p))
         except ConfigError as e:
@@ -1127,5 +1137,5 @@ def load_model_list(path: str | Path) -> list[ModelConfig]:
     names = [c.name for c in configs]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
-        raise ConfigError(f"{path}: config names appear twice: {', '.join(dupes)}")
+        raise ConfigError(f"{list_path}: config names appear twice: {', '.join(dupes)}")
     return configs

@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from harness.config.loader import ConfigError, ModelConfig, load_config, load_model_list, read_model_list
+from harness.config.loader import ConfigError, ModelConfig, load_configs, load_model_list, read_model_list
 
 _TOKEN = re.compile(r"\s*(\(|\)|[\w:+\-.\[\]\\/]+)")
 
@@ -127,16 +127,4 @@ def load_selected(list_path: str | Path, keyword: str | None = None, names: Sequ
     if not chosen:
         raise ConfigError(
             f"{list_path}: no config selected by -k {keyword!r} (configs: {', '.join(p.stem for p in paths)})")
-    configs, errors = [], []
-    for p in chosen:
-        try:
-            configs.append(load_config(p))
-        except ConfigError as e:
-            errors.append(str(e))
-    if errors:
-        raise ConfigError("\n".join(errors))
-    names_ = [c.name for c in configs]
-    dupes = sorted({n for n in names_ if names_.count(n) > 1})
-    if dupes:
-        raise ConfigError(f"{list_path}: config names appear twice: {', '.join(dupes)}")
-    return configs
+    return load_configs(chosen, list_path)

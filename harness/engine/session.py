@@ -147,6 +147,33 @@ class VariantSession:
             version = None
         return EngineFacts.from_server_info(body, version, self.variant_id)
 
+    def counters_before(self) -> tuple[SpecDecodeCounters | None, str | None]:
+        """``(snapshot, None)`` before a piece of work, or ``(None, why)`` when
+        ``/metrics`` cannot be read (see :meth:`snapshot`)."""
+        try:
+            return self.snapshot(), None
+        except MetricsError as e:
+            return None, str(e)
+
+    def counters_since(self, before: SpecDecodeCounters | None, metrics_error: str | None
+                       ) -> tuple[SpecDecodeCounters | None, SpecDecodeMetrics | None, str | None]:
+        """The counters' difference since ``before`` (from :meth:`counters_before`) and
+        the acceptance figures from it: ``(counters, metrics, metrics_error)``; both
+        None with the reason when ``/metrics`` could not be read before or now, or a
+        speculative variant exposes no counters."""
+        if metrics_error is not None:
+            return None, None, metrics_error
+        try:
+            after = self.snapshot()
+            if before is not None and after is not None:
+                counters = after.minus(before)  # a counter that went backwards raises
+                return counters, SpecDecodeMetrics.from_counters(counters), None
+        except MetricsError as e:
+            return None, None, str(e)
+        if self.speculative:
+            return None, None, f"{self.variant_id}: no speculative-decoding counters in /metrics"
+        return None, None, None
+
     def snapshot(self) -> SpecDecodeCounters | None:
         """Current cumulative speculative-decoding counters (None for a non-speculative
         variant whose server exposes none).
@@ -227,25 +254,10 @@ class VariantSession:
         """
         assert self.model is not None, "use VariantSession as a context manager"
         t0 = time.monotonic()
-        metrics_error = None
-        try:
-            before = self.snapshot()
-        except MetricsError as e:
-            before, metrics_error = None, str(e)
+        before, metrics_error = self.counters_before()
         completions, metrics_error = run_coroutine(self._send_all(
             requests, max_tokens, temperature, seed, stop, on_done, per_request, before, metrics_error))
-
-        counters = metrics = None
-        if metrics_error is None:
-            try:
-                after = self.snapshot()
-                if before is not None and after is not None:
-                    counters = after.minus(before)
-                    metrics = SpecDecodeMetrics.from_counters(counters)
-                elif self.speculative:
-                    metrics_error = f"{self.variant_id}: no speculative-decoding counters in /metrics"
-            except MetricsError as e:
-                metrics_error = str(e)
+        counters, metrics, metrics_error = self.counters_since(before, metrics_error)
         return TaskOutcome(completions, counters, metrics, metrics_error, time.monotonic() - t0)
 
     async def _send_all(
