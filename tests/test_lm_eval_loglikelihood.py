@@ -229,3 +229,13 @@ def _zero_counters():
     from harness.engine.metrics import SpecDecodeCounters
 
     return SpecDecodeCounters(drafts=0.0, draft_tokens=0.0, accepted_tokens=0.0)
+
+
+def test_a_group_is_refused_naming_its_tasks(tmp_path):
+    from harness.tasks.gsm8k import DataUnavailableError
+
+    (tmp_path / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in DOCS))
+    (tmp_path / "evalrun_mc.yaml").write_text(MC_YAML.format(data=tmp_path / "docs.jsonl"))
+    (tmp_path / "grp.yaml").write_text("group: evalrun_grp\ntask: [evalrun_mc]\nmetadata: {version: 1.0}\n")
+    with pytest.raises(DataUnavailableError, match="group or tag of 1 tasks .*evalrun_mc.*name one of them"):
+        load_lm_eval_task("g", "evalrun_grp", str(tmp_path), None)

@@ -143,7 +143,13 @@ def load_lm_eval_task(name: str, lm_eval_task: str, include_path: str | None,
             raise DataUnavailableError(
                 f"task {name}: lm-eval {ver} has no task {lm_eval_task!r}"
                 + (f" in {include_path}" if include_path else ""))
-        task = tm.load([lm_eval_task])["tasks"][lm_eval_task]
+        loaded = tm.load([lm_eval_task])
+        if lm_eval_task not in loaded["tasks"]:
+            kids = sorted(loaded["tasks"])
+            raise DataUnavailableError(
+                f"task {name}: lm-eval task {lm_eval_task!r} is a group or tag of {len(kids)} tasks "
+                f"({', '.join(kids[:5])}{', ...' if len(kids) > 5 else ''}); kind lm_eval runs one task: name one of them")
+        task = loaded["tasks"][lm_eval_task]
         docs = list(task.eval_docs)
     except DataUnavailableError:
         raise
