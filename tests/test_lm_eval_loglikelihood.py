@@ -20,10 +20,10 @@ import pytest
 
 pytest.importorskip("lm_eval", reason="lm-eval not installed (pip install 'evalrun[lmeval]')")
 
-from harness.analysis.gates import Measurements, evaluate_gates  # noqa: E402
-from harness.analysis.scoring import answer_agreement, output_match, score_task  # noqa: E402
-from harness.config import gates as G  # noqa: E402
-from harness.tasks.lm_eval_task import load_lm_eval_task, run_lm_eval_task  # noqa: E402
+from harness.analysis.gates import Measurements, evaluate_gates
+from harness.analysis.scoring import answer_agreement, output_match, score_task
+from harness.config import gates as G
+from harness.tasks.lm_eval_task import load_lm_eval_task, run_lm_eval_task
 
 REPO = Path(__file__).resolve().parents[1]
 TOKENIZER = str(REPO / "harness" / "models" / "data" / "tiny-qwen3next-mtp-arith")
@@ -86,7 +86,7 @@ metadata: {{version: 1.0}}
 
 
 class _Fake(BaseHTTPRequestHandler):
-    bodies: list = []
+    bodies: list = []  # noqa: RUF012 - reset per test by the fixture
 
     def log_message(self, *a):
         pass
@@ -203,7 +203,7 @@ def test_output_match_and_acceptance_gates_not_run_on_prompt_only_task(tmp_path,
     m.spec[("spec", "mc")] = zero  # the engine drafted nothing: prompt scoring only
     m.matches[("reference", "spec", "mc")] = output_match(a, b)
     m.answers[("reference", "spec", "mc")] = answer_agreement(a, b, "acc")
-    base = dict(config="c", task="mc")
+    base = {"config": "c", "task": "mc"}
     gates = [
         G.DraftsObserved(id="d", variant="spec", **base),
         G.MinAcceptanceLength(id="l", variant="spec", limit=1.5, **base),

@@ -53,7 +53,7 @@ from typing import Any
 from harness.records.samples import Sample
 from harness.tasks.gsm8k import DataUnavailableError, prompt_hash
 
-__all__ = ["LmEvalTask", "load_lm_eval_task", "run_lm_eval_task", "pipeline_name", "PROMPT_ONLY_REASON"]
+__all__ = ["PROMPT_ONLY_REASON", "LmEvalTask", "load_lm_eval_task", "pipeline_name", "run_lm_eval_task"]
 
 #: Why the output-match and acceptance gates of a prompt-scoring lm-eval task are NOT RUN.
 PROMPT_ONLY_REASON = (
@@ -265,9 +265,9 @@ def run_lm_eval_task(
                    "(the model folder or hub id), and none was given")
             samples = tuple(Sample(config, variant, task.name, qid(d), "", "", error=err) for d in range(task.num_docs))
             return samples, {"results": None, "pipelines": [], "error": err}
-        tok = dict(tokenizer_backend="huggingface", tokenizer=tokenizer, tokenized_requests=True)
+        tok = {"tokenizer_backend": "huggingface", "tokenizer": tokenizer, "tokenized_requests": True}
     else:
-        tok = dict(tokenizer_backend=None, tokenized_requests=False)
+        tok = {"tokenizer_backend": None, "tokenized_requests": False}
     try:
         lm = _completions_class()(
             base_url=base_url.rstrip("/") + "/v1/completions", model=served_model,
