@@ -396,6 +396,8 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
                 num_requests=len(prepared[t.name].requests), stop=list(prepared[t.name].stop),
                 contamination=prepared[t.name].contamination,
             )
+            if prepared[t.name].lm_eval is not None and prepared[t.name].lm_eval.prompt_only:
+                m.prompt_only[t.name] = prepared[t.name].lm_eval.prompt_only_reason()
             if prepared[t.name].contamination:
                 p.warn(f"{c.name}: task {t.name}: contaminated data run anyway (--allow-contamination): "
                        f"{prepared[t.name].contamination}")
@@ -566,7 +568,8 @@ def _run_variant(
                 pt = prepared[t.name]
                 lm_summary = None
                 if pt.lm_eval is not None:
-                    outcome, samples, lm_summary = _run_lm_eval(session, c.name, vp, t, pt, c, p)
+                    outcome, samples, lm_summary = _run_lm_eval(session, c.name, vp, t, pt, c, p,
+                                                                tokenizer=_tokenizer_of(argv, model_ref))
                 else:
                     bar = p.bar(f"{vp.id} {t.name}", len(pt.requests))
                     outcome = session.run_task(
@@ -672,8 +675,19 @@ def _run_variant(
         return vrec, False
 
 
+def _tokenizer_of(argv: list[str], model_ref: str) -> str:
+    """The tokenizer the server uses: its ``--tokenizer`` argument, else the model
+    (folder or hub id); what lm-eval's prompt-scoring tasks count tokens with."""
+    for i, a in enumerate(argv):
+        if a == "--tokenizer" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--tokenizer="):
+            return a.split("=", 1)[1]
+    return model_ref
+
+
 def _run_lm_eval(session: VariantSession, config: str, vp: VariantPlan, t, pt: PreparedTask, c,
-                 p: Progress) -> tuple[TaskOutcome, tuple[Sample, ...], dict[str, Any]]:
+                 p: Progress, tokenizer: str | None = None) -> tuple[TaskOutcome, tuple[Sample, ...], dict[str, Any]]:
     """Run a ``kind: lm_eval`` task through lm-eval's local-completions model against
     the session's server, with ``/metrics`` snapshots around it (as
     :meth:`VariantSession.run_task` takes them). Returns the outcome (no raw
@@ -691,6 +705,7 @@ def _run_lm_eval(session: VariantSession, config: str, vp: VariantPlan, t, pt: P
         pt.lm_eval, base_url=session.server.base_url, served_model=session.model,
         config=config, variant=vp.name, num_fewshot=t.spec.num_fewshot, max_tokens=t.spec.max_tokens,
         seed=t.spec.seed, max_concurrency=c.max_concurrency, timeout_s=c.request_timeout_seconds,
+        tokenizer=tokenizer,
     )
     if summary["error"]:
         p.error(f"{vp.id} {t.name}: {summary['error']}")

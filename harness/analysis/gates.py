@@ -163,6 +163,9 @@ class Measurements:
         baseline: the stored baseline of the config, for the baseline gates.
         answers: ``(baseline, candidate, task)`` -> :class:`AnswerAgreement` (same
             extracted answer), reported beside output match.
+        prompt_only: task -> why it generates nothing (an lm_eval ``multiple_choice``
+            / ``loglikelihood`` task scores prompts): its gates of :data:`PROMPT_ONLY_KINDS`
+            are NOT RUN with that reason, never passed or failed.
     """
 
     scores: dict[tuple[str, str], TaskScore] = field(default_factory=dict)
@@ -177,6 +180,7 @@ class Measurements:
     baseline: BaselineDoc | None = None
     baseline_error: str | None = None
     answers: dict[tuple[str, str, str], AnswerAgreement] = field(default_factory=dict)
+    prompt_only: dict[str, str] = field(default_factory=dict)
 
     def paired(self, baseline: str, candidate: str, task: str, pipeline: str) -> PairedComparison | None:
         """Paired accuracy of ``baseline`` vs ``candidate`` on ``task`` under ``pipeline``
@@ -259,6 +263,12 @@ def _not_run(g: G.Gate, m: Measurements) -> str | None:
     return None
 
 
+#: Gates that read generated tokens or speculative decoding: NOT RUN on a task that
+#: only scores prompts (:attr:`Measurements.prompt_only`).
+PROMPT_ONLY_KINDS = (G.DraftsObserved, G.MinAcceptanceLength, G.MaxAcceptanceLengthDrop, G.MinOutputMatch,
+                     G.BaselineAcceptanceLengthDrop, G.MaxTruncationRate)
+
+
 def evaluate_gate(g: G.Gate, m: Measurements, adjusted_p: float | None = None) -> GateResult:
     """Judge one planned gate against the measurements.
 
@@ -290,6 +300,9 @@ def evaluate_gate(g: G.Gate, m: Measurements, adjusted_p: float | None = None) -
       when it is above :data:`TRUNCATION_NOTE_RATE`.
     * ``baseline_accuracy_drop`` / ``baseline_acceptance_length_drop``: the same
       against the stored baseline (:func:`_baseline_accuracy`).
+    * On a task that only scores prompts (:attr:`Measurements.prompt_only`), the gates
+      of :data:`PROMPT_ONLY_KINDS` are NOT RUN with the reason (output match also
+      names the chosen-answer agreement, for information).
 
     Returns:
         :class:`GateResult`; ``passed`` None when its variant or task did not run.
@@ -300,6 +313,13 @@ def evaluate_gate(g: G.Gate, m: Measurements, adjusted_p: float | None = None) -
     reason = _not_run(g, m)
     if reason is not None:
         return _result(g, None, g.limit, None, f"not run: {reason}")
+    if g.task is not None and g.task in m.prompt_only and isinstance(g, PROMPT_ONLY_KINDS):
+        detail = f"not run: {m.prompt_only[g.task]}"
+        ag = m.answers.get((g.baseline, g.variant, g.task)) if isinstance(g, G.MinOutputMatch) else None
+        if ag is not None and ag.agreement_rate is not None:
+            detail += (f"; for information (not gated): chosen answers ({ag.pipeline}) agree on "
+                       f"{ag.agreed}/{ag.compared} ({ag.agreement_rate:.4f})")
+        return _result(g, None, g.limit, None, detail, ag.disagreements if ag is not None else ())
     key = (g.variant, g.task)
     if isinstance(g, G.VariantEffective):
         eff = m.effectiveness.get(g.variant)

@@ -19,8 +19,22 @@ Per sample:
 * ``completion``, ``token_ids``, ``finish_reason``: the generated text, and the
   completion token ids and finish reason the server returned (evalrun's subclass of
   ``LocalCompletionsAPI`` adds ``"return_token_ids": true`` to generation requests and
-  keeps the ids by prompt), so output match works. Log-likelihood tasks (e.g. ``mmlu``)
-  have no completion: their output match is not computed.
+  keeps the ids by prompt), so output match works.
+* Prompt-scoring tasks (``output_type`` ``multiple_choice``, ``loglikelihood``,
+  ``loglikelihood_rolling``; e.g. ``mmlu``) need a tokenizer to find where the
+  continuation starts: the model is then built with ``tokenizer_backend="huggingface"``
+  and ``tokenizer=`` the served model's folder or hub id (or the server's
+  ``--tokenizer``), with ``tokenized_requests=True`` so the server scores exactly the
+  ids lm-eval counted (``/v1/completions`` with ``echo``, ``logprobs: 1``,
+  ``max_tokens: 1``). They generate nothing: ``completion`` is the chosen choice
+  (``multiple_choice``: the argmax of the log-likelihoods, lm-eval's ``acc`` pick) or
+  the scored continuation (``loglikelihood``), ``token_ids`` and ``finish_reason``
+  are None. ``answers[p]`` is the choice picked by that metric (``acc``: argmax,
+  ``acc_norm``: per character, ``acc_bytes``: per byte, ``acc_mutual_info``:
+  conditional minus unconditional; other metrics: the ``acc`` pick); for a
+  ``loglikelihood`` task the continuation when it is the greedy one, else
+  ``"[not greedy]"``. ``gold`` is the gold choice's text. Output match and the
+  acceptance gates of such a task are NOT RUN (:data:`PROMPT_ONLY_REASON`).
 * A failed lm-eval run (lm-eval retries a request and then raises) makes every sample
   of the task an error: never scored as wrong answers.
 """
@@ -39,7 +53,13 @@ from typing import Any
 from harness.records.samples import Sample
 from harness.tasks.gsm8k import DataUnavailableError, prompt_hash
 
-__all__ = ["LmEvalTask", "load_lm_eval_task", "run_lm_eval_task", "pipeline_name"]
+__all__ = ["PROMPT_ONLY_REASON", "LmEvalTask", "load_lm_eval_task", "pipeline_name", "run_lm_eval_task"]
+
+#: Why the output-match and acceptance gates of a prompt-scoring lm-eval task are NOT RUN.
+PROMPT_ONLY_REASON = (
+    "lm-eval task {lm_eval_task} is {output_type}: it only scores prompts (echo + logprobs, "
+    "max_tokens 1), so there are no generated tokens to compare and speculative decoding does not run"
+)
 
 _CURRENT_PROMPTS: contextvars.ContextVar[list | None] = contextvars.ContextVar("evalrun_prompts", default=None)
 
@@ -71,6 +91,15 @@ class LmEvalTask:
     def to_json(self) -> dict[str, Any]:
         """JSON dict of every field."""
         return dict(self.__dict__)
+
+    @property
+    def prompt_only(self) -> bool:
+        """True for tasks that score prompts instead of generating (no ``generate_until``)."""
+        return self.output_type != "generate_until"
+
+    def prompt_only_reason(self) -> str:
+        """:data:`PROMPT_ONLY_REASON` filled in for this task."""
+        return PROMPT_ONLY_REASON.format(lm_eval_task=self.lm_eval_task, output_type=self.output_type)
 
 
 def _task_manager(include_path: str | None) -> Any:
@@ -114,7 +143,13 @@ def load_lm_eval_task(name: str, lm_eval_task: str, include_path: str | None,
             raise DataUnavailableError(
                 f"task {name}: lm-eval {ver} has no task {lm_eval_task!r}"
                 + (f" in {include_path}" if include_path else ""))
-        task = tm.load([lm_eval_task])["tasks"][lm_eval_task]
+        loaded = tm.load([lm_eval_task])
+        if lm_eval_task not in loaded["tasks"]:
+            kids = sorted(loaded["tasks"])
+            raise DataUnavailableError(
+                f"task {name}: lm-eval task {lm_eval_task!r} is a group or tag of {len(kids)} tasks "
+                f"({', '.join(kids[:5])}{', ...' if len(kids) > 5 else ''}); kind lm_eval runs one task: name one of them")
+        task = loaded["tasks"][lm_eval_task]
         docs = list(task.eval_docs)
     except DataUnavailableError:
         raise
@@ -197,6 +232,7 @@ def run_lm_eval_task(
     seed: int,
     max_concurrency: int,
     timeout_s: float,
+    tokenizer: str | None = None,
 ) -> tuple[tuple[Sample, ...], dict[str, Any]]:
     """Run one lm-eval task against a running server and map its samples.
 
@@ -211,6 +247,8 @@ def run_lm_eval_task(
         seed: lm-eval's random, numpy, torch and few-shot seeds, and the request seed.
         max_concurrency: lm-eval ``num_concurrent``.
         timeout_s: per-request timeout of lm-eval's client.
+        tokenizer: the served model's folder or hub id (or the server's ``--tokenizer``);
+            needed by prompt-scoring tasks (module docstring), unused by ``generate_until``.
 
     Returns:
         ``(samples, summary)``: one :class:`Sample` per document in ``doc_id`` order, and
@@ -221,11 +259,20 @@ def run_lm_eval_task(
     import lm_eval
 
     qid = lambda d: f"{task.name}/{task.split}/{d}"  # noqa: E731
+    if task.prompt_only:
+        if not tokenizer:
+            err = (f"lm-eval task {task.lm_eval_task} is {task.output_type}: it needs the model's tokenizer "
+                   "(the model folder or hub id), and none was given")
+            samples = tuple(Sample(config, variant, task.name, qid(d), "", "", error=err) for d in range(task.num_docs))
+            return samples, {"results": None, "pipelines": [], "error": err}
+        tok = {"tokenizer_backend": "huggingface", "tokenizer": tokenizer, "tokenized_requests": True}
+    else:
+        tok = {"tokenizer_backend": None, "tokenized_requests": False}
     try:
         lm = _completions_class()(
             base_url=base_url.rstrip("/") + "/v1/completions", model=served_model,
-            tokenizer_backend=None, tokenized_requests=False, num_concurrent=max_concurrency,
-            max_retries=1, max_gen_toks=max_tokens, seed=seed, timeout=int(timeout_s),
+            num_concurrent=max_concurrency, max_retries=1, max_gen_toks=max_tokens, seed=seed,
+            timeout=int(timeout_s), **tok,
         )
         res = lm_eval.simple_evaluate(
             model=lm, tasks=[task.lm_eval_task], num_fewshot=num_fewshot, limit=task.num_docs,
@@ -249,6 +296,11 @@ def run_lm_eval_task(
         for m in ms:
             if _binary([x.get(m) for x in logged if x["filter"] == f]):
                 pipes.append((f, m, pipeline_name(f, m, len(ms))))
+    if task.prompt_only:
+        samples = _prompt_only_samples(task, by_doc, pipes, config, variant, qid)
+        summary = {"results": json.loads(json.dumps(res["results"].get(task.lm_eval_task), default=str)),
+                   "pipelines": [p for _, _, p in pipes], "error": None}
+        return samples, summary
     samples = []
     for d in sorted(by_doc):
         rows = {x["filter"]: x for x in by_doc[d]}
@@ -270,3 +322,89 @@ def run_lm_eval_task(
     summary = {"results": json.loads(json.dumps(res["results"].get(task.lm_eval_task), default=str)),
                "pipelines": [p for _, _, p in pipes], "error": None}
     return tuple(samples), summary
+
+
+def _choices_of(task: LmEvalTask) -> Any:
+    """``doc -> list of choice texts`` of a multiple-choice task (lm-eval's own
+    ``doc_to_choice``), or None when the task cannot be reloaded."""
+    try:
+        obj = _task_manager(task.include_path).load([task.lm_eval_task])["tasks"][task.lm_eval_task]
+        return obj.doc_to_choice
+    except Exception:  # noqa: BLE001 - fall back to the logged continuations
+        return None
+
+
+def _pick(lls: list[float], choices: list[str], metric: str, n: int) -> int:
+    """Index of the choice lm-eval's ``metric`` picks (its ``process_results``)."""
+    import numpy as np
+
+    cond = np.array(lls[:n], dtype=float)
+    if metric == "acc_norm":
+        return int(np.argmax(cond / np.array([float(len(c)) for c in choices])))
+    if metric == "acc_bytes":
+        return int(np.argmax(cond / np.array([float(len(c.encode("utf-8"))) for c in choices])))
+    if metric == "acc_mutual_info" and len(lls) == 2 * n:
+        return int(np.argmax(cond - np.array(lls[n:], dtype=float)))
+    return int(np.argmax(cond))
+
+
+def _prompt_only_samples(task: LmEvalTask, by_doc: dict[int, list[dict]], pipes, config: str, variant: str,
+                         qid) -> tuple[Sample, ...]:
+    """Samples of a prompt-scoring task (module docstring): one per document."""
+    doc_to_choice = _choices_of(task) if task.output_type == "multiple_choice" else None
+    samples = []
+    for d in sorted(by_doc):
+        rows = {x["filter"]: x for x in by_doc[d]}
+        first = by_doc[d][0]
+        args = [tuple(a) for a in first["arguments"]]
+        ctx = args[0][0] if args else ""
+        lls = [_ll(r) for r in first["resps"]]
+        greedy = [_greedy(r) for r in first["resps"]]
+        target = first["target"]
+        answers: dict[str, str | None] = {}
+        correct: dict[str, bool] = {}
+        if task.output_type == "multiple_choice":
+            choices = None
+            if doc_to_choice is not None:
+                try:
+                    choices = [str(c) for c in doc_to_choice(first["doc"])]
+                except Exception:  # noqa: BLE001
+                    choices = None
+            n = len(choices) if choices else len(args)
+            if not choices:  # the continuations lm-eval scored, without the target delimiter
+                choices = [str(a[1]).lstrip() for a in args[:n]]
+            pick_acc = _pick(lls, choices, "acc", n)
+            for f, m, p in pipes:
+                answers[p] = choices[_pick(lls, choices, m, n)]
+                correct[p] = float(rows[f][m]) == 1.0
+            completion = choices[pick_acc]
+            if isinstance(target, int) and 0 <= target < len(choices):
+                gold = choices[target]
+            elif isinstance(target, list):
+                gold = " | ".join(choices[i] if isinstance(i, int) and 0 <= i < len(choices) else str(i) for i in target)
+            else:
+                gold = str(target)
+        else:
+            cont = str(args[0][1]) if args and len(args[0]) > 1 else None
+            for f, m, p in pipes:
+                answers[p] = cont if (greedy and greedy[0]) else "[not greedy]"
+                correct[p] = float(rows[f][m]) == 1.0
+            completion, gold = cont, str(target)
+        samples.append(Sample(
+            config, variant, task.name, qid(d), prompt_hash(ctx if isinstance(ctx, str) else json.dumps(ctx)),
+            gold, completion=completion, token_ids=None, finish_reason=None, answers=answers, correct=correct,
+        ))
+    return tuple(samples)
+
+
+def _ll(resp: Any) -> float:
+    """The log-likelihood of one logged response: ``[(ll, is_greedy)]`` or ``[ll]``."""
+    x = resp[0] if isinstance(resp, (list, tuple)) and resp else resp
+    if isinstance(x, (list, tuple)):
+        x = x[0]
+    return float(x)
+
+
+def _greedy(resp: Any) -> bool | None:
+    x = resp[0] if isinstance(resp, (list, tuple)) and resp else resp
+    return bool(x[1]) if isinstance(x, (list, tuple)) and len(x) > 1 else None
