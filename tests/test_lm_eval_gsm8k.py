@@ -21,7 +21,7 @@ from harness.config.plan import build_plan
 from harness.records.samples import Sample
 from harness.tasks.gsm8k import judge
 
-lm_eval = pytest.importorskip("lm_eval", reason="lm-eval not installed (pip install 'evalrun[lmeval]')")
+import lm_eval  # a base dependency of evalrun: its absence is a failure, not a skip
 
 SM, FE, SN, FN = "strict-match", "flexible-extract", "strict-numeric", "flexible-numeric"
 

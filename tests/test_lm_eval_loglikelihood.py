@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("lm_eval", reason="lm-eval not installed (pip install 'evalrun[lmeval]')")
+import lm_eval  # noqa: F401 - a base dependency of evalrun: its absence is a failure, not a skip
 
 from harness.analysis.gates import Measurements, evaluate_gates
 from harness.analysis.scoring import answer_agreement, output_match, score_task

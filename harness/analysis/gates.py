@@ -362,7 +362,7 @@ def evaluate_gate(g: G.Gate, m: Measurements, adjusted_p: float | None = None) -
             return _result(g, None, g.limit, None,
                            f"not run: answer pipeline {g.pipeline} was not computed "
                            f"(computed: {', '.join(sc.accuracy) or 'none'}; lm-eval's pipelines need "
-                           "pip install 'evalrun[lmeval]')")
+                           "lm-eval, a dependency of evalrun, importable: see provenance.lm_eval.error)")
         if ps.accuracy is None:
             return _result(g, None, g.limit, False, "no request succeeded: accuracy cannot be computed")
         margin = 0.0

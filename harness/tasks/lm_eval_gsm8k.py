@@ -17,9 +17,11 @@ evalrun right; ``#### $1,200``: lm-eval ``strict-match`` finds nothing), the nam
 say which is which: lm-eval's are ``strict-match`` / ``flexible-extract``, evalrun's
 ``strict-numeric`` / ``flexible-numeric`` (:mod:`harness.tasks.gsm8k`).
 
-lm-eval is an optional extra (``pip install 'evalrun[lmeval]'``). Without it these
-two pipelines are absent from the samples and a gate that reads them is not run
-(never passed).
+lm-eval is a base dependency (``pyproject.toml``). Should it still be missing or
+broken (an install with ``--no-deps``, a version whose gsm8k task differs), every use
+here raises :class:`LmEvalUnavailableError` (no import of lm-eval sits outside that
+guard): these two pipelines are then absent from the samples and a gate that reads
+them is NOT RUN (never passed), while evalrun's own pipelines are scored as usual.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ def _gsm8k_task() -> Any:
     """
     if lm_eval_version() is None:
         raise LmEvalUnavailableError(
-            "lm-eval is not installed: pip install 'evalrun[lmeval]' (or pip install lm-eval)")
+            "lm-eval is not installed: pip install 'lm-eval[api]>=0.4.13,<0.5' (a dependency of evalrun)")
     try:
         import datasets
         import lm_eval.tasks
@@ -139,9 +141,12 @@ def judge_lm_eval(completion: str, gold: str) -> tuple[dict[str, str | None], di
     Raises:
         LmEvalUnavailableError: lm-eval missing or its task cannot be built.
     """
-    from lm_eval.api.instance import Instance
-
-    task = _task()
+    task = _task()  # raises LmEvalUnavailableError first when lm-eval is missing or broken
+    try:
+        from lm_eval.api.instance import Instance
+    except Exception as e:  # noqa: BLE001 - an optional library that does not import is "unavailable"
+        raise LmEvalUnavailableError(
+            f"lm-eval {lm_eval_version()}: cannot import lm_eval.api.instance: {type(e).__name__}: {e}") from e
     doc = {"question": "", "answer": f"#### {gold.strip()}"}
     inst = Instance(request_type="generate_until", doc=doc, arguments=("", {}), idx=0,
                     metadata=("gsm8k", 0, 1))

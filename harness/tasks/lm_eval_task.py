@@ -134,7 +134,7 @@ def load_lm_eval_task(name: str, lm_eval_task: str, include_path: str | None,
     ver = lm_eval_version()
     if ver is None:
         raise DataUnavailableError(
-            f"task {name}: kind lm_eval needs lm-eval: pip install 'evalrun[lmeval]'")
+            f"task {name}: kind lm_eval needs lm-eval: pip install 'lm-eval[api]>=0.4.13,<0.5' (a dependency of evalrun)")
     if include_path and not Path(include_path).is_dir():
         raise DataUnavailableError(f"task {name}: lm_eval_include_path {include_path} is not a folder")
     try:
