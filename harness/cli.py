@@ -1,7 +1,9 @@
 """Command line: ``evalrun --config LIST`` runs a model list; subcommands for the rest.
 
 Exit codes: 0 every gate passed; 1 a gate failed; 2 could not run (bad config,
-missing data, a server that did not start, ...).
+missing data, a server that did not start, a results folder that cannot be written,
+an unexpected error: the record's ``status: error``, ...). Never 1 for anything but a
+gate: an exception that escapes a subcommand is exit 2 (:func:`main`).
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ model lists live in model_lists/ (one config per line, '#' comments); an entry i
 looked up beside the list first, then in configs/. Run records are written to
 results/<run id>/ (run.json, samples/, logs/, summary.md, junit.xml, summary.html).
 
-exit codes: 0 all gates passed, 1 a gate failed, 2 could not run.
+exit codes: 0 all gates passed, 1 a gate failed, 2 could not run (including an
+unexpected error: the run record keeps it with status error, and the traceback).
 """
 
 
@@ -152,23 +155,29 @@ def cmd_run(argv: list[str]) -> int:
         baseline_dir=None if args.no_baseline else baseline_dir,
         allow_contamination=args.allow_contamination, shard=shard,
     )
+    from harness.records.atomic import ResultsFolderError
     from harness.runner import RunFolderExistsError, say_interrupted
 
     try:
         record, run_dir = run(plan, opts)
-    except RunFolderExistsError as e:
+    except (RunFolderExistsError, ResultsFolderError) as e:
         print(f"evalrun: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:  # RunInterrupted, or a signal before the run folder existed
         say_interrupted(e, "evalrun")
         return 2
-    render_terminal(record)
+    if record.status == "error":
+        say_error(record, run_dir)
+        return int(record.exit_code)
+    _report_or_warn("terminal tables", lambda: render_terminal(record))
     if args.markdown:
-        args.markdown.write_text(render_markdown(record), encoding="utf-8")
+        from harness.records.atomic import write_atomic
+
+        _report_or_warn(str(args.markdown), lambda: write_atomic(args.markdown, render_markdown(record)))
     if args.junit:
         from harness.report.junit import write_junit
 
-        write_junit(record, args.junit)
+        _report_or_warn(str(args.junit), lambda: write_junit(record, args.junit))
     if args.update_baseline:
         from harness.records.baselines import BaselineError, write_baselines
 
@@ -179,6 +188,39 @@ def cmd_run(argv: list[str]) -> int:
             print(f"evalrun: baseline not written: {e}", file=sys.stderr)
             return max(int(record.exit_code), 2)
     return int(record.exit_code)
+
+
+def _report_or_warn(what: str, render) -> bool:
+    """Run ``render()``; a failure is a warning naming ``what`` (never the exit code)."""
+    try:
+        render()
+        return True
+    except Exception as e:  # noqa: BLE001 - a report that cannot be rendered is a warning, never the verdict
+        print(f"evalrun: warning: {what} not written: {type(e).__name__}: {e}", file=sys.stderr)
+        return False
+
+
+def say_error(record, run_dir: Path, prog: str = "evalrun") -> None:
+    """One screen on stderr for a run that ended with ``status: error``: the exception's
+    type and message, where (stage, config, variant, task), what was kept, and the
+    record's path. The traceback stays in the record and ``logs/evalrun-error.log``."""
+    from harness.engine.server import unstopped
+
+    err = record.error
+    left = sorted({pid for pids in unstopped().values() for pid in pids})
+    kept = [f"{c.name}/{v}/{t}" for c in record.configs for v, vr in c.variants.items() for t in vr.tasks]
+    lines = [
+        f"{prog}: ERROR: the run ended on an unexpected exception (exit 2)",
+        f"  {err.type}: {err.message}" if err else "  (no error details in the record)",
+        f"  where: {err.where()}" if err else "",
+        f"  kept: {len(kept)} task result(s) measured before it"
+        + (f" ({', '.join(kept[:6])}{' ...' if len(kept) > 6 else ''})" if kept else ""),
+        f"  record: {Path(run_dir) / 'run.json'} (status error; the traceback is in it and in "
+        f"{Path(run_dir) / 'logs' / 'evalrun-error.log'})",
+        (f"  WARNING: server processes still alive: {left}; end them with: kill -KILL {' '.join(map(str, left))}"
+         if left else "  every server evalrun started was stopped (checked: none of their processes remains)"),
+    ]
+    print("\n".join(x for x in lines if x), file=sys.stderr, flush=True)
 
 
 def _lazy(target: str):
@@ -208,10 +250,18 @@ SUBCOMMANDS = {
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``evalrun`` console script. Returns (and exits with) the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in SUBCOMMANDS:
-        code = SUBCOMMANDS[argv[0]](argv[1:])
-    else:
-        code = cmd_run(argv)
+    try:
+        if argv and argv[0] in SUBCOMMANDS:
+            code = SUBCOMMANDS[argv[0]](argv[1:])
+        else:
+            code = cmd_run(argv)
+    except Exception as e:  # noqa: BLE001 - exit 1 means "a gate failed"; an unexpected error is 2
+        import traceback
+
+        traceback.print_exc(file=sys.stderr)
+        print(f"evalrun: unexpected error outside a run: {type(e).__name__}: {e} (exit 2; no run record)",
+              file=sys.stderr)
+        return 2
     return code
 
 

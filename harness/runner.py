@@ -30,9 +30,10 @@ from harness.records.run_record import (
     AnswerAgreementRecord, BaselineInfo, ComparisonResult, ConfigRef, ConfigResult, DatasetRef, EffectivenessRecord,
     EngineFactsRecord, LeftoverServerRecord, LmEvalInfo, LmEvalTaskRecord, NoiseRecord, OutputMatchRecord, PairedRecord, PluginReport,
     PreflightProblemRecord, PreflightRecord,
-    RerunRecord, Requested, RunRecord, ServerRecord, SpecDecodeCountersRecord, SpecDecodeRecord, SubsetWarning,
+    RerunRecord, Requested, RunErrorRecord, RunRecord, ServerRecord, SpecDecodeCountersRecord, SpecDecodeRecord, SubsetWarning,
     TaskResult, TruncatedIds, VariantResult, new_run_id, provenance, utc_now, write_run,
 )
+from harness.records.atomic import ResultsFolderError, check_results_folder, write_atomic
 from harness.records.samples import Sample, write_jsonl
 from harness.analysis.scoring import answer_agreement, is_truncated, output_match, score_task
 from harness.engine.metrics import counter_violations
@@ -50,6 +51,31 @@ EXIT_PASSED, EXIT_GATE_FAILED, EXIT_COULD_NOT_RUN = 0, 1, 2
 
 class RunFolderExistsError(FileExistsError):
     """The run folder already holds a record; names the folder."""
+
+
+@dataclass
+class Place:
+    """Where the run is: the stage and the config, variant and task it is in (what an
+    unexpected exception is recorded with, :class:`RunErrorRecord`). Stages: ``prepare``,
+    ``model``, ``server``, ``client``, ``judging``, ``scoring``, ``statistics``, ``gates``,
+    ``baseline``, ``writing``, ``run``."""
+
+    stage: str = "run"
+    config: str | None = None
+    variant: str | None = None
+    task: str | None = None
+
+    def at(self, stage: str, **where: str | None) -> None:
+        """Enter ``stage``; keyword arguments (config, variant, task) replace those parts."""
+        self.stage = stage
+        for k, v in where.items():
+            setattr(self, k, v)
+
+
+#: The place of the run in progress (one run at a time per process).
+PLACE = Place()
+#: The run folder's log of an unexpected exception's traceback.
+ERROR_LOG = "logs/evalrun-error.log"
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -243,8 +269,17 @@ def run(plan: Plan, opts: RunOptions) -> tuple[RunRecord, Path]:
         passed, 1 when a gate failed, 2 when something could not run (a server did not
         start, required data was missing) and no gate failed.
 
+        An exception evalrun did not expect, in any stage, does not propagate: every
+        server is stopped (their context managers), the record is written with status
+        ``error`` and :class:`RunErrorRecord` (type, message, traceback, stage, config,
+        variant, task; the traceback also in ``logs/evalrun-error.log``), everything
+        measured before it is kept, and ``exit_code`` is 2.
+
     Raises:
         RunFolderExistsError: the run folder already holds a record.
+        ResultsFolderError: the results folder cannot be created or written or has too
+            little free space (checked before any server starts), or the record could
+            not be written later (a previous good ``run.json`` is left as it was).
         RunInterrupted: a stopping signal arrived; every server was stopped and the
             partial record (status ``interrupted``) written first.
     """
@@ -256,10 +291,15 @@ def run(plan: Plan, opts: RunOptions) -> tuple[RunRecord, Path]:
             "(runs are never mixed or overwritten)"
         )
     p = opts.progress
+    check_results_folder(opts.results_dir)  # writable, some free space: before any server starts
+    PLACE.at("run", config=None, variant=None, task=None)
     leftovers = find_leftover_servers(Path(opts.results_dir))
     for lo in leftovers:
         p.warn(lo.describe())
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ResultsFolderError(f"run folder {run_dir}: cannot be created: {e.strerror or e}") from e
     started = utc_now()
     refs = [ConfigRef(name=cp.name, path=str(cp.config.path), sha256=cp.config.sha256) for cp in plan.configs]
     record = RunRecord(run_id=run_id, provenance=provenance(opts.argv, refs, started), shard=opts.shard)
@@ -278,7 +318,10 @@ def run(plan: Plan, opts: RunOptions) -> tuple[RunRecord, Path]:
         for cp in plan.configs:
             _, cnr = _run_config(cp, opts, run_dir, record)
             could_not_run |= cnr
+            PLACE.at("writing", variant=None, task=None)
             write_run(run_dir, record)  # keep what is measured so far
+        PLACE.at("writing", config=None, variant=None, task=None)
+        return _finish(record, run_dir, could_not_run), run_dir
     except KeyboardInterrupt as e:
         # every server's context manager has stopped its process group; check, keep the record
         leftover = sorted({pid for pids in unstopped().values() for pid in pids})
@@ -288,12 +331,65 @@ def run(plan: Plan, opts: RunOptions) -> tuple[RunRecord, Path]:
         record.provenance.ended_at = utc_now()
         write_run(run_dir, record)
         raise RunInterrupted(run_dir, sig, leftover) from None
-    return _finish(record, run_dir, could_not_run), run_dir
+    except Exception as e:  # noqa: BLE001 - an unexpected error is data: the record keeps it
+        return record_error(record, run_dir, e, PLACE, p), run_dir
+
+
+def record_error(record: RunRecord, run_dir: Path, exc: BaseException, place: Place,
+                 progress: Progress | None = None) -> RunRecord:
+    """Turn an exception evalrun did not expect into the run's outcome.
+
+    Checks that no server of evalrun is left (each server's context manager stopped
+    its group as the exception passed; any still alive gets SIGKILL to its group),
+    sets ``status`` ``error``, ``exit_code`` 2 and ``record.error`` (type, message,
+    traceback, stage, config, variant, task from ``place``), writes the traceback to
+    ``logs/evalrun-error.log`` and the record to ``run.json`` (everything measured
+    before the exception is already in the record and the samples).
+
+    Returns:
+        the record.
+
+    Raises:
+        ResultsFolderError: the record cannot be written (the previous ``run.json``, if
+            any, is left as it was); names the run folder, the write error and the
+            original exception.
+    """
+    import traceback
+
+    from harness.engine import server as _server
+
+    if unstopped():
+        _server.hurry()  # SIGKILL to every live group; the context managers already waited
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    record.status, record.passed, record.exit_code = "error", None, EXIT_COULD_NOT_RUN
+    record.error = RunErrorRecord(
+        type=f"{type(exc).__module__}.{type(exc).__qualname__}", message=str(exc), traceback=tb,
+        stage=place.stage, config=place.config, variant=place.variant, task=place.task,
+    )
+    record.provenance.ended_at = utc_now()
+    try:
+        log = run_dir / ERROR_LOG
+        log.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(log, f"{record.error.type}: {record.error.message}\n{record.error.where()}\n\n{tb}")
+    except OSError as e:
+        if progress is not None:
+            progress.warn(f"{run_dir / ERROR_LOG}: traceback not written: {e}")
+    try:
+        write_run(run_dir, record)
+    except OSError as e:
+        raise ResultsFolderError(
+            f"run folder {run_dir}: the record cannot be written: {e.strerror or e} "
+            f"({getattr(e, 'filename', None) or run_dir}); the run had ended with "
+            f"{record.error.type}: {record.error.message} ({record.error.where()})") from e
+    write_reports(record, run_dir)  # best effort: a failure here is a warning
+    return record
 
 
 def _finish(record: RunRecord, run_dir: Path, could_not_run: bool) -> RunRecord:
     """Set status, verdict and exit code from the gates; write run.json, summary.md,
-    junit.xml and summary.html (a plotting failure is a warning, never the verdict)."""
+    junit.xml and summary.html. A report that cannot be rendered or written is a
+    warning on stderr, never the verdict (:func:`write_reports`); ``run.json`` that
+    cannot be written raises (OSError, the caller's ``error`` path)."""
     verdicts = [g.passed for g in record.gates()]
     if any(v is False for v in verdicts):
         code, passed = EXIT_GATE_FAILED, False
@@ -308,13 +404,31 @@ def _finish(record: RunRecord, run_dir: Path, could_not_run: bool) -> RunRecord:
     record.passed, record.exit_code = passed, code
     record.provenance.ended_at = utc_now()
     write_run(run_dir, record)
-    (run_dir / "summary.md").write_text(render_markdown(record, run_dir), encoding="utf-8")
-    write_junit(record, run_dir / "junit.xml")
-    try:
-        write_html(record, run_dir)
-    except Exception as e:  # noqa: BLE001 - a plotting failure must not hide the verdict
-        print(f"evalrun: warning: summary.html not written: {type(e).__name__}: {e}", file=sys.stderr)
+    write_reports(record, run_dir)
     return record
+
+
+def write_reports(record: RunRecord, run_dir: Path) -> list[str]:
+    """Write ``summary.md``, ``junit.xml`` and ``summary.html`` into ``run_dir`` (each
+    atomically). A report that fails to render or write is a warning on stderr naming
+    the file and the error, never the run's verdict.
+
+    Returns:
+        the warnings (empty when every report was written).
+    """
+    warnings: list[str] = []
+    writers = (
+        ("summary.md", lambda: write_atomic(run_dir / "summary.md", render_markdown(record, run_dir))),
+        ("junit.xml", lambda: write_junit(record, run_dir / "junit.xml")),
+        ("summary.html", lambda: write_html(record, run_dir)),
+    )
+    for name, write in writers:
+        try:
+            write()
+        except Exception as e:  # noqa: BLE001 - a report failure must not hide the verdict
+            warnings.append(f"{run_dir / name} not written: {type(e).__name__}: {e}")
+            print(f"evalrun: warning: {warnings[-1]}", file=sys.stderr)
+    return warnings
 
 
 def _preflight(plan: Plan, opts: RunOptions, record: RunRecord) -> bool:
@@ -388,6 +502,7 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
     # 1. tasks: data first, so a missing data set stops before minutes of server start-up.
     prepared: dict[str, PreparedTask] = {}
     for t in cp.tasks:
+        PLACE.at("prepare", config=c.name, variant=None, task=t.name)
         try:
             prepared[t.name] = prepare_task(t.name, t.spec, opts.data_dir, opts.allow_contamination,
                                             base_dir=Path(c.path).parent)
@@ -421,6 +536,7 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
     for w in crec.subset_warnings:
         p.warn(f"{c.name}: {w.message}")
     # 2. the model
+    PLACE.at("model", variant=None, task=None)
     try:
         model_ref = resolve_model(c.model, p)
         crec.model_path = model_ref
@@ -440,6 +556,7 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
     # 4. comparisons (the record's paired test reads each task's own pipeline)
     for comp in c.comparisons:
         for tname in c.tasks:
+            PLACE.at("statistics", config=c.name, variant=f"{comp.baseline}->{comp.candidate}", task=tname)
             a = m.samples.get((comp.baseline, tname))
             b = m.samples.get((comp.candidate, tname))
             if a is None or b is None:
@@ -466,9 +583,11 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
                                        candidate=[x.question_id for x in b if is_truncated(x)]),
             ))
     # 5. gates
+    PLACE.at("gates", config=c.name, variant=None, task=None)
     crec.gates = evaluate_gates(cp.gates, m)
     # 6. gates against the stored baseline (last known good), when there is one
     if opts.baseline_dir is not None:
+        PLACE.at("baseline")
         crec.baseline = _load_baseline(opts.baseline_dir, c.name, m)
         crec.gates += judged_baseline_gates(cp.baseline_gates, m)
         if crec.baseline.found and m.baseline is not None:
@@ -526,6 +645,7 @@ def _run_variant(
     )
     if into is not None:
         into[vp.name] = vrec
+    PLACE.at("server", config=c.name, variant=vp.name, task=None)
     todo = [t for t in cp.tasks if t.name in prepared]
     if not todo:
         vrec.error = "no task of this config can run"
@@ -565,6 +685,7 @@ def _run_variant(
                 m.engine_facts_errors[vp.name] = str(e)
                 p.error(f"{e} (variant_effective cannot pass without it)")
             for t in todo:
+                PLACE.at("client", variant=vp.name, task=t.name)
                 pt = prepared[t.name]
                 lm_summary = None
                 if pt.lm_eval is not None:
@@ -579,12 +700,16 @@ def _run_variant(
                         per_request=c.per_request_metrics,
                     )
                     bar.close()
+                    PLACE.at("judging")
                     samples = judge_completions(c.name, vp.name, t.name, pt.requests, outcome.completions)
+                PLACE.at("writing")
                 spath = run_dir / "samples" / c.name / vp.name / f"{t.name}.jsonl"
                 write_jsonl(spath, samples)
+                PLACE.at("scoring")
                 sc = score_task(samples, lm_summary["pipelines"] if lm_summary else PIPELINES)
                 m.scores[(vp.name, t.name)] = sc
                 m.samples[(vp.name, t.name)] = samples
+                PLACE.at("statistics")  # acceptance intervals (bootstrap) and counter checks
                 trec = TaskResult(
                     samples=_rel(spath, run_dir),
                     seconds=round(outcome.seconds, 2),

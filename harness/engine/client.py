@@ -8,6 +8,10 @@ connector limit of 100). A failed request returns a
 request id, the HTTP status or transport error and the server's message); it is never
 turned into an empty completion. Only transport errors, timeouts and HTTP 5xx are
 retried, at most ``max_retries`` times, and the number of attempts is recorded.
+An answer whose fields do not fit :class:`CompletionChoice` (a ``text`` that is not a
+string, ``token_ids`` that are not a list of ints: proxies, version skew, engine bugs)
+is that request's error too, naming the field and what it held; it is counted by the
+error-rate gate and never scored as a wrong answer.
 
 **Why no request can hang on a client-side fault.** The connection pool is aiohttp's
 ``TCPConnector``, not httpx/httpcore: httpcore's pool has an open race
@@ -30,6 +34,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import orjson
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
 from harness.records.completions import Completion
 
@@ -41,6 +46,57 @@ if TYPE_CHECKING:  # aiohttp is imported on first use (start-up time of --help /
 VLLM_CLIENT_DEFAULT_CONCURRENCY = 100
 #: Seconds allowed to open a TCP connection to the local server.
 CONNECT_TIMEOUT_S = 10.0
+
+
+class CompletionChoice(BaseModel):
+    """The fields evalrun reads of one choice of a ``/v1/completions`` answer (vLLM's
+    ``CompletionResponseChoice``, ``vllm/entrypoints/openai/protocol.py``); others are
+    ignored. Strict: a number is not a string, a bool is not a token id.
+
+    Attributes:
+        text: the completion text.
+        token_ids: the completion's token ids (``return_token_ids``), or None.
+        finish_reason: ``stop``, ``length``, ``abort``, ... or None.
+        stop_reason: the stop string or token id that ended it, or None.
+    """
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    text: StrictStr
+    token_ids: list[StrictInt] | None = None
+    finish_reason: StrictStr | None = None
+    stop_reason: StrictInt | StrictStr | None = None
+
+
+class CompletionResponse(BaseModel):
+    """A ``/v1/completions`` answer as evalrun reads it: at least one choice."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    choices: list[CompletionChoice] = Field(min_length=1)
+
+
+def parse_completion(raw: bytes) -> CompletionChoice:
+    """Decode and validate one completion answer's body; returns its first choice.
+
+    Raises:
+        ValueError: not JSON, or a field evalrun reads is missing or of the wrong type;
+            the message names the first bad field (``choices.0.text: Input should be a
+            valid string``) and what it held.
+    """
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise ValueError(f"not JSON: {e}") from None
+    try:
+        return CompletionResponse.model_validate(doc).choices[0]
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"]) or "body"
+        got = err.get("input")
+        shown = f"a {type(got).__name__}" if isinstance(got, (dict, list)) else repr(got)[:80]
+        extra = f" ({e.error_count() - 1} more)" if e.error_count() > 1 else ""
+        raise ValueError(f"{loc}: {err['msg']} (got {shown}){extra}") from None
 
 
 def served_model(base_url: str, timeout_s: float = 30) -> str:
@@ -164,22 +220,21 @@ class AsyncCompletionClient:
                     attempts, latency,
                 )
             try:
-                choice = orjson.loads(raw)["choices"][0]
-                ids = choice.get("token_ids")
-                return Completion(
-                    request_id,
-                    choice["text"],
-                    tuple(ids) if ids is not None else None,
-                    choice.get("finish_reason"),
-                    None,
-                    attempts,
-                    latency,
-                    stop_reason=choice.get("stop_reason"),
-                )
-            except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
+                choice = parse_completion(raw)
+            except ValueError as e:  # a malformed answer is this request's error, never a wrong answer
                 return Completion(
                     request_id, None, None, None,
-                    f"request {request_id}: malformed response ({e}): {raw[:300].decode('utf-8', 'replace')}",
+                    f"request {request_id}: malformed response: {e}: {raw[:300].decode('utf-8', 'replace')}",
                     attempts, latency,
                 )
+            return Completion(
+                request_id,
+                choice.text,
+                tuple(choice.token_ids) if choice.token_ids is not None else None,
+                choice.finish_reason,
+                None,
+                attempts,
+                latency,
+                stop_reason=choice.stop_reason,
+            )
         return Completion(request_id, None, None, None, last_err, attempts, latency)

@@ -90,19 +90,38 @@ class EngineFacts:
         Raises:
             EngineInfoError: ``vllm_config`` or ``scheduler_config.async_scheduling``
                 is missing (e.g. the server was not started with
-                ``VLLM_SERVER_DEV_MODE=1``).
+                ``VLLM_SERVER_DEV_MODE=1``), or a field read here has the wrong type
+                (a section that is not a mapping, ``async_scheduling`` not a bool,
+                ``num_speculative_tokens`` / ``max_model_len`` not an int, a version
+                that is not a string); the message names the field and what it held.
         """
+        if not isinstance(info, dict):
+            raise EngineInfoError(f"{where}: /server_info is not a JSON object (got {type(info).__name__})")
+        if version is not None and not isinstance(version, str):
+            raise EngineInfoError(f"{where}: /version 'version' is not a string (got {version!r:.80})")
         cfg = info.get("vllm_config")
         if not isinstance(cfg, dict):
             raise EngineInfoError(
                 f"{where}: /server_info has no JSON 'vllm_config' (was the server started "
                 "with VLLM_SERVER_DEV_MODE=1 and config_format=json?)"
             )
+        for key in ("scheduler_config", "model_config", "device_config", "cache_config", "speculative_config"):
+            if cfg.get(key) is not None and not isinstance(cfg[key], dict):
+                raise EngineInfoError(f"{where}: /server_info vllm_config.{key} is not a mapping "
+                                      f"(got {type(cfg[key]).__name__}: {cfg[key]!r:.80})")
         sched = cfg.get("scheduler_config") or {}
         if "async_scheduling" not in sched:
             raise EngineInfoError(f"{where}: /server_info lacks scheduler_config.async_scheduling")
         model = cfg.get("model_config") or {}
         spec = cfg.get("speculative_config") or None
+        checks = (("scheduler_config.async_scheduling", sched.get("async_scheduling"), bool),
+                  ("model_config.max_model_len", model.get("max_model_len"), int),
+                  ("speculative_config.num_speculative_tokens", (spec or {}).get("num_speculative_tokens"), int),
+                  ("speculative_config.method", (spec or {}).get("method"), str))
+        for key, value, kind in checks:
+            if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
+                raise EngineInfoError(f"{where}: /server_info vllm_config.{key} is not {kind.__name__} "
+                                      f"(got {value!r:.80})")
         device = (cfg.get("device_config") or {}).get("device")
         if isinstance(device, dict):  # torch.device serialised as a mapping
             device = device.get("type")

@@ -142,8 +142,12 @@ class VariantSession:
         except (httpx.HTTPError, ValueError) as e:
             raise EngineInfoError(f"{self.variant_id}: cannot read /server_info: {e}") from e
         try:
-            version = httpx.get(self.server.base_url + "/version", timeout=30).json().get("version")
+            doc = httpx.get(self.server.base_url + "/version", timeout=30).json()
         except (httpx.HTTPError, ValueError):
+            doc = None
+        # a body that is not {"version": "<text>"} reads as no version (the runner then says so)
+        version = doc.get("version") if isinstance(doc, dict) else None
+        if not isinstance(version, str):
             version = None
         return EngineFacts.from_server_info(body, version, self.variant_id)
 

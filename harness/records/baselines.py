@@ -254,9 +254,9 @@ def write_baselines(record: RunRecord, run_dir: str | Path, baseline_dir: str | 
         doc = make_baseline(record, run_dir, name)
         bdir.mkdir(parents=True, exist_ok=True)
         path = baseline_path(bdir, name)
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(doc.model_dump_json(indent=1, by_alias=True) + "\n", encoding="utf-8")
-        tmp.replace(path)
+        from harness.records.atomic import write_atomic
+
+        write_atomic(path, doc.model_dump_json(indent=1, by_alias=True) + "\n")  # a good baseline is never half-replaced
         msg = f"baseline of {name} written to {path} from run {record.run_id}"
         if not_run:
             left = sorted({"/".join(x for x in (g.variant, g.task) if x) for g in not_run})

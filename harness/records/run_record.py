@@ -584,6 +584,35 @@ class ConfigResult(_Model):
                      if (c.baseline, c.candidate, c.task) == (baseline, candidate, task)), None)
 
 
+class RunErrorRecord(_Model):
+    """An exception evalrun did not expect, kept in the record (``status: error``).
+
+    Attributes:
+        type: the exception's class, qualified (``builtins.TypeError``).
+        message: ``str(exception)``.
+        traceback: the formatted traceback (also in the run's ``logs/evalrun-error.log``).
+        stage: where it happened: ``prepare`` (tasks and data), ``model``, ``server``,
+            ``client`` (requests), ``judging``, ``scoring``, ``statistics``
+            (comparisons), ``gates``, ``baseline``, ``writing`` (record, samples,
+            reports) or ``run`` (outside those).
+        config, variant, task: what was running (None when not inside one).
+    """
+
+    type: str
+    message: str
+    traceback: str | None = None
+    stage: str | None = None
+    config: str | None = None
+    variant: str | None = None
+    task: str | None = None
+
+    def where(self) -> str:
+        """``stage <s>, config <c>, variant <v>, task <t>`` for the parts that are known."""
+        parts = [f"{k} {v}" for k, v in (("stage", self.stage), ("config", self.config),
+                                          ("variant", self.variant), ("task", self.task)) if v]
+        return ", ".join(parts) or "outside any stage"
+
+
 class RunRecord(_Model):
     """A whole run (``run.json``).
 
@@ -591,7 +620,9 @@ class RunRecord(_Model):
         schema_version: :data:`SCHEMA_VERSION`.
         run_id: the run folder's name.
         status: ``running`` (being written), ``completed``, ``incomplete`` (something
-            required could not run) or ``interrupted`` (a signal stopped it).
+            required could not run), ``interrupted`` (a signal stopped it) or ``error``
+            (an exception evalrun did not expect ended it: ``error`` says what and where;
+            everything measured before it is kept; exit code 2).
         passed: True when every gate passed, False when one failed, None otherwise.
         exit_code: 0 passed, 1 a gate failed, 2 could not run.
         provenance: :class:`Provenance`.
@@ -599,11 +630,13 @@ class RunRecord(_Model):
         preflight: the pre-launch argument check (None when it did not run).
         leftover_servers: servers of earlier runs found still running before this run.
         interrupted_by: the signal that stopped the run (``SIGINT``, ``SIGHUP``, ...).
+        error: the unexpected exception of a run with status ``error``
+            (:class:`RunErrorRecord`), else None.
     """
 
     schema_version: Literal[2] = SCHEMA_VERSION  # type: ignore[assignment]
     run_id: str
-    status: Literal["running", "completed", "incomplete", "interrupted"] = "running"
+    status: Literal["running", "completed", "incomplete", "interrupted", "error"] = "running"
     passed: bool | None = None
     exit_code: int | None = None
     provenance: Provenance
@@ -611,6 +644,7 @@ class RunRecord(_Model):
     preflight: PreflightRecord | None = None
     leftover_servers: list[LeftoverServerRecord] = []
     interrupted_by: str | None = None
+    error: RunErrorRecord | None = None
     shard: "ShardInfo | None" = None
     merged_from: "list[MergedShard]" = []
 
@@ -720,13 +754,23 @@ def provenance(argv: list[str], configs: list[ConfigRef], started_at: str) -> Pr
 
 
 def write_run(run_dir: Path, record: RunRecord) -> Path:
-    """Write ``run.json`` atomically (temp file + rename) and return its path."""
+    """Write ``run.json`` atomically and return its path.
+
+    The JSON goes to a temporary file in the run folder, is flushed and fsynced, then
+    renamed over ``run.json`` (:func:`harness.records.atomic.write_atomic`): a reader
+    sees the previous record or the new one, never a partial file, and a failed write
+    (full disk, read-only folder) leaves the previous record as it was and no
+    temporary file.
+
+    Raises:
+        OSError: the folder or file cannot be written (the error names the path).
+    """
+    from harness.records.atomic import write_atomic
+
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / RUN_FILE
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(record.model_dump_json(indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_atomic(path, record.model_dump_json(indent=2) + "\n")
     record._path = run_dir
     return path
 

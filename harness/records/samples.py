@@ -105,14 +105,20 @@ _OPTIONAL = ("spec_drafts", "spec_draft_tokens", "spec_accepted_tokens", "spec_a
 
 
 def write_jsonl(path: Path, samples: Iterable[Sample]) -> int:
-    """Write samples to ``path`` (one JSON object per line); return the count."""
+    """Write samples to ``path`` (one JSON object per line); return the count.
+
+    Atomic (:func:`harness.records.atomic.write_atomic`): a failed write leaves no
+    partial file and an earlier file unchanged.
+
+    Raises:
+        OSError: the folder or file cannot be written (names the path).
+    """
+    from harness.records.atomic import write_atomic
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    n = 0
-    with path.open("w", encoding="utf-8") as f:
-        for s in samples:
-            f.write(json.dumps(s.to_json(), ensure_ascii=False) + "\n")
-            n += 1
-    return n
+    lines = [json.dumps(s.to_json(), ensure_ascii=False) + "\n" for s in samples]
+    write_atomic(path, "".join(lines))
+    return len(lines)
 
 
 def read_jsonl(path: Path) -> list[Sample]:

@@ -266,5 +266,7 @@ def write_html(record: RunRecord, run_dir: Path, with_history: bool = True) -> P
         except (OSError, ValueError, KeyError):
             history = None
     path = Path(run_dir) / "summary.html"
-    path.write_text(render_html(record, run_dir, history), encoding="utf-8")
+    from harness.records.atomic import write_atomic
+
+    write_atomic(path, render_html(record, run_dir, history))
     return path

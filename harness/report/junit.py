@@ -94,5 +94,7 @@ def write_junit(record: RunRecord, path: Path) -> Path:
     """Write :func:`render_junit` to ``path`` (parents created); returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_junit(record), encoding="utf-8")
+    from harness.records.atomic import write_atomic
+
+    write_atomic(path, render_junit(record))
     return path
