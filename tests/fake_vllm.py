@@ -31,6 +31,15 @@ the real engine never produces on demand):
   the first completion, engine 1 grows by 100 per draft, so the sum grows (a restart
   hidden in the sum)
 
+* ``garbage``          not Prometheus text at all (a proxy's error page)
+
+``FAKE_MALFORMED=N,M,...`` answers the completion requests with those arrival numbers
+(1-based) with HTTP 200 and a body evalrun cannot read (what proxies, version skew and
+engine bugs produce): the 1st, 3rd, ... of them with ``text`` a number, the 2nd, 4th,
+... with ``token_ids`` a string. ``FAKE_MALFORMED_INFO`` makes ``/server_info`` answer
+``list`` (a JSON list) or ``sched`` (``scheduler_config`` a string), and ``/version``
+answer a list with ``FAKE_MALFORMED_VERSION=1``.
+
 Like the real server, ``/server_info`` answers 404 unless ``VLLM_SERVER_DEV_MODE=1``;
 ``FAKE_NO_VERSION=1`` makes ``/version`` answer 404 (the real server always has it).
 
@@ -91,8 +100,13 @@ if mode == "ignore_sigterm":
     print(f"fake vllm: ignoring SIGTERM (pid {os.getpid()})", flush=True)
 
 
+malformed = [int(x) for x in os.environ.get("FAKE_MALFORMED", "").split(",") if x.strip()]
+
+
 def metrics_text():
     """Prometheus text for the chosen FAKE_METRICS mode."""
+    if metrics_mode == "garbage":
+        return "<html><body>502 Bad Gateway</body></html>\nvllm:spec_decode_num_drafts_total{engine= 12 x\n"
     rows = []  # (engine, drafts, draft tokens, accepted, per position)
     if metrics_mode == "impossible":
         rows.append(("0", drafts, 2 * drafts, accepted * 5, [drafts, accepted * 5 - drafts]))
@@ -138,6 +152,8 @@ class H(BaseHTTPRequestHandler):
         if self.path == "/version":
             if os.environ.get("FAKE_NO_VERSION") == "1":
                 return self._send(404, {"detail": "Not Found"})
+            if os.environ.get("FAKE_MALFORMED_VERSION") == "1":
+                return self._send(200, ["0.0.fake"])
             return self._send(200, {"version": "0.0.fake"})
         if self.path.startswith("/server_info"):
             if not dev_mode:
@@ -149,6 +165,11 @@ class H(BaseHTTPRequestHandler):
                 "cache_config": {"enable_prefix_caching": False},
                 "speculative_config": {"method": "mtp", "num_speculative_tokens": 2} if spec else None,
             }
+            bad = os.environ.get("FAKE_MALFORMED_INFO")
+            if bad == "list":
+                return self._send(200, [cfg])
+            if bad == "sched":
+                cfg["scheduler_config"] = "async_scheduling=True"
             return self._send(200, {"vllm_config": cfg})
         if self.path == "/metrics":
             return self._send(200, metrics_text() if spec else "", "text/plain")
@@ -182,6 +203,10 @@ class H(BaseHTTPRequestHandler):
                 ids = [5, 6, 7, 9]
         elif mode == "corrupt":
             ids, text = [5, 1, 1, 1], " 2 + 3 = 7 #### 7"
+        if k in malformed:
+            if malformed.index(k) % 2 == 0:
+                return self._send(200, {"choices": [{"text": 5, "token_ids": ids, "finish_reason": "stop"}]})
+            return self._send(200, {"choices": [{"text": text, "token_ids": "5 6 7 8", "finish_reason": "stop"}]})
         self._send(200, {"choices": [{"text": text, "token_ids": ids, "finish_reason": "stop"}]})
 
 

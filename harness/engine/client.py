@@ -76,6 +76,9 @@ class CompletionResponse(BaseModel):
     choices: list[CompletionChoice] = Field(min_length=1)
 
 
+_FIELDS = frozenset(CompletionChoice.model_fields) | frozenset(CompletionResponse.model_fields)
+
+
 def parse_completion(raw: bytes) -> CompletionChoice:
     """Decode and validate one completion answer's body; returns its first choice.
 
@@ -92,7 +95,8 @@ def parse_completion(raw: bytes) -> CompletionChoice:
         return CompletionResponse.model_validate(doc).choices[0]
     except ValidationError as e:
         err = e.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"]) or "body"
+        # the path of fields and list indexes (a union's branch tags, such as ``int``, left out)
+        loc = ".".join(str(x) for x in err["loc"] if isinstance(x, int) or x in _FIELDS) or "body"
         got = err.get("input")
         shown = f"a {type(got).__name__}" if isinstance(got, (dict, list)) else repr(got)[:80]
         extra = f" ({e.error_count() - 1} more)" if e.error_count() > 1 else ""
