@@ -14,6 +14,21 @@ from pathlib import Path
 from harness.report.calibration import render_calibration_markdown, summarize
 
 
+def describe_error_runs(records) -> list[str]:
+    """One line per run record with status ``error``: its run id, the exception, where it
+    happened (stage, config, variant, task) and what the record keeps. Such a run's
+    figures are partial; calibration still lists it and exits 2."""
+    out = []
+    for r in records:
+        if r.status != "error":
+            continue
+        kept = sum(len(v.tasks) for c in r.configs for v in c.variants.values())
+        what = r.error.describe() if r.error else "status error (no error details in the record)"
+        out.append(f"run {r.run_id}: {what}; {kept} task result(s) measured before it are kept "
+                   f"({(r.path or r.run_id)}/run.json holds the traceback)")
+    return out
+
+
 def cli_main(argv: list[str]) -> int:
     """``evalrun calibrate --config LIST --repeat N [...]``.
 
@@ -75,10 +90,12 @@ def cli_main(argv: list[str]) -> int:
 
             say_interrupted(e, "evalrun calibrate")
             return 2
-        except FileExistsError as e:  # runner.RunFolderExistsError: never mix runs
+        except OSError as e:  # RunFolderExistsError (never mix runs), ResultsFolderError (cannot write)
             print(f"evalrun calibrate: {e}", file=sys.stderr)
             return 2
         could_not_run |= record.status != "completed"
+        for line in describe_error_runs([record]):
+            print(f"evalrun calibrate: {line}", file=sys.stderr)
         runs.append((record, run_dir))
     summary = summarize(runs, k=args.sigmas)
     md = render_calibration_markdown(summary)

@@ -120,7 +120,9 @@ def merge_records(records: Sequence[RunRecord], run_id: str) -> RunRecord:
         A run record whose ``configs`` are the shards' configs in name order, whose
         ``provenance`` is the first shard's with ``started_at`` the earliest and
         ``ended_at`` the latest, configs and datasets united, and ``merged_from`` listing
-        the shard runs; exit code and ``passed`` recomputed from the gates.
+        the shard runs; exit code and ``passed`` recomputed from the gates. A shard
+        with status ``error`` makes the merged status ``error`` (its ``error`` kept,
+        exit code 2).
 
     Raises:
         MergeError: a record without ``shard``; different list identities, evalrun
@@ -159,8 +161,12 @@ def merge_records(records: Sequence[RunRecord], run_id: str) -> RunRecord:
     prov.datasets = {k: v for r in records for k, v in r.provenance.datasets.items()}
     could_not_run = any(r.status != "completed" for r in records)
     code, passed = _verdict(configs, could_not_run)
+    errored = [r for r in records if r.status == "error"]
+    if errored:  # a shard that ended on an unexpected exception: the merged run is an error too (exit 2)
+        code, passed = 2, None
     return RunRecord(
-        run_id=run_id, status="completed" if not could_not_run else "incomplete",
+        run_id=run_id, status="error" if errored else "completed" if not could_not_run else "incomplete",
+        error=errored[0].error.model_copy() if errored and errored[0].error else None,
         passed=passed, exit_code=code, provenance=prov, configs=configs,
         merged_from=[MergedShard(run_id=r.run_id, path=str(r.path) if r.path else None, shard=r.shard.index,
                                  exit_code=r.exit_code) for r in sorted(records, key=lambda r: r.shard.index)],
@@ -193,6 +199,11 @@ def cli_main(argv: list[str]) -> int:
     except (RunRecordError, MergeError) as e:
         print(f"evalrun merge: {e}", file=sys.stderr)
         return 2
+    for r in records:
+        if r.status == "error":
+            print(f"evalrun merge: shard {r.shard.index}/{r.shard.count} ({r.path}): "
+                  f"{r.error.describe() if r.error else 'status error'}; the merged run is an error (exit 2)",
+                  file=sys.stderr)
     out = a.results_dir / rec.run_id
     if (out / "run.json").exists():
         print(f"evalrun merge: {out}: a run record is already there; choose another --run-id", file=sys.stderr)

@@ -190,15 +190,21 @@ def _one_run(cfg, faults: dict[str, str | None], args, run_id: str | None, argv:
 
     opts = RunOptions(results_dir=args.results_dir, run_id=run_id, argv=["evalrun", "selfcheck", *argv],
                       progress=Progress(), variants=args.variant)
+    from harness.records.atomic import ResultsFolderError
+
     try:
         record, run_dir = run(build_plan([cfg], python=args.python), opts)
-    except RunFolderExistsError as e:
+    except (RunFolderExistsError, ResultsFolderError) as e:
         print(f"evalrun selfcheck: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:  # a stopping signal: servers stopped, partial record kept
         from harness.runner import say_interrupted
 
         say_interrupted(e, "evalrun selfcheck")
+        return 2
+    if record.status == "error":  # an unexpected exception: nothing to judge the faults by
+        print(f"evalrun selfcheck: {record.error.describe() if record.error else 'status error'}; "
+              f"record: {run_dir / 'run.json'} (the traceback is in it)", file=sys.stderr)
         return 2
     try:
         checks = judge_selfcheck(record, faults)

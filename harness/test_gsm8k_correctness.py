@@ -22,5 +22,7 @@ def test_gsm8k_correctness(evalrun_config, evalrun_run):
     what = {1: "a gate failed", 2: "could not run or judge every gate"}.get(code, f"exit code {code}")
     if code == 0:
         what = "not every gate was judged"
+    if record.status == "error" and record.error is not None:
+        what = f"{record.error.describe()}; the traceback is in the record"
     pytest.fail(f"{evalrun_config.stem}: {what} (run record: {run_dir}/run.json)\n{gate_table(record)}",
                 pytrace=False)

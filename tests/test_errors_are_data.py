@@ -245,23 +245,31 @@ def test_unexpected_exception_in_each_stage_is_a_kept_error_record(tmp_path, mon
 
 def test_error_record_is_read_by_diff_history_merge_calibrate(tmp_path, monkeypatch, capsys):
     STAGES["judging"][0](monkeypatch)
-    assert run_cli(tmp_path, config(tmp_path)) == 2
+    assert run_cli(tmp_path, config(tmp_path), "--shard", "1/1") == 2
     monkeypatch.undo()
     run_dir = tmp_path / "results" / "r"
     capsys.readouterr()
-    assert main(["diff", str(run_dir), str(run_dir)]) in (0, 1, 2)
-    out = capsys.readouterr()
-    assert "status error" in out.out + out.err and "builtins.TypeError" in out.out + out.err
-    assert main(["history", str(tmp_path / "results")]) == 0
-    out = capsys.readouterr()
-    assert "error" in out.out and "builtins.TypeError" in out.out + out.err
+    what = "unexpected builtins.TypeError ended it (stage judging, config fake, variant spec, task gsm8k)"
+    assert main(["diff", str(run_dir), str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "has status error" in err and what in err and "got 'int'" in err
     code = main(["merge", str(run_dir), "--results-dir", str(tmp_path / "merged"), "--run-id", "m"])
+    err = capsys.readouterr().err
+    line = "status error: builtins.TypeError: expected string or bytes-like object, got 'int' (stage judging"
+    assert code == 2 and line in err
+    merged = load_run(tmp_path / "merged" / "m")
+    assert merged.status == "error" and merged.error.stage == "judging" and merged.exit_code == 2
+    assert main(["history", str(tmp_path / "merged")]) == 0
     out = capsys.readouterr()
-    assert code == 2 and "status error" in out.err and "builtins.TypeError" in out.err
+    assert line in out.err and "| ERROR" in out.out and "reference" in out.out   # the kept task, verdict ERROR
     from harness.calibrate import describe_error_runs
+    from harness.report.calibration import render_calibration_markdown, summarize
 
-    lines = describe_error_runs([load_run(run_dir)])
-    assert len(lines) == 1 and "status error" in lines[0] and "stage judging" in lines[0]
+    rec = load_run(run_dir)
+    lines = describe_error_runs([rec])
+    assert len(lines) == 1 and line in lines[0] and "1 task result(s) measured before it are kept" in lines[0]
+    md = render_calibration_markdown(summarize([(rec, run_dir), (rec, run_dir)]))
+    assert line in md and "its figures are partial" in md
 
 
 def test_report_that_cannot_be_rendered_is_a_warning_never_the_verdict(tmp_path, monkeypatch, capsys):

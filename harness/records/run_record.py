@@ -612,6 +612,11 @@ class RunErrorRecord(_Model):
                                           ("variant", self.variant), ("task", self.task)) if v]
         return ", ".join(parts) or "outside any stage"
 
+    def describe(self) -> str:
+        """One line for readers of the record: ``status error: <type>: <message> (<where>)``."""
+        first = self.message.splitlines()[0][:300] if self.message else ""
+        return f"status error: {self.type}: {first} ({self.where()})"
+
 
 class RunRecord(_Model):
     """A whole run (``run.json``).

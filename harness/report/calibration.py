@@ -210,7 +210,8 @@ def summarize(runs: Sequence[tuple[RunRecord, Path]], k: float = 3.0) -> dict[st
     first_rec = runs[0][0]
     out: dict[str, Any] = {
         "runs": [{"run_id": r.run_id, "path": str(p), "exit_code": r.exit_code,
-                  "status": r.status} for r, p in runs],
+                  "status": r.status, "error": r.error.describe() if getattr(r, "error", None) else None}
+                 for r, p in runs],
         "sigmas": k, "rule": RULE.format(k=k), "configs": [],
     }
     for c0 in first_rec.configs:
@@ -409,7 +410,8 @@ def render_calibration_markdown(summary: Mapping[str, Any]) -> str:
     """The calibration summary (:func:`summarize`) as Markdown."""
     L = [f"# evalrun calibrate: {len(summary['runs'])} runs", ""]
     for r in summary["runs"]:
-        L.append(f"- run `{r['path']}` (exit code {r['exit_code']}, {r['status']})")
+        L.append(f"- run `{r['path']}` (exit code {r['exit_code']}, {r['status']})"
+                 + (f": {r['error']}; its figures are partial" if r.get("error") else ""))
     L += ["", f"Rule: {summary['rule']}.", ""]
     for cs in summary["configs"]:
         L += [f"## {cs['name']}", "", f"### Accuracy (gates read {cs['pipeline']})", ""]

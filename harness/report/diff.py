@@ -699,7 +699,7 @@ def render_diff_markdown(d: Mapping[str, Any], max_flipped: int = 20) -> str:
 
 
 #: Run statuses a diff refuses: the run did not finish measuring what it planned.
-UNFINISHED_STATUSES = ("interrupted", "incomplete", "running")
+UNFINISHED_STATUSES = ("interrupted", "incomplete", "running", "error")
 
 
 def unfinished_sides(d: dict[str, Any]) -> list[str]:
@@ -709,7 +709,13 @@ def unfinished_sides(d: dict[str, Any]) -> list[str]:
     out = []
     for side, label in (("a", "A"), ("b", "B")):
         info = d.get(side) or {}
-        if info.get("status") in UNFINISHED_STATUSES:
+        if info.get("status") == "error":
+            err = info.get("error") if isinstance(info.get("error"), dict) else {}
+            where = ", ".join(f"{k} {err[k]}" for k in ("stage", "config", "variant", "task") if err.get(k))
+            out.append(f"run {label} ({info.get('path')}) has status error: an unexpected {err.get('type')} ended it "
+                       f"({where or 'outside any stage'}): {(str(err.get('message') or '').splitlines() or [''])[0][:300]}; "
+                       "the traceback is in its run.json")
+        elif info.get("status") in UNFINISHED_STATUSES:
             out.append(f"run {label} ({info.get('path')}) is {info.get('status')}: it did not run everything it planned")
     return out
 
@@ -722,7 +728,9 @@ def _peek(path: Path) -> dict[str, Any]:
         doc = json.loads(f.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {"path": str(path), "status": None}
-    return {"path": str(path), "status": doc.get("status") if isinstance(doc, dict) else None}
+    if not isinstance(doc, dict):
+        return {"path": str(path), "status": None}
+    return {"path": str(path), "status": doc.get("status"), "error": doc.get("error")}
 
 
 def cli_main(argv: list[str]) -> int:
@@ -730,7 +738,8 @@ def cli_main(argv: list[str]) -> int:
 
     Returns:
         0 when the diff was produced, 2 when a side cannot be read or is not a
-        finished run (``status`` ``interrupted``, ``incomplete`` or ``running``):
+        finished run (``status`` ``interrupted``, ``incomplete``, ``running`` or
+        ``error``, whose exception, stage, config, variant and task are named):
         the command says which side and why instead of printing tables that would
         compare what was never measured.
     """

@@ -96,7 +96,8 @@ def history_frame(records: Iterable[RunRecord], config: str | None = None) -> pd
     ``truncation_rate`` (finish reason ``length`` among successful requests),
     ``mean_acceptance_length``, ``acceptance_rate``, ``per_position`` (tuple),
     ``output_match`` (against the first comparison whose candidate this variant is),
-    ``verdict`` (PASS / FAIL / NOT RUN over the gates of this variant and task).
+    ``verdict`` (PASS / FAIL / NOT RUN over the gates of this variant and task; ERROR
+    for the tasks a run measured before an unexpected exception ended it, ``status: error``).
     """
     rows = []
     for rec in records:
@@ -112,6 +113,7 @@ def history_frame(records: Iterable[RunRecord], config: str | None = None) -> pd
                     ok = t.num_requests - t.error_count
                     comp = next((x for x in c.comparisons if x.candidate == vname and x.task == tname), None)
                     gates = [g for g in c.gates if g.variant == vname and g.task == tname]
+                    verdict = "ERROR" if rec.status == "error" else _verdict(gates)  # the run ended on an exception
                     row = {
                         "run_id": rec.run_id, "time": pd.to_datetime(prov.started_at, utc=True),
                         "git_revision": prov.git_revision, "vllm_version": prov.vllm_version,
@@ -123,7 +125,7 @@ def history_frame(records: Iterable[RunRecord], config: str | None = None) -> pd
                         "acceptance_rate": sd.acceptance_rate if sd else None,
                         "per_position": tuple(sd.per_position_acceptance) if sd and sd.per_position_acceptance else None,
                         "output_match": comp.output_match_rate if comp else None,
-                        "verdict": _verdict(gates),
+                        "verdict": verdict,
                     }
                     for p, x in t.accuracy.items():
                         lo, hi = t.accuracy_ci.get(p) or (None, None)
@@ -226,6 +228,10 @@ def cli_main(argv: list[str]) -> int:
         return 2
     for p in problems:
         print(f"evalrun history: skipped: {p}", file=sys.stderr)
+    for r in recs:
+        if r.status == "error" and r.error is not None:
+            print(f"evalrun history: run {r.run_id}: {r.error.describe()}; the tasks it measured before "
+                  "are listed with verdict ERROR", file=sys.stderr)
     df = last_runs(history_frame(recs, a.config), a.last)
     drift = drift_table(df, a.alpha)
     if a.csv:
