@@ -241,6 +241,8 @@ def test_unexpected_exception_in_each_stage_is_a_kept_error_record(tmp_path, mon
     err = capsys.readouterr().err
     assert "ERROR" in err and str(run_dir / "run.json") in err and e.message in err
     assert f"stage {stage}" in err and "Traceback" not in err   # the traceback is in the record, not the terminal
+    md = (run_dir / "summary.md").read_text()
+    assert md.startswith("# evalrun run r: ERROR") and e.describe() in md
 
 
 def test_error_record_is_read_by_diff_history_merge_calibrate(tmp_path, monkeypatch, capsys):

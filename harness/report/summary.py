@@ -367,6 +367,9 @@ def server_lines(record: RunRecord) -> list[str]:
         out.append(f"left by an earlier run and still running: pid {lo.pid}; end it with `{lo.kill_command}`")
     if record.interrupted_by:
         out.append(f"run interrupted by {record.interrupted_by}; every server was stopped before the record was written")
+    if record.status == "error" and record.error is not None:
+        out.append(f"run ended on an unexpected exception, {record.error.describe()}; every server was stopped; "
+                   "the traceback is in run.json and logs/evalrun-error.log")
     return out
 
 
@@ -378,6 +381,8 @@ def _md_code(text: str) -> str:
 
 
 def _verdict_word(record: RunRecord) -> str:
+    if record.status == "error":
+        return "ERROR"
     return {True: "PASS", False: "FAIL",
             None: "NOT EVERY GATE JUDGED" if record.status == "completed" else "INCOMPLETE"}[record.passed]
 
