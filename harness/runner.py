@@ -551,6 +551,7 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
     reruns: dict[tuple[str, str], tuple[Sample, ...]] = {}
     for vp in variants:
         _, ok = _run_variant(cp, vp, model_ref, prepared, opts, run_dir, m, reruns, into=crec.variants)
+        PLACE.at("server", variant=vp.name, task=None)  # the plugin's per-process reports
         crec.variants[vp.name].plugin = plugin_report(run_dir, c.name, vp)
         could_not_run |= not ok
     # 4. comparisons (the record's paired test reads each task's own pipeline)
@@ -753,6 +754,7 @@ def _run_variant(
                     p.error(f"{vp.id} {t.name}: metrics error: {metrics_error}")
                 vrec.tasks[t.name] = trec
                 if reruns is not None and vp.name in noise_variants(cp) and pt.lm_eval is None and session.server.alive():
+                    PLACE.at("client")  # the noise rerun: requests, judging and its samples file
                     trec.rerun = _rerun_task(
                         session, c.name, vp, t, pt, run_dir, samples, reruns, p, c.per_request_metrics)
                 sd = spec_metrics
