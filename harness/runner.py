@@ -702,7 +702,12 @@ def _run_variant(
                     )
                     bar.close()
                     PLACE.at("judging")
-                    samples = judge_completions(c.name, vp.name, t.name, pt.requests, outcome.completions)
+                    try:
+                        samples = judge_completions(c.name, vp.name, t.name, pt.requests, outcome.completions)
+                    except Exception:  # keep the engine's answers, unjudged, then record the error
+                        _keep_raw(run_dir / "samples" / c.name / vp.name / f"{t.name}.raw.jsonl",
+                                  outcome.completions, p)
+                        raise
                 PLACE.at("writing")
                 spath = run_dir / "samples" / c.name / vp.name / f"{t.name}.jsonl"
                 write_jsonl(spath, samples)
@@ -800,6 +805,17 @@ def _run_variant(
         if not vrec.tasks:
             m.not_run[(vp.name, None)] = "server failed to start"
         return vrec, False
+
+
+def _keep_raw(path: Path, completions, p: Progress) -> None:
+    """Write the unjudged completions of a task whose judging raised (best effort)."""
+    from harness.records.completions import write_raw_jsonl
+
+    try:
+        n = write_raw_jsonl(path, completions)
+        p.error(f"judging failed: the {n} raw completions are kept in {path}")
+    except OSError as e:
+        p.warn(f"{path}: raw completions not written: {e}")
 
 
 def _tokenizer_of(argv: list[str], model_ref: str) -> str:

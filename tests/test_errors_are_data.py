@@ -241,6 +241,9 @@ def test_unexpected_exception_in_each_stage_is_a_kept_error_record(tmp_path, mon
     err = capsys.readouterr().err
     assert "ERROR" in err and str(run_dir / "run.json") in err and e.message in err
     assert f"stage {stage}" in err and "Traceback" not in err   # the traceback is in the record, not the terminal
+    if stage == "judging":  # the engine's answers of the task whose judging raised are kept, unjudged
+        raw = [json.loads(x) for x in (run_dir / "samples" / "fake" / "spec" / "gsm8k.raw.jsonl").read_text().splitlines()]
+        assert len(raw) == 6 and all(r["text"] == " 2 + 3 = 5 #### 5" and r["token_ids"] == [5, 6, 7, 8] for r in raw)
     md = (run_dir / "summary.md").read_text()
     assert md.startswith("# evalrun run r: ERROR") and e.describe() in md
 

@@ -8,7 +8,11 @@ request is a completion with ``error`` set and no text: it is never judged.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
 
 
 @dataclass(frozen=True)
@@ -51,3 +55,19 @@ class Completion:
     def ok(self) -> bool:
         """True when the request succeeded."""
         return self.error is None
+
+
+def write_raw_jsonl(path: Path, completions: Iterable[Completion]) -> int:
+    """Write raw, unjudged completions to ``path`` (one JSON object per line, every
+    :class:`Completion` field); return the count. Used when judging fails, so the
+    engine's answers measured before the error are kept (``<task>.raw.jsonl``).
+
+    Raises:
+        OSError: the file cannot be written (atomic: no partial file is left).
+    """
+    from harness.records.atomic import write_atomic
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps(dataclasses.asdict(c), ensure_ascii=False) + "\n" for c in completions]
+    write_atomic(path, "".join(lines))
+    return len(lines)
