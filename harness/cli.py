@@ -71,7 +71,13 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="folder with GSM8K test.jsonl and train.jsonl (default: $EVALRUN_DATA_DIR, else the hub via `datasets`)")
     p.add_argument("--results-dir", type=Path, default=PROJECT_ROOT / "results",
                    help="where run folders are written (default: %(default)s)")
-    p.add_argument("--run-id", default=None, help="name of the run folder (default: UTC time and pid)")
+    p.add_argument("--run-id", default=None,
+                   help="name of the run folder (default: UTC time and 8 random hex digits); the folder is claimed "
+                        "at start: a second run with the same id is refused with exit 2, naming the holder")
+    p.add_argument("--stop-grace", type=float, default=None, metavar="SECONDS",
+                   help="seconds a server gets between SIGTERM and SIGKILL of its process group when evalrun stops "
+                        "it (default: $EVALRUN_STOP_GRACE_SECONDS, else 5; keep it under your CI's cancel grace: "
+                        "Buildkite 10 s, GitHub Actions 7.5 s)")
     p.add_argument("--variant", action="append", default=None, metavar="NAME",
                    help="run only this variant (repeatable); gates of other variants are reported as not run")
     p.add_argument("--python", default=None,
@@ -141,8 +147,15 @@ def cmd_run(argv: list[str]) -> int:
     from harness.report.summary import render_markdown, render_terminal
     from harness.runner import RunOptions, run
 
+    from harness.engine.server import set_stop_grace, stop_grace
     from harness.runner import terminate_as_interrupt
 
+    try:
+        set_stop_grace(args.stop_grace)
+        stop_grace()
+    except ValueError as e:
+        print(f"evalrun: --stop-grace: {e}", file=sys.stderr)
+        return 2
     terminate_as_interrupt()
     progress = Progress(quiet=args.quiet)
     baseline_dir = args.baseline or (args.results_dir / "baselines")

@@ -33,6 +33,7 @@ from harness.records.run_record import (
     RerunRecord, Requested, RunRecord, ServerRecord, SpecDecodeCountersRecord, SpecDecodeRecord, SubsetWarning,
     TaskResult, TruncatedIds, VariantResult, new_run_id, provenance, utc_now, write_run,
 )
+from harness.records.run_folder import RunFolderTaken, claim_run_folder
 from harness.records.samples import Sample, write_jsonl
 from harness.analysis.scoring import answer_agreement, is_truncated, output_match, score_task
 from harness.engine.metrics import counter_violations
@@ -228,6 +229,73 @@ def _model(cls, obj):
     return None if obj is None else cls.model_validate(obj, from_attributes=True)
 
 
+class RunRecorder:
+    """Keeps the run record on disk while the run goes on: written at the start (status
+    ``running``), after every task, variant and config, and by the first stopping signal
+    (status ``interrupted``) before any server is stopped, so a SIGKILL at any moment
+    leaves the last state in ``run.json``.
+
+    Attributes:
+        record: the record being filled in place.
+        run_dir: its run folder.
+        done: set once the final verdict is written (a later signal leaves it alone).
+    """
+
+    def __init__(self, record: RunRecord, run_dir: Path) -> None:
+        self.record = record
+        self.run_dir = Path(run_dir)
+        self.done = False
+        self._writing = False
+
+    def save(self) -> bool:
+        """Write ``run.json`` now (:func:`write_run`); False when a write is already in
+        progress (a signal handler interrupting a checkpoint) or the run is done.
+
+        Raises:
+            OSError: the record cannot be written (the caller decides).
+        """
+        if self._writing or self.done:
+            return False
+        self._writing = True
+        try:
+            write_run(self.run_dir, self.record)
+        finally:
+            self._writing = False
+        return True
+
+    def mark_interrupted(self, signal_name: str) -> None:
+        """Set status ``interrupted`` (exit code 2, ``interrupted_by``, end time) in the record."""
+        r = self.record
+        r.status, r.passed, r.exit_code = "interrupted", None, EXIT_COULD_NOT_RUN
+        r.interrupted_by = signal_name
+        r.provenance.ended_at = utc_now()
+
+    def interrupt(self, signal_name: str) -> None:
+        """The first stopping signal: mark the record interrupted and write it (never
+        raises: a failed write is said on stderr, the teardown must go on)."""
+        if self.done:
+            return
+        self.mark_interrupted(signal_name)
+        try:
+            self.save()
+        except Exception as e:  # noqa: BLE001 - inside a signal handler: say it, stop the servers anyway
+            try:
+                print(f"evalrun: warning: {self.run_dir / 'run.json'} not written on {signal_name}: {e}",
+                      file=sys.stderr, flush=True)
+            except (OSError, ValueError):
+                pass
+
+
+#: The recorder of the run in progress (at most one), for checkpoints and the signal handler.
+_RECORDERS: list[RunRecorder] = []
+
+
+def checkpoint() -> None:
+    """Rewrite the record of the run in progress (no-op outside a run)."""
+    for rec in list(_RECORDERS):
+        rec.save()
+
+
 def run(plan: Plan, opts: RunOptions) -> tuple[RunRecord, Path]:
     """Execute the plan and write the run folder.
 
@@ -243,23 +311,35 @@ def run(plan: Plan, opts: RunOptions) -> tuple[RunRecord, Path]:
         passed, 1 when a gate failed, 2 when something could not run (a server did not
         start, required data was missing) and no gate failed.
 
+    The run folder is claimed first (:func:`harness.records.run_folder.claim_run_folder`):
+    a folder another run claimed, or one holding an earlier attempt, is refused.
+
     Raises:
-        RunFolderExistsError: the run folder already holds a record.
+        RunFolderExistsError: the run folder is claimed by another run or holds an
+            earlier run (the message names the holder).
         RunInterrupted: a stopping signal arrived; every server was stopped and the
             partial record (status ``interrupted``) written first.
     """
     run_id = opts.run_id or new_run_id()
     run_dir = Path(opts.results_dir) / run_id
-    if (run_dir / "run.json").exists():
-        raise RunFolderExistsError(
-            f"{run_dir}: a run record is already there; choose another --run-id "
-            "(runs are never mixed or overwritten)"
-        )
+    try:
+        claim = claim_run_folder(run_dir, opts.argv)
+    except RunFolderTaken as e:
+        raise RunFolderExistsError(str(e)) from None
+    try:
+        return _run_claimed(plan, opts, run_id, run_dir)
+    finally:
+        _RECORDERS.clear()
+        claim.release()
+
+
+def _run_claimed(plan: Plan, opts: RunOptions, run_id: str, run_dir: Path) -> tuple[RunRecord, Path]:
+    """:func:`run` once the run folder is claimed: the record is on disk from here on
+    (status ``running``), rewritten after every task and variant (:class:`RunRecorder`)."""
     p = opts.progress
     leftovers = find_leftover_servers(Path(opts.results_dir))
     for lo in leftovers:
         p.warn(lo.describe())
-    run_dir.mkdir(parents=True, exist_ok=True)
     started = utc_now()
     refs = [ConfigRef(name=cp.name, path=str(cp.config.path), sha256=cp.config.sha256) for cp in plan.configs]
     record = RunRecord(run_id=run_id, provenance=provenance(opts.argv, refs, started), shard=opts.shard)
@@ -271,6 +351,9 @@ def run(plan: Plan, opts: RunOptions) -> tuple[RunRecord, Path]:
         LeftoverServerRecord(pid=lo.pid, pid_file=str(lo.pid_file), command=lo.command, kill_command=lo.kill_command)
         for lo in leftovers
     ]
+    recorder = RunRecorder(record, run_dir)
+    _RECORDERS[:] = [recorder]
+    recorder.save()  # the record exists from the start: status running
     could_not_run = False
     try:
         if opts.preflight and _preflight(plan, opts, record):
@@ -278,14 +361,14 @@ def run(plan: Plan, opts: RunOptions) -> tuple[RunRecord, Path]:
         for cp in plan.configs:
             _, cnr = _run_config(cp, opts, run_dir, record)
             could_not_run |= cnr
-            write_run(run_dir, record)  # keep what is measured so far
+            recorder.save()  # keep what is measured so far
     except KeyboardInterrupt as e:
-        # every server's context manager has stopped its process group; check, keep the record
+        # the signal handler wrote the record (interrupted) before any server was stopped;
+        # every server's context manager has now stopped its process group: check, rewrite
         leftover = sorted({pid for pids in unstopped().values() for pid in pids})
         sig = str(e.args[0]) if e.args else "KeyboardInterrupt"
-        record.status, record.passed, record.exit_code = "interrupted", None, EXIT_COULD_NOT_RUN
-        record.interrupted_by = sig
-        record.provenance.ended_at = utc_now()
+        recorder.mark_interrupted(sig)
+        recorder.done = True
         write_run(run_dir, record)
         raise RunInterrupted(run_dir, sig, leftover) from None
     return _finish(record, run_dir, could_not_run), run_dir
@@ -308,6 +391,8 @@ def _finish(record: RunRecord, run_dir: Path, could_not_run: bool) -> RunRecord:
     record.passed, record.exit_code = passed, code
     record.provenance.ended_at = utc_now()
     write_run(run_dir, record)
+    for rec in _RECORDERS:  # the verdict is on disk: a later signal must not turn it into "interrupted"
+        rec.done = True
     (run_dir / "summary.md").write_text(render_markdown(record, run_dir), encoding="utf-8")
     write_junit(record, run_dir / "junit.xml")
     try:
@@ -549,6 +634,7 @@ def _run_variant(
             vrec.startup_seconds = round(srv.startup_seconds or 0, 1)
             vrec.server = ServerRecord(status="ready", seconds=vrec.startup_seconds, pid=srv.proc.pid)
             p.log(f"{vp.id}: server ready in {vrec.startup_seconds}s on {session.server.base_url}")
+            checkpoint()
             try:
                 facts = session.engine_facts()
                 vrec.engine = _model(EngineFactsRecord, facts)
@@ -627,6 +713,7 @@ def _run_variant(
                     m.spec_errors[(vp.name, t.name)] = metrics_error
                     p.error(f"{vp.id} {t.name}: metrics error: {metrics_error}")
                 vrec.tasks[t.name] = trec
+                checkpoint()  # the task's result is on disk before the next one starts
                 if reruns is not None and vp.name in noise_variants(cp) and pt.lm_eval is None and session.server.alive():
                     trec.rerun = _rerun_task(
                         session, c.name, vp, t, pt, run_dir, samples, reruns, p, c.per_request_metrics)
@@ -781,10 +868,12 @@ def terminate_as_interrupt() -> None:
     """Make every stopping signal (:data:`STOP_SIGNALS`) stop every server and keep the
     partial record.
 
-    First signal: SIGTERM goes to every live server's process group at once (so
-    in-flight requests end), and KeyboardInterrupt is raised in the main thread; each
-    server's context manager then waits for its group to exit (saying what it waits
-    for) and the runner writes the record with ``status: interrupted``.
+    First signal: the run record is written with ``status: interrupted`` (so a SIGKILL
+    after the CI's grace still leaves it), then SIGTERM goes to every live server's
+    process group at once (so in-flight requests end), and KeyboardInterrupt is raised
+    in the main thread; each server's context manager then waits for its group to exit
+    (up to the stop grace, :func:`harness.engine.server.stop_grace`, saying what it
+    waits for) and the runner rewrites the record with the servers' fate.
     Any further signal never interrupts that teardown: it speeds it up, sending SIGKILL
     to every live group (:func:`harness.engine.server.hurry`).
     Without this, SIGHUP (terminal closed) would end evalrun and leave the vLLM server
@@ -802,6 +891,8 @@ def terminate_as_interrupt() -> None:
         state["count"] += 1
         if state["count"] == 1:
             _server.mark_interrupting()
+            for rec in list(_RECORDERS):  # the record first: a SIGKILL may follow at any moment
+                rec.interrupt(name)
             _server.signal_all(signal.SIGTERM)
             raise KeyboardInterrupt(name)
         _server.hurry()

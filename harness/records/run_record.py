@@ -664,9 +664,14 @@ TaskResult.model_rebuild()
 
 
 def new_run_id(now: _dt.datetime | None = None) -> str:
-    """A sortable run id: UTC time to the second plus the process id, ``20261130T051500Z-1234``."""
+    """A sortable run id: UTC time to the second plus 8 random hex digits,
+    ``20261130T051500Z-1f3a9c0d`` (32 random bits from :mod:`secrets`: unique across
+    containers, where the process id is often 1; the run folder claim refuses the
+    rare collision)."""
+    import secrets
+
     now = now or _dt.datetime.now(_dt.timezone.utc)
-    return now.strftime("%Y%m%dT%H%M%SZ") + f"-{os.getpid()}"
+    return now.strftime("%Y%m%dT%H%M%SZ") + f"-{secrets.token_hex(4)}"
 
 
 def utc_now() -> str:
