@@ -21,6 +21,13 @@ takes the place of the interpreter, so it receives ``-m vllm.entrypoints.openai.
   start-up) and start a child in the same process group that ignores it too
 * ``slow_start:S``    answer /health only after S seconds
 
+Options that combine with any mode (a server slow to exit, as vLLM is while it frees
+memory and joins its engine processes):
+
+* ``FAKE_EXIT_SECONDS=S``  on SIGTERM (and SIGINT) keep running for S seconds, then exit 0
+* ``FAKE_CHILD=1``         start a child in the same process group (as vLLM's engine core
+  process) that lives until it is killed; its pid is printed as ``fake vllm: child <pid>``
+
 ``FAKE_METRICS`` chooses what ``/metrics`` reports for a speculative variant (counters
 the real engine never produces on demand):
 
@@ -89,6 +96,19 @@ if mode == "ignore_sigterm":
     # a helper process in the same group (like vLLM's resource tracker), also deaf to SIGTERM
     subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(3600)"])
     print(f"fake vllm: ignoring SIGTERM (pid {os.getpid()})", flush=True)
+
+if os.environ.get("FAKE_EXIT_SECONDS"):
+    _exit_after = float(os.environ["FAKE_EXIT_SECONDS"])
+
+    def _slow_exit(signum, frame):  # noqa: ARG001
+        print(f"fake vllm: signal {signum}: exiting in {_exit_after}s", flush=True)
+        threading.Timer(_exit_after, lambda: os._exit(0)).start()
+
+    signal.signal(signal.SIGTERM, _slow_exit)
+    signal.signal(signal.SIGINT, _slow_exit)
+if os.environ.get("FAKE_CHILD") == "1":
+    _child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+    print(f"fake vllm: child {_child.pid}", flush=True)
 
 
 def metrics_text():
