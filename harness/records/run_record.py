@@ -584,6 +584,18 @@ class ConfigResult(_Model):
                      if (c.baseline, c.candidate, c.task) == (baseline, candidate, task)), None)
 
 
+#: A run's outcome (:attr:`RunRecord.outcome`), one word per outcome.
+Outcome = Literal["passed", "failed", "incomplete", "error", "interrupted", "running"]
+#: Every outcome, and the word reports print for it (upper case).
+OUTCOMES: tuple[str, ...] = ("passed", "failed", "incomplete", "error", "interrupted", "running")
+
+
+def outcome_word(outcome: str) -> str:
+    """The word reports print for an outcome: ``PASSED``, ``FAILED``, ``INCOMPLETE``,
+    ``ERROR``, ``INTERRUPTED``, ``RUNNING``."""
+    return outcome.upper()
+
+
 class RunRecord(_Model):
     """A whole run (``run.json``).
 
@@ -624,6 +636,28 @@ class RunRecord(_Model):
     def config(self, name: str) -> ConfigResult | None:
         """The config result named ``name``, or None."""
         return next((c for c in self.configs if c.name == name), None)
+
+    @property
+    def outcome(self) -> "Outcome":
+        """The run's one outcome word (:data:`OUTCOMES`), the single source of the
+        verdict every report prints (terminal, Markdown, HTML, JUnit, diff, history):
+
+        * ``running``: the record of a run still going (or killed without a word);
+        * ``interrupted``: a stopping signal ended it (exit code 2);
+        * ``error``: an unexpected error ended it (exit code 2);
+        * ``failed``: a gate failed (exit code 1);
+        * ``passed``: every gate was judged and passed (exit code 0);
+        * ``incomplete``: no gate failed, but not every gate could be judged (exit code
+          2 when something required could not run; 0 when only optional tasks or
+          engine facts declared ``not_reported`` are missing).
+        """
+        if self.status in ("running", "interrupted", "error"):
+            return self.status  # type: ignore[return-value]
+        if self.passed is False:
+            return "failed"
+        if self.passed is True and self.status == "completed":
+            return "passed"
+        return "incomplete"
 
     def gates(self) -> list[GateResult]:
         """Every gate verdict of every config, in order."""
@@ -724,13 +758,22 @@ def provenance(argv: list[str], configs: list[ConfigRef], started_at: str) -> Pr
     )
 
 
+def record_json(record: RunRecord) -> str:
+    """``run.json``'s text: the record as indented JSON, every string valid Unicode (a
+    lone surrogate from an engine's answer becomes U+FFFD, :func:`harness.records.text.clean_json`;
+    pydantic cannot encode it)."""
+    from harness.records.text import clean_json
+
+    return json.dumps(clean_json(record.model_dump(mode="json")), indent=2, ensure_ascii=False)
+
+
 def write_run(run_dir: Path, record: RunRecord) -> Path:
     """Write ``run.json`` atomically (temp file + rename) and return its path."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / RUN_FILE
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(record.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    tmp.write_text(record_json(record) + "\n", encoding="utf-8")
     tmp.replace(path)
     record._path = run_dir
     return path

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from harness.records.text import clean_json
+
 
 @dataclass(frozen=True)
 class Sample:
@@ -110,7 +112,7 @@ def write_jsonl(path: Path, samples: Iterable[Sample]) -> int:
     n = 0
     with path.open("w", encoding="utf-8") as f:
         for s in samples:
-            f.write(json.dumps(s.to_json(), ensure_ascii=False) + "\n")
+            f.write(json.dumps(clean_json(s.to_json()), ensure_ascii=False) + "\n")  # lone surrogates -> U+FFFD
             n += 1
     return n
 
