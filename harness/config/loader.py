@@ -807,6 +807,9 @@ def load_config(path: str | Path) -> ModelConfig:
         vcfg = _validate(VllmGsm8kConfig, data, path, lines)
         cfg = _from_vllm(vcfg, path, sha, lines)
     check_acceptance_floor(cfg, lines)
+    from harness.config.checks import check_config  # names that become paths, limits that cannot fail
+
+    check_config(cfg, lines)
     return cfg
 
 
