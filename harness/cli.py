@@ -135,11 +135,17 @@ def cmd_run(argv: list[str]) -> int:
             print(f"evalrun: --variant {', '.join(bad)}: no such variant (known: {', '.join(sorted(known))})", file=sys.stderr)
             return 2
     if args.dry_run:
+        from harness.report.dry_run import data_counts
+
+        counts = data_counts(plan, args.data_dir)
         if args.json:
-            print(json.dumps(plan_json(plan, args.variant), indent=2))
+            print(json.dumps(plan_json(plan, args.variant, counts), indent=2))
         else:
-            print(render_plan(plan, args.variant))
-        return 0
+            print(render_plan(plan, args.variant, counts))
+        refused = [r["refused"] for r in counts.values() if r["refused"]]
+        for msg in refused:
+            print(f"evalrun: {msg}", file=sys.stderr)
+        return 2 if refused else 0  # the run would refuse it before any server starts
     if args.json:
         print("evalrun: --json is only for --dry-run (the run record is JSON: results/<run id>/run.json)", file=sys.stderr)
         return 2

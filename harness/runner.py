@@ -42,7 +42,10 @@ from harness.engine.server import ServerStartError, find_leftover_servers, unsto
 from harness.engine.session import TaskOutcome, VariantSession
 from harness.analysis.stats import ratio_bootstrap_ci
 from harness.report.dry_run import subset_warnings
-from harness.tasks import ContaminationError, DataUnavailableError, PreparedTask, prepare_task
+from harness.tasks import (
+    ContaminationError, DataUnavailableError, PreparedTask, ShortDataError, available_questions, check_enough,
+    prepare_task,
+)
 from harness.tasks.judging import judge_completions
 from harness.tasks.gsm8k import PIPELINES
 
@@ -356,6 +359,8 @@ def _run_claimed(plan: Plan, opts: RunOptions, run_id: str, run_dir: Path) -> tu
     recorder.save()  # the record exists from the start: status running
     could_not_run = False
     try:
+        if _short_data(plan, opts, record):
+            return _finish(record, run_dir, could_not_run=True), run_dir
         if opts.preflight and _preflight(plan, opts, record):
             return _finish(record, run_dir, could_not_run=True), run_dir
         for cp in plan.configs:
@@ -400,6 +405,45 @@ def _finish(record: RunRecord, run_dir: Path, could_not_run: bool) -> RunRecord:
     except Exception as e:  # noqa: BLE001 - a plotting failure must not hide the verdict
         print(f"evalrun: warning: summary.html not written: {type(e).__name__}: {e}", file=sys.stderr)
     return record
+
+
+def _short_data(plan: Plan, opts: RunOptions, record: RunRecord) -> bool:
+    """Before any server starts: every selected task whose data can be counted here
+    (a local GSM8K folder, the synthetic set; :func:`harness.tasks.available_questions`)
+    must hold the questions it asks (:func:`harness.tasks.check_enough`). On a short
+    task, fill ``record.configs`` with every config NOT RUN (``error`` naming the file
+    and both counts) and return True; the run then ends with exit code 2. Data that
+    cannot be read is left to the task's own preparation (required / optional)."""
+    problems: dict[str, list[str]] = {}
+    for cp in plan.configs:
+        for t in cp.tasks:
+            try:
+                got = available_questions(t.name, t.spec, opts.data_dir)
+                if got is not None:
+                    check_enough(t.name, t.spec, *got)
+            except DataUnavailableError:
+                continue
+            except ShortDataError as e:
+                problems.setdefault(cp.name, []).append(str(e))
+    if not problems:
+        return False
+    p = opts.progress
+    for name, msgs in problems.items():
+        for msg in msgs:
+            p.error(f"{name}: {msg}")
+    for cp in plan.configs:
+        c = cp.config
+        m = Measurements()
+        msgs = problems.get(cp.name)
+        crec = ConfigResult(name=c.name, path=str(c.path), sha256=c.sha256, form=c.form, model=c.model,
+                            pipeline=c.gates.accuracy_pipeline,
+                            error=("; ".join(msgs) if msgs else
+                                   "not started: another config's data holds fewer questions than it asks"))
+        for vp in cp.variants:
+            m.not_run[(vp.name, None)] = "short data: refused before any server started"
+        crec.gates = evaluate_gates(cp.gates, m)
+        record.configs.append(crec)
+    return True
 
 
 def _preflight(plan: Plan, opts: RunOptions, record: RunRecord) -> bool:
@@ -492,6 +536,11 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
             for v in cp.variants:
                 m.not_run[(v.name, t.name)] = ("contaminated data refused (test questions among the few-shot "
                                                "examples or the train split)")
+        except ShortDataError as e:  # counted only now (an lm-eval task, hub data): refused all the same
+            could_not_run = True
+            p.error(f"{c.name}: {e}")
+            for v in cp.variants:
+                m.not_run[(v.name, t.name)] = "short data: fewer questions than num_questions asks"
         except DataUnavailableError as e:
             msg = f"task {t.name}: data not available: {e}"
             if t.spec.required:
