@@ -34,7 +34,7 @@ from harness.records.run_record import (
     TaskResult, TruncatedIds, VariantResult, new_run_id, provenance, utc_now, write_run,
 )
 from harness.records.run_folder import RunFolderTaken, claim_run_folder
-from harness.records.samples import Sample, write_jsonl
+from harness.records.samples import Sample, sha256_file, write_jsonl
 from harness.analysis.scoring import answer_agreement, is_truncated, output_match, score_task
 from harness.engine.metrics import counter_violations
 from harness.engine.preflight import ServerCommand, check_server_commands
@@ -741,6 +741,7 @@ def _run_variant(
                     spec_decode_error=outcome.metrics_error,
                     **acceptance_intervals(samples, vp.speculative_config is not None),
                 )
+                trec.samples_sha256 = sha256_file(spath)  # merge verifies the file against it
                 if lm_summary is not None:
                     trec.lm_eval = LmEvalTaskRecord(task=pt.lm_eval.to_json(), **lm_summary)
                 metrics_error = outcome.metrics_error
@@ -902,6 +903,7 @@ def _rerun_task(session, config: str, vp: VariantPlan, t, pt: PreparedTask, run_
         error_count=sum(1 for x in samples if not x.ok),
         spec_decode=_model(SpecDecodeRecord, out.spec_metrics),
         output_match_vs_first=_model(OutputMatchRecord, om),
+        samples_sha256=sha256_file(spath),
     )
 
 

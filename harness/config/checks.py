@@ -13,7 +13,9 @@ usual limit of one path component; the run folder adds its own components).
 Limits on the fraction scale that make a gate unable to fail (a value meant on the
 percent scale, ``tolerance: 1`` for one point, is the usual cause):
 
-* accuracy floor ``accuracy_threshold - tolerance <= 0``: every accuracy passes;
+* accuracy floor ``accuracy_threshold - tolerance <= 0`` for a threshold above 0: every
+  accuracy passes (a threshold of 0 itself, which vLLM's configs may carry, asks for no
+  floor and is left as written);
 * ``max_accuracy_drop`` / ``baseline_max_accuracy_drop >= 1``: an accuracy cannot drop
   by more than 1;
 * ``max_error_rate >= 1``, ``max_truncation_rate >= 1``: a share cannot exceed 1;
@@ -21,21 +23,28 @@ percent scale, ``tolerance: 1`` for one point, is the usual cause):
 * ``max_acceptance_length_drop >= k`` (``num_speculative_tokens`` of the variants it
   compares): mean acceptance length lies in [1, 1 + k], so it cannot drop by k or more.
 
-Each is a :class:`~harness.config.loader.ConfigError` naming the file, the line when
-known, and the key.
+Each is a :class:`ConfigCheckError`, raised by the loader as its
+:class:`~harness.config.loader.ConfigError`, naming the file, the line when known, and
+the key.
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from harness.config.loader import ConfigError
+__all__ = ["NAME_PATTERN", "MAX_NAME_LENGTH", "ConfigCheckError", "check_name", "check_config"]
 
-if TYPE_CHECKING:
-    from harness.config.loader import ModelConfig
+#: ``harness.config.loader.ModelConfig`` (not imported: the loader imports this module).
+ModelConfig = Any
 
-__all__ = ["NAME_PATTERN", "MAX_NAME_LENGTH", "check_name", "check_config"]
+
+class ConfigCheckError(ValueError):
+    """A name or limit this module refuses; the loader raises it as its ``ConfigError``
+    (same message: file, line, key)."""
+
+
+ConfigError = ConfigCheckError
 
 #: The character set of a name that becomes a path component.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
@@ -73,7 +82,7 @@ def check_name(name: str, where: str, key: str) -> None:
             f"{MAX_NAME_LENGTH} characters)")
 
 
-def _where(cfg: "ModelConfig", lines: dict[tuple, int], keypath: tuple) -> str:
+def _where(cfg: ModelConfig, lines: dict[tuple, int], keypath: tuple) -> str:
     line = lines.get(keypath)
     return f"{cfg.path}:{line}" if line else str(cfg.path)
 
@@ -90,20 +99,20 @@ def _find_key(lines: dict[tuple, int], field: str, *, under: tuple = (), default
     return default or (field,)
 
 
-def _gate_key(cfg: "ModelConfig", lines: dict[tuple, int], task: str, field: str) -> tuple:
+def _gate_key(cfg: ModelConfig, lines: dict[tuple, int], task: str, field: str) -> tuple:
     over = cfg.tasks[task].gates
     if over is not None and field in over.model_fields_set:
         return ("tasks", task, "gates", field)
     return _find_key(lines, field, under=("gates",) if cfg.form == "native" else ())
 
 
-def _refuse(cfg: "ModelConfig", lines: dict[tuple, int], keypath: tuple, text: str) -> None:
+def _refuse(cfg: ModelConfig, lines: dict[tuple, int], keypath: tuple, text: str) -> None:
     key = ".".join(str(k) for k in keypath)
     raise ConfigError(f"{_where(cfg, lines, keypath)}: key '{key}': {text}; such a gate can never fail "
                       "(limits are fractions: 0.01 is one percentage point)")
 
 
-def check_config(cfg: "ModelConfig", lines: dict[tuple, int] | None = None) -> None:
+def check_config(cfg: ModelConfig, lines: dict[tuple, int] | None = None) -> None:
     """Every check of this module on one loaded config (module docstring).
 
     Args:
@@ -123,7 +132,7 @@ def check_config(cfg: "ModelConfig", lines: dict[tuple, int] | None = None) -> N
         check_name(t, _where(cfg, lines, ("tasks", t)), f"tasks.{t}")
     for t in cfg.tasks:
         g = cfg.gates_for(t)
-        if g.accuracy_threshold is not None and g.accuracy_threshold - g.tolerance <= 0:
+        if g.accuracy_threshold is not None and g.accuracy_threshold > 0 and g.accuracy_threshold - g.tolerance <= 0:
             _refuse(cfg, lines, _gate_key(cfg, lines, t, "tolerance"),
                     f"accuracy floor accuracy_threshold - tolerance = {g.accuracy_threshold} - {g.tolerance} = "
                     f"{g.accuracy_threshold - g.tolerance:.4g} <= 0 (task {t})")

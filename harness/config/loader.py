@@ -811,9 +811,12 @@ def load_config(path: str | Path) -> ModelConfig:
         vcfg = _validate(VllmGsm8kConfig, data, path, lines)
         cfg = _from_vllm(vcfg, path, sha, lines)
     check_acceptance_floor(cfg, lines)
-    from harness.config.checks import check_config  # names that become paths, limits that cannot fail
+    from harness.config.checks import ConfigCheckError, check_config  # names that become paths, limits that cannot fail
 
-    check_config(cfg, lines)
+    try:
+        check_config(cfg, lines)
+    except ConfigCheckError as e:
+        raise ConfigError(str(e)) from None
     return cfg
 
 

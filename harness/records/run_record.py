@@ -313,6 +313,7 @@ class RerunRecord(_Model):
     error_count: int
     spec_decode: SpecDecodeRecord | None = None
     output_match_vs_first: OutputMatchRecord
+    samples_sha256: str | None = None
 
 
 class TaskResult(_Model):
@@ -339,6 +340,8 @@ class TaskResult(_Model):
             95% bootstrap intervals from per-request counts, or None with
             ``acceptance_ci_reason``; ``acceptance_ci_method`` says how.
         rerun: the noise pass, when the task ran twice.
+        samples_sha256: SHA-256 of the bytes of the samples file as written (``merge``
+            refuses a shard whose file no longer matches); None in older records.
     """
 
     status: Literal["ran"] = "ran"
@@ -369,6 +372,7 @@ class TaskResult(_Model):
     per_request_totals: PerRequestTotals | None = None
     rerun: RerunRecord | None = None
     lm_eval: "LmEvalTaskRecord | None" = None
+    samples_sha256: str | None = None
 
 
 class LmEvalTaskRecord(_Model):
@@ -611,6 +615,10 @@ class RunRecord(_Model):
         preflight: the pre-launch argument check (None when it did not run).
         leftover_servers: servers of earlier runs found still running before this run.
         interrupted_by: the signal that stopped the run (``SIGINT``, ``SIGHUP``, ...).
+        shard, merged_from: ``--shard i/n`` of this run; the shard runs a merged run
+            combines (``evalrun merge``).
+        merge_warnings: what a merge with ``--allow-mixed`` let through (builds or
+            configs that differ between the shards), one sentence each.
     """
 
     schema_version: Literal[2] = SCHEMA_VERSION  # type: ignore[assignment]
@@ -625,6 +633,7 @@ class RunRecord(_Model):
     interrupted_by: str | None = None
     shard: "ShardInfo | None" = None
     merged_from: "list[MergedShard]" = []
+    merge_warnings: list[str] = []
 
     _path: Path | None = PrivateAttr(default=None)
 

@@ -117,6 +117,21 @@ def write_jsonl(path: Path, samples: Iterable[Sample]) -> int:
     return n
 
 
+def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of a file's bytes (a samples file's content hash, in the run record).
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    import hashlib
+
+    h = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def read_jsonl(path: Path) -> list[Sample]:
     """Read samples written by :func:`write_jsonl`.
 

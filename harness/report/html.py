@@ -209,6 +209,8 @@ def render_html(record: RunRecord, run_dir: str | Path | None = None, history: A
         f"<p>evalrun {_cell(prov.evalrun_version)}, {_cell(prov.vllm_version)}, "
         f"git {_cell(prov.git_revision)}, started {_cell(prov.started_at)}, ended {_cell(prov.ended_at)}</p>",
     ]
+    parts += [f"<p class='FAIL'>WARNING: shards of different builds or lists merged: {_cell(w)}</p>"
+              for w in record.merge_warnings]
     gates = record.gates()
     order = {False: 0, None: 1, True: 2}
     gates.sort(key=lambda g: order[g.passed])

@@ -299,6 +299,8 @@ def render_terminal(record: RunRecord, console: Console | None = None) -> None:
                 console.print(line, markup=False, soft_wrap=True)
     for line in acceptance_ci_notes(record) + run_warnings(record):
         console.print(line, markup=False, soft_wrap=True)
+    for w in record.merge_warnings:
+        console.print(f"WARNING: shards of different builds or lists merged: {w}", markup=False, soft_wrap=True)
     for line in server_lines(record):
         if not line.endswith(": ready") and ": ready (" not in line:
             console.print(f"server {line}", markup=False, soft_wrap=True, highlight=False)
@@ -425,6 +427,8 @@ def render_markdown(record: RunRecord, run_dir: str | Path | None = None) -> str
                      "`flexible-numeric` are evalrun's number-aware pipelines")
     if record.merged_from:
         lines.append("- merged from shards: " + ", ".join(f"{m.shard}: `{m.run_id}`" for m in record.merged_from))
+    for w in record.merge_warnings:
+        lines.append(f"- **WARNING: shards of different builds or lists merged**: {w}")
     lines += [
         f"- started {prov.started_at}, ended {prov.ended_at}",
         f"- command: `{shlex.join(prov.command_line)}`",
