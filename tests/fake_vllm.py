@@ -27,6 +27,11 @@ memory and joins its engine processes):
 * ``FAKE_EXIT_SECONDS=S``  on SIGTERM (and SIGINT) keep running for S seconds, then exit 0
 * ``FAKE_CHILD=1``         start a child in the same process group (as vLLM's engine core
   process) that lives until it is killed; its pid is printed as ``fake vllm: child <pid>``
+* ``FAKE_HOSTILE=1``       hostile text: the log starts with colour codes (``FORCE_COLOR``),
+  NUL, BEL and a 20000-character line; every completion is :data:`HOSTILE_TEXT` (control
+  characters, markup that closes XML / HTML / Markdown, a 5000-character line) with token
+  ids that differ from the plain answer (a lone surrogate in the JSON is a malformed
+  answer to evalrun's client: a request error, so it is not sent here)
 
 ``FAKE_METRICS`` chooses what ``/metrics`` reports for a speculative variant (counters
 the real engine never produces on demand):
@@ -88,6 +93,8 @@ if spec and os.environ.get("FAKE_SPEC_MODE"):  # a mode for speculative variants
 seen: dict[str, int] = {}
 flags = " ".join(a for a in args if a.startswith("--") and "scheduling" in a) + (" spec" if spec else "")
 
+if os.environ.get("FAKE_HOSTILE") == "1":
+    print("\x1b[1;31mERROR\x1b[0m \x00\x07 fake vllm: hostile log " + "y" * 20000, flush=True)
 if mode == "exit_on_start":
     print("fake vllm: simulated start-up failure (CUDA out of memory)", flush=True)
     sys.exit(3)
@@ -97,6 +104,9 @@ if mode == "ignore_sigterm":
     subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(3600)"])
     print(f"fake vllm: ignoring SIGTERM (pid {os.getpid()})", flush=True)
 
+#: The completion text of ``FAKE_HOSTILE=1``.
+HOSTILE_TEXT = (" 2 + 3 = 5 \x1b[31mred\x1b[0m \x00\x07\x0b\x1f ]]></failure></testcase> <script>alert(1)</script>"
+                " | ``` </details> <!-- " + "x" * 5000 + " #### 5")
 if os.environ.get("FAKE_EXIT_SECONDS"):
     _exit_after = float(os.environ["FAKE_EXIT_SECONDS"])
 
@@ -202,6 +212,8 @@ class H(BaseHTTPRequestHandler):
                 ids = [5, 6, 7, 9]
         elif mode == "corrupt":
             ids, text = [5, 1, 1, 1], " 2 + 3 = 7 #### 7"
+        if os.environ.get("FAKE_HOSTILE") == "1":
+            ids, text = [5, 6, 1, 1], HOSTILE_TEXT
         self._send(200, {"choices": [{"text": text, "token_ids": ids, "finish_reason": "stop"}]})
 
 
