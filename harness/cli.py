@@ -1,7 +1,7 @@
 """Command line: ``evalrun --config LIST`` runs a model list; subcommands for the rest.
 
-Exit codes: 0 every gate passed; 1 a gate failed; 2 could not run (bad config,
-missing data, a server that did not start, ...).
+Exit codes: see :data:`EXAMPLES` (``--help``): 0 passed (or incomplete with only
+optional parts not judged), 1 a gate failed, 2 incomplete, error, interrupted or refused.
 """
 
 from __future__ import annotations
@@ -42,7 +42,16 @@ model lists live in model_lists/ (one config per line, '#' comments); an entry i
 looked up beside the list first, then in configs/. Run records are written to
 results/<run id>/ (run.json, samples/, logs/, summary.md, junit.xml, summary.html).
 
-exit codes: 0 all gates passed, 1 a gate failed, 2 could not run.
+outcomes and exit codes (the same word in the terminal, summary.md, HTML, JUnit, diff, history):
+  0  PASSED       every gate was judged and passed
+  0  INCOMPLETE   no gate failed; the only gates not judged belong to an optional task without
+                  data, to variants left out with --variant, or to facts declared not_reported
+  1  FAILED       at least one gate failed
+  2  INCOMPLETE   no gate failed, but something required could not run (data, short data,
+                  server arguments, a server that did not start or died)
+  2  ERROR        an unexpected error stopped the run (the record is kept)
+  2  INTERRUPTED  SIGINT/SIGTERM/SIGHUP/SIGQUIT stopped the run (record written first)
+  2  refused before running: config error, run id already claimed, short data (--dry-run too)
 """
 
 
