@@ -1,9 +1,7 @@
 """Command line: ``evalrun --config LIST`` runs a model list; subcommands for the rest.
 
-Exit codes: 0 every gate passed; 1 a gate failed; 2 could not run (bad config,
-missing data, a server that did not start, a results folder that cannot be written,
-an unexpected error: the record's ``status: error``, ...). Never 1 for anything but a
-gate: an exception that escapes a subcommand is exit 2 (:func:`main`).
+Exit codes: see :data:`EXAMPLES` (``--help``): 0 passed (or incomplete with only
+optional parts not judged), 1 a gate failed, 2 incomplete, error, interrupted or refused.
 """
 
 from __future__ import annotations
@@ -44,8 +42,16 @@ model lists live in model_lists/ (one config per line, '#' comments); an entry i
 looked up beside the list first, then in configs/. Run records are written to
 results/<run id>/ (run.json, samples/, logs/, summary.md, junit.xml, summary.html).
 
-exit codes: 0 all gates passed, 1 a gate failed, 2 could not run (including an
-unexpected error: the run record keeps it with status error, and the traceback).
+outcomes and exit codes (the same word in the terminal, summary.md, HTML, JUnit, diff, history):
+  0  PASSED       every gate was judged and passed
+  0  INCOMPLETE   no gate failed; the only gates not judged belong to an optional task without
+                  data, to variants left out with --variant, or to facts declared not_reported
+  1  FAILED       at least one gate failed
+  2  INCOMPLETE   no gate failed, but something required could not run (data, short data,
+                  server arguments, a server that did not start or died)
+  2  ERROR        an unexpected error stopped the run (the record is kept)
+  2  INTERRUPTED  SIGINT/SIGTERM/SIGHUP/SIGQUIT stopped the run (record written first)
+  2  refused before running: config error, run id already claimed, short data (--dry-run too)
 """
 
 
@@ -74,7 +80,13 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="folder with GSM8K test.jsonl and train.jsonl (default: $EVALRUN_DATA_DIR, else the hub via `datasets`)")
     p.add_argument("--results-dir", type=Path, default=PROJECT_ROOT / "results",
                    help="where run folders are written (default: %(default)s)")
-    p.add_argument("--run-id", default=None, help="name of the run folder (default: UTC time and pid)")
+    p.add_argument("--run-id", default=None,
+                   help="name of the run folder (default: UTC time and 8 random hex digits); the folder is claimed "
+                        "at start: a second run with the same id is refused with exit 2, naming the holder")
+    p.add_argument("--stop-grace", type=float, default=None, metavar="SECONDS",
+                   help="seconds a server gets between SIGTERM and SIGKILL of its process group when evalrun stops "
+                        "it (default: $EVALRUN_STOP_GRACE_SECONDS, else 5; keep it under your CI's cancel grace: "
+                        "Buildkite 10 s, GitHub Actions 7.5 s)")
     p.add_argument("--variant", action="append", default=None, metavar="NAME",
                    help="run only this variant (repeatable); gates of other variants are reported as not run")
     p.add_argument("--python", default=None,
@@ -132,11 +144,17 @@ def cmd_run(argv: list[str]) -> int:
             print(f"evalrun: --variant {', '.join(bad)}: no such variant (known: {', '.join(sorted(known))})", file=sys.stderr)
             return 2
     if args.dry_run:
+        from harness.report.dry_run import data_counts
+
+        counts = data_counts(plan, args.data_dir)
         if args.json:
-            print(json.dumps(plan_json(plan, args.variant), indent=2))
+            print(json.dumps(plan_json(plan, args.variant, counts), indent=2))
         else:
-            print(render_plan(plan, args.variant))
-        return 0
+            print(render_plan(plan, args.variant, counts))
+        refused = [r["refused"] for r in counts.values() if r["refused"]]
+        for msg in refused:
+            print(f"evalrun: {msg}", file=sys.stderr)
+        return 2 if refused else 0  # the run would refuse it before any server starts
     if args.json:
         print("evalrun: --json is only for --dry-run (the run record is JSON: results/<run id>/run.json)", file=sys.stderr)
         return 2
@@ -144,8 +162,15 @@ def cmd_run(argv: list[str]) -> int:
     from harness.report.summary import render_markdown, render_terminal
     from harness.runner import RunOptions, run
 
+    from harness.engine.server import set_stop_grace, stop_grace
     from harness.runner import terminate_as_interrupt
 
+    try:
+        set_stop_grace(args.stop_grace)
+        stop_grace()
+    except ValueError as e:
+        print(f"evalrun: --stop-grace: {e}", file=sys.stderr)
+        return 2
     terminate_as_interrupt()
     progress = Progress(quiet=args.quiet)
     baseline_dir = args.baseline or (args.results_dir / "baselines")

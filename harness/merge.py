@@ -14,8 +14,10 @@ of the optimum.
 
 Every shard record carries ``shard``: its index, the count, the configs it ran and the
 identity of the whole list (names and SHA-256 of every config). ``merge`` refuses
-shards of different lists, different evalrun versions, different shard counts, and a
-missing or duplicated shard index.
+shards of different lists or builds (:func:`build_of`: evalrun version and git revision,
+lm-eval version, the engine's own ``/version``; ``--allow-mixed`` merges them and says
+so), different shard counts, a missing or duplicated shard index, and a shard whose
+samples files do not match the SHA-256 its record holds for them (:func:`verify_samples`).
 """
 
 from __future__ import annotations
@@ -30,9 +32,11 @@ from typing import Any, Sequence
 
 from harness.config.plan import ConfigPlan
 from harness.records.run_record import MergedShard, RunRecord, ShardInfo, ShardListRef
+from harness.records.samples import sha256_file
 from harness.tasks import task_size
 
-__all__ = ["MergeError", "parse_shard", "config_weight", "assign_shards", "shard_info", "merge_records", "cli_main"]
+__all__ = ["MergeError", "parse_shard", "config_weight", "assign_shards", "shard_info", "merge_records", "cli_main",
+           "build_of", "verify_samples"]
 
 
 class MergeError(ValueError):
@@ -109,12 +113,64 @@ def _verdict(configs: list[Any], could_not_run: bool) -> tuple[int, bool | None]
     return 0, True
 
 
-def merge_records(records: Sequence[RunRecord], run_id: str) -> RunRecord:
+def build_of(rec: RunRecord) -> dict[str, Any]:
+    """The build a run ran on, as merge compares it: evalrun version, evalrun's git
+    revision, lm-eval version, and the engine versions its variants' servers reported
+    on ``/version`` (sorted; empty when no server answered)."""
+    prov = rec.provenance
+    engines = sorted({v.engine.vllm_version for c in rec.configs for v in c.variants.values()
+                      if v.engine is not None and v.engine.vllm_version})
+    return {"evalrun version": prov.evalrun_version, "git revision": prov.git_revision,
+            "lm-eval version": prov.lm_eval.version if prov.lm_eval else None, "engine version": engines}
+
+
+def verify_samples(rec: RunRecord) -> list[str]:
+    """Check every samples file a record names against the SHA-256 it recorded.
+
+    Returns:
+        One message per problem, naming the run folder and the file: missing, not
+        matching its hash (e.g. the record of a retried attempt over the samples of an
+        earlier one), or no hash recorded (a record that cannot be verified).
+    """
+    base = Path(rec.path) if rec.path else None
+    out = []
+    for c in rec.configs:
+        for vname, v in c.variants.items():
+            for tname, t in v.tasks.items():
+                files = [(t.samples, t.samples_sha256)]
+                if t.rerun is not None:
+                    files.append((t.rerun.samples, t.rerun.samples_sha256))
+                for rel, want in files:
+                    if base is None:
+                        out.append(f"{rec.run_id}: {c.name}/{vname}/{tname}: the record is not in a run folder; "
+                                   "its samples cannot be checked")
+                        continue
+                    path = base / rel
+                    if want is None:
+                        out.append(f"{base}: {rel}: no content hash in run.json (written by an evalrun that did "
+                                   "not record one): the samples cannot be verified")
+                        continue
+                    try:
+                        got = sha256_file(path)
+                    except OSError as e:
+                        out.append(f"{base}: {rel}: samples file cannot be read: {e.strerror or e}")
+                        continue
+                    if got != want:
+                        out.append(f"{base}: {rel}: content does not match the hash in run.json "
+                                   f"(sha256 {got[:12]}... vs recorded {want[:12]}...): the samples are not the "
+                                   "ones this record measured (a retried attempt over an earlier one?)")
+    return out
+
+
+def merge_records(records: Sequence[RunRecord], run_id: str, allow_mixed: bool = False) -> RunRecord:
     """Combine shard run records into one record.
 
     Args:
         records: shard records (each with ``shard``), any order.
         run_id: the merged run's id.
+        allow_mixed: merge shards of different builds (:func:`build_of`) or lists
+            anyway; each difference is then a sentence in ``merge_warnings`` of the
+            merged record (and its summary).
 
     Returns:
         A run record whose ``configs`` are the shards' configs in name order, whose
@@ -125,8 +181,10 @@ def merge_records(records: Sequence[RunRecord], run_id: str) -> RunRecord:
         exit code 2).
 
     Raises:
-        MergeError: a record without ``shard``; different list identities, evalrun
-            versions or shard counts; a missing or duplicated shard index.
+        MergeError: a record without ``shard``; different lists or builds (unless
+            ``allow_mixed``); different shard counts; a missing or duplicated shard
+            index; a shard whose samples do not match its record's hashes
+            (:func:`verify_samples`, never allowed).
     """
     if not records:
         raise MergeError("no run folders given")
@@ -135,13 +193,28 @@ def merge_records(records: Sequence[RunRecord], run_id: str) -> RunRecord:
         if r.shard is None:
             raise MergeError(f"{where(r)}: not a shard run (no 'shard' in run.json; run with --shard i/n)")
     first = records[0]
-    for key, get in (("list", lambda r: r.shard.list.sha256),
-                     ("evalrun version", lambda r: r.provenance.evalrun_version),
-                     ("shard count", lambda r: r.shard.count)):
+    for r in records[1:]:
+        if r.shard.count != first.shard.count:
+            raise MergeError(f"{where(r)} and {where(first)}: different shard count "
+                             f"({r.shard.count!r} vs {first.shard.count!r}); only shards of one split merge")
+    warnings: list[str] = []
+    checks = [("list", lambda r: r.shard.list.sha256)]
+    checks += [(key, lambda r, key=key: build_of(r)[key]) for key in build_of(first)]
+    for key, get in checks:
         for r in records[1:]:
-            if get(r) != get(first):
-                raise MergeError(f"{where(r)} and {where(first)}: different {key} ({get(r)!r} vs {get(first)!r}); "
-                                 "only shards of one list run by one evalrun version merge")
+            a, b = get(r), get(first)
+            if key == "engine version" and (not a or not b):
+                continue  # a shard whose servers never answered /version: nothing to compare
+            if a != b:
+                msg = (f"{where(r)} and {where(first)}: different {key} ({a!r} vs {b!r})")
+                if not allow_mixed:
+                    raise MergeError(msg + "; only shards of one list run on one build merge "
+                                     "(--allow-mixed merges them and says so in the record and the summary)")
+                warnings.append(msg + ": merged with --allow-mixed")
+    bad = [msg for r in records for msg in verify_samples(r)]
+    if bad:
+        raise MergeError("samples do not match their run record: " + "; ".join(bad[:10])
+                         + (f"; ... ({len(bad)} in all)" if len(bad) > 10 else ""))
     n = first.shard.count
     seen: dict[int, str] = {}
     for r in records:
@@ -170,6 +243,7 @@ def merge_records(records: Sequence[RunRecord], run_id: str) -> RunRecord:
         passed=passed, exit_code=code, provenance=prov, configs=configs,
         merged_from=[MergedShard(run_id=r.run_id, path=str(r.path) if r.path else None, shard=r.shard.index,
                                  exit_code=r.exit_code) for r in sorted(records, key=lambda r: r.shard.index)],
+        merge_warnings=warnings,
     )
 
 
@@ -192,10 +266,13 @@ def cli_main(argv: list[str]) -> int:
     p.add_argument("--run-id", default=None, help="merged run folder name (default: a new time-based id)")
     p.add_argument("--markdown", type=Path, default=None, help="also write summary.md here")
     p.add_argument("--junit", type=Path, default=None, help="also write the JUnit XML here")
+    p.add_argument("--allow-mixed", action="store_true",
+                   help="merge shards of different builds (evalrun version or git revision, engine or lm-eval "
+                        "version) or lists anyway; the merged record and summary say what differed")
     a = p.parse_args(argv)
     try:
         records = [load_run(r) for r in a.runs]
-        rec = merge_records(records, a.run_id or new_run_id())
+        rec = merge_records(records, a.run_id or new_run_id(), allow_mixed=a.allow_mixed)
     except (RunRecordError, MergeError) as e:
         print(f"evalrun merge: {e}", file=sys.stderr)
         return 2
@@ -204,11 +281,17 @@ def cli_main(argv: list[str]) -> int:
             print(f"evalrun merge: shard {r.shard.index}/{r.shard.count} ({r.path}): "
                   f"{r.error.describe() if r.error else 'status error'}; the merged run is an error (exit 2)",
                   file=sys.stderr)
+    for w in rec.merge_warnings:
+        print(f"evalrun merge: warning: {w}", file=sys.stderr)
     out = a.results_dir / rec.run_id
-    if (out / "run.json").exists():
-        print(f"evalrun merge: {out}: a run record is already there; choose another --run-id", file=sys.stderr)
+    from harness.records.run_folder import RunFolderTaken, claim_run_folder
+
+    try:
+        claim = claim_run_folder(out, ["evalrun", "merge", *argv])
+    except RunFolderTaken as e:
+        print(f"evalrun merge: {e}", file=sys.stderr)
         return 2
-    out.mkdir(parents=True, exist_ok=True)
+    claim.release()  # the merged folder stays this merge's (the claim file is kept)
     for r in records:
         for sub in ("samples", "logs"):
             src = Path(r.path) / sub

@@ -35,6 +35,8 @@ from harness.records.run_record import (
 )
 from harness.records.atomic import ResultsFolderError, check_results_folder, write_atomic
 from harness.records.samples import Sample, write_jsonl
+from harness.records.run_folder import RunFolderTaken, claim_run_folder
+from harness.records.samples import Sample, sha256_file, write_jsonl
 from harness.analysis.scoring import answer_agreement, is_truncated, output_match, score_task
 from harness.engine.metrics import counter_violations
 from harness.engine.preflight import ServerCommand, check_server_commands
@@ -42,7 +44,10 @@ from harness.engine.server import ServerStartError, find_leftover_servers, unsto
 from harness.engine.session import TaskOutcome, VariantSession
 from harness.analysis.stats import ratio_bootstrap_ci
 from harness.report.dry_run import subset_warnings
-from harness.tasks import ContaminationError, DataUnavailableError, PreparedTask, prepare_task
+from harness.tasks import (
+    ContaminationError, DataUnavailableError, PreparedTask, ShortDataError, available_questions, check_enough,
+    prepare_task,
+)
 from harness.tasks.judging import judge_completions
 from harness.tasks.gsm8k import PIPELINES
 
@@ -254,6 +259,73 @@ def _model(cls, obj):
     return None if obj is None else cls.model_validate(obj, from_attributes=True)
 
 
+class RunRecorder:
+    """Keeps the run record on disk while the run goes on: written at the start (status
+    ``running``), after every task, variant and config, and by the first stopping signal
+    (status ``interrupted``) before any server is stopped, so a SIGKILL at any moment
+    leaves the last state in ``run.json``.
+
+    Attributes:
+        record: the record being filled in place.
+        run_dir: its run folder.
+        done: set once the final verdict is written (a later signal leaves it alone).
+    """
+
+    def __init__(self, record: RunRecord, run_dir: Path) -> None:
+        self.record = record
+        self.run_dir = Path(run_dir)
+        self.done = False
+        self._writing = False
+
+    def save(self) -> bool:
+        """Write ``run.json`` now (:func:`write_run`); False when a write is already in
+        progress (a signal handler interrupting a checkpoint) or the run is done.
+
+        Raises:
+            OSError: the record cannot be written (the caller decides).
+        """
+        if self._writing or self.done:
+            return False
+        self._writing = True
+        try:
+            write_run(self.run_dir, self.record)
+        finally:
+            self._writing = False
+        return True
+
+    def mark_interrupted(self, signal_name: str) -> None:
+        """Set status ``interrupted`` (exit code 2, ``interrupted_by``, end time) in the record."""
+        r = self.record
+        r.status, r.passed, r.exit_code = "interrupted", None, EXIT_COULD_NOT_RUN
+        r.interrupted_by = signal_name
+        r.provenance.ended_at = utc_now()
+
+    def interrupt(self, signal_name: str) -> None:
+        """The first stopping signal: mark the record interrupted and write it (never
+        raises: a failed write is said on stderr, the teardown must go on)."""
+        if self.done:
+            return
+        self.mark_interrupted(signal_name)
+        try:
+            self.save()
+        except Exception as e:  # noqa: BLE001 - inside a signal handler: say it, stop the servers anyway
+            try:
+                print(f"evalrun: warning: {self.run_dir / 'run.json'} not written on {signal_name}: {e}",
+                      file=sys.stderr, flush=True)
+            except (OSError, ValueError):
+                pass
+
+
+#: The recorder of the run in progress (at most one), for checkpoints and the signal handler.
+_RECORDERS: list[RunRecorder] = []
+
+
+def checkpoint() -> None:
+    """Rewrite the record of the run in progress (no-op outside a run)."""
+    for rec in list(_RECORDERS):
+        rec.save()
+
+
 def run(plan: Plan, opts: RunOptions) -> tuple[RunRecord, Path]:
     """Execute the plan and write the run folder.
 
@@ -275,8 +347,13 @@ def run(plan: Plan, opts: RunOptions) -> tuple[RunRecord, Path]:
         variant, task; the traceback also in ``logs/evalrun-error.log``), everything
         measured before it is kept, and ``exit_code`` is 2.
 
+    The results folder is checked first (writable, some free space), then the run folder
+    is claimed (:func:`harness.records.run_folder.claim_run_folder`): a folder another run
+    claimed, or one holding an earlier attempt, is refused.
+
     Raises:
-        RunFolderExistsError: the run folder already holds a record.
+        RunFolderExistsError: the run folder is claimed by another run or holds an
+            earlier run (the message names the holder).
         ResultsFolderError: the results folder cannot be created or written or has too
             little free space (checked before any server starts), or the record could
             not be written later (a previous good ``run.json`` is left as it was).
@@ -285,21 +362,28 @@ def run(plan: Plan, opts: RunOptions) -> tuple[RunRecord, Path]:
     """
     run_id = opts.run_id or new_run_id()
     run_dir = Path(opts.results_dir) / run_id
-    if (run_dir / "run.json").exists():
-        raise RunFolderExistsError(
-            f"{run_dir}: a run record is already there; choose another --run-id "
-            "(runs are never mixed or overwritten)"
-        )
-    p = opts.progress
     check_results_folder(opts.results_dir)  # writable, some free space: before any server starts
+    try:
+        claim = claim_run_folder(run_dir, opts.argv)
+    except RunFolderTaken as e:
+        raise RunFolderExistsError(str(e)) from None
+    except OSError as e:
+        raise ResultsFolderError(f"run folder {run_dir}: cannot be created: {e.strerror or e}") from e
+    try:
+        return _run_claimed(plan, opts, run_id, run_dir)
+    finally:
+        _RECORDERS.clear()
+        claim.release()
+
+
+def _run_claimed(plan: Plan, opts: RunOptions, run_id: str, run_dir: Path) -> tuple[RunRecord, Path]:
+    """:func:`run` once the run folder is claimed: the record is on disk from here on
+    (status ``running``), rewritten after every task and variant (:class:`RunRecorder`)."""
+    p = opts.progress
     PLACE.at("run", config=None, variant=None, task=None)
     leftovers = find_leftover_servers(Path(opts.results_dir))
     for lo in leftovers:
         p.warn(lo.describe())
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ResultsFolderError(f"run folder {run_dir}: cannot be created: {e.strerror or e}") from e
     started = utc_now()
     refs = [ConfigRef(name=cp.name, path=str(cp.config.path), sha256=cp.config.sha256) for cp in plan.configs]
     record = RunRecord(run_id=run_id, provenance=provenance(opts.argv, refs, started), shard=opts.shard)
@@ -311,27 +395,33 @@ def run(plan: Plan, opts: RunOptions) -> tuple[RunRecord, Path]:
         LeftoverServerRecord(pid=lo.pid, pid_file=str(lo.pid_file), command=lo.command, kill_command=lo.kill_command)
         for lo in leftovers
     ]
+    recorder = RunRecorder(record, run_dir)
+    _RECORDERS[:] = [recorder]
+    recorder.save()  # the record exists from the start: status running
     could_not_run = False
     try:
+        if _short_data(plan, opts, record):
+            return _finish(record, run_dir, could_not_run=True), run_dir
         if opts.preflight and _preflight(plan, opts, record):
             return _finish(record, run_dir, could_not_run=True), run_dir
         for cp in plan.configs:
             _, cnr = _run_config(cp, opts, run_dir, record)
             could_not_run |= cnr
             PLACE.at("writing", variant=None, task=None)
-            write_run(run_dir, record)  # keep what is measured so far
+            recorder.save()  # keep what is measured so far
         PLACE.at("writing", config=None, variant=None, task=None)
         return _finish(record, run_dir, could_not_run), run_dir
     except KeyboardInterrupt as e:
-        # every server's context manager has stopped its process group; check, keep the record
+        # the signal handler wrote the record (interrupted) before any server was stopped;
+        # every server's context manager has now stopped its process group: check, rewrite
         leftover = sorted({pid for pids in unstopped().values() for pid in pids})
         sig = str(e.args[0]) if e.args else "KeyboardInterrupt"
-        record.status, record.passed, record.exit_code = "interrupted", None, EXIT_COULD_NOT_RUN
-        record.interrupted_by = sig
-        record.provenance.ended_at = utc_now()
+        recorder.mark_interrupted(sig)
+        recorder.done = True
         write_run(run_dir, record)
         raise RunInterrupted(run_dir, sig, leftover) from None
     except Exception as e:  # noqa: BLE001 - an unexpected error is data: the record keeps it
+        recorder.done = True  # the error record is the final word: a later signal leaves it alone
         return record_error(record, run_dir, e, PLACE, p), run_dir
 
 
@@ -404,6 +494,8 @@ def _finish(record: RunRecord, run_dir: Path, could_not_run: bool) -> RunRecord:
     record.passed, record.exit_code = passed, code
     record.provenance.ended_at = utc_now()
     write_run(run_dir, record)
+    for rec in _RECORDERS:  # the verdict is on disk: a later signal must not turn it into "interrupted"
+        rec.done = True
     write_reports(record, run_dir)
     return record
 
@@ -429,6 +521,45 @@ def write_reports(record: RunRecord, run_dir: Path) -> list[str]:
             warnings.append(f"{run_dir / name} not written: {type(e).__name__}: {e}")
             print(f"evalrun: warning: {warnings[-1]}", file=sys.stderr)
     return warnings
+
+
+def _short_data(plan: Plan, opts: RunOptions, record: RunRecord) -> bool:
+    """Before any server starts: every selected task whose data can be counted here
+    (a local GSM8K folder, the synthetic set; :func:`harness.tasks.available_questions`)
+    must hold the questions it asks (:func:`harness.tasks.check_enough`). On a short
+    task, fill ``record.configs`` with every config NOT RUN (``error`` naming the file
+    and both counts) and return True; the run then ends with exit code 2. Data that
+    cannot be read is left to the task's own preparation (required / optional)."""
+    problems: dict[str, list[str]] = {}
+    for cp in plan.configs:
+        for t in cp.tasks:
+            try:
+                got = available_questions(t.name, t.spec, opts.data_dir)
+                if got is not None:
+                    check_enough(t.name, t.spec, *got)
+            except DataUnavailableError:
+                continue
+            except ShortDataError as e:
+                problems.setdefault(cp.name, []).append(str(e))
+    if not problems:
+        return False
+    p = opts.progress
+    for name, msgs in problems.items():
+        for msg in msgs:
+            p.error(f"{name}: {msg}")
+    for cp in plan.configs:
+        c = cp.config
+        m = Measurements()
+        msgs = problems.get(cp.name)
+        crec = ConfigResult(name=c.name, path=str(c.path), sha256=c.sha256, form=c.form, model=c.model,
+                            pipeline=c.gates.accuracy_pipeline,
+                            error=("; ".join(msgs) if msgs else
+                                   "not started: another config's data holds fewer questions than it asks"))
+        for vp in cp.variants:
+            m.not_run[(vp.name, None)] = "short data: refused before any server started"
+        crec.gates = evaluate_gates(cp.gates, m)
+        record.configs.append(crec)
+    return True
 
 
 def _preflight(plan: Plan, opts: RunOptions, record: RunRecord) -> bool:
@@ -522,6 +653,11 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
             for v in cp.variants:
                 m.not_run[(v.name, t.name)] = ("contaminated data refused (test questions among the few-shot "
                                                "examples or the train split)")
+        except ShortDataError as e:  # counted only now (an lm-eval task, hub data): refused all the same
+            could_not_run = True
+            p.error(f"{c.name}: {e}")
+            for v in cp.variants:
+                m.not_run[(v.name, t.name)] = "short data: fewer questions than num_questions asks"
         except DataUnavailableError as e:
             msg = f"task {t.name}: data not available: {e}"
             if t.spec.required:
@@ -670,6 +806,7 @@ def _run_variant(
             vrec.startup_seconds = round(srv.startup_seconds or 0, 1)
             vrec.server = ServerRecord(status="ready", seconds=vrec.startup_seconds, pid=srv.proc.pid)
             p.log(f"{vp.id}: server ready in {vrec.startup_seconds}s on {session.server.base_url}")
+            checkpoint()
             try:
                 facts = session.engine_facts()
                 vrec.engine = _model(EngineFactsRecord, facts)
@@ -737,6 +874,7 @@ def _run_variant(
                     spec_decode_error=outcome.metrics_error,
                     **acceptance_intervals(samples, vp.speculative_config is not None),
                 )
+                trec.samples_sha256 = sha256_file(spath)  # merge verifies the file against it
                 if lm_summary is not None:
                     trec.lm_eval = LmEvalTaskRecord(task=pt.lm_eval.to_json(), **lm_summary)
                 metrics_error = outcome.metrics_error
@@ -758,6 +896,7 @@ def _run_variant(
                     m.spec_errors[(vp.name, t.name)] = metrics_error
                     p.error(f"{vp.id} {t.name}: metrics error: {metrics_error}")
                 vrec.tasks[t.name] = trec
+                checkpoint()  # the task's result is on disk before the next one starts
                 if reruns is not None and vp.name in noise_variants(cp) and pt.lm_eval is None and session.server.alive():
                     PLACE.at("client")  # the noise rerun: requests, judging and its samples file
                     trec.rerun = _rerun_task(
@@ -909,6 +1048,7 @@ def _rerun_task(session, config: str, vp: VariantPlan, t, pt: PreparedTask, run_
         error_count=sum(1 for x in samples if not x.ok),
         spec_decode=_model(SpecDecodeRecord, out.spec_metrics),
         output_match_vs_first=_model(OutputMatchRecord, om),
+        samples_sha256=sha256_file(spath),
     )
 
 
@@ -924,10 +1064,12 @@ def terminate_as_interrupt() -> None:
     """Make every stopping signal (:data:`STOP_SIGNALS`) stop every server and keep the
     partial record.
 
-    First signal: SIGTERM goes to every live server's process group at once (so
-    in-flight requests end), and KeyboardInterrupt is raised in the main thread; each
-    server's context manager then waits for its group to exit (saying what it waits
-    for) and the runner writes the record with ``status: interrupted``.
+    First signal: the run record is written with ``status: interrupted`` (so a SIGKILL
+    after the CI's grace still leaves it), then SIGTERM goes to every live server's
+    process group at once (so in-flight requests end), and KeyboardInterrupt is raised
+    in the main thread; each server's context manager then waits for its group to exit
+    (up to the stop grace, :func:`harness.engine.server.stop_grace`, saying what it
+    waits for) and the runner rewrites the record with the servers' fate.
     Any further signal never interrupts that teardown: it speeds it up, sending SIGKILL
     to every live group (:func:`harness.engine.server.hurry`).
     Without this, SIGHUP (terminal closed) would end evalrun and leave the vLLM server
@@ -945,6 +1087,8 @@ def terminate_as_interrupt() -> None:
         state["count"] += 1
         if state["count"] == 1:
             _server.mark_interrupting()
+            for rec in list(_RECORDERS):  # the record first: a SIGKILL may follow at any moment
+                rec.interrupt(name)
             _server.signal_all(signal.SIGTERM)
             raise KeyboardInterrupt(name)
         _server.hurry()

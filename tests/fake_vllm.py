@@ -21,6 +21,18 @@ takes the place of the interpreter, so it receives ``-m vllm.entrypoints.openai.
   start-up) and start a child in the same process group that ignores it too
 * ``slow_start:S``    answer /health only after S seconds
 
+Options that combine with any mode (a server slow to exit, as vLLM is while it frees
+memory and joins its engine processes):
+
+* ``FAKE_EXIT_SECONDS=S``  on SIGTERM (and SIGINT) keep running for S seconds, then exit 0
+* ``FAKE_CHILD=1``         start a child in the same process group (as vLLM's engine core
+  process) that lives until it is killed; its pid is printed as ``fake vllm: child <pid>``
+* ``FAKE_HOSTILE=1``       hostile text: the log starts with colour codes (``FORCE_COLOR``),
+  NUL, BEL and a 20000-character line; every completion is :data:`HOSTILE_TEXT` (control
+  characters, markup that closes XML / HTML / Markdown, a 5000-character line) with token
+  ids that differ from the plain answer (a lone surrogate in the JSON is a malformed
+  answer to evalrun's client: a request error, so it is not sent here)
+
 ``FAKE_METRICS`` chooses what ``/metrics`` reports for a speculative variant (counters
 the real engine never produces on demand):
 
@@ -90,6 +102,8 @@ if spec and os.environ.get("FAKE_SPEC_MODE"):  # a mode for speculative variants
 seen: dict[str, int] = {}
 flags = " ".join(a for a in args if a.startswith("--") and "scheduling" in a) + (" spec" if spec else "")
 
+if os.environ.get("FAKE_HOSTILE") == "1":
+    print("\x1b[1;31mERROR\x1b[0m \x00\x07 fake vllm: hostile log " + "y" * 20000, flush=True)
 if mode == "exit_on_start":
     print("fake vllm: simulated start-up failure (CUDA out of memory)", flush=True)
     sys.exit(3)
@@ -98,6 +112,22 @@ if mode == "ignore_sigterm":
     # a helper process in the same group (like vLLM's resource tracker), also deaf to SIGTERM
     subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(3600)"])
     print(f"fake vllm: ignoring SIGTERM (pid {os.getpid()})", flush=True)
+
+#: The completion text of ``FAKE_HOSTILE=1``.
+HOSTILE_TEXT = (" 2 + 3 = 5 \x1b[31mred\x1b[0m \x00\x07\x0b\x1f ]]></failure></testcase> <script>alert(1)</script>"
+                " | ``` </details> <!-- " + "x" * 5000 + " #### 5")
+if os.environ.get("FAKE_EXIT_SECONDS"):
+    _exit_after = float(os.environ["FAKE_EXIT_SECONDS"])
+
+    def _slow_exit(signum, frame):  # noqa: ARG001
+        print(f"fake vllm: signal {signum}: exiting in {_exit_after}s", flush=True)
+        threading.Timer(_exit_after, lambda: os._exit(0)).start()
+
+    signal.signal(signal.SIGTERM, _slow_exit)
+    signal.signal(signal.SIGINT, _slow_exit)
+if os.environ.get("FAKE_CHILD") == "1":
+    _child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+    print(f"fake vllm: child {_child.pid}", flush=True)
 
 
 malformed = [int(x) for x in os.environ.get("FAKE_MALFORMED", "").split(",") if x.strip()]
@@ -207,6 +237,8 @@ class H(BaseHTTPRequestHandler):
             if malformed.index(k) % 2 == 0:
                 return self._send(200, {"choices": [{"text": 5, "token_ids": ids, "finish_reason": "stop"}]})
             return self._send(200, {"choices": [{"text": text, "token_ids": "5 6 7 8", "finish_reason": "stop"}]})
+        if os.environ.get("FAKE_HOSTILE") == "1":
+            ids, text = [5, 6, 1, 1], HOSTILE_TEXT
         self._send(200, {"choices": [{"text": text, "token_ids": ids, "finish_reason": "stop"}]})
 
 

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from harness.cli import main
-from harness.records.run_record import write_run
+from harness.records.run_record import EngineFactsRecord, write_run
 from harness.report.history import drift_table, history_frame, load_records, mann_kendall_decreasing
 
 from .record_factory import typed
@@ -99,5 +99,23 @@ def test_cli_last_csv_parquet_and_exit_code(results, tmp_path, capsys):
     assert sorted(csv.run_id.unique()) == [f"night{i:02d}" for i in range(5, 10)]
     pq = pd.read_parquet(tmp_path / "h.parquet")
     assert len(pq) == 10 and list(pq[pq.variant == "spec"].per_position.iloc[0]) == [0.9, 0.8]
+    assert code == 2                                   # the broken record: listed, and the history refused
+    assert "## Unreadable run records (1)" in out and "broken" in out
+    code = main(["history", str(results), "--config", "cfg", "--last", "5", "--skip-unreadable"])
+    out = capsys.readouterr().out
+    assert "broken" in out
     assert code == 1                                   # last 5 nights of reference still decrease strictly
     assert main(["history", str(tmp_path / "nope")]) == 2
+
+
+def test_history_vllm_version_is_the_engines_and_outcome_is_the_runs(tmp_path):
+    # provenance says evalrun's interpreter had vllm 0.33.0; the engine said 0.34.1 on /version
+    rec = night(0)
+    rec.configs[0].variants["spec"].engine = EngineFactsRecord(vllm_version="0.34.1")
+    rec.passed, rec.exit_code = None, 0           # an optional task did not run: incomplete
+    write_run(tmp_path / "n0", rec)
+    df = history_frame(load_records(tmp_path)[0])
+    got = {v: (None if pd.isna(x) else x) for v, x in zip(df.variant, df.vllm_version)}
+    assert got == {"reference": None, "spec": "0.34.1"}
+    assert set(df.outcome) == {"INCOMPLETE"}
+

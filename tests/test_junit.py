@@ -18,7 +18,8 @@ def gate(gid, kind, variant, task, passed, detail, baseline=None, questions=()):
 
 
 RECORD = typed({
-    "run_id": "r1", "provenance": {"started_at": "2026-11-30T19:00:00+00:00"},
+    "run_id": "r1", "status": "completed", "passed": False, "exit_code": 1,
+    "provenance": {"started_at": "2026-11-30T19:00:00+00:00"},
     "configs": [
         {"name": "cfg", "error": None,
          "variants": {"reference": {"error": None, "tasks": {"t": {"seconds": 2.5}}},

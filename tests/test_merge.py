@@ -130,3 +130,70 @@ def test_merge_refuses_mixed_or_missing_shards(tmp_path):
     with pytest.raises(MergeError, match="not a shard run"):
         merge_records([a, plain], "m")
     assert main(["merge", str(tmp_path / "a" / "s1"), "--results-dir", str(tmp_path / "o")]) == 2
+
+
+# ------------------------------------------------------------------ issue 18: builds and sample hashes
+
+
+def _shard_with_task(tmp: Path, i: int, engine: str = "0.32.0", git: str = "rev1") -> Path:
+    """A shard folder with one task whose samples file and recorded hash agree."""
+    d = _shard(tmp, i, 2, [f"c{i}"])
+    rec = load_run(d)
+    rec.provenance.git_revision = git
+    spath = d / "samples" / f"c{i}" / "reference" / "t.jsonl"
+    spath.write_text('{"question_id": "t/test/0"}\n')
+    import hashlib
+
+    from harness.records.run_record import EngineFactsRecord
+
+    digest = hashlib.sha256(spath.read_bytes()).hexdigest()     # computed here, not by evalrun
+    rec.configs[0].variants["reference"] = typed({"run_id": "x", "configs": [{"name": "x", "variants": {
+        "reference": {"tasks": {"t": {"samples": f"samples/c{i}/reference/t.jsonl", "samples_sha256": digest}}}}}]}
+    ).configs[0].variants["reference"]
+    rec.configs[0].variants["reference"].engine = EngineFactsRecord(vllm_version=engine)
+    write_run(d, rec)
+    return d
+
+
+def test_merge_refuses_shards_of_different_engine_builds_unless_allowed(tmp_path, capsys):
+    a = _shard_with_task(tmp_path / "a", 1, engine="0.32.0")
+    b = _shard_with_task(tmp_path / "b", 2, engine="0.33.0.dev1")
+    out = tmp_path / "out"
+    assert main(["merge", str(a), str(b), "--results-dir", str(out), "--run-id", "m"]) == 2
+    err = capsys.readouterr().err
+    assert "different engine version" in err and str(a) in err and str(b) in err and "0.33.0.dev1" in err
+    assert not (out / "m").exists()
+    assert main(["merge", str(a), str(b), "--results-dir", str(out), "--run-id", "m", "--allow-mixed"]) == 0
+    rec = load_run(out / "m")
+    assert len(rec.merge_warnings) == 1 and "different engine version" in rec.merge_warnings[0]
+    assert "WARNING: shards of different builds or lists merged" in (out / "m" / "summary.md").read_text()
+
+
+def test_merge_refuses_shards_of_different_git_revisions(tmp_path):
+    a = load_run(_shard_with_task(tmp_path / "a", 1, git="rev1"))
+    b = load_run(_shard_with_task(tmp_path / "b", 2, git="rev2"))
+    with pytest.raises(MergeError, match="different git revision \\('rev2' vs 'rev1'\\)"):
+        merge_records([a, b], "m")
+
+
+def test_a_retried_record_over_the_first_attempts_samples_is_refused(tmp_path, capsys):
+    a = _shard_with_task(tmp_path / "a", 1)
+    b = _shard_with_task(tmp_path / "b", 2)
+    spath = b / "samples" / "c2" / "reference" / "t.jsonl"
+    spath.write_text('{"question_id": "t/test/0", "completion": "from the first attempt"}\n')
+    assert main(["merge", str(a), str(b), "--results-dir", str(tmp_path / "out"), "--run-id", "m"]) == 2
+    err = capsys.readouterr().err
+    assert f"{b}: samples/c2/reference/t.jsonl: content does not match the hash in run.json" in err
+    spath.unlink()
+    assert main(["merge", str(a), str(b), "--results-dir", str(tmp_path / "out"), "--run-id", "m"]) == 2
+    assert "samples file cannot be read" in capsys.readouterr().err
+
+
+def test_a_record_without_sample_hashes_cannot_be_verified_and_is_refused(tmp_path):
+    a = load_run(_shard_with_task(tmp_path / "a", 1))
+    b = _shard_with_task(tmp_path / "b", 2)
+    rec = load_run(b)
+    rec.configs[0].variants["reference"].tasks["t"].samples_sha256 = None
+    write_run(b, rec)
+    with pytest.raises(MergeError, match="no content hash in run.json"):
+        merge_records([a, load_run(b)], "m")

@@ -82,6 +82,9 @@ class TaskSpec(_Frozen):
         kind: task implementation; ``gsm8k`` (real GSM8K, test split with few-shot
             examples from train) or ``synthetic`` (evalrun's generated arithmetic set).
         num_questions: questions taken from the start of the test split (None = all).
+            Data holding fewer is refused before any server starts, unless
+            ``num_questions_up_to`` is true ("up to N": then all there are are asked).
+        num_questions_up_to: ``num_questions`` is a maximum, not a count.
         num_fewshot: few-shot examples prepended to each prompt.
         max_tokens: completion budget per request, in tokens.
         temperature: sampling temperature (0 = greedy; output match needs greedy).
@@ -101,6 +104,7 @@ class TaskSpec(_Frozen):
 
     kind: Literal["gsm8k", "synthetic", "lm_eval"] = "gsm8k"
     num_questions: int | None = Field(default=None, ge=1)
+    num_questions_up_to: bool = False
     num_fewshot: int = Field(default=5, ge=0)
     max_tokens: int = Field(default=256, ge=1)
     temperature: float = Field(default=0.0, ge=0.0)
@@ -807,6 +811,12 @@ def load_config(path: str | Path) -> ModelConfig:
         vcfg = _validate(VllmGsm8kConfig, data, path, lines)
         cfg = _from_vllm(vcfg, path, sha, lines)
     check_acceptance_floor(cfg, lines)
+    from harness.config.checks import ConfigCheckError, check_config  # names that become paths, limits that cannot fail
+
+    try:
+        check_config(cfg, lines)
+    except ConfigCheckError as e:
+        raise ConfigError(str(e)) from None
     return cfg
 
 

@@ -229,6 +229,126 @@ def find_leftover_servers(results_dir: Path) -> list[LeftoverServer]:
     return out
 
 
+# ---------------------------------------------------------------- stop grace, parent death
+
+#: Seconds a server gets between SIGTERM and SIGKILL of its process group when evalrun
+#: stops it (default). CI systems kill a cancelled job after their own grace: Buildkite
+#: sends SIGKILL 10 s after SIGTERM (agent ``cancel-grace-period``, default 10), GitHub
+#: Actions sends SIGINT, SIGTERM 7.5 s later, then SIGKILL; 5 s of server grace leaves
+#: room for the record, which evalrun writes before it stops the servers.
+DEFAULT_STOP_GRACE = 5.0
+#: Environment variable overriding :data:`DEFAULT_STOP_GRACE` (seconds, >= 0).
+STOP_GRACE_ENV = "EVALRUN_STOP_GRACE_SECONDS"
+_GRACE: list[float | None] = [None]
+
+
+def set_stop_grace(seconds: float | None) -> None:
+    """Set the SIGTERM -> SIGKILL grace (seconds) of every later :meth:`VllmServer.stop`
+    called without one (``--stop-grace``); None returns to the default.
+
+    Raises:
+        ValueError: a negative or non-finite number.
+    """
+    if seconds is not None and not (0 <= float(seconds) < float("inf")):
+        raise ValueError(f"stop grace {seconds!r}: expected seconds >= 0")
+    _GRACE[0] = None if seconds is None else float(seconds)
+
+
+def stop_grace() -> float:
+    """The SIGTERM -> SIGKILL grace in seconds: :func:`set_stop_grace`, else
+    ``$EVALRUN_STOP_GRACE_SECONDS``, else :data:`DEFAULT_STOP_GRACE`.
+
+    Raises:
+        ValueError: ``$EVALRUN_STOP_GRACE_SECONDS`` is not a number >= 0 (named).
+    """
+    if _GRACE[0] is not None:
+        return _GRACE[0]
+    raw = os.environ.get(STOP_GRACE_ENV)
+    if raw is None or raw.strip() == "":
+        return DEFAULT_STOP_GRACE
+    try:
+        val = float(raw)
+    except ValueError:
+        raise ValueError(f"{STOP_GRACE_ENV}={raw!r}: expected seconds >= 0") from None
+    if not (0 <= val < float("inf")):
+        raise ValueError(f"{STOP_GRACE_ENV}={raw!r}: expected seconds >= 0")
+    return val
+
+
+#: prctl(2) option: the signal a process receives when its parent thread exits.
+PR_SET_PDEATHSIG = 1
+
+
+def _pdeathsig_preexec() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the server receive SIGKILL when evalrun dies
+    (Linux ``prctl(PR_SET_PDEATHSIG, SIGKILL)``, as vLLM sets for its own worker
+    processes), or None where prctl does not exist. libc is loaded here, before the
+    fork; the child only calls it. If evalrun died between fork and prctl, the child
+    kills itself (its parent is then no longer the launching process)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
+#: The watchdog: waits until its stdin (a pipe whose only writer is evalrun) ends, which
+#: happens when evalrun exits in any way (SIGKILL included), then kills the server's
+#: whole process group (children that the parent-death signal does not reach).
+#: evalrun writes ``done`` before closing the pipe when the group was checked empty, so
+#: the watchdog never signals a process group number that may have been reused.
+_WATCHDOG = (
+    "import os, signal, sys\n"
+    "pgid, seen = int(sys.argv[1]), b''\n"
+    "try:\n"
+    "    while True:\n"
+    "        b = os.read(0, 4096)\n"
+    "        if not b:\n"
+    "            break\n"
+    "        seen = (seen + b)[-4:]\n"
+    "except OSError:\n"
+    "    pass\n"
+    "if seen != b'done':\n"
+    "    try:\n"
+    "        os.killpg(pgid, signal.SIGKILL)\n"
+    "    except OSError:\n"
+    "        pass\n"
+)
+
+
+def start_watchdog(pgid: int) -> tuple[subprocess.Popen, int] | None:
+    """Start a watchdog process that SIGKILLs process group ``pgid`` as soon as this
+    process ends (exit, crash or SIGKILL: the kernel closes the pipe's write end).
+
+    Returns:
+        ``(watchdog process, write end of its pipe)``: close the write end to release
+        it (it then kills what is left of the group and exits), or None when it
+        cannot be started (the parent-death signal still covers the server itself).
+    """
+    try:
+        r, w = os.pipe()  # both ends close-on-exec: no server inherits the write end
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _WATCHDOG, str(pgid)], stdin=r, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True,  # outlives a kill of evalrun's group
+        )
+        os.close(r)
+        return proc, w
+    except OSError:
+        return None
+
+
 # ---------------------------------------------------------------- the server
 
 
@@ -287,6 +407,7 @@ class VllmServer:
         self.exit_code: int | None = None
         self.leftover_pids: list[int] = []
         self._t0: float | None = None
+        self._watchdog: tuple[subprocess.Popen, int] | None = None
 
     @property
     def base_url(self) -> str:
@@ -329,6 +450,7 @@ class VllmServer:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # own process group: one killpg stops everything
+                preexec_fn=_pdeathsig_preexec(),  # dies with evalrun, even on SIGKILL (Linux)
             )
         except OSError as e:
             log.write(f"# evalrun: cannot execute: {e}\n")
@@ -341,6 +463,7 @@ class VllmServer:
         with _LIVE_LOCK:
             _LIVE.add(self)
             _STARTED.append(self)
+        self._watchdog = start_watchdog(self.proc.pid)  # the group dies with evalrun
         log.close()
         self._write_pid_file()
         deadline = self._t0 + self.startup_timeout
@@ -423,9 +546,10 @@ class VllmServer:
         except (ProcessLookupError, PermissionError, OSError):
             pass
 
-    def stop(self, grace: float = 20.0) -> None:
-        """Stop the whole process group: SIGTERM, wait up to ``grace`` s, SIGKILL, sweep
-        children, then check that none of them remains (:attr:`leftover_pids`).
+    def stop(self, grace: float | None = None) -> None:
+        """Stop the whole process group: SIGTERM, wait up to ``grace`` s (default
+        :func:`stop_grace`), SIGKILL, sweep children, then check that none of them
+        remains (:attr:`leftover_pids`), and release the watchdog.
 
         A KeyboardInterrupt (a signal) arriving meanwhile does not cut the teardown
         short: it turns it into SIGKILL at once (:func:`hurry`), the teardown
@@ -434,6 +558,8 @@ class VllmServer:
         """
         if self.proc is None:
             return
+        if grace is None:
+            grace = stop_grace()
         interrupted: BaseException | None = None
         for _ in range(5):
             try:
@@ -445,8 +571,27 @@ class VllmServer:
                 hurry()
         with _LIVE_LOCK:
             _LIVE.discard(self)
+        self._release_watchdog()
         if interrupted is not None:
             raise interrupted
+
+    def _release_watchdog(self) -> None:
+        """Close the watchdog's pipe (it kills what is left of the group and exits) and
+        reap it (never raises)."""
+        wd, self._watchdog = self._watchdog, None
+        if wd is None:
+            return
+        proc, w = wd
+        try:
+            if not self.leftover_pids and not self.alive():
+                os.write(w, b"done")  # checked empty: nothing to kill
+            os.close(w)
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
     def _stop_once(self, grace: float) -> None:
         pid = self.proc.pid

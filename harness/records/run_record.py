@@ -313,6 +313,7 @@ class RerunRecord(_Model):
     error_count: int
     spec_decode: SpecDecodeRecord | None = None
     output_match_vs_first: OutputMatchRecord
+    samples_sha256: str | None = None
 
 
 class TaskResult(_Model):
@@ -339,6 +340,8 @@ class TaskResult(_Model):
             95% bootstrap intervals from per-request counts, or None with
             ``acceptance_ci_reason``; ``acceptance_ci_method`` says how.
         rerun: the noise pass, when the task ran twice.
+        samples_sha256: SHA-256 of the bytes of the samples file as written (``merge``
+            refuses a shard whose file no longer matches); None in older records.
     """
 
     status: Literal["ran"] = "ran"
@@ -369,6 +372,7 @@ class TaskResult(_Model):
     per_request_totals: PerRequestTotals | None = None
     rerun: RerunRecord | None = None
     lm_eval: "LmEvalTaskRecord | None" = None
+    samples_sha256: str | None = None
 
 
 class LmEvalTaskRecord(_Model):
@@ -616,6 +620,16 @@ class RunErrorRecord(_Model):
         """One line for readers of the record: ``status error: <type>: <message> (<where>)``."""
         first = self.message.splitlines()[0][:300] if self.message else ""
         return f"status error: {self.type}: {first} ({self.where()})"
+#: A run's outcome (:attr:`RunRecord.outcome`), one word per outcome.
+Outcome = Literal["passed", "failed", "incomplete", "error", "interrupted", "running"]
+#: Every outcome, and the word reports print for it (upper case).
+OUTCOMES: tuple[str, ...] = ("passed", "failed", "incomplete", "error", "interrupted", "running")
+
+
+def outcome_word(outcome: str) -> str:
+    """The word reports print for an outcome: ``PASSED``, ``FAILED``, ``INCOMPLETE``,
+    ``ERROR``, ``INTERRUPTED``, ``RUNNING``."""
+    return outcome.upper()
 
 
 class RunRecord(_Model):
@@ -637,6 +651,10 @@ class RunRecord(_Model):
         interrupted_by: the signal that stopped the run (``SIGINT``, ``SIGHUP``, ...).
         error: the unexpected exception of a run with status ``error``
             (:class:`RunErrorRecord`), else None.
+        shard, merged_from: ``--shard i/n`` of this run; the shard runs a merged run
+            combines (``evalrun merge``).
+        merge_warnings: what a merge with ``--allow-mixed`` let through (builds or
+            configs that differ between the shards), one sentence each.
     """
 
     schema_version: Literal[2] = SCHEMA_VERSION  # type: ignore[assignment]
@@ -652,6 +670,7 @@ class RunRecord(_Model):
     error: RunErrorRecord | None = None
     shard: "ShardInfo | None" = None
     merged_from: "list[MergedShard]" = []
+    merge_warnings: list[str] = []
 
     _path: Path | None = PrivateAttr(default=None)
 
@@ -663,6 +682,28 @@ class RunRecord(_Model):
     def config(self, name: str) -> ConfigResult | None:
         """The config result named ``name``, or None."""
         return next((c for c in self.configs if c.name == name), None)
+
+    @property
+    def outcome(self) -> "Outcome":
+        """The run's one outcome word (:data:`OUTCOMES`), the single source of the
+        verdict every report prints (terminal, Markdown, HTML, JUnit, diff, history):
+
+        * ``running``: the record of a run still going (or killed without a word);
+        * ``interrupted``: a stopping signal ended it (exit code 2);
+        * ``error``: an unexpected error ended it (exit code 2);
+        * ``failed``: a gate failed (exit code 1);
+        * ``passed``: every gate was judged and passed (exit code 0);
+        * ``incomplete``: no gate failed, but not every gate could be judged (exit code
+          2 when something required could not run; 0 when only optional tasks or
+          engine facts declared ``not_reported`` are missing).
+        """
+        if self.status in ("running", "interrupted", "error"):
+            return self.status  # type: ignore[return-value]
+        if self.passed is False:
+            return "failed"
+        if self.passed is True and self.status == "completed":
+            return "passed"
+        return "incomplete"
 
     def gates(self) -> list[GateResult]:
         """Every gate verdict of every config, in order."""
@@ -703,9 +744,14 @@ TaskResult.model_rebuild()
 
 
 def new_run_id(now: _dt.datetime | None = None) -> str:
-    """A sortable run id: UTC time to the second plus the process id, ``20261130T051500Z-1234``."""
+    """A sortable run id: UTC time to the second plus 8 random hex digits,
+    ``20261130T051500Z-1f3a9c0d`` (32 random bits from :mod:`secrets`: unique across
+    containers, where the process id is often 1; the run folder claim refuses the
+    rare collision)."""
+    import secrets
+
     now = now or _dt.datetime.now(_dt.timezone.utc)
-    return now.strftime("%Y%m%dT%H%M%SZ") + f"-{os.getpid()}"
+    return now.strftime("%Y%m%dT%H%M%SZ") + f"-{secrets.token_hex(4)}"
 
 
 def utc_now() -> str:
@@ -758,6 +804,15 @@ def provenance(argv: list[str], configs: list[ConfigRef], started_at: str) -> Pr
     )
 
 
+def record_json(record: RunRecord) -> str:
+    """``run.json``'s text: the record as indented JSON, every string valid Unicode (a
+    lone surrogate from an engine's answer becomes U+FFFD, :func:`harness.records.text.clean_json`;
+    pydantic cannot encode it)."""
+    from harness.records.text import clean_json
+
+    return json.dumps(clean_json(record.model_dump(mode="json")), indent=2, ensure_ascii=False)
+
+
 def write_run(run_dir: Path, record: RunRecord) -> Path:
     """Write ``run.json`` atomically and return its path.
 
@@ -775,7 +830,7 @@ def write_run(run_dir: Path, record: RunRecord) -> Path:
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / RUN_FILE
-    write_atomic(path, record.model_dump_json(indent=2) + "\n")
+    write_atomic(path, record_json(record) + "\n")
     record._path = run_dir
     return path
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from harness.records.text import clean_json
+
 
 @dataclass(frozen=True)
 class Sample:
@@ -116,9 +118,25 @@ def write_jsonl(path: Path, samples: Iterable[Sample]) -> int:
     from harness.records.atomic import write_atomic
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    lines = [json.dumps(s.to_json(), ensure_ascii=False) + "\n" for s in samples]
+    # lone surrogates -> U+FFFD (clean_json): UTF-8 cannot encode them
+    lines = [json.dumps(clean_json(s.to_json()), ensure_ascii=False) + "\n" for s in samples]
     write_atomic(path, "".join(lines))
     return len(lines)
+
+
+def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of a file's bytes (a samples file's content hash, in the run record).
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    import hashlib
+
+    h = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def read_jsonl(path: Path) -> list[Sample]:

@@ -39,7 +39,7 @@ from typing import Any, Mapping
 
 from harness.report.summary import fmt
 from harness.records.baselines import BaselineDoc, BaselineTask, token_ids_hash
-from harness.records.run_record import RunRecord, TaskResult
+from harness.records.run_record import RunRecord, TaskResult, outcome_word
 from harness.records.samples import read_jsonl
 from harness.analysis.stats import paired_comparison, wilson_interval
 from harness.tasks.gsm8k import PIPELINES
@@ -138,7 +138,7 @@ def _task_view(t: TaskResult | BaselineTask) -> dict[str, Any]:
 def _side_from_run(rec: RunRecord, run_dir: Path) -> dict[str, Any]:
     side: dict[str, Any] = {
         "path": str(run_dir), "kind": "run", "id": rec.run_id, "passed": rec.passed,
-        "status": rec.status, "configs": {},
+        "status": rec.status, "outcome": rec.outcome, "configs": {},
     }
     for c in rec.configs:
         cv: dict[str, Any] = {
@@ -207,7 +207,7 @@ def _side_from_baseline(doc: BaselineDoc, path: Path) -> dict[str, Any]:
         })
     return {
         "path": str(path), "kind": "baseline", "id": f"baseline of {doc.config} (run {doc.source_run.run_id})",
-        "passed": True, "status": "baseline", "configs": {doc.config: cv},
+        "passed": True, "status": "baseline", "outcome": "passed", "configs": {doc.config: cv},
     }
 
 
@@ -364,7 +364,7 @@ def diff_runs(a: str | Path | Mapping[str, Any], b: str | Path | Mapping[str, An
     """
     sa = a if isinstance(a, Mapping) else load_side(a)
     sb = b if isinstance(b, Mapping) else load_side(b)
-    head = ("path", "kind", "id", "passed", "status")
+    head = ("path", "kind", "id", "passed", "status", "outcome")
     out: dict[str, Any] = {
         "a": {k: sa.get(k) for k in head}, "b": {k: sb.get(k) for k in head},
         "tasks": [], "comparisons": [],
@@ -564,12 +564,15 @@ def render_diff_markdown(d: Mapping[str, Any], max_flipped: int = 20) -> str:
             (the JSON form has all).
     """
     a, b = d["a"], d["b"]
-    verdict = {True: "PASS", False: "FAIL", None: "INCOMPLETE"}
+    def verdict(side: Mapping[str, Any]) -> str:
+        """The side's run outcome word (a baseline was a passed run)."""
+        return outcome_word(side.get("outcome") or {True: "passed", False: "failed"}.get(side.get("passed"), "incomplete"))
+
     L = [
         "# evalrun diff",
         "",
-        f"- A: `{a['path']}` ({a['kind']} {a['id']}, {verdict.get(a['passed'], a['passed'])})",
-        f"- B: `{b['path']}` ({b['kind']} {b['id']}, {verdict.get(b['passed'], b['passed'])})",
+        f"- A: `{a['path']}` ({a['kind']} {a['id']}, {verdict(a)})",
+        f"- B: `{b['path']}` ({b['kind']} {b['id']}, {verdict(b)})",
         "- changes are B - A; accuracy intervals are 95% Wilson, changes 95% paired Wald over the "
         "questions with the same id and prompt on both sides (McNemar p, exact below 25 discordant "
         "pairs; one-sided p for B worse), else Newcombe's hybrid interval with Fisher's exact p",

@@ -254,13 +254,56 @@ def render_family(config: ModelConfig) -> list[str]:
 DRY_RUN_PORT = 8000
 
 
-def render_plan(plan: Plan, only: Sequence[str] | None = None) -> str:
+def data_counts(plan: Plan, data_dir: Any = None) -> dict[str, dict[str, Any]]:
+    """What each task's data holds, for the dry run (no server): ``{task id:
+    {"asked": n or None, "available": count or None, "source": str | None,
+    "refused": message or None, "note": str | None}}``; a run refuses a task whose
+    data holds fewer than it asks (:func:`harness.tasks.check_enough`)."""
+    from harness.tasks import DataUnavailableError, ShortDataError, available_questions, check_enough
+
+    out: dict[str, dict[str, Any]] = {}
+    for cp in plan.configs:
+        for t in cp.tasks:
+            row: dict[str, Any] = {"asked": t.spec.num_questions, "available": None, "source": None,
+                                   "refused": None, "note": None}
+            try:
+                got = available_questions(t.name, t.spec, data_dir)
+            except DataUnavailableError as e:
+                got, row["note"] = None, f"data not available: {e}"
+            if got is None and row["note"] is None:
+                row["note"] = "counted when the task is loaded (hub or lm-eval data)"
+            if got is not None:
+                row["available"], row["source"] = got
+                try:
+                    check_enough(t.name, t.spec, *got)
+                except ShortDataError as e:
+                    row["refused"] = str(e)
+            out[t.id] = row
+    return out
+
+
+def _data_text(row: dict[str, Any] | None) -> str:
+    if not row:
+        return ""
+    if row["available"] is None:
+        return f", available: {row['note']}"
+    asked = row["asked"]
+    used = row["available"] if asked is None else min(asked, row["available"])
+    text = f", available: {row['available']} in {row['source']} (asks {used})"
+    if row["refused"]:
+        text += " -- REFUSED: fewer than num_questions"
+    return text
+
+
+def render_plan(plan: Plan, only: Sequence[str] | None = None,
+                counts: dict[str, dict[str, Any]] | None = None) -> str:
     """Human-readable plan for ``--dry-run``: every config, variant command, task and gate.
 
     Args:
         plan: the plan.
         only: variant names chosen with ``--variant`` (None = all): only these are
             listed, with their gates; the gates of the others are counted as NOT RUN.
+        counts: :func:`data_counts` (the questions each task's data holds), or None.
 
     Returns:
         The text. Commands are shell lines that run as pasted (quoted with
@@ -292,7 +335,11 @@ def render_plan(plan: Plan, only: Sequence[str] | None = None) -> str:
                 f"  task {t.name}: {s.kind}, questions={s.num_questions or 'all'}, "
                 f"fewshot={s.num_fewshot}, max_tokens={s.max_tokens}, temperature={s.temperature}"
                 + ("" if s.required else ", optional (reported as not run when data is missing)")
+                + _data_text((counts or {}).get(t.id))
             )
+            row = (counts or {}).get(t.id)
+            if row and row["refused"]:
+                lines.append(f"    REFUSED: {row['refused']}")
         lines += render_detectable_drops(c, only=only)
         lines += render_family(c)
         lines.append("  gates:")
@@ -309,7 +356,8 @@ def render_plan(plan: Plan, only: Sequence[str] | None = None) -> str:
     return "\n".join(lines)
 
 
-def plan_json(plan: Plan, only: Sequence[str] | None = None) -> list[dict[str, Any]]:
+def plan_json(plan: Plan, only: Sequence[str] | None = None,
+              counts: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """``--dry-run --json``: :meth:`Plan.to_json` plus each config's ``detectable_drops``
     and ``family_false_fail`` (:func:`family_false_fail_of`).
 
@@ -320,6 +368,8 @@ def plan_json(plan: Plan, only: Sequence[str] | None = None) -> list[dict[str, A
     for entry, cp in zip(out, plan.configs):
         entry["detectable_drops"] = detectable_drops(cp.config, only=only)
         entry["family_false_fail"] = family_false_fail_of(cp.config)
+        if counts is not None:
+            entry["data"] = {t.id: counts.get(t.id) for t in cp.tasks}
         if only is not None:
             keep = set(only)
             entry["variants"] = [v for v in entry["variants"] if v["name"] in keep]

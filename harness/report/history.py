@@ -28,7 +28,7 @@ from typing import Iterable
 
 import pandas as pd
 
-from harness.records.run_record import GateResult, RunRecord
+from harness.records.run_record import GateResult, RunRecord, outcome_word
 from harness.report.summary import task_pipeline
 
 __all__ = ["load_records", "history_frame", "drift_table", "DRIFT_METHOD", "cli_main"]
@@ -88,8 +88,9 @@ def _verdict(gates: Iterable[GateResult]) -> str:
 def history_frame(records: Iterable[RunRecord], config: str | None = None) -> pd.DataFrame:
     """One row per run x config x variant x task that ran.
 
-    Columns: ``run_id``, ``time`` (UTC timestamp), ``git_revision``, ``vllm_version``,
-    ``config``, ``variant``, ``task``, ``pipeline`` (the task's gate pipeline),
+    Columns: ``run_id``, ``time`` (UTC timestamp), ``git_revision``, ``vllm_version``
+    (as the variant's engine reported it on ``/version``; None when it did not),
+    ``outcome`` (the run's outcome word, :attr:`RunRecord.outcome`), ``config``, ``variant``, ``task``, ``pipeline`` (the task's gate pipeline),
     ``accuracy`` (of that pipeline), ``accuracy_lo`` / ``accuracy_hi`` (95% Wilson),
     ``accuracy[<pipeline>]`` with ``accuracy[<pipeline>]_lo`` / ``_hi`` for every
     pipeline, ``n``, ``error_rate``,
@@ -97,7 +98,8 @@ def history_frame(records: Iterable[RunRecord], config: str | None = None) -> pd
     ``mean_acceptance_length``, ``acceptance_rate``, ``per_position`` (tuple),
     ``output_match`` (against the first comparison whose candidate this variant is),
     ``verdict`` (PASS / FAIL / NOT RUN over the gates of this variant and task; ERROR
-    for the tasks a run measured before an unexpected exception ended it, ``status: error``).
+    for the tasks a run measured before an unexpected exception ended it, ``status: error``;
+    a row of a run whose outcome is not PASSED says so in ``outcome``).
     """
     rows = []
     for rec in records:
@@ -116,7 +118,10 @@ def history_frame(records: Iterable[RunRecord], config: str | None = None) -> pd
                     verdict = "ERROR" if rec.status == "error" else _verdict(gates)  # the run ended on an exception
                     row = {
                         "run_id": rec.run_id, "time": pd.to_datetime(prov.started_at, utc=True),
-                        "git_revision": prov.git_revision, "vllm_version": prov.vllm_version,
+                        "git_revision": prov.git_revision,
+                        # the version the engine itself reported (/version), not evalrun's interpreter's
+                        "vllm_version": v.engine.vllm_version if v.engine else None,
+                        "outcome": outcome_word(rec.outcome),
                         "config": c.name, "variant": vname, "task": tname, "pipeline": pipe,
                         "accuracy": t.accuracy.get(pipe), "accuracy_lo": ci[0], "accuracy_hi": ci[1],
                         "n": t.num_requests, "error_rate": t.error_rate,
@@ -131,7 +136,7 @@ def history_frame(records: Iterable[RunRecord], config: str | None = None) -> pd
                         lo, hi = t.accuracy_ci.get(p) or (None, None)
                         row[f"accuracy[{p}]"], row[f"accuracy[{p}]_lo"], row[f"accuracy[{p}]_hi"] = x, lo, hi
                     rows.append(row)
-    cols = ["run_id", "time", "git_revision", "vllm_version", "config", "variant", "task", "pipeline", "accuracy",
+    cols = ["run_id", "time", "git_revision", "vllm_version", "outcome", "config", "variant", "task", "pipeline", "accuracy",
             "accuracy_lo", "accuracy_hi", "n", "error_rate", "truncation_rate", "mean_acceptance_length",
             "acceptance_rate", "per_position", "output_match", "verdict"]
     df = pd.DataFrame(rows)
@@ -184,14 +189,22 @@ def drift_table(df: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
     return pd.DataFrame(out, columns=["config", "variant", "task", "metric", "runs", "first", "last", "tau", "p_value", "drift"])
 
 
-_SHOW = ["time", "run_id", "config", "variant", "task", "accuracy", "accuracy_lo", "accuracy_hi",
+_SHOW = ["time", "run_id", "outcome", "config", "variant", "task", "accuracy", "accuracy_lo", "accuracy_hi",
          "mean_acceptance_length", "output_match", "error_rate", "verdict"]
 
 
-def render_history_markdown(df: pd.DataFrame, drift: pd.DataFrame, alpha: float) -> str:
-    """Markdown: the history table, then the drift table with its method."""
+def _unreadable_lines(problems: list[str]) -> list[str]:
+    if not problems:
+        return []
+    return ["", f"## Unreadable run records ({len(problems)})", ""] + [f"- {p}" for p in problems]
+
+
+def render_history_markdown(df: pd.DataFrame, drift: pd.DataFrame, alpha: float,
+                            problems: list[str] | None = None) -> str:
+    """Markdown: the history table, then the drift table with its method, then the run
+    records that could not be read (named, with why)."""
     if df.empty:
-        return "No run records.\n"
+        return "\n".join(["No run records."] + _unreadable_lines(problems or [])) + "\n"
     view = df[_SHOW].copy()
     view["time"] = view["time"].dt.strftime("%Y-%m-%d %H:%M")
     lines = ["## History", "", view.to_markdown(index=False, floatfmt=".3f"), "", "## Drift", "",
@@ -201,14 +214,17 @@ def render_history_markdown(df: pd.DataFrame, drift: pd.DataFrame, alpha: float)
     lines += ["", f"**Drift flagged in {len(flagged)} series**: " + "; ".join(
         f"{r.config}/{r.variant}/{r.task} {r.metric} {r.first:.3f} -> {r.last:.3f} (p={r.p_value:.3g})"
         for r in flagged.itertuples()) if len(flagged) else "No drift flagged."]
+    lines += _unreadable_lines(problems or [])
     return "\n".join(lines) + "\n"
 
 
 def cli_main(argv: list[str]) -> int:
     """``evalrun history RESULTS_DIR [--config NAME] [--last N] [--csv F] [--parquet F] [--alpha A]``.
 
-    Prints the Markdown history and drift tables. Exit code 0, or 1 when drift is flagged
-    (so a nightly job can alert on it), 2 when the folder cannot be read.
+    Prints the Markdown history and drift tables, and the run records it could not
+    read. Exit code 0; 1 when drift is flagged (so a nightly job can alert on it); 2 when
+    the folder cannot be read, or when a run record in it cannot be read (a history
+    that silently drops nights is not the history), unless ``--skip-unreadable``.
     """
     ap = argparse.ArgumentParser(prog="evalrun history", description=(
         "Every run record of a results folder as one table (pandas), and a one-sided trend "
@@ -220,6 +236,8 @@ def cli_main(argv: list[str]) -> int:
     ap.add_argument("--csv", type=Path, default=None, help="write the full table as CSV")
     ap.add_argument("--parquet", type=Path, default=None, help="write the full table as Parquet")
     ap.add_argument("--json", action="store_true", help="print the drift result as JSON instead of Markdown")
+    ap.add_argument("--skip-unreadable", action="store_true",
+                    help="list run records that cannot be read but do not exit 2 for them")
     a = ap.parse_args(argv)
     try:
         recs, problems = load_records(a.results_dir, a.config)
@@ -227,7 +245,7 @@ def cli_main(argv: list[str]) -> int:
         print(f"evalrun history: {e}", file=sys.stderr)
         return 2
     for p in problems:
-        print(f"evalrun history: skipped: {p}", file=sys.stderr)
+        print(f"evalrun history: unreadable run record: {p}", file=sys.stderr)
     for r in recs:
         if r.status == "error" and r.error is not None:
             print(f"evalrun history: run {r.run_id}: {r.error.describe()}; the tasks it measured before "
@@ -240,7 +258,12 @@ def cli_main(argv: list[str]) -> int:
         df.assign(per_position=df["per_position"].map(lambda x: list(x) if isinstance(x, tuple) else None)).to_parquet(a.parquet, index=False)
     if a.json:
         print(json.dumps({"method": DRIFT_METHOD, "alpha": a.alpha,
-                          "drift": json.loads(drift.to_json(orient="records"))}, indent=2))
+                          "drift": json.loads(drift.to_json(orient="records")),
+                          "unreadable": problems}, indent=2))
     else:
-        print(render_history_markdown(df, drift, a.alpha))
+        print(render_history_markdown(df, drift, a.alpha, problems))
+    if problems and not a.skip_unreadable:
+        print(f"evalrun history: {len(problems)} run record(s) could not be read (listed above); exit 2 "
+              "(--skip-unreadable to list them without failing)", file=sys.stderr)
+        return 2
     return 1 if bool((drift["drift"] == True).any()) else 0  # noqa: E712

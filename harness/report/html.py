@@ -27,7 +27,8 @@ import io
 from pathlib import Path
 from typing import Any
 
-from harness.records.run_record import ConfigResult, RunRecord
+from harness.records.run_record import ConfigResult, RunRecord, outcome_word
+from harness.records.text import clean_text
 from harness.report.summary import _limit, _pipelines, flipped_examples, fmt, task_pipeline
 
 __all__ = ["render_html", "write_html"]
@@ -36,7 +37,7 @@ _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;max-width:1200px;color:#222}
 h1{font-size:1.5em} h2{border-bottom:1px solid #ccc;padding-bottom:4px;margin-top:32px}
 table{border-collapse:collapse;margin:8px 0;font-size:0.9em} td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top}
-th{background:#f3f3f3} .FAIL{color:#b00020;font-weight:bold} .PASS{color:#137333} .NOTRUN{color:#a05a00;font-weight:bold}
+th{background:#f3f3f3} .FAIL{color:#b00020;font-weight:bold} .PASS{color:#137333} .NOTRUN{color:#a05a00;font-weight:bold} .PASSED{color:#137333} .FAILED,.ERROR{color:#b00020;font-weight:bold} .INCOMPLETE,.INTERRUPTED,.RUNNING{color:#a05a00;font-weight:bold}
 pre{white-space:pre-wrap;margin:0;font-size:0.85em;max-width:520px} figure{margin:12px 0} figcaption{font-size:0.85em;color:#555}
 .verdict{font-size:1.2em;padding:6px 10px;display:inline-block;border-radius:4px;background:#f3f3f3}
 """
@@ -198,16 +199,18 @@ def render_html(record: RunRecord, run_dir: str | Path | None = None, history: A
             results folder, or None (no trend plots).
     """
     prov = record.provenance
-    verdict = {True: "PASS", False: "FAIL", None: "NOT EVERY GATE JUDGED"}[record.passed]
+    verdict = outcome_word(record.outcome)
     parts = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
         f"<title>evalrun {_cell(record.run_id)}: {verdict}</title><style>{_CSS}</style></head><body>",
         f"<h1>evalrun run {_cell(record.run_id)}</h1>",
-        f"<p class='verdict'>{_verdict_span(verdict if verdict != 'NOT EVERY GATE JUDGED' else 'NOT RUN')} "
+        f"<p class='verdict'>{_verdict_span(verdict)} "
         f"exit code {_cell(record.exit_code)}</p>",
         f"<p>evalrun {_cell(prov.evalrun_version)}, {_cell(prov.vllm_version)}, "
         f"git {_cell(prov.git_revision)}, started {_cell(prov.started_at)}, ended {_cell(prov.ended_at)}</p>",
     ]
+    parts += [f"<p class='FAIL'>WARNING: shards of different builds or lists merged: {_cell(w)}</p>"
+              for w in record.merge_warnings]
     gates = record.gates()
     order = {False: 0, None: 1, True: 2}
     gates.sort(key=lambda g: order[g.passed])
@@ -247,7 +250,7 @@ def render_html(record: RunRecord, run_dir: str | Path | None = None, history: A
                         [[_verdict_span(g.verdict), _cell(g.id), _cell(fmt(g.observed, 4)), _cell(_limit(g)),
                           _cell(g.detail)] for g in gates], raw=True))
     parts.append("</body></html>\n")
-    return "".join(parts)
+    return clean_text("".join(parts))  # control characters, colour codes, lone surrogates: harness.records.text
 
 
 def write_html(record: RunRecord, run_dir: Path, with_history: bool = True) -> Path:

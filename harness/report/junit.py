@@ -22,7 +22,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from harness.records.run_record import GateResult, RunRecord
+from harness.records.run_record import GateResult, RunRecord, outcome_word
+from harness.records.text import clean_text
 
 __all__ = ["testcase_name", "render_junit", "write_junit"]
 
@@ -63,7 +64,7 @@ def render_junit(record: RunRecord) -> str:
                 problems.append((f"{c.name}/{vname}/*/server", v.error))
         for name, msg in problems:
             tc = ET.SubElement(suite, "testcase", classname=cls, name=name, time="0")
-            ET.SubElement(tc, "error", message=msg.splitlines()[0][:500], type="could_not_run").text = msg
+            ET.SubElement(tc, "error", message=(msg.splitlines() or [""])[0][:500], type="could_not_run").text = msg
             counts["tests"] += 1
             counts["errors"] += 1
         for g in c.gates:
@@ -73,7 +74,7 @@ def render_junit(record: RunRecord) -> str:
             if g.questions:
                 body += "\nquestions: " + ", ".join(g.questions)
             if g.passed is False:
-                ET.SubElement(tc, "failure", message=g.detail, type=g.kind).text = body
+                ET.SubElement(tc, "failure", message=g.detail[:2000], type=g.kind).text = body
                 counts["failures"] += 1
             elif g.passed is None:
                 ET.SubElement(tc, "skipped", message=f"NOT RUN: {g.detail}")
@@ -84,10 +85,43 @@ def render_junit(record: RunRecord) -> str:
             suite.set(k, str(v))
             totals[k] += v
         suite.set("time", f"{seconds:.2f}")
+    _outcome_case(root, record, totals)
     for k, v in totals.items():
         root.set(k, str(v))
     ET.indent(root)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+    # one sanitiser for every text (completions, log tails with colour codes, errors):
+    # what XML 1.0 forbids cannot survive into the file (harness.records.text)
+    return clean_text('<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n")
+
+
+#: Run outcomes that no gate shows: the JUnit file then has an error case saying so.
+_ABNORMAL = ("error", "interrupted", "running")
+
+
+def _outcome_case(root: ET.Element, record: RunRecord, totals: dict[str, int]) -> None:
+    """Every suite carries the run's outcome word as property ``evalrun.outcome``; a run
+    that ended ``error``, ``interrupted`` or still ``running`` (a killed job) also gets
+    a suite ``evalrun`` with one error case ``<run id>/outcome``, so CI never shows such
+    a run as green."""
+    word = outcome_word(record.outcome)
+    for suite in root:
+        props = ET.Element("properties")
+        ET.SubElement(props, "property", name="evalrun.outcome", value=word)
+        suite.insert(0, props)
+    if record.outcome not in _ABNORMAL:
+        return
+    why = {"error": "an unexpected error stopped the run",
+           "interrupted": f"the run was interrupted by {record.interrupted_by or 'a signal'}",
+           "running": "the run did not finish (killed before it could write its verdict)"}[record.outcome]
+    suite = ET.SubElement(root, "testsuite", name="evalrun", tests="1", failures="0", errors="1", skipped="0",
+                          time="0", timestamp=(record.provenance.started_at or "")[:19])
+    props = ET.SubElement(suite, "properties")
+    ET.SubElement(props, "property", name="evalrun.outcome", value=word)
+    tc = ET.SubElement(suite, "testcase", classname="evalrun", name=f"{record.run_id}/outcome", time="0")
+    ET.SubElement(tc, "error", message=f"{word}: {why}", type=record.outcome).text = (
+        f"{word}: {why}; exit code {record.exit_code}")
+    totals["tests"] += 1
+    totals["errors"] += 1
 
 
 def write_junit(record: RunRecord, path: Path) -> Path:

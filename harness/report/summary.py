@@ -26,8 +26,20 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from harness.records.run_record import ComparisonResult, ConfigResult, GateResult, RunRecord
+from harness.records.run_record import ComparisonResult, ConfigResult, GateResult, RunRecord, outcome_word
+from harness.records.text import clean_text
 from harness.tasks.gsm8k import PIPELINES
+
+
+#: What each run outcome means, in the words of the exit-code table (``evalrun --help``).
+OUTCOME_MEANING = {
+    "passed": "every gate was judged and passed",
+    "failed": "at least one gate failed",
+    "incomplete": "no gate failed, but not every gate could be judged",
+    "error": "an unexpected error stopped the run",
+    "interrupted": "a signal stopped the run",
+    "running": "the run has not finished (or was killed before it could say so)",
+}
 
 
 def fmt(x: Any, digits: int = 3) -> str:
@@ -287,6 +299,8 @@ def render_terminal(record: RunRecord, console: Console | None = None) -> None:
                 console.print(line, markup=False, soft_wrap=True)
     for line in acceptance_ci_notes(record) + run_warnings(record):
         console.print(line, markup=False, soft_wrap=True)
+    for w in record.merge_warnings:
+        console.print(f"WARNING: shards of different builds or lists merged: {w}", markup=False, soft_wrap=True)
     for line in server_lines(record):
         if not line.endswith(": ready") and ": ready (" not in line:
             console.print(f"server {line}", markup=False, soft_wrap=True, highlight=False)
@@ -299,7 +313,8 @@ def render_terminal(record: RunRecord, console: Console | None = None) -> None:
                       f"limit {_limit(g) or '-'}", soft_wrap=True, highlight=False)
         console.print(f"    {g.detail}", markup=False, soft_wrap=True, highlight=False)
     console.print(f"{len(gates) - len(bad)} of {len(gates)} gates passed", soft_wrap=True)
-    status = {True: "[green]all gates passed[/green]", False: "[red]gates failed[/red]", None: "[yellow]not every gate could be judged[/yellow]"}[record.passed]
+    color = {"passed": "green", "failed": "red"}.get(record.outcome, "yellow")
+    status = f"[{color}]{outcome_word(record.outcome)}[/{color}]: {OUTCOME_MEANING[record.outcome]}"
     console.print(f"{status}; exit code {record.exit_code}; record: {record.path or ''}", soft_wrap=True)
 
 
@@ -381,10 +396,8 @@ def _md_code(text: str) -> str:
 
 
 def _verdict_word(record: RunRecord) -> str:
-    if record.status == "error":
-        return "ERROR"
-    return {True: "PASS", False: "FAIL",
-            None: "NOT EVERY GATE JUDGED" if record.status == "completed" else "INCOMPLETE"}[record.passed]
+    """The run's outcome word (:attr:`RunRecord.outcome`), as every report prints it."""
+    return outcome_word(record.outcome)
 
 
 def render_markdown(record: RunRecord, run_dir: str | Path | None = None) -> str:
@@ -406,7 +419,7 @@ def render_markdown(record: RunRecord, run_dir: str | Path | None = None) -> str
     lines = [
         f"# evalrun run {record.run_id}: {_verdict_word(record)}",
         "",
-        f"- result: **{_verdict_word(record)}** (exit code {record.exit_code}): "
+        f"- result: **{_verdict_word(record)}** (exit code {record.exit_code}): {OUTCOME_MEANING[record.outcome]}; "
         f"{len(failed)} gate(s) failed, {len(notrun)} not run, {len(passed)} passed",
         f"- evalrun {prov.evalrun_version}, {prov.vllm_version}, Python {prov.python}, {prov.platform}",
     ]
@@ -417,6 +430,8 @@ def render_markdown(record: RunRecord, run_dir: str | Path | None = None) -> str
                      "`flexible-numeric` are evalrun's number-aware pipelines")
     if record.merged_from:
         lines.append("- merged from shards: " + ", ".join(f"{m.shard}: `{m.run_id}`" for m in record.merged_from))
+    for w in record.merge_warnings:
+        lines.append(f"- **WARNING: shards of different builds or lists merged**: {w}")
     lines += [
         f"- started {prov.started_at}, ended {prov.ended_at}",
         f"- command: `{shlex.join(prov.command_line)}`",
@@ -467,12 +482,6 @@ def render_markdown(record: RunRecord, run_dir: str | Path | None = None) -> str
     servers = server_lines(record)
     if servers:
         lines += ["", "## Servers", ""] + [f"- {x}" for x in servers]
-    warns = run_warnings(record)
-    if warns:
-        lines += ["", "## Warnings", ""] + [f"- {w}" for w in warns]
-    servers = server_lines(record)
-    if servers:
-        lines += ["", "## Servers", ""] + [f"- {x}" for x in servers]
     for c in record.configs:
         b = c.baseline
         if b and b.found:
@@ -496,4 +505,4 @@ def render_markdown(record: RunRecord, run_dir: str | Path | None = None) -> str
                   "", "</details>"]
     else:
         lines.append("No gate passed.")
-    return "\n".join(lines) + "\n"
+    return clean_text("\n".join(lines) + "\n")  # control characters, colour codes, lone surrogates

@@ -1,0 +1,163 @@
+"""Checks of a loaded config that keep it from writing outside its run folder or from
+gating on a limit that can never fail (issue 18). Called by
+:func:`harness.config.loader.load_config` on every config, either form.
+
+Names that become paths (``<run>/samples/<config>/<variant>/<task>.jsonl``,
+``<run>/logs/<config>/<variant>.log``): the config name (the file stem, or the native
+form's ``name``), every variant name and every task name must match
+:data:`NAME_PATTERN`, letters, digits, ``.``, ``_``, ``+`` and ``-``, starting with a
+letter or digit, at most :data:`MAX_NAME_LENGTH` characters, and must not contain
+``..``. So no separator, no ``..`` and no name a file system refuses (255 bytes is the
+usual limit of one path component; the run folder adds its own components).
+
+Limits on the fraction scale that make a gate unable to fail (a value meant on the
+percent scale, ``tolerance: 1`` for one point, is the usual cause):
+
+* accuracy floor ``accuracy_threshold - tolerance <= 0`` for a threshold above 0: every
+  accuracy passes (a threshold of 0 itself, which vLLM's configs may carry, asks for no
+  floor and is left as written);
+* ``max_accuracy_drop`` / ``baseline_max_accuracy_drop >= 1``: an accuracy cannot drop
+  by more than 1;
+* ``max_error_rate >= 1``, ``max_truncation_rate >= 1``: a share cannot exceed 1;
+* ``min_output_match <= 0``: every output match passes;
+* ``max_acceptance_length_drop >= k`` (``num_speculative_tokens`` of the variants it
+  compares): mean acceptance length lies in [1, 1 + k], so it cannot drop by k or more.
+
+Each is a :class:`ConfigCheckError`, raised by the loader as its
+:class:`~harness.config.loader.ConfigError`, naming the file, the line when known, and
+the key.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+__all__ = ["NAME_PATTERN", "MAX_NAME_LENGTH", "ConfigCheckError", "check_name", "check_config"]
+
+#: ``harness.config.loader.ModelConfig`` (not imported: the loader imports this module).
+ModelConfig = Any
+
+
+class ConfigCheckError(ValueError):
+    """A name or limit this module refuses; the loader raises it as its ``ConfigError``
+    (same message: file, line, key)."""
+
+
+ConfigError = ConfigCheckError
+
+#: The character set of a name that becomes a path component.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+#: Longest name accepted (characters; all ASCII, so also bytes).
+MAX_NAME_LENGTH = 100
+
+
+def check_name(name: str, where: str, key: str) -> None:
+    """Refuse a name that cannot be a single safe path component.
+
+    Args:
+        name: the config, variant or task name.
+        where: the file (and line) for the message.
+        key: the key the name comes from (``name``, ``variants.<v>``, ...).
+
+    Raises:
+        ConfigError: the name is empty, too long, has a character outside
+            :data:`NAME_PATTERN` (a ``/``, ``\\``, space, ...) or contains ``..``.
+    """
+    why = None
+    if not isinstance(name, str) or not name:
+        why = "is empty"
+    elif len(name) > MAX_NAME_LENGTH:
+        why = f"is {len(name)} characters long (at most {MAX_NAME_LENGTH})"
+    elif ".." in name:
+        why = "contains '..'"
+    elif not NAME_PATTERN.fullmatch(name):
+        bad = sorted({ch for ch in name if not re.fullmatch(r"[A-Za-z0-9._+-]", ch)})
+        why = ("contains " + ", ".join(repr(c) for c in bad)) if bad else "does not start with a letter or digit"
+    if why:
+        shown = name if len(name) <= 120 else name[:120] + "..."
+        raise ConfigError(
+            f"{where}: key '{key}': name {shown!r} {why}; names become folder and file names of the run, so they "
+            f"may hold only letters, digits, '.', '_', '+', '-' (starting with a letter or digit, no '..', at most "
+            f"{MAX_NAME_LENGTH} characters)")
+
+
+def _where(cfg: ModelConfig, lines: dict[tuple, int], keypath: tuple) -> str:
+    line = lines.get(keypath)
+    return f"{cfg.path}:{line}" if line else str(cfg.path)
+
+
+def _find_key(lines: dict[tuple, int], field: str, *, under: tuple = (), default: tuple | None = None) -> tuple:
+    """The key path (as written in the file) of ``field``: ``under + (field,)`` when the
+    file has it, else any path ending in ``field`` (the first in file order), else
+    ``default`` or ``(field,)``."""
+    if under + (field,) in lines:
+        return under + (field,)
+    hits = sorted((ln, kp) for kp, ln in lines.items() if kp and kp[-1] == field)
+    if hits:
+        return hits[0][1]
+    return default or (field,)
+
+
+def _gate_key(cfg: ModelConfig, lines: dict[tuple, int], task: str, field: str) -> tuple:
+    over = cfg.tasks[task].gates
+    if over is not None and field in over.model_fields_set:
+        return ("tasks", task, "gates", field)
+    return _find_key(lines, field, under=("gates",) if cfg.form == "native" else ())
+
+
+def _refuse(cfg: ModelConfig, lines: dict[tuple, int], keypath: tuple, text: str) -> None:
+    key = ".".join(str(k) for k in keypath)
+    raise ConfigError(f"{_where(cfg, lines, keypath)}: key '{key}': {text}; such a gate can never fail "
+                      "(limits are fractions: 0.01 is one percentage point)")
+
+
+def check_config(cfg: ModelConfig, lines: dict[tuple, int] | None = None) -> None:
+    """Every check of this module on one loaded config (module docstring).
+
+    Args:
+        cfg: the validated config.
+        lines: key path -> line in the file, for the message.
+
+    Raises:
+        ConfigError: the first unsafe name or unfailable limit, naming file and key.
+    """
+    lines = lines or {}
+    name_key = ("name",) if ("name",) in lines else None
+    check_name(cfg.name, _where(cfg, lines, name_key) if name_key else str(cfg.path),
+               "name" if name_key else "name (the file name without .yaml)")
+    for v in cfg.variants:
+        check_name(v, _where(cfg, lines, ("variants", v)), f"variants.{v}")
+    for t in cfg.tasks:
+        check_name(t, _where(cfg, lines, ("tasks", t)), f"tasks.{t}")
+    for t in cfg.tasks:
+        g = cfg.gates_for(t)
+        if g.accuracy_threshold is not None and g.accuracy_threshold > 0 and g.accuracy_threshold - g.tolerance <= 0:
+            _refuse(cfg, lines, _gate_key(cfg, lines, t, "tolerance"),
+                    f"accuracy floor accuracy_threshold - tolerance = {g.accuracy_threshold} - {g.tolerance} = "
+                    f"{g.accuracy_threshold - g.tolerance:.4g} <= 0 (task {t})")
+        limits: list[tuple[str, Any, str]] = [
+            ("max_error_rate", g.max_error_rate, ">= 1"),
+            ("max_truncation_rate", g.max_truncation_rate, ">= 1"),
+            ("baseline_max_accuracy_drop", g.baseline_max_accuracy_drop, ">= 1"),
+        ]
+        for field, val, how in limits:
+            if val is not None and val >= 1:
+                _refuse(cfg, lines, _gate_key(cfg, lines, t, field), f"{field} {val} {how} (task {t})")
+    for i, comp in enumerate(cfg.comparisons):
+        under = ("comparisons", i) if cfg.form == "native" else ()
+        if comp.max_accuracy_drop is not None and comp.max_accuracy_drop >= 1:
+            _refuse(cfg, lines, _find_key(lines, "max_accuracy_drop", under=under),
+                    f"max_accuracy_drop {comp.max_accuracy_drop} >= 1 ({comp.baseline} -> {comp.candidate})")
+        if comp.min_output_match is not None and comp.min_output_match <= 0:
+            _refuse(cfg, lines, _find_key(lines, "min_output_match", under=under),
+                    f"min_output_match {comp.min_output_match} <= 0 ({comp.baseline} -> {comp.candidate})")
+        drop = comp.max_acceptance_length_drop
+        ks = [cfg.variants[n].speculative_config.num_speculative_tokens
+              for n in (comp.baseline, comp.candidate)
+              if n in cfg.variants and cfg.variants[n].speculative_config is not None]
+        ks = [k for k in ks if k]
+        if drop is not None and ks and drop >= max(ks):
+            _refuse(cfg, lines, _find_key(lines, "max_acceptance_length_drop", under=under),
+                    f"max_acceptance_length_drop {drop} >= num_speculative_tokens {max(ks)} "
+                    f"({comp.baseline} -> {comp.candidate}: mean acceptance length lies in [1, 1 + {max(ks)}])")

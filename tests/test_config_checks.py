@@ -1,0 +1,116 @@
+"""Names that become paths and limits that cannot fail are refused at load (issue 18,
+points 6 and 8). Line numbers are counted by hand from the literal YAML."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness.config.loader import ConfigError, load_config
+
+NATIVE = """\
+model: fake
+{name}variants:
+  reference: {{}}
+  {spec}:
+    speculative_config: {{method: mtp, num_speculative_tokens: 2}}
+tasks:
+  t: {{kind: synthetic, num_questions: 4}}
+gates:
+  accuracy_threshold: 0.9
+  tolerance: {tol}
+comparisons:
+  - {{baseline: reference, candidate: {spec}, max_accuracy_drop: {drop}{extra}}}
+"""
+
+
+def native(tmp_path: Path, name: str = "", spec: str = "spec", tol: float = 0.08, drop: float = 0.05,
+           extra: str = "", file: str = "c.yaml") -> Path:
+    p = tmp_path / file
+    p.write_text(NATIVE.format(name=f"name: {name!r}\n" if name else "", spec=spec, tol=tol, drop=drop, extra=extra))
+    return p
+
+
+def err(p: Path) -> str:
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    return str(e.value)
+
+
+def test_a_good_config_loads(tmp_path):
+    assert load_config(native(tmp_path)).name == "c"
+
+
+@pytest.mark.parametrize("bad, why", [
+    ("../../escape", "'..'"), ("a/b", "'/'"), ("a\\b", "'\\\\'"), ("x" * 101, "101 characters long"),
+    (".hidden", "does not start with a letter or digit"), ("a b", "' '"),
+])
+def test_an_unsafe_config_name_is_refused_naming_file_line_and_key(tmp_path, bad, why):
+    msg = err(native(tmp_path, name=bad))
+    assert f"{tmp_path / 'c.yaml'}:2: key 'name'" in msg and why in msg
+
+
+def test_an_unsafe_variant_name_is_refused(tmp_path):
+    msg = err(native(tmp_path, spec="'..'"))
+    assert f"{tmp_path / 'c.yaml'}:4: key 'variants...'" in msg and "contains '..'" in msg
+
+
+def test_a_file_stem_that_cannot_be_a_folder_is_refused(tmp_path):
+    msg = err(native(tmp_path, file="a b.yaml"))
+    assert "name (the file name without .yaml)" in msg and "' '" in msg
+
+
+def test_a_percent_scale_tolerance_is_refused(tmp_path):
+    # tolerance 1 meant as one point: floor 0.9 - 1 = -0.1 <= 0, every accuracy passes
+    msg = err(native(tmp_path, tol=1))
+    assert f"{tmp_path / 'c.yaml'}:10: key 'gates.tolerance'" in msg and "-0.1 <= 0" in msg
+
+
+def test_a_floor_of_exactly_zero_is_refused_and_just_above_is_not(tmp_path):
+    assert "0.9 - 0.9 = 0 <= 0" in err(native(tmp_path, tol=0.9))
+    load_config(native(tmp_path, tol=0.89))
+
+
+def test_a_drop_limit_of_one_is_refused(tmp_path):
+    msg = err(native(tmp_path, drop=1))
+    assert f"{tmp_path / 'c.yaml'}:12: key 'comparisons.0.max_accuracy_drop'" in msg and ">= 1" in msg
+
+
+def test_an_output_match_floor_of_zero_and_an_acceptance_drop_of_k_are_refused(tmp_path):
+    assert "min_output_match 0.0 <= 0" in err(native(tmp_path, extra=", min_output_match: 0"))
+    p = tmp_path / "two.yaml"
+    p.write_text(textwrap.dedent("""\
+        model: fake
+        variants:
+          a: {speculative_config: {method: mtp, num_speculative_tokens: 2}}
+          b: {speculative_config: {method: mtp, num_speculative_tokens: 2}}
+        tasks:
+          t: {kind: synthetic, num_questions: 4}
+        comparisons:
+          - {baseline: a, candidate: b, max_accuracy_drop: null, max_acceptance_length_drop: 2}
+        """))
+    msg = err(p)
+    assert "max_acceptance_length_drop 2.0 >= num_speculative_tokens 2" in msg and ":8:" in msg
+
+
+def test_a_vllm_form_percent_tolerance_is_refused(tmp_path):
+    p = tmp_path / "v.yaml"
+    p.write_text("model_name: a/b\naccuracy_threshold: 0.9\ntolerance: 5\nnum_questions: 50\n")
+    msg = err(p)
+    assert f"{p}:3: key 'tolerance'" in msg
+
+
+def test_a_task_override_is_named(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text(textwrap.dedent("""\
+        model: fake
+        variants:
+          reference: {}
+        tasks:
+          t:
+            kind: synthetic
+            gates: {max_error_rate: 1}
+        """))
+    assert "key 'tasks.t.gates.max_error_rate'" in err(p)
