@@ -297,13 +297,17 @@ def test_report_that_cannot_be_rendered_is_a_warning_never_the_verdict(tmp_path,
 
 def test_full_disk_mid_run_keeps_the_good_record_and_no_partial_file(tmp_path, monkeypatch, capsys):
     real = atomic.write_atomic
-    runs = {"n": 0}
+    runs = {"n": 0, "measured": False}
 
     def full_disk_after_first_record(path, data, encoding="utf-8"):
+        # the disk fills right after the first record that holds the task's measurement
+        # (the record is also written at the start, status running, with no config yet)
         if Path(path).name != "run.json":
             return real(path, data, encoding)
         runs["n"] += 1
-        if runs["n"] == 1:
+        if not runs["measured"]:
+            doc = json.loads(data)
+            runs["measured"] = any("gsm8k" in v.get("tasks", {}) for c in doc["configs"] for v in c["variants"].values())
             return real(path, data, encoding)
 
         def no_space(fd):
@@ -316,11 +320,12 @@ def test_full_disk_mid_run_keeps_the_good_record_and_no_partial_file(tmp_path, m
     monkeypatch.setattr(atomic, "write_atomic", full_disk_after_first_record)
     code = run_cli(tmp_path, config(tmp_path))
     run_dir = tmp_path / "results" / "r"
-    assert code == 2 and runs["n"] >= 3                   # after the config, _finish, the error record
+    assert code == 2 and runs["n"] >= 4                   # start, the task, then failing: _finish, the error record
     err = capsys.readouterr().err
     assert str(run_dir) in err and "No space left on device" in err and "Traceback" not in err
     rec = load_run(run_dir)                               # the first, good record is untouched
-    assert rec.status == "running" and rec.configs[0].variants["spec"].tasks["gsm8k"].num_requests == 6
+    measured = [v for v in rec.configs[0].variants.values() if "gsm8k" in v.tasks]
+    assert rec.status == "running" and measured and measured[0].tasks["gsm8k"].num_requests == 6
     assert not [p.name for p in run_dir.iterdir() if p.name.endswith(".tmp")]
 
 
