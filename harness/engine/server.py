@@ -224,7 +224,7 @@ def find_leftover_servers(results_dir: Path) -> list[LeftoverServer]:
         pgid = int(info.get("pgid") or info["pid"])
         out.append(LeftoverServer(
             pid=int(info["pid"]), pid_file=f, command=" ".join(info.get("argv") or []),
-            kill_command=f"kill -TERM -- -{pgid}; sleep 20; kill -KILL -- -{pgid}",
+            kill_command=f"kill -TERM -- -{pgid}; sleep 5; kill -KILL -- -{pgid}",
         ))
     return out
 
