@@ -117,6 +117,12 @@ def cmd_run(argv: list[str]) -> int:
     from harness.config.select import load_selected
     from harness.report.dry_run import plan_json, render_plan
 
+    from harness.config.checks import check_run_id
+
+    bad_id = check_run_id(args.run_id)
+    if bad_id:
+        print(f"evalrun: --run-id: {bad_id}", file=sys.stderr)
+        return 2
     try:
         configs = load_selected(args.config, args.keyword, args.select)
     except ConfigError as e:

@@ -270,6 +270,12 @@ def cli_main(argv: list[str]) -> int:
                    help="merge shards of different builds (evalrun version or git revision, engine or lm-eval "
                         "version) or lists anyway; the merged record and summary say what differed")
     a = p.parse_args(argv)
+    from harness.config.checks import check_run_id
+
+    bad_id = check_run_id(a.run_id)
+    if bad_id:
+        print(f"evalrun merge: --run-id: {bad_id}", file=sys.stderr)
+        return 2
     try:
         records = [load_run(r) for r in a.runs]
         rec = merge_records(records, a.run_id or new_run_id(), allow_mixed=a.allow_mixed)

@@ -119,6 +119,12 @@ def test_buildkite_cancel_sigterm_then_sigkill_after_10s(tmp_path):
     assert _wait_gone(pids, 5) == []
     _kept(_record(run_dir), "SIGTERM")
     assert "SIGKILL" in err and "every server evalrun started was stopped (checked" in err
+    import junitparser
+
+    xml = junitparser.JUnitXml.fromfile(str(run_dir / "junit.xml"))   # CI's report says INTERRUPTED
+    (case,) = [c for s in xml for c in s if c.name == "r/outcome"]
+    assert isinstance(case.result[0], junitparser.Error) and case.result[0].message.startswith("INTERRUPTED")
+    assert "# evalrun run r: INTERRUPTED" in (run_dir / "summary.md").read_text()
 
 
 def test_buildkite_sigkill_during_a_long_grace_leaves_the_record_and_no_server(tmp_path):
@@ -147,10 +153,15 @@ def test_github_actions_cancel_sigint_sigterm_after_7_5s_then_sigkill(tmp_path):
             proc.kill()
     out, err = proc.communicate(timeout=30)
     took = time.monotonic() - t0
-    assert proc.returncode == 2, (took, err)   # the SIGTERM sped the teardown up; no SIGKILL needed
-    assert 7.5 <= took < 10
+    # the SIGTERM sped the teardown up (SIGKILL to the servers at once); on a loaded machine
+    # the runner's SIGKILL at +10 s may still land while evalrun exits: the record and the
+    # absence of any server are what must hold either way
+    assert proc.returncode in (2, -signal.SIGKILL), (took, err)
+    assert 7.5 <= took < 10.5
     assert _wait_gone(pids, 5) == []
     _kept(_record(run_dir), "SIGINT")
+    rec = _record(run_dir)
+    assert rec["configs"][0]["variants"]["spec"]["server"]["status"] in ("interrupted", None)
 
 
 def test_github_actions_sequence_with_the_default_grace_ends_before_the_sigterm(tmp_path):

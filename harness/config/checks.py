@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["NAME_PATTERN", "MAX_NAME_LENGTH", "ConfigCheckError", "check_name", "check_config"]
+__all__ = ["NAME_PATTERN", "MAX_NAME_LENGTH", "ConfigCheckError", "check_name", "check_config", "check_run_id"]
 
 #: ``harness.config.loader.ModelConfig`` (not imported: the loader imports this module).
 ModelConfig = Any
@@ -161,3 +161,15 @@ def check_config(cfg: ModelConfig, lines: dict[tuple, int] | None = None) -> Non
             _refuse(cfg, lines, _find_key(lines, "max_acceptance_length_drop", under=under),
                     f"max_acceptance_length_drop {drop} >= num_speculative_tokens {max(ks)} "
                     f"({comp.baseline} -> {comp.candidate}: mean acceptance length lies in [1, 1 + {max(ks)}])")
+
+
+def check_run_id(run_id: str | None) -> str | None:
+    """Why ``--run-id`` cannot be a run folder's name (same rule as :func:`check_name`:
+    it becomes ``<results dir>/<run id>``), or None when it can (or is not given)."""
+    if run_id is None:
+        return None
+    try:
+        check_name(run_id, "--run-id", "--run-id")
+    except ConfigCheckError as e:
+        return str(e).split(": ", 1)[1]
+    return None

@@ -224,7 +224,7 @@ def find_leftover_servers(results_dir: Path) -> list[LeftoverServer]:
         pgid = int(info.get("pgid") or info["pid"])
         out.append(LeftoverServer(
             pid=int(info["pid"]), pid_file=f, command=" ".join(info.get("argv") or []),
-            kill_command=f"kill -TERM -- -{pgid}; sleep 20; kill -KILL -- -{pgid}",
+            kill_command=f"kill -TERM -- -{pgid}; sleep 5; kill -KILL -- -{pgid}",
         ))
     return out
 
@@ -284,7 +284,11 @@ def _pdeathsig_preexec() -> Callable[[], None] | None:
     (Linux ``prctl(PR_SET_PDEATHSIG, SIGKILL)``, as vLLM sets for its own worker
     processes), or None where prctl does not exist. libc is loaded here, before the
     fork; the child only calls it. If evalrun died between fork and prctl, the child
-    kills itself (its parent is then no longer the launching process)."""
+    kills itself (its parent is then no longer the launching process).
+
+    The signal fires when the *thread* that launched the server ends (prctl(2)), so a
+    server must be started from a thread that lives as long as the server (the main
+    thread; a worker thread that returns would take its server with it)."""
     if not sys.platform.startswith("linux"):
         return None
     try:

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
 import platform
 import subprocess
 import sys
