@@ -301,7 +301,12 @@ class SpeculativeConfigSpec(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> "SpeculativeConfigSpec":
         if self.method is None and self.model is None:
-            raise ValueError("set 'method' (e.g. mtp, ngram, eagle) or a draft 'model'")
+            near = [k for k in self.untyped_keys()
+                    if difflib.get_close_matches(k, ["method", "model"], n=1, cutoff=0.6)]
+            hint = "".join(f"; '{k}' is not a key: did you mean "
+                           f"'{difflib.get_close_matches(k, ['method', 'model'], n=1, cutoff=0.6)[0]}'?"
+                           for k in near)
+            raise ValueError(f"set 'method' (e.g. mtp, ngram, eagle) or a draft 'model'{hint}")
         lo, hi = self.prompt_lookup_min, self.prompt_lookup_max
         if lo is not None and hi is not None and lo > hi:
             raise ValueError(f"prompt_lookup_min ({lo}) is larger than prompt_lookup_max ({hi})")
@@ -871,7 +876,12 @@ def load_config(path: str | Path) -> ModelConfig:
         cfg = _from_native(native, path, sha, lines)
     else:
         kept, warns = vllm_form_warnings(data, path, lines)
-        vcfg = _validate(VllmGsm8kConfig, kept, path, lines)
+        try:
+            vcfg = _validate(VllmGsm8kConfig, kept, path, lines)
+        except ConfigError as e:
+            # a required key missing next to an unknown key close to it: name the typo
+            near = [w.message for w in warns if w.nearest and w.nearest not in kept]
+            raise ConfigError("\n".join([str(e), *near])) from None
         cfg = _from_vllm(vcfg, path, sha, lines, warns)
     check_acceptance_floor(cfg, lines)
     return cfg
