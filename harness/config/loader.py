@@ -1204,7 +1204,10 @@ def _known_files() -> list[str]:
 def resolve_list_path(name: str | Path) -> Path:
     """Find a model list or a config: as given (absolute or relative to the cwd), else
     by name in ``model_lists/``, else in ``configs/`` (a name without suffix also
-    tries ``.txt`` and ``.yaml``).
+    tries ``.txt`` and ``.yaml``). A file that exists relative to the working
+    directory always wins over evalrun's built-in list of the same name, so
+    ``--config models-h200.txt`` run inside vLLM's ``tests/evals/gsm8k/configs/`` reads
+    vLLM's list. The path returned is absolute (the plan and the run record name it).
 
     Raises:
         ConfigError: naming every place looked in and the nearest list and config
@@ -1213,14 +1216,14 @@ def resolve_list_path(name: str | Path) -> Path:
     p = Path(name)
     tried = [p]
     if p.is_file():
-        return p
+        return p.resolve()
     if not p.is_absolute():
         # a list by name in model_lists/, or a single config by name in configs/
         names = [p] if p.suffix else [p, p.with_name(p.name + ".txt"), p.with_name(p.name + ".yaml")]
         for q in [d / x for x in names for d in (MODEL_LISTS_DIR, CONFIGS_DIR)]:
             tried.append(q)
             if q.is_file():
-                return q
+                return q.resolve()
     near = nearest_names(str(name), _known_files())
     hint = f"; nearest names: {', '.join(near)}" if near else ""
     raise ConfigError(
