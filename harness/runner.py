@@ -587,6 +587,11 @@ def _run_variant(
             try:
                 facts = session.engine_facts()
                 vrec.engine = _model(EngineFactsRecord, facts)
+                if facts.platform == "rocm" and c.rocm_request_timeout_seconds is not None:
+                    # vLLM's test reads rocm_request_timeout_seconds on ROCm only; so does evalrun
+                    session.request_timeout = c.rocm_request_timeout_seconds
+                    p.log(f"{vp.id}: ROCm engine: request timeout {c.rocm_request_timeout_seconds:g} s "
+                          "(rocm_request_timeout_seconds)")
                 if facts.vllm_version is None:  # the session reads /version leniently
                     raise EngineInfoError(f"{vp.id}: cannot read the engine's version from /version")
                 eff = check_effective(facts, vp.speculative_config, vp.async_scheduling, vp.expected_effective)
@@ -611,7 +616,7 @@ def _run_variant(
                         pt.requests,
                         max_tokens=t.spec.max_tokens, temperature=t.spec.temperature, seed=t.spec.seed,
                         stop=pt.stop, on_done=lambda x: bar.advance(x.ok),
-                        per_request=c.per_request_metrics,
+                        per_request=c.per_request_metrics, chat=t.spec.use_chat_completions,
                     )
                     bar.close()
                     samples = judge_completions(c.name, vp.name, t.name, pt.requests, outcome.completions)
@@ -785,7 +790,7 @@ def _rerun_task(session, config: str, vp: VariantPlan, t, pt: PreparedTask, run_
         pt.requests,
         max_tokens=t.spec.max_tokens, temperature=t.spec.temperature, seed=t.spec.seed,
         stop=pt.stop, on_done=lambda x: bar.advance(x.ok),
-        per_request=per_request,
+        per_request=per_request, chat=t.spec.use_chat_completions,
     )
     bar.close()
     samples = judge_completions(config, vp.name, t.name, pt.requests, out.completions)
