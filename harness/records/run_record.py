@@ -410,7 +410,7 @@ class PreflightProblemRecord(_Model):
     variant: str
     config_path: str
     python: str
-    kind: Literal["launch_failed", "args_rejected"]
+    kind: Literal["launch_failed", "args_rejected", "async_not_supported"]
     message: str
 
 
