@@ -407,6 +407,8 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
     record.configs.append(crec)  # filled in place, so an interrupt keeps what ran
     m = Measurements()
     crec.config_warnings = [ConfigWarningRecord(**w.model_dump()) for w in c.warnings]
+    for w in c.warnings:
+        p.warn(w.message)
     variants = [v for v in cp.variants if opts.variants is None or v.name in opts.variants]
     skipped = [v.name for v in cp.variants if v not in variants]
     for name in skipped:
