@@ -155,13 +155,14 @@ def run_config(path: Path, config: pytest.Config) -> tuple[RunRecord, Path]:
     Returns:
         (the run record, the run folder).
     """
-    from harness.config.loader import PROJECT_ROOT, load_config
+    from harness.config.loader import PROJECT_ROOT, load_config, resolve_list_path
     from harness.config.plan import build_plan
     from harness.records.run_record import new_run_id
     from harness.runner import RunOptions, run
 
-    plan = build_plan([load_config(path)], python=config.getoption("--evalrun-python"))
     opt = config.getoption
+    plan = build_plan([load_config(path)], python=opt("--evalrun-python"),
+                      list_path=str(resolve_list_path(opt("--config-list-file"))))
     opts = RunOptions(
         results_dir=Path(opt("--evalrun-results-dir") or PROJECT_ROOT / "results"),
         data_dir=Path(opt("--evalrun-data-dir")) if opt("--evalrun-data-dir") else None,

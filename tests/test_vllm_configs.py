@@ -311,3 +311,33 @@ def test_dry_run_text_shows_warnings_and_not_applicable(capsys):
     assert "variant spec_async: NOT APPLICABLE" in out and "method 'ngram'" in out
     assert "[NOT RUN: variant not applicable]" in out
     assert "/v1/chat/completions" in out and "gen_prefix=" in out
+
+
+def test_real_chat_config_takes_the_chat_path():
+    c = load_config(REAL / "DiffusionGemma-26B-A4B-it-FP8-dynamic.yaml")
+    assert c.tasks["gsm8k"].use_chat_completions is True and c.warnings == ()
+
+
+def test_real_max_concurrency_and_env_are_vllms():
+    path = REAL / "DeepSeek-V2-Lite-Chat-KVPP.yaml"
+    c = load_config(path)
+    assert c.max_concurrency == 8 and c.tasks["gsm8k"].num_questions == 200
+    [ref] = plan_of(path).variants
+    assert ref.env["VLLM_USE_V2_MODEL_RUNNER"] == "1"
+
+
+def test_model_specific_mtp_method_runs_async_and_keeps_its_name():
+    cp = plan_of(REAL / "Qwen3-Next-80B-A3B-NVFP4-EP2.yaml")
+    vs = variants(cp)
+    assert vs["spec_async"].not_applicable is None  # vLLM renames qwen3_next_mtp to mtp
+    assert vs["spec_async"].speculative_config == {"method": "qwen3_next_mtp", "num_speculative_tokens": 1}
+    assert vs["reference"].argv[vs["reference"].argv.index("--enable-expert-parallel") + 1] == \
+        "--moe-backend=flashinfer_trtllm"
+
+
+@pytest.mark.parametrize("arg", ["--port 8001", "--port=8001", "--host 0.0.0.0", "--host=0.0.0.0"])
+def test_owned_flags_are_refused_in_every_spelling(tmp_path, arg):
+    p = tmp_path / "c.yaml"
+    p.write_text(f"model_name: m\naccuracy_threshold: 0.5\nserver_args: \"--enforce-eager {arg}\"\n")
+    with pytest.raises(ConfigError, match=f"{p}:3: server_args: remove {arg.split()[0]}"):
+        load_config(p)
