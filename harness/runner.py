@@ -720,11 +720,15 @@ def _run_variant(
 def _tokenizer_of(argv: list[str], model_ref: str) -> str:
     """The tokenizer the server uses: its ``--tokenizer`` argument, else the model
     (folder or hub id); what lm-eval's prompt-scoring tasks count tokens with."""
+    from harness.config.vllm_args import flag_name  # every spelling vLLM's parser accepts
+
     for i, a in enumerate(argv):
-        if a == "--tokenizer" and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith("--tokenizer="):
+        if flag_name(a) != "--tokenizer":
+            continue
+        if "=" in a:
             return a.split("=", 1)[1]
+        if i + 1 < len(argv):
+            return argv[i + 1]
     return model_ref
 
 
