@@ -123,12 +123,15 @@ def cmd_run(argv: list[str]) -> int:
     if bad_id:
         print(f"evalrun: --run-id: {bad_id}", file=sys.stderr)
         return 2
+    from harness.config.loader import resolve_list_path
+
     try:
         configs = load_selected(args.config, args.keyword, args.select)
+        list_path = resolve_list_path(args.config)
     except ConfigError as e:
         print(f"evalrun: config error:\n{e}", file=sys.stderr)
         return 2
-    plan = build_plan(configs, python=args.python)
+    plan = build_plan(configs, python=args.python, list_path=str(list_path))
     shard = None
     if args.shard:
         import dataclasses

@@ -8,9 +8,14 @@ the same command line works on evalrun's test module::
         --config-list-file=models-h200.txt -k Nemotron-3-Super-120B-A12B-BF16 \\
         --junitxml=results/junit.xml
 
-Each config of the list becomes one test item named by the config's file stem
-(``test_gsm8k_correctness[Nemotron-3-Super-120B-A12B-BF16]``), so ``-k`` selects as in
-vLLM. An item runs its config through the same runner as ``evalrun --config`` and
+Each config of the list becomes one test item named as vLLM's conftest names it, by the
+config's file stem and ``--tp-size`` (default 1):
+``test_gsm8k_correctness[Nemotron-3-Super-120B-A12B-BF16-tp1]``, so ``-k``, node ids,
+JUnit names and ``--deselect`` lines written for vLLM's test carry over. ``--tp-size N``
+is honoured only where it agrees with the config: a config whose ``server_args`` set
+``--tensor-parallel-size`` (any spelling, or ``-tp``) to another value, or that sets
+none while N > 1, is refused with a usage error naming the config (evalrun does not
+rewrite a config's parallelism). An item runs its config through the same runner as ``evalrun --config`` and
 writes the run record as usual (``<results>/<run id>-<stem>/``); a failing gate fails
 the test with the gate table as the message, and a config that could not be judged
 fails too (fail closed). The list is resolved as evalrun resolves lists (a path, else
@@ -44,6 +49,8 @@ def _add_options(parser: pytest.Parser) -> None:
          "GSM8K folder with test.jsonl and train.jsonl (default: $EVALRUN_DATA_DIR, else the hub)"),
         ("--evalrun-python", "PYTHON", "interpreter with vLLM installed, for the server command (default: this one)"),
         ("--evalrun-baseline-dir", "DIR", "folder of stored baselines to gate against (default: none)"),
+        ("--tp-size", "N", "tensor parallel size, as vLLM's conftest: test ids end in -tp<N> (default 1); "
+                           "refused when a config's --tensor-parallel-size differs"),
     ]
     for name, metavar, text in options:
         try:
@@ -78,7 +85,48 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         paths = read_model_list(lst)
     except ConfigError as e:
         raise pytest.UsageError(f"--config-list-file={lst}: {e}") from None
-    metafunc.parametrize(FIXTURE, paths, ids=[p.stem for p in paths])
+    raw_tp = metafunc.config.getoption("--tp-size")
+    try:
+        tp = int(raw_tp) if raw_tp is not None else 1
+    except ValueError:
+        raise pytest.UsageError(f"--tp-size={raw_tp}: not an integer") from None
+    if raw_tp is not None:
+        for p in paths:
+            why = tp_size_conflict(p, tp)
+            if why:
+                raise pytest.UsageError(f"--tp-size={tp}: {why}")
+    metafunc.parametrize(FIXTURE, paths, ids=[test_id(p, tp) for p in paths])
+
+
+def test_id(path: Path, tp_size: int = 1) -> str:
+    """The test id vLLM's conftest gives a config: ``<config stem>-tp<N>``."""
+    return f"{path.stem}-tp{tp_size}"
+
+
+def tp_size_conflict(path: Path, tp_size: int) -> str | None:
+    """Why ``--tp-size`` cannot be honoured for the config at ``path``, or None.
+
+    The config's own ``--tensor-parallel-size`` (``--tensor_parallel_size``, ``=N``, or
+    ``-tp N``) is what its server runs with; ``--tp-size`` must equal it (or be 1 when the
+    config sets none, vLLM's default).
+    """
+    from harness.config.loader import ConfigError, load_config
+    from harness.config.vllm_args import flag_name
+
+    try:
+        argv = list(load_config(path).server_args)
+    except ConfigError as e:
+        return str(e)
+    set_to = None
+    for i, a in enumerate(argv):
+        if flag_name(a) == "--tensor-parallel-size" or a == "-tp":
+            set_to = a.split("=", 1)[1] if "=" in a else (argv[i + 1] if i + 1 < len(argv) else None)
+    have = int(set_to) if set_to and set_to.isdigit() else 1
+    if have != tp_size:
+        where = f"--tensor-parallel-size {set_to}" if set_to else "no --tensor-parallel-size (vLLM's default 1)"
+        return (f"{path}: server_args set {where}; evalrun runs each config as written and does not "
+                f"rewrite its parallelism, so --tp-size {tp_size} would name a run that does not happen")
+    return None
 
 
 def gate_table(record: RunRecord) -> str:
@@ -107,13 +155,14 @@ def run_config(path: Path, config: pytest.Config) -> tuple[RunRecord, Path]:
     Returns:
         (the run record, the run folder).
     """
-    from harness.config.loader import PROJECT_ROOT, load_config
+    from harness.config.loader import PROJECT_ROOT, load_config, resolve_list_path
     from harness.config.plan import build_plan
     from harness.records.run_record import new_run_id
     from harness.runner import RunOptions, run
 
-    plan = build_plan([load_config(path)], python=config.getoption("--evalrun-python"))
     opt = config.getoption
+    plan = build_plan([load_config(path)], python=opt("--evalrun-python"),
+                      list_path=str(resolve_list_path(opt("--config-list-file"))))
     opts = RunOptions(
         results_dir=Path(opt("--evalrun-results-dir") or PROJECT_ROOT / "results"),
         data_dir=Path(opt("--evalrun-data-dir")) if opt("--evalrun-data-dir") else None,

@@ -29,7 +29,7 @@ from harness.report.summary import render_markdown
 from harness.records.run_record import (
     AnswerAgreementRecord, BaselineInfo, ComparisonResult, ConfigRef, ConfigResult, DatasetRef, EffectivenessRecord,
     EngineFactsRecord, LeftoverServerRecord, LmEvalInfo, LmEvalTaskRecord, NoiseRecord, OutputMatchRecord, PairedRecord, PluginReport,
-    PreflightProblemRecord, PreflightRecord,
+    PreflightProblemRecord, PreflightRecord, ConfigWarningRecord,
     RerunRecord, Requested, RunErrorRecord, RunRecord, ServerRecord, SpecDecodeCountersRecord, SpecDecodeRecord, SubsetWarning,
     TaskResult, TruncatedIds, VariantResult, new_run_id, provenance, utc_now, write_run,
 )
@@ -39,7 +39,7 @@ from harness.records.run_folder import RunFolderTaken, claim_run_folder
 from harness.records.samples import Sample, sha256_file, write_jsonl
 from harness.analysis.scoring import answer_agreement, is_truncated, output_match, score_task
 from harness.engine.metrics import counter_violations
-from harness.engine.preflight import ServerCommand, check_server_commands
+from harness.engine.preflight import ASYNC_NOT_SUPPORTED, ServerCommand, check_server_commands
 from harness.engine.server import ServerStartError, find_leftover_servers, unstopped
 from harness.engine.session import TaskOutcome, VariantSession
 from harness.analysis.stats import ratio_bootstrap_ci
@@ -402,10 +402,14 @@ def _run_claimed(plan: Plan, opts: RunOptions, run_id: str, run_dir: Path) -> tu
     try:
         if _short_data(plan, opts, record):
             return _finish(record, run_dir, could_not_run=True), run_dir
-        if opts.preflight and _preflight(plan, opts, record):
-            return _finish(record, run_dir, could_not_run=True), run_dir
+        if opts.preflight:
+            stop, not_applicable = _preflight(plan, opts, record)
+            if stop:
+                return _finish(record, run_dir, could_not_run=True), run_dir
+            plan = mark_not_applicable(plan, not_applicable)
         for cp in plan.configs:
-            _, cnr = _run_config(cp, opts, run_dir, record)
+            crec, cnr = _run_config(cp, opts, run_dir, record)
+            crec.list_path = plan.list_path  # the model list file that was read
             could_not_run |= cnr
             PLACE.at("writing", variant=None, task=None)
             recorder.save()  # keep what is measured so far
@@ -568,12 +572,30 @@ def _short_data(plan: Plan, opts: RunOptions, record: RunRecord) -> bool:
     return True
 
 
-def _preflight(plan: Plan, opts: RunOptions, record: RunRecord) -> bool:
-    """Check every selected variant's server command with vLLM's own parser
-    (:func:`harness.engine.preflight.check_server_commands`), recorded in
-    ``record.preflight``. On a problem, fill ``record.configs`` with every variant NOT
-    RUN (the rejected ones with their reason and ``server.status`` ``args_rejected`` /
-    ``launch_failed``, the others ``not_started``) and return True.
+def mark_not_applicable(plan: Plan, reasons: dict[str, str]) -> Plan:
+    """The plan with the variants named in ``reasons`` (variant id -> reason) marked not
+    applicable: they start no server and their gates are NOT RUN with the reason."""
+    import dataclasses
+
+    if not reasons:
+        return plan
+    cps = tuple(dataclasses.replace(cp, variants=tuple(
+        dataclasses.replace(v, not_applicable=reasons[v.id]) if v.id in reasons else v for v in cp.variants))
+        for cp in plan.configs)
+    return dataclasses.replace(plan, configs=cps)
+
+
+def _preflight(plan: Plan, opts: RunOptions, record: RunRecord) -> tuple[bool, dict[str, str]]:
+    """Check every selected variant's server command with vLLM's own parser and its
+    async-scheduling/drafter rule (:func:`harness.engine.preflight.check_server_commands`),
+    recorded in ``record.preflight``.
+
+    Returns:
+        (stop, not applicable). A variant vLLM would refuse only for async scheduling with
+        its drafter is returned in the second item (variant id -> vLLM's reason) and runs
+        as not applicable. On any other problem, ``record.configs`` is filled with every
+        variant NOT RUN (the rejected ones with their reason and ``server.status``
+        ``args_rejected`` / ``launch_failed``, the others ``not_started``) and stop is True.
     """
     import time
 
@@ -582,18 +604,22 @@ def _preflight(plan: Plan, opts: RunOptions, record: RunRecord) -> bool:
         ServerCommand(vp.id, cp.config.path, tuple(a.replace("{port}", "8000") for a in vp.argv),
                       {k: v for k, v in vp.env.items() if not k.startswith("EVALRUN_")})  # no fault in a check
         for cp in plan.configs for vp in cp.variants
-        if opts.variants is None or vp.name in opts.variants
+        if (opts.variants is None or vp.name in opts.variants) and not vp.not_applicable
     ]
     p.log(f"checking {len(cmds)} server command(s) with the installed vLLM's argument parser")
     t0 = time.monotonic()
-    problems = check_server_commands(cmds)
+    found = check_server_commands(cmds)
+    not_applicable = {pr.variant_id: pr.message for pr in found if pr.kind == ASYNC_NOT_SUPPORTED}
+    for vid, why in not_applicable.items():
+        p.warn(f"{vid}: not applicable on this engine: {why}")
+    problems = [pr for pr in found if pr.kind != ASYNC_NOT_SUPPORTED]
     record.preflight = PreflightRecord(
         checked=len(cmds), seconds=round(time.monotonic() - t0, 1),
         problems=[PreflightProblemRecord(variant=pr.variant_id, config_path=str(pr.config_path), python=pr.python,
-                                         kind=pr.kind, message=pr.message) for pr in problems],
+                                         kind=pr.kind, message=pr.message) for pr in found],
     )
     if not problems:
-        return False
+        return False, not_applicable
     bad = {pr.variant_id: pr for pr in problems}
     for pr in problems:
         p.error(f"server command rejected before launch: {pr.describe()}")
@@ -619,7 +645,7 @@ def _preflight(plan: Plan, opts: RunOptions, record: RunRecord) -> bool:
             m.not_run[(vp.name, None)] = reason
         crec.gates = evaluate_gates(cp.gates, m)
         record.configs.append(crec)
-    return True
+    return True, not_applicable
 
 
 def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunRecord) -> tuple[ConfigResult, bool]:
@@ -631,10 +657,21 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
                         tasks={name: spec.model_dump(mode="json", exclude={"gates"}) for name, spec in c.tasks.items()})
     record.configs.append(crec)  # filled in place, so an interrupt keeps what ran
     m = Measurements()
+    crec.config_warnings = [ConfigWarningRecord(**w.model_dump()) for w in c.warnings]
+    for w in c.warnings:
+        p.warn(w.message)
     variants = [v for v in cp.variants if opts.variants is None or v.name in opts.variants]
     skipped = [v.name for v in cp.variants if v not in variants]
     for name in skipped:
         m.not_run[(name, None)] = "variant not selected (--variant)"
+    for v in [v for v in variants if v.not_applicable]:  # the engine cannot run it: never a pass
+        m.not_run[(v.name, None)] = f"not applicable: {v.not_applicable}"
+        crec.variants[v.name] = VariantResult(
+            argv=list(v.argv), env=dict(v.env), fault=v.fault,
+            requested=Requested(speculative_config=v.speculative_config, async_scheduling=v.async_scheduling),
+            server=ServerRecord(status="not_started"), error=f"not applicable: {v.not_applicable}",
+        )
+    variants = [v for v in variants if not v.not_applicable]
 
     # 1. tasks: data first, so a missing data set stops before minutes of server start-up.
     prepared: dict[str, PreparedTask] = {}
@@ -816,6 +853,11 @@ def _run_variant(
             try:
                 facts = session.engine_facts()
                 vrec.engine = _model(EngineFactsRecord, facts)
+                if facts.platform == "rocm" and c.rocm_request_timeout_seconds is not None:
+                    # vLLM's test reads rocm_request_timeout_seconds on ROCm only; so does evalrun
+                    session.request_timeout = c.rocm_request_timeout_seconds
+                    p.log(f"{vp.id}: ROCm engine: request timeout {c.rocm_request_timeout_seconds:g} s "
+                          "(rocm_request_timeout_seconds)")
                 if facts.vllm_version is None:  # the session reads /version leniently
                     raise EngineInfoError(f"{vp.id}: cannot read the engine's version from /version")
                 eff = check_effective(facts, vp.speculative_config, vp.async_scheduling, vp.expected_effective)
@@ -841,7 +883,7 @@ def _run_variant(
                         pt.requests,
                         max_tokens=t.spec.max_tokens, temperature=t.spec.temperature, seed=t.spec.seed,
                         stop=pt.stop, on_done=lambda x: bar.advance(x.ok),
-                        per_request=c.per_request_metrics,
+                        per_request=c.per_request_metrics, chat=t.spec.use_chat_completions,
                     )
                     bar.close()
                     PLACE.at("judging")
@@ -966,11 +1008,15 @@ def _keep_raw(path: Path, completions, p: Progress) -> None:
 def _tokenizer_of(argv: list[str], model_ref: str) -> str:
     """The tokenizer the server uses: its ``--tokenizer`` argument, else the model
     (folder or hub id); what lm-eval's prompt-scoring tasks count tokens with."""
+    from harness.config.vllm_args import flag_name  # every spelling vLLM's parser accepts
+
     for i, a in enumerate(argv):
-        if a == "--tokenizer" and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith("--tokenizer="):
+        if flag_name(a) != "--tokenizer":
+            continue
+        if "=" in a:
             return a.split("=", 1)[1]
+        if i + 1 < len(argv):
+            return argv[i + 1]
     return model_ref
 
 
@@ -1038,7 +1084,7 @@ def _rerun_task(session, config: str, vp: VariantPlan, t, pt: PreparedTask, run_
         pt.requests,
         max_tokens=t.spec.max_tokens, temperature=t.spec.temperature, seed=t.spec.seed,
         stop=pt.stop, on_done=lambda x: bar.advance(x.ok),
-        per_request=per_request,
+        per_request=per_request, chat=t.spec.use_chat_completions,
     )
     bar.close()
     samples = judge_completions(config, vp.name, t.name, pt.requests, out.completions)

@@ -78,6 +78,10 @@ if args and args[0] == "-c":  # the pre-launch argument check
         if it["env"].get("FAKE_MODE") == "reject_args":
             results.append({"id": it["id"], "ok": False, "error": "vllm.entrypoints.openai.api_server: error: "
                                                                   "unrecognized arguments: --fake-flag-from-main"})
+        elif it["env"].get("FAKE_ASYNC_REFUSED") and "--async-scheduling" in it["args"]:
+            # as the real check reports vLLM's async-scheduling/drafter rule
+            results.append({"id": it["id"], "ok": True, "error": None,
+                            "async_refused": "fake refusal: async scheduling with this drafter"})
         else:
             results.append({"id": it["id"], "ok": True, "error": None})
     print("EVALRUN_PREFLIGHT " + json.dumps({"python": sys.executable, "version": "0.0.fake",

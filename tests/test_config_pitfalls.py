@@ -163,18 +163,35 @@ def native(tmp_path, spec: str, floor: str = "1.5") -> Path:
     return write(tmp_path, NATIVE.replace("SPEC", spec).replace("MIN", floor))
 
 
-def test_native_unknown_speculative_key_names_line_and_nearest(tmp_path):
+def test_native_misspelt_method_names_line_and_nearest(tmp_path):
+    # no method and no draft model: refused, naming the misspelt key and the nearest one
     p = native(tmp_path, "methd: mtp, num_speculative_tokens: 2")
     msg = err(p)
     assert f"{p}:5" in msg
-    assert "variants.spec.speculative_config.methd" in msg and "did you mean 'method'" in msg
+    assert "variants.spec.speculative_config" in msg and "'methd'" in msg and "did you mean 'method'" in msg
 
 
-def test_vllm_form_unknown_speculative_key_inside_json(tmp_path):
+def test_native_untyped_speculative_key_is_a_warning_and_passed_on(tmp_path):
+    p = native(tmp_path, "method: mtp, num_speculative_tokens: 2, num_speculative_token: 3")
+    cfg = load_config(p)
+    [w] = cfg.warnings
+    assert w.key == "variants.spec.speculative_config.num_speculative_token"
+    assert w.nearest == "num_speculative_tokens" and w.line == 5
+    argv = list(next(v for v in build_plan([cfg]).configs[0].variants if v.name == "spec").argv)
+    sent = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert sent == {"method": "mtp", "num_speculative_tokens": 2, "num_speculative_token": 3}
+
+
+def test_vllm_form_untyped_speculative_key_inside_json_is_passed_to_vllm(tmp_path):
+    # vLLM's test passes the JSON to vLLM's own parser unchanged; evalrun warns and does the same
     spec = '{"method":"mtp","num_speculative_token":2}'
     p = write(tmp_path, f"model_name: a/b\naccuracy_threshold: 0.9\nserver_args: --speculative-config '{spec}'\n")
-    msg = err(p)
-    assert f"{p}:3" in msg and "num_speculative_token" in msg and "did you mean 'num_speculative_tokens'" in msg
+    cfg = load_config(p)
+    [w] = cfg.warnings
+    assert w.line == 3 and w.key == "server_args.--speculative-config.num_speculative_token"
+    assert w.nearest == "num_speculative_tokens" and f"{p}:3" in w.message
+    argv = list(next(v for v in build_plan([cfg]).configs[0].variants if v.name == "spec_sync").argv)
+    assert json.loads(argv[argv.index("--speculative-config") + 1]) == json.loads(spec)
 
 
 def test_typed_values_are_checked(tmp_path):

@@ -31,7 +31,11 @@ def test_h200_dry_run_json_three_variants_with_flags(capsys):
     assert "--async-scheduling" not in ref and "--no-async-scheduling" not in ref
     i = sync.index("--speculative-config")
     assert json.loads(sync[i + 1]) == {"method": "mtp", "num_speculative_tokens": 5}
-    assert sync[-1] == "--no-async-scheduling" and asyn[-1] == "--async-scheduling"
+    # vLLM's test's order: server_args, --trust-remote-code, the access-log flag, then
+    # evalrun's variant flags, host and port, and RemoteOpenAIServer's --seed 0
+    assert sync[sync.index("--trust-remote-code") + 1] == "--disable-uvicorn-access-log"
+    assert sync[i + 2] == "--no-async-scheduling" and asyn[i + 2] == "--async-scheduling"
+    assert sync[-6:] == ["--host", "127.0.0.1", "--port", "{port}", "--seed", "0"]
     for flag, val in (("--tensor-parallel-size", "8"), ("--max-model-len", "4096"), ("--host", "127.0.0.1")):
         assert ref[ref.index(flag) + 1] == val
     assert "--enable-expert-parallel" in ref

@@ -62,7 +62,7 @@ def cases(root):
 def test_k_selects_one_config_by_stem_and_it_passes(tmp_path, model_list, gsm8k_dir):
     p, root = pytest_run(tmp_path, model_list, gsm8k_dir, "-k", "Good-Model-8B-BF16")
     assert p.returncode == 0, p.stdout[-3000:]
-    assert list(cases(root)) == ["test_gsm8k_correctness[Good-Model-8B-BF16]"]
+    assert list(cases(root)) == ["test_gsm8k_correctness[Good-Model-8B-BF16-tp1]"]
     runs = list((tmp_path / "results").glob("*-Good-Model-8B-BF16/run.json"))
     assert len(runs) == 1
 
@@ -71,9 +71,9 @@ def test_failing_gate_fails_the_item_with_the_gate_table(tmp_path, model_list, g
     p, root = pytest_run(tmp_path, model_list, gsm8k_dir)
     assert p.returncode == 1
     cs = cases(root)
-    assert set(cs) == {"test_gsm8k_correctness[Good-Model-8B-BF16]", "test_gsm8k_correctness[Broken-Model-8B-BF16]"}
-    assert cs["test_gsm8k_correctness[Good-Model-8B-BF16]"].find("failure") is None
-    fail = cs["test_gsm8k_correctness[Broken-Model-8B-BF16]"].find("failure")
+    assert set(cs) == {"test_gsm8k_correctness[Good-Model-8B-BF16-tp1]", "test_gsm8k_correctness[Broken-Model-8B-BF16-tp1]"}
+    assert cs["test_gsm8k_correctness[Good-Model-8B-BF16-tp1]"].find("failure") is None
+    fail = cs["test_gsm8k_correctness[Broken-Model-8B-BF16-tp1]"].find("failure")
     text = (fail.get("message") or "") + (fail.text or "")
     assert "a gate failed" in text
     assert "FAIL" in text and "Broken-Model-8B-BF16/reference->spec_async/gsm8k/min_output_match" in text
@@ -102,3 +102,31 @@ def test_plugin_does_not_break_vllms_own_conftest(tmp_path):
     p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--config-list-file=x.txt",
                         str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+
+
+def collect(tmp_path, lst, *extra):
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--pyargs", "harness.test_gsm8k_correctness",
+           f"--config-list-file={lst}", "--collect-only", "-q", *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+
+
+def test_ids_are_vllm_conftest_ids_and_tp_size_is_honoured(tmp_path):
+    # vLLM's real lists: models-h200.txt (TP 8 and DP 8 configs) and the default small list
+    data = Path(__file__).resolve().parent / "data" / "vllm_gsm8k" / "configs"
+    p = collect(tmp_path, data / "models-small.txt")
+    assert p.returncode == 0, p.stdout + p.stderr
+    ids = [x.split("::", 1)[1] for x in p.stdout.splitlines() if "::" in x]
+    assert ids == [f"test_gsm8k_correctness[{s}-tp1]" for s in (
+        "Qwen3-0.6B-FP8", "Llama-3.2-1B-Instruct-INT8-CT", "Llama-3-8B-Instruct-nonuniform-CT",
+        "Qwen2.5-VL-3B-Instruct-FP8-dynamic", "Qwen1.5-MoE-W4A16-CT", "DeepSeek-V2-Lite-Instruct-FP8")]
+    p = collect(tmp_path, data / "models-spec-decode.txt", "--tp-size=4")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "test_gsm8k_correctness[DeepSeek-V4-Flash-DSpark-confidence-TP4-tp4]" in p.stdout
+
+
+def test_tp_size_that_disagrees_with_the_config_is_refused_naming_it(tmp_path):
+    data = Path(__file__).resolve().parent / "data" / "vllm_gsm8k" / "configs"
+    p = collect(tmp_path, data / "models-h200.txt", "--tp-size=2")
+    assert p.returncode != 0
+    out = p.stdout + p.stderr
+    assert "--tp-size=2" in out and "DeepSeek-R1-TP.yaml" in out and "--tensor-parallel-size 8" in out

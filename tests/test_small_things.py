@@ -98,9 +98,12 @@ def test_dry_run_command_pastes_into_a_shell(tmp_path, capsys):
     line = next(x for x in out.splitlines() if "variant spec_sync:" in x)
     cmd = out.splitlines()[out.splitlines().index(line) + 1].split("command: ", 1)[1]
     words = shlex.split(cmd)
-    env = [w for w in words[:3] if "=" in w and not w.startswith("-")]
+    env = [w for w in words[:5] if "=" in w and not w.startswith("-")]
     argv = words[len(env):]
-    assert env == ["A_VAR=two words", "VLLM_SERVER_DEV_MODE=1"]
+    # sorted assignments: the config's, vLLM's test's start-up timeout and process start
+    # method (vLLM form), and evalrun's dev endpoint
+    assert env == ["A_VAR=two words", "VLLM_ENGINE_READY_TIMEOUT_S=1200", "VLLM_SERVER_DEV_MODE=1",
+                   "VLLM_WORKER_MULTIPROC_METHOD=spawn"]
     assert argv[:4] == ["/usr/bin/python3", "-m", "vllm.entrypoints.openai.api_server", "--model"]
     assert argv[4] == "org/my model"
     assert argv[argv.index("--port") + 1] == "8000"               # filled, not "{port}"

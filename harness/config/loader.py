@@ -35,6 +35,11 @@ MODEL_LISTS_DIR = PROJECT_ROOT / "model_lists"
 #: Default of vLLM's GSM8K test (``tests/evals/gsm8k/test_gsm8k_correctness.py``):
 #: absolute tolerance below ``accuracy_threshold``.
 DEFAULT_TOLERANCE = 0.08
+#: Default start-up wait of vLLM's GSM8K test (``DEFAULT_STARTUP_MAX_WAIT_SECONDS`` in
+#: ``tests/evals/gsm8k/test_gsm8k_correctness.py``), in seconds.
+DEFAULT_STARTUP_MAX_WAIT_SECONDS = 1200
+#: Default request timeout of vLLM's GSM8K test and evalrun, in seconds.
+DEFAULT_REQUEST_TIMEOUT_SECONDS = 600
 #: Requests in flight per variant by default: vLLM's gsm8k_eval.py without
 #: ``--max-concurrency`` is bounded only by aiohttp's ``TCPConnector`` limit of 100.
 DEFAULT_MAX_CONCURRENCY = 100
@@ -100,6 +105,13 @@ class TaskSpec(_Frozen):
         gates: per-task overrides of the config's ``gates`` (only the keys written
             here change; e.g. ``{accuracy_threshold: null}`` drops the floor for this
             task). See :meth:`ModelConfig.gates_for`.
+        gen_prefix: kind ``gsm8k`` only: text written right after ``Answer:`` in every
+            few-shot example and in the question (vLLM's ``gen_prefix``, e.g. an empty
+            thinking block to skip reasoning); default none.
+        use_chat_completions: kind ``gsm8k`` only: send the same few-shot prompt as one
+            user message to ``/v1/chat/completions`` without stop strings (the chat
+            template delimits the turn), as vLLM's ``gsm8k_eval.py`` does; default
+            ``/v1/completions`` with the stop strings.
     """
 
     kind: Literal["gsm8k", "synthetic", "lm_eval"] = "gsm8k"
@@ -113,9 +125,13 @@ class TaskSpec(_Frozen):
     gates: "GateSpec | None" = None
     lm_eval_task: str | None = None
     lm_eval_include_path: str | None = None
+    gen_prefix: str = ""
+    use_chat_completions: bool = False
 
     @model_validator(mode="after")
     def _lm_eval_needs_a_task(self) -> "TaskSpec":
+        if self.kind != "gsm8k" and (self.gen_prefix or self.use_chat_completions):
+            raise ValueError("gen_prefix / use_chat_completions are only for kind gsm8k")
         if self.kind == "lm_eval" and not self.lm_eval_task:
             raise ValueError("kind lm_eval needs lm_eval_task (an lm-eval task name, e.g. gsm8k_cot)")
         if self.kind != "lm_eval" and (self.lm_eval_task or self.lm_eval_include_path):
@@ -214,13 +230,16 @@ class ComparisonSpec(_Frozen):
     output_match_alpha: float | None = Field(default=None, gt=0.0, lt=1.0)
 
 
-class SpeculativeConfigSpec(_Frozen):
+class SpeculativeConfigSpec(BaseModel):
     """A variant's speculative config: the keys of vLLM's ``SpeculativeConfig``
     (``vllm/config/speculative.py``, vLLM 0.32) that a user sets, typed.
 
     Sent to the server as ``--speculative-config '<JSON>'`` with only the keys written
-    in the config (:meth:`as_dict`). An unknown key is a :class:`ConfigError` naming
-    the file, key path, line and nearest valid key (``methd`` -> ``method``). It reads
+    in the config (:meth:`as_dict`). A key not typed here (vLLM adds fields between
+    releases, e.g. ``dspark_budget_frac``) is passed to vLLM unchanged and checked by
+    vLLM's own parser before launch (:mod:`harness.engine.preflight`); the loader
+    records a warning naming it and the nearest typed key (``methd`` -> ``method``).
+    evalrun itself reads only ``method``, ``model`` and ``num_speculative_tokens``. It reads
     like the mapping it came from (``spec["method"]``, ``spec.get(...)``, ``spec ==
     {...}``) so code that takes the JSON mapping keeps working.
 
@@ -247,6 +266,8 @@ class SpeculativeConfigSpec(_Frozen):
         rejection_sample_method, draft_sample_method, dspark_draft_topk,
         synthetic_acceptance_rates, synthetic_acceptance_length: sampling of drafts.
     """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
 
     method: str | None = None
     num_speculative_tokens: int | None = Field(default=None, ge=1)
@@ -284,15 +305,25 @@ class SpeculativeConfigSpec(_Frozen):
     @model_validator(mode="after")
     def _check(self) -> "SpeculativeConfigSpec":
         if self.method is None and self.model is None:
-            raise ValueError("set 'method' (e.g. mtp, ngram, eagle) or a draft 'model'")
+            near = [k for k in self.untyped_keys()
+                    if difflib.get_close_matches(k, ["method", "model"], n=1, cutoff=0.6)]
+            hint = "".join(f"; '{k}' is not a key: did you mean "
+                           f"'{difflib.get_close_matches(k, ['method', 'model'], n=1, cutoff=0.6)[0]}'?"
+                           for k in near)
+            raise ValueError(f"set 'method' (e.g. mtp, ngram, eagle) or a draft 'model'{hint}")
         lo, hi = self.prompt_lookup_min, self.prompt_lookup_max
         if lo is not None and hi is not None and lo > hi:
             raise ValueError(f"prompt_lookup_min ({lo}) is larger than prompt_lookup_max ({hi})")
         return self
 
     def as_dict(self) -> dict[str, Any]:
-        """The keys written in the config, as the JSON mapping for ``--speculative-config``."""
+        """The keys written in the config, as the JSON mapping for ``--speculative-config``
+        (keys evalrun does not type included, unchanged)."""
         return self.model_dump(mode="json", exclude_unset=True)
+
+    def untyped_keys(self) -> list[str]:
+        """The keys written that evalrun does not type (passed to vLLM unchanged)."""
+        return sorted(self.model_extra or {})
 
     def __getitem__(self, key: str) -> Any:
         return self.as_dict()[key]
@@ -328,6 +359,10 @@ class VariantSpec(_Frozen):
             (``/server_info``, ``/version``) must be readable, else ``variant_effective``
             fails; ``not_reported``: this engine cannot report it, so the gate is NOT
             RUN instead (never passed).
+        not_applicable: a reason this variant cannot run on the engine (e.g. vLLM refuses
+            async scheduling with the config's drafter): the plan shows it, no server
+            starts, and every gate of the variant is NOT RUN with this reason (never
+            passed). Derived by the loader for vLLM-form configs; None = runs.
     """
 
     speculative_config: SpeculativeConfigSpec | None = None
@@ -337,6 +372,7 @@ class VariantSpec(_Frozen):
     fault: str | None = None
     expected_effective: dict[str, dict[str, Any]] = Field(default_factory=dict)
     engine_facts: Literal["required", "not_reported"] = "required"
+    not_applicable: str | None = None
 
 
 class NativeConfig(_Frozen):
@@ -346,6 +382,10 @@ class NativeConfig(_Frozen):
     cumulative ``/metrics`` counters around each, so every sample carries its own
     draft / accepted counts and acceptance figures get per-request bootstrap intervals
     (slower: no concurrency). Default False.
+
+    ``trust_remote_code: true`` adds ``--trust-remote-code`` to every variant's command,
+    as vLLM's GSM8K test does for every config of its form (default False: a native
+    config runs no model code from the hub unless it says so).
     """
 
     name: str | None = None
@@ -356,6 +396,7 @@ class NativeConfig(_Frozen):
     request_timeout_seconds: float = Field(default=600, gt=0)
     max_concurrency: int = Field(default=DEFAULT_MAX_CONCURRENCY, ge=1)
     per_request_metrics: bool = False
+    trust_remote_code: bool = False
     variants: dict[str, VariantSpec]
     tasks: dict[str, TaskSpec]
     gates: GateSpec = Field(default_factory=GateSpec)
@@ -371,8 +412,10 @@ class EvalrunBlock(_Frozen):
     form: an unknown key is an error naming file, key path, line and nearest key.
 
     Attributes:
-        max_concurrency: requests in flight per variant (default 100, vLLM's client's).
-        request_timeout_seconds: total seconds per request attempt.
+        max_concurrency: requests in flight per variant; the same as vLLM's top-level
+            ``max_concurrency`` (write one of the two; default 100, vLLM's client's).
+        request_timeout_seconds: total seconds per request attempt; the same as vLLM's
+            top-level ``request_timeout_seconds`` (write one of the two; default 600).
         noise_runs: 2 (default) runs each comparison's baseline variant twice, and
             every derived comparison's output match is judged against that rerun's
             output mismatches (README "Output match against noise"); 1 = no rerun.
@@ -392,8 +435,8 @@ class EvalrunBlock(_Frozen):
         multiple_testing: ``holm`` or ``none`` (see :class:`GateSpec`).
     """
 
-    max_concurrency: int = Field(default=DEFAULT_MAX_CONCURRENCY, ge=1)
-    request_timeout_seconds: float = Field(default=600, gt=0)
+    max_concurrency: int | None = Field(default=None, ge=1)
+    request_timeout_seconds: float | None = Field(default=None, gt=0)
     noise_runs: int | None = Field(default=None, ge=1, le=2)
     noise_mismatch_rate: float | None = Field(default=None, ge=0.0, le=1.0)
     min_output_match: float | None = Field(default=1.0, ge=0.0, le=1.0)
@@ -414,9 +457,15 @@ class EvalrunBlock(_Frozen):
 class VllmGsm8kConfig(_Frozen):
     """vLLM's GSM8K config form (``tests/evals/gsm8k/configs/*.yaml``), read unchanged.
 
-    Defaults follow vLLM's ``test_gsm8k_correctness.py`` and ``gsm8k_eval.py``:
-    tolerance 0.08 (absolute), 1319 questions, 5-shot, start-up wait 600 s,
-    max_tokens 256, temperature 0, seed 42.
+    Every key vLLM's current ``test_gsm8k_correctness.py`` reads, with its defaults:
+    tolerance 0.08 (absolute), max_tokens 256, temperature 0, seed 42,
+    ``use_chat_completions`` false, ``gen_prefix`` "", ``max_concurrency`` none (aiohttp's
+    limit of 100), ``request_timeout_seconds`` 600, ``rocm_request_timeout_seconds``
+    (used instead on ROCm only, as vLLM's test does), ``startup_max_wait_seconds`` 1200
+    (also sent to the server as ``VLLM_ENGINE_READY_TIMEOUT_S``), ``min_acceptance_length``.
+    vLLM requires ``num_questions`` and ``num_fewshot``; evalrun defaults them to 1319 and 5.
+    A top-level key not listed is a warning (:func:`vllm_form_warnings`), never an error,
+    because vLLM's test reads the YAML as a plain dict and ignores it.
     """
 
     model_name: str
@@ -426,16 +475,40 @@ class VllmGsm8kConfig(_Frozen):
     num_fewshot: int = Field(default=5, ge=0)
     server_args: ArgsStr = ""
     env: EnvDict = Field(default_factory=dict)
-    startup_max_wait_seconds: float = Field(default=600, gt=0)
+    startup_max_wait_seconds: float = Field(default=DEFAULT_STARTUP_MAX_WAIT_SECONDS, gt=0)
     min_acceptance_length: float | None = Field(default=None, ge=1.0)
     max_tokens: int = Field(default=256, ge=1)
     temperature: float = Field(default=0.0, ge=0.0)
     seed: int = 42
+    use_chat_completions: bool = False
+    gen_prefix: str = ""
+    max_concurrency: int | None = Field(default=None, ge=1)
+    request_timeout_seconds: float | None = Field(default=None, gt=0)
+    rocm_request_timeout_seconds: float | None = Field(default=None, gt=0)
     calibration_questions: int | None = Field(default=None, ge=1)
     evalrun: EvalrunBlock = Field(default_factory=EvalrunBlock)
 
 
 # --------------------------------------------------------------------------- the result
+
+
+class ConfigWarning(_Frozen):
+    """Something in a config that evalrun reads but does not refuse (vLLM's form only:
+    its test never refuses a key), recorded in the plan and the run record.
+
+    Attributes:
+        file: the config file.
+        line: 1-based line of the key (None when unknown).
+        key: dotted key path, e.g. ``max_model_len`` or ``server_args.--speculative-config.foo``.
+        nearest: the nearest key evalrun knows there (None when nothing is close).
+        message: one sentence naming the file, line, key, nearest key and what evalrun does.
+    """
+
+    file: str
+    line: int | None = None
+    key: str
+    nearest: str | None = None
+    message: str
 
 
 class ModelConfig(_Frozen):
@@ -455,6 +528,12 @@ class ModelConfig(_Frozen):
         comparisons: gated pairs of variants.
         per_request_metrics: send requests one at a time and record per-request
             speculative-decoding counts on each sample (native form only).
+        trust_remote_code: add ``--trust-remote-code`` to every command (always for the
+            vLLM form, as vLLM's test does; the native form opts in).
+        rocm_request_timeout_seconds: request timeout used instead of
+            ``request_timeout_seconds`` when the engine runs on ROCm (vLLM form only,
+            as vLLM's test reads it); None = the same timeout everywhere.
+        warnings: what the loader accepted but flagged (:class:`ConfigWarning`).
     """
 
     name: str
@@ -468,6 +547,9 @@ class ModelConfig(_Frozen):
     request_timeout_seconds: float = 600
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY
     per_request_metrics: bool = False
+    trust_remote_code: bool = False
+    rocm_request_timeout_seconds: float | None = None
+    warnings: tuple[ConfigWarning, ...] = ()
     variants: dict[str, VariantSpec]
     tasks: dict[str, TaskSpec]
     gates: GateSpec
@@ -510,11 +592,15 @@ def refuse_owned_flags(argv: list[str], where: str) -> None:
         where: ``<file>: <key>`` for the message.
 
     Raises:
-        ConfigError: naming the file, key and flag, when ``--port`` or ``--host``
-            (also as ``--port=N``) is present.
+        ConfigError: naming the file, key and flag, when ``--port`` or ``--host`` is
+            present in any spelling vLLM's parser accepts (``--port=N``, ``--po_rt`` is
+            not one; see :mod:`harness.config.vllm_args`). vLLM's own test refuses a
+            ``--port`` too (``RemoteOpenAIServer`` picks the port).
     """
+    from harness.config.vllm_args import flag_name
+
     for a in argv:
-        flag = a.split("=", 1)[0]
+        flag = flag_name(a)
         if flag in OWNED_FLAGS:
             raise ConfigError(
                 f"{where}: remove {a}: evalrun sets {' and '.join(OWNED_FLAGS)} itself "
@@ -523,38 +609,23 @@ def refuse_owned_flags(argv: list[str], where: str) -> None:
 
 
 def pop_speculative_config(argv: list[str], where: str) -> tuple[list[str], dict | None]:
-    """Remove ``--speculative-config X`` / ``--speculative-config=X`` from ``argv``.
+    """Remove the speculative config from ``argv`` in every spelling vLLM's parser
+    accepts (``--speculative-config X``, ``--speculative-config=X``, ``_`` for ``-``,
+    dotted sub-keys ``--speculative_config.method mtp`` / ``...=mtp``;
+    :func:`harness.config.vllm_args.pop_json_flag`).
 
     Returns:
-        (argv without the flag, the parsed JSON mapping or None when absent).
+        (argv without the flag, the JSON mapping vLLM would receive, or None when absent).
 
     Raises:
-        ConfigError: when the value is missing or not a JSON object.
+        ConfigError: when a value is missing or the whole-JSON value is not a JSON object.
     """
-    out: list[str] = []
-    spec: dict | None = None
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        raw = None
-        if a == SPEC_FLAG:
-            if i + 1 >= len(argv):
-                raise ConfigError(f"{where}: {SPEC_FLAG} has no value")
-            raw = argv[i + 1]
-            i += 2
-        elif a.startswith(SPEC_FLAG + "="):
-            raw = a.split("=", 1)[1]
-            i += 1
-        else:
-            out.append(a)
-            i += 1
-            continue
-        try:
-            spec = json.loads(raw)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{where}: {SPEC_FLAG} value is not JSON: {raw!r} ({e})") from e
-        if not isinstance(spec, dict):
-            raise ConfigError(f"{where}: {SPEC_FLAG} must be a JSON object, got {raw!r}")
+    from harness.config.vllm_args import ArgsError, pop_json_flag
+
+    try:
+        out, spec, _ = pop_json_flag(argv, SPEC_FLAG, where)
+    except ArgsError as e:
+        raise ConfigError(str(e)) from None
     return out, spec
 
 
@@ -806,10 +877,16 @@ def load_config(path: str | Path) -> ModelConfig:
     sha = hashlib.sha256(raw_bytes).hexdigest()
     if "variants" in data:
         native = _validate(NativeConfig, data, path, lines)
-        cfg = _from_native(native, path, sha)
+        cfg = _from_native(native, path, sha, lines)
     else:
-        vcfg = _validate(VllmGsm8kConfig, data, path, lines)
-        cfg = _from_vllm(vcfg, path, sha, lines)
+        kept, warns = vllm_form_warnings(data, path, lines)
+        try:
+            vcfg = _validate(VllmGsm8kConfig, kept, path, lines)
+        except ConfigError as e:
+            # a required key missing next to an unknown key close to it: name the typo
+            near = [w.message for w in warns if w.nearest and w.nearest not in kept]
+            raise ConfigError("\n".join([str(e), *near])) from None
+        cfg = _from_vllm(vcfg, path, sha, lines, warns)
     check_acceptance_floor(cfg, lines)
     from harness.config.checks import ConfigCheckError, check_config  # names that become paths, limits that cannot fail
 
@@ -854,7 +931,7 @@ def check_acceptance_floor(cfg: "ModelConfig", lines: dict[tuple, int] | None = 
             )
 
 
-def _from_native(c: NativeConfig, path: Path, sha: str) -> ModelConfig:
+def _from_native(c: NativeConfig, path: Path, sha: str, lines: dict | None = None) -> ModelConfig:
     if not c.variants:
         raise ConfigError(f"{path}: 'variants' must name at least one variant")
     if not c.tasks:
@@ -885,7 +962,12 @@ def _from_native(c: NativeConfig, path: Path, sha: str) -> ModelConfig:
         )
     from harness.faults.plugin import known_faults  # standard library only
 
+    warns: list[ConfigWarning] = []
     for name, v in c.variants.items():
+        if v.speculative_config is not None:
+            warns += speculative_warnings(v.speculative_config, path,
+                                          (lines or {}).get(("variants", name, "speculative_config")),
+                                          f"variants.{name}.speculative_config")
         vargs = split_args(v.server_args, f"{path}: variants.{name}.server_args")
         refuse_owned_flags(vargs, f"{path}: variants.{name}.server_args")
         _, vspec = pop_speculative_config(vargs, f"{path}: variants.{name}.server_args")
@@ -913,6 +995,8 @@ def _from_native(c: NativeConfig, path: Path, sha: str) -> ModelConfig:
         request_timeout_seconds=c.request_timeout_seconds,
         max_concurrency=c.max_concurrency,
         per_request_metrics=c.per_request_metrics,
+        trust_remote_code=c.trust_remote_code,
+        warnings=tuple(warns),
         variants=dict(c.variants),
         tasks=dict(c.tasks),
         gates=c.gates,
@@ -928,11 +1012,12 @@ def typed_speculative_config(spec: dict, where: str) -> SpeculativeConfigSpec:
         where: ``"<file>:<line>: server_args"``, put in front of every message.
 
     Raises:
-        ConfigError: an unknown key (with the nearest valid key), a wrong type or a
-            value out of range, each named by its key inside the JSON.
+        ConfigError: a wrong type or a value out of range of a typed key, named by its
+            key inside the JSON (a key evalrun does not type is passed through; see
+            :func:`speculative_warnings`).
     """
     try:
-        return SpeculativeConfigSpec.model_validate(spec)
+        return SpeculativeConfigSpec.model_validate(spec)  # untyped keys pass through
     except ValidationError as e:
         valid = list(SpeculativeConfigSpec.model_fields)
         msgs = []
@@ -947,19 +1032,79 @@ def typed_speculative_config(spec: dict, where: str) -> SpeculativeConfigSpec:
         raise ConfigError("\n".join(msgs)) from None
 
 
-def _from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict | None = None) -> ModelConfig:
-    line = (lines or {}).get(("server_args",))
+def vllm_form_warnings(data: dict, path: Path, lines: dict[tuple, int]) -> tuple[dict, list[ConfigWarning]]:
+    """Split a vLLM-form mapping into the keys evalrun reads and warnings for the rest.
+
+    vLLM's test reads the YAML as a plain dict and ignores keys it does not use (e.g.
+    ``max_model_len`` in two configs of its default list), so evalrun does the same and
+    says so.
+
+    Returns:
+        (the mapping without unknown top-level keys, one :class:`ConfigWarning` per
+        unknown key naming the file, the line, the key and the nearest known key).
+    """
+    known = list(VllmGsm8kConfig.model_fields)
+    kept, warns = {}, []
+    for k, v in data.items():
+        if k in known:
+            kept[k] = v
+            continue
+        near = difflib.get_close_matches(str(k), known, n=1, cutoff=0.6)
+        line = lines.get((k,))
+        where = f"{path}:{line}" if line else f"{path}"
+        hint = f"; did you mean '{near[0]}'?" if near else ""
+        warns.append(ConfigWarning(
+            file=str(path), line=line, key=str(k), nearest=near[0] if near else None,
+            message=f"{where}: unknown key '{k}' ignored, as vLLM's GSM8K test ignores it{hint}",
+        ))
+    return kept, warns
+
+
+def speculative_warnings(spec: SpeculativeConfigSpec, path: Path, line: int | None, key: str) -> list[ConfigWarning]:
+    """One warning per speculative-config key evalrun does not type: passed to vLLM
+    unchanged, checked by vLLM's own parser before launch."""
+    known = [k for k in SpeculativeConfigSpec.model_fields]
+    out = []
+    where = f"{path}:{line}" if line else f"{path}"
+    for k in spec.untyped_keys():
+        near = difflib.get_close_matches(k, known, n=1, cutoff=0.75)
+        hint = f"; did you mean '{near[0]}'?" if near else ""
+        out.append(ConfigWarning(
+            file=str(path), line=line, key=f"{key}.{k}", nearest=near[0] if near else None,
+            message=(f"{where}: {key}: key '{k}' is not one evalrun knows; passed to vLLM unchanged "
+                     f"(vLLM's parser checks it before launch){hint}"),
+        ))
+    return out
+
+
+def _one_of(c: VllmGsm8kConfig, key: str, default: Any, path: Path, lines: dict) -> Any:
+    """A setting written at top level (vLLM's key) or in the ``evalrun:`` block, not both."""
+    top, ev = getattr(c, key), getattr(c.evalrun, key)
+    if top is not None and ev is not None:
+        raise ConfigError(
+            f"{path}:{lines.get((key,), '?')}: key '{key}' is also written as 'evalrun.{key}' "
+            f"(line {lines.get(('evalrun', key), '?')}); keep one (the top-level key is vLLM's)"
+        )
+    return top if top is not None else ev if ev is not None else default
+
+
+def _from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict | None = None,
+               warnings: list[ConfigWarning] | None = None) -> ModelConfig:
+    from harness.config.vllm_args import (
+        ASYNC_FLAG, async_scheduling_refusal, drop_bool_flag, pinned_async_scheduling,
+    )
+
+    lines = lines or {}
+    warns = list(warnings or [])
+    line = lines.get(("server_args",))
     at = f"{path}:{line}" if line else f"{path}"
     argv = split_args(c.server_args, f"{path}: server_args")
     refuse_owned_flags(argv, f"{at}: server_args")
     argv, raw_spec = pop_speculative_config(argv, f"{at}: server_args")
     spec = typed_speculative_config(raw_spec, f"{at}: server_args") if raw_spec is not None else None
-    for flag in ("--async-scheduling", "--no-async-scheduling"):
-        if flag in argv and spec is not None:
-            raise ConfigError(
-                f"{path}: server_args: remove {flag}; evalrun derives the spec_sync and "
-                "spec_async variants from --speculative-config"
-            )
+    if spec is not None:
+        warns += speculative_warnings(spec, path, line, f"server_args.{SPEC_FLAG}")
+    pin, pin_items = pinned_async_scheduling(argv)
     task = TaskSpec(
         kind="gsm8k",
         num_questions=c.num_questions,
@@ -967,6 +1112,8 @@ def _from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict | None = No
         max_tokens=c.max_tokens,
         temperature=c.temperature,
         seed=c.seed,
+        gen_prefix=c.gen_prefix,
+        use_chat_completions=c.use_chat_completions,
     )
     ev = c.evalrun
     gates = GateSpec(
@@ -980,17 +1127,30 @@ def _from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict | None = No
         variants = {"reference": VariantSpec()}
         comparisons: tuple[ComparisonSpec, ...] = ()
     else:
-        variants = {
-            "reference": VariantSpec(),
-            "spec_sync": VariantSpec(speculative_config=spec, async_scheduling=False),
-            "spec_async": VariantSpec(speculative_config=spec, async_scheduling=True),
-        }
+        # a pin written in server_args moves to the variants: the reference keeps it, and
+        # only the speculative variant consistent with it is derived
+        argv = drop_bool_flag(argv, ASYNC_FLAG)
+        refusal = async_scheduling_refusal(raw_spec or {})
+        variants = {"reference": VariantSpec(async_scheduling=pin)}
+        if pin is not True:
+            variants["spec_sync"] = VariantSpec(speculative_config=spec, async_scheduling=False)
+        if pin is not False:
+            variants["spec_async"] = VariantSpec(speculative_config=spec, async_scheduling=True,
+                                                 not_applicable=refusal)
+        if pin is not None:
+            kept = "spec_async" if pin else "spec_sync"
+            dropped = "spec_sync" if pin else "spec_async"
+            warns.append(ConfigWarning(
+                file=str(path), line=line, key="server_args." + pin_items[-1], nearest=None,
+                message=(f"{at}: server_args pins {' '.join(pin_items)}: only {kept} is derived beside "
+                         f"reference (no {dropped}, and no comparison with it); the reference keeps the pin"),
+            ))
         common = dict(
             min_output_match=ev.min_output_match, alpha=ev.alpha, output_match_alpha=ev.output_match_alpha,
             expected_discordance=ev.expected_discordance,
             noise_runs=ev.effective_noise_runs(), noise_mismatch_rate=ev.noise_mismatch_rate,
         )
-        comparisons = (
+        comps = [
             ComparisonSpec(baseline="reference", candidate="spec_async", max_accuracy_drop=ev.max_accuracy_drop, **common),
             ComparisonSpec(baseline="reference", candidate="spec_sync", max_accuracy_drop=ev.max_accuracy_drop, **common),
             ComparisonSpec(
@@ -1000,7 +1160,8 @@ def _from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict | None = No
                 max_acceptance_length_drop=ev.max_acceptance_length_drop,
                 **common,
             ),
-        )
+        ]
+        comparisons = tuple(x for x in comps if x.baseline in variants and x.candidate in variants)
     return ModelConfig(
         name=path.stem,
         path=path.resolve(),
@@ -1010,8 +1171,11 @@ def _from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict | None = No
         server_args=tuple(argv),
         env=dict(c.env),
         startup_max_wait_seconds=c.startup_max_wait_seconds,
-        request_timeout_seconds=ev.request_timeout_seconds,
-        max_concurrency=ev.max_concurrency,
+        request_timeout_seconds=_one_of(c, "request_timeout_seconds", DEFAULT_REQUEST_TIMEOUT_SECONDS, path, lines),
+        rocm_request_timeout_seconds=c.rocm_request_timeout_seconds,
+        max_concurrency=_one_of(c, "max_concurrency", DEFAULT_MAX_CONCURRENCY, path, lines),
+        trust_remote_code=True,
+        warnings=tuple(warns),
         variants=variants,
         tasks={"gsm8k": task},
         gates=gates,
@@ -1050,7 +1214,10 @@ def _known_files() -> list[str]:
 def resolve_list_path(name: str | Path) -> Path:
     """Find a model list or a config: as given (absolute or relative to the cwd), else
     by name in ``model_lists/``, else in ``configs/`` (a name without suffix also
-    tries ``.txt`` and ``.yaml``).
+    tries ``.txt`` and ``.yaml``). A file that exists relative to the working
+    directory always wins over evalrun's built-in list of the same name, so
+    ``--config models-h200.txt`` run inside vLLM's ``tests/evals/gsm8k/configs/`` reads
+    vLLM's list. The path returned is absolute (the plan and the run record name it).
 
     Raises:
         ConfigError: naming every place looked in and the nearest list and config
@@ -1059,14 +1226,14 @@ def resolve_list_path(name: str | Path) -> Path:
     p = Path(name)
     tried = [p]
     if p.is_file():
-        return p
+        return p.resolve()
     if not p.is_absolute():
         # a list by name in model_lists/, or a single config by name in configs/
         names = [p] if p.suffix else [p, p.with_name(p.name + ".txt"), p.with_name(p.name + ".yaml")]
         for q in [d / x for x in names for d in (MODEL_LISTS_DIR, CONFIGS_DIR)]:
             tried.append(q)
             if q.is_file():
-                return q
+                return q.resolve()
     near = nearest_names(str(name), _known_files())
     hint = f"; nearest names: {', '.join(near)}" if near else ""
     raise ConfigError(

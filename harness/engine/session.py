@@ -228,6 +228,7 @@ class VariantSession:
         stop: Sequence[str],
         on_done: Callable[[Completion], None] | None = None,
         per_request: bool = False,
+        chat: bool = False,
     ) -> TaskOutcome:
         """Send every request and diff the counters; nothing is judged here.
 
@@ -250,6 +251,9 @@ class VariantSession:
                 apart agree (at most :data:`SETTLE_SECONDS`), because a request that
                 ends on a stop string may run one more engine step before its abort
                 lands.
+            chat: send each prompt as one user message to ``/v1/chat/completions``
+                (:func:`harness.engine.client.chat_complete`; ``stop`` is not sent),
+                as vLLM's ``gsm8k_eval.py`` does with ``use_chat_completions``.
 
         Returns:
             :class:`TaskOutcome` with one raw :class:`Completion` per request, in
@@ -260,14 +264,14 @@ class VariantSession:
         t0 = time.monotonic()
         before, metrics_error = self.counters_before()
         completions, metrics_error = run_coroutine(self._send_all(
-            requests, max_tokens, temperature, seed, stop, on_done, per_request, before, metrics_error))
+            requests, max_tokens, temperature, seed, stop, on_done, per_request, before, metrics_error, chat))
         counters, metrics, metrics_error = self.counters_since(before, metrics_error)
         return TaskOutcome(completions, counters, metrics, metrics_error, time.monotonic() - t0)
 
     async def _send_all(
         self, requests: Sequence[Request], max_tokens: int, temperature: float, seed: int,
         stop: Sequence[str], on_done: Callable[[Completion], None] | None, per_request: bool,
-        before: SpecDecodeCounters | None, metrics_error: str | None,
+        before: SpecDecodeCounters | None, metrics_error: str | None, chat: bool = False,
     ) -> tuple[tuple[Completion, ...], str | None]:
         """Send the requests on this event loop; return completions in request order
         and the (possibly updated) metrics error."""
@@ -276,10 +280,18 @@ class VariantSession:
         async with AsyncCompletionClient(
             self.server.base_url, self.model, timeout_s=self.request_timeout, max_connections=width,
         ) as client:
+            if chat:  # vLLM's chat path: one user message, no stop strings
+                from harness.engine.client import chat_complete
+
+                def send(r: Request):
+                    return chat_complete(client, r.question_id, r.prompt, max_tokens, temperature, seed)
+            else:
+                def send(r: Request):
+                    return client.complete(r.question_id, r.prompt, max_tokens, temperature, seed, stop)
             if per_request:
                 prev = before if metrics_error is None else None
                 for i, r in enumerate(requests):
-                    c = await client.complete(r.question_id, r.prompt, max_tokens, temperature, seed, stop)
+                    c = await send(r)
                     if prev is not None:
                         try:
                             # a blocking read is fine here: nothing else is in flight
@@ -304,7 +316,7 @@ class VariantSession:
 
                 async def worker() -> None:
                     for i, r in todo:
-                        c = await client.complete(r.question_id, r.prompt, max_tokens, temperature, seed, stop)
+                        c = await send(r)
                         results[i] = c
                         if on_done:
                             on_done(c)

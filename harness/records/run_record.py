@@ -413,7 +413,7 @@ class PreflightProblemRecord(_Model):
     variant: str
     config_path: str
     python: str
-    kind: Literal["launch_failed", "args_rejected"]
+    kind: Literal["launch_failed", "args_rejected", "async_not_supported"]
     message: str
 
 
@@ -561,10 +561,23 @@ class SubsetWarning(_Model):
     message: str
 
 
+class ConfigWarningRecord(_Model):
+    """A config warning of the loader (:class:`harness.config.loader.ConfigWarning`): an
+    unknown key of vLLM's form ignored, a speculative key passed to vLLM unchanged, a
+    pinned scheduling mode; ``line`` is 1-based, ``nearest`` the nearest known key."""
+
+    file: str
+    line: int | None = None
+    key: str
+    nearest: str | None = None
+    message: str
+
+
 class ConfigResult(_Model):
     """One config of the run: what was asked (name, file, model, form), the variants,
     comparisons and gate verdicts. ``pipeline`` is the config-level answer pipeline;
-    a task may override it (its gates say which they used)."""
+    a task may override it (its gates say which they used). ``config_warnings`` are the
+    loader's warnings; ``list_path`` the model list file the config was read from."""
 
     name: str
     path: str
@@ -580,6 +593,8 @@ class ConfigResult(_Model):
     baseline: BaselineInfo | None = None
     tasks: dict[str, dict[str, Any]] = {}
     subset_warnings: list[SubsetWarning] = []
+    config_warnings: list[ConfigWarningRecord] = []
+    list_path: str | None = None
 
     def comparison(self, baseline: str, candidate: str, task: str) -> ComparisonResult | None:
         """The comparison of ``baseline -> candidate`` on ``task``, or None."""

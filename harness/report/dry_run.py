@@ -315,14 +315,26 @@ def render_plan(plan: Plan, only: Sequence[str] | None = None,
         f"(commands use port {DRY_RUN_PORT} so they run as pasted; a run picks a free port at start-up. "
         "A builtin:<name> model becomes the folder of the built model in ~/.cache/evalrun/models.)"
     )
+    if plan.list_path:
+        lines.append(f"model list read: {plan.list_path}")
     lines.append("")
     for cp in plan.configs:
         c = cp.config
         lines.append(f"config {c.name}  ({c.path}, {c.form} form)")
         lines.append(f"  model: {c.model}")
+        for w in c.warnings:
+            lines.append(f"  warning: {w.message}")
+        if c.trust_remote_code:
+            lines.append("  --trust-remote-code: the model's own code from the hub runs, as in vLLM's CI"
+                         if c.form == "vllm-gsm8k" else "  --trust-remote-code: asked by the config")
         chosen = [v for v in cp.variants if only is None or v.name in only]
         left = [v.name for v in cp.variants if v not in chosen]
         for v in chosen:
+            if v.not_applicable:
+                lines.append(f"  variant {v.name}: NOT APPLICABLE (no server starts; its gates are NOT RUN): "
+                             f"{v.not_applicable}")
+                lines.append(f"    command it would need: {v.shell_line(DRY_RUN_PORT)}")
+                continue
             lines.append(f"  variant {v.name}:")
             lines.append(f"    command: {v.shell_line(DRY_RUN_PORT)}")
             if v.fault:
@@ -334,6 +346,8 @@ def render_plan(plan: Plan, only: Sequence[str] | None = None,
             lines.append(
                 f"  task {t.name}: {s.kind}, questions={s.num_questions or 'all'}, "
                 f"fewshot={s.num_fewshot}, max_tokens={s.max_tokens}, temperature={s.temperature}"
+                + (", /v1/chat/completions (one user message, no stop strings)" if s.use_chat_completions else "")
+                + (f", gen_prefix={s.gen_prefix!r}" if s.gen_prefix else "")
                 + ("" if s.required else ", optional (reported as not run when data is missing)")
                 + _data_text((counts or {}).get(t.id))
             )
@@ -344,12 +358,14 @@ def render_plan(plan: Plan, only: Sequence[str] | None = None,
         lines += render_family(c)
         lines.append("  gates:")
         skipped = 0
+        na = {v.name for v in cp.variants if v.not_applicable}
         for g in cp.gates:
             if left and (g.variant in left or g.baseline in left):
                 skipped += 1
                 continue
             lim = "" if g.limit is None else f" {g.op} {g.limit}"
-            lines.append(f"    {g.id}{lim}: {g.description}")
+            tag = " [NOT RUN: variant not applicable]" if g.variant in na or g.baseline in na else ""
+            lines.append(f"    {g.id}{lim}: {g.description}{tag}")
         if skipped:
             lines.append(f"    ({skipped} gates of the variants left out will be reported NOT RUN)")
         lines.append("")

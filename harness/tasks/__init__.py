@@ -90,7 +90,8 @@ def prepare_task(name: str, spec: TaskSpec, data_dir: Path | None,
 
         test = load_gsm8k("test", data_dir)
         train = load_gsm8k("train", data_dir) if spec.num_fewshot else []
-        reqs = build_requests(test, train, spec.num_questions, spec.num_fewshot, task_name=name)
+        reqs = build_requests(test, train, spec.num_questions, spec.num_fewshot, task_name=name,
+                              gen_prefix=spec.gen_prefix)
         used = test[: len(reqs)] + train[: spec.num_fewshot]
         src = str(data_dir or os.environ.get("EVALRUN_DATA_DIR") or "hub:openai/gsm8k (main)")
         check_enough(name, spec, len(test), src if src.startswith("hub:") else str(Path(src).expanduser() / "test.jsonl"))
@@ -101,7 +102,9 @@ def prepare_task(name: str, spec: TaskSpec, data_dir: Path | None,
                 "solutions are in front of it. Remove them from the data (test.jsonl / train.jsonl), "
                 "or pass --allow-contamination to run anyway (recorded in the run record)."
             )
-        return PreparedTask(tuple(reqs), tuple(STOP_SEQUENCES), dataset_hash(used), src,
+        # chat completions: no stop strings, as vLLM's gsm8k_eval.py (the chat template ends the turn)
+        stop = () if spec.use_chat_completions else tuple(STOP_SEQUENCES)
+        return PreparedTask(tuple(reqs), stop, dataset_hash(used), src,
                             contamination=ov.to_json() if ov.any else None)
     if spec.kind == "synthetic":
         from harness.tasks.synthetic import prepare_synthetic

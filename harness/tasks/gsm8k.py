@@ -362,18 +362,20 @@ def prompt_hash(prompt: str) -> str:
     return hashlib.sha256(prompt.encode("utf-8")).hexdigest()[:16]
 
 
-def build_prompt(question: str, fewshot_items: Sequence[GsmItem], num_fewshot: int) -> str:
-    """Completion prompt for one question, as vLLM's gsm8k_eval.py builds it.
+def build_prompt(question: str, fewshot_items: Sequence[GsmItem], num_fewshot: int, gen_prefix: str = "") -> str:
+    """Completion prompt for one question, as vLLM's gsm8k_eval.py builds it
+    (``_build_gsm8k_prompts``); the same string is the user message of the chat path.
 
     Args:
         question: the test question text.
         fewshot_items: solved examples (normally the train split); the first
             ``num_fewshot`` are used, in order.
         num_fewshot: number of examples, ``0 <= num_fewshot <= len(fewshot_items)``.
+        gen_prefix: vLLM's ``gen_prefix``, written right after every ``Answer:``.
 
     Returns:
-        ``"Question: {q}\\nAnswer: {a}\\n\\n"`` per example, then
-        ``"Question: {question}\\nAnswer:"`` (no trailing space).
+        ``"Question: {q}\\nAnswer:{gen_prefix} {a}\\n\\n"`` per example, then
+        ``"Question: {question}\\nAnswer:{gen_prefix}"`` (no trailing space).
 
     Raises:
         ValueError: ``num_fewshot`` negative or larger than ``len(fewshot_items)``.
@@ -384,9 +386,9 @@ def build_prompt(question: str, fewshot_items: Sequence[GsmItem], num_fewshot: i
             "(number of few-shot items available)"
         )
     shots = "".join(
-        f"Question: {ex.question}\nAnswer: {ex.answer}\n\n" for ex in fewshot_items[:num_fewshot]
+        f"Question: {ex.question}\nAnswer:{gen_prefix} {ex.answer}\n\n" for ex in fewshot_items[:num_fewshot]
     )
-    return f"{shots}Question: {question}\nAnswer:"
+    return f"{shots}Question: {question}\nAnswer:{gen_prefix}"
 
 
 def build_requests(
@@ -395,6 +397,7 @@ def build_requests(
     num_questions: int | None,
     num_fewshot: int,
     task_name: str = "gsm8k",
+    gen_prefix: str = "",
 ) -> list[Request]:
     """One :class:`Request` per test item, few-shot prompts as in vLLM's gsm8k_eval.py.
 
@@ -406,6 +409,7 @@ def build_requests(
             ``len(test_items)``, as vLLM does); ``None`` for all.
         num_fewshot: examples per prompt (vLLM default :data:`DEFAULT_NUM_FEWSHOT`).
         task_name: prefix of ``question_id`` (``"{task_name}/test/{index}"``).
+        gen_prefix: text after every ``Answer:`` (vLLM's ``gen_prefix``; default none).
 
     Returns:
         Requests in test-item order.
@@ -419,7 +423,7 @@ def build_requests(
     chosen = test_items if num_questions is None else test_items[:num_questions]
     out: list[Request] = []
     for it in chosen:
-        prompt = build_prompt(it.question, fewshot_items, num_fewshot)
+        prompt = build_prompt(it.question, fewshot_items, num_fewshot, gen_prefix)
         out.append(
             Request(
                 question_id=f"{task_name}/test/{it.index}",
