@@ -224,6 +224,7 @@ class VariantSession:
         stop: Sequence[str],
         on_done: Callable[[Completion], None] | None = None,
         per_request: bool = False,
+        logprobs: int | None = None,
     ) -> TaskOutcome:
         """Send every request and diff the counters; nothing is judged here.
 
@@ -246,6 +247,9 @@ class VariantSession:
                 apart agree (at most :data:`SETTLE_SECONDS`), because a request that
                 ends on a stop string may run one more engine step before its abort
                 lands.
+            logprobs: ask every request for its top-``logprobs`` log-probabilities
+                per generated token (the output-match reference only; see
+                :meth:`AsyncCompletionClient.complete`); None asks for none.
 
         Returns:
             :class:`TaskOutcome` with one raw :class:`Completion` per request, in
@@ -256,14 +260,15 @@ class VariantSession:
         t0 = time.monotonic()
         before, metrics_error = self.counters_before()
         completions, metrics_error = run_coroutine(self._send_all(
-            requests, max_tokens, temperature, seed, stop, on_done, per_request, before, metrics_error))
+            requests, max_tokens, temperature, seed, stop, on_done, per_request, before, metrics_error,
+            logprobs))
         counters, metrics, metrics_error = self.counters_since(before, metrics_error)
         return TaskOutcome(completions, counters, metrics, metrics_error, time.monotonic() - t0)
 
     async def _send_all(
         self, requests: Sequence[Request], max_tokens: int, temperature: float, seed: int,
         stop: Sequence[str], on_done: Callable[[Completion], None] | None, per_request: bool,
-        before: SpecDecodeCounters | None, metrics_error: str | None,
+        before: SpecDecodeCounters | None, metrics_error: str | None, logprobs: int | None = None,
     ) -> tuple[tuple[Completion, ...], str | None]:
         """Send the requests on this event loop; return completions in request order
         and the (possibly updated) metrics error."""
@@ -275,7 +280,7 @@ class VariantSession:
             if per_request:
                 prev = before if metrics_error is None else None
                 for i, r in enumerate(requests):
-                    c = await client.complete(r.question_id, r.prompt, max_tokens, temperature, seed, stop)
+                    c = await client.complete(r.question_id, r.prompt, max_tokens, temperature, seed, stop, logprobs)
                     if prev is not None:
                         try:
                             # a blocking read is fine here: nothing else is in flight
@@ -300,7 +305,7 @@ class VariantSession:
 
                 async def worker() -> None:
                     for i, r in todo:
-                        c = await client.complete(r.question_id, r.prompt, max_tokens, temperature, seed, stop)
+                        c = await client.complete(r.question_id, r.prompt, max_tokens, temperature, seed, stop, logprobs)
                         results[i] = c
                         if on_done:
                             on_done(c)
