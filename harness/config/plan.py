@@ -29,6 +29,12 @@ FAULT_ENV = "EVALRUN_FAULT"
 CPU_ASYNC_ENV = "EVALRUN_CPU_ASYNC_SCHEDULING"
 #: Always set: exposes ``GET /server_info`` with the effective engine configuration.
 DEV_MODE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
+#: vLLM's switch between its model runners (``VllmConfig.use_v2_model_runner``): "0" V1, "1" V2.
+MODEL_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
+#: Top-k log-probabilities a non-speculative output-match reference asks for per generated
+#: token (``logprobs: k``; k >= 2 is needed to see a runner-up, 5 shows how far down a
+#: candidate's token is; vLLM's default ``max_logprobs`` is 20).
+REFERENCE_TOP_LOGPROBS = 5
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,10 @@ class VariantPlan:
         async_scheduling: requested async scheduling (None = engine default).
         fault: injected fault name, or None.
         expected_effective: per platform, settings the engine is known to override.
+        logprobs: top-k log-probabilities asked per generated token (a non-speculative
+            variant of a config whose output-match gates classify divergences,
+            :func:`reference_logprobs`), else None.
+        model_runner: ``v1`` / ``v2`` when the variant asks for one, else None.
     """
 
     id: str
@@ -54,6 +64,8 @@ class VariantPlan:
     async_scheduling: bool | None
     fault: str | None
     expected_effective: dict[str, dict[str, Any]]
+    logprobs: int | None = None
+    model_runner: str | None = None
 
     def command(self, port: int) -> list[str]:
         """The argv with the port filled in."""
@@ -148,6 +160,8 @@ class Plan:
                             "async_scheduling": v.async_scheduling,
                             "fault": v.fault,
                             "expected_effective": v.expected_effective,
+                            "logprobs": v.logprobs,
+                            "model_runner": v.model_runner,
                         }
                         for v in cp.variants
                     ],
@@ -194,6 +208,16 @@ def server_argv(config: ModelConfig, model_ref: str, variant_name: str, python: 
     return argv
 
 
+def reference_logprobs(config: ModelConfig, variant_name: str) -> int | None:
+    """:data:`REFERENCE_TOP_LOGPROBS` for a variant without speculative decoding in a
+    config with an output-match comparison that classifies divergences
+    (``near_tie_nats`` set), else None. Only non-speculative variants ask: older vLLM
+    releases turned speculation off for requests with logprobs (vLLM issue #34497)."""
+    v = config.variants[variant_name]
+    wants = any(c.min_output_match is not None and c.near_tie_nats is not None for c in config.comparisons)
+    return REFERENCE_TOP_LOGPROBS if wants and v.speculative_config is None else None
+
+
 def build_plan(configs: list[ModelConfig], python: str | None = None) -> Plan:
     """Turn validated configs into a plan.
 
@@ -214,6 +238,8 @@ def build_plan(configs: list[ModelConfig], python: str | None = None) -> Plan:
                 env[FAULT_ENV] = v.fault
             if v.async_scheduling is True:
                 env[CPU_ASYNC_ENV] = "1"
+            if v.model_runner is not None:
+                env[MODEL_RUNNER_ENV] = "1" if v.model_runner == "v2" else "0"
             variants.append(
                 VariantPlan(
                     id=f"{c.name}/{vname}",
@@ -224,6 +250,8 @@ def build_plan(configs: list[ModelConfig], python: str | None = None) -> Plan:
                     async_scheduling=v.async_scheduling,
                     fault=v.fault,
                     expected_effective=v.expected_effective,
+                    logprobs=reference_logprobs(c, vname),
+                    model_runner=v.model_runner,
                 )
             )
         tasks = tuple(TaskPlan(id=f"{c.name}/{t}", name=t, spec=s) for t, s in c.tasks.items())
