@@ -117,6 +117,11 @@ def test_confident_divergences_on_10pct_fail_output_match_naming_them(tmp_path, 
         assert all(d["gap_nats"] == pytest.approx(4.6) for d in comp["divergence"]["divergences"])
     assert om["spec_sync->spec_async/gsm8k/min_output_match"]["passed"] is True
     assert code == 1
+    # the summary lists them worst first, with tokens, gap and verdict
+    md = (tmp_path / "results" / "r" / "summary.md").read_text()
+    assert "### Divergences judged by the reference's distribution (worst first)" in md
+    assert md.count("| 7 -> 9 | 4.600 | UNEXPLAINED |") == 2 * want
+    assert "model runner v1 (server log)" in md
 
 
 def test_confident_divergences_fail_even_with_a_noisy_rerun(tmp_path, gsm8k_dir, monkeypatch):
