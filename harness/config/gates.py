@@ -264,6 +264,9 @@ def plan_gates(config: ModelConfig) -> list[Gate]:
             if comp.min_output_match is not None:
                 noise = (
                     f"; judged against {comp.baseline}-vs-{comp.baseline} noise (rerun) when that noise is > 0"
+                    if comp.noise_runs > 1 and comp.noise_runs_when == "always" else
+                    f"; {comp.baseline} rerun for noise only when divergences are left that no reference "
+                    "distribution judges"
                     if comp.noise_runs > 1 else
                     f"; judged against the stored noise rate {comp.noise_mismatch_rate} when > 0"
                     if comp.noise_mismatch_rate is not None else ""

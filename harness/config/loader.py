@@ -414,6 +414,11 @@ class EvalrunBlock(_Frozen):
         near_tie_nats: see :class:`ComparisonSpec` (default :data:`DEFAULT_NEAR_TIE_NATS`).
             With ``noise_runs`` not written, the reference is rerun only when divergences
             are left that its distribution cannot judge.
+        v1_runner_variants: also run ``reference_v1``, ``spec_sync_v1`` and
+            ``spec_async_v1`` on vLLM's V1 model runner (``model_runner: v1``) with the
+            same three comparisons among them, beside the default-runner variants (on
+            CUDA vLLM defaults to V2): covers the V1 path where it remains in use, at
+            the cost of three more passes of every task.
     """
 
     max_concurrency: int = Field(default=DEFAULT_MAX_CONCURRENCY, ge=1)
@@ -428,6 +433,7 @@ class EvalrunBlock(_Frozen):
     expected_discordance: float = Field(default=0.05, gt=0.0, le=1.0)
     multiple_testing: Literal["none", "holm"] = "none"
     near_tie_nats: float | None = Field(default=DEFAULT_NEAR_TIE_NATS, ge=0.0)
+    v1_runner_variants: bool = False
 
     def effective_noise_runs(self) -> int:
         """2 unless a stored ``noise_mismatch_rate`` replaces the rerun (or 1 is written)."""
@@ -1021,6 +1027,12 @@ def _from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict | None = No
                 **common,
             ),
         )
+        if ev.v1_runner_variants:  # the same three variants and comparisons on vLLM's V1 model runner
+            for name in ("reference", "spec_sync", "spec_async"):
+                variants[f"{name}_v1"] = variants[name].model_copy(update={"model_runner": "v1"})
+            comparisons += tuple(
+                x.model_copy(update={"baseline": x.baseline + "_v1", "candidate": x.candidate + "_v1"})
+                for x in comparisons)
     return ModelConfig(
         name=path.stem,
         path=path.resolve(),
