@@ -338,3 +338,31 @@ def test_top_logprobs_round_trip_in_jsonl_and_are_left_out_when_absent(tmp_path)
     assert json.loads(lines[0])["top_logprobs"] == [[[1, -0.01], [3, -5.0]], [[2, -0.2], [4, -0.3]]]
     assert "top_logprobs" not in json.loads(lines[1])
     assert read_jsonl(tmp_path / "s.jsonl") == [a, b]
+
+
+def test_calibrate_recommends_near_tie_nats_from_a_good_builds_gaps(tmp_path, gsm8k_dir, monkeypatch, capsys):
+    # a good build whose only divergences are 0.01-nat near-ties: 1.5 x 0.01, rounded up
+    monkeypatch.setenv("FAKE_MODE", "near_tie:0.3")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cfg = tmp_path / "fake.yaml"
+    cfg.write_text(textwrap.dedent("""\
+        model: fake-model
+        startup_max_wait_seconds: 30
+        variants:
+          reference: {}
+          spec: {speculative_config: {method: mtp, num_speculative_tokens: 2}}
+        tasks:
+          gsm8k: {num_questions: 30, num_fewshot: 1, max_tokens: 8}
+        comparisons:
+          - {baseline: reference, candidate: spec}
+        """))
+    args = ["calibrate", "--config", str(cfg), "--python", str(FAKE), "--data-dir", str(gsm8k_dir),
+            "--results-dir", str(tmp_path / "res"), "--run-id", "cal", "--quiet", "--repeat", "2",
+            "--json", str(tmp_path / "c.json")]
+    assert main(args) == 0
+    sm = json.loads((tmp_path / "c.json").read_text())
+    ce = sm["configs"][0]["comparisons"][0]
+    assert ce["divergence_gaps"] and all(g == pytest.approx(0.01) for g in ce["divergence_gaps"])
+    rec = sm["configs"][0]["recommended"]["comparisons"][0]
+    assert rec["near_tie_nats"] == math.ceil(1.5 * max(ce["divergence_gaps"]) * 100) / 100
+    assert "near_tie_nats" in capsys.readouterr().out
