@@ -298,7 +298,13 @@ def evaluate_gate(g: G.Gate, m: Measurements, adjusted_p: float | None = None) -
       candidate is significantly worse (exact one-sided McNemar p < alpha; with
       ``adjusted_p`` given, the Holm-adjusted p-value of :func:`holm_p_values` is
       compared instead). An improvement never fails.
-    * ``min_output_match``: share of identical completion token ids >= limit. With a
+    * ``variant_effective`` also requires (when ``m.runners`` is collected) a known
+      model runner, the one asked for, and the runner of every compared variant
+      (:func:`runner_check`).
+    * ``min_output_match`` with ``near_tie_nats`` and a :class:`DivergenceReport`:
+      share of questions without an unexplained divergence >= limit
+      (:func:`_output_match_classified`); the noise test below is then not used.
+    * ``min_output_match`` otherwise: share of identical completion token ids >= limit. With a
       noise reference (:class:`OutputNoise`) whose noise is above zero, the limit is
       replaced by a test: fails when the candidate mismatches significantly more
       often than the noise (one-sided p < alpha). Zero observed noise means the
