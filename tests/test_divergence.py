@@ -366,3 +366,18 @@ def test_calibrate_recommends_near_tie_nats_from_a_good_builds_gaps(tmp_path, gs
     rec = sm["configs"][0]["recommended"]["comparisons"][0]
     assert rec["near_tie_nats"] == math.ceil(1.5 * max(ce["divergence_gaps"]) * 100) / 100
     assert "near_tie_nats" in capsys.readouterr().out
+
+
+def test_vllm_form_model_runner_applies_to_every_derived_variant(tmp_path):
+    from harness.config.loader import load_config
+    from harness.config.plan import build_plan
+
+    c = load_config(vllm_form(tmp_path, "evalrun:\n  model_runner: v1\n"))
+    assert {n: v.model_runner for n, v in c.variants.items()} == dict.fromkeys(["reference", "spec_sync", "spec_async"], "v1")
+    assert {v.env["VLLM_USE_V2_MODEL_RUNNER"] for v in build_plan([c]).configs[0].variants} == {"0"}
+    both = load_config(vllm_form(tmp_path, "evalrun:\n  v1_runner_variants: true\n"))
+    assert [n for n in both.variants] == ["reference", "spec_sync", "spec_async", "reference_v1", "spec_sync_v1",
+                                           "spec_async_v1"]
+    assert {(x.baseline, x.candidate) for x in both.comparisons} >= {
+        ("reference_v1", "spec_async_v1"), ("reference_v1", "spec_sync_v1"), ("spec_sync_v1", "spec_async_v1")}
+    assert both.variants["spec_sync_v1"].speculative_config == both.variants["spec_sync"].speculative_config

@@ -419,6 +419,10 @@ class EvalrunBlock(_Frozen):
             same three comparisons among them, beside the default-runner variants (on
             CUDA vLLM defaults to V2): covers the V1 path where it remains in use, at
             the cost of three more passes of every task.
+        model_runner: ``v1`` / ``v2`` for every derived variant (see
+            :class:`VariantSpec`): e.g. ``v1`` where vLLM's V2 runner lacks the drafter
+            (``ngram`` on vLLM's main branch), so that the reference does not run V2
+            while the speculative variants fall back to V1. None: vLLM's default.
     """
 
     max_concurrency: int = Field(default=DEFAULT_MAX_CONCURRENCY, ge=1)
@@ -434,6 +438,7 @@ class EvalrunBlock(_Frozen):
     multiple_testing: Literal["none", "holm"] = "none"
     near_tie_nats: float | None = Field(default=DEFAULT_NEAR_TIE_NATS, ge=0.0)
     v1_runner_variants: bool = False
+    model_runner: Literal["v1", "v2"] | None = None
 
     def effective_noise_runs(self) -> int:
         """2 unless a stored ``noise_mismatch_rate`` replaces the rerun (or 1 is written)."""
@@ -1027,6 +1032,8 @@ def _from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict | None = No
                 **common,
             ),
         )
+        if ev.model_runner is not None:
+            variants = {k: v.model_copy(update={"model_runner": ev.model_runner}) for k, v in variants.items()}
         if ev.v1_runner_variants:  # the same three variants and comparisons on vLLM's V1 model runner
             for name in ("reference", "spec_sync", "spec_async"):
                 variants[f"{name}_v1"] = variants[name].model_copy(update={"model_runner": "v1"})
