@@ -478,12 +478,15 @@ def _read_log(run_dir: Path, config: str, variant: str) -> str | None:
 
 def reference_variant(c, m: Measurements, baseline: str, task: str) -> str | None:
     """The variant whose top-k log-probabilities judge a comparison's divergences on
-    ``task``: the baseline when its samples carry them, else the first variant of the
-    config without speculative decoding whose samples do; None when none does."""
+    ``task``: the baseline when its samples carry them, else a variant of the config
+    without speculative decoding whose samples do, one asking for the baseline's
+    ``model_runner`` first (then config order); None when none does."""
     if carries_logprobs(m.samples.get((baseline, task))):
         return baseline
-    return next((v for v, spec in c.variants.items()
-                 if spec.speculative_config is None and carries_logprobs(m.samples.get((v, task)))), None)
+    runner = c.variants[baseline].model_runner
+    refs = [v for v, spec in c.variants.items()
+            if spec.speculative_config is None and carries_logprobs(m.samples.get((v, task)))]
+    return min(refs, key=lambda v: c.variants[v].model_runner != runner) if refs else None
 
 
 def rerun_needs(c, m: Measurements, reruns: dict) -> dict[str, list[str]]:

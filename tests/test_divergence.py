@@ -381,3 +381,24 @@ def test_vllm_form_model_runner_applies_to_every_derived_variant(tmp_path):
     assert {(x.baseline, x.candidate) for x in both.comparisons} >= {
         ("reference_v1", "spec_async_v1"), ("reference_v1", "spec_sync_v1"), ("spec_sync_v1", "spec_async_v1")}
     assert both.variants["spec_sync_v1"].speculative_config == both.variants["spec_sync"].speculative_config
+
+
+def test_the_reference_of_a_speculative_baseline_is_one_on_the_same_runner():
+    from types import SimpleNamespace as NS
+
+    from harness.analysis.gates import Measurements
+    from harness.runner import reference_variant
+
+    with_lp = [S("q", [1], (dist((1, -0.1)),))]
+    c = NS(variants={"reference": NS(speculative_config=None, model_runner=None),
+                     "spec": NS(speculative_config={"method": "mtp"}, model_runner=None),
+                     "reference_v1": NS(speculative_config=None, model_runner="v1"),
+                     "spec_v1": NS(speculative_config={"method": "mtp"}, model_runner="v1")})
+    m = Measurements()
+    m.samples = {("reference", "t"): with_lp, ("reference_v1", "t"): with_lp, ("spec", "t"): [S("q", [1])],
+                 ("spec_v1", "t"): [S("q", [1])]}
+    assert reference_variant(c, m, "spec_v1", "t") == "reference_v1"
+    assert reference_variant(c, m, "spec", "t") == "reference"
+    assert reference_variant(c, m, "reference_v1", "t") == "reference_v1"  # the baseline itself
+    m.samples[("reference", "t")] = m.samples[("reference_v1", "t")] = [S("q", [1])]  # nobody asked for logprobs
+    assert reference_variant(c, m, "spec", "t") is None

@@ -138,7 +138,7 @@ def _reference_at(ref: Sample | None, base: Sample, d: int) -> tuple[Sample | No
     if ref.top_logprobs is None:
         return None, "the reference's sample carries no log-probabilities"
     if len(ref.top_logprobs) <= d or len(ref.token_ids) <= d:
-        return None, f"the reference's completion ends before position {d}"
+        return None, f"the reference's completion has no token at position {d} (it ends there)"
     if tuple(ref.token_ids[:d]) != tuple(base.token_ids[:d]):
         k = committed_prefix(ref.token_ids, base.token_ids)
         return None, f"the reference's prefix differs from the baseline's at token {k}, before the divergence at {d}"
