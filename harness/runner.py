@@ -517,6 +517,8 @@ def _rerun_reason(comp, key, m: Measurements, reruns: dict, asked: dict[str, lis
     om, dv = m.matches.get(key), m.divergences.get(key)
     if comp.noise_runs < 2:
         return "not run: not asked (noise_runs 1)"
+    if comp.tasks and tname not in comp.tasks and (base, tname) not in reruns:
+        return f"not run: this comparison does not gate task {tname}"
     if comp.noise_runs_when == "always":
         return ("ran: asked by the config (noise_runs 2, noise_runs_when always)" if (base, tname) in reruns
                 else "not run: asked by the config, but the rerun did not take place (server gone or lm_eval task)")
