@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from harness.engine.info import EngineInfoError, check_effective
+from harness.engine.info import EngineInfoError, check_effective, model_runner_fact
+from harness.analysis.divergence import UNEXPLAINED, carries_logprobs, classify_divergences
 from harness.faults.plugin import REPORT_ENV, exercised, read_reports
 from harness.analysis.gates import (
     Measurements, baseline_notes, evaluate_gates, judged_baseline_gates, output_noise_rerun, output_noise_stored,
@@ -27,10 +28,11 @@ from harness.report.html import write_html
 from harness.report.junit import write_junit
 from harness.report.summary import render_markdown
 from harness.records.run_record import (
-    AnswerAgreementRecord, BaselineInfo, ComparisonResult, ConfigRef, ConfigResult, DatasetRef, EffectivenessRecord,
+    AnswerAgreementRecord, BaselineInfo, ComparisonResult, ConfigRef, ConfigResult, DatasetRef, DivergenceReportRecord,
+    EffectivenessRecord, ModelRunnerRecord,
     EngineFactsRecord, LeftoverServerRecord, LmEvalInfo, LmEvalTaskRecord, NoiseRecord, OutputMatchRecord, PairedRecord, PluginReport,
     PreflightProblemRecord, PreflightRecord, ConfigWarningRecord,
-    RerunRecord, Requested, RunErrorRecord, RunRecord, ServerRecord, SpecDecodeCountersRecord, SpecDecodeRecord, SubsetWarning,
+    RerunRecord, Requested, RunErrorRecord, RunRecord, DivergenceRecord, ServerRecord, SpecDecodeCountersRecord, SpecDecodeRecord, SubsetWarning,
     TaskResult, TruncatedIds, VariantResult, new_run_id, provenance, utc_now, write_run,
 )
 from harness.records.atomic import ResultsFolderError, check_results_folder, write_atomic
@@ -204,9 +206,13 @@ def acceptance_intervals(samples: Sequence[Sample], speculative: bool, confidenc
 
 
 def noise_variants(cp: ConfigPlan) -> set[str]:
-    """Variants run twice because a comparison judges output match against their
-    rerun (``noise_runs: 2`` on a comparison whose baseline they are)."""
-    return {comp.baseline for comp in cp.config.comparisons if comp.noise_runs > 1}
+    """Variants run twice in their own server session because a comparison judges
+    output match against their rerun in any case (``noise_runs: 2`` with
+    ``noise_runs_when: always`` on a comparison whose baseline they are); a comparison
+    with ``noise_runs_when: unexplained`` reruns its baseline later, only when needed
+    (:func:`rerun_needs`)."""
+    return {comp.baseline for comp in cp.config.comparisons
+            if comp.noise_runs > 1 and comp.noise_runs_when == "always"}
 
 
 def resolve_model(model: str, progress: Progress) -> str:
@@ -728,40 +734,26 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
         return crec, True
     # 3. variants
     reruns: dict[tuple[str, str], tuple[Sample, ...]] = {}
+    m.runners = {}
     for vp in variants:
         _, ok = _run_variant(cp, vp, model_ref, prepared, opts, run_dir, m, reruns, into=crec.variants)
         PLACE.at("server", variant=vp.name, task=None)  # the plugin's per-process reports
         crec.variants[vp.name].plugin = plugin_report(run_dir, c.name, vp)
+        fact = model_runner_fact(crec.variants[vp.name].plugin.model_runners, _read_log(run_dir, c.name, vp.name))
+        crec.variants[vp.name].model_runner = _model(ModelRunnerRecord, fact)
+        m.runners[vp.name] = fact
         could_not_run |= not ok
-    # 4. comparisons (the record's paired test reads each task's own pipeline)
-    for comp in c.comparisons:
-        for tname in c.tasks:
-            PLACE.at("statistics", config=c.name, variant=f"{comp.baseline}->{comp.candidate}", task=tname)
-            a = m.samples.get((comp.baseline, tname))
-            b = m.samples.get((comp.candidate, tname))
-            if a is None or b is None:
-                continue
-            pipeline = c.gates_for(tname).accuracy_pipeline
-            om = output_match(a, b)
-            m.matches[(comp.baseline, comp.candidate, tname)] = om
-            ag = answer_agreement(a, b, pipeline)
-            m.answers[(comp.baseline, comp.candidate, tname)] = ag
-            pc = m.paired(comp.baseline, comp.candidate, tname, pipeline)
-            nz = None
-            if comp.noise_runs > 1 and (comp.baseline, tname) in reruns:
-                nz = output_noise_rerun(a, reruns[(comp.baseline, tname)], b)
-            elif comp.noise_mismatch_rate is not None:
-                nz = output_noise_stored(om, comp.noise_mismatch_rate)
-            if nz is not None:
-                m.noise[(comp.baseline, comp.candidate, tname)] = nz
-            crec.comparisons.append(ComparisonResult(
-                baseline=comp.baseline, candidate=comp.candidate, task=tname, pipeline=pipeline,
-                **OutputMatchRecord.model_validate(om, from_attributes=True).model_dump(),
-                paired=_model(PairedRecord, pc), noise=_model(NoiseRecord, nz),
-                answer_agreement=_model(AnswerAgreementRecord, ag),
-                truncated=TruncatedIds(baseline=[x.question_id for x in a if is_truncated(x)],
-                                       candidate=[x.question_id for x in b if is_truncated(x)]),
-            ))
+    # 4. comparisons (the record's paired test reads each task's own pipeline); a
+    # baseline rerun for noise only where divergences are left that no distribution judges
+    _compare(c, m, reruns, crec)
+    needs = rerun_needs(c, m, reruns)
+    for vname, tasks in needs.items():
+        vp = next((v for v in variants if v.name == vname), None)
+        if vp is not None:
+            _rerun_when_needed(cp, vp, model_ref, {t: prepared[t] for t in tasks if t in prepared}, opts, run_dir,
+                               m, reruns, crec.variants[vname])
+    if needs:
+        _compare(c, m, reruns, crec, needs)
     # 5. gates
     PLACE.at("gates", config=c.name, variant=None, task=None)
     crec.gates = evaluate_gates(cp.gates, m)
@@ -773,6 +765,167 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
         if crec.baseline.found and m.baseline is not None:
             crec.baseline.notes = baseline_notes(cp.baseline_gates, m)
     return crec, could_not_run
+
+
+def _read_log(run_dir: Path, config: str, variant: str) -> str | None:
+    try:
+        return (run_dir / "logs" / config / f"{variant}.log").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def reference_variant(c, m: Measurements, baseline: str, task: str) -> str | None:
+    """The variant whose top-k log-probabilities judge a comparison's divergences on
+    ``task``: the baseline when its samples carry them, else a variant of the config
+    without speculative decoding whose samples do, one asking for the baseline's
+    ``model_runner`` first (then config order); None when none does."""
+    if carries_logprobs(m.samples.get((baseline, task))):
+        return baseline
+    runner = c.variants[baseline].model_runner
+    refs = [v for v, spec in c.variants.items()
+            if spec.speculative_config is None and carries_logprobs(m.samples.get((v, task)))]
+    return min(refs, key=lambda v: c.variants[v].model_runner != runner) if refs else None
+
+
+def rerun_needs(c, m: Measurements, reruns: dict) -> dict[str, list[str]]:
+    """Baseline variant -> tasks to rerun for noise because a comparison with
+    ``noise_runs: 2`` and ``noise_runs_when: unexplained`` has divergences left that
+    the reference's distribution cannot judge (or, without any reference
+    distribution, mismatches at all). Reruns already made are not asked again."""
+    out: dict[str, list[str]] = {}
+    for comp in c.comparisons:
+        if comp.noise_runs < 2 or comp.noise_runs_when != "unexplained":
+            continue
+        for tname in comp.tasks or c.tasks:
+            key = (comp.baseline, comp.candidate, tname)
+            om = m.matches.get(key)
+            if om is None or (comp.baseline, tname) in reruns or tname in m.prompt_only:
+                continue
+            dv = m.divergences.get(key)
+            left = (len(om.mismatches) if dv is None else
+                    sum(1 for d in dv.divergences if d.verdict == UNEXPLAINED and d.source == "none"))
+            if left and tname not in out.setdefault(comp.baseline, []):
+                out[comp.baseline].append(tname)
+    return {k: v for k, v in out.items() if v}
+
+
+def _rerun_reason(comp, key, m: Measurements, reruns: dict, asked: dict[str, list[str]] | None) -> str:
+    """Why the baseline was (not) rerun for this comparison and task, for the record."""
+    base, _, tname = key
+    om, dv = m.matches.get(key), m.divergences.get(key)
+    if comp.noise_runs < 2:
+        return "not run: not asked (noise_runs 1)"
+    if comp.tasks and tname not in comp.tasks and (base, tname) not in reruns:
+        return f"not run: this comparison does not gate task {tname}"
+    if comp.noise_runs_when == "always":
+        return ("ran: asked by the config (noise_runs 2, noise_runs_when always)" if (base, tname) in reruns
+                else "not run: asked by the config, but the rerun did not take place (server gone or lm_eval task)")
+    if asked is not None and tname in asked.get(base, []):
+        if (base, tname) not in reruns:
+            return "needed but not run: the baseline's server could not be started again (see the variant's error)"
+        return ("ran: divergences were left that no reference distribution judges"
+                if dv is not None else "ran: mismatches and no reference distribution to judge them")
+    if om is None or not om.mismatches:
+        return "not run: no divergence"
+    return (f"not run: every divergence was judged by {dv.reference}'s distribution "
+            f"({len(dv.unexplained)} unexplained, {len(dv.explained)} explained)" if dv is not None
+            else "not run: not needed")
+
+
+def _compare(c, m: Measurements, reruns: dict, crec: ConfigResult, asked: dict[str, list[str]] | None = None) -> None:
+    """Fill ``m`` (matches, answers, noise, divergences) and ``crec.comparisons`` for
+    every comparison and task both sides ran (recomputed after reruns made on demand)."""
+    crec.comparisons = []
+    for comp in c.comparisons:
+        for tname in c.tasks:
+            PLACE.at("statistics", config=c.name, variant=f"{comp.baseline}->{comp.candidate}", task=tname)
+            a = m.samples.get((comp.baseline, tname))
+            b = m.samples.get((comp.candidate, tname))
+            if a is None or b is None:
+                continue
+            key = (comp.baseline, comp.candidate, tname)
+            pipeline = c.gates_for(tname).accuracy_pipeline
+            om = output_match(a, b)
+            m.matches[key] = om
+            ag = answer_agreement(a, b, pipeline)
+            m.answers[key] = ag
+            pc = m.paired(comp.baseline, comp.candidate, tname, pipeline)
+            nz = None
+            rerun = reruns.get((comp.baseline, tname)) if comp.noise_runs > 1 else None
+            if rerun is not None:
+                nz = output_noise_rerun(a, rerun, b)
+            elif comp.noise_mismatch_rate is not None:
+                nz = output_noise_stored(om, comp.noise_mismatch_rate)
+            if nz is not None:
+                m.noise[key] = nz
+            dv = None
+            ref = reference_variant(c, m, comp.baseline, tname) if comp.near_tie_nats is not None else None
+            if ref is not None:
+                noise_ids = None
+                if rerun is not None:
+                    noise_ids = {q for q, _ in output_match_noise(a, rerun)}
+                dv = classify_divergences(a, b, m.samples.get((ref, tname)), ref, comp.near_tie_nats,
+                                          baseline_is_reference=(ref == comp.baseline), noise_ids=noise_ids)
+                m.divergences[key] = dv
+            else:
+                m.divergences.pop(key, None)
+            crec.comparisons.append(ComparisonResult(
+                baseline=comp.baseline, candidate=comp.candidate, task=tname, pipeline=pipeline,
+                **OutputMatchRecord.model_validate(om, from_attributes=True).model_dump(),
+                paired=_model(PairedRecord, pc), noise=_model(NoiseRecord, nz),
+                answer_agreement=_model(AnswerAgreementRecord, ag),
+                truncated=TruncatedIds(baseline=[x.question_id for x in a if is_truncated(x)],
+                                       candidate=[x.question_id for x in b if is_truncated(x)]),
+                divergence=None if dv is None else DivergenceReportRecord(
+                    reference=dv.reference, near_tie_nats=dv.near_tie_nats, compared=dv.compared,
+                    unexplained=len(dv.unexplained), explained=len(dv.explained), noise=len(dv.noise),
+                    rerun_available=dv.rerun_available,
+                    divergences=[_model(DivergenceRecord, d) for d in dv.divergences]),
+                rerun_reason=_rerun_reason(comp, key, m, reruns, asked),
+            ))
+
+
+def output_match_noise(first: Sequence[Sample], rerun: Sequence[Sample]) -> list[tuple[str, int]]:
+    """``(question id, first divergence)`` of the questions whose rerun differs from the first pass."""
+    return [(x.question_id, x.first_divergence) for x in output_match(first, rerun).mismatches]
+
+
+def _rerun_when_needed(cp: ConfigPlan, vp: VariantPlan, model_ref: str, tasks: dict[str, PreparedTask],
+                       opts: RunOptions, run_dir: Path, m: Measurements, reruns: dict, vrec: VariantResult) -> None:
+    """Start ``vp``'s server again and rerun ``tasks`` for noise (``noise_runs_when:
+    unexplained``): each task's ``rerun`` entry and ``<task>.rerun.jsonl`` as with an
+    inline rerun; the server log is ``<variant>.rerun.log``. A server that does not
+    start leaves the reruns missing (the comparisons then say so; their fallback
+    questions stay unexplained)."""
+    p = opts.progress
+    c = cp.config
+    if not tasks or not vrec.tasks:
+        return
+    log_path = run_dir / "logs" / c.name / f"{vp.name}.rerun.log"
+    argv = [model_ref if a == c.model else a for a in vp.argv]
+    env = {**vp.env, REPORT_ENV: str(plugin_dir(run_dir, c.name, vp.name + ".rerun"))}
+    p.log(f"{vp.id}: rerun for noise, needed by divergences no reference distribution judges "
+          f"(tasks {', '.join(tasks)}); starting the server again (log: {log_path})")
+    session = VariantSession(
+        vp.id + " (rerun)", argv, env, log_path, startup_timeout=c.startup_max_wait_seconds,
+        request_timeout=c.request_timeout_seconds, max_concurrency=c.max_concurrency,
+        speculative=vp.speculative_config is not None, on_wait=p.waiting(f"{vp.id} (rerun): waiting for /health"),
+    )
+    tplans = {t.name: t for t in cp.tasks}
+    PLACE.at("server", config=c.name, variant=vp.name, task=None)
+    try:
+        with session:
+            for tname, pt in tasks.items():
+                first = m.samples.get((vp.name, tname))
+                if first is None or tname not in vrec.tasks or pt.lm_eval is not None:
+                    continue
+                PLACE.at("client", task=tname)  # the noise rerun: requests, judging and its samples file
+                vrec.tasks[tname].rerun = _rerun_task(session, c.name, vp, tplans[tname], pt, run_dir, tuple(first),
+                                                      reruns, p, c.per_request_metrics)
+                checkpoint()
+    except ServerStartError as e:
+        p.error(f"{vp.id}: the rerun for noise could not run: {e}")
+        vrec.error = (vrec.error + "\n" if vrec.error else "") + f"rerun for noise could not run: {e}"
 
 
 def _load_baseline(baseline_dir: Path, config: str, m: Measurements) -> BaselineInfo:
@@ -883,7 +1036,7 @@ def _run_variant(
                         pt.requests,
                         max_tokens=t.spec.max_tokens, temperature=t.spec.temperature, seed=t.spec.seed,
                         stop=pt.stop, on_done=lambda x: bar.advance(x.ok),
-                        per_request=c.per_request_metrics, chat=t.spec.use_chat_completions,
+                        per_request=c.per_request_metrics, chat=t.spec.use_chat_completions, logprobs=vp.logprobs,
                     )
                     bar.close()
                     PLACE.at("judging")
@@ -1084,7 +1237,7 @@ def _rerun_task(session, config: str, vp: VariantPlan, t, pt: PreparedTask, run_
         pt.requests,
         max_tokens=t.spec.max_tokens, temperature=t.spec.temperature, seed=t.spec.seed,
         stop=pt.stop, on_done=lambda x: bar.advance(x.ok),
-        per_request=per_request, chat=t.spec.use_chat_completions,
+        per_request=per_request, chat=t.spec.use_chat_completions, logprobs=vp.logprobs,
     )
     bar.close()
     samples = judge_completions(config, vp.name, t.name, pt.requests, out.completions)

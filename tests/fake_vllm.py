@@ -13,13 +13,32 @@ takes the place of the interpreter, so it receives ``-m vllm.entrypoints.openai.
 * ``http500_every:K`` every K-th completion request answers HTTP 500
 * ``benign_noise:Q``  GPU-like numerics: each answer's token ids change after the
   third token with probability Q, independently per server and per time a prompt is
-  seen (seeded by prompt, variant flags and pass), while the text and the answer stay
-  the same; two passes then differ on 2Q(1-Q) of the questions (Q = 0.0811: 15%)
+  seen (seeded by prompt, variant flags, pass and port), while the text and the answer stay
+  the same; two passes then differ on 2Q(1-Q) of the questions (Q = 0.0811: 15%).
+  As real numerics, it flips a near-tie: with ``logprobs`` the distribution at that
+  position has the two tokens 0.03 nats apart
 * ``corrupt``         state corruption: every answer diverges at token 1 and gives a
   wrong answer (``#### 7``)
 * ``ignore_sigterm``  never get ready, ignore SIGTERM (as vLLM does during part of its
   start-up) and start a child in the same process group that ignores it too
 * ``slow_start:S``    answer /health only after S seconds
+* ``near_tie:Q``      GPU-like benign divergence, deterministic: on a share Q of the
+  questions (chosen by the prompt alone, so a rerun shows no noise) the reference's top
+  two tokens at position 2 are 0.01 nats apart (7 at -0.688, 9 at -0.698) and the
+  speculative variants take the second (ids ``5 6 9 8``); text and answer unchanged
+* ``confident:Q``     the same questions, but the reference ranks the speculative
+  variants' token 9 far below its own (7 at -0.01, 9 at -4.61: a gap of 4.6 nats), as
+  a broken state would
+
+A request with ``logprobs: k`` gets OpenAI completions ``logprobs`` as vLLM writes them
+with ``return_tokens_as_token_ids`` (tokens ``"token_id:N"``, top k per position, the
+sampled token included); the emitted token is confident (-0.01, runner-up -6) except at
+the near-tie / confident positions above.
+
+The server log names the model runner as vLLM does: ``FAKE_RUNNER`` ``v1`` (default;
+vLLM's "Model Runner V2 requires Triton; using the V1 model runner instead."), ``v2``
+("Using V2 Model Runner"; also when ``VLLM_USE_V2_MODEL_RUNNER=1``) or ``none`` (no
+line); ``FAKE_SPEC_RUNNER`` overrides it for speculative variants.
 
 Options that combine with any mode (a server slow to exit, as vLLM is while it frees
 memory and joins its engine processes):
@@ -108,6 +127,39 @@ flags = " ".join(a for a in args if a.startswith("--") and "scheduling" in a) + 
 
 if os.environ.get("FAKE_HOSTILE") == "1":
     print("\x1b[1;31mERROR\x1b[0m \x00\x07 fake vllm: hostile log " + "y" * 20000, flush=True)
+runner = os.environ.get("FAKE_RUNNER") or ("v2" if os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "1" else "v1")
+if spec and os.environ.get("FAKE_SPEC_RUNNER"):
+    runner = os.environ["FAKE_SPEC_RUNNER"]
+if runner == "v1":
+    print("WARNING 12-01 10:00:00 [vllm.py:726] Model Runner V2 requires Triton; using the V1 model runner instead.",
+          flush=True)
+elif runner == "v2":
+    print("INFO 12-01 10:00:00 [gpu_worker.py:518] Using V2 Model Runner", flush=True)
+
+
+def chosen(prompt, share):
+    """Whether a question is among the deterministic share (by the prompt alone)."""
+    return random.Random(hashlib.sha256(prompt.encode()).hexdigest()).random() < share
+
+
+def logprobs_of(ids, k, tie):
+    """OpenAI completions ``logprobs`` for ``ids`` (top ``k`` per position); ``tie`` =
+    (position, {token: logprob}) replaces that position's distribution."""
+    tokens, tlps, tops = [], [], []
+    for i, t in enumerate(ids):
+        dist = {t: -0.01, 100 + i: -6.0}
+        if tie is not None and tie[0] == i:
+            dist = dict(tie[1])
+        for j in range(k - len(dist)):
+            dist[200 + j] = -10.0 - j
+        top = dict(sorted(dist.items(), key=lambda kv: -kv[1])[:k])
+        top.setdefault(t, dist[t])
+        tokens.append(f"token_id:{t}")
+        tlps.append(dist[t])
+        tops.append({f"token_id:{x}": lp for x, lp in top.items()})
+    return {"tokens": tokens, "token_logprobs": tlps, "top_logprobs": tops, "text_offset": [0] * len(ids)}
+
+
 if mode == "exit_on_start":
     print("fake vllm: simulated start-up failure (CUDA out of memory)", flush=True)
     sys.exit(3)
@@ -216,7 +268,8 @@ class H(BaseHTTPRequestHandler):
         with lock:
             count += 1
             k = count
-            prompt = json.loads(body or b"{}").get("prompt", "")
+            req = json.loads(body or b"{}")
+            prompt = req.get("prompt", "")
             seen[prompt] = seen.get(prompt, 0) + 1
             npass = seen[prompt]
             drafts += 4
@@ -232,7 +285,7 @@ class H(BaseHTTPRequestHandler):
         ids = [5, 6, 7, 8]
         text = " 2 + 3 = 5 #### 5"
         if mode.startswith("benign_noise:"):
-            key = hashlib.sha256(f"{prompt}|{flags}|{npass}".encode()).hexdigest()
+            key = hashlib.sha256(f"{prompt}|{flags}|{npass}|{port}".encode()).hexdigest()
             if random.Random(key).random() < float(mode.split(":")[1]):
                 ids = [5, 6, 7, 9]
         elif mode == "corrupt":
@@ -243,7 +296,19 @@ class H(BaseHTTPRequestHandler):
             return self._send(200, {"choices": [{"text": text, "token_ids": "5 6 7 8", "finish_reason": "stop"}]})
         if os.environ.get("FAKE_HOSTILE") == "1":
             ids, text = [5, 6, 1, 1], HOSTILE_TEXT
-        self._send(200, {"choices": [{"text": text, "token_ids": ids, "finish_reason": "stop"}]})
+        tie = None
+        if mode.startswith("benign_noise:"):  # real noise flips near-ties only: 8 and 9 are 0.03 nats apart
+            tie = (3, {ids[3]: -0.68, 17 - ids[3]: -0.71})
+        if mode.startswith(("near_tie:", "confident:")) and chosen(prompt, float(mode.split(":")[1])):
+            tie = (2, {7: -0.688, 9: -0.698} if mode.startswith("near_tie:") else {7: -0.01, 9: -4.61})
+            if spec:
+                ids = [5, 6, 9, 8]
+        choice = {"text": text, "token_ids": ids, "finish_reason": "stop"}
+        if req.get("logprobs") is not None:
+            if not req.get("return_tokens_as_token_ids"):
+                return self._send(400, {"error": "fake: logprobs only with return_tokens_as_token_ids"})
+            choice["logprobs"] = logprobs_of(ids, int(req["logprobs"]), tie)
+        self._send(200, {"choices": [choice]})
 
 
 class Server(ThreadingHTTPServer):

@@ -197,6 +197,44 @@ def test_output_match_recomputed_from_token_ids(cpu_run):
             assert mm["first_divergence"] == i
 
 
+def test_divergences_classified_by_the_references_distribution_and_shown(cpu_run):
+    # every divergence of the clean list (on the CPU in bf16: gsm8k/test/2 between the
+    # reference and MTP) is judged by the reference's top-k at its first divergence;
+    # recomputed here from the reference's samples, whichever way it falls
+    _, rec, run_dir = cpu_run
+    c = rec["configs"][0]
+    seen = []
+    for comp in c["comparisons"]:
+        dv = comp["divergence"]
+        assert dv is not None and dv["reference"] == "reference" and dv["near_tie_nats"] == 0.5
+        ref = {s["question_id"]: s for s in load_samples(run_dir, c["variants"]["reference"]["tasks"][comp["task"]]["samples"])}
+        base = {s["question_id"]: s for s in load_samples(run_dir, c["variants"][comp["baseline"]]["tasks"][comp["task"]]["samples"])}
+        cand = {s["question_id"]: s for s in load_samples(run_dir, c["variants"][comp["candidate"]]["tasks"][comp["task"]]["samples"])}
+        assert {d["question_id"] for d in dv["divergences"]} == {m["question_id"] for m in comp["mismatches"]}
+        for d in dv["divergences"]:
+            q, i = d["question_id"], d["position"]
+            r = ref[q]
+            if r["token_ids"][:i] != base[q]["token_ids"][:i] or i >= len(cand[q]["token_ids"]):
+                assert d["verdict"] == "unexplained" and d["gap_nats"] is None
+                continue
+            top = dict((t, lp) for t, lp in r["top_logprobs"][i])
+            ct = cand[q]["token_ids"][i]
+            gap = top[r["token_ids"][i]] - (top[ct] if ct in top else min(top.values()))
+            assert d["gap_nats"] == pytest.approx(gap, abs=1e-5)
+            assert d["verdict"] == ("explained" if ct in top and gap <= 0.5 else "unexplained")
+            seen.append(f"{comp['baseline']}->{comp['candidate']} {q}@{i} gap {gap:.3f} {d['verdict']}")
+    print("\nclean CPU list divergences: " + ("; ".join(seen) or "none"))
+    if seen:
+        assert "### Divergences judged by the reference's distribution" in (run_dir / "summary.md").read_text()
+
+
+def test_every_variant_records_the_v1_runner_from_the_plugin(cpu_run):
+    _, rec, _ = cpu_run
+    for name, v in rec["configs"][0]["variants"].items():
+        assert v["model_runner"]["runner"] == "v1" and v["model_runner"]["source"] == "evalrun plugin", name
+        assert "vllm.v1.worker.cpu_model_runner.CPUModelRunner" in v["model_runner"]["detail"]
+
+
 def test_spec_metrics_consistent_with_counters(cpu_run):
     _, rec, _ = cpu_run
     for t in [t for n in ("spec_sync", "spec_async") for t in rec["configs"][0]["variants"][n]["tasks"].values()]:

@@ -24,7 +24,8 @@ def test_h200_dry_run_json_three_variants_with_flags(capsys):
     assert len(names) == 3
     super_ = next(c for c in plan if "Super-120B" in c["name"])
     by = {v["name"]: v["argv"] for v in super_["variants"]}
-    assert list(by) == ["reference", "spec_sync", "spec_async"]
+    # the three variants on vLLM's default runner, and the same three on V1 (issue 17)
+    assert list(by) == ["reference", "spec_sync", "spec_async", "reference_v1", "spec_sync_v1", "spec_async_v1"]
     ref, sync, asyn = by["reference"], by["spec_sync"], by["spec_async"]
     assert ref[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
     assert "--speculative-config" not in ref
@@ -43,9 +44,20 @@ def test_h200_dry_run_json_three_variants_with_flags(capsys):
     # the variants differ only by the speculative flags
     assert [a for a in sync if a not in ("--speculative-config", sync[i + 1], "--no-async-scheduling")] == ref
     for c in plan:
-        assert [v["name"] for v in c["variants"]] == ["reference", "spec_sync", "spec_async"]
+        v1 = "Nano" not in c["name"]  # Super and Qwen3-Next also cover V1 (evalrun.v1_runner_variants)
+        names = ["reference", "spec_sync", "spec_async"]
+        assert [v["name"] for v in c["variants"]] == names + ([n + "_v1" for n in names] if v1 else [])
         for v in c["variants"]:
             assert v["env"]["VLLM_SERVER_DEV_MODE"] == "1"
+            if v["name"].endswith("_v1"):
+                assert v["env"]["VLLM_USE_V2_MODEL_RUNNER"] == "0" and v["model_runner"] == "v1"
+                twin = next(x for x in c["variants"] if x["name"] == v["name"][:-3])
+                assert v["argv"] == twin["argv"] and "VLLM_USE_V2_MODEL_RUNNER" not in twin["env"]
+            # only the non-speculative reference asks for log-probabilities
+            assert v["logprobs"] == (5 if v["name"].startswith("reference") else None)
+        comps = {(g["baseline"], g["variant"]) for g in c["gates"] if g["kind"] == "min_output_match"}
+        if v1:
+            assert {("reference_v1", "spec_async_v1"), ("spec_sync_v1", "spec_async_v1")} <= comps
 
 
 def test_h200_dry_run_text_shows_gates_and_tasks(capsys):

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from harness.config import gates as G
-from harness.engine.info import Effectiveness
+from harness.engine.info import Effectiveness, ModelRunnerFact
+from harness.analysis.divergence import DivergenceReport
 from harness.engine.metrics import SpecDecodeMetrics
 from harness.records.baselines import BaselineDoc, BaselineTask
 from harness.records.run_record import GateResult
@@ -166,6 +167,12 @@ class Measurements:
         prompt_only: task -> why it generates nothing (an lm_eval ``multiple_choice``
             / ``loglikelihood`` task scores prompts): its gates of :data:`PROMPT_ONLY_KINDS`
             are NOT RUN with that reason, never passed or failed.
+        divergences: ``(baseline, candidate, task)`` -> :class:`DivergenceReport` when
+            the comparison's divergences were judged by a reference's distribution.
+        runners: variant -> :class:`ModelRunnerFact`; None when runner facts were not
+            collected (the runner always collects them; then ``variant_effective``
+            also requires a known runner, the one asked for, and the same runner as
+            every variant it is compared with).
     """
 
     scores: dict[tuple[str, str], TaskScore] = field(default_factory=dict)
@@ -181,6 +188,8 @@ class Measurements:
     baseline_error: str | None = None
     answers: dict[tuple[str, str, str], AnswerAgreement] = field(default_factory=dict)
     prompt_only: dict[str, str] = field(default_factory=dict)
+    divergences: dict[tuple[str, str, str], DivergenceReport] = field(default_factory=dict)
+    runners: dict[str, ModelRunnerFact] | None = None
 
     def paired(self, baseline: str, candidate: str, task: str, pipeline: str) -> PairedComparison | None:
         """Paired accuracy of ``baseline`` vs ``candidate`` on ``task`` under ``pipeline``
@@ -289,7 +298,13 @@ def evaluate_gate(g: G.Gate, m: Measurements, adjusted_p: float | None = None) -
       candidate is significantly worse (exact one-sided McNemar p < alpha; with
       ``adjusted_p`` given, the Holm-adjusted p-value of :func:`holm_p_values` is
       compared instead). An improvement never fails.
-    * ``min_output_match``: share of identical completion token ids >= limit. With a
+    * ``variant_effective`` also requires (when ``m.runners`` is collected) a known
+      model runner, the one asked for, and the runner of every compared variant
+      (:func:`runner_check`).
+    * ``min_output_match`` with ``near_tie_nats`` and a :class:`DivergenceReport`:
+      share of questions without an unexplained divergence >= limit
+      (:func:`_output_match_classified`); the noise test below is then not used.
+    * ``min_output_match`` otherwise: share of identical completion token ids >= limit. With a
       noise reference (:class:`OutputNoise`) whose noise is above zero, the limit is
       replaced by a test: fails when the candidate mismatches significantly more
       often than the noise (one-sided p < alpha). Zero observed noise means the
@@ -329,13 +344,17 @@ def evaluate_gate(g: G.Gate, m: Measurements, adjusted_p: float | None = None) -
                 return _result(g, None, None, None, f"not run: the config declares that the engine cannot "
                                f"report its effective configuration (engine_facts: not_reported); {why}")
             return _result(g, None, None, False, f"cannot tell whether the variant ran as asked: {why}")
+        runner_fail, runner_note = runner_check(g, m)
+        if runner_fail:
+            return _result(g, 0.0, None, False, runner_fail)
         if eff.effective:
-            return _result(g, 1.0, None, True, "every requested setting is effective")
+            return _result(g, 1.0, None, True, "every requested setting is effective" + runner_note)
         mism = ", ".join(
             f"{k}: requested {v['requested']}, effective {v['effective']}" for k, v in eff.mismatches.items()
         )
         if eff.expected_on_platform:
-            return _result(g, 0.0, None, True, f"not effective, declared expected on this platform ({mism})")
+            return _result(g, 0.0, None, True, f"not effective, declared expected on this platform ({mism})"
+                           + runner_note)
         return _result(g, 0.0, None, False, f"variant did not run as asked: {mism}")
     if isinstance(g, (G.AccuracyFloor, G.MaxErrorRate, G.MaxTruncationRate)):
         sc = m.scores.get(key)
@@ -422,6 +441,9 @@ def evaluate_gate(g: G.Gate, m: Measurements, adjusted_p: float | None = None) -
         om = m.matches.get(pkey)
         if om is None or om.output_match_rate is None:
             return _result(g, None, g.limit, False if om is not None else None, "no question could be compared")
+        dv = m.divergences.get(pkey) if g.near_tie_nats is not None else None
+        if dv is not None:
+            return _output_match_classified(g, om, dv, m.answers.get(pkey))
         ok = om.output_match_rate >= g.limit
         detail = f"{om.matched}/{om.compared} completions identical (output match {om.output_match_rate:.4f})"
         if om.past_stop:
@@ -470,6 +492,63 @@ def evaluate_gate(g: G.Gate, m: Measurements, adjusted_p: float | None = None) -
         ok = m.baseline_error is None
         return _result(g, None, None, ok, "the stored baseline was read" if ok else m.baseline_error)
     raise TypeError(f"unknown gate kind {g.kind!r} in gate {g.id}")
+
+
+def runner_check(g: G.VariantEffective, m: Measurements) -> tuple[str, str]:
+    """``(failure, note)`` of the model-runner part of ``variant_effective``.
+
+    Fails (a non-empty ``failure``) when the variant's runner is ``unknown`` (fails
+    closed like any unreadable engine fact), differs from its ``model_runner``, or
+    differs from the runner of a variant it is compared with (``same_runner_as``; a
+    comparison with ``allow_mixed_runners`` is not listed there). ``note`` names the
+    runner for the passing detail. Nothing is checked when ``m.runners`` is None.
+    """
+    if m.runners is None:
+        return "", ""
+    f = m.runners.get(g.variant)
+    if f is None or f.runner == "unknown":
+        return (f"model runner unknown: {f.detail if f else 'not recorded'} (a variant whose runner is not "
+                "known cannot be compared with another; load evalrun's plugin in the server's environment)", "")
+    if g.model_runner is not None and f.runner != g.model_runner:
+        return (f"model runner: requested {g.model_runner} (VLLM_USE_V2_MODEL_RUNNER), the engine ran "
+                f"{f.runner} ({f.source}: {f.detail})", "")
+    bad = [(peer, m.runners[peer]) for peer in g.same_runner_as
+           if peer in m.runners and m.runners[peer].runner not in ("unknown", f.runner)]
+    if bad:
+        others = "; ".join(f"{peer} ran {pf.runner} ({pf.source}: {pf.detail})" for peer, pf in bad)
+        return (f"model runners differ between compared variants: {g.variant} ran {f.runner} ({f.source}: "
+                f"{f.detail}); {others}: their differences are two code paths, not speculative decoding "
+                "(set allow_mixed_runners: true on the comparison to accept it)", "")
+    return "", f"; model runner {f.runner} ({f.source})"
+
+
+def _output_match_classified(g: G.MinOutputMatch, om: OutputMatch, dv: DivergenceReport,
+                             ag: AnswerAgreement | None) -> GateResult:
+    """``min_output_match`` judged on unexplained divergences: observed = (compared -
+    unexplained) / compared >= limit. Explained near-ties (and, for questions the
+    reference cannot judge, divergences the baseline's rerun shows too) are reported
+    beside it; the failing questions are the unexplained ones, worst first."""
+    un, ex, nz = dv.unexplained, dv.explained, dv.noise
+    n = om.compared
+    rate = (n - len(un)) / n
+    ok = rate >= g.limit
+    detail = (f"{n - len(un)}/{n} questions without an unexplained divergence ({rate:.4f}); "
+              f"{om.matched}/{n} identical (output match {om.output_match_rate:.4f}); "
+              f"judged by {dv.reference}'s top-k log-probabilities, near-tie <= {dv.near_tie_nats:g} nats: "
+              f"{len(un)} unexplained, {len(ex)} explained")
+    if nz:
+        detail += f", {len(nz)} explained by the baseline's rerun (no reference distribution there)"
+    if un:
+        detail += "; unexplained (worst first): " + ", ".join(
+            f"{d.question_id}@{d.position} " + ("gap " + (">" if not d.in_top_k else "") + f"{d.gap_nats:.2f}"
+                                                  if d.gap_nats is not None else "(" + d.reason.split(';')[0] + ")")
+            for d in un[:5]) + (" ..." if len(un) > 5 else "")
+    if ex:
+        detail += "; explained: " + ", ".join(f"{d.question_id}@{d.position} gap {d.gap_nats:.2f}" for d in ex[:5]) \
+            + (" ..." if len(ex) > 5 else "")
+    if ag is not None and ag.agreement_rate is not None:
+        detail += f"; answer-level agreement ({ag.pipeline}) {ag.agreed}/{ag.compared} ({ag.agreement_rate:.4f})"
+    return _result(g, rate, g.limit, ok, detail, [d.question_id for d in un])
 
 
 def evaluate_gates(gates: Sequence[G.Gate], m: Measurements) -> list[GateResult]:

@@ -63,6 +63,11 @@ class VariantEffective(_GateBase):
     op: Literal["=="] = "=="
     expected_effective: dict[str, Any] | None = None
     engine_facts: Literal["required", "not_reported"] = "required"
+    #: ``v1`` / ``v2`` when the variant asks for a model runner, else None.
+    model_runner: Literal["v1", "v2"] | None = None
+    #: the variants it is compared with that must have run the same model runner (a
+    #: comparison with ``allow_mixed_runners`` leaves its pair out).
+    same_runner_as: tuple[str, ...] = ()
 
 
 class AccuracyFloor(_GateBase):
@@ -129,7 +134,12 @@ class MaxAccuracyDrop(_GateBase):
 class MinOutputMatch(_GateBase):
     """Share of questions with identical completion token ids >= ``limit``, or, when a
     noise reference (rerun: ``noise_runs`` 2, or a stored ``noise_mismatch_rate``)
-    shows noise above zero, not significantly more mismatches than the noise at ``alpha``."""
+    shows noise above zero, not significantly more mismatches than the noise at ``alpha``.
+
+    With ``near_tie_nats`` set and a reference whose top-k log-probabilities were
+    recorded, each divergence is judged by the reference's distribution
+    (:mod:`harness.analysis.divergence`): the share of questions WITHOUT an unexplained
+    divergence must be >= ``limit``; explained near-ties are reported beside it."""
 
     kind: Literal[GateKind.MIN_OUTPUT_MATCH] = GateKind.MIN_OUTPUT_MATCH
     op: Literal[">="] = ">="
@@ -137,6 +147,7 @@ class MinOutputMatch(_GateBase):
     alpha: float = 0.05
     noise_runs: int = 1
     noise_mismatch_rate: float | None = None
+    near_tie_nats: float | None = None
 
 
 class MaxAcceptanceLengthDrop(_GateBase):
@@ -192,9 +203,12 @@ def plan_gates(config: ModelConfig) -> list[Gate]:
     c = config.name
     out: list[Gate] = []
     for vname, v in config.variants.items():
+        peers = [x for comp in config.comparisons if not comp.allow_mixed_runners
+                 for x in ((comp.candidate,) if comp.baseline == vname else (comp.baseline,) if comp.candidate == vname else ())]
         out.append(VariantEffective(
             id=f"{c}/{vname}/variant_effective", config=c, variant=vname,
             expected_effective=v.expected_effective, engine_facts=v.engine_facts,
+            model_runner=v.model_runner, same_runner_as=tuple(dict.fromkeys(peers)),
             description="the engine's effective configuration matches what the variant asked for",
         ))
         for tname in config.tasks:
@@ -250,6 +264,9 @@ def plan_gates(config: ModelConfig) -> list[Gate]:
             if comp.min_output_match is not None:
                 noise = (
                     f"; judged against {comp.baseline}-vs-{comp.baseline} noise (rerun) when that noise is > 0"
+                    if comp.noise_runs > 1 and comp.noise_runs_when == "always" else
+                    f"; {comp.baseline} rerun for noise only when divergences are left that no reference "
+                    "distribution judges"
                     if comp.noise_runs > 1 else
                     f"; judged against the stored noise rate {comp.noise_mismatch_rate} when > 0"
                     if comp.noise_mismatch_rate is not None else ""
@@ -258,8 +275,11 @@ def plan_gates(config: ModelConfig) -> list[Gate]:
                     id=f"{c}/{pair}/{tname}/min_output_match", **base,
                     limit=comp.min_output_match, alpha=comp.output_match_alpha or comp.alpha,
                     noise_runs=comp.noise_runs,
-                    noise_mismatch_rate=comp.noise_mismatch_rate,
-                    description="share of questions with identical completion token ids" + noise,
+                    noise_mismatch_rate=comp.noise_mismatch_rate, near_tie_nats=comp.near_tie_nats,
+                    description=("share of questions with identical completion token ids" if comp.near_tie_nats is None
+                                 else "share of questions without an unexplained divergence (divergences at a "
+                                      f"near-tie of the reference, gap <= {comp.near_tie_nats:g} nats, are explained)")
+                                + noise,
                 ))
             if comp.max_acceptance_length_drop is not None and spec_pair:
                 out.append(MaxAcceptanceLengthDrop(

@@ -43,6 +43,15 @@ DEFAULT_REQUEST_TIMEOUT_SECONDS = 600
 #: Requests in flight per variant by default: vLLM's gsm8k_eval.py without
 #: ``--max-concurrency`` is bounded only by aiohttp's ``TCPConnector`` limit of 100.
 DEFAULT_MAX_CONCURRENCY = 100
+#: Largest log-probability gap (nats) between the reference's own token and the candidate's
+#: at a first divergence that is still a benign near-tie (harness.analysis.divergence).
+#: 0.5: above the 0.19-nat tie the trained tiny model flips between reference and MTP in
+#: bf16 on the CPU (gsm8k/test/2), with margin below the >= 1.75-nat gaps at every other
+#: position of that completion; a 0.5-nat gap is a probability ratio of e^0.5 = 1.65
+#: between the two tokens, which a kernel's rounding can cross, while a wrong state puts
+#: the candidate's token several nats down. Measure it on a known-good build with
+#: ``evalrun calibrate`` and set ``near_tie_nats`` per comparison.
+DEFAULT_NEAR_TIE_NATS = 0.5
 
 
 def _env_to_str(v: Any) -> Any:
@@ -215,6 +224,15 @@ class ComparisonSpec(_Frozen):
             when the baseline is not rerun in this run; None = none.
         output_match_alpha: significance level of the output-match test against noise
             (None = ``alpha``).
+        near_tie_nats: a divergence is explained when the reference ranks the
+            candidate's token at most this many nats below its own
+            (:data:`DEFAULT_NEAR_TIE_NATS`); the output-match gate counts the
+            unexplained ones. None: no classification (every mismatch counts).
+        noise_runs_when: ``always`` reruns the baseline (``noise_runs: 2``) in any case;
+            ``unexplained`` only when divergences are left that the reference's
+            distribution cannot judge (README "Near ties").
+        allow_mixed_runners: the two variants may run different model runners (V1 /
+            V2); otherwise that fails ``variant_effective``.
     """
 
     baseline: str
@@ -228,6 +246,9 @@ class ComparisonSpec(_Frozen):
     noise_runs: int = Field(default=1, ge=1, le=2)
     noise_mismatch_rate: float | None = Field(default=None, ge=0.0, le=1.0)
     output_match_alpha: float | None = Field(default=None, gt=0.0, lt=1.0)
+    near_tie_nats: float | None = Field(default=DEFAULT_NEAR_TIE_NATS, ge=0.0)
+    noise_runs_when: Literal["always", "unexplained"] = "always"
+    allow_mixed_runners: bool = False
 
 
 class SpeculativeConfigSpec(BaseModel):
@@ -363,6 +384,9 @@ class VariantSpec(_Frozen):
             async scheduling with the config's drafter): the plan shows it, no server
             starts, and every gate of the variant is NOT RUN with this reason (never
             passed). Derived by the loader for vLLM-form configs; None = runs.
+        model_runner: ``v1`` / ``v2`` sets ``VLLM_USE_V2_MODEL_RUNNER`` (0 / 1) for this
+            variant's server, and ``variant_effective`` checks the runner the engine
+            used; None leaves vLLM's default (V2 on CUDA with Triton, V1 on the CPU).
     """
 
     speculative_config: SpeculativeConfigSpec | None = None
@@ -373,6 +397,7 @@ class VariantSpec(_Frozen):
     expected_effective: dict[str, dict[str, Any]] = Field(default_factory=dict)
     engine_facts: Literal["required", "not_reported"] = "required"
     not_applicable: str | None = None
+    model_runner: Literal["v1", "v2"] | None = None
 
 
 class NativeConfig(_Frozen):
@@ -433,6 +458,18 @@ class EvalrunBlock(_Frozen):
         expected_discordance: assumed discordance for the dry run's power statement
             and family-wise false-fail probability.
         multiple_testing: ``holm`` or ``none`` (see :class:`GateSpec`).
+        near_tie_nats: see :class:`ComparisonSpec` (default :data:`DEFAULT_NEAR_TIE_NATS`).
+            With ``noise_runs`` not written, the reference is rerun only when divergences
+            are left that its distribution cannot judge.
+        v1_runner_variants: also run ``reference_v1``, ``spec_sync_v1`` and
+            ``spec_async_v1`` on vLLM's V1 model runner (``model_runner: v1``) with the
+            same three comparisons among them, beside the default-runner variants (on
+            CUDA vLLM defaults to V2): covers the V1 path where it remains in use, at
+            the cost of three more passes of every task.
+        model_runner: ``v1`` / ``v2`` for every derived variant (see
+            :class:`VariantSpec`): e.g. ``v1`` where vLLM's V2 runner lacks the drafter
+            (``ngram`` on vLLM's main branch), so that the reference does not run V2
+            while the speculative variants fall back to V1. None: vLLM's default.
     """
 
     max_concurrency: int | None = Field(default=None, ge=1)
@@ -446,6 +483,9 @@ class EvalrunBlock(_Frozen):
     output_match_alpha: float = Field(default=0.001, gt=0.0, lt=1.0)
     expected_discordance: float = Field(default=0.05, gt=0.0, le=1.0)
     multiple_testing: Literal["none", "holm"] = "none"
+    near_tie_nats: float | None = Field(default=DEFAULT_NEAR_TIE_NATS, ge=0.0)
+    v1_runner_variants: bool = False
+    model_runner: Literal["v1", "v2"] | None = None
 
     def effective_noise_runs(self) -> int:
         """2 unless a stored ``noise_mismatch_rate`` replaces the rerun (or 1 is written)."""
@@ -1149,6 +1189,7 @@ def _from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict | None = No
             min_output_match=ev.min_output_match, alpha=ev.alpha, output_match_alpha=ev.output_match_alpha,
             expected_discordance=ev.expected_discordance,
             noise_runs=ev.effective_noise_runs(), noise_mismatch_rate=ev.noise_mismatch_rate,
+            near_tie_nats=ev.near_tie_nats, noise_runs_when="always" if ev.noise_runs is not None else "unexplained",
         )
         comps = [
             ComparisonSpec(baseline="reference", candidate="spec_async", max_accuracy_drop=ev.max_accuracy_drop, **common),
@@ -1162,6 +1203,14 @@ def _from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict | None = No
             ),
         ]
         comparisons = tuple(x for x in comps if x.baseline in variants and x.candidate in variants)
+        if ev.model_runner is not None:
+            variants = {k: v.model_copy(update={"model_runner": ev.model_runner}) for k, v in variants.items()}
+        if ev.v1_runner_variants:  # the same variants and comparisons on vLLM's V1 model runner
+            for name in [n for n in ("reference", "spec_sync", "spec_async") if n in variants]:
+                variants[f"{name}_v1"] = variants[name].model_copy(update={"model_runner": "v1"})
+            comparisons += tuple(
+                x.model_copy(update={"baseline": x.baseline + "_v1", "candidate": x.candidate + "_v1"})
+                for x in comparisons)
     return ModelConfig(
         name=path.stem,
         path=path.resolve(),

@@ -38,6 +38,12 @@ VLLM_TEST_ENV = {"VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
 #: Seed ``RemoteOpenAIServer`` passes to every server (``--seed 0`` unless the config
 #: sets ``--seed``, which vLLM's test refuses); evalrun adds it for vLLM-form configs.
 VLLM_TEST_SEED = "0"
+#: vLLM's switch between its model runners (``VllmConfig.use_v2_model_runner``): "0" V1, "1" V2.
+MODEL_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
+#: Top-k log-probabilities a non-speculative output-match reference asks for per generated
+#: token (``logprobs: k``; k >= 2 is needed to see a runner-up, 5 shows how far down a
+#: candidate's token is; vLLM's default ``max_logprobs`` is 20).
+REFERENCE_TOP_LOGPROBS = 5
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,10 @@ class VariantPlan:
         expected_effective: per platform, settings the engine is known to override.
         not_applicable: why this variant cannot run on the engine (no server starts,
             its gates are NOT RUN with this reason), or None.
+        logprobs: top-k log-probabilities asked per generated token (a non-speculative
+            variant of a config whose output-match gates classify divergences,
+            :func:`reference_logprobs`), else None.
+        model_runner: ``v1`` / ``v2`` when the variant asks for one, else None.
     """
 
     id: str
@@ -66,6 +76,8 @@ class VariantPlan:
     fault: str | None
     expected_effective: dict[str, dict[str, Any]]
     not_applicable: str | None = None
+    logprobs: int | None = None
+    model_runner: str | None = None
 
     def command(self, port: int) -> list[str]:
         """The argv with the port filled in."""
@@ -169,6 +181,8 @@ class Plan:
                             "fault": v.fault,
                             "expected_effective": v.expected_effective,
                             "not_applicable": v.not_applicable,
+                            "logprobs": v.logprobs,
+                            "model_runner": v.model_runner,
                         }
                         for v in cp.variants
                     ],
@@ -256,7 +270,8 @@ def server_env(config: ModelConfig, variant_name: str) -> dict[str, str]:
     ``VLLM_ENGINE_READY_TIMEOUT_S`` = the start-up wait in whole seconds (over the
     config's ``env``, as vLLM's test sets it); for native configs the same timeout unless
     the config's ``env`` sets it. Then the variant's ``env``, the fault, and
-    :data:`CPU_ASYNC_ENV` for an async variant of a CPU config (:func:`targets_cpu`).
+    :data:`CPU_ASYNC_ENV` for an async variant of a CPU config (:func:`targets_cpu`), and
+    :data:`MODEL_RUNNER_ENV` for a variant that asks for a model runner.
     """
     c, v = config, config.variants[variant_name]
     ready = str(int(c.startup_max_wait_seconds))
@@ -269,7 +284,19 @@ def server_env(config: ModelConfig, variant_name: str) -> dict[str, str]:
         env[FAULT_ENV] = v.fault
     if v.async_scheduling is True and targets_cpu(c):
         env[CPU_ASYNC_ENV] = "1"
+    if v.model_runner is not None:
+        env[MODEL_RUNNER_ENV] = "1" if v.model_runner == "v2" else "0"
     return env
+
+
+def reference_logprobs(config: ModelConfig, variant_name: str) -> int | None:
+    """:data:`REFERENCE_TOP_LOGPROBS` for a variant without speculative decoding in a
+    config with an output-match comparison that classifies divergences
+    (``near_tie_nats`` set), else None. Only non-speculative variants ask: older vLLM
+    releases turned speculation off for requests with logprobs (vLLM issue #34497)."""
+    v = config.variants[variant_name]
+    wants = any(c.min_output_match is not None and c.near_tie_nats is not None for c in config.comparisons)
+    return REFERENCE_TOP_LOGPROBS if wants and v.speculative_config is None else None
 
 
 def build_plan(configs: list[ModelConfig], python: str | None = None, list_path: str | None = None) -> Plan:
@@ -301,6 +328,8 @@ def build_plan(configs: list[ModelConfig], python: str | None = None, list_path:
                     fault=v.fault,
                     expected_effective=v.expected_effective,
                     not_applicable=v.not_applicable,
+                    logprobs=reference_logprobs(c, vname),
+                    model_runner=v.model_runner,
                 )
             )
         tasks = tuple(TaskPlan(id=f"{c.name}/{t}", name=t, spec=s) for t, s in c.tasks.items())

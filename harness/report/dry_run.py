@@ -295,6 +295,24 @@ def _data_text(row: dict[str, Any] | None) -> str:
     return text
 
 
+def render_runner_cost(c) -> list[str]:
+    """What covering both model runners and the on-demand noise reruns cost, in passes
+    of every task: one per variant; a V1 variant (``model_runner: v1``) beside
+    default-runner variants is the price of running both code paths."""
+    runs = {name: v.model_runner for name, v in c.variants.items()}
+    v1 = [n for n, r in runs.items() if r == "v1"]
+    out = []
+    if v1 and len(v1) < len(runs):
+        out.append(f"  model runners: {', '.join(n for n in runs if n not in v1)} on vLLM's default, "
+                   f"{', '.join(v1)} on V1: {len(v1)} of {len(runs)} passes of every task "
+                   f"(+{len(v1) / (len(runs) - len(v1)):.0%} server time) cover the V1 path")
+    lazy = sorted({x.baseline for x in c.comparisons if x.noise_runs > 1 and x.noise_runs_when == "unexplained"})
+    if lazy:
+        out.append(f"  noise reruns of {', '.join(lazy)}: only when divergences are left that no reference "
+                   "distribution judges (then one more server start and pass of that task)")
+    return out
+
+
 def render_plan(plan: Plan, only: Sequence[str] | None = None,
                 counts: dict[str, dict[str, Any]] | None = None) -> str:
     """Human-readable plan for ``--dry-run``: every config, variant command, task and gate.
@@ -339,6 +357,11 @@ def render_plan(plan: Plan, only: Sequence[str] | None = None,
             lines.append(f"    command: {v.shell_line(DRY_RUN_PORT)}")
             if v.fault:
                 lines.append(f"    fault injected: {v.fault}")
+            lines.append("    model runner: " + (f"{v.model_runner} (VLLM_USE_V2_MODEL_RUNNER={v.env.get('VLLM_USE_V2_MODEL_RUNNER')})"
+                                               if v.model_runner else "vLLM's default (V2 on CUDA with Triton, V1 on the CPU)"))
+            if v.logprobs:
+                lines.append(f"    asks top-{v.logprobs} log-probabilities per generated token "
+                             "(the output-match reference: divergences are judged by its distribution)")
         if left:
             lines.append(f"  variants left out (--variant): {', '.join(left)}")
         for t in cp.tasks:
@@ -354,6 +377,7 @@ def render_plan(plan: Plan, only: Sequence[str] | None = None,
             row = (counts or {}).get(t.id)
             if row and row["refused"]:
                 lines.append(f"    REFUSED: {row['refused']}")
+        lines += render_runner_cost(c)
         lines += render_detectable_drops(c, only=only)
         lines += render_family(c)
         lines.append("  gates:")

@@ -154,6 +154,42 @@ def _noise_text(comp: ComparisonResult) -> str:
     return f"; {src}, one-sided p={fmt(nz.p_value, 4)}"
 
 
+def _divergence_text(comp: ComparisonResult) -> str:
+    dv = comp.divergence
+    if dv is None or not dv.divergences:
+        return ""
+    return (f"; {dv.unexplained} unexplained, {dv.explained} near-tie" + (f", {dv.noise} noise" if dv.noise else "")
+            + f" (by {dv.reference}, <= {dv.near_tie_nats:g} nats)")
+
+
+def divergence_rows(record: RunRecord) -> list[dict[str, str]]:
+    """Every judged divergence of every comparison, worst first across the run: the
+    unexplained by decreasing gap (an ended completion or one without a reference
+    distribution first), then those the baseline's rerun explains, then the near-ties.
+    Each row: config, pair, task, question, position, tokens (baseline -> candidate),
+    the reference's gap (nats; ``>x`` outside its top k), verdict, reason."""
+    order = {"unexplained": 0, "noise": 1, "explained": 2}
+    rows = []
+    for c in record.configs:
+        for comp in c.comparisons:
+            if comp.divergence is None:
+                continue
+            for d in comp.divergence.divergences:
+                gap = "-" if d.gap_nats is None else (">" if not d.in_top_k else "") + f"{d.gap_nats:.3f}"
+                rows.append({
+                    "config": c.name, "pair": f"{comp.baseline} -> {comp.candidate}", "task": comp.task,
+                    "question": d.question_id, "position": str(d.position),
+                    "tokens": f"{d.baseline_token} -> {d.candidate_token}", "gap": gap,
+                    "verdict": d.verdict.upper() if d.verdict == "unexplained" else d.verdict, "reason": d.reason,
+                    "_key": (order[d.verdict], -(d.gap_nats if d.gap_nats is not None else float("inf"))
+                             if d.verdict == "unexplained" else -(d.gap_nats or 0.0)),
+                })
+    rows.sort(key=lambda r: r["_key"])
+    for r in rows:
+        del r["_key"]
+    return rows
+
+
 def comparison_rows(record: RunRecord) -> list[dict[str, Any]]:
     """One row per comparison and task: output match (with the noise it is judged
     against, when any), paired accuracy difference, p-value, flipped question ids."""
@@ -175,6 +211,7 @@ def comparison_rows(record: RunRecord) -> list[dict[str, Any]]:
                     "gained_ids": mark(list(p.b_only)) if p else [],
                     "output_match": f"{fmt(comp.output_match_rate)} ({comp.matched}/{comp.compared})"
                     + (f"; {len(comp.past_stop)} only up to the stop" if comp.past_stop else "")
+                    + _divergence_text(comp)
                     + _noise_text(comp),
                     "diff": (fmt(p.diff) + _ci(p.diff_ci)) if p else "-",
                     "flipped": f"-{len(p.a_only)} / +{len(p.b_only)}" if p else "-",
@@ -297,6 +334,16 @@ def render_terminal(record: RunRecord, console: Console | None = None) -> None:
             console.print(ct)
             for line in _flipped_lines(mine):
                 console.print(line, markup=False, soft_wrap=True)
+            drows = [r for r in divergence_rows(record) if r["config"] == c.name]
+            if drows:
+                title("divergences judged by the reference's distribution (worst first)")
+                dt = _table(["pair", "task", "question @ token", "tokens", "gap (nats)", "verdict"])
+                for r in drows[:10]:
+                    dt.add_row(r["pair"].replace(" -> ", " ->\n"), r["task"], f"{r['question']} @ {r['position']}",
+                               r["tokens"], r["gap"], r["verdict"])
+                console.print(dt)
+                if len(drows) > 10:
+                    console.print(f"  ... {len(drows) - 10} more in summary.md / run.json", markup=False)
     for line in acceptance_ci_notes(record) + run_warnings(record):
         console.print(line, markup=False, soft_wrap=True)
     for w in record.merge_warnings:
@@ -377,7 +424,10 @@ def server_lines(record: RunRecord) -> list[str]:
             extra = ", ".join(x for x in (
                 f"exit code {srv.exit_code}" if srv.exit_code is not None else "",
                 f"after {srv.seconds}s" if srv.seconds is not None else "") if x)
-            out.append(f"{c.name}/{vname}: {srv.status}" + (f" ({extra})" if extra else ""))
+            mr = v.model_runner
+            out.append(f"{c.name}/{vname}: {srv.status}" + (f" ({extra})" if extra else "")
+                       + (f"; model runner {mr.runner}" + (f" ({mr.source})" if mr.source else f": {mr.detail}")
+                          if mr is not None else ""))
     for lo in record.leftover_servers:
         out.append(f"left by an earlier run and still running: pid {lo.pid}; end it with `{lo.kill_command}`")
     if record.interrupted_by:
@@ -497,6 +547,18 @@ def render_markdown(record: RunRecord, run_dir: str | Path | None = None) -> str
         flipped = _flipped_lines(crow, limit=200)
         if flipped:
             lines += ["", "### Flipped questions", ""] + [f"- {x}" for x in flipped]
+        drows = divergence_rows(record)
+        if drows:
+            lines += ["", "### Divergences judged by the reference's distribution (worst first)", "",
+                      "At each divergent question's first divergence: the reference's log-probability gap between "
+                      "its own token and the candidate's. Near-ties are explained (benign numerics); the output-match "
+                      "gates count the unexplained.", ""]
+            lines.append(_md_table(["config", "pair", "task", "question", "token", "baseline -> candidate",
+                                    "gap (nats)", "verdict", "why"],
+                                   [[r["config"], r["pair"], r["task"], r["question"], r["position"], r["tokens"],
+                                     r["gap"], r["verdict"], r["reason"]] for r in drows[:100]]))
+            if len(drows) > 100:
+                lines.append(f"\n... {len(drows) - 100} more in run.json (`comparisons[].divergence`)")
     lines += ["", "## Gates", ""]
     if passed:
         lines += [f"<details><summary>{len(passed)} passing gate(s)</summary>", "",

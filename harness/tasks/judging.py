@@ -48,7 +48,7 @@ def judge_completion(config: str, variant: str, task: str, request: Request, c: 
     answers, correct = judge(c.text or "", request.gold)
     return Sample(
         completion=c.text, token_ids=c.token_ids, finish_reason=c.finish_reason,
-        stop_reason=c.stop_reason, answers=answers, correct=correct, **common,
+        stop_reason=c.stop_reason, answers=answers, correct=correct, top_logprobs=c.top_logprobs, **common,
     )
 
 

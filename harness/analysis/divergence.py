@@ -1,0 +1,245 @@
+"""Greedy output divergences judged by the reference's own distribution.
+
+Greedy speculative decoding equals greedy decoding only up to numerics: verification
+scores several positions in one forward pass (other kernels, other batch shapes), so
+where the reference's top two tokens are nearly tied, the choice can flip. That flip is
+benign and deterministic: a rerun of the reference does not show it. A broken engine
+(stale state, a wrong drafter input accepted by a wrong verifier) diverges where the
+reference was confident. So each divergent question is judged at its first divergence
+``d`` by the non-speculative reference's top-k log-probabilities there (asked with
+``logprobs: k``, :func:`harness.engine.client.parse_top_logprobs`):
+
+* **explained** (a near-tie): the candidate's token is in the reference's top k at ``d``
+  and ``lp_ref(reference token) - lp_ref(candidate token) <= near_tie_nats``;
+* **unexplained**: the reference ranks the candidate's token more than ``near_tie_nats``
+  below its own (or outside its top k: then the gap is at least the top-1 minus the
+  k-th log-probability), or the candidate's completion ends at ``d``;
+* **noise**: the reference's distribution does not apply (its prefix differs from the
+  baseline's before ``d``, it failed, or it carries no log-probabilities there) and the
+  baseline's own rerun diverged on that question too (the rerun noise rule, said per
+  question); without that evidence such a question is unexplained (fail closed).
+
+For ``reference -> candidate`` the baseline is the reference. For a comparison whose
+baseline speculates (``spec_sync -> spec_async``) the reference's distribution is used
+where the reference's token ids equal the baseline's up to ``d`` (the same prefix was
+scored). The gates count unexplained divergences (:class:`harness.config.gates.MinOutputMatch`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from harness.analysis.scoring import committed_divergence
+from harness.records.samples import Sample
+
+EXPLAINED, UNEXPLAINED, NOISE = "explained", "unexplained", "noise"
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The first divergence of one question, judged.
+
+    Attributes:
+        question_id: the question.
+        position: index of the first differing completion token (``d``).
+        baseline_token / candidate_token: token ids at ``d`` (None: that side ended there).
+        reference_token: the reference's token at ``d`` (None when its distribution does
+            not apply).
+        gap_nats: ``lp_ref(reference_token) - lp_ref(candidate_token)`` in nats; when the
+            candidate's token is outside the reference's top k, the lower bound
+            ``lp_ref(reference_token) - lp_ref(k-th token)`` (``in_top_k`` False); None
+            when the distribution does not apply or the candidate ended.
+        in_top_k: whether the candidate's token is among the reference's top k at ``d``.
+        candidate_rank: its 1-based rank there (None outside the top k).
+        verdict: ``explained`` / ``unexplained`` / ``noise``.
+        source: ``reference`` (the baseline is the reference), ``reference_prefix``
+            (the reference shares the baseline's prefix), ``rerun`` (fallback to the
+            baseline's rerun), ``none`` (no distribution, no rerun).
+        reason: one sentence for people.
+    """
+
+    question_id: str
+    position: int
+    baseline_token: int | None
+    candidate_token: int | None
+    reference_token: int | None
+    gap_nats: float | None
+    in_top_k: bool
+    candidate_rank: int | None
+    verdict: str
+    source: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class DivergenceReport:
+    """Every divergent question of one comparison and task, judged.
+
+    Attributes:
+        reference: the variant whose distribution judged (None: no variant carries
+            log-probabilities, every divergence falls back).
+        near_tie_nats: the threshold used (nats).
+        compared: questions compared (as :class:`harness.analysis.scoring.OutputMatch`).
+        divergences: one :class:`Divergence` per mismatched question, worst first
+            (unexplained by decreasing gap, then noise, then explained by decreasing gap).
+        rerun_available: whether a rerun of the baseline was there for the fallback.
+    """
+
+    reference: str | None
+    near_tie_nats: float
+    compared: int
+    divergences: tuple[Divergence, ...]
+    rerun_available: bool = False
+
+    def of(self, verdict: str) -> tuple[Divergence, ...]:
+        """The divergences with ``verdict``, worst first."""
+        return tuple(d for d in self.divergences if d.verdict == verdict)
+
+    @property
+    def unexplained(self) -> tuple[Divergence, ...]:
+        return self.of(UNEXPLAINED)
+
+    @property
+    def explained(self) -> tuple[Divergence, ...]:
+        return self.of(EXPLAINED)
+
+    @property
+    def noise(self) -> tuple[Divergence, ...]:
+        return self.of(NOISE)
+
+
+def _tok(ids: Sequence[int], i: int) -> int | None:
+    return ids[i] if i < len(ids) else None
+
+
+def _judge_at(ref: Sample, d: int, cand_tok: int, near_tie_nats: float) -> tuple[int, float, bool, int | None, bool]:
+    """(reference token, gap, in top k, rank, explained) at position ``d`` of ``ref``."""
+    assert ref.top_logprobs is not None and ref.token_ids is not None
+    top = ref.top_logprobs[d]
+    dist = dict(top)
+    ref_tok = ref.token_ids[d]
+    lp_ref = dist.get(ref_tok, top[0][1])
+    if cand_tok in dist:
+        gap = lp_ref - dist[cand_tok]
+        rank = 1 + [t for t, _ in top].index(cand_tok)
+        return ref_tok, gap, True, rank, gap <= near_tie_nats + 1e-12
+    floor = min(lp for _, lp in top)
+    return ref_tok, lp_ref - floor, False, None, False
+
+
+def _reference_at(ref: Sample | None, base: Sample, d: int) -> tuple[Sample | None, str]:
+    """``(ref, "")`` when ``ref``'s distribution applies at ``d`` of ``base``, else ``(None, why)``."""
+    if ref is None:
+        return None, "the reference has no sample of this question"
+    if not ref.ok or ref.token_ids is None:
+        return None, "the reference's request failed"
+    if ref.top_logprobs is None:
+        return None, "the reference's sample carries no log-probabilities"
+    if len(ref.top_logprobs) <= d or len(ref.token_ids) <= d:
+        return None, f"the reference's completion has no token at position {d} (it ends there)"
+    if tuple(ref.token_ids[:d]) != tuple(base.token_ids[:d]):
+        k = committed_prefix(ref.token_ids, base.token_ids)
+        return None, f"the reference's prefix differs from the baseline's at token {k}, before the divergence at {d}"
+    return ref, ""
+
+
+def committed_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the common prefix of two id sequences."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def classify_divergences(
+    baseline: Sequence[Sample],
+    candidate: Sequence[Sample],
+    reference: Sequence[Sample] | None,
+    reference_name: str | None,
+    near_tie_nats: float,
+    baseline_is_reference: bool,
+    noise_ids: set[str] | None = None,
+) -> DivergenceReport:
+    """Judge every divergent question of ``baseline -> candidate`` (one task).
+
+    Args:
+        baseline, candidate: the two variants' samples of one task.
+        reference: the non-speculative reference's samples of the same task, carrying
+            ``top_logprobs`` (None: no reference; every divergence falls back).
+        reference_name: its variant name, for the record.
+        near_tie_nats: largest gap (nats, >= 0) still called a near-tie.
+        baseline_is_reference: the baseline variant is the reference (its distribution
+            applies at every divergence it has log-probabilities for).
+        noise_ids: question ids whose baseline rerun diverged from the first pass (the
+            fallback rule); None when the baseline was not rerun.
+
+    Returns:
+        :class:`DivergenceReport`. Questions compared are those that succeeded with
+        token ids on both sides; a divergence is :func:`committed_divergence` (ids past
+        a stop are not one).
+
+    Raises:
+        ValueError: ``near_tie_nats`` negative or not finite.
+    """
+    if not (near_tie_nats >= 0 and math.isfinite(near_tie_nats)):
+        raise ValueError(f"near_tie_nats must be a finite number >= 0, got {near_tie_nats!r}")
+    ref_by = {s.question_id: s for s in (reference or ())}
+    cand = {s.question_id: s for s in candidate}
+    compared = 0
+    out: list[Divergence] = []
+    for a in baseline:
+        b = cand.get(a.question_id)
+        if b is None or not (a.ok and b.ok) or a.token_ids is None or b.token_ids is None:
+            continue
+        compared += 1
+        d = committed_divergence(a, b)
+        if d is None:
+            continue
+        bt, ct = _tok(a.token_ids, d), _tok(b.token_ids, d)
+        src = "reference" if baseline_is_reference else "reference_prefix"
+        ref, why = (_reference_at(a if baseline_is_reference else ref_by.get(a.question_id), a, d)
+                    if reference is not None or baseline_is_reference else (None, "no variant carries log-probabilities"))
+        if ref is not None and ct is None:
+            out.append(Divergence(a.question_id, d, bt, None, ref.token_ids[d], None, False, None, UNEXPLAINED, src,
+                                  f"the candidate's completion ends at token {d} where the baseline continues"))
+            continue
+        if ref is not None:
+            rt, gap, in_top, rank, ok = _judge_at(ref, d, ct, near_tie_nats)
+            k = len(ref.top_logprobs[d])
+            if ok:
+                reason = (f"near-tie: {reference_name} ranks the candidate's token {ct} #{rank} of its top {k}, "
+                          f"{gap:.3f} nats below its own token {rt} (<= {near_tie_nats:g})")
+            elif in_top:
+                reason = (f"confident: {reference_name} ranks the candidate's token {ct} #{rank}, {gap:.3f} nats "
+                          f"below its own token {rt} (> {near_tie_nats:g})")
+            else:
+                reason = (f"confident: the candidate's token {ct} is outside {reference_name}'s top {k}, more than "
+                          f"{gap:.3f} nats below its own token {rt}")
+            out.append(Divergence(a.question_id, d, bt, ct, rt, round(gap, 6), in_top, rank,
+                                  EXPLAINED if ok else UNEXPLAINED, src, reason))
+            continue
+        if noise_ids is not None and a.question_id in noise_ids:
+            out.append(Divergence(a.question_id, d, bt, ct, None, None, False, None, NOISE, "rerun",
+                                  f"{why}; the baseline's rerun diverged on this question too (rerun noise rule)"))
+        else:
+            tail = ("the baseline's rerun did not diverge here" if noise_ids is not None
+                    else "no rerun of the baseline to fall back on")
+            out.append(Divergence(a.question_id, d, bt, ct, None, None, False, None, UNEXPLAINED,
+                                  "rerun" if noise_ids is not None else "none", f"{why}; {tail}"))
+    order = {UNEXPLAINED: 0, NOISE: 1, EXPLAINED: 2}
+
+    def worst_first(x: Divergence) -> tuple:
+        gap = x.gap_nats if x.gap_nats is not None else math.inf
+        return (order[x.verdict], -gap, x.question_id)
+
+    out.sort(key=worst_first)
+    return DivergenceReport(reference_name, near_tie_nats, compared, tuple(out), noise_ids is not None)
+
+
+def carries_logprobs(samples: Sequence[Sample] | None) -> bool:
+    """True when some successful sample has ``top_logprobs`` (the variant asked for them)."""
+    return bool(samples) and any(s.ok and s.top_logprobs is not None for s in samples)
