@@ -104,3 +104,50 @@ def test_a_prompt_orjson_refuses_is_still_sent():
 
     c, seen, _ = _serve_and_send(ok, prompt="odd \ud800 text")
     assert c.ok and seen[0]["prompt"] == "odd \ud800 text"
+
+
+def _serve_chat(handler):
+    """One request through :func:`chat_complete` against ``handler`` on
+    ``/v1/chat/completions``; return (completion, bodies the server received)."""
+    from harness.engine.client import chat_complete
+
+    seen: list[dict] = []
+
+    async def route(request: web.Request) -> web.StreamResponse:
+        seen.append(await request.json())
+        return await handler(request, len(seen))
+
+    async def main():
+        app = web.Application()
+        app.add_routes([web.post("/v1/chat/completions", route)])
+        server = TestServer(app, host="127.0.0.1")
+        await server.start_server()
+        try:
+            async with AsyncCompletionClient(f"http://127.0.0.1:{server.port}", "m", timeout_s=5) as client:
+                return await chat_complete(client, "q/1", "Question: 2+2?\nAnswer:", 16, seed=7)
+        finally:
+            await server.close()
+
+    return run_coroutine(main()), seen
+
+
+def test_chat_sends_one_user_message_and_keeps_content_and_token_ids():
+    async def ok(request, n):
+        return web.json_response({"choices": [{"message": {"role": "assistant", "content": " 4"},
+                                               "token_ids": [5, 6], "finish_reason": "stop"}]})
+
+    c, seen = _serve_chat(ok)
+    assert c.ok and c.text == " 4" and c.token_ids == (5, 6) and c.finish_reason == "stop"
+    assert seen == [{"model": "m", "messages": [{"role": "user", "content": "Question: 2+2?\nAnswer:"}],
+                     "max_tokens": 16, "temperature": 0.0, "return_token_ids": True, "seed": 7}]
+
+
+def test_chat_5xx_is_retried_and_a_malformed_answer_is_an_error_value():
+    async def flaky_then_bad(request, n):
+        if n == 1:
+            return web.Response(status=503, text="busy")
+        return web.json_response({"choices": [{"message": {"content": 4}, "token_ids": [5]}]})
+
+    c, seen = _serve_chat(flaky_then_bad)
+    assert len(seen) == 2 and not c.ok and c.text is None and c.attempts == 2
+    assert "malformed chat response" in c.error and "choices.0.message.content" in c.error and "got 4" in c.error

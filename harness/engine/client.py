@@ -31,7 +31,7 @@ import asyncio
 import json
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
@@ -76,7 +76,58 @@ class CompletionResponse(BaseModel):
     choices: list[CompletionChoice] = Field(min_length=1)
 
 
-_FIELDS = frozenset(CompletionChoice.model_fields) | frozenset(CompletionResponse.model_fields)
+class ChatMessage(BaseModel):
+    """The assistant message of a ``/v1/chat/completions`` choice: its ``content`` (None
+    when the model wrote only reasoning that a reasoning parser split off)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    content: StrictStr | None = None
+
+
+class ChatCompletionChoice(BaseModel):
+    """The fields evalrun reads of one choice of a ``/v1/chat/completions`` answer
+    (vLLM's ``ChatCompletionResponseChoice``): ``message``, ``token_ids``
+    (``return_token_ids``), ``finish_reason``, ``stop_reason``; strict as
+    :class:`CompletionChoice`."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    message: ChatMessage
+    token_ids: list[StrictInt] | None = None
+    finish_reason: StrictStr | None = None
+    stop_reason: StrictInt | StrictStr | None = None
+
+
+class ChatCompletionResponse(BaseModel):
+    """A ``/v1/chat/completions`` answer as evalrun reads it: at least one choice."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    choices: list[ChatCompletionChoice] = Field(min_length=1)
+
+
+_FIELDS = (frozenset(CompletionChoice.model_fields) | frozenset(CompletionResponse.model_fields)
+           | frozenset(ChatCompletionChoice.model_fields) | frozenset(ChatMessage.model_fields))
+
+
+def _parse(raw: bytes, model: type[BaseModel]) -> Any:
+    """Decode ``raw`` and validate it as ``model`` (a response with ``choices``); its
+    first choice. Raises ValueError naming the first bad field and what it held."""
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise ValueError(f"not JSON: {e}") from None
+    try:
+        return model.model_validate(doc).choices[0]  # type: ignore[attr-defined]
+    except ValidationError as e:
+        err = e.errors()[0]
+        # the path of fields and list indexes (a union's branch tags, such as ``int``, left out)
+        loc = ".".join(str(x) for x in err["loc"] if isinstance(x, int) or x in _FIELDS) or "body"
+        got = err.get("input")
+        shown = f"a {type(got).__name__}" if isinstance(got, (dict, list)) else repr(got)[:80]
+        extra = f" ({e.error_count() - 1} more)" if e.error_count() > 1 else ""
+        raise ValueError(f"{loc}: {err['msg']} (got {shown}){extra}") from None
 
 
 def parse_completion(raw: bytes) -> CompletionChoice:
@@ -87,20 +138,13 @@ def parse_completion(raw: bytes) -> CompletionChoice:
             the message names the first bad field (``choices.0.text: Input should be a
             valid string``) and what it held.
     """
-    try:
-        doc = orjson.loads(raw)
-    except orjson.JSONDecodeError as e:
-        raise ValueError(f"not JSON: {e}") from None
-    try:
-        return CompletionResponse.model_validate(doc).choices[0]
-    except ValidationError as e:
-        err = e.errors()[0]
-        # the path of fields and list indexes (a union's branch tags, such as ``int``, left out)
-        loc = ".".join(str(x) for x in err["loc"] if isinstance(x, int) or x in _FIELDS) or "body"
-        got = err.get("input")
-        shown = f"a {type(got).__name__}" if isinstance(got, (dict, list)) else repr(got)[:80]
-        extra = f" ({e.error_count() - 1} more)" if e.error_count() > 1 else ""
-        raise ValueError(f"{loc}: {err['msg']} (got {shown}){extra}") from None
+    return _parse(raw, CompletionResponse)
+
+
+def parse_chat_completion(raw: bytes) -> ChatCompletionChoice:
+    """Decode and validate one chat completion answer's body (:class:`ChatCompletionResponse`);
+    returns its first choice. Raises ValueError as :func:`parse_completion`."""
+    return _parse(raw, ChatCompletionResponse)
 
 
 def served_model(base_url: str, timeout_s: float = 30) -> str:
@@ -163,6 +207,54 @@ class AsyncCompletionClient:
             await self._session.close()
             self._session = None
 
+    async def _post(self, url: str, body: dict, request_id: str) -> "tuple[bytes, int, float] | Completion":
+        """POST ``body`` (JSON) to ``url``: transport errors, timeouts and HTTP 5xx are
+        retried at most ``max_retries`` times (the body encoded once, re-sent as is).
+
+        Returns:
+            ``(raw body of the 200 answer, attempts, latency in s)``, or the request's
+            error as a :class:`Completion` (HTTP 4xx at once, else the last error once
+            the retries are spent); never raises for HTTP, transport or timeout errors.
+        """
+        assert self._session is not None, "use AsyncCompletionClient as 'async with'"
+        aiohttp = self._aiohttp
+        # encoded once (orjson: bytes, no str round trip), re-sent as is on a retry
+        try:
+            payload = orjson.dumps(body)
+        except TypeError:  # orjson refuses a lone surrogate in the prompt; json escapes it
+            payload = json.dumps(body).encode()
+        attempts = 0
+        last_err = ""
+        latency = 0.0
+        while attempts <= self.max_retries:
+            attempts += 1
+            t0 = time.monotonic()
+            try:
+                data = self._payload(payload, content_type="application/json")
+                async with self._session.post(url, data=data) as r:
+                    status = r.status
+                    raw = await r.read()
+                latency = time.monotonic() - t0
+            except asyncio.TimeoutError:
+                latency = time.monotonic() - t0
+                last_err = f"request {request_id}: no response within {self.timeout_s:g} s (attempt {attempts})"
+                continue
+            except aiohttp.ClientError as e:
+                latency = time.monotonic() - t0
+                last_err = f"request {request_id}: {type(e).__name__}: {e}"
+                continue
+            if status >= 500:
+                last_err = f"request {request_id}: HTTP {status}: {raw[:500].decode('utf-8', 'replace')}"
+                continue
+            if status != 200:
+                return Completion(
+                    request_id, None, None, None,
+                    f"request {request_id}: HTTP {status}: {raw[:500].decode('utf-8', 'replace')}",
+                    attempts, latency,
+                )
+            return raw, attempts, latency
+        return Completion(request_id, None, None, None, last_err, attempts, latency)
+
     async def complete(
         self,
         request_id: str,
@@ -185,8 +277,6 @@ class AsyncCompletionClient:
         Returns:
             A :class:`Completion`; never raises for HTTP, transport or timeout errors.
         """
-        assert self._session is not None, "use AsyncCompletionClient as 'async with'"
-        aiohttp = self._aiohttp
         body = {
             "model": self.model,
             "prompt": prompt,
@@ -200,63 +290,32 @@ class AsyncCompletionClient:
         if logprobs is not None:
             body["logprobs"] = logprobs
             body["return_tokens_as_token_ids"] = True
-        # encoded once (orjson: bytes, no str round trip), re-sent as is on a retry
+        got = await self._post(self.url, body, request_id)
+        if isinstance(got, Completion):
+            return got
+        raw, attempts, latency = got
         try:
-            payload = orjson.dumps(body)
-        except TypeError:  # orjson refuses a lone surrogate in the prompt; json escapes it
-            payload = json.dumps(body).encode()
-        attempts = 0
-        last_err = ""
-        latency = 0.0
-        while attempts <= self.max_retries:
-            attempts += 1
-            t0 = time.monotonic()
-            try:
-                data = self._payload(payload, content_type="application/json")
-                async with self._session.post(self.url, data=data) as r:
-                    status = r.status
-                    raw = await r.read()
-                latency = time.monotonic() - t0
-            except asyncio.TimeoutError:
-                latency = time.monotonic() - t0
-                last_err = f"request {request_id}: no response within {self.timeout_s:g} s (attempt {attempts})"
-                continue
-            except aiohttp.ClientError as e:
-                latency = time.monotonic() - t0
-                last_err = f"request {request_id}: {type(e).__name__}: {e}"
-                continue
-            if status >= 500:
-                last_err = f"request {request_id}: HTTP {status}: {raw[:500].decode('utf-8', 'replace')}"
-                continue
-            if status != 200:
-                return Completion(
-                    request_id, None, None, None,
-                    f"request {request_id}: HTTP {status}: {raw[:500].decode('utf-8', 'replace')}",
-                    attempts, latency,
-                )
-            try:
-                choice = parse_completion(raw)
-                # the reference's top-k (parse_top_logprobs reads the untyped choice; fails closed)
-                top = (parse_top_logprobs(orjson.loads(raw)["choices"][0], request_id)
-                       if logprobs is not None else None)
-            except (ValueError, TypeError, AttributeError) as e:  # a malformed answer is this request's error, never a wrong answer
-                return Completion(
-                    request_id, None, None, None,
-                    f"request {request_id}: malformed response: {e}: {raw[:300].decode('utf-8', 'replace')}",
-                    attempts, latency,
-                )
+            choice = parse_completion(raw)
+            # the reference's top-k (parse_top_logprobs reads the untyped choice; fails closed)
+            top = (parse_top_logprobs(orjson.loads(raw)["choices"][0], request_id)
+                   if logprobs is not None else None)
+        except (ValueError, TypeError, AttributeError) as e:  # a malformed answer is this request's error, never a wrong answer
             return Completion(
-                request_id,
-                choice.text,
-                tuple(choice.token_ids) if choice.token_ids is not None else None,
-                choice.finish_reason,
-                None,
-                attempts,
-                latency,
-                stop_reason=choice.stop_reason,
-                top_logprobs=top,
+                request_id, None, None, None,
+                f"request {request_id}: malformed response: {e}: {raw[:300].decode('utf-8', 'replace')}",
+                attempts, latency,
             )
-        return Completion(request_id, None, None, None, last_err, attempts, latency)
+        return Completion(
+            request_id,
+            choice.text,
+            tuple(choice.token_ids) if choice.token_ids is not None else None,
+            choice.finish_reason,
+            None,
+            attempts,
+            latency,
+            stop_reason=choice.stop_reason,
+            top_logprobs=top,
+        )
 
 
 async def chat_complete(
@@ -289,8 +348,6 @@ async def chat_complete(
         rules as :meth:`AsyncCompletionClient.complete`: transport errors, timeouts and
         HTTP 5xx retried at most ``max_retries`` times).
     """
-    assert client._session is not None, "use AsyncCompletionClient as 'async with'"
-    aiohttp = client._aiohttp
     body: dict = {
         "model": client.model,
         "messages": [{"role": "user", "content": prompt}],
@@ -300,48 +357,24 @@ async def chat_complete(
     }
     if seed is not None:
         body["seed"] = seed
+    got = await client._post(client.base_url + "/v1/chat/completions", body, request_id)
+    if isinstance(got, Completion):
+        return got
+    raw, attempts, latency = got
     try:
-        payload = orjson.dumps(body)
-    except TypeError:
-        payload = json.dumps(body).encode()
-    url = client.base_url + "/v1/chat/completions"
-    attempts, last_err, latency = 0, "", 0.0
-    while attempts <= client.max_retries:
-        attempts += 1
-        t0 = time.monotonic()
-        try:
-            async with client._session.post(url, data=client._payload(payload, content_type="application/json")) as r:
-                status, raw = r.status, await r.read()
-            latency = time.monotonic() - t0
-        except asyncio.TimeoutError:
-            latency = time.monotonic() - t0
-            last_err = f"request {request_id}: no response within {client.timeout_s:g} s (attempt {attempts})"
-            continue
-        except aiohttp.ClientError as e:
-            latency = time.monotonic() - t0
-            last_err = f"request {request_id}: {type(e).__name__}: {e}"
-            continue
-        if status >= 500:
-            last_err = f"request {request_id}: HTTP {status}: {raw[:500].decode('utf-8', 'replace')}"
-            continue
-        if status != 200:
-            return Completion(request_id, None, None, None,
-                              f"request {request_id}: HTTP {status} from /v1/chat/completions: "
-                              f"{raw[:500].decode('utf-8', 'replace')}", attempts, latency)
-        try:
-            choice = orjson.loads(raw)["choices"][0]
-            ids = choice.get("token_ids")
-            return Completion(
-                request_id, choice["message"].get("content") or "",
-                tuple(ids) if ids is not None else None,
-                choice.get("finish_reason"), None, attempts, latency,
-                stop_reason=choice.get("stop_reason"),
-            )
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
-            return Completion(request_id, None, None, None,
-                              f"request {request_id}: malformed chat response ({e}): "
-                              f"{raw[:300].decode('utf-8', 'replace')}", attempts, latency)
-    return Completion(request_id, None, None, None, last_err, attempts, latency)
+        choice = parse_chat_completion(raw)
+    except ValueError as e:  # a malformed answer is this request's error, never a wrong answer
+        return Completion(request_id, None, None, None,
+                          f"request {request_id}: malformed chat response: {e}: "
+                          f"{raw[:300].decode('utf-8', 'replace')}", attempts, latency)
+    return Completion(
+        request_id, choice.message.content or "",
+        tuple(choice.token_ids) if choice.token_ids is not None else None,
+        choice.finish_reason, None, attempts, latency,
+        stop_reason=choice.stop_reason,
+    )
+
+
 #: Prefix of a token in a completion's ``logprobs`` under ``return_tokens_as_token_ids``.
 TOKEN_ID_PREFIX = "token_id:"
 
