@@ -431,7 +431,7 @@ def _run_claimed(plan: Plan, opts: RunOptions, run_id: str, run_dir: Path) -> tu
         write_run(run_dir, record)
         try:  # CI's test-report step shows INTERRUPTED, not an absent or green file
             write_junit(record, run_dir / "junit.xml")
-            (run_dir / "summary.md").write_text(render_markdown(record, run_dir), encoding="utf-8")
+            write_atomic(run_dir / "summary.md", render_markdown(record, run_dir))
         except Exception as err:  # noqa: BLE001 - a report must never hide the interrupt
             print(f"evalrun: warning: reports of the interrupted run not written: {type(err).__name__}: {err}",
                   file=sys.stderr)
