@@ -244,8 +244,9 @@ def render_family(config: ModelConfig) -> list[str]:
         f"{'with Holm correction' if f['holm'] else 'each at its own alpha (set multiple_testing: holm to correct)'}: "
         f"{f['accuracy_drop_false_fail']:.3f}, assuming discordance {', '.join(map(str, disc)) or '-'} "
         f"(expected_discordance: questions flipping run to run) and independent gates",
-        f"    {f['output_match_gates']} output-match gate(s) judged against noise: at most "
-        f"{f['output_match_alpha_sum_bound']:.3f} together (each at most its alpha)",
+        f"    {f['output_match_gates']} output-match gate(s): where a question falls to the noise rule "
+        f"(no reference distribution judges it), at most {f['output_match_alpha_sum_bound']:.3f} together "
+        "(each at most its alpha); a divergence the reference was confident about fails by design",
     ]
 
 
