@@ -37,7 +37,7 @@ def test_vllm_form_dotted_spec_config_runs_three_variants(tmp_path, gsm8k_dir):
         server_args: >-
           --dtype bfloat16 --max-model-len 2048 --no-enable-prefix-caching --enforce-eager
           --speculative_config.method mtp --speculative_config.num_speculative_tokens=2
-        evalrun: {noise_runs: 1, min_output_match: 0.0}
+        evalrun: {noise_runs: 1, min_output_match: 0.5}  # output match is not what this test checks
         """))
     out = tmp_path / "results"
     proc = subprocess.run([sys.executable, "-m", "harness.cli", "--config", str(cfg), "--results-dir", str(out),
