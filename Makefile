@@ -13,7 +13,7 @@ PY        := $(VENV)/bin/python
 STAMP     := $(VENV)/.evalrun-installed
 ARGS      ?=
 
-.PHONY: install cpu selfcheck test test-fast fresh-installs dry-run-h200 clean-venv figures figures-repeat
+.PHONY: install check cpu selfcheck test test-fast fresh-installs dry-run-h200 clean-venv figures figures-repeat
 
 install: $(STAMP)
 
@@ -27,6 +27,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip uninstall -y torchvision torchaudio torchcodec
 	$(PY) -c "import vllm, harness; print('vllm', vllm.__version__, 'ok')"
 	touch $(STAMP)
+
+# lint and types of the package (pyproject.toml [tool.ruff], [tool.mypy]; the tools come
+# with the test extra). .ci/run runs it before the tests.
+check: install
+	$(VENV)/bin/ruff check harness
+	$(VENV)/bin/mypy
 
 cpu: install
 	$(VENV)/bin/evalrun --config models-cpu.txt $(ARGS)
