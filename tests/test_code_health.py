@@ -1,0 +1,142 @@
+"""Code health of ``harness/``: no function longer than ``MAX_CODE_LINES`` lines of code
+without a reason written at its top.
+
+Counted lines: the lines of the function's own body that hold code -- not the docstring,
+not blank lines, not comment-only lines, and not the lines of a function or class defined
+inside it (each nested function is measured on its own). The signature's lines count.
+
+A longer function is accepted when the first line of its body after the docstring is a
+comment starting ``# long:`` followed by the reason, for example a renderer that is a
+linear list of sections::
+
+    def render(...):
+        \"\"\"...\"\"\"
+        # long: one section after the other, in the order of the report
+        ...
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import tokenize
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[1] / "harness"
+
+#: the limit of code lines per function
+MAX_CODE_LINES = 60
+#: the comment that states why a function is longer
+REASON_PREFIX = "# long:"
+
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _comment_and_blank_lines(source: str) -> tuple[set[int], dict[int, str]]:
+    """Line numbers (1-based) that hold no code token, and the comment text per line."""
+    code: set[int] = set()
+    comments: dict[int, str] = {}
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            comments[tok.start[0]] = tok.string
+        elif tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+                              tokenize.ENDMARKER):
+            code.update(range(tok.start[0], tok.end[0] + 1))
+    n = len(source.splitlines())
+    return set(range(1, n + 1)) - code, comments
+
+
+def _docstring_lines(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[int]:
+    first = fn.body[0]
+    if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+            and isinstance(first.value.value, str)):
+        return set(range(first.lineno, (first.end_lineno or first.lineno) + 1))
+    return set()
+
+
+def _has_reason(fn: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str]) -> bool:
+    """Whether the first line of the body after the docstring is ``# long: <reason>``."""
+    doc = _docstring_lines(fn)
+    if doc:  # the first non-blank line after the docstring
+        stop = fn.body[1].lineno if len(fn.body) > 1 else (fn.end_lineno or fn.lineno)
+        candidates = range(max(doc) + 1, stop + 1)
+    else:  # a comment above the first statement
+        candidates = range(fn.lineno + 1, fn.body[0].lineno + 1)
+    for i in candidates:
+        text = lines[i - 1].strip()
+        if not doc and not text.startswith("#"):
+            continue  # the rest of a signature over several lines
+        if not text:
+            continue
+        return text.startswith(REASON_PREFIX) and bool(text[len(REASON_PREFIX):].strip())
+    return False
+
+
+def long_functions(source: str, filename: str = "<string>",
+                   limit: int = MAX_CODE_LINES) -> list[tuple[str, int, int]]:
+    """Functions of ``source`` over ``limit`` code lines without a ``# long:`` reason.
+
+    Returns ``(qualified name, first line, code lines)`` per function, in source order.
+    Raises SyntaxError when ``source`` does not parse (naming ``filename``).
+    """
+    tree = ast.parse(source, filename=filename)
+    not_code, _ = _comment_and_blank_lines(source)
+    lines = source.splitlines()
+    out: list[tuple[str, int, int]] = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (*_DEFS, ast.ClassDef)):
+                name = f"{prefix}{child.name}"
+                if isinstance(child, _DEFS):
+                    own = set(range(child.lineno, (child.end_lineno or child.lineno) + 1))
+                    for inner in ast.walk(child):
+                        if inner is not child and isinstance(inner, (*_DEFS, ast.ClassDef)):
+                            own -= set(range(inner.lineno, (inner.end_lineno or inner.lineno) + 1))
+                    # decorators are above child.lineno; the signature and body count
+                    n = len(own - not_code - _docstring_lines(child))
+                    if n > limit and not _has_reason(child, lines):
+                        out.append((name, child.lineno, n))
+                visit(child, f"{name}.")
+            else:
+                visit(child, prefix)
+
+    visit(tree, "")
+    return sorted(out, key=lambda t: t[1])
+
+
+def test_checker_counts_code_lines_only():
+    body = "\n".join(f"    x{i} = {i}" for i in range(61))
+    src = f'def f():\n    """Doc.\n\n    more doc\n    """\n    # a comment\n\n{body}\n'
+    # 61 statements + the signature = 62 code lines; the docstring, comment, blank do not count
+    assert long_functions(src) == [("f", 1, 62)]
+    assert long_functions(src, limit=62) == []
+    short = "\n".join(f"    x{i} = {i}" for i in range(59))
+    assert long_functions(f"def g():\n    # c\n\n{short}\n") == []  # 59 + 1 = 60
+
+
+def test_checker_accepts_a_reason_and_measures_nested_functions_apart():
+    body = "\n".join(f"    x{i} = {i}" for i in range(70))
+    with_reason = f'def f():\n    """Doc."""\n    # long: one section after the other\n{body}\n'
+    assert long_functions(with_reason) == []
+    no_doc = f"def f():\n    # long: a table of cases\n{body}\n"
+    assert long_functions(no_doc) == []
+    empty_reason = f'def f():\n    """Doc."""\n    # long:\n{body}\n'
+    assert long_functions(empty_reason) == [("f", 1, 71)]
+    late_reason = f'def f():\n    """Doc."""\n    y = 1\n    # long: too late\n{body}\n'
+    assert long_functions(late_reason) == [("f", 1, 72)]
+    inner = "\n".join(f"            x{i} = {i}" for i in range(70))
+    nested = f"class C:\n    def outer(self):\n        def inner():\n{inner}\n        return inner\n"
+    # inner: 70 + signature; outer: its signature and the return only
+    assert long_functions(nested) == [("C.outer.inner", 3, 71)]
+
+
+def test_no_function_in_harness_is_long_without_a_reason():
+    found = []
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG.parent)
+        for name, line, n in long_functions(path.read_text(encoding="utf-8"), str(rel)):
+            found.append(f"{rel}:{line} {name}: {n} code lines")
+    assert not found, (
+        f"functions over {MAX_CODE_LINES} code lines without a '{REASON_PREFIX} <reason>' comment "
+        "as the first line after the docstring (split them, or say why):\n  " + "\n  ".join(found))
