@@ -60,7 +60,7 @@ def _add_options(parser: pytest.Parser) -> None:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]):
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]):  # noqa: ARG001 - pytest passes hook arguments by name
     """Add evalrun's options AFTER the initial conftests, so that a pytest session that
     also loads vLLM's own GSM8K conftest (which defines ``--config-list-file``) does not
     fail with a duplicate option: installing evalrun must not break vLLM's test suite."""

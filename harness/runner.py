@@ -16,42 +16,81 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from harness.engine.info import EngineInfoError, check_effective, model_runner_fact
 from harness.analysis.divergence import UNEXPLAINED, carries_logprobs, classify_divergences
-from harness.faults.plugin import REPORT_ENV, exercised, read_reports
 from harness.analysis.gates import (
-    Measurements, baseline_notes, evaluate_gates, judged_baseline_gates, output_noise_rerun, output_noise_stored,
+    Measurements,
+    baseline_notes,
+    evaluate_gates,
+    judged_baseline_gates,
+    output_noise_rerun,
+    output_noise_stored,
 )
-from harness.config.plan import PORT_PLACEHOLDER, ConfigPlan, Plan, VariantPlan, shell_line
-from harness.report.progress import Progress
-from harness.report.html import write_html
-from harness.report.junit import write_junit
-from harness.report.summary import render_markdown
-from harness.records.run_record import (
-    AnswerAgreementRecord, BaselineInfo, ComparisonResult, ConfigRef, ConfigResult, DatasetRef, DivergenceReportRecord,
-    EffectivenessRecord, ModelRunnerRecord,
-    EngineFactsRecord, LeftoverServerRecord, LmEvalInfo, LmEvalTaskRecord, NoiseRecord, OutputMatchRecord, PairedRecord, PluginReport,
-    PreflightProblemRecord, PreflightRecord, ConfigWarningRecord,
-    RerunRecord, Requested, RunErrorRecord, RunRecord, DivergenceRecord, ServerRecord, SpecDecodeCountersRecord, SpecDecodeRecord, SubsetWarning,
-    TaskResult, TruncatedIds, VariantResult, new_run_id, provenance, utc_now, write_run,
-)
-from harness.records.atomic import ResultsFolderError, check_results_folder, write_atomic
-from harness.records.samples import Sample, write_jsonl
-from harness.records.run_folder import RunFolderTaken, claim_run_folder
-from harness.records.samples import Sample, sha256_file, write_jsonl
 from harness.analysis.scoring import answer_agreement, is_truncated, output_match, score_task
+from harness.analysis.stats import ratio_bootstrap_ci
+from harness.config.plan import PORT_PLACEHOLDER, ConfigPlan, Plan, VariantPlan, shell_line
+from harness.engine.info import EngineInfoError, check_effective, model_runner_fact
 from harness.engine.metrics import counter_violations
 from harness.engine.preflight import ASYNC_NOT_SUPPORTED, ServerCommand, check_server_commands
 from harness.engine.server import ServerStartError, find_leftover_servers, unstopped
 from harness.engine.session import TaskOutcome, VariantSession
-from harness.analysis.stats import ratio_bootstrap_ci
+from harness.faults.plugin import REPORT_ENV, exercised, read_reports
+from harness.records.atomic import ResultsFolderError, check_results_folder, write_atomic
+from harness.records.run_folder import RunFolderTaken, claim_run_folder
+from harness.records.run_record import (
+    AnswerAgreementRecord,
+    BaselineInfo,
+    ComparisonResult,
+    ConfigRef,
+    ConfigResult,
+    ConfigWarningRecord,
+    DatasetRef,
+    DivergenceRecord,
+    DivergenceReportRecord,
+    EffectivenessRecord,
+    EngineFactsRecord,
+    LeftoverServerRecord,
+    LmEvalInfo,
+    LmEvalTaskRecord,
+    ModelRunnerRecord,
+    NoiseRecord,
+    OutputMatchRecord,
+    PairedRecord,
+    PluginReport,
+    PreflightProblemRecord,
+    PreflightRecord,
+    Requested,
+    RerunRecord,
+    RunErrorRecord,
+    RunRecord,
+    ServerRecord,
+    SpecDecodeCountersRecord,
+    SpecDecodeRecord,
+    SubsetWarning,
+    TaskResult,
+    TruncatedIds,
+    VariantResult,
+    new_run_id,
+    provenance,
+    utc_now,
+    write_run,
+)
+from harness.records.samples import Sample, sha256_file, write_jsonl
 from harness.report.dry_run import subset_warnings
+from harness.report.html import write_html
+from harness.report.junit import write_junit
+from harness.report.progress import Progress
+from harness.report.summary import render_markdown
 from harness.tasks import (
-    ContaminationError, DataUnavailableError, PreparedTask, ShortDataError, available_questions, check_enough,
+    ContaminationError,
+    DataUnavailableError,
+    PreparedTask,
+    ShortDataError,
+    available_questions,
+    check_enough,
     prepare_task,
 )
-from harness.tasks.judging import judge_completions
 from harness.tasks.gsm8k import PIPELINES
+from harness.tasks.judging import judge_completions
 
 EXIT_PASSED, EXIT_GATE_FAILED, EXIT_COULD_NOT_RUN = 0, 1, 2
 
@@ -1035,7 +1074,7 @@ def _run_variant(
                     outcome = session.run_task(
                         pt.requests,
                         max_tokens=t.spec.max_tokens, temperature=t.spec.temperature, seed=t.spec.seed,
-                        stop=pt.stop, on_done=lambda x: bar.advance(x.ok),
+                        stop=pt.stop, on_done=lambda x: bar.advance(x.ok),  # noqa: B023 - used in this iteration only
                         per_request=c.per_request_metrics, chat=t.spec.use_chat_completions, logprobs=vp.logprobs,
                     )
                     bar.close()

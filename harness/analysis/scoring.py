@@ -19,9 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from harness.records.samples import Sample
 from harness.analysis.stats import wilson_interval
+from harness.records.samples import Sample
 from harness.tasks.gsm8k import PIPELINES
+from harness.tasks.numbers import parse_number
 
 
 @dataclass(frozen=True)
@@ -325,7 +326,6 @@ def answer_agreement(baseline: Sequence[Sample], candidate: Sequence[Sample], pi
     task's non-numeric answers); a question failed on either side, or without this
     pipeline on either side (lm-eval's pipelines without lm-eval), is skipped.
     """
-    from harness.tasks.numbers import parse_number
 
     def same(x: str | None, y: str | None) -> bool:
         px, py = parse_number(x), parse_number(y)

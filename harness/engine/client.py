@@ -33,6 +33,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
@@ -153,7 +154,6 @@ def served_model(base_url: str, timeout_s: float = 30) -> str:
     Raises:
         RuntimeError: naming the URL when the list cannot be read.
     """
-    import httpx
 
     try:
         r = httpx.get(base_url.rstrip("/") + "/v1/models", timeout=timeout_s)

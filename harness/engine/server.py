@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import socket
-import shlex
 import subprocess
 import sys
 import threading
@@ -37,7 +37,6 @@ from pathlib import Path
 
 import httpx
 import psutil
-
 
 #: Start-up outcomes recorded per variant (``vrec["server"]["status"]``).
 STARTUP_STATUSES = ("launch_failed", "exited_early", "not_ready_timeout", "ready", "died_mid_task")
@@ -292,7 +291,7 @@ def _pdeathsig_preexec() -> Callable[[], None] | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
-        import ctypes
+        import ctypes  # noqa: PLC0415 - Linux only, used only there
 
         libc = ctypes.CDLL(None, use_errno=True)
         prctl = libc.prctl

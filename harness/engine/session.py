@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from harness.engine.client import AsyncCompletionClient, served_model
+from harness.engine.client import AsyncCompletionClient, chat_complete, served_model
 from harness.engine.info import EngineFacts, EngineInfoError
 from harness.engine.metrics import (
     MetricsError,
@@ -197,7 +197,7 @@ class VariantSession:
             return None
         return parse_spec_decode_counters(text, source=f"{self.server.base_url}/metrics ({self.variant_id})")
 
-    def _settled_snapshot(self, prev: SpecDecodeCounters) -> SpecDecodeCounters:
+    def _settled_snapshot(self) -> SpecDecodeCounters:
         """A snapshot taken once the counters stop moving: read until two reads
         :data:`SETTLE_INTERVAL` apart are equal, or :data:`SETTLE_SECONDS` pass.
 
@@ -287,7 +287,6 @@ class VariantSession:
             self.server.base_url, self.model, timeout_s=self.request_timeout, max_connections=width,
         ) as client:
             if chat:  # vLLM's chat path: one user message, no stop strings
-                from harness.engine.client import chat_complete
 
                 def send(r: Request):  # no logprobs on this path: divergences fall back to the rerun rule
                     return chat_complete(client, r.question_id, r.prompt, max_tokens, temperature, seed)
@@ -301,7 +300,7 @@ class VariantSession:
                     if prev is not None:
                         try:
                             # a blocking read is fine here: nothing else is in flight
-                            now = self._settled_snapshot(prev)
+                            now = self._settled_snapshot()
                             d = now.minus(prev)
                             c = dataclasses.replace(
                                 c, spec_drafts=d.drafts, spec_draft_tokens=d.draft_tokens,

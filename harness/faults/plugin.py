@@ -81,6 +81,8 @@ Public API: :data:`FAULT_ENV`, :data:`DEBUG_ENV`, :data:`CPU_ASYNC_ENV`,
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import functools
 import importlib
 import inspect
@@ -422,7 +424,6 @@ def _start_flusher() -> None:
                     pass
 
     threading.Thread(target=loop, name="evalrun-plugin-report", daemon=True).start()
-    import atexit
 
     atexit.register(lambda: _STATE.get("dirty") and flush_report())
 
@@ -665,7 +666,7 @@ class _NoOpStream:
     """Stand-in for ``torch.cuda.Stream`` (and what ``torch.cuda.current_stream``
     returns) on a CPU-only host."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *_args: Any, **_kwargs: Any) -> None:
         import torch
 
         self.device = torch.device("cpu")
@@ -700,7 +701,6 @@ def _install_torch_standins() -> None:
     ``_copy_valid_sampled_token_count``); on the CPU those copies are synchronous.
     ``cpu_model_runner._torch_cuda_wrapper`` does the same for ``torch.Event`` and
     ``torch.cuda.Stream`` but only while the runner is constructed."""
-    import contextlib
 
     import torch
 
@@ -713,8 +713,8 @@ def _install_torch_standins() -> None:
     torch.Event = _NoOpEvent  # type: ignore[misc,assignment]
     torch.cuda.Event = _NoOpEvent  # type: ignore[misc,assignment]
     torch.cuda.Stream = _NoOpStream  # type: ignore[misc,assignment]
-    torch.cuda.current_stream = lambda *a, **k: _NoOpStream()  # type: ignore[assignment]
-    torch.cuda.stream = lambda *a, **k: contextlib.nullcontext()  # type: ignore[assignment]
+    torch.cuda.current_stream = lambda *_a, **_k: _NoOpStream()  # type: ignore[assignment]
+    torch.cuda.stream = lambda *_a, **_k: contextlib.nullcontext()  # type: ignore[assignment]
 
 
 def _restore_torch() -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
+from harness.models import tiny, training
+
 
 def ensure_model(name: str, cache_dir: Path | None = None, progress: Callable[[str], Any] = print) -> Path:
     """Return the folder of the built-in model ``name``, building or training it on first use.
@@ -26,7 +28,6 @@ def ensure_model(name: str, cache_dir: Path | None = None, progress: Callable[[s
         harness.models.tiny.TinyModelError: unknown name, missing libraries, or a
             failed build (training errors are a subclass).
     """
-    from harness.models import tiny, training
 
     if name in training.TRAINED_MODELS:
         return training.ensure_trained_model(name, cache_dir, progress)

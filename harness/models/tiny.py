@@ -44,6 +44,7 @@ Public API: :class:`TinyModelRecipe`, :data:`TINY_MODELS`, :func:`recipe_hash`,
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
@@ -463,7 +464,6 @@ def _build_mtp_module(model, hf_config):
     ``layers.0.*``) match vLLM's predictor. The decoder layer is built from a copy of
     the config with one ``full_attention`` layer at index 0, as vLLM builds it.
     """
-    import copy
 
     import torch
     from transformers.models.qwen3_next import modeling_qwen3_next as mq

@@ -48,7 +48,9 @@ unchanged recipe never retrains. Public API: :class:`TrainRecipe`,
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import fcntl
 import hashlib
 import json
 import math
@@ -658,7 +660,6 @@ def ensure_trained_model(
     Raises:
         TrainingError: unknown name, missing libraries, or failed training/export.
     """
-    import fcntl
 
     if recipe is None:
         if name not in TRAINED_MODELS:
@@ -750,7 +751,6 @@ def cli_main(argv: list[str]) -> int:
     (:func:`compare_checkpoints`). Exit 0 when trained (and, with ``--compare``,
     bit-identical), 1 when the weights differ, 2 on errors.
     """
-    import argparse
 
     p = argparse.ArgumentParser(prog="evalrun train-tiny", description=(
         "Retrain evalrun's tiny Qwen3-Next + MTP model from its recipe (about 5 minutes on two "

@@ -30,7 +30,13 @@ from typing import Literal, Sequence
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from harness.records.run_record import (
-    EngineFactsRecord, Interval, RunRecord, SpecDecodeRecord, _first_error, rename_v1_pipelines, utc_now,
+    EngineFactsRecord,
+    Interval,
+    RunRecord,
+    SpecDecodeRecord,
+    _first_error,
+    rename_v1_pipelines,
+    utc_now,
 )
 from harness.records.samples import Sample, read_jsonl
 
@@ -254,7 +260,7 @@ def write_baselines(record: RunRecord, run_dir: str | Path, baseline_dir: str | 
         doc = make_baseline(record, run_dir, name)
         bdir.mkdir(parents=True, exist_ok=True)
         path = baseline_path(bdir, name)
-        from harness.records.atomic import write_atomic
+        from harness.records.atomic import write_atomic  # noqa: PLC0415 - looked up per call (tests replace it)
 
         write_atomic(path, doc.model_dump_json(indent=1, by_alias=True) + "\n")  # a good baseline is never half-replaced
         msg = f"baseline of {name} written to {path} from run {record.run_id}"

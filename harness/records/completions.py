@@ -70,7 +70,7 @@ def write_raw_jsonl(path: Path, completions: Iterable[Completion]) -> int:
     Raises:
         OSError: the file cannot be written (atomic: no partial file is left).
     """
-    from harness.records.atomic import write_atomic
+    from harness.records.atomic import write_atomic  # noqa: PLC0415 - looked up per call (tests replace it)
 
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = [json.dumps(dataclasses.asdict(c), ensure_ascii=False) + "\n" for c in completions]

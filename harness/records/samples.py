@@ -8,6 +8,7 @@ reason, extracted answers) and its verdicts. A request that failed is a sample w
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,7 +127,7 @@ def write_jsonl(path: Path, samples: Iterable[Sample]) -> int:
     Raises:
         OSError: the folder or file cannot be written (names the path).
     """
-    from harness.records.atomic import write_atomic
+    from harness.records.atomic import write_atomic  # noqa: PLC0415 - looked up per call (tests replace it)
 
     path.parent.mkdir(parents=True, exist_ok=True)
     # lone surrogates -> U+FFFD (clean_json): UTF-8 cannot encode them
@@ -141,7 +142,6 @@ def sha256_file(path: Path) -> str:
     Raises:
         OSError: the file cannot be read.
     """
-    import hashlib
 
     h = hashlib.sha256()
     with Path(path).open("rb") as f:

@@ -31,17 +31,27 @@ comment) or ``--json``. :func:`diff_runs` returns the JSON form.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import math
 import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from harness.report.summary import fmt
-from harness.records.baselines import BaselineDoc, BaselineTask, token_ids_hash
-from harness.records.run_record import RunRecord, TaskResult, outcome_word
-from harness.records.samples import read_jsonl
+from harness.analysis.scoring import first_divergence
 from harness.analysis.stats import paired_comparison, wilson_interval
+from harness.config.loader import PROJECT_ROOT
+from harness.records.baselines import (
+    BASELINE_SCHEMAS,
+    BaselineDoc,
+    BaselineError,
+    BaselineTask,
+    load_baseline,
+    token_ids_hash,
+)
+from harness.records.run_record import RunRecord, RunRecordError, TaskResult, load_run, outcome_word
+from harness.records.samples import read_jsonl
+from harness.report.summary import fmt
 from harness.tasks.gsm8k import PIPELINES
 
 __all__ = ["DiffError", "resolve_side", "differences", "load_side", "diff_runs", "render_diff_markdown", "newcombe_interval", "cli_main"]
@@ -61,9 +71,7 @@ def resolve_side(path: str | Path, results_dir: str | Path | None = None) -> Pat
     Raises:
         DiffError: neither exists; names both places and the nearest run ids.
     """
-    import difflib
 
-    from harness.config.loader import PROJECT_ROOT
 
     p = Path(path)
     if p.exists():
@@ -100,8 +108,6 @@ def load_side(path: str | Path, results_dir: str | Path | None = None) -> dict[s
         DiffError: the path does not exist, is not a run record or baseline, or a
             samples file named by the record cannot be read.
     """
-    from harness.records.baselines import BASELINE_SCHEMAS, BaselineError, load_baseline
-    from harness.records.run_record import RunRecordError, load_run
 
     p = resolve_side(path, results_dir)
     if p.is_file():
@@ -285,7 +291,6 @@ def _first_char_divergence(a: str, b: str) -> int | None:
 
 
 def _outputs_changed(ta: Mapping[str, Any], tb: Mapping[str, Any]) -> dict[str, Any]:
-    from harness.analysis.scoring import first_divergence
 
     compared, changed = 0, []
     for q, a in ta["questions"].items():
@@ -457,7 +462,7 @@ def differences(sa: Mapping[str, Any], sb: Mapping[str, Any]) -> list[dict[str, 
         ca, cb = sa["configs"][cname], sb["configs"][cname]
 
         def add(kind, where, field, a, b, unpairs=False):
-            out.append({"config": cname, "kind": kind, "where": where, "field": field, "a": a, "b": b,
+            out.append({"config": cname, "kind": kind, "where": where, "field": field, "a": a, "b": b,  # noqa: B023 - called in this iteration only
                         "unpairs": unpairs})
 
         if ca.get("sha256") and cb.get("sha256") and ca["sha256"] != cb["sha256"]:
@@ -532,7 +537,7 @@ def _fence(text: str) -> list[str]:
     return ["`" * ticks + "text", text, "`" * ticks]
 
 
-def _render_differences(diffs: list[dict[str, Any]], d: Mapping[str, Any]) -> list[str]:
+def _render_differences(diffs: list[dict[str, Any]]) -> list[str]:
     """The "read this first" section: what differs besides the build, and which
     comparisons are unpaired because of it."""
     if not diffs:
@@ -580,7 +585,7 @@ def render_diff_markdown(d: Mapping[str, Any], max_flipped: int = 20) -> str:
     for k in ("configs_only_in_a", "configs_only_in_b"):
         if d.get(k):
             L.append(f"- configs only in {k[-1].upper()}: {', '.join(d[k])}")
-    L += _render_differences(d.get("differences") or [], d)
+    L += _render_differences(d.get("differences") or [])
     g = d["gates"]
     L += ["", "## Gates failing in B", ""]
     if not g["failing_in_b"]:

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+from statistics import NormalDist
 from typing import Any, Sequence
 
+from harness.analysis.familywise import family_false_fail
+from harness.analysis.stats import floor_margin, min_detectable_drop
 from harness.config.loader import ModelConfig
 from harness.config.plan import Plan
-from harness.tasks import task_size
-
+from harness.tasks import (
+    GSM8K_TEST_SIZE,
+    DataUnavailableError,
+    ShortDataError,
+    available_questions,
+    check_enough,
+    task_size,
+)
+from harness.tasks.synthetic import DEFAULT_NUM_TEST
 
 #: Power assumed by :func:`detectable_drops` (README "Sample size").
 DEFAULT_POWER = 0.8
@@ -50,9 +60,7 @@ def detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER,
         ``[{"task", "n", "p", "p_assumed", "power", "floor": {...} , "paired": [...]}]``;
         drops are accuracy fractions.
     """
-    from statistics import NormalDist
 
-    from harness.analysis.stats import floor_margin, min_detectable_drop
 
     g = config.gates
     out = []
@@ -94,10 +102,8 @@ def detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER,
 def full_test_size(spec) -> int:
     """Questions in the whole test set of a task's kind: GSM8K 1319 (vLLM's default
     ``num_questions``), the synthetic task's :data:`~harness.tasks.synthetic.DEFAULT_NUM_TEST`."""
-    from harness.tasks import GSM8K_TEST_SIZE
 
     if spec.kind == "synthetic":
-        from harness.tasks.synthetic import DEFAULT_NUM_TEST
 
         return DEFAULT_NUM_TEST
     return GSM8K_TEST_SIZE
@@ -120,7 +126,6 @@ def subset_warnings(config: ModelConfig, confidence: float = 1 - FLOOR_ALPHA) ->
         tolerance (what the gate applies), ``fair_floor`` = floor - margin (what the
         run would need to be fair); accuracy fractions.
     """
-    from harness.analysis.stats import floor_margin
 
     out = []
     for tname, spec in config.tasks.items():
@@ -210,7 +215,6 @@ def family_false_fail_of(config: ModelConfig) -> dict[str, Any]:
         "false_fail": float}``; ``false_fail`` = 1 - (1 - accuracy-drop part) *
         prod(1 - alpha_i) over the output-match gates (independence).
     """
-    from harness.analysis.familywise import family_false_fail
 
     drops: list[tuple[int, float, float | None, float]] = []
     holm = False
@@ -260,7 +264,6 @@ def data_counts(plan: Plan, data_dir: Any = None) -> dict[str, dict[str, Any]]:
     {"asked": n or None, "available": count or None, "source": str | None,
     "refused": message or None, "note": str | None}}``; a run refuses a task whose
     data holds fewer than it asks (:func:`harness.tasks.check_enough`)."""
-    from harness.tasks import DataUnavailableError, ShortDataError, available_questions, check_enough
 
     out: dict[str, dict[str, Any]] = {}
     for cp in plan.configs:

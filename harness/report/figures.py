@@ -225,7 +225,7 @@ def replace_block(text: str, name: str, content: str, src: str) -> str:
     if len(hits) != 1:
         raise FiguresError(f"expected exactly one figures:{name} block, found {len(hits)}")
     block = BEGIN.format(name=name, src=src) + "\n" + content.rstrip("\n") + "\n" + END.format(name=name)
-    return pat.sub(lambda m: block, text)
+    return pat.sub(lambda _m: block, text)
 
 
 def write_figures(docs: list[Path], cpu_run: Path | None, selfcheck_run: Path | None,

@@ -28,7 +28,7 @@ from typing import Iterable
 
 import pandas as pd
 
-from harness.records.run_record import GateResult, RunRecord, outcome_word
+from harness.records.run_record import GateResult, RunRecord, RunRecordError, load_run, outcome_word
 from harness.report.summary import task_pipeline
 
 __all__ = ["load_records", "history_frame", "drift_table", "DRIFT_METHOD", "cli_main"]
@@ -55,7 +55,6 @@ def load_records(results_dir: str | Path, config: str | None = None) -> tuple[li
     Raises:
         FileNotFoundError: ``results_dir`` is not a folder.
     """
-    from harness.records.run_record import RunRecordError, load_run
 
     root = Path(results_dir)
     if not root.is_dir():

@@ -29,6 +29,7 @@ from typing import Any
 
 from harness.records.run_record import ConfigResult, RunRecord, outcome_word
 from harness.records.text import clean_text
+from harness.report.history import history_frame, load_records
 from harness.report.summary import _limit, _pipelines, flipped_examples, fmt, task_pipeline
 
 __all__ = ["render_html", "write_html"]
@@ -83,7 +84,7 @@ def _accuracy_fig(c: ConfigResult) -> str | None:
         return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 0.45 * len(pts) + 1.0))
-    for i, (label, acc, ci) in enumerate(pts):
+    for i, (_label, acc, ci) in enumerate(pts):
         lo, hi = (ci if ci else (acc, acc))
         ax.errorbar([acc], [i], xerr=[[max(0.0, acc - lo)], [max(0.0, hi - acc)]], fmt="o", color="#1a73e8", capsize=4)
         ax.annotate(f"{acc:.3f}", (acc, i), textcoords="offset points", xytext=(0, 7), ha="center")
@@ -258,7 +259,6 @@ def write_html(record: RunRecord, run_dir: Path, with_history: bool = True) -> P
     run records of ``run_dir``'s parent folder (unreadable ones are skipped)."""
     history = None
     if with_history:
-        from harness.report.history import history_frame, load_records
 
         try:
             recs, _ = load_records(Path(run_dir).parent)
@@ -269,7 +269,7 @@ def write_html(record: RunRecord, run_dir: Path, with_history: bool = True) -> P
         except (OSError, ValueError, KeyError):
             history = None
     path = Path(run_dir) / "summary.html"
-    from harness.records.atomic import write_atomic
+    from harness.records.atomic import write_atomic  # noqa: PLC0415 - looked up per call (tests replace it)
 
     write_atomic(path, render_html(record, run_dir, history))
     return path

@@ -18,6 +18,7 @@ Layout, for the places CI shows it:
 
 from __future__ import annotations
 
+import html
 import shlex
 from pathlib import Path
 from typing import Any
@@ -27,9 +28,9 @@ from rich.console import Console
 from rich.table import Table
 
 from harness.records.run_record import ComparisonResult, ConfigResult, GateResult, RunRecord, outcome_word
+from harness.records.samples import read_jsonl
 from harness.records.text import clean_text
 from harness.tasks.gsm8k import PIPELINES
-
 
 #: What each run outcome means, in the words of the exit-code table (``evalrun --help``).
 OUTCOME_MEANING = {
@@ -200,7 +201,7 @@ def comparison_rows(record: RunRecord) -> list[dict[str, Any]]:
             cut = set(comp.truncated.baseline) | set(comp.truncated.candidate) if comp.truncated else set()
 
             def mark(ids: list[str]) -> list[str]:
-                return [q + " (truncated)" if q in cut else q for q in ids]
+                return [q + " (truncated)" if q in cut else q for q in ids]  # noqa: B023 - called in this iteration only
 
             rows.append(
                 {
@@ -234,7 +235,6 @@ def flipped_examples(record: RunRecord, config: str, comp: ComparisonResult, lim
         "baseline_answer", "candidate_answer", "baseline_completion",
         "candidate_completion"}``, lost first; ``[]`` when the samples cannot be read.
     """
-    from harness.records.samples import read_jsonl
 
     p = comp.paired
     ids = ([("lost", q) for q in p.a_only] + [("gained", q) for q in p.b_only]) if p else []
@@ -440,7 +440,6 @@ def server_lines(record: RunRecord) -> list[str]:
 
 def _md_code(text: str) -> str:
     """Inline-safe rendering of a completion for a table cell (``<code>``, escaped)."""
-    import html
 
     return "<code>" + html.escape(text[:300]).replace("|", "&#124;").replace("\n", "⏎") + "</code>"
 

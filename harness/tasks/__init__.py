@@ -6,12 +6,15 @@ builds the requests and returns them with the stop sequences and a dataset hash.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from harness.config.loader import TaskSpec
 from harness.tasks.base import PreparedTask
 from harness.tasks.contamination import ContaminationError, find_overlaps
 from harness.tasks.gsm8k import STOP_SEQUENCES, DataUnavailableError, build_requests, dataset_hash, load_gsm8k
+from harness.tasks.lm_eval_task import load_lm_eval_task
+from harness.tasks.synthetic import DEFAULT_NUM_TEST, GENERATOR_VERSION, generate_splits, prepare_synthetic
 
 
 class ShortDataError(ValueError):
@@ -41,7 +44,7 @@ def check_enough(name: str, spec: TaskSpec, available: int, source: str) -> None
         "num_questions_up_to: true to ask up to that many")
 
 
-def available_questions(name: str, spec: TaskSpec, data_dir: Path | None) -> tuple[int, str] | None:
+def available_questions(name: str, spec: TaskSpec, data_dir: Path | None) -> tuple[int, str] | None:  # noqa: ARG001 - same arguments as prepare_task
     """Questions a task's data holds, counted without a server, and where from:
     ``(count, source)``; None when they are only counted when the task is loaded (an
     lm-eval task, GSM8K from the hub).
@@ -49,7 +52,6 @@ def available_questions(name: str, spec: TaskSpec, data_dir: Path | None) -> tup
     Raises:
         DataUnavailableError: a local GSM8K folder that is missing or malformed.
     """
-    import os
 
     if spec.kind == "gsm8k":
         folder = data_dir or os.environ.get("EVALRUN_DATA_DIR") or None
@@ -57,7 +59,6 @@ def available_questions(name: str, spec: TaskSpec, data_dir: Path | None) -> tup
             return None
         return len(load_gsm8k("test", data_dir)), str(Path(folder).expanduser() / "test.jsonl")
     if spec.kind == "synthetic":
-        from harness.tasks.synthetic import GENERATOR_VERSION, generate_splits
 
         return len(generate_splits().test), f"synthetic:arith-v{GENERATOR_VERSION}"
     return None
@@ -86,7 +87,6 @@ def prepare_task(name: str, spec: TaskSpec, data_dir: Path | None,
             the message names the data source and the overlapping ids.
     """
     if spec.kind == "gsm8k":
-        import os
 
         test = load_gsm8k("test", data_dir)
         train = load_gsm8k("train", data_dir) if spec.num_fewshot else []
@@ -107,13 +107,11 @@ def prepare_task(name: str, spec: TaskSpec, data_dir: Path | None,
         return PreparedTask(tuple(reqs), stop, dataset_hash(used), src,
                             contamination=ov.to_json() if ov.any else None)
     if spec.kind == "synthetic":
-        from harness.tasks.synthetic import prepare_synthetic
 
         pt = prepare_synthetic(name, spec)
         check_enough(name, spec, len(pt.requests), pt.source)
         return pt
     if spec.kind == "lm_eval":
-        from harness.tasks.lm_eval_task import load_lm_eval_task
 
         inc = spec.lm_eval_include_path
         if inc and not Path(inc).is_absolute():
@@ -134,7 +132,6 @@ def task_size(spec: TaskSpec) -> int:
     if spec.num_questions is not None:
         return spec.num_questions
     if spec.kind == "synthetic":
-        from harness.tasks.synthetic import DEFAULT_NUM_TEST
 
         return DEFAULT_NUM_TEST
     return GSM8K_TEST_SIZE

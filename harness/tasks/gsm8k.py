@@ -33,9 +33,13 @@ import os
 import re
 from dataclasses import dataclass
 from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 from typing import Iterable, Sequence
 
+import httpx
+
+from harness.tasks.lm_eval_gsm8k import LmEvalUnavailableError, judge_lm_eval
 from harness.tasks.numbers import NUMBER_RE, find_numbers, parse_number
 
 __all__ = [
@@ -233,7 +237,6 @@ def hub_unreachable_reason(timeout: float = HUB_PROBE_TIMEOUT) -> str | None:
     machine learns it in seconds instead of after ``datasets``' retries (about 25 s,
     five retries with back-off, measured on this machine with no network).
     """
-    import httpx
 
     url = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
     try:
@@ -270,7 +273,7 @@ def _load_hub(split: str) -> list[GsmItem]:
             cached copy, or a malformed row.
     """
     try:
-        import datasets  # noqa: PLC0415 - optional, heavy dependency
+        import datasets  # optional, heavy dependency (loaded when used)
     except ImportError as e:
         raise DataUnavailableError(
             f"no data folder given and the 'datasets' package is not installed ({e})"
@@ -484,7 +487,6 @@ def _frac_value(m: re.Match[str]) -> str:
     if q == q.to_integral_value():
         return str(q.to_integral_value())
     # a non-integer fraction: written as a decimal when it terminates (3/4 -> 0.75)
-    from fractions import Fraction
 
     f = Fraction(num) / Fraction(den)
     d = f.denominator
@@ -604,7 +606,6 @@ def judge(completion: str, gold: str) -> tuple[dict[str, str | None], dict[str, 
         "flexible-numeric": extract_flexible(text),
     }
     correct = {name: _equal(answers[name], gold_value) for name in NUMERIC_PIPELINES}
-    from harness.tasks.lm_eval_gsm8k import LmEvalUnavailableError, judge_lm_eval
 
     try:
         la, lc = judge_lm_eval(completion, gold)

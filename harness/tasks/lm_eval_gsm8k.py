@@ -95,7 +95,7 @@ def _gsm8k_task() -> Any:
         return task
     except LmEvalUnavailableError:
         raise
-    except Exception as e:  # noqa: BLE001 - any failure of an optional library is "unavailable"
+    except Exception as e:  # any failure of an optional library is "unavailable"
         raise LmEvalUnavailableError(
             f"lm-eval {lm_eval_version()}: cannot build its gsm8k task: {type(e).__name__}: {e}") from e
 
@@ -144,7 +144,7 @@ def judge_lm_eval(completion: str, gold: str) -> tuple[dict[str, str | None], di
     task = _task()  # raises LmEvalUnavailableError first when lm-eval is missing or broken
     try:
         from lm_eval.api.instance import Instance
-    except Exception as e:  # noqa: BLE001 - an optional library that does not import is "unavailable"
+    except Exception as e:  # an optional library that does not import is "unavailable"
         raise LmEvalUnavailableError(
             f"lm-eval {lm_eval_version()}: cannot import lm_eval.api.instance: {type(e).__name__}: {e}") from e
     doc = {"question": "", "answer": f"#### {gold.strip()}"}

@@ -52,6 +52,7 @@ from typing import Any
 
 from harness.records.samples import Sample
 from harness.tasks.gsm8k import DataUnavailableError, prompt_hash
+from harness.tasks.lm_eval_gsm8k import lm_eval_version
 
 __all__ = ["PROMPT_ONLY_REASON", "LmEvalTask", "load_lm_eval_task", "pipeline_name", "run_lm_eval_task"]
 
@@ -129,7 +130,6 @@ def load_lm_eval_task(name: str, lm_eval_task: str, include_path: str | None,
     Raises:
         DataUnavailableError: lm-eval missing, the task unknown, or its data unreachable.
     """
-    from harness.tasks.lm_eval_gsm8k import lm_eval_version
 
     ver = lm_eval_version()
     if ver is None:
@@ -153,7 +153,7 @@ def load_lm_eval_task(name: str, lm_eval_task: str, include_path: str | None,
         docs = list(task.eval_docs)
     except DataUnavailableError:
         raise
-    except Exception as e:  # noqa: BLE001 - hub, file and config errors all mean "cannot run"
+    except Exception as e:  # hub, file and config errors all mean "cannot run"
         raise DataUnavailableError(
             f"task {name}: lm-eval {ver} cannot load task {lm_eval_task!r}: {type(e).__name__}: {e}") from e
     if num_questions is not None:
@@ -202,7 +202,7 @@ def _completions_class() -> type:
             _CURRENT_PROMPTS.set(list(messages) if isinstance(messages, list) else [messages])
             return await super().amodel_call(session, sem, messages, **kw)
 
-        def parse_generations(self, outputs, **kw):
+        def parse_generations(self, outputs, **_kw):
             prompts = _CURRENT_PROMPTS.get() or self._evalrun_last or []
             outs = outputs if isinstance(outputs, list) else [outputs]
             choices = [c for o in outs for c in sorted(o["choices"], key=lambda c: c["index"])]

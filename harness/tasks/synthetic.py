@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from harness.config.loader import TaskSpec
+from harness.tasks.base import PreparedTask
+from harness.tasks.contamination import ContaminationError, find_overlaps
 from harness.tasks.gsm8k import STOP_SEQUENCES, GsmItem, build_requests, dataset_hash
 
 __all__ = [
@@ -276,7 +278,6 @@ def prepare_synthetic(name: str, spec: TaskSpec):
         ContaminationError: a test question asked is among the few-shot examples or
             the train split (the splits are disjoint by construction; this guards it).
     """
-    from harness.tasks.base import PreparedTask
 
     splits = generate_splits()
     if spec.num_fewshot > len(splits.fewshot):
@@ -288,7 +289,6 @@ def prepare_synthetic(name: str, spec: TaskSpec):
     used = list(splits.test[: len(reqs)]) + list(splits.fewshot[: spec.num_fewshot])
     source = f"synthetic:arith-v{GENERATOR_VERSION} (seed {splits.seed}, {len(splits.test)} test items)"
     # disjoint by construction; checked anyway, so a generator change cannot leak answers
-    from harness.tasks.contamination import ContaminationError, find_overlaps
 
     ov = find_overlaps(name, splits.test[: len(reqs)], splits.fewshot[: spec.num_fewshot], splits.train)
     if ov.any:
