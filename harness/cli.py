@@ -74,10 +74,12 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--select", action="append", default=None, metavar="STEM",
                    help="run only the config with exactly this file stem (repeatable)")
     p.add_argument("--dry-run", action="store_true",
-                   help="print the plan (configs, variants, exact server commands and environment, tasks, gates) and exit; needs no vLLM")
+                   help="print the plan (configs, variants, exact server commands and environment, tasks, gates) and "
+                   "exit; needs no vLLM")
     p.add_argument("--json", action="store_true", help="with --dry-run: print the plan as JSON")
     p.add_argument("--data-dir", type=Path, default=None,
-                   help="folder with GSM8K test.jsonl and train.jsonl (default: $EVALRUN_DATA_DIR, else the hub via `datasets`)")
+                   help="folder with GSM8K test.jsonl and train.jsonl (default: $EVALRUN_DATA_DIR, else the hub via "
+                   "`datasets`)")
     p.add_argument("--results-dir", type=Path, default=PROJECT_ROOT / "results",
                    help="where run folders are written (default: %(default)s)")
     p.add_argument("--run-id", default=None,
@@ -150,7 +152,8 @@ def cmd_run(argv: list[str]) -> int:
         known = {v.name for cp in plan.configs for v in cp.variants}
         bad = [v for v in args.variant if v not in known]
         if bad:
-            print(f"evalrun: --variant {', '.join(bad)}: no such variant (known: {', '.join(sorted(known))})", file=sys.stderr)
+            print(f"evalrun: --variant {', '.join(bad)}: no such variant (known: {', '.join(sorted(known))})",
+                  file=sys.stderr)
             return 2
     if args.dry_run:
         from harness.report.dry_run import data_counts
@@ -165,7 +168,8 @@ def cmd_run(argv: list[str]) -> int:
             print(f"evalrun: {msg}", file=sys.stderr)
         return 2 if refused else 0  # the run would refuse it before any server starts
     if args.json:
-        print("evalrun: --json is only for --dry-run (the run record is JSON: results/<run id>/run.json)", file=sys.stderr)
+        print("evalrun: --json is only for --dry-run (the run record is JSON: results/<run id>/run.json)",
+              file=sys.stderr)
         return 2
     from harness.report.progress import Progress
     from harness.report.summary import render_markdown, render_terminal

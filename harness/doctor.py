@@ -253,7 +253,8 @@ def cli_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="evalrun doctor",
                                 description="Check the environment evalrun and vLLM run in, and say how to mend it.")
     p.add_argument("--python", default=sys.executable, help="interpreter that runs the vLLM server (default: this one)")
-    p.add_argument("--data-dir", type=Path, default=None, help="GSM8K folder to check (default: $EVALRUN_DATA_DIR, else the hub)")
+    p.add_argument("--data-dir", type=Path, default=None,
+                   help="GSM8K folder to check (default: $EVALRUN_DATA_DIR, else the hub)")
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
     args = p.parse_args(argv)
     findings = run_checks(args.python, args.data_dir)

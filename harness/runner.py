@@ -754,7 +754,8 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
             else:
                 p.warn(f"{c.name}: NOT RUN (optional task): {msg}")
             for v in cp.variants:
-                m.not_run[(v.name, t.name)] = f"data not available ({'required' if t.spec.required else 'optional'} task)"
+                m.not_run[(v.name,
+                           t.name)] = f"data not available ({'required' if t.spec.required else 'optional'} task)"
     # 1b. a run smaller than the set its threshold was measured on: say so now
     crec.subset_warnings = [SubsetWarning(**w) for w in subset_warnings(c)]
     for w in crec.subset_warnings:
@@ -1025,7 +1026,8 @@ def _run_variant(
         return vrec, True
     p.log(f"{vp.id}: starting the vLLM server (log: {log_path})")
     p.log(f"  $ {shell_line(argv, vp.env)}")
-    p.log(f"  ({PORT_PLACEHOLDER} is the free port chosen at start-up; the server log's first lines hold the exact command)")
+    p.log(f"  ({PORT_PLACEHOLDER} is the free port chosen at start-up; the server log's first lines hold the exact "
+          "command)")
     env = {**vp.env, REPORT_ENV: str(plugin_dir(run_dir, c.name, vp.name))}
     session = VariantSession(
         vp.id, argv, env, log_path,
@@ -1137,7 +1139,8 @@ def _run_variant(
                     p.error(f"{vp.id} {t.name}: metrics error: {metrics_error}")
                 vrec.tasks[t.name] = trec
                 checkpoint()  # the task's result is on disk before the next one starts
-                if reruns is not None and vp.name in noise_variants(cp) and pt.lm_eval is None and session.server.alive():
+                if (reruns is not None and vp.name in noise_variants(cp) and pt.lm_eval is None
+                        and session.server.alive()):
                     PLACE.at("client")  # the noise rerun: requests, judging and its samples file
                     trec.rerun = _rerun_task(
                         session, c.name, vp, t, pt, run_dir, samples, reruns, p, c.per_request_metrics)
@@ -1336,7 +1339,8 @@ def terminate_as_interrupt() -> None:
             _server.signal_all(signal.SIGTERM)
             raise KeyboardInterrupt(name)
         _server.hurry()
-        _server._event(f"{name} again: sending SIGKILL to every server's process group; still waiting until they are gone")
+        _server._event(f"{name} again: sending SIGKILL to every server's process group; still waiting until they are "
+                       "gone")
 
     for name in STOP_SIGNALS:
         sig = getattr(signal, name, None)

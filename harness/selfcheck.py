@@ -157,11 +157,14 @@ def _async_effective(vrec: VariantResult) -> bool | None:
 def render_checks(checks: list[Check], record: RunRecord) -> str:
     """Markdown: per variant the expectation, the verdict and the numbers, then a summary
     of acceptance length and output match per variant."""
-    lines = ["# evalrun selfcheck", "", "| variant | fault | gate | expected | actual | held | numbers |", "|---|---|---|---|---|---|---|"]
+    lines = ["# evalrun selfcheck", "", "| variant | fault | gate | expected | actual | held | numbers |",
+             "|---|---|---|---|---|---|---|"]
     for c in checks:
         lines.append(f"| {c.variant} | {c.fault or 'clean'} | {c.gate.split('/', 1)[1]} | {c.expected} | {c.actual} | "
                      f"{'yes' if c.held else '**NO**'} | {c.detail.replace('|', '/')} |")
-    lines += ["", "| variant | task | accuracy (flexible-numeric) | mean acceptance length | per-position acceptance | output match vs reference |", "|---|---|---|---|---|---|"]
+    lines += ["",
+              "| variant | task | accuracy (flexible-numeric) | mean acceptance length | per-position acceptance | "
+              "output match vs reference |", "|---|---|---|---|---|---|"]
     for c in record.configs:
         om = {(x.candidate, x.task): x for x in c.comparisons if x.baseline == "reference"}
         for vname, v in c.variants.items():
@@ -170,11 +173,13 @@ def render_checks(checks: list[Check], record: RunRecord) -> str:
                 acc = t.accuracy["flexible-numeric"]
                 o = om.get((vname, tname))
                 mal = sd.mean_acceptance_length if sd else None
-                om_txt = "-" if o is None or o.output_match_rate is None else f"{o.output_match_rate:.3f} ({o.matched}/{o.compared})"
+                om_txt = ("-" if o is None or o.output_match_rate is None
+                          else f"{o.output_match_rate:.3f} ({o.matched}/{o.compared})")
+                pp = " ".join("-" if p is None else f"{p:.2f}" for p in (sd.per_position_acceptance if sd else []))
                 lines.append(
                     f"| {vname} | {tname} | {'-' if acc is None else f'{acc:.3f}'} | "
                     f"{'-' if mal is None else f'{mal:.3f}'} | "
-                    f"{' '.join('-' if p is None else f'{p:.2f}' for p in (sd.per_position_acceptance if sd else [])) or '-'} | "
+                    f"{pp or '-'} | "
                     f"{om_txt} |"
                 )
     held = sum(c.held for c in checks)

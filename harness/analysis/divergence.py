@@ -202,7 +202,8 @@ def classify_divergences(
         bt, ct = _tok(a.token_ids, d), _tok(b.token_ids, d)
         src = "reference" if baseline_is_reference else "reference_prefix"
         ref, why = (_reference_at(a if baseline_is_reference else ref_by.get(a.question_id), a, d)
-                    if reference is not None or baseline_is_reference else (None, "no variant carries log-probabilities"))
+                    if reference is not None or baseline_is_reference
+                    else (None, "no variant carries log-probabilities"))
         if ref is not None and ct is None:
             out.append(Divergence(a.question_id, d, bt, None, ref.token_ids[d], None, False, None, UNEXPLAINED, src,
                                   f"the candidate's completion ends at token {d} where the baseline continues"))

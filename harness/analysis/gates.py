@@ -367,14 +367,16 @@ def evaluate_gate(g: G.Gate, m: Measurements, adjusted_p: float | None = None) -
             n = sc.num_requests - sc.error_count
             return _result(
                 g, sc.truncated_rate, g.limit, ok,
-                f"{sc.truncated} of {n} completions cut by max_tokens (truncated share {sc.truncated_rate:.3f}, limit {g.limit})",
+                f"{sc.truncated} of {n} completions cut by max_tokens (truncated share {sc.truncated_rate:.3f}, limit "
+                f"{g.limit})",
                 sc.truncated_ids if not ok else (),
             )
         if isinstance(g, G.MaxErrorRate):
             ok = sc.error_rate <= g.limit
             return _result(
                 g, sc.error_rate, g.limit, ok,
-                f"{sc.error_count} of {sc.num_requests} requests failed (error rate {sc.error_rate:.3f}, limit {g.limit})",
+                f"{sc.error_count} of {sc.num_requests} requests failed (error rate {sc.error_rate:.3f}, limit "
+                f"{g.limit})",
             )
         ps = sc.accuracy.get(g.pipeline)
         if ps is None:
@@ -390,7 +392,8 @@ def evaluate_gate(g: G.Gate, m: Measurements, adjusted_p: float | None = None) -
             margin = floor_margin(ps.scored, cal, g.accuracy_threshold)
         limit = round(g.limit - margin, 6)
         ok = ps.accuracy >= limit
-        extra = f" (floor {g.limit} widened by {margin:.4f} for {ps.scored} of {cal} calibration questions)" if margin else ""
+        extra = (f" (floor {g.limit} widened by {margin:.4f} for {ps.scored} of {cal} calibration questions)"
+                 if margin else "")
         return _result(
             g, ps.accuracy, limit, ok,
             f"{g.pipeline} accuracy {ps.accuracy:.4f} ({ps.correct}/{ps.scored}) vs floor {limit:.4f}{extra}"
@@ -405,7 +408,8 @@ def evaluate_gate(g: G.Gate, m: Measurements, adjusted_p: float | None = None) -
             return _result(g, 0.0, g.limit, False, "no drafts observed: speculative decoding did not run")
         if isinstance(g, G.DraftsObserved):
             # counters are integral counts (prometheus gives floats): report an integer
-            return _result(g, int(round(sm.drafts)), g.limit, True, f"{sm.drafts:.0f} drafts, {sm.draft_tokens:.0f} draft tokens")
+            return _result(g, int(round(sm.drafts)), g.limit, True,
+                           f"{sm.drafts:.0f} drafts, {sm.draft_tokens:.0f} draft tokens")
         mal = sm.mean_acceptance_length
         ok = mal >= g.limit
         return _result(
@@ -428,7 +432,8 @@ def evaluate_gate(g: G.Gate, m: Measurements, adjusted_p: float | None = None) -
             why.append(f"significantly worse (one-sided McNemar {'Holm-adjusted ' if adjusted_p is not None else ''}"
                        f"p={p_used:.4g} < {g.alpha})")
         detail = (
-            f"{g.pipeline}: {g.baseline} {pc.accuracy_a:.4f} -> {g.variant} {pc.accuracy_b:.4f} on {pc.n} paired questions; "
+            f"{g.pipeline}: {g.baseline} {pc.accuracy_a:.4f} -> {g.variant} {pc.accuracy_b:.4f} on {pc.n} paired "
+            "questions; "
             f"{len(pc.a_only)} right only in {g.baseline}, {len(pc.b_only)} right only in {g.variant}; "
             f"one-sided p={pc.one_sided_p_value:.4g}"
             + (f" (Holm-adjusted {adjusted_p:.4g})" if adjusted_p is not None else "")
@@ -459,7 +464,8 @@ def evaluate_gate(g: G.Gate, m: Measurements, adjusted_p: float | None = None) -
                    if nz.source == "rerun" else f"stored noise_mismatch_rate {nz.noise_rate:.4f}")
             detail += (
                 f"; judged against noise ({src}, rate {nz.noise_rate:.4f}) instead of the limit {g.limit}: "
-                f"candidate mismatch rate {'-' if nz.candidate_rate is None else f'{nz.candidate_rate:.4f}'}, one-sided p={nz.p_value:.4g} "
+                f"candidate mismatch rate {'-' if nz.candidate_rate is None else f'{nz.candidate_rate:.4f}'}, "
+                f"one-sided p={nz.p_value:.4g} "
                 f"({nz.test}) {'>=' if ok else '<'} alpha {g.alpha}"
             )
         elif nz is not None:
@@ -484,7 +490,8 @@ def evaluate_gate(g: G.Gate, m: Measurements, adjusted_p: float | None = None) -
         ok = drop <= g.limit
         return _result(
             g, drop, g.limit, ok,
-            f"mean acceptance length {g.baseline} {a.mean_acceptance_length:.3f} -> {g.variant} {b.mean_acceptance_length:.3f}",
+            f"mean acceptance length {g.baseline} {a.mean_acceptance_length:.3f} -> {g.variant} "
+            f"{b.mean_acceptance_length:.3f}",
         )
     if isinstance(g, (G.BaselineAccuracyDrop, G.BaselineAcceptanceLengthDrop)):
         return _baseline_gate(g, m)
@@ -667,7 +674,8 @@ def _baseline_accuracy(g: G.BaselineAccuracyDrop, bt: BaselineTask, cur: Sequenc
         a_acc, b_acc = cb / nb, cn / nn
         drop = a_acc - b_acc
         p = float(_st.fisher_exact([[cb, nb - cb], [cn, nn - cn]], alternative="greater")[1])
-        how = f"unpaired (baseline has no per-question data for these prompts): {cb}/{nb} vs {cn}/{nn}; one-sided Fisher exact p={p:.4g}"
+        how = (f"unpaired (baseline has no per-question data for these prompts): {cb}/{nb} vs {cn}/{nn}; "
+               f"one-sided Fisher exact p={p:.4g}")
         lost = ()
     signif = p < g.alpha
     ok = drop <= g.limit and not signif

@@ -204,7 +204,8 @@ def plan_gates(config: ModelConfig) -> list[Gate]:
     out: list[Gate] = []
     for vname, v in config.variants.items():
         peers = [x for comp in config.comparisons if not comp.allow_mixed_runners
-                 for x in ((comp.candidate,) if comp.baseline == vname else (comp.baseline,) if comp.candidate == vname else ())]
+                 for x in ((comp.candidate,) if comp.baseline == vname
+                           else (comp.baseline,) if comp.candidate == vname else ())]
         out.append(VariantEffective(
             id=f"{c}/{vname}/variant_effective", config=c, variant=vname,
             expected_effective=v.expected_effective, engine_facts=v.engine_facts,
@@ -308,7 +309,8 @@ def plan_baseline_gates(config: ModelConfig) -> list[Gate]:
                     id=f"{c}/{vname}/{tname}/baseline_accuracy_drop", **base,
                     limit=g.baseline_max_accuracy_drop, pipeline=g.accuracy_pipeline, alpha=g.baseline_alpha,
                     description=(f"{g.accuracy_pipeline} accuracy drop since the stored baseline "
-                                 f"<= {g.baseline_max_accuracy_drop}, not significantly lower (alpha {g.baseline_alpha})"),
+                                 f"<= {g.baseline_max_accuracy_drop}, not significantly lower (alpha "
+                                 f"{g.baseline_alpha})"),
                 ))
             if v.speculative_config is not None and g.baseline_max_acceptance_length_drop is not None:
                 out.append(BaselineAcceptanceLengthDrop(

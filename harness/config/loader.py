@@ -1196,8 +1196,10 @@ def _from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict | None = No
             near_tie_nats=ev.near_tie_nats, noise_runs_when="always" if ev.noise_runs is not None else "unexplained",
         )
         comps = [
-            ComparisonSpec(baseline="reference", candidate="spec_async", max_accuracy_drop=ev.max_accuracy_drop, **common),
-            ComparisonSpec(baseline="reference", candidate="spec_sync", max_accuracy_drop=ev.max_accuracy_drop, **common),
+            ComparisonSpec(baseline="reference", candidate="spec_async", max_accuracy_drop=ev.max_accuracy_drop,
+                           **common),
+            ComparisonSpec(baseline="reference", candidate="spec_sync", max_accuracy_drop=ev.max_accuracy_drop,
+                           **common),
             ComparisonSpec(
                 baseline="spec_sync",
                 candidate="spec_async",

@@ -110,7 +110,8 @@ def select_paths(paths: Sequence[Path], keyword: str | None = None, names: Seque
     return out
 
 
-def load_selected(list_path: str | Path, keyword: str | None = None, names: Sequence[str] | None = None) -> list[ModelConfig]:
+def load_selected(list_path: str | Path, keyword: str | None = None,
+                  names: Sequence[str] | None = None) -> list[ModelConfig]:
     """Read a model list, keep the configs selected by :func:`select_paths`, load them.
 
     Only selected configs are loaded, so a broken config elsewhere in the list does

@@ -299,7 +299,8 @@ class AsyncCompletionClient:
             # the reference's top-k (parse_top_logprobs reads the untyped choice; fails closed)
             top = (parse_top_logprobs(orjson.loads(raw)["choices"][0], request_id)
                    if logprobs is not None else None)
-        except (ValueError, TypeError, AttributeError) as e:  # a malformed answer is this request's error, never a wrong answer
+        except (ValueError, TypeError,
+                AttributeError) as e:  # a malformed answer is this request's error, never a wrong answer
             return Completion(
                 request_id, None, None, None,
                 f"request {request_id}: malformed response: {e}: {raw[:300].decode('utf-8', 'replace')}",

@@ -262,8 +262,9 @@ def parse_spec_decode_counters(text: str, source: str = "/metrics") -> SpecDecod
         The four counters, each summed over every ``engine`` label (and every other
         label, e.g. ``model_name``), except that the per-position counter is kept
         apart per ``position`` label; the per-engine values are kept in
-        :attr:`SpecDecodeCounters.per_engine` for :meth:`SpecDecodeCounters.minus`. Both ``<name>_total`` and bare ``<name>`` sample
-        names are accepted; ``<name>_created`` timestamp samples are ignored.
+        :attr:`SpecDecodeCounters.per_engine` for :meth:`SpecDecodeCounters.minus`. Both
+        ``<name>_total`` and bare ``<name>`` sample names are accepted; ``<name>_created``
+        timestamp samples are ignored.
 
     Raises:
         MetricsError: the text cannot be parsed; one of the four counters has no
@@ -417,7 +418,8 @@ def counter_violations(delta: SpecDecodeCounters, num_speculative_tokens: int | 
     out: list[str] = []
     d, dt, acc, pos = delta.drafts, delta.draft_tokens, delta.accepted_tokens, delta.accepted_per_pos
     if acc > dt + _EPS:
-        out.append(f"accepted tokens {acc:g} > draft tokens {dt:g} (acceptance rate {acc / dt if dt else float('inf'):.3f} > 1)")
+        out.append(f"accepted tokens {acc:g} > draft tokens {dt:g} (acceptance rate "
+                   f"{acc / dt if dt else float('inf'):.3f} > 1)")
     for i in range(1, len(pos)):
         if pos[i] > pos[i - 1] + _EPS:
             out.append(

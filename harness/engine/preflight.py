@@ -91,7 +91,8 @@ def _async_rule(ns):
     end = src.find("elif self.scheduler_config.async_scheduling is None", start)
     block = src[start:end] if start >= 0 else ""
     ok |= set(re.findall(r'speculative_config\.method != "(\w+)"', block))
-    msgs = ["".join(re.findall(r'"([^"]*)"', m)) for m in re.findall(r'raise ValueError\(((?:\s*f?"[^"]*")+)\s*\)', block)]
+    raises = re.findall(r'raise ValueError\(((?:\s*f?"[^"]*")+)\s*\)', block)
+    msgs = ["".join(re.findall(r'"([^"]*)"', m)) for m in raises]
     method = sc.get("method")
     if method is None:
         if sc.get("model") not in ("ngram", "[ngram]"):

@@ -1,9 +1,9 @@
 """evalrun's vLLM plugin: faults injected into vLLM's own speculative-decoding path.
 
 evalrun exists to catch two classes of bugs that only show up end to end
-(design notes, ../shared/docs/DESIGN.md, summarised in README "Why"): the drafter fed the wrong token, and recurrent (Mamba / Gated
-DeltaNet) state rolled back by the wrong number of tokens. To prove that the gates
-catch them, a variant can ask for one of them with ``fault: <name>`` in its config;
+(design notes, ../shared/docs/DESIGN.md, summarised in README "Why"): the drafter fed the
+wrong token, and recurrent (Mamba / Gated DeltaNet) state rolled back by the wrong number
+of tokens. To prove that the gates catch them, a variant can ask for one of them with ``fault: <name>`` in its config;
 the runner then sets ``EVALRUN_FAULT=<name>`` (:data:`FAULT_ENV`, same value as
 ``harness.config.plan.FAULT_ENV``) on that variant's server, and this plugin breaks the
 engine the same way the real bug did, at run time, without touching vLLM's files.
@@ -486,7 +486,8 @@ def exercised(report: dict[str, Any], fault: str) -> tuple[bool, str]:
     if ex == 0:
         return False, f"fault not exercised: its patched code never ran ({fault}.executions = 0)"
     if ch == 0:
-        return False, f"fault not exercised: its patched code ran {ex} times but never changed a value ({fault}.changed = 0)"
+        return False, (f"fault not exercised: its patched code ran {ex} times but never changed a value "
+                       f"({fault}.changed = 0)")
     return True, ""
 
 
@@ -1307,7 +1308,8 @@ FAULTS: dict[str, Fault] = {
         Fault(
             name="draft-input-placeholder",
             summary="the MTP/EAGLE drafter is fed token id 0 instead of the last committed token",
-            mirrors="design notes (../shared/docs/DESIGN.md) bug 1: drafter fed the -1 placeholder of an optimistic draft "
+            mirrors="design notes (../shared/docs/DESIGN.md) bug 1: drafter fed the -1 placeholder of an optimistic "
+            "draft "
             "slot (as id 0, the clamped placeholder)",
             expected="greedy outputs identical to the unfaulted run; acceptance length down",
             targets=(_PROPOSE,),

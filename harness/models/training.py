@@ -513,7 +513,8 @@ def export_checkpoint(model, mtp, recipe: TrainRecipe, out_dir: Path, extra_info
     tensors = tm._module_to_checkpoint(model, "")
     mtp_tensors = tm._module_to_checkpoint(mtp, "mtp.")
     if sorted(mtp_tensors) != tm.mtp_tensor_names(recipe.model):
-        raise TrainingError(f"MTP tensor names differ: {sorted(set(mtp_tensors) ^ set(tm.mtp_tensor_names(recipe.model)))}")
+        raise TrainingError("MTP tensor names differ: "
+                            f"{sorted(set(mtp_tensors) ^ set(tm.mtp_tensor_names(recipe.model)))}")
     with tempfile.TemporaryDirectory(prefix="evalrun-hf-") as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         saved = {}
@@ -720,7 +721,8 @@ def compare_checkpoints(a: Path, b: Path) -> dict[str, Any]:
     """
     from safetensors import safe_open
 
-    out: dict[str, Any] = {"file_identical": _sha256_file(a / "model.safetensors") == _sha256_file(b / "model.safetensors")}
+    out: dict[str,
+              Any] = {"file_identical": _sha256_file(a / "model.safetensors") == _sha256_file(b / "model.safetensors")}
     differing: list[str] = []
     max_diff = 0.0
     with safe_open(str(a / "model.safetensors"), framework="pt") as fa, \

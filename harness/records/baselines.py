@@ -262,7 +262,8 @@ def write_baselines(record: RunRecord, run_dir: str | Path, baseline_dir: str | 
         path = baseline_path(bdir, name)
         from harness.records.atomic import write_atomic  # noqa: PLC0415 - looked up per call (tests replace it)
 
-        write_atomic(path, doc.model_dump_json(indent=1, by_alias=True) + "\n")  # a good baseline is never half-replaced
+        write_atomic(path, doc.model_dump_json(indent=1,
+                                               by_alias=True) + "\n")  # a good baseline is never half-replaced
         msg = f"baseline of {name} written to {path} from run {record.run_id}"
         if not_run:
             left = sorted({"/".join(x for x in (g.variant, g.task) if x) for g in not_run})

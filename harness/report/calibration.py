@@ -39,8 +39,9 @@ Montgomery, Introduction to Statistical Quality Control, 7th ed., sec. 5.2):
   with v the larger of the mean paired Wald variance ``(b + c)/n^2 - (b - c)^2/n^3``
   (Agresti, Categorical Data Analysis, 2nd ed., sec. 10.1) and ``psi / n``, the
   variance of a paired difference with no drop at discordance psi;
-  ``expected_discordance`` = psi = the mean share (b + c)/n, at least 1/n; ``max_acceptance_length_drop`` (two speculative
-  variants) ``= max(0, mean drop) + k * sqrt(s_drop^2 + se_a^2 + se_b^2)``;
+  ``expected_discordance`` = psi = the mean share (b + c)/n, at least 1/n;
+  ``max_acceptance_length_drop`` (two speculative variants)
+  ``= max(0, mean drop) + k * sqrt(s_drop^2 + se_a^2 + se_b^2)``;
   ``noise_mismatch_rate`` = the larger of the mean run-to-run output noise of the
   comparison's baseline variant and the calibrated build's own mean baseline-vs-
   candidate mismatch rate (in bfloat16 a speculative variant's greedy outputs differ
@@ -284,7 +285,8 @@ RULE = (
     "limit = calibrated mean -/+ {k} * sqrt(run-to-run variance + sampling variance of one run) "
     "(variances of independent sources add; {k}-sigma Shewhart control limits, Montgomery, "
     "Introduction to Statistical Quality Control, 7th ed., sec. 5.2); sampling variance: "
-    "pt(1-pt)/n (pt = (pn+2)/(n+4), Agresti-Coull) for an accuracy, the paired variance for a paired drop, the per-request "
+    "pt(1-pt)/n (pt = (pn+2)/(n+4), Agresti-Coull) for an accuracy, the paired variance for a paired drop, the "
+    "per-request "
     "bootstrap (or per-draft) standard error squared for acceptance length"
 )
 
@@ -358,12 +360,14 @@ def _recommend(cs: Mapping[str, Any], k: float) -> tuple[dict[str, Any], dict[st
             )
         if psi is not None:
             r["expected_discordance"] = round(psi, 4)
-            why[f"{tag} expected_discordance"] = f"mean share of questions right in exactly one variant, at least 1/n = 1/{ce['n']}"
+            why[f"{tag} expected_discordance"] = (
+                f"mean share of questions right in exactly one variant, at least 1/n = 1/{ce['n']}")
         ad = ce.get("acceptance_length_drop")
         if ad and ad["mean"] is not None:
             sa = (taskmap.get((ce["baseline"], ce["task"])) or {}).get("sampling_se_mean_acceptance_length") or 0.0
             sb = (taskmap.get((ce["candidate"], ce["task"])) or {}).get("sampling_se_mean_acceptance_length") or 0.0
-            r["max_acceptance_length_drop"] = _up(max(0.0, ad["mean"]) + k * math.sqrt((ad["sd"] or 0.0) ** 2 + sa * sa + sb * sb), 3)
+            r["max_acceptance_length_drop"] = _up(
+                max(0.0, ad["mean"]) + k * math.sqrt((ad["sd"] or 0.0) ** 2 + sa * sa + sb * sb), 3)
             why[f"{tag} max_acceptance_length_drop"] = f"max(0, mean drop) + {k} * sqrt(s_drop^2 + se_a^2 + se_b^2)"
         gaps = ce.get("divergence_gaps") or []
         if gaps:
@@ -461,7 +465,8 @@ def render_calibration_markdown(summary: Mapping[str, Any]) -> str:
         rows = []
         for e in cs["tasks"]:
             for x in e["output_noise"]:
-                firsts = ", ".join(f"{q}@{d}" for q, d in x["first_divergences"][:8]) + (" ..." if x["mismatched"] > 8 else "")
+                firsts = (", ".join(f"{q}@{d}" for q, d in x["first_divergences"][:8])
+                          + (" ..." if x["mismatched"] > 8 else ""))
                 rows.append([e["variant"], e["task"], f"run {x['run']} vs run 1", f"{x['mismatched']}/{x['compared']}",
                              _f(x["rate"]), firsts or "-"])
         if rows:

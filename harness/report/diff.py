@@ -54,7 +54,8 @@ from harness.records.samples import read_jsonl
 from harness.report.summary import fmt
 from harness.tasks.gsm8k import PIPELINES
 
-__all__ = ["DiffError", "resolve_side", "differences", "load_side", "diff_runs", "render_diff_markdown", "newcombe_interval", "cli_main"]
+__all__ = ["DiffError", "resolve_side", "differences", "load_side", "diff_runs", "render_diff_markdown",
+           "newcombe_interval", "cli_main"]
 
 
 class DiffError(ValueError):
@@ -83,7 +84,8 @@ def resolve_side(path: str | Path, results_dir: str | Path | None = None) -> Pat
     near = difflib.get_close_matches(str(path), runs, n=3, cutoff=0.5)
     raise DiffError(
         f"{p}: no such run folder, run.json or baseline file, and no run id {str(path)!r} in {rdir}"
-        + (f"; nearest run ids: {', '.join(near)}" if near else (f"; latest runs: {', '.join(runs[-3:])}" if runs else ""))
+        + (f"; nearest run ids: {', '.join(near)}" if near
+           else (f"; latest runs: {', '.join(runs[-3:])}" if runs else ""))
     )
 
 
@@ -307,7 +309,8 @@ def _outputs_changed(ta: Mapping[str, Any], tb: Mapping[str, Any]) -> dict[str, 
                             "unit": "token"})
         else:
             changed.append({"question_id": q, "unit": "character",
-                            "first_divergence": _first_char_divergence(a.get("completion") or "", b.get("completion") or "")})
+                            "first_divergence": _first_char_divergence(a.get("completion") or "",
+                                                                       b.get("completion") or "")})
     return {"compared": compared, "changed": len(changed), "changes": changed}
 
 
@@ -413,7 +416,8 @@ def diff_runs(a: str | Path | Mapping[str, Any], b: str | Path | Mapping[str, An
                 "a": ra, "b": rb, "a_counts": [(y or {}).get("matched"), (y or {}).get("compared")],
                 "b_counts": [x.get("matched"), x.get("compared")],
                 "change": (rb - ra) if ra is not None and rb is not None else None,
-                "newly_mismatched": [{"question_id": q, "first_divergence": mb[q]} for q in mb if q not in ma] if y else None,
+                "newly_mismatched": ([{"question_id": q, "first_divergence": mb[q]} for q in mb if q not in ma]
+                                     if y else None),
                 "matching_again": sorted(q for q in ma if q not in mb) if y else None,
                 "noise_a": (y or {}).get("noise"), "noise_b": x.get("noise"),
             })
@@ -571,7 +575,8 @@ def render_diff_markdown(d: Mapping[str, Any], max_flipped: int = 20) -> str:
     a, b = d["a"], d["b"]
     def verdict(side: Mapping[str, Any]) -> str:
         """The side's run outcome word (a baseline was a passed run)."""
-        return outcome_word(side.get("outcome") or {True: "passed", False: "failed"}.get(side.get("passed"), "incomplete"))
+        passed = {True: "passed", False: "failed"}.get(side.get("passed"), "incomplete")
+        return outcome_word(side.get("outcome") or passed)
 
     L = [
         "# evalrun diff",
@@ -592,7 +597,8 @@ def render_diff_markdown(d: Mapping[str, Any], max_flipped: int = 20) -> str:
         L.append("none")
     for x in g["failing_in_b"]:
         lim = f" (limit {x['op']} {_f(x['limit'], 4)})" if x.get("limit") is not None else ""
-        L.append(f"- **{x['id']}** (A: {x.get('verdict_a') or 'absent'}): observed {_f(x.get('observed'), 4)}{lim}: {x.get('detail')}")
+        L.append(f"- **{x['id']}** (A: {x.get('verdict_a') or 'absent'}): observed {_f(x.get('observed'), 4)}{lim}: "
+                 f"{x.get('detail')}")
         if x.get("questions"):
             qs = list(x["questions"])
             L.append(f"  - questions: {', '.join(qs[:50])}" + (f" ... ({len(qs)} in all)" if len(qs) > 50 else ""))
@@ -613,7 +619,8 @@ def render_diff_markdown(d: Mapping[str, Any], max_flipped: int = 20) -> str:
                 t["config"], t["variant"], t["task"], pipe + (" (gated)" if pipe == t["pipeline"] else ""),
                 f"{_f(x['a'])}{_ci(x['a_ci'])} ({x['a_correct']}/{x['a_scored']})",
                 f"{_f(x['b'])}{_ci(x['b_ci'])} ({x['b_correct']}/{x['b_scored']})",
-                f"{_signed(x['change'])}{_ci(x['change_ci'])}" + (f" on {x['n_paired']} paired" if x["paired"] else " (unpaired)"),
+                f"{_signed(x['change'])}{_ci(x['change_ci'])}"
+                + (f" on {x['n_paired']} paired" if x["paired"] else " (unpaired)"),
                 f"{_p(x['p_value'])} ({x['test']}); B worse: {_p(x['one_sided_p_value_b_worse'])}",
                 f"-{len(x['lost'])} / +{len(x['gained'])}",
             ])
@@ -623,7 +630,8 @@ def render_diff_markdown(d: Mapping[str, Any], max_flipped: int = 20) -> str:
         L.append(f"- {t['config']}/{t['variant']}/{t['task']}: only in {'A' if t['in_a'] else 'B'}")
     errs = [t for t in tasks if t["errors"]["a"] or t["errors"]["b"]]
     for t in errs:
-        L.append(f"- {t['config']}/{t['variant']}/{t['task']}: failed requests A {t['errors']['a']}/{t['num_requests']['a']}, "
+        L.append(f"- {t['config']}/{t['variant']}/{t['task']}: failed requests A "
+                 f"{t['errors']['a']}/{t['num_requests']['a']}, "
                  f"B {t['errors']['b']}/{t['num_requests']['b']} (not scored)")
     acc_rows = []
     for t in tasks:
@@ -651,7 +659,8 @@ def render_diff_markdown(d: Mapping[str, Any], max_flipped: int = 20) -> str:
             nm = x["newly_mismatched"]
             rows.append([
                 x["config"], f"{x['baseline']} -> {x['candidate']}", x["task"],
-                f"{_f(x['a'])} ({x['a_counts'][0]}/{x['a_counts'][1]})", f"{_f(x['b'])} ({x['b_counts'][0]}/{x['b_counts'][1]})",
+                f"{_f(x['a'])} ({x['a_counts'][0]}/{x['a_counts'][1]})",
+                f"{_f(x['b'])} ({x['b_counts'][0]}/{x['b_counts'][1]})",
                 _signed(x["change"]),
                 "-" if nm is None else (", ".join(
                     f"{m['question_id']}" + (f"@{m['first_divergence']}" if m["first_divergence"] is not None else "")
@@ -664,7 +673,8 @@ def render_diff_markdown(d: Mapping[str, Any], max_flipped: int = 20) -> str:
             for side in ("a", "b"):
                 nz = x.get(f"noise_{side}")
                 if nz:
-                    L.append(f"- {x['config']} {x['baseline']} -> {x['candidate']} {x['task']} ({side.upper()}): judged against "
+                    L.append(f"- {x['config']} {x['baseline']} -> {x['candidate']} {x['task']} ({side.upper()}): "
+                             "judged against "
                              f"noise {_f(nz.get('noise_rate'))} ({nz.get('source')}); candidate mismatch rate "
                              f"{_f(nz.get('candidate_rate'))}, one-sided p={_p(nz.get('p_value'))}")
     L += ["", "## Outputs changed between A and B (same variant)", ""]
@@ -721,10 +731,12 @@ def unfinished_sides(d: dict[str, Any]) -> list[str]:
             err = info.get("error") if isinstance(info.get("error"), dict) else {}
             where = ", ".join(f"{k} {err[k]}" for k in ("stage", "config", "variant", "task") if err.get(k))
             out.append(f"run {label} ({info.get('path')}) has status error: an unexpected {err.get('type')} ended it "
-                       f"({where or 'outside any stage'}): {(str(err.get('message') or '').splitlines() or [''])[0][:300]}; "
+                       f"({where or 'outside any stage'}): "
+                       f"{(str(err.get('message') or '').splitlines() or [''])[0][:300]}; "
                        "the traceback is in its run.json")
         elif info.get("status") in UNFINISHED_STATUSES:
-            out.append(f"run {label} ({info.get('path')}) is {info.get('status')}: it did not run everything it planned")
+            out.append(f"run {label} ({info.get('path')}) is {info.get('status')}: "
+                       "it did not run everything it planned")
     return out
 
 

@@ -91,7 +91,8 @@ def detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER,
             paired.append({
                 "baseline": comp.baseline, "candidate": comp.candidate, "alpha": comp.alpha,
                 "expected_discordance": comp.expected_discordance,
-                "test_drop": _finite(min_detectable_drop(n, p, comp.alpha, power, discordance=comp.expected_discordance)),
+                "test_drop": _finite(min_detectable_drop(n, p, comp.alpha, power,
+                                                         discordance=comp.expected_discordance)),
                 "max_accuracy_drop": comp.max_accuracy_drop,
             })
         out.append({"task": tname, "n": n, "p": p, "p_assumed": p_assumed, "power": power,
@@ -184,7 +185,8 @@ def render_detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER,
             lines.append(f"    {size}")
             lines.append(
                 f"    floor gate as configured: fails with probability {d['power']} only for drops >= "
-                f"{pts(f['gate_drop'])} [tolerance {f['tolerance']} + margin {f['margin']:.3f} + z_power * sqrt(p(1-p)/n)]"
+                f"{pts(f['gate_drop'])} [tolerance {f['tolerance']} + margin {f['margin']:.3f} + z_power * "
+                "sqrt(p(1-p)/n)]"
             )
         for q in d["paired"]:
             lines.append(
@@ -192,7 +194,8 @@ def render_detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER,
                 + (f"drops >= {q['test_drop']:.3f}" if q["test_drop"] is not None
                    else "no drop (not even one equal to the discordance)")
                 + f" assuming discordance {q['expected_discordance']} "
-                f"(expected_discordance; Connor 1987); the gate also fails above max_accuracy_drop {q['max_accuracy_drop']}"
+                "(expected_discordance; Connor 1987); the gate also fails above max_accuracy_drop "
+                f"{q['max_accuracy_drop']}"
             )
     return lines
 
@@ -361,8 +364,10 @@ def render_plan(plan: Plan, only: Sequence[str] | None = None,
             lines.append(f"    command: {v.shell_line(DRY_RUN_PORT)}")
             if v.fault:
                 lines.append(f"    fault injected: {v.fault}")
-            lines.append("    model runner: " + (f"{v.model_runner} (VLLM_USE_V2_MODEL_RUNNER={v.env.get('VLLM_USE_V2_MODEL_RUNNER')})"
-                                               if v.model_runner else "vLLM's default (V2 on CUDA with Triton, V1 on the CPU)"))
+            lines.append("    model runner: " + (f"{v.model_runner} "
+                                                 f"(VLLM_USE_V2_MODEL_RUNNER={v.env.get('VLLM_USE_V2_MODEL_RUNNER')})"
+                                               if v.model_runner else "vLLM's default (V2 on CUDA with Triton, V1 on "
+                                               "the CPU)"))
             if v.logprobs:
                 lines.append(f"    asks top-{v.logprobs} log-probabilities per generated token "
                              "(the output-match reference: divergences are judged by its distribution)")

@@ -120,7 +120,8 @@ def cpu_list_table(rec: dict[str, Any], task: str = "arith") -> str:
                  and x["candidate"] == "spec_async"), None)
     lines.append("")
     if pair:
-        lines.append(f"Output match spec_sync -> spec_async: {_om((pair['output_match_rate'], pair['matched'], pair['compared']))}.")
+        lines.append("Output match spec_sync -> spec_async: "
+                     f"{_om((pair['output_match_rate'], pair['matched'], pair['compared']))}.")
     gates = c["gates"]
     failed = [g["id"] for g in gates if g.get("passed") is False]
     lines.append(f"Gates: {sum(1 for g in gates if g.get('passed') is True)} of {len(gates)} PASS"
@@ -197,11 +198,13 @@ def selfcheck_table(rec: dict[str, Any], checks: list[dict[str, Any]], task: str
 
 def repeat_table(recs: list[dict[str, Any]], variant: str = "spec_async") -> str:
     """Markdown: ``variant``'s gates over repeated runs (one row per run)."""
-    lines = ["| run | gates of " + variant + " | all PASS | flexible-numeric | mean acceptance length | output match vs reference |",
+    lines = ["| run | gates of " + variant + " | all PASS | flexible-numeric | mean acceptance length | output match "
+             "vs reference |",
              "| --- | --- | --- | --- | --- | --- |"]
     all_ok = 0
     for rec in recs:
-        gates = [g for g in rec["configs"][0]["gates"] if g.get("variant") == variant and not (g.get("baseline") or "").startswith("spec_async_")]
+        gates = [g for g in rec["configs"][0]["gates"]
+                 if g.get("variant") == variant and not (g.get("baseline") or "").startswith("spec_async_")]
         ok = bool(gates) and all(g.get("passed") is True for g in gates)
         all_ok += ok
         r = next(x for x in variant_rows(rec) if x["variant"] == variant)

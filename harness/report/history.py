@@ -89,7 +89,8 @@ def history_frame(records: Iterable[RunRecord], config: str | None = None) -> pd
 
     Columns: ``run_id``, ``time`` (UTC timestamp), ``git_revision``, ``vllm_version``
     (as the variant's engine reported it on ``/version``; None when it did not),
-    ``outcome`` (the run's outcome word, :attr:`RunRecord.outcome`), ``config``, ``variant``, ``task``, ``pipeline`` (the task's gate pipeline),
+    ``outcome`` (the run's outcome word, :attr:`RunRecord.outcome`), ``config``, ``variant``,
+    ``task``, ``pipeline`` (the task's gate pipeline),
     ``accuracy`` (of that pipeline), ``accuracy_lo`` / ``accuracy_hi`` (95% Wilson),
     ``accuracy[<pipeline>]`` with ``accuracy[<pipeline>]_lo`` / ``_hi`` for every
     pipeline, ``n``, ``error_rate``,
@@ -127,7 +128,8 @@ def history_frame(records: Iterable[RunRecord], config: str | None = None) -> pd
                         "truncation_rate": (t.finish_reasons.get("length", 0) / ok) if ok else None,
                         "mean_acceptance_length": sd.mean_acceptance_length if sd else None,
                         "acceptance_rate": sd.acceptance_rate if sd else None,
-                        "per_position": tuple(sd.per_position_acceptance) if sd and sd.per_position_acceptance else None,
+                        "per_position": (tuple(sd.per_position_acceptance)
+                                         if sd and sd.per_position_acceptance else None),
                         "output_match": comp.output_match_rate if comp else None,
                         "verdict": verdict,
                     }
@@ -135,7 +137,8 @@ def history_frame(records: Iterable[RunRecord], config: str | None = None) -> pd
                         lo, hi = t.accuracy_ci.get(p) or (None, None)
                         row[f"accuracy[{p}]"], row[f"accuracy[{p}]_lo"], row[f"accuracy[{p}]_hi"] = x, lo, hi
                     rows.append(row)
-    cols = ["run_id", "time", "git_revision", "vllm_version", "outcome", "config", "variant", "task", "pipeline", "accuracy",
+    cols = ["run_id", "time", "git_revision", "vllm_version", "outcome", "config", "variant", "task", "pipeline",
+            "accuracy",
             "accuracy_lo", "accuracy_hi", "n", "error_rate", "truncation_rate", "mean_acceptance_length",
             "acceptance_rate", "per_position", "output_match", "verdict"]
     df = pd.DataFrame(rows)
@@ -185,7 +188,8 @@ def drift_table(df: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
                 drift = bool(p < alpha)
             out.append({"config": cfg, "variant": var, "task": task, "metric": metric, "runs": len(vals),
                         "first": vals[0], "last": vals[-1], "tau": tau, "p_value": p, "drift": drift})
-    return pd.DataFrame(out, columns=["config", "variant", "task", "metric", "runs", "first", "last", "tau", "p_value", "drift"])
+    return pd.DataFrame(out, columns=["config", "variant", "task", "metric", "runs", "first", "last", "tau", "p_value",
+                                      "drift"])
 
 
 _SHOW = ["time", "run_id", "outcome", "config", "variant", "task", "accuracy", "accuracy_lo", "accuracy_hi",
@@ -254,7 +258,8 @@ def cli_main(argv: list[str]) -> int:
     if a.csv:
         df.to_csv(a.csv, index=False)
     if a.parquet:
-        df.assign(per_position=df["per_position"].map(lambda x: list(x) if isinstance(x, tuple) else None)).to_parquet(a.parquet, index=False)
+        per_position = df["per_position"].map(lambda x: list(x) if isinstance(x, tuple) else None)
+        df.assign(per_position=per_position).to_parquet(a.parquet, index=False)
     if a.json:
         print(json.dumps({"method": DRIFT_METHOD, "alpha": a.alpha,
                           "drift": json.loads(drift.to_json(orient="records")),

@@ -37,9 +37,14 @@ __all__ = ["render_html", "write_html"]
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;max-width:1200px;color:#222}
 h1{font-size:1.5em} h2{border-bottom:1px solid #ccc;padding-bottom:4px;margin-top:32px}
-table{border-collapse:collapse;margin:8px 0;font-size:0.9em} td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top}
-th{background:#f3f3f3} .FAIL{color:#b00020;font-weight:bold} .PASS{color:#137333} .NOTRUN{color:#a05a00;font-weight:bold} .PASSED{color:#137333} .FAILED,.ERROR{color:#b00020;font-weight:bold} .INCOMPLETE,.INTERRUPTED,.RUNNING{color:#a05a00;font-weight:bold}
-pre{white-space:pre-wrap;margin:0;font-size:0.85em;max-width:520px} figure{margin:12px 0} figcaption{font-size:0.85em;color:#555}
+table{border-collapse:collapse;margin:8px 0;font-size:0.9em}
+td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top}
+th{background:#f3f3f3} .FAIL{color:#b00020;font-weight:bold} .PASS{color:#137333}
+.NOTRUN{color:#a05a00;font-weight:bold}
+.PASSED{color:#137333} .FAILED,.ERROR{color:#b00020;font-weight:bold}
+.INCOMPLETE,.INTERRUPTED,.RUNNING{color:#a05a00;font-weight:bold}
+pre{white-space:pre-wrap;margin:0;font-size:0.85em;max-width:520px} figure{margin:12px 0}
+figcaption{font-size:0.85em;color:#555}
 .verdict{font-size:1.2em;padding:6px 10px;display:inline-block;border-radius:4px;background:#f3f3f3}
 """
 
@@ -94,7 +99,9 @@ def _accuracy_fig(c: ConfigResult) -> str | None:
     pipe = ", ".join(sorted(pipes))
     ax.set_xlabel(f"{pipe} accuracy (95% Wilson interval)")
     ax.grid(axis="x", alpha=0.3)
-    return _figure("accuracy", c.name, _svg(fig), f"{c.name}: accuracy of each task's gate pipeline ({pipe}) per variant and task, 95% Wilson intervals")
+    return _figure("accuracy", c.name, _svg(fig),
+                   f"{c.name}: accuracy of each task's gate pipeline ({pipe}) per variant and task, 95% Wilson "
+                   "intervals")
 
 
 def _per_position_fig(c: ConfigResult) -> str | None:
@@ -122,7 +129,8 @@ def _per_position_fig(c: ConfigResult) -> str | None:
     ax.set_ylabel("accepted / drafts")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _figure("per-position", c.name, _svg(fig),
-                   f"{c.name}: per-position acceptance (accepted tokens at position i / drafts) per speculative variant")
+                   f"{c.name}: per-position acceptance (accepted tokens at position i / drafts) "
+                   "per speculative variant")
 
 
 def _divergence_fig(c: ConfigResult) -> str | None:
@@ -171,7 +179,8 @@ def _trend_fig(c: ConfigResult, history: Any) -> str | None:
         a.tick_params(axis="x", labelrotation=30, labelsize=7)
         a.legend(fontsize=7)
     fig.tight_layout()
-    return _figure("trend", c.name, _svg(fig), f"{c.name}: trend over {h['run_id'].nunique()} runs in the results folder")
+    return _figure("trend", c.name, _svg(fig),
+                   f"{c.name}: trend over {h['run_id'].nunique()} runs in the results folder")
 
 
 def _cell(x: Any) -> str:
@@ -228,7 +237,8 @@ def render_html(record: RunRecord, run_dir: str | Path | None = None, history: A
                 acc, ci = t.accuracy, t.accuracy_ci
                 sd = t.spec_decode
                 rows.append([vname, tname, t.num_requests, t.error_count]
-                            + [fmt(acc.get(p)) + (f" [{ci[p][0]:.3f}, {ci[p][1]:.3f}]" if ci.get(p) else "") for p in pipes]
+                            + [fmt(acc.get(p)) + (f" [{ci[p][0]:.3f}, {ci[p][1]:.3f}]" if ci.get(p) else "")
+                               for p in pipes]
                             + [fmt(sd.mean_acceptance_length if sd else None),
                                " ".join(fmt(x, 2) for x in (sd.per_position_acceptance if sd else [])) or "-"])
         if rows:
@@ -240,11 +250,13 @@ def render_html(record: RunRecord, run_dir: str | Path | None = None, history: A
         for comp in c.comparisons:
             ex = flipped_examples(record, c.name, comp, limit=20, run_dir=run_dir)
             if ex:
-                parts.append(f"<h3>Flipped questions: {_cell(comp.baseline)} &rarr; {_cell(comp.candidate)} / {_cell(comp.task)}</h3>")
+                parts.append(f"<h3>Flipped questions: {_cell(comp.baseline)} &rarr; {_cell(comp.candidate)} / "
+                             f"{_cell(comp.task)}</h3>")
                 parts.append(_table(
                     ["question", "flip", "gold", f"{comp.baseline} completion", f"{comp.candidate} completion"],
                     [[_cell(e["question_id"]), _cell(e["direction"]), _cell(e["gold"]),
-                      f"<pre>{_cell(e['baseline_completion'])}</pre>", f"<pre>{_cell(e['candidate_completion'])}</pre>"] for e in ex],
+                      f"<pre>{_cell(e['baseline_completion'])}</pre>",
+                      f"<pre>{_cell(e['candidate_completion'])}</pre>"] for e in ex],
                     raw=True))
     parts.append("<h2>Gates</h2>")
     parts.append(_table(["verdict", "gate", "observed", "limit", "detail"],

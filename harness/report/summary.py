@@ -92,7 +92,8 @@ def score_rows(record: RunRecord) -> list[dict[str, Any]]:
             if v.error and not v.tasks:
                 st = v.server.status
                 rows.append({"config": c.name, "variant": vname, "task": "-",
-                             "status": "NOT RUN" + (f" (server {st})" if st else "") + ": " + v.error.splitlines()[0][:100]})
+                             "status": "NOT RUN" + (f" (server {st})" if st else "") + ": "
+                             + v.error.splitlines()[0][:100]})
                 continue
             for tname, t in v.tasks.items():
                 sd = t.spec_decode
@@ -105,7 +106,8 @@ def score_rows(record: RunRecord) -> list[dict[str, Any]]:
                     "truncated_count": t.truncated or 0,
                     "speculative": sd is not None,
                     "acceptance_rate": (fmt(sd.acceptance_rate) if sd else "-") + _ci(t.acceptance_rate_ci),
-                    "mean_acceptance_length": (fmt(sd.mean_acceptance_length) if sd else "-") + _ci(t.mean_acceptance_length_ci),
+                    "mean_acceptance_length": ((fmt(sd.mean_acceptance_length) if sd else "-")
+                                               + _ci(t.mean_acceptance_length_ci)),
                     "per_position": " ".join(fmt(x, 2) for x in (sd.per_position_acceptance if sd else [])) or "-",
                     "spec_error": t.spec_decode_error or "",
                 }
@@ -255,8 +257,10 @@ def flipped_examples(record: RunRecord, config: str, comp: ComparisonResult, lim
         a, b = side["baseline"].get(q), side["candidate"].get(q)
         out.append({
             "question_id": q, "direction": direction, "gold": a.gold if a else (b.gold if b else None),
-            "baseline_answer": a.answers.get(pipe) if a else None, "candidate_answer": b.answers.get(pipe) if b else None,
-            "baseline_completion": (a.completion if a else None) or "", "candidate_completion": (b.completion if b else None) or "",
+            "baseline_answer": a.answers.get(pipe) if a else None,
+            "candidate_answer": b.answers.get(pipe) if b else None,
+            "baseline_completion": (a.completion if a else None) or "",
+            "candidate_completion": (b.completion if b else None) or "",
         })
     return out
 
@@ -322,14 +326,16 @@ def render_terminal(record: RunRecord, console: Console | None = None) -> None:
             title("speculative decoding")
             st = _table(["variant", "task", "async", "acceptance rate", "mean acceptance length", "per-position"])
             for r in spec:
-                st.add_row(r["variant"], r["task"], r["async"], r["acceptance_rate"], r["mean_acceptance_length"], r["per_position"])
+                st.add_row(r["variant"], r["task"], r["async"], r["acceptance_rate"], r["mean_acceptance_length"],
+                           r["per_position"])
             console.print(st)
         mine = [r for r in crow if r["config"] == c.name]
         if mine:
             title("comparisons (paired over the same questions)")
             ct = _table(["pair", "task", "output match", "accuracy diff\n[95% CI]", "lost /\ngained", "McNemar p"])
             for r in mine:
-                ct.add_row(r["pair"].replace(" -> ", " ->\n"), r["task"], r["output_match"], r["diff"].replace(" [", "\n[", 1),
+                ct.add_row(r["pair"].replace(" -> ", " ->\n"), r["task"], r["output_match"],
+                           r["diff"].replace(" [", "\n[", 1),
                            r["flipped"], r["p"])
             console.print(ct)
             for line in _flipped_lines(mine):
@@ -431,7 +437,8 @@ def server_lines(record: RunRecord) -> list[str]:
     for lo in record.leftover_servers:
         out.append(f"left by an earlier run and still running: pid {lo.pid}; end it with `{lo.kill_command}`")
     if record.interrupted_by:
-        out.append(f"run interrupted by {record.interrupted_by}; every server was stopped before the record was written")
+        out.append(f"run interrupted by {record.interrupted_by}; "
+                   "every server was stopped before the record was written")
     if record.status == "error" and record.error is not None:
         out.append(f"run ended on an unexpected exception, {record.error.describe()}; every server was stopped; "
                    "the traceback is in run.json and logs/evalrun-error.log")
@@ -490,7 +497,8 @@ def render_markdown(record: RunRecord, run_dir: str | Path | None = None) -> str
         for c, g in failed:
             lines.append(f"- **{g.id}**: observed {fmt(g.observed, 4)}, limit {_limit(g) or '-'}. {g.detail}")
             if g.questions:
-                lines.append(f"  - questions: {', '.join(g.questions[:50])}" + (" ..." if len(g.questions) > 50 else ""))
+                lines.append(f"  - questions: {', '.join(g.questions[:50])}"
+                             + (" ..." if len(g.questions) > 50 else ""))
             comp = c.comparison(g.baseline, g.variant, g.task) if g.baseline and g.task else None
             if comp and g.kind == "max_accuracy_drop":
                 ex = flipped_examples(record, c.name, comp, limit=10, run_dir=run_dir)
@@ -501,7 +509,8 @@ def render_markdown(record: RunRecord, run_dir: str | Path | None = None) -> str
                           _md_code(e["candidate_completion"])] for e in ex]), ""]
             if comp and g.kind == "min_output_match" and comp.mismatches:
                 lines += ["", _md_table(
-                    ["question", "first divergence (token)", f"{comp.baseline} completion", f"{comp.candidate} completion"],
+                    ["question", "first divergence (token)", f"{comp.baseline} completion",
+                     f"{comp.candidate} completion"],
                     [[mm.question_id, str(mm.first_divergence), _md_code(mm.baseline_text), _md_code(mm.candidate_text)]
                      for mm in comp.mismatches[:5]]), ""]
     if notrun:
@@ -514,14 +523,17 @@ def render_markdown(record: RunRecord, run_dir: str | Path | None = None) -> str
         if r["status"] != "ran":
             srows.append([r["config"], r["variant"], r["task"], r["status"], "", ""] + [""] * len(pipes))
         else:
-            srows.append([r["config"], r["variant"], r["task"], r["n"], r["errors"], r["truncated"]] + [r.get(p, "-") for p in pipes])
+            srows.append([r["config"], r["variant"], r["task"], r["n"], r["errors"], r["truncated"]]
+                         + [r.get(p, "-") for p in pipes])
     lines.append(_md_table(["config", "variant", "task", "n", "errors", "truncated (max_tokens)"]
                            + [f"{PIPELINE_TITLES.get(p, p)} [95% CI]" for p in pipes], srows))
     spec = [r for r in score_rows(record) if r.get("speculative")]
     if spec:
         lines += ["", "## Speculative decoding", ""]
-        lines.append(_md_table(["config", "variant", "task", "async sched.", "acceptance rate", "mean acceptance length", "per-position acceptance"],
-                               [[r["config"], r["variant"], r["task"], r["async"], r["acceptance_rate"], r["mean_acceptance_length"], r["per_position"]] for r in spec]))
+        lines.append(_md_table(["config", "variant", "task", "async sched.", "acceptance rate",
+                                "mean acceptance length", "per-position acceptance"],
+                               [[r["config"], r["variant"], r["task"], r["async"], r["acceptance_rate"],
+                                 r["mean_acceptance_length"], r["per_position"]] for r in spec]))
     notes = acceptance_ci_notes(record)
     if notes:
         lines += [""] + [f"- {n}" for n in notes]

@@ -475,7 +475,8 @@ def answer_text(completion: str) -> str:
     return text
 
 
-_FRAC_RE = re.compile(r"\\[dt]?frac\s*\{\s*(-?[0-9][0-9,]*(?:\.[0-9]+)?)\s*\}\s*\{\s*(-?[0-9][0-9,]*(?:\.[0-9]+)?)\s*\}")
+_FRAC_RE = re.compile(r"\\[dt]?frac\s*\{\s*(-?[0-9][0-9,]*(?:\.[0-9]+)?)\s*\}"
+                      r"\s*\{\s*(-?[0-9][0-9,]*(?:\.[0-9]+)?)\s*\}")
 _WRAP_RE = re.compile(r"\\(?:boxed|fbox|text|textbf|mathrm|mathbf|displaystyle)\s*\{([^{}]*)\}")
 
 

@@ -134,7 +134,8 @@ def load_lm_eval_task(name: str, lm_eval_task: str, include_path: str | None,
     ver = lm_eval_version()
     if ver is None:
         raise DataUnavailableError(
-            f"task {name}: kind lm_eval needs lm-eval: pip install 'lm-eval[api]>=0.4.13,<0.5' (a dependency of evalrun)")
+            f"task {name}: kind lm_eval needs lm-eval: pip install 'lm-eval[api]>=0.4.13,<0.5' (a dependency of "
+            "evalrun)")
     if include_path and not Path(include_path).is_dir():
         raise DataUnavailableError(f"task {name}: lm_eval_include_path {include_path} is not a folder")
     try:
@@ -148,7 +149,8 @@ def load_lm_eval_task(name: str, lm_eval_task: str, include_path: str | None,
             kids = sorted(loaded["tasks"])
             raise DataUnavailableError(
                 f"task {name}: lm-eval task {lm_eval_task!r} is a group or tag of {len(kids)} tasks "
-                f"({', '.join(kids[:5])}{', ...' if len(kids) > 5 else ''}); kind lm_eval runs one task: name one of them")
+                f"({', '.join(kids[:5])}{', ...' if len(kids) > 5 else ''}); kind lm_eval runs one task: name one of "
+                "them")
         task = loaded["tasks"][lm_eval_task]
         docs = list(task.eval_docs)
     except DataUnavailableError:
@@ -381,7 +383,8 @@ def _prompt_only_samples(task: LmEvalTask, by_doc: dict[int, list[dict]], pipes,
             if isinstance(target, int) and 0 <= target < len(choices):
                 gold = choices[target]
             elif isinstance(target, list):
-                gold = " | ".join(choices[i] if isinstance(i, int) and 0 <= i < len(choices) else str(i) for i in target)
+                gold = " | ".join(choices[i] if isinstance(i,
+                                                           int) and 0 <= i < len(choices) else str(i) for i in target)
             else:
                 gold = str(target)
         else:
