@@ -165,9 +165,9 @@ def render_checks(checks: list[Check], record: RunRecord) -> str:
     lines += ["",
               "| variant | task | accuracy (flexible-numeric) | mean acceptance length | per-position acceptance | "
               "output match vs reference |", "|---|---|---|---|---|---|"]
-    for c in record.configs:
-        om = {(x.candidate, x.task): x for x in c.comparisons if x.baseline == "reference"}
-        for vname, v in c.variants.items():
+    for cfg in record.configs:
+        om = {(x.candidate, x.task): x for x in cfg.comparisons if x.baseline == "reference"}
+        for vname, v in cfg.variants.items():
             for tname, t in v.tasks.items():
                 sd = t.spec_decode
                 acc = t.accuracy["flexible-numeric"]

@@ -326,7 +326,6 @@ def answer_agreement(baseline: Sequence[Sample], candidate: Sequence[Sample], pi
     task's non-numeric answers); a question failed on either side, or without this
     pipeline on either side (lm-eval's pipelines without lm-eval), is skipped.
     """
-
     def same(x: str | None, y: str | None) -> bool:
         px, py = parse_number(x), parse_number(y)
         return px == py if (px is not None and py is not None) or (x is None and y is None) else x == y

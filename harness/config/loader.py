@@ -21,7 +21,7 @@ import difflib
 import hashlib
 import shlex
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
@@ -37,6 +37,8 @@ from harness.config.vllm_args import (
     pop_json_flag,
 )
 from harness.faults.plugin import known_faults  # standard library only
+
+_M = TypeVar("_M", bound=BaseModel)
 
 #: Folder of the repository that holds ``configs/`` and ``model_lists/``.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -648,7 +650,6 @@ def refuse_owned_flags(argv: list[str], where: str) -> None:
             not one; see :mod:`harness.config.vllm_args`). vLLM's own test refuses a
             ``--port`` too (``RemoteOpenAIServer`` picks the port).
     """
-
     for a in argv:
         flag = flag_name(a)
         if flag in OWNED_FLAGS:
@@ -670,7 +671,6 @@ def pop_speculative_config(argv: list[str], where: str) -> tuple[list[str], dict
     Raises:
         ConfigError: when a value is missing or the whole-JSON value is not a JSON object.
     """
-
     try:
         out, spec, _ = pop_json_flag(argv, SPEC_FLAG, where)
     except ArgsError as e:
@@ -887,7 +887,7 @@ def _strip_dict_keys(model: type[BaseModel], parts: list) -> list:
     return out
 
 
-def _validate(model: type[BaseModel], data: dict, path: Path, lines: dict) -> BaseModel:
+def _validate(model: type[_M], data: dict, path: Path, lines: dict) -> _M:
     try:
         return model.model_validate(data)
     except ValidationError as e:

@@ -102,7 +102,6 @@ class VariantPlan:
 def shell_line(argv: Sequence[str], env: dict[str, str], port: int | None = None) -> str:
     """``K=V ... argv...`` as one shell line that runs as pasted (every assignment and
     argument quoted with :func:`shlex.quote`); ``port`` fills ``{port}`` when given."""
-
     args = [a.replace(PORT_PLACEHOLDER, str(port)) for a in argv] if port is not None else list(argv)
     envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
     return (envs + " " if envs else "") + shlex.join(args)
@@ -247,7 +246,6 @@ def targets_cpu(config: ModelConfig) -> bool:
     ``VLLM_CPU_KVCACHE_SPACE``), or ``--device cpu``. Only such configs get settings
     that only the CPU path needs (:data:`CPU_ASYNC_ENV`), so a GPU host's dry run shows
     what really runs there."""
-
     if config.model.startswith("builtin:") or any(k.startswith("VLLM_CPU_") for k in config.env):
         return True
     for v in config.variants.values():

@@ -17,6 +17,14 @@ from harness.config.loader import ConfigError, ModelConfig, load_configs, load_m
 _TOKEN = re.compile(r"\s*(\(|\)|[\w:+\-.\[\]\\/]+)")
 
 
+def _either(a: Callable[[str], bool], b: Callable[[str], bool]) -> Callable[[str], bool]:
+    return lambda s: a(s) or b(s)
+
+
+def _both(a: Callable[[str], bool], b: Callable[[str], bool]) -> Callable[[str], bool]:
+    return lambda s: a(s) and b(s)
+
+
 def compile_keyword(expr: str) -> Callable[[str], bool]:
     """Compile a ``-k`` expression into a predicate on names.
 
@@ -53,7 +61,7 @@ def compile_keyword(expr: str) -> Callable[[str], bool]:
         while peek() == "or":
             take()
             right, l0 = p_and(), left
-            left = lambda s, a=l0, b=right: a(s) or b(s)  # noqa: E731
+            left = _either(l0, right)
         return left
 
     def p_and() -> Callable[[str], bool]:
@@ -61,7 +69,7 @@ def compile_keyword(expr: str) -> Callable[[str], bool]:
         while peek() == "and":
             take()
             right, l0 = p_not(), left
-            left = lambda s, a=l0, b=right: a(s) and b(s)  # noqa: E731
+            left = _both(l0, right)
         return left
 
     def p_not() -> Callable[[str], bool]:

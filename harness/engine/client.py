@@ -154,7 +154,6 @@ def served_model(base_url: str, timeout_s: float = 30) -> str:
     Raises:
         RuntimeError: naming the URL when the list cannot be read.
     """
-
     try:
         r = httpx.get(base_url.rstrip("/") + "/v1/models", timeout=timeout_s)
         r.raise_for_status()

@@ -123,7 +123,7 @@ def _sum_per_position(samples: Iterable, base: str, source: str) -> dict[str, di
             continue
         raw = s.labels.get(_POSITION_LABEL)
         try:
-            pos = int(raw)  # type: ignore[arg-type]
+            pos = int(raw)
         except (TypeError, ValueError):
             raise MetricsError(
                 f"counter {base}{s.labels} from {source} has no integer "

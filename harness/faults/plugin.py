@@ -702,7 +702,6 @@ def _install_torch_standins() -> None:
     ``_copy_valid_sampled_token_count``); on the CPU those copies are synchronous.
     ``cpu_model_runner._torch_cuda_wrapper`` does the same for ``torch.Event`` and
     ``torch.cuda.Stream`` but only while the runner is constructed."""
-
     import torch
 
     if torch.cuda.is_available() or _TORCH_SAVED:

@@ -28,7 +28,6 @@ def ensure_model(name: str, cache_dir: Path | None = None, progress: Callable[[s
         harness.models.tiny.TinyModelError: unknown name, missing libraries, or a
             failed build (training errors are a subclass).
     """
-
     if name in training.TRAINED_MODELS:
         return training.ensure_trained_model(name, cache_dir, progress)
     if name in tiny.TINY_MODELS:

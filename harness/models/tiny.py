@@ -464,7 +464,6 @@ def _build_mtp_module(model, hf_config):
     ``layers.0.*``) match vLLM's predictor. The decoder layer is built from a copy of
     the config with one ``full_attention`` layer at index 0, as vLLM builds it.
     """
-
     import torch
     from transformers.models.qwen3_next import modeling_qwen3_next as mq
 

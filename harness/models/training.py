@@ -661,7 +661,6 @@ def ensure_trained_model(
     Raises:
         TrainingError: unknown name, missing libraries, or failed training/export.
     """
-
     if recipe is None:
         if name not in TRAINED_MODELS:
             raise TrainingError(f"unknown trained model {name!r}; known: {sorted(TRAINED_MODELS)}")
@@ -753,7 +752,6 @@ def cli_main(argv: list[str]) -> int:
     (:func:`compare_checkpoints`). Exit 0 when trained (and, with ``--compare``,
     bit-identical), 1 when the weights differ, 2 on errors.
     """
-
     p = argparse.ArgumentParser(prog="evalrun train-tiny", description=(
         "Retrain evalrun's tiny Qwen3-Next + MTP model from its recipe (about 5 minutes on two "
         "idle cores, up to 20 on busy ones). The checkpoint ships with evalrun, so runs never need this."))

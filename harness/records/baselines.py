@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Final, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
@@ -45,7 +45,7 @@ __all__ = [
     "baseline_path", "token_ids_hash", "make_baseline", "write_baselines", "load_baseline",
 ]
 
-BASELINE_SCHEMA = "evalrun-baseline/2"
+BASELINE_SCHEMA: Final = "evalrun-baseline/2"
 #: Baseline schemas this evalrun reads; /1 is migrated on read (evalrun's pipelines
 #: renamed, :func:`harness.records.run_record.rename_v1_pipelines`).
 BASELINE_SCHEMAS = ("evalrun-baseline/1", BASELINE_SCHEMA)
@@ -244,7 +244,7 @@ def write_baselines(record: RunRecord, run_dir: str | Path, baseline_dir: str | 
         BaselineError: a samples file of a passing config cannot be read.
         OSError: the folder or file cannot be written.
     """
-    out = []
+    out: list[tuple[str, Path | None, str]] = []
     bdir = Path(baseline_dir)
     for crec in record.configs:
         name = crec.name
@@ -262,8 +262,8 @@ def write_baselines(record: RunRecord, run_dir: str | Path, baseline_dir: str | 
         path = baseline_path(bdir, name)
         from harness.records.atomic import write_atomic  # noqa: PLC0415 - looked up per call (tests replace it)
 
-        write_atomic(path, doc.model_dump_json(indent=1,
-                                               by_alias=True) + "\n")  # a good baseline is never half-replaced
+        # a good baseline is never half-replaced
+        write_atomic(path, doc.model_dump_json(indent=1, by_alias=True) + "\n")
         msg = f"baseline of {name} written to {path} from run {record.run_id}"
         if not_run:
             left = sorted({"/".join(x for x in (g.variant, g.task) if x) for g in not_run})

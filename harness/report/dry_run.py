@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 from harness.analysis.familywise import family_false_fail
 from harness.analysis.stats import floor_margin, min_detectable_drop
-from harness.config.loader import ModelConfig
+from harness.config.loader import GateSpec, ModelConfig
 from harness.config.plan import Plan
 from harness.tasks import (
     GSM8K_TEST_SIZE,
@@ -60,50 +60,57 @@ def detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER,
         ``[{"task", "n", "p", "p_assumed", "power", "floor": {...} , "paired": [...]}]``;
         drops are accuracy fractions.
     """
-
-
-    g = config.gates
     out = []
-    z_pow = NormalDist().inv_cdf(power)
     for tname, t in config.tasks.items():
         g = config.gates_for(tname)
         n = task_size(t)
-        p_assumed = g.accuracy_threshold is None
-        p = 0.5 if p_assumed else g.accuracy_threshold
-        floor: dict[str, Any] = {
-            "alpha": FLOOR_ALPHA,
-            "test_drop": min_detectable_drop(n, p, FLOOR_ALPHA, power),
-            "gate_drop": None,
-        }
-        if g.accuracy_threshold is not None:
-            cal = g.calibration_questions
-            margin = floor_margin(n, cal, p, 1 - FLOOR_ALPHA) if cal is not None and n < cal else 0.0
-            floor.update(
-                tolerance=g.tolerance, margin=margin, calibration_questions=cal,
-                gate_drop=g.tolerance + margin + z_pow * (p * (1 - p) / n) ** 0.5,
-            )
-        paired = []
-        for comp in config.comparisons:
-            if comp.max_accuracy_drop is None:
-                continue
-            if only is not None and not {comp.baseline, comp.candidate} <= set(only):
-                continue
-            paired.append({
-                "baseline": comp.baseline, "candidate": comp.candidate, "alpha": comp.alpha,
-                "expected_discordance": comp.expected_discordance,
-                "test_drop": _finite(min_detectable_drop(n, p, comp.alpha, power,
-                                                         discordance=comp.expected_discordance)),
-                "max_accuracy_drop": comp.max_accuracy_drop,
-            })
-        out.append({"task": tname, "n": n, "p": p, "p_assumed": p_assumed, "power": power,
-                    "floor": floor, "paired": paired})
+        p = 0.5 if g.accuracy_threshold is None else g.accuracy_threshold
+        out.append({"task": tname, "n": n, "p": p, "p_assumed": g.accuracy_threshold is None, "power": power,
+                    "floor": _floor_drops(g, n, p, power), "paired": _paired_drops(config, n, p, power, only)})
     return out
+
+
+def _floor_drops(g: GateSpec, n: int, p: float, power: float) -> dict[str, Any]:
+    """The ``floor`` entry of :func:`detectable_drops` for one task (its gates ``g``)."""
+    floor: dict[str, Any] = {
+        "alpha": FLOOR_ALPHA,
+        "test_drop": min_detectable_drop(n, p, FLOOR_ALPHA, power),
+        "gate_drop": None,
+    }
+    if g.accuracy_threshold is not None:
+        cal = g.calibration_questions
+        margin = floor_margin(n, cal, p, 1 - FLOOR_ALPHA) if cal is not None and n < cal else 0.0
+        z_pow = NormalDist().inv_cdf(power)
+        floor.update(
+            tolerance=g.tolerance, margin=margin, calibration_questions=cal,
+            gate_drop=g.tolerance + margin + z_pow * (p * (1 - p) / n) ** 0.5,
+        )
+    return floor
+
+
+def _paired_drops(config: ModelConfig, n: int, p: float, power: float,
+                  only: Sequence[str] | None) -> list[dict[str, Any]]:
+    """The ``paired`` entries of :func:`detectable_drops` for one task: one per comparison
+    with a ``max_accuracy_drop`` (among the variants ``only``, when given)."""
+    paired = []
+    for comp in config.comparisons:
+        if comp.max_accuracy_drop is None:
+            continue
+        if only is not None and not {comp.baseline, comp.candidate} <= set(only):
+            continue
+        paired.append({
+            "baseline": comp.baseline, "candidate": comp.candidate, "alpha": comp.alpha,
+            "expected_discordance": comp.expected_discordance,
+            "test_drop": _finite(min_detectable_drop(n, p, comp.alpha, power,
+                                                     discordance=comp.expected_discordance)),
+            "max_accuracy_drop": comp.max_accuracy_drop,
+        })
+    return paired
 
 
 def full_test_size(spec) -> int:
     """Questions in the whole test set of a task's kind: GSM8K 1319 (vLLM's default
     ``num_questions``), the synthetic task's :data:`~harness.tasks.synthetic.DEFAULT_NUM_TEST`."""
-
     if spec.kind == "synthetic":
 
         return DEFAULT_NUM_TEST
@@ -127,7 +134,6 @@ def subset_warnings(config: ModelConfig, confidence: float = 1 - FLOOR_ALPHA) ->
         tolerance (what the gate applies), ``fair_floor`` = floor - margin (what the
         run would need to be fair); accuracy fractions.
     """
-
     out = []
     for tname, spec in config.tasks.items():
         g = config.gates_for(tname)
@@ -218,7 +224,6 @@ def family_false_fail_of(config: ModelConfig) -> dict[str, Any]:
         "false_fail": float}``; ``false_fail`` = 1 - (1 - accuracy-drop part) *
         prod(1 - alpha_i) over the output-match gates (independence).
     """
-
     drops: list[tuple[int, float, float | None, float]] = []
     holm = False
     om_alphas: list[float] = []
@@ -267,7 +272,6 @@ def data_counts(plan: Plan, data_dir: Any = None) -> dict[str, dict[str, Any]]:
     {"asked": n or None, "available": count or None, "source": str | None,
     "refused": message or None, "note": str | None}}``; a run refuses a task whose
     data holds fewer than it asks (:func:`harness.tasks.check_enough`)."""
-
     out: dict[str, dict[str, Any]] = {}
     for cp in plan.configs:
         for t in cp.tasks:

@@ -55,7 +55,6 @@ def load_records(results_dir: str | Path, config: str | None = None) -> tuple[li
     Raises:
         FileNotFoundError: ``results_dir`` is not a folder.
     """
-
     root = Path(results_dir)
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: not a folder of run records")

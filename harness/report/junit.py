@@ -81,13 +81,13 @@ def render_junit(record: RunRecord) -> str:
                 counts["skipped"] += 1
             else:
                 ET.SubElement(tc, "system-out").text = body
-        for k, v in counts.items():
-            suite.set(k, str(v))
-            totals[k] += v
+        for k, n in counts.items():
+            suite.set(k, str(n))
+            totals[k] += n
         suite.set("time", f"{seconds:.2f}")
     _outcome_case(root, record, totals)
-    for k, v in totals.items():
-        root.set(k, str(v))
+    for k, n in totals.items():
+        root.set(k, str(n))
     ET.indent(root)
     # one sanitiser for every text (completions, log tails with colour codes, errors):
     # what XML 1.0 forbids cannot survive into the file (harness.records.text)

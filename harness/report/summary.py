@@ -86,7 +86,7 @@ def score_rows(record: RunRecord) -> list[dict[str, Any]]:
         ``async``, one key per pipeline (``"0.970 [0.915, 0.990]"``), ``speculative``
         (bool), ``acceptance_rate``, ``mean_acceptance_length``, ``per_position``.
     """
-    rows = []
+    rows: list[dict[str, Any]] = []
     for c in record.configs:
         for vname, v in c.variants.items():
             if v.error and not v.tasks:
@@ -172,7 +172,7 @@ def divergence_rows(record: RunRecord) -> list[dict[str, str]]:
     Each row: config, pair, task, question, position, tokens (baseline -> candidate),
     the reference's gap (nats; ``>x`` outside its top k), verdict, reason."""
     order = {"unexplained": 0, "noise": 1, "explained": 2}
-    rows = []
+    rows: list[dict[str, Any]] = []
     for c in record.configs:
         for comp in c.comparisons:
             if comp.divergence is None:
@@ -237,13 +237,14 @@ def flipped_examples(record: RunRecord, config: str, comp: ComparisonResult, lim
         "baseline_answer", "candidate_answer", "baseline_completion",
         "candidate_completion"}``, lost first; ``[]`` when the samples cannot be read.
     """
-
     p = comp.paired
     ids = ([("lost", q) for q in p.a_only] + [("gained", q) for q in p.b_only]) if p else []
     if not ids:
         return []
     base = Path(run_dir or record.path or ".")
     crec = record.config(config)
+    if crec is None:
+        return []
     try:
         side = {}
         for role, vname in (("baseline", comp.baseline), ("candidate", comp.candidate)):
@@ -447,7 +448,6 @@ def server_lines(record: RunRecord) -> list[str]:
 
 def _md_code(text: str) -> str:
     """Inline-safe rendering of a completion for a table cell (``<code>``, escaped)."""
-
     return "<code>" + html.escape(text[:300]).replace("|", "&#124;").replace("\n", "⏎") + "</code>"
 
 

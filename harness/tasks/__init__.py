@@ -52,7 +52,6 @@ def available_questions(name: str, spec: TaskSpec, data_dir: Path | None) -> tup
     Raises:
         DataUnavailableError: a local GSM8K folder that is missing or malformed.
     """
-
     if spec.kind == "gsm8k":
         folder = data_dir or os.environ.get("EVALRUN_DATA_DIR") or None
         if not folder:

@@ -237,7 +237,6 @@ def hub_unreachable_reason(timeout: float = HUB_PROBE_TIMEOUT) -> str | None:
     machine learns it in seconds instead of after ``datasets``' retries (about 25 s,
     five retries with back-off, measured on this machine with no network).
     """
-
     url = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
     try:
         httpx.head(url, timeout=timeout, follow_redirects=False)

@@ -130,7 +130,6 @@ def load_lm_eval_task(name: str, lm_eval_task: str, include_path: str | None,
     Raises:
         DataUnavailableError: lm-eval missing, the task unknown, or its data unreachable.
     """
-
     ver = lm_eval_version()
     if ver is None:
         raise DataUnavailableError(

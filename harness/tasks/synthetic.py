@@ -278,7 +278,6 @@ def prepare_synthetic(name: str, spec: TaskSpec):
         ContaminationError: a test question asked is among the few-shot examples or
             the train split (the splits are disjoint by construction; this guards it).
     """
-
     splits = generate_splits()
     if spec.num_fewshot > len(splits.fewshot):
         raise ValueError(
