@@ -754,8 +754,8 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
             else:
                 p.warn(f"{c.name}: NOT RUN (optional task): {msg}")
             for v in cp.variants:
-                m.not_run[(v.name,
-                           t.name)] = f"data not available ({'required' if t.spec.required else 'optional'} task)"
+                kind = "required" if t.spec.required else "optional"
+                m.not_run[(v.name, t.name)] = f"data not available ({kind} task)"
     # 1b. a run smaller than the set its threshold was measured on: say so now
     crec.subset_warnings = [SubsetWarning(**w) for w in subset_warnings(c)]
     for w in crec.subset_warnings:

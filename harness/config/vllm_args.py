@@ -122,8 +122,8 @@ def pop_json_flag(argv: list[str], flag: str, where: str) -> tuple[list[str], di
     i = 0
     while i < len(argv):
         a = argv[i]
-        name = flag_name(a)
-        if name != flag and not (name or "").startswith(flag + "."):
+        name = flag_name(a) or ""
+        if name != flag and not name.startswith(flag + "."):
             out.append(a)
             i += 1
             continue

@@ -269,8 +269,9 @@ def model_runner_fact(plugin_runners: list[str], log_text: str | None) -> ModelR
         with the reason (also when workers report different runners).
     """
     kinds = {runner_of_class(p) for p in plugin_runners}
-    if plugin_runners and len(kinds) == 1 and None not in kinds:
-        return ModelRunnerFact(kinds.pop(), "evalrun plugin", ", ".join(plugin_runners))
+    only = next(iter(kinds)) if len(kinds) == 1 else None
+    if plugin_runners and only is not None:
+        return ModelRunnerFact(only, "evalrun plugin", ", ".join(plugin_runners))
     if plugin_runners and len(kinds) > 1:
         return ModelRunnerFact("unknown", None, f"workers report different runners: {', '.join(plugin_runners)}")
     found = None

@@ -352,6 +352,12 @@ def _hf_config(recipe: TinyModelRecipe, vocab_size: int):
     """Return the ``transformers.Qwen3NextConfig`` of a recipe."""
     from transformers import Qwen3NextConfig
 
+    # keys outside the class's typed signature: PretrainedConfig keeps them as attributes
+    # and writes them to config.json, where vLLM reads them
+    untyped: dict[str, Any] = {
+        "partial_rotary_factor": recipe.partial_rotary_factor,
+        "num_nextn_predict_layers": recipe.num_nextn_predict_layers,
+    }
     return Qwen3NextConfig(
         vocab_size=vocab_size,
         hidden_size=recipe.hidden_size,
@@ -379,14 +385,13 @@ def _hf_config(recipe: TinyModelRecipe, vocab_size: int):
             "rope_theta": recipe.rope_theta,
             "partial_rotary_factor": recipe.partial_rotary_factor,
         },
-        partial_rotary_factor=recipe.partial_rotary_factor,
         initializer_range=recipe.initializer_range,
         rms_norm_eps=recipe.rms_norm_eps,
         tie_word_embeddings=False,
         bos_token_id=None,
         eos_token_id=0,
         pad_token_id=0,
-        num_nextn_predict_layers=recipe.num_nextn_predict_layers,
+        **untyped,
     )
 
 

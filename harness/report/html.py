@@ -119,8 +119,9 @@ def _per_position_fig(c: ConfigResult) -> str | None:
     for k, (label, pp, cis) in enumerate(series):
         xs = [i + k * width for i in range(len(pp))]
         err = None
-        if cis and all(ci for ci in cis):
-            err = [[max(0.0, p - ci[0]) for p, ci in zip(pp, cis)], [max(0.0, ci[1] - p) for p, ci in zip(pp, cis)]]
+        known = [ci for ci in cis or () if ci]
+        if cis and len(known) == len(cis):
+            err = [[max(0.0, p - ci[0]) for p, ci in zip(pp, known)], [max(0.0, ci[1] - p) for p, ci in zip(pp, known)]]
         bars = ax.bar(xs, pp, width=width, label=label, yerr=err, capsize=3)
         ax.bar_label(bars, labels=[f"{p:.2f}" for p in pp], padding=2)
     ax.set_xticks([i + width * (len(series) - 1) / 2 for i in range(max(len(s[1]) for s in series))],
@@ -229,7 +230,7 @@ def render_html(record: RunRecord, run_dir: str | Path | None = None, history: A
         parts.append(f"<h2>{_cell(c.name)}</h2>")
         if c.error:
             parts.append(f"<p class='FAIL'>could not run: {_cell(c.error)}</p>")
-        rows = []
+        rows: list[list[Any]] = []
         for vname, v in c.variants.items():
             if v.error:
                 parts.append(f"<p class='FAIL'>{_cell(vname)}: {_cell(v.error)}</p>")
@@ -237,7 +238,7 @@ def render_html(record: RunRecord, run_dir: str | Path | None = None, history: A
                 acc, ci = t.accuracy, t.accuracy_ci
                 sd = t.spec_decode
                 rows.append([vname, tname, t.num_requests, t.error_count]
-                            + [fmt(acc.get(p)) + (f" [{ci[p][0]:.3f}, {ci[p][1]:.3f}]" if ci.get(p) else "")
+                            + [fmt(acc.get(p)) + (f" [{iv[0]:.3f}, {iv[1]:.3f}]" if (iv := ci.get(p)) else "")
                                for p in pipes]
                             + [fmt(sd.mean_acceptance_length if sd else None),
                                " ".join(fmt(x, 2) for x in (sd.per_position_acceptance if sd else [])) or "-"])

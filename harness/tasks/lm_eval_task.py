@@ -302,7 +302,7 @@ def run_lm_eval_task(
         summary = {"results": json.loads(json.dumps(res["results"].get(task.lm_eval_task), default=str)),
                    "pipelines": [p for _, _, p in pipes], "error": None}
         return samples, summary
-    samples = []
+    out: list[Sample] = []
     for d in sorted(by_doc):
         rows = {x["filter"]: x for x in by_doc[d]}
         first = by_doc[d][0]
@@ -315,14 +315,14 @@ def run_lm_eval_task(
             fr = rows[f]["filtered_resps"][0] if rows[f]["filtered_resps"] else None
             answers[p] = None if fr in (None, "[invalid]") else str(fr)
             correct[p] = float(rows[f][m]) == 1.0
-        samples.append(Sample(
+        out.append(Sample(
             config, variant, task.name, qid(d), prompt_hash(ctx if isinstance(ctx, str) else json.dumps(ctx)),
             str(first["target"]), completion=text, token_ids=ids, finish_reason=finish,
             answers=answers, correct=correct,
         ))
     summary = {"results": json.loads(json.dumps(res["results"].get(task.lm_eval_task), default=str)),
                "pipelines": [p for _, _, p in pipes], "error": None}
-    return tuple(samples), summary
+    return tuple(out), summary
 
 
 def _choices_of(task: LmEvalTask) -> Any:
@@ -378,12 +378,12 @@ def _prompt_only_samples(task: LmEvalTask, by_doc: dict[int, list[dict]], pipes,
             for f, m, p in pipes:
                 answers[p] = choices[_pick(lls, choices, m, n)]
                 correct[p] = float(rows[f][m]) == 1.0
-            completion = choices[pick_acc]
+            completion: str | None = choices[pick_acc]
             if isinstance(target, int) and 0 <= target < len(choices):
                 gold = choices[target]
             elif isinstance(target, list):
-                gold = " | ".join(choices[i] if isinstance(i,
-                                                           int) and 0 <= i < len(choices) else str(i) for i in target)
+                gold = " | ".join(choices[i] if isinstance(i, int) and 0 <= i < len(choices) else str(i)
+                                  for i in target)
             else:
                 gold = str(target)
         else:
