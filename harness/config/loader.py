@@ -979,7 +979,13 @@ def check_acceptance_floor(cfg: "ModelConfig", lines: dict[tuple, int] | None = 
             )
 
 
-def _from_native(c: NativeConfig, path: Path, sha: str, lines: dict | None = None) -> ModelConfig:
+def _check_native_names(c: NativeConfig, path: Path) -> None:
+    """Every comparison of a native config names variants and tasks it defines.
+
+    Raises:
+        ConfigError: no variant or no task, or a comparison naming an unknown one (with
+            the nearest variant name).
+    """
     if not c.variants:
         raise ConfigError(f"{path}: 'variants' must name at least one variant")
     if not c.tasks:
@@ -1000,15 +1006,16 @@ def _from_native(c: NativeConfig, path: Path, sha: str, lines: dict | None = Non
                 raise ConfigError(
                     f"{path}: comparisons.{i}.tasks: no task named '{t}' (tasks: {', '.join(c.tasks)})"
                 )
-    common = split_args(c.server_args, f"{path}: server_args")
-    refuse_owned_flags(common, f"{path}: server_args")
-    _, spec = pop_speculative_config(common, f"{path}: server_args")
-    if spec is not None:
-        raise ConfigError(
-            f"{path}: server_args: put --speculative-config in a variant's "
-            "'speculative_config', not in the common server_args"
-        )
 
+
+def _native_variant_warnings(c: NativeConfig, path: Path, lines: dict | None) -> list[ConfigWarning]:
+    """Check each variant of a native config (its server arguments, its fault) and
+    return the warnings of its speculative config.
+
+    Raises:
+        ConfigError: an owned flag or ``--speculative-config`` in a variant's server_args,
+            or an unknown fault (with the nearest name).
+    """
     warns: list[ConfigWarning] = []
     for name, v in c.variants.items():
         if v.speculative_config is not None:
@@ -1030,6 +1037,26 @@ def _from_native(c: NativeConfig, path: Path, sha: str, lines: dict | None = Non
                 f"{path}: variants.{name}.fault: unknown fault '{v.fault}'{hint} "
                 f"(known: {', '.join(known_faults())})"
             )
+    return warns
+
+
+def _from_native(c: NativeConfig, path: Path, sha: str, lines: dict | None = None) -> ModelConfig:
+    """A native-form config (``c``, read from ``path``) as a :class:`ModelConfig`.
+
+    Raises:
+        ConfigError: see :func:`_check_native_names` and :func:`_native_variant_warnings`;
+            also ``--speculative-config`` in the common server_args.
+    """
+    _check_native_names(c, path)
+    common = split_args(c.server_args, f"{path}: server_args")
+    refuse_owned_flags(common, f"{path}: server_args")
+    _, spec = pop_speculative_config(common, f"{path}: server_args")
+    if spec is not None:
+        raise ConfigError(
+            f"{path}: server_args: put --speculative-config in a variant's "
+            "'speculative_config', not in the common server_args"
+        )
+    warns = _native_variant_warnings(c, path, lines)
     return ModelConfig(
         name=c.name or path.stem,
         path=path.resolve(),
@@ -1135,38 +1162,17 @@ def _one_of(c: VllmGsm8kConfig, key: str, default: Any, path: Path, lines: dict)
     return top if top is not None else ev if ev is not None else default
 
 
-def _from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict | None = None,
-               warnings: list[ConfigWarning] | None = None) -> ModelConfig:
-
-    lines = lines or {}
-    warns = list(warnings or [])
-    line = lines.get(("server_args",))
+def _vllm_variants(c: VllmGsm8kConfig, argv: list[str], spec: SpeculativeConfigSpec | None,
+                   raw_spec: dict | None, path: Path, line: int | None,
+                   warns: list[ConfigWarning]) -> tuple[list[str], dict[str, VariantSpec], tuple[ComparisonSpec, ...]]:
+    """The variants and comparisons derived from a vLLM-form config: the reference alone
+    without a speculative config; else reference, spec_sync and spec_async (fewer when
+    ``server_args`` pins the async scheduling, with a warning appended to ``warns``), and
+    their V1-runner twins when asked. Returns the server arguments (the pin removed),
+    the variants and the comparisons."""
     at = f"{path}:{line}" if line else f"{path}"
-    argv = split_args(c.server_args, f"{path}: server_args")
-    refuse_owned_flags(argv, f"{at}: server_args")
-    argv, raw_spec = pop_speculative_config(argv, f"{at}: server_args")
-    spec = typed_speculative_config(raw_spec, f"{at}: server_args") if raw_spec is not None else None
-    if spec is not None:
-        warns += speculative_warnings(spec, path, line, f"server_args.{SPEC_FLAG}")
     pin, pin_items = pinned_async_scheduling(argv)
-    task = TaskSpec(
-        kind="gsm8k",
-        num_questions=c.num_questions,
-        num_fewshot=c.num_fewshot,
-        max_tokens=c.max_tokens,
-        temperature=c.temperature,
-        seed=c.seed,
-        gen_prefix=c.gen_prefix,
-        use_chat_completions=c.use_chat_completions,
-    )
     ev = c.evalrun
-    gates = GateSpec(
-        accuracy_threshold=c.accuracy_threshold,
-        tolerance=c.tolerance,
-        calibration_questions=c.calibration_questions,
-        min_acceptance_length=c.min_acceptance_length,
-        multiple_testing=ev.multiple_testing,
-    )
     if spec is None:
         variants = {"reference": VariantSpec()}
         comparisons: tuple[ComparisonSpec, ...] = ()
@@ -1217,6 +1223,47 @@ def _from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict | None = No
             comparisons += tuple(
                 x.model_copy(update={"baseline": x.baseline + "_v1", "candidate": x.candidate + "_v1"})
                 for x in comparisons)
+    return argv, variants, comparisons
+
+
+def _from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict | None = None,
+               warnings: list[ConfigWarning] | None = None) -> ModelConfig:
+    """A vLLM-form config (``c``, read from ``path``) as a :class:`ModelConfig`: the
+    server arguments without the speculative config, the one GSM8K task, the gates, and
+    the variants and comparisons of :func:`_vllm_variants`.
+
+    Raises:
+        ConfigError: an owned flag, or a speculative config that cannot be read.
+    """
+    lines = lines or {}
+    warns = list(warnings or [])
+    line = lines.get(("server_args",))
+    at = f"{path}:{line}" if line else f"{path}"
+    argv = split_args(c.server_args, f"{path}: server_args")
+    refuse_owned_flags(argv, f"{at}: server_args")
+    argv, raw_spec = pop_speculative_config(argv, f"{at}: server_args")
+    spec = typed_speculative_config(raw_spec, f"{at}: server_args") if raw_spec is not None else None
+    if spec is not None:
+        warns += speculative_warnings(spec, path, line, f"server_args.{SPEC_FLAG}")
+    task = TaskSpec(
+        kind="gsm8k",
+        num_questions=c.num_questions,
+        num_fewshot=c.num_fewshot,
+        max_tokens=c.max_tokens,
+        temperature=c.temperature,
+        seed=c.seed,
+        gen_prefix=c.gen_prefix,
+        use_chat_completions=c.use_chat_completions,
+    )
+    ev = c.evalrun
+    gates = GateSpec(
+        accuracy_threshold=c.accuracy_threshold,
+        tolerance=c.tolerance,
+        calibration_questions=c.calibration_questions,
+        min_acceptance_length=c.min_acceptance_length,
+        multiple_testing=ev.multiple_testing,
+    )
+    argv, variants, comparisons = _vllm_variants(c, argv, spec, raw_spec, path, line, warns)
     return ModelConfig(
         name=path.stem,
         path=path.resolve(),

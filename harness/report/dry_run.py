@@ -339,6 +339,7 @@ def render_plan(plan: Plan, only: Sequence[str] | None = None,
         :func:`shlex.join`), with port :data:`DRY_RUN_PORT` in place of the free port
         a real run picks.
     """
+    # long: a renderer, one section of the plan after the other in the order it is printed
     lines: list[str] = []
     lines.append(
         f"(commands use port {DRY_RUN_PORT} so they run as pasted; a run picks a free port at start-up. "

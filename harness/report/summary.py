@@ -291,6 +291,7 @@ def render_terminal(record: RunRecord, console: Console | None = None) -> None:
     into 80; the tables themselves stay under about 100 columns; text lines are never
     wrapped (``soft_wrap``).
     """
+    # long: a renderer, one table after the other in the order they are printed
     if console is None:
         console = Console()
         if not console.is_terminal:  # CI logs: natural table widths, no 80-column wrapping
@@ -467,6 +468,7 @@ def render_markdown(record: RunRecord, run_dir: str | Path | None = None) -> str
         run_dir: the run folder (for the samples of flipped questions); default the
             folder the record was read from or written to.
     """
+    # long: a renderer, one section of summary.md after the other in the order they appear
     prov = record.provenance
     gates = [(c, g) for c in record.configs for g in c.gates]
     failed = [(c, g) for c, g in gates if g.passed is False]
