@@ -495,6 +495,39 @@ def _build_mtp_module(model, hf_config):
     return mtp
 
 
+def _saved_configs(model: Any, tensors: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``config.json`` and ``generation_config.json`` as transformers' ``save_pretrained``
+    writes them for ``model``, after checking that its tensors (transformers' own expert
+    layout) equal our checkpoint's main-model ``tensors``.
+
+    Raises:
+        TinyModelError: a tensor name or value differs from save_pretrained's.
+    """
+    import torch
+    from safetensors import safe_open
+
+    with tempfile.TemporaryDirectory(prefix="evalrun-hf-") as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        files = sorted(Path(tmp).glob("*.safetensors"))
+        saved = {}
+        for f in files:
+            with safe_open(str(f), framework="pt") as sf:
+                for k in sf.keys():
+                    saved[k] = sf.get_tensor(k)
+        main_keys = {k for k in tensors if not k.startswith("mtp.")}
+        if set(saved) != main_keys:
+            raise TinyModelError(
+                f"tensor names differ from save_pretrained's: {sorted(set(saved) ^ main_keys)[:8]}"
+            )
+        for k, t in saved.items():
+            if not torch.equal(t, tensors[k]):
+                raise TinyModelError(f"tensor {k} differs from save_pretrained's")
+        hf_cfg = json.loads((Path(tmp) / "config.json").read_text(encoding="utf-8"))
+        gen_path = Path(tmp) / "generation_config.json"
+        gen_cfg = json.loads(gen_path.read_text(encoding="utf-8")) if gen_path.exists() else {}
+    return hf_cfg, gen_cfg
+
+
 def build_tiny_model(recipe: TinyModelRecipe, out_dir: Path) -> Path:
     """Write the checkpoint, tokenizer and ``recipe.json`` of ``recipe`` into ``out_dir``.
 
@@ -554,29 +587,7 @@ def build_tiny_model(recipe: TinyModelRecipe, out_dir: Path) -> Path:
         )
     tensors.update(mtp_tensors)
 
-    # config.json / generation_config.json (and transformers' own expert layout, which
-    # our per-expert split must match) come from save_pretrained.
-    with tempfile.TemporaryDirectory(prefix="evalrun-hf-") as tmp:
-        model.save_pretrained(tmp, safe_serialization=True)
-        from safetensors import safe_open
-
-        files = sorted(Path(tmp).glob("*.safetensors"))
-        saved = {}
-        for f in files:
-            with safe_open(str(f), framework="pt") as sf:
-                for k in sf.keys():
-                    saved[k] = sf.get_tensor(k)
-        main_keys = {k for k in tensors if not k.startswith("mtp.")}
-        if set(saved) != main_keys:
-            raise TinyModelError(
-                f"tensor names differ from save_pretrained's: {sorted(set(saved) ^ main_keys)[:8]}"
-            )
-        for k, t in saved.items():
-            if not torch.equal(t, tensors[k]):
-                raise TinyModelError(f"tensor {k} differs from save_pretrained's")
-        hf_cfg = json.loads((Path(tmp) / "config.json").read_text(encoding="utf-8"))
-        gen_path = Path(tmp) / "generation_config.json"
-        gen_cfg = json.loads(gen_path.read_text(encoding="utf-8")) if gen_path.exists() else {}
+    hf_cfg, gen_cfg = _saved_configs(model, tensors)
 
     hf_cfg["num_nextn_predict_layers"] = recipe.num_nextn_predict_layers
     hf_cfg["dtype"] = recipe.dtype

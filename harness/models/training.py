@@ -399,6 +399,42 @@ def _lr_at(recipe: TrainRecipe, step: int) -> float:
     return recipe.lr * (recipe.min_lr_ratio + (1 - recipe.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * frac)))
 
 
+def _optimizer(recipe: TrainRecipe, model: Any, mtp: Any) -> tuple[list[Any], Any]:
+    """The parameters of ``model`` and ``mtp`` and their AdamW optimizer: weight decay
+    on matrices only (``ndim >= 2``), none on norms and biases."""
+    import torch
+
+    params = list(model.parameters()) + list(mtp.parameters())
+    decay = [p for p in params if p.ndim >= 2]
+    no_decay = [p for p in params if p.ndim < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": recipe.weight_decay},
+         {"params": no_decay, "weight_decay": 0.0}],
+        lr=recipe.lr, betas=recipe.betas,
+    )
+    return params, opt
+
+
+def _report_step(progress: Callable[[str], Any], recipe: TrainRecipe, row: list[float], tokens: int,
+                 t0: float, t_last: float, log_every: int) -> float:
+    """Say one logged step of :func:`train_model` (``row`` = ``[step, loss, main, mtp,
+    mtp2, lr]``) with throughput (tokens per second, overall and since ``t_last``) and
+    the time left; return the time of this report (``time.monotonic()``)."""
+    step = int(row[0]) - 1
+    now = time.monotonic()
+    el = now - t0
+    tps = tokens / el
+    recent = log_every * recipe.batch_size * recipe.seq_len / max(now - t_last, 1e-9)
+    eta = el / (step + 1) * (recipe.steps - step - 1)
+    mtp2 = "" if math.isnan(row[4]) else f" mtp2 {row[4]:.3f}"
+    progress(
+        f"step {step + 1}/{recipe.steps} loss {row[1]:.4f} (main {row[2]:.3f} "
+        f"mtp {row[3]:.3f}{mtp2}) lr {row[-1]:.2e} {tps:,.0f} tok/s (recent {recent:,.0f}) "
+        f"elapsed {el:.0f}s eta {eta:.0f}s"
+    )
+    return now
+
+
 def train_model(recipe: TrainRecipe, progress: Callable[[str], Any] = print, log_every: int = 20):
     """Train main model and MTP block jointly; deterministic for a recipe and thread count.
 
@@ -424,14 +460,7 @@ def train_model(recipe: TrainRecipe, progress: Callable[[str], Any] = print, log
     try:
         with torch.random.fork_rng(devices=[]):
             model, mtp, cfg, n_tokens = build_modules(recipe)
-            params = list(model.parameters()) + list(mtp.parameters())
-            decay = [p for p in params if p.ndim >= 2]
-            no_decay = [p for p in params if p.ndim < 2]
-            opt = torch.optim.AdamW(
-                [{"params": decay, "weight_decay": recipe.weight_decay},
-                 {"params": no_decay, "weight_decay": 0.0}],
-                lr=recipe.lr, betas=recipe.betas,
-            )
+            params, opt = _optimizer(recipe, model, mtp)
             model.train()
             mtp.train()
             stream = training_sequences(recipe)
@@ -452,20 +481,9 @@ def train_model(recipe: TrainRecipe, progress: Callable[[str], Any] = print, log
                 tokens += recipe.batch_size * recipe.seq_len
                 last = step + 1 == recipe.steps
                 if (step + 1) % log_every == 0 or last:
-                    now = time.monotonic()
-                    el = now - t0
-                    tps = tokens / el
-                    recent = log_every * recipe.batch_size * recipe.seq_len / max(now - t_last, 1e-9)
-                    t_last = now
-                    eta = el / (step + 1) * (recipe.steps - step - 1)
                     row = [step + 1, loss.item(), parts["main"], parts["mtp"], parts["mtp2"], _lr_at(recipe, step)]
                     history.append(row)
-                    mtp2 = "" if math.isnan(parts["mtp2"]) else f" mtp2 {parts['mtp2']:.3f}"
-                    progress(
-                        f"step {step + 1}/{recipe.steps} loss {row[1]:.4f} (main {parts['main']:.3f} "
-                        f"mtp {parts['mtp']:.3f}{mtp2}) lr {row[-1]:.2e} {tps:,.0f} tok/s (recent {recent:,.0f}) "
-                        f"elapsed {el:.0f}s eta {eta:.0f}s"
-                    )
+                    t_last = _report_step(progress, recipe, row, tokens, t0, t_last, log_every)
             seconds = time.monotonic() - t0
         model.eval()
         mtp.eval()
