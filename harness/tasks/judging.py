@@ -10,6 +10,7 @@ task, whose items use GSM8K's ``#### N`` form). The resulting
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from harness.records.completions import Completion
 from harness.records.samples import Sample
@@ -34,11 +35,12 @@ def judge_completion(config: str, variant: str, task: str, request: Request, c: 
     """
     if c.request_id != request.question_id:
         raise ValueError(f"completion {c.request_id!r} paired with request {request.question_id!r}")
-    spec = dict(
+    # keyword arguments of Sample shared by both outcomes (its field types check them)
+    spec: dict[str, Any] = dict(
         spec_drafts=c.spec_drafts, spec_draft_tokens=c.spec_draft_tokens,
         spec_accepted_tokens=c.spec_accepted_tokens, spec_accepted_per_pos=c.spec_accepted_per_pos,
     )
-    common = dict(
+    common: dict[str, Any] = dict(
         config=config, variant=variant, task=task, question_id=request.question_id,
         prompt_hash=request.prompt_hash, gold=request.gold, attempts=c.attempts,
         latency_s=round(c.latency_s, 4), **spec,
