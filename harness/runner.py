@@ -997,6 +997,12 @@ def _run_variant(
         on_wait=p.waiting(f"{vp.id}: waiting for /health"),
     )
     srv = session.server
+    import os
+    import time
+
+    from harness.report.cost import given_devices
+
+    vrec.devices = given_devices({**os.environ, **env})
     try:
         with session:
             vrec.startup_seconds = round(srv.startup_seconds or 0, 1)
@@ -1023,6 +1029,7 @@ def _run_variant(
                 vrec.engine_error = str(e)
                 m.engine_facts_errors[vp.name] = str(e)
                 p.error(f"{e} (variant_effective cannot pass without it)")
+            t_eval = time.monotonic()  # evaluation: first request .. last counter snapshot
             for t in todo:
                 PLACE.at("client", variant=vp.name, task=t.name)
                 pt = prepared[t.name]
@@ -1119,6 +1126,9 @@ def _run_variant(
                         f"{vp.id}: the vLLM server died during task {t.name} (exit code {code}); log: {log_path}",
                         status="died_mid_task", exit_code=code, seconds=round(srv.seconds() or 0, 1),
                     )
+            vrec.evaluation_seconds = round(time.monotonic() - t_eval, 2)
+            t_stop = time.monotonic()
+        vrec.teardown_seconds = round(time.monotonic() - t_stop, 2)
         vrec.server.exit_code = srv.exit_code
         return vrec, True
     except KeyboardInterrupt:

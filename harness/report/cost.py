@@ -1,0 +1,370 @@
+"""The cost of a model list before it runs: per variant start-up, evaluation and teardown
+seconds, the devices it holds, wall time and GPU-seconds, from earlier run records.
+
+Where the numbers come from (:func:`estimate_plan`), per config x variant, newest first
+among the run records of the results folder (read as ``evalrun history`` reads them,
+:func:`harness.report.history.load_records`):
+
+1. ``history (same config)``: earlier runs of a config with the same name and the same
+   config SHA-256;
+2. ``history (same name)``: else earlier runs of a config with that name (the file changed);
+3. ``defaults``: else :data:`DEFAULT_STARTUP_SECONDS` + questions x
+   :data:`DEFAULT_SECONDS_PER_QUESTION` (x 2 for a variant that is run twice for the noise
+   bound) + :data:`DEFAULT_TEARDOWN_SECONDS`. These constants are guesses, not
+   measurements; the dry run says when it used them.
+
+From history the estimate is the median over the last :data:`HISTORY_RUNS` variant results
+that recorded a start-up and an evaluation time; the evaluation seconds are scaled by
+planned questions / questions asked in that run (a run of a 100-question subset predicts a
+1319-question run 13.19x as long). Older records without ``evaluation_seconds`` use the
+sum of their tasks' ``seconds``.
+
+Devices: a variant needs tensor x pipeline x data parallel size devices (from its server
+command, as vLLM multiplies them); on a CPU host (no devices) it needs none and GPU-seconds
+are 0. GPU-seconds of a variant = its seconds x the devices it is given by the schedule
+(:func:`schedule`). Without the concurrent scheduler every server is given every visible
+device and variants run one at a time, which is what the runner does today.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from harness.config.plan import ConfigPlan, Plan, VariantPlan
+from harness.records.run_record import RunRecord, VariantResult
+from harness.tasks import task_size
+
+__all__ = ["DEFAULT_STARTUP_SECONDS", "DEFAULT_SECONDS_PER_QUESTION", "DEFAULT_TEARDOWN_SECONDS", "HISTORY_RUNS",
+           "VariantCost", "Slot", "PlanCost", "given_devices", "device_need", "estimate_plan", "schedule",
+           "plan_cost", "render_cost", "cost_json", "config_cost_weights"]
+
+#: Guess: seconds from launch to ``/health`` when no earlier run of the config is known.
+DEFAULT_STARTUP_SECONDS = 120.0
+#: Guess: evaluation seconds per question (all requests in flight, as the client sends them).
+DEFAULT_SECONDS_PER_QUESTION = 0.1
+#: Guess: seconds to stop a server.
+DEFAULT_TEARDOWN_SECONDS = 5.0
+#: Earlier variant results the median is taken over.
+HISTORY_RUNS = 5
+
+SOURCE_SAME_CONFIG = "history (same config)"
+SOURCE_SAME_NAME = "history (same name)"
+SOURCE_DEFAULTS = "defaults"
+
+
+def given_devices(env: Mapping[str, str]) -> list[str]:
+    """The CUDA device ids a process with environment ``env`` is given: the entries of
+    ``CUDA_VISIBLE_DEVICES`` (ids or UUIDs, in order); empty when unset or empty (a CPU
+    host, or no GPU given)."""
+    raw = env.get("CUDA_VISIBLE_DEVICES", "")
+    return [d.strip() for d in raw.split(",") if d.strip()]
+
+
+_PARALLEL_FLAGS = {
+    "--tensor-parallel-size": "tp", "-tp": "tp",
+    "--pipeline-parallel-size": "pp", "-pp": "pp",
+    "--data-parallel-size": "dp", "-dp": "dp",
+}
+
+
+def device_need(argv: Sequence[str]) -> int:
+    """Devices one server command needs: tensor x pipeline x data parallel size, as vLLM
+    multiplies them (world size x data parallel size); each is 1 when not given.
+
+    Raises:
+        ValueError: a size that is not a positive integer (names the flag).
+    """
+    sizes = {"tp": 1, "pp": 1, "dp": 1}
+    items = list(argv)
+    for k, arg in enumerate(items):
+        name, eq, value = arg.partition("=")
+        if name.startswith("--"):
+            name = name.replace("_", "-")
+        if name not in _PARALLEL_FLAGS:
+            continue
+        if not eq:
+            value = items[k + 1] if k + 1 < len(items) else ""
+        try:
+            n = int(value)
+        except ValueError:
+            raise ValueError(f"{name} {value!r}: not an integer") from None
+        if n < 1:
+            raise ValueError(f"{name} {n}: must be >= 1")
+        sizes[_PARALLEL_FLAGS[name]] = n
+    return sizes["tp"] * sizes["pp"] * sizes["dp"]
+
+
+@dataclass(frozen=True)
+class VariantCost:
+    """The estimate for one variant (seconds; ``need`` in devices).
+
+    Attributes:
+        config, variant: names.
+        need: devices its server needs (:func:`device_need`; 0 on a CPU host).
+        startup, evaluation, teardown: estimated seconds.
+        source: ``history (same config)``, ``history (same name)`` or ``defaults``.
+        runs: earlier variant results the estimate is the median of (0 for defaults).
+    """
+
+    config: str
+    variant: str
+    need: int
+    startup: float
+    evaluation: float
+    teardown: float
+    source: str
+    runs: int = 0
+
+    @property
+    def seconds(self) -> float:
+        """Server lifetime: start-up + evaluation + teardown seconds."""
+        return self.startup + self.evaluation + self.teardown
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One server in the schedule: the devices it is given and its start/end (seconds
+    from the start of the run)."""
+
+    config: str
+    variant: str
+    devices: tuple[str, ...]
+    start: float
+    end: float
+
+    @property
+    def gpu_seconds(self) -> float:
+        """(end - start) x devices given."""
+        return (self.end - self.start) * len(self.devices)
+
+
+@dataclass(frozen=True)
+class PlanCost:
+    """A list's estimate: the variant estimates, the schedule, the devices and what
+    scheduled it (``sequential`` or the scheduler's name)."""
+
+    variants: tuple[VariantCost, ...]
+    slots: tuple[Slot, ...]
+    devices: tuple[str, ...]
+    scheduler: str
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def wall_seconds(self) -> float:
+        """Estimated wall time of the list (the last server's end)."""
+        return max((s.end for s in self.slots), default=0.0)
+
+    @property
+    def gpu_seconds(self) -> float:
+        """Estimated GPU-seconds of the list (sum over servers)."""
+        return sum(s.gpu_seconds for s in self.slots)
+
+    def config_totals(self) -> dict[str, dict[str, float]]:
+        """Per config: ``wall_seconds`` (first start to last end of its servers),
+        ``server_seconds`` (sum of its servers' lifetimes) and ``gpu_seconds``."""
+        out: dict[str, dict[str, float]] = {}
+        for name in dict.fromkeys(v.config for v in self.variants):
+            mine = [s for s in self.slots if s.config == name]
+            out[name] = {
+                "wall_seconds": (max(s.end for s in mine) - min(s.start for s in mine)) if mine else 0.0,
+                "server_seconds": sum(s.end - s.start for s in mine),
+                "gpu_seconds": sum(s.gpu_seconds for s in mine),
+            }
+        return out
+
+
+def _questions(cp: ConfigPlan) -> int:
+    return sum(task_size(t.spec) for t in cp.tasks)
+
+
+def _asked(v: VariantResult) -> int:
+    return sum(t.num_requests for t in v.tasks.values())
+
+
+def _evaluation(v: VariantResult) -> float | None:
+    if v.evaluation_seconds is not None:
+        return v.evaluation_seconds
+    secs = [t.seconds for t in v.tasks.values()]
+    return sum(secs) if secs else None
+
+
+def _passes(cp: ConfigPlan, vp: VariantPlan) -> int:
+    """2 for a variant run twice for the noise bound (``noise_runs_when: always``), else 1."""
+    twice = {c.baseline for c in cp.config.comparisons if c.noise_runs > 1 and c.noise_runs_when == "always"}
+    return 2 if vp.name in twice else 1
+
+
+def _from_history(cp: ConfigPlan, vp: VariantPlan, need: int,
+                  records: Sequence[RunRecord]) -> VariantCost | None:
+    for source, same_sha in ((SOURCE_SAME_CONFIG, True), (SOURCE_SAME_NAME, False)):
+        found: list[tuple[float, float, float]] = []
+        for rec in reversed(records):  # newest first
+            c = rec.config(cp.name)
+            if c is None or (same_sha and c.sha256 != cp.config.sha256):
+                continue
+            v = c.variants.get(vp.name)
+            if v is None or v.startup_seconds is None or v.error:
+                continue
+            ev = _evaluation(v)
+            asked = _asked(v)
+            if ev is None or not asked:
+                continue
+            found.append((v.startup_seconds, ev * _questions(cp) / asked,
+                          v.teardown_seconds if v.teardown_seconds is not None else DEFAULT_TEARDOWN_SECONDS))
+            if len(found) == HISTORY_RUNS:
+                break
+        if found:
+            return VariantCost(cp.name, vp.name, need, statistics.median(f[0] for f in found),
+                               statistics.median(f[1] for f in found), statistics.median(f[2] for f in found),
+                               source, len(found))
+    return None
+
+
+def estimate_plan(plan: Plan, records: Sequence[RunRecord], gpus: bool,
+                  only: Sequence[str] | None = None) -> list[VariantCost]:
+    """One :class:`VariantCost` per variant that would start a server, in plan order.
+
+    Args:
+        plan: the plan (``--shard`` already applied).
+        records: earlier run records, oldest first (:func:`harness.report.history.load_records`).
+        gpus: whether the host has devices (else every ``need`` is 0).
+        only: ``--variant`` names, or None for all.
+
+    Raises:
+        ValueError: a variant's parallel size is not a positive integer (names the variant).
+    """
+    out = []
+    for cp in plan.configs:
+        for vp in cp.variants:
+            if (only is not None and vp.name not in only) or vp.not_applicable:
+                continue
+            try:
+                need = device_need(vp.argv) if gpus else 0
+            except ValueError as e:
+                raise ValueError(f"{vp.id}: {e}") from None
+            est = _from_history(cp, vp, need, records)
+            if est is None:
+                evaluation = _questions(cp) * DEFAULT_SECONDS_PER_QUESTION * _passes(cp, vp)
+                est = VariantCost(cp.name, vp.name, need, DEFAULT_STARTUP_SECONDS, evaluation,
+                                  DEFAULT_TEARDOWN_SECONDS, SOURCE_DEFAULTS)
+            out.append(est)
+    return out
+
+
+def schedule(costs: Sequence[VariantCost], devices: Sequence[str]) -> tuple[list[Slot], str]:
+    """Where and when each variant's server runs, and the scheduler's name.
+
+    Today's runner starts one server at a time and hands each every visible device
+    (``sequential``): slots back to back in plan order, each with all of ``devices``.
+
+    Returns:
+        ``(slots, scheduler)``; slots in start order.
+    """
+    slots, t = [], 0.0
+    for c in costs:
+        slots.append(Slot(c.config, c.variant, tuple(devices), t, t + c.seconds))
+        t += c.seconds
+    return slots, "sequential"
+
+
+def plan_cost(plan: Plan, results_dir: str | Path | None, env: Mapping[str, str] | None = None,
+              only: Sequence[str] | None = None) -> PlanCost:
+    """The list's estimate: variant costs from ``results_dir``'s records, scheduled on
+    the devices of ``env`` (default ``os.environ``).
+
+    A missing or unreadable results folder means no history (said in ``notes``), never an
+    error: the estimate then comes from the defaults.
+    """
+    devices = given_devices(os.environ if env is None else env)
+    records: list[RunRecord] = []
+    notes: list[str] = []
+    if results_dir is not None and Path(results_dir).is_dir():
+        from harness.report.history import load_records
+
+        records, problems = load_records(results_dir)
+        if problems:
+            notes.append(f"{len(problems)} run record(s) under {results_dir} could not be read and are not used")
+    else:
+        notes.append(f"no results folder {results_dir}: no earlier runs")
+    costs = estimate_plan(plan, records, bool(devices), only)
+    slots, name = schedule(costs, devices)
+    return PlanCost(tuple(costs), tuple(slots), tuple(devices), name, tuple(notes))
+
+
+def _s(x: float) -> str:
+    return f"{x:,.0f} s" if x >= 10 else f"{x:.1f} s"
+
+
+def render_cost(pc: PlanCost) -> list[str]:
+    """The dry run's schedule and cost section, as lines."""
+    host = f"{len(pc.devices)} device(s) ({','.join(pc.devices)})" if pc.devices else "CPU host (no devices)"
+    lines = ["", f"Schedule and cost ({host}; {pc.scheduler}"
+             + (": one server at a time, each given every visible device)" if pc.scheduler == "sequential" else ")")]
+    by_key = {(v.config, v.variant): v for v in pc.variants}
+    starts = sorted({s.start for s in pc.slots})
+    for k, t0 in enumerate(starts, 1):
+        group = [s for s in pc.slots if s.start == t0]
+        lines.append(f"  step {k} (at {_s(t0)}): " + "; ".join(
+            f"{s.config}/{s.variant} on " + (f"devices {','.join(s.devices)}" if s.devices else "CPU")
+            + f" until {_s(s.end)}" for s in group))
+    totals = pc.config_totals()
+    for name, tot in totals.items():
+        mine = [v for v in pc.variants if v.config == name]
+        lines.append(f"  {name}: wall {_s(tot['wall_seconds'])}, GPU-seconds {tot['gpu_seconds']:,.0f}")
+        for v in mine:
+            lines.append(f"    {v.variant}: start-up {_s(v.startup)} + evaluation {_s(v.evaluation)} + teardown "
+                         f"{_s(v.teardown)}, needs {v.need} device(s); "
+                         + (f"from {v.source}, median of {v.runs} run(s)" if v.runs else "estimate from defaults"))
+        if all(by_key[(name, v.variant)].source == SOURCE_DEFAULTS for v in mine):
+            lines.append(f"    no earlier runs of this config: estimate from defaults (start-up "
+                         f"{DEFAULT_STARTUP_SECONDS:g} s, {DEFAULT_SECONDS_PER_QUESTION:g} s per question, "
+                         f"teardown {DEFAULT_TEARDOWN_SECONDS:g} s; guesses)")
+    lines.append(f"  list: wall {_s(pc.wall_seconds)}, GPU-seconds {pc.gpu_seconds:,.0f}")
+    lines += [f"  note: {n}" for n in pc.notes]
+    return lines
+
+
+def cost_json(pc: PlanCost, config: str | None = None) -> dict[str, Any]:
+    """The estimate as JSON: for one ``config`` its variants, slots and totals; for None
+    the list's (every variant and slot, ``wall_seconds``, ``gpu_seconds``, devices,
+    scheduler, defaults used, notes)."""
+    def keep(name: str) -> bool:
+        return config is None or name == config
+
+    out: dict[str, Any] = {
+        "variants": [{"config": v.config, "variant": v.variant, "need": v.need, "startup_seconds": v.startup,
+                      "evaluation_seconds": v.evaluation, "teardown_seconds": v.teardown, "seconds": v.seconds,
+                      "source": v.source, "runs": v.runs} for v in pc.variants if keep(v.config)],
+        "schedule": [{"config": s.config, "variant": s.variant, "devices": list(s.devices), "start": s.start,
+                      "end": s.end, "gpu_seconds": s.gpu_seconds} for s in pc.slots if keep(s.config)],
+    }
+    if config is not None:
+        out.update(pc.config_totals().get(config, {"wall_seconds": 0.0, "server_seconds": 0.0, "gpu_seconds": 0.0}))
+        out["from_defaults"] = all(v["source"] == SOURCE_DEFAULTS for v in out["variants"])
+    else:
+        out.update({"wall_seconds": pc.wall_seconds, "gpu_seconds": pc.gpu_seconds, "devices": list(pc.devices),
+                    "scheduler": pc.scheduler, "notes": list(pc.notes),
+                    "defaults": {"startup_seconds": DEFAULT_STARTUP_SECONDS,
+                                 "seconds_per_question": DEFAULT_SECONDS_PER_QUESTION,
+                                 "teardown_seconds": DEFAULT_TEARDOWN_SECONDS}})
+    return out
+
+
+def config_cost_weights(configs: Iterable[ConfigPlan], records: Sequence[RunRecord]) -> dict[str, int]:
+    """Shard weight of each config: estimated device-seconds, sum over its variants of
+    seconds x max(1, devices needed) (GPU-seconds when each server gets what it needs;
+    server seconds on a CPU host), rounded up to whole seconds, at least 1.
+
+    Raises:
+        ValueError: a variant's parallel size is not a positive integer.
+    """
+    plan = Plan(configs=tuple(configs))
+    totals = {cp.name: 0.0 for cp in plan.configs}
+    for v in estimate_plan(plan, records, gpus=True):
+        totals[v.config] += v.seconds * max(1, v.need)
+    return {name: max(1, math.ceil(w)) for name, w in totals.items()}
