@@ -31,17 +31,32 @@ from __future__ import annotations
 import math
 import os
 import statistics
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from harness.config.plan import ConfigPlan, Plan, VariantPlan
 from harness.records.run_record import RunRecord, VariantResult
 from harness.tasks import task_size
 
-__all__ = ["DEFAULT_STARTUP_SECONDS", "DEFAULT_SECONDS_PER_QUESTION", "DEFAULT_TEARDOWN_SECONDS", "HISTORY_RUNS",
-           "VariantCost", "Slot", "PlanCost", "given_devices", "device_need", "estimate_plan", "schedule",
-           "plan_cost", "render_cost", "cost_json", "config_cost_weights"]
+__all__ = [
+    "DEFAULT_SECONDS_PER_QUESTION",
+    "DEFAULT_STARTUP_SECONDS",
+    "DEFAULT_TEARDOWN_SECONDS",
+    "HISTORY_RUNS",
+    "PlanCost",
+    "Slot",
+    "VariantCost",
+    "config_cost_weights",
+    "cost_json",
+    "device_need",
+    "estimate_plan",
+    "given_devices",
+    "plan_cost",
+    "render_cost",
+    "schedule",
+]
 
 #: Guess: seconds from launch to ``/health`` when no earlier run of the config is known.
 DEFAULT_STARTUP_SECONDS = 120.0
