@@ -200,3 +200,21 @@ def test_history_gpu_seconds_column_and_metric(tmp_path, capsys):
     assert [r["gpu_seconds"] for r in got] == [84.0, 168.0, None]
     assert main(["history", str(results), "--metric", "gpu_seconds"]) == 0
     assert "## GPU-seconds per config" in capsys.readouterr().out
+
+
+def test_a_fake_run_records_durations_and_devices(tmp_path, monkeypatch):
+    from .test_runner_fake_server import config, run
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    cfg = config(tmp_path, {"FAKE_MODE": "ok", "CUDA_VISIBLE_DEVICES": "2,3"}, {"FAKE_MODE": "ok"})
+    code, rec, run_dir = run(tmp_path, cfg)
+    assert code == 0
+    ref, spec = (rec["configs"][0]["variants"][k] for k in ("reference", "spec"))
+    assert ref["devices"] == ["2", "3"] and spec["devices"] == []     # the variant's env; none on this host
+    for v in (ref, spec):
+        task = v["tasks"]["gsm8k"]["seconds"]
+        assert v["evaluation_seconds"] >= task > 0                   # first request .. last snapshot
+        assert v["teardown_seconds"] >= 0
+    again = typed(json.loads((run_dir / "run.json").read_text())).configs[0].variants["reference"]
+    assert again.gpu_seconds == pytest.approx(
+        (ref["startup_seconds"] + ref["evaluation_seconds"] + ref["teardown_seconds"]) * 2)
