@@ -119,14 +119,24 @@ def test_plan_cost_schedule_and_totals(tmp_path):
     per = C.DEFAULT_STARTUP_SECONDS + C.DEFAULT_TEARDOWN_SECONDS
     sa = per + 100 * C.DEFAULT_SECONDS_PER_QUESTION
     sb = per + 300 * C.DEFAULT_SECONDS_PER_QUESTION
-    assert len(pc.slots) == 6 and pc.devices == tuple("01234567")
-    assert pc.wall_seconds == pytest.approx(3 * sa + 3 * sb)          # one server at a time
-    assert pc.gpu_seconds == pytest.approx(8 * (3 * sa + 3 * sb))     # each given all 8 devices
+    assert len(pc.slots) == 6 and pc.devices == tuple("01234567") and pc.scheduler == "packed"
+    # longest first: b's three (2 devices each) at 0 on 0-1, 2-3, 4-5; a (4 devices) does not fit
+    # in 6-7, so two of a at sb on 0-3 and 4-7, the third after them
+    at = {(s.config, s.variant): (s.start, s.devices) for s in pc.slots}
+    assert at[("b", "reference")] == (0.0, ("0", "1")) and at[("b", "spec_async")] == (0.0, ("4", "5"))
+    assert at[("a", "reference")] == (pytest.approx(sb), tuple("0123"))
+    assert at[("a", "spec_sync")] == (pytest.approx(sb), tuple("4567"))
+    assert at[("a", "spec_async")][0] == pytest.approx(sb + sa)
+    assert pc.wall_seconds == pytest.approx(sb + 2 * sa)
+    assert pc.gpu_seconds == pytest.approx(3 * sb * 2 + 3 * sa * 4)
     tot = pc.config_totals()
-    assert tot["b"]["gpu_seconds"] == pytest.approx(8 * 3 * sb)
-    assert tot["a"]["wall_seconds"] == pytest.approx(3 * sa)
+    assert tot["b"]["gpu_seconds"] == pytest.approx(3 * sb * 2) and tot["b"]["wall_seconds"] == pytest.approx(sb)
+    assert tot["a"]["wall_seconds"] == pytest.approx(2 * sa)
+    with pytest.raises(ValueError, match="a/reference"):           # 4 devices needed, 2 given
+        C.plan_cost(plan, None, env={"CUDA_VISIBLE_DEVICES": "0,1"})
     cpu = C.plan_cost(plan, None, env={})
-    assert cpu.gpu_seconds == 0.0 and cpu.wall_seconds == pytest.approx(3 * sa + 3 * sb)
+    assert cpu.gpu_seconds == 0.0 and cpu.wall_seconds == pytest.approx(3 * sa + 3 * sb)   # one at a time
+    assert [s.config for s in cpu.slots] == ["a"] * 3 + ["b"] * 3                        # in plan order
 
 
 def test_dry_run_shows_schedule_and_cost(tmp_path, monkeypatch, capsys):
@@ -137,15 +147,17 @@ def test_dry_run_shows_schedule_and_cost(tmp_path, monkeypatch, capsys):
     assert main(["--config", str(cfg), "--dry-run", "--results-dir", str(results)]) == 0
     out = capsys.readouterr().out
     assert "Schedule and cost (8 device(s) (0,1,2,3,4,5,6,7)" in out
-    assert "m/reference on devices 0,1,2,3,4,5,6,7" in out
+    assert "m/reference on devices 0,1,2,3 until" in out and "m/spec_sync on devices 4,5,6,7" in out
     assert "no earlier runs of this config: estimate from defaults" in out
     each = C.DEFAULT_STARTUP_SECONDS + 100 * C.DEFAULT_SECONDS_PER_QUESTION + C.DEFAULT_TEARDOWN_SECONDS
-    assert f"list: wall {3 * each:,.0f} s, GPU-seconds {8 * 3 * each:,.0f}" in out
+    # two side by side on 0-3 and 4-7, the third after them; each holds 4 devices
+    assert f"list: wall {2 * each:,.0f} s, GPU-seconds {4 * 3 * each:,.0f}" in out
     assert main(["--config", str(cfg), "--dry-run", "--json", "--results-dir", str(results)]) == 0
     entry = json.loads(capsys.readouterr().out)[0]
     assert entry["cost"]["from_defaults"] is True
     assert [s["variant"] for s in entry["cost"]["schedule"]] == ["reference", "spec_sync", "spec_async"]
-    assert entry["cost"]["gpu_seconds"] == pytest.approx(8 * 3 * each)
+    assert [s["devices"] for s in entry["cost"]["schedule"]] == [list("0123"), list("4567"), list("0123")]
+    assert entry["cost"]["gpu_seconds"] == pytest.approx(4 * 3 * each)
     assert entry["cost"]["list"]["devices"] == [str(i) for i in range(8)]
     # with an earlier run of the same config, its reference is estimated from it
     sha = build_plan([load_config(cfg)]).configs[0].config.sha256

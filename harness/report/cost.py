@@ -22,8 +22,8 @@ sum of their tasks' ``seconds``.
 Devices: a variant needs tensor x pipeline x data parallel size devices (from its server
 command, as vLLM multiplies them); on a CPU host (no devices) it needs none and GPU-seconds
 are 0. GPU-seconds of a variant = its seconds x the devices it is given by the schedule
-(:func:`schedule`). Without the concurrent scheduler every server is given every visible
-device and variants run one at a time, which is what the runner does today.
+(:func:`schedule`: :func:`harness.config.schedule.simulate`, longest first on disjoint
+device sets; one at a time on a CPU host).
 """
 
 from __future__ import annotations
@@ -80,38 +80,16 @@ def given_devices(env: Mapping[str, str]) -> list[str]:
     return [d.strip() for d in raw.split(",") if d.strip()]
 
 
-_PARALLEL_FLAGS = {
-    "--tensor-parallel-size": "tp", "-tp": "tp",
-    "--pipeline-parallel-size": "pp", "-pp": "pp",
-    "--data-parallel-size": "dp", "-dp": "dp",
-}
-
-
-def device_need(argv: Sequence[str]) -> int:
-    """Devices one server command needs: tensor x pipeline x data parallel size, as vLLM
-    multiplies them (world size x data parallel size); each is 1 when not given.
+def device_need(argv: Sequence[str], where: str = "server command") -> int:
+    """Devices one server command needs (:func:`harness.engine.devices.variant_need`:
+    tensor x pipeline x prefill-context x local data parallel size, as vLLM computes it).
 
     Raises:
-        ValueError: a size that is not a positive integer (names the flag).
+        ValueError: (``DeviceError``) a size that is not a positive integer (names the flag and ``where``).
     """
-    sizes = {"tp": 1, "pp": 1, "dp": 1}
-    items = list(argv)
-    for k, arg in enumerate(items):
-        name, eq, value = arg.partition("=")
-        if name.startswith("--"):
-            name = name.replace("_", "-")
-        if name not in _PARALLEL_FLAGS:
-            continue
-        if not eq:
-            value = items[k + 1] if k + 1 < len(items) else ""
-        try:
-            n = int(value)
-        except ValueError:
-            raise ValueError(f"{name} {value!r}: not an integer") from None
-        if n < 1:
-            raise ValueError(f"{name} {n}: must be >= 1")
-        sizes[_PARALLEL_FLAGS[name]] = n
-    return sizes["tp"] * sizes["pp"] * sizes["dp"]
+    from harness.engine.devices import variant_need
+
+    return variant_need(argv, where)
 
 
 @dataclass(frozen=True)
@@ -258,10 +236,7 @@ def estimate_plan(plan: Plan, records: Sequence[RunRecord], gpus: bool,
         for vp in cp.variants:
             if (only is not None and vp.name not in only) or vp.not_applicable:
                 continue
-            try:
-                need = device_need(vp.argv) if gpus else 0
-            except ValueError as e:
-                raise ValueError(f"{vp.id}: {e}") from None
+            need = device_need(vp.argv, vp.id) if gpus else 0
             est = _from_history(cp, vp, need, records)
             if est is None:
                 evaluation = _questions(cp) * DEFAULT_SECONDS_PER_QUESTION * _passes(cp, vp)
@@ -271,31 +246,44 @@ def estimate_plan(plan: Plan, records: Sequence[RunRecord], gpus: bool,
     return out
 
 
-def schedule(costs: Sequence[VariantCost], devices: Sequence[str]) -> tuple[list[Slot], str]:
-    """Where and when each variant's server runs, and the scheduler's name.
-
-    Today's runner starts one server at a time and hands each every visible device
-    (``sequential``): slots back to back in plan order, each with all of ``devices``.
+def schedule(costs: Sequence[VariantCost], devices: Sequence[str],
+             max_servers: int | None = None) -> tuple[list[Slot], str]:
+    """Where and when each variant's server runs, and the scheduler's name, from
+    :func:`harness.config.schedule.simulate` (longest first on disjoint device sets,
+    ``packed``; one at a time in plan order on a CPU host, ``sequential``).
 
     Returns:
         ``(slots, scheduler)``; slots in start order.
+
+    Raises:
+        ValueError: (``ScheduleError``) a variant needs more devices than there are (names it).
     """
-    slots, t = [], 0.0
-    for c in costs:
-        slots.append(Slot(c.config, c.variant, tuple(devices), t, t + c.seconds))
-        t += c.seconds
-    return slots, "sequential"
+    from harness.config.schedule import Item, simulate
+
+    by_key = {f"{c.config}/{c.variant}": c for c in costs}
+    sim = simulate([Item(k, max(1, c.need), c.seconds) for k, c in by_key.items()], tuple(devices), max_servers)
+    slots = [Slot(by_key[s.key].config, by_key[s.key].variant, s.devices, s.start, s.end) for s in sim.slots]
+    return slots, ("packed" if devices else "sequential")
 
 
 def plan_cost(plan: Plan, results_dir: str | Path | None, env: Mapping[str, str] | None = None,
-              only: Sequence[str] | None = None) -> PlanCost:
-    """The list's estimate: variant costs from ``results_dir``'s records, scheduled on
-    the devices of ``env`` (default ``os.environ``).
+              only: Sequence[str] | None = None, gpus: str | None = None,
+              max_servers: int | None = None) -> PlanCost:
+    """The list's estimate: variant costs from ``results_dir``'s records, scheduled
+    (:func:`schedule`) on the devices evalrun may use
+    (:func:`harness.engine.devices.available_devices` of ``env``, default ``os.environ``,
+    capped by ``gpus``, the ``--gpus`` option) with at most ``max_servers`` alive.
+
+    Raises:
+        ValueError: a bad ``--gpus``, a malformed parallel size, or a variant needing more
+            devices than there are (each names it).
 
     A missing or unreadable results folder means no history (said in ``notes``), never an
     error: the estimate then comes from the defaults.
     """
-    devices = given_devices(os.environ if env is None else env)
+    from harness.engine.devices import available_devices
+
+    devices = available_devices(gpus, os.environ if env is None else env)
     records: list[RunRecord] = []
     notes: list[str] = []
     if results_dir is not None and Path(results_dir).is_dir():
@@ -307,7 +295,7 @@ def plan_cost(plan: Plan, results_dir: str | Path | None, env: Mapping[str, str]
     else:
         notes.append(f"no results folder {results_dir}: no earlier runs")
     costs = estimate_plan(plan, records, bool(devices), only)
-    slots, name = schedule(costs, devices)
+    slots, name = schedule(costs, devices, max_servers)
     return PlanCost(tuple(costs), tuple(slots), tuple(devices), name, tuple(notes))
 
 
@@ -319,7 +307,8 @@ def render_cost(pc: PlanCost) -> list[str]:
     """The dry run's schedule and cost section, as lines."""
     host = f"{len(pc.devices)} device(s) ({','.join(pc.devices)})" if pc.devices else "CPU host (no devices)"
     lines = ["", f"Schedule and cost ({host}; {pc.scheduler}"
-             + (": one server at a time, each given every visible device)" if pc.scheduler == "sequential" else ")")]
+             + (": one server at a time)" if pc.scheduler == "sequential"
+               else ": longest first, side by side on disjoint devices)")]
     by_key = {(v.config, v.variant): v for v in pc.variants}
     starts = sorted({s.start for s in pc.slots})
     for k, t0 in enumerate(starts, 1):
