@@ -53,6 +53,7 @@ __all__ = [
     "device_need",
     "estimate_plan",
     "given_devices",
+    "host_devices",
     "plan_cost",
     "render_cost",
     "schedule",
@@ -266,6 +267,33 @@ def schedule(costs: Sequence[VariantCost], devices: Sequence[str],
     return slots, ("packed" if devices else "sequential")
 
 
+def host_devices(env: Mapping[str, str], python: str, gpus: str | None = None) -> tuple[str, ...]:
+    """The devices a run would use, found without importing torch into this process (the
+    dry run imports no engine): ``CUDA_VISIBLE_DEVICES`` when set, else NVML's count, else
+    ``torch.cuda.device_count()`` asked of ``python`` (the servers' interpreter) in a
+    subprocess (none when that fails); capped by ``--gpus``
+    (:func:`harness.engine.devices.cap_devices`).
+
+    Raises:
+        ValueError: a bad ``--gpus`` (names it).
+    """
+    import subprocess
+
+    from harness.engine.devices import _nvml_count, cap_devices, detected_devices
+
+    if "CUDA_VISIBLE_DEVICES" in env:
+        return cap_devices(detected_devices(env), gpus)
+    n = _nvml_count()
+    if n is None:
+        probe = "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"
+        try:
+            r = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=120, check=False)
+            n = int(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 and r.stdout.strip() else 0
+        except (OSError, subprocess.TimeoutExpired, ValueError):
+            n = 0
+    return cap_devices(tuple(str(i) for i in range(n)), gpus)
+
+
 def plan_cost(plan: Plan, results_dir: str | Path | None, env: Mapping[str, str] | None = None,
               only: Sequence[str] | None = None, gpus: str | None = None,
               max_servers: int | None = None) -> PlanCost:
@@ -281,9 +309,7 @@ def plan_cost(plan: Plan, results_dir: str | Path | None, env: Mapping[str, str]
     A missing or unreadable results folder means no history (said in ``notes``), never an
     error: the estimate then comes from the defaults.
     """
-    from harness.engine.devices import available_devices
-
-    devices = available_devices(gpus, os.environ if env is None else env)
+    devices = host_devices(os.environ if env is None else env, plan.python, gpus)
     records: list[RunRecord] = []
     notes: list[str] = []
     if results_dir is not None and Path(results_dir).is_dir():
