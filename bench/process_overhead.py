@@ -107,7 +107,7 @@ def config(tmp: Path, data_dir: Path) -> Path:
         variants:
           reference: {{}}
         tasks:
-          gsm8k: {{kind: gsm8k, num_fewshot: 5, max_tokens: 256, data_dir: {data_dir}}}
+          gsm8k: {{kind: gsm8k, num_fewshot: 5, max_tokens: 256}}
         """))
     return p
 
@@ -115,13 +115,15 @@ def config(tmp: Path, data_dir: Path) -> Path:
 def run_evalrun(tmp: Path, cfg: Path, wrapper: Path, data_dir: Path, k: int, env: dict,
                 prefix: list[str] | None = None) -> float:
     cmd = [*(prefix or [sys.executable]), "-m", "harness.cli", "--config", str(cfg), "--python", str(wrapper),
-           "--results-dir", str(tmp / "results"), "--data-dir", str(data_dir.parent), "--run-id", f"r{k}",
+           "--results-dir", str(tmp / "results"), "--data-dir", str(data_dir), "--run-id", f"r{k}",
            "--quiet", "--no-baseline"]
     t0 = time.monotonic()
     r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     wall = time.monotonic() - t0
-    if not (tmp / "results" / f"r{k}" / "run.json").exists():
-        sys.exit(f"evalrun did not write a run record (exit {r.returncode}):\n{r.stderr[-3000:]}")
+    rec = tmp / "results" / f"r{k}" / "run.json"
+    ran = rec.exists() and '"num_requests": 1319' in rec.read_text()
+    if not ran:
+        sys.exit(f"evalrun did not run the 1319 requests (exit {r.returncode}):\n{r.stderr[-3000:]}")
     return wall
 
 
