@@ -16,7 +16,7 @@ from harness.records.run_record import VariantResult, write_run
 from harness.report import cost as C
 from harness.report.history import cost_frame, history_frame
 
-from .record_factory import typed
+from ..record_factory import typed
 
 YAML = ("model_name: org/{name}\naccuracy_threshold: 0.5\nnum_questions: {q}\n"
         "server_args: --tensor-parallel-size {tp} --speculative-config "
@@ -215,7 +215,7 @@ def test_history_gpu_seconds_column_and_metric(tmp_path, capsys):
 
 
 def test_a_fake_run_records_durations_and_devices(tmp_path, monkeypatch):
-    from .test_runner_fake_server import config, run
+    from ..orchestration.test_runner_fake_server import config, run
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     cfg = config(tmp_path, {"FAKE_MODE": "ok", "CUDA_VISIBLE_DEVICES": "2,3"}, {"FAKE_MODE": "ok"})
