@@ -401,7 +401,7 @@ def _run_claimed(plan: Plan, opts: RunOptions, run_id: str, run_dir: Path) -> tu
         record.provenance.lm_eval = LmEvalInfo(**lm_eval_info())
 
     # lm-eval's task takes seconds to build: built beside data preparation and the pre-launch
-    # check, joined (lm_eval_done) before any server starts and before any path writes the record
+    # check, joined (lm_eval_done) before any server starts and before every final write of the record
     lm_thread = threading.Thread(target=_lm_eval, name="evalrun-lm-eval-info", daemon=True)
     lm_thread.start()
     lm_eval_done = lm_thread.join
