@@ -108,7 +108,8 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="also write the JUnit XML (one test case per gate) here; always written as RUN/junit.xml")
     p.add_argument("--shard", default=None, metavar="I/N",
                    help="run only shard I of N (1-based) of the list's configs: deterministic by config "
-                        "name, balanced by estimated GPU-seconds (earlier runs in RESULTS_DIR, else defaults); combine the shards with `evalrun merge`")
+                        "name, balanced by estimated GPU-seconds (earlier runs in RESULTS_DIR, else defaults); "
+                        "combine the shards with `evalrun merge`")
     return p
 
 

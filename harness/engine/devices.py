@@ -85,7 +85,7 @@ def variant_need(argv: Sequence[str], where: str = "server command") -> int:
 def _nvml_count() -> int | None:
     """Devices NVML reports, or None when pynvml is missing or NVML cannot start."""
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
     except Exception:  # noqa: BLE001 - not installed or broken: try torch
         return None
     try:

@@ -31,12 +31,15 @@ from __future__ import annotations
 import math
 import os
 import statistics
+import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.config.plan import ConfigPlan, Plan, VariantPlan
+from harness.config.schedule import Item, simulate
+from harness.engine.devices import _nvml_count, cap_devices, detected_devices, variant_need
 from harness.records.run_record import RunRecord, VariantResult
 from harness.tasks import task_size
 
@@ -88,8 +91,6 @@ def device_need(argv: Sequence[str], where: str = "server command") -> int:
     Raises:
         ValueError: (``DeviceError``) a size that is not a positive integer (names the flag and ``where``).
     """
-    from harness.engine.devices import variant_need
-
     return variant_need(argv, where)
 
 
@@ -104,7 +105,6 @@ class VariantCost:
         source: ``history (same config)``, ``history (same name)`` or ``defaults``.
         runs: earlier variant results the estimate is the median of (0 for defaults).
     """
-
     config: str
     variant: str
     need: int
@@ -124,7 +124,6 @@ class VariantCost:
 class Slot:
     """One server in the schedule: the devices it is given and its start/end (seconds
     from the start of the run)."""
-
     config: str
     variant: str
     devices: tuple[str, ...]
@@ -141,7 +140,6 @@ class Slot:
 class PlanCost:
     """A list's estimate: the variant estimates, the schedule, the devices and what
     scheduled it (``sequential`` or the scheduler's name)."""
-
     variants: tuple[VariantCost, ...]
     slots: tuple[Slot, ...]
     devices: tuple[str, ...]
@@ -259,8 +257,6 @@ def schedule(costs: Sequence[VariantCost], devices: Sequence[str],
     Raises:
         ValueError: (``ScheduleError``) a variant needs more devices than there are (names it).
     """
-    from harness.config.schedule import Item, simulate
-
     by_key = {f"{c.config}/{c.variant}": c for c in costs}
     sim = simulate([Item(k, max(1, c.need), c.seconds) for k, c in by_key.items()], tuple(devices), max_servers)
     slots = [Slot(by_key[s.key].config, by_key[s.key].variant, s.devices, s.start, s.end) for s in sim.slots]
@@ -277,10 +273,6 @@ def host_devices(env: Mapping[str, str], python: str, gpus: str | None = None) -
     Raises:
         ValueError: a bad ``--gpus`` (names it).
     """
-    import subprocess
-
-    from harness.engine.devices import _nvml_count, cap_devices, detected_devices
-
     if "CUDA_VISIBLE_DEVICES" in env:
         return cap_devices(detected_devices(env), gpus)
     n = _nvml_count()
@@ -313,7 +305,7 @@ def plan_cost(plan: Plan, results_dir: str | Path | None, env: Mapping[str, str]
     records: list[RunRecord] = []
     notes: list[str] = []
     if results_dir is not None and Path(results_dir).is_dir():
-        from harness.report.history import load_records
+        from harness.report.history import load_records  # noqa: PLC0415 - history loads pandas
 
         records, problems = load_records(results_dir)
         if problems:

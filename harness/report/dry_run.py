@@ -9,6 +9,7 @@ from harness.analysis.familywise import family_false_fail
 from harness.analysis.stats import floor_margin, min_detectable_drop
 from harness.config.loader import GateSpec, ModelConfig
 from harness.config.plan import Plan
+from harness.report.cost import cost_json, render_cost
 from harness.tasks import (
     GSM8K_TEST_SIZE,
     DataUnavailableError,
@@ -414,8 +415,6 @@ def render_schedule(cost: Any) -> str:
     """The dry run's schedule and cost section (:func:`harness.report.cost.render_cost`
     of a :class:`~harness.report.cost.PlanCost`): which variants run together, on which
     devices, estimated wall time and GPU-seconds per config and for the list."""
-    from harness.report.cost import render_cost
-
     return "\n".join(render_cost(cost))
 
 
@@ -437,7 +436,6 @@ def plan_json(plan: Plan, only: Sequence[str] | None = None,
         if counts is not None:
             entry["data"] = {t.id: counts.get(t.id) for t in cp.tasks}
         if cost is not None:
-            from harness.report.cost import cost_json
 
             whole = cost_json(cost)
             entry["cost"] = cost_json(cost, cp.name)

@@ -215,7 +215,8 @@ def cost_frame(records: Iterable[RunRecord], config: str | None = None) -> pd.Da
     cols = ["run_id", "time", "config", "variants", "server_seconds", "gpu_seconds"]
     if not rows:
         return pd.DataFrame(columns=cols)
-    return pd.DataFrame(rows, columns=cols).sort_values(["time", "run_id", "config"], kind="stable").reset_index(drop=True)
+    df = pd.DataFrame(rows, columns=cols)
+    return df.sort_values(["time", "run_id", "config"], kind="stable").reset_index(drop=True)
 
 
 def render_cost_markdown(df: pd.DataFrame) -> str:
