@@ -139,8 +139,9 @@ def _reference_at(ref: Sample | None, base: Sample, d: int) -> tuple[Sample | No
         return None, "the reference's sample carries no log-probabilities"
     if len(ref.top_logprobs) <= d or len(ref.token_ids) <= d:
         return None, f"the reference's completion has no token at position {d} (it ends there)"
-    if tuple(ref.token_ids[:d]) != tuple(base.token_ids[:d]):
-        k = committed_prefix(ref.token_ids, base.token_ids)
+    base_ids = base.token_ids or ()
+    if tuple(ref.token_ids[:d]) != tuple(base_ids[:d]):
+        k = committed_prefix(ref.token_ids, base_ids)
         return None, f"the reference's prefix differs from the baseline's at token {k}, before the divergence at {d}"
     return ref, ""
 
@@ -205,12 +206,13 @@ def classify_divergences(
                     if reference is not None or baseline_is_reference
                     else (None, "no variant carries log-probabilities"))
         if ref is not None and ct is None:
-            out.append(Divergence(a.question_id, d, bt, None, ref.token_ids[d], None, False, None, UNEXPLAINED, src,
+            out.append(Divergence(a.question_id, d, bt, None, (ref.token_ids or ())[d], None, False, None,
+                                  UNEXPLAINED, src,
                                   f"the candidate's completion ends at token {d} where the baseline continues"))
             continue
-        if ref is not None:
+        if ref is not None and ct is not None:  # (ct is None was handled above)
             rt, gap, in_top, rank, ok = _judge_at(ref, d, ct, near_tie_nats)
-            k = len(ref.top_logprobs[d])
+            k = len((ref.top_logprobs or ())[d])
             if ok:
                 reason = (f"near-tie: {reference_name} ranks the candidate's token {ct} #{rank} of its top {k}, "
                           f"{gap:.3f} nats below its own token {rt} (<= {near_tie_nats:g})")
@@ -243,4 +245,4 @@ def classify_divergences(
 
 def carries_logprobs(samples: Sequence[Sample] | None) -> bool:
     """True when some successful sample has ``top_logprobs`` (the variant asked for them)."""
-    return bool(samples) and any(s.ok and s.top_logprobs is not None for s in samples)
+    return any(s.ok and s.top_logprobs is not None for s in samples or ())

@@ -371,7 +371,7 @@ class SpeculativeConfigSpec(BaseModel):
             return self.as_dict() == other
         return super().__eq__(other)
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable, like the dict it compares equal to
 
 
 class VariantSpec(_Frozen):

@@ -163,7 +163,7 @@ def simulate(items: Sequence[Item], devices: Sequence[str], max_servers: int | N
     """
     check_fits(items, devices)
     if not devices:
-        t, slots = 0.0, []
+        t, slots = 0.0, list[Slot]()
         for it in items:
             slots.append(Slot(it.key, (), t, t + it.seconds))
             t += it.seconds
@@ -172,7 +172,7 @@ def simulate(items: Sequence[Item], devices: Sequence[str], max_servers: int | N
     waiting = lpt_order(items)
     free = list(devices)
     running: list[tuple[float, int, Slot]] = []  # heap of (end, tie, slot)
-    slots: list[Slot] = []
+    slots = []
     now, tie = 0.0, 0
     while waiting or running:
         for it in list(waiting):

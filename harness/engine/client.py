@@ -120,7 +120,7 @@ def _parse(raw: bytes, model: type[BaseModel]) -> Any:
     except orjson.JSONDecodeError as e:
         raise ValueError(f"not JSON: {e}") from None
     try:
-        return model.model_validate(doc).choices[0]  # type: ignore[attr-defined]
+        return model.model_validate(doc).choices[0]  # type: ignore[attr-defined]  # every model passed has choices
     except ValidationError as e:
         err = e.errors()[0]
         # the path of fields and list indexes (a union's branch tags, such as ``int``, left out)

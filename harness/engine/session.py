@@ -327,4 +327,4 @@ class VariantSession:
                             on_done(c)
 
                 await asyncio.gather(*(worker() for _ in range(min(width, len(requests)))))
-        return tuple(results), metrics_error  # type: ignore[arg-type]
+        return tuple(results), metrics_error  # type: ignore[arg-type]  # the workers filled every slot

@@ -145,11 +145,13 @@ class PatchTarget:
     reads: tuple[str, ...] = ()
     patched: bool = True
 
-    def resolve(self) -> tuple[type, str, Callable[..., Any]]:
+    def resolve(self) -> tuple[Any, str, Any]:
         """Import the module and return ``(owner, attribute name, current function)``.
 
         ``owner`` is the class for ``Class.method`` and the module itself for a
-        module-level function (``qualname`` without a dot).
+        module-level function (``qualname`` without a dot); the function is the
+        ``classmethod`` / ``staticmethod`` object itself for those (callers unwrap
+        ``__func__``).
 
         Raises:
             FaultConfigError: the module, class or attribute does not exist.
@@ -164,7 +166,7 @@ class PatchTarget:
             fn = mod.__dict__.get(attr)
             if fn is None or not callable(fn):
                 raise FaultConfigError(f"patch target {self.module}.{attr} not found")
-            return mod, attr, fn  # type: ignore[return-value]
+            return mod, attr, fn
         cls = getattr(mod, cls_name, None)
         if not isinstance(cls, type):
             raise FaultConfigError(f"patch target class {self.module}.{cls_name} not found")
@@ -185,7 +187,7 @@ class PatchTarget:
         except FaultConfigError as e:
             return [str(e)]
         out = []
-        fn = inspect.unwrap(getattr(fn, "__func__", fn) if isinstance(fn, (classmethod, staticmethod)) else fn)
+        fn = inspect.unwrap(fn.__func__ if isinstance(fn, (classmethod, staticmethod)) else fn)
         names = [p for p in inspect.signature(fn).parameters]
         if "." in self.qualname:
             names = names[1:]  # drop self / cls
@@ -236,7 +238,7 @@ class Fault:
 # ---------------------------------------------------------------------------
 
 #: (class, attribute, original) of every patch applied in this process, in order.
-_APPLIED: list[tuple[type, str, Callable[..., Any]]] = []
+_APPLIED: list[tuple[Any, str, Any]] = []
 #: Faults that already logged their first firing in this process.
 _FIRED: set[str] = set()
 
@@ -710,6 +712,7 @@ def _install_torch_standins() -> None:
         event=torch.Event, cuda_event=torch.cuda.Event, stream=torch.cuda.Stream,
         current_stream=torch.cuda.current_stream, stream_ctx=torch.cuda.stream,
     )
+    # replacing torch's classes and functions on a CPU-only host is the point (type: ignore)
     torch.Event = _NoOpEvent  # type: ignore[misc,assignment]
     torch.cuda.Event = _NoOpEvent  # type: ignore[misc,assignment]
     torch.cuda.Stream = _NoOpStream  # type: ignore[misc,assignment]
@@ -722,9 +725,10 @@ def _restore_torch() -> None:
         return
     import torch
 
-    torch.Event = _TORCH_SAVED["event"]
-    torch.cuda.Event = _TORCH_SAVED["cuda_event"]
-    torch.cuda.Stream = _TORCH_SAVED["stream"]
+    # putting torch's own classes back (type: ignore: assigning to a class name)
+    torch.Event = _TORCH_SAVED["event"]  # type: ignore[misc]
+    torch.cuda.Event = _TORCH_SAVED["cuda_event"]  # type: ignore[misc]
+    torch.cuda.Stream = _TORCH_SAVED["stream"]  # type: ignore[misc]
     torch.cuda.current_stream = _TORCH_SAVED["current_stream"]
     torch.cuda.stream = _TORCH_SAVED["stream_ctx"]
     _TORCH_SAVED.clear()

@@ -39,14 +39,14 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, computed_field, model_validator
 
 from harness import __version__
 from harness.records.text import clean_json
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION: Final = 2
 RUN_FILE = "run.json"
 
 #: The pipelines' names, as keys of the per-pipeline maps (see :mod:`harness.tasks.gsm8k`).
@@ -596,7 +596,7 @@ class GateResult(_Model):
             data = {k: v for k, v in data.items() if k != "verdict"}
         return data
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field  # type: ignore[prop-decorator]  # mypy cannot type a decorated property (pydantic docs)
     @property
     def verdict(self) -> str:
         """``PASS``, ``FAIL`` or ``NOT RUN``."""
@@ -739,7 +739,7 @@ class RunRecord(_Model):
             configs that differ between the shards), one sentence each.
     """
 
-    schema_version: Literal[2] = SCHEMA_VERSION  # type: ignore[assignment]
+    schema_version: Literal[2] = SCHEMA_VERSION
     run_id: str
     status: Literal["running", "completed", "incomplete", "interrupted", "error"] = "running"
     passed: bool | None = None

@@ -139,9 +139,9 @@ def binomial_variance(p: float, n: int) -> float:
     return pt * (1 - pt) / n
 
 
-def _mean(xs: Sequence[float]) -> float | None:
-    xs = [x for x in xs if x is not None]
-    return sum(xs) / len(xs) if xs else None
+def _mean(xs: Sequence[float | None]) -> float | None:
+    vals = [x for x in xs if x is not None]
+    return sum(vals) / len(vals) if vals else None
 
 
 def _ci_se(ci: Any) -> float | None:
@@ -164,7 +164,7 @@ def _noise_vs_first(runs: Sequence[tuple[RunRecord, Path]], cname: str, vname: s
         return {s.question_id: s for s in read_jsonl(Path(run_dir) / t.samples)}
 
     first = samples(*runs[0])
-    out = []
+    out: list[dict[str, Any]] = []
     if first is None:
         return out
     for i, (rec, run_dir) in enumerate(runs[1:], 2):
@@ -212,7 +212,7 @@ def summarize(runs: Sequence[tuple[RunRecord, Path]], k: float = 3.0) -> dict[st
     first_rec = runs[0][0]
     out: dict[str, Any] = {
         "runs": [{"run_id": r.run_id, "path": str(p), "exit_code": r.exit_code,
-                  "status": r.status, "error": r.error.describe() if getattr(r, "error", None) else None}
+                  "status": r.status, "error": r.error.describe() if r.error else None}
                  for r, p in runs],
         "sigmas": k, "rule": RULE.format(k=k), "configs": [],
     }
@@ -227,7 +227,7 @@ def summarize(runs: Sequence[tuple[RunRecord, Path]], k: float = 3.0) -> dict[st
                 ts = [_task(r, cname, vname, tname) for r, _ in runs]
                 e: dict[str, Any] = {"variant": vname, "task": tname}
                 scored = [t.scored[pipe] for t in ts if t]
-                e["n"] = round(_mean(scored)) if scored else None
+                e["n"] = round(_mean(scored) or 0) if scored else None
                 e["accuracy"] = {p: spread([t.accuracy.get(p) if t else None for t in ts]) for p in PIPELINES}
                 sds = [(t.spec_decode if t else None) for t in ts]
                 if any(sds):

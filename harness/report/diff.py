@@ -126,7 +126,7 @@ def load_side(path: str | Path, results_dir: str | Path | None = None) -> dict[s
         rec = load_run(p)
     except RunRecordError as e:
         raise DiffError(str(e)) from e
-    return _side_from_run(rec, rec.path)
+    return _side_from_run(rec, rec.path or p)
 
 
 def _dump(x: Any) -> Any:
@@ -575,7 +575,8 @@ def render_diff_markdown(d: Mapping[str, Any], max_flipped: int = 20) -> str:
     a, b = d["a"], d["b"]
     def verdict(side: Mapping[str, Any]) -> str:
         """The side's run outcome word (a baseline was a passed run)."""
-        passed = {True: "passed", False: "failed"}.get(side.get("passed"), "incomplete")
+        words: dict[Any, str] = {True: "passed", False: "failed"}
+        passed = words.get(side.get("passed"), "incomplete")
         return outcome_word(side.get("outcome") or passed)
 
     L = [
@@ -728,7 +729,7 @@ def unfinished_sides(d: dict[str, Any]) -> list[str]:
     for side, label in (("a", "A"), ("b", "B")):
         info = d.get(side) or {}
         if info.get("status") == "error":
-            err = info.get("error") if isinstance(info.get("error"), dict) else {}
+            err = info["error"] if isinstance(info.get("error"), dict) else {}
             where = ", ".join(f"{k} {err[k]}" for k in ("stage", "config", "variant", "task") if err.get(k))
             out.append(f"run {label} ({info.get('path')}) has status error: an unexpected {err.get('type')} ended it "
                        f"({where or 'outside any stage'}): "
