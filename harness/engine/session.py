@@ -281,6 +281,7 @@ class VariantSession:
     ) -> tuple[tuple[Completion, ...], str | None]:
         """Send the requests on this event loop; return completions in request order
         and the (possibly updated) metrics error."""
+        assert self.model is not None, "use VariantSession as a context manager"  # (run_task checked it)
         results: list[Completion | None] = [None] * len(requests)
         width = 1 if per_request else self.max_concurrency
         async with AsyncCompletionClient(
