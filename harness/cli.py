@@ -107,6 +107,12 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--shard", default=None, metavar="I/N",
                    help="run only shard I of N (1-based) of the list's configs: deterministic by config "
                         "name, balanced by variants x questions; combine the shards with `evalrun merge`")
+    p.add_argument("--gpus", default=None, metavar="LIST|N",
+                   help="the GPUs evalrun may hand to its servers: a comma list of device ids (0,1,4) or a count "
+                        "(4: the first four); default: CUDA_VISIBLE_DEVICES when set, else every GPU found. On a "
+                        "GPU host variants run side by side on disjoint device sets, longest first")
+    p.add_argument("--max-servers", type=int, default=None, metavar="N",
+                   help="at most N vLLM servers alive at once (default: as many as the GPUs hold; 1 = one at a time)")
     return p
 
 
@@ -188,13 +194,15 @@ def cmd_run(argv: list[str]) -> int:
         argv=["evalrun", *argv], variants=args.variant, progress=progress,
         baseline_dir=None if args.no_baseline else baseline_dir,
         allow_contamination=args.allow_contamination, shard=shard,
+        gpus=args.gpus, max_servers=args.max_servers,
     )
     from harness.records.atomic import ResultsFolderError
     from harness.runner import RunFolderExistsError, say_interrupted
+    from harness.engine.devices import DeviceError
 
     try:
         record, run_dir = run(plan, opts)
-    except (RunFolderExistsError, ResultsFolderError) as e:
+    except (RunFolderExistsError, ResultsFolderError, DeviceError) as e:
         print(f"evalrun: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:  # RunInterrupted, or a signal before the run folder existed
