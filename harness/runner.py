@@ -699,6 +699,8 @@ def _config_results(plan: Plan, opts: RunOptions, run_dir: Path, record: RunReco
             if not hasattr(e, "evalrun_place"):
                 e.evalrun_place = (PLACE.stage, PLACE.config, PLACE.variant, PLACE.task)  # type: ignore[attr-defined]
             raise
+        finally:  # variants it did not run (data, model, not selected) hold no place in the order
+            pool.withdraw([vp.id for vp in cp.variants])
         checkpoint()  # the config's comparisons and gates are on disk before the others end
         return out
 
@@ -822,6 +824,7 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
     if pool is None:  # a CPU host: one at a time, in this thread
         oks = [one_variant(vp) for vp in variants]
     else:
+        pool.withdraw([vp.id for vp in cp.variants if vp not in variants])  # never asking for devices
         oks = run_jobs([Job(vp.id, functools.partial(one_variant, vp), need=sp.need(vp.id)) for vp in variants],
                        pool)
     could_not_run |= not all(oks)

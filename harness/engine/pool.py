@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -133,22 +134,41 @@ class DevicePool:
         self.cancelled = threading.Event()
         self.leases: dict[str, tuple[str, ...]] = {}
         self._waiting: dict[str, int] = {}
+        self._expected: dict[str, int] = {}
         self._arrival = 0
         self._arrived: dict[str, int] = {}
         self._cond = threading.Condition()
 
+    def expect(self, needs: Mapping[str, int]) -> None:
+        """Announce jobs (key -> need) that will ask soon: until they ask (or are
+        :meth:`withdraw` n), a job later in the plan order does not take the devices
+        they would get, so the order holds whichever thread arrives first."""
+        with self._cond:
+            self._expected.update({k: n for k, n in needs.items() if k not in self.leases})
+
+    def withdraw(self, keys: Sequence[str]) -> None:
+        """The jobs ``keys`` will not ask (their config stopped early, or they ended)."""
+        with self._cond:
+            for k in keys:
+                self._expected.pop(k, None)
+            self._cond.notify_all()
+
     def _would_start(self) -> dict[str, tuple[str, ...]]:
-        """The waiting jobs that get devices now, by list scheduling in rank order."""
+        """The waiting jobs that get devices now, by list scheduling in rank order
+        (announced jobs that have not asked yet keep their place)."""
         free = list(self.free)
         alive = len(self.leases)
         out: dict[str, tuple[str, ...]] = {}
-        for key in sorted(self._waiting, key=lambda k: (self.rank.get(k, len(self.rank)), self._arrived[k])):
+        keys = set(self._waiting) | set(self._expected)
+        for key in sorted(keys, key=lambda k: (self.rank.get(k, len(self.rank)), self._arrived.get(k, 0))):
             if self.max_servers is not None and alive >= self.max_servers:
                 break
-            got = pick_devices(free, self.devices, self._waiting[key])
+            need = self._waiting.get(key, self._expected.get(key, 0))
+            got = pick_devices(free, self.devices, need)
             if got is None:
                 continue
-            out[key] = got
+            if key in self._waiting:
+                out[key] = got
             free = [d for d in free if d not in got]
             alive += 1
         return out
@@ -174,6 +194,7 @@ class DevicePool:
                     if got is not None:
                         self.free = [d for d in self.free if d not in got]
                         self.leases[key] = got
+                        self._expected.pop(key, None)
                         return got
                     self._cond.wait(0.5)
             finally:
@@ -237,7 +258,9 @@ def run_jobs(jobs: Sequence[Job], pool: DevicePool) -> list[Any]:
             KeyboardInterrupt the calling thread received (same teardown).
         PoolCancelled: the pool was cancelled elsewhere and no job here failed otherwise.
     """
-    def body(job: Job) -> None:
+    finished = [threading.Event() for _ in jobs]
+
+    def body(job: Job, done: threading.Event) -> None:
         try:
             if job.need:
                 with pool.lease(job.key, job.need) as devices:
@@ -251,15 +274,32 @@ def run_jobs(jobs: Sequence[Job], pool: DevicePool) -> list[Any]:
             if not isinstance(e, PoolCancelled):
                 pool.cancel()
                 _stop_servers()
+        finally:
+            if job.need:
+                pool.withdraw([job.key])
+            done.set()
 
-    threads = [threading.Thread(target=body, args=(j,), name=f"evalrun {j.key}", daemon=True) for j in jobs]
-    for t in threads:
-        t.start()
+    pool.expect({j.key: j.need for j in jobs if j.need})
+
+    threads = [threading.Thread(target=body, args=(j, d), name=f"evalrun {j.key}", daemon=True)
+               for j, d in zip(jobs, finished)]
     interrupt: BaseException | None = None
-    while any(t.is_alive() for t in threads):
+    for t, d in zip(threads, finished):
+        if interrupt is not None:
+            d.set()  # never started
+            continue
         try:
-            for t in threads:
-                t.join(RESIGNAL_SECONDS)
+            t.start()
+        except BaseException as e:  # noqa: BLE001 - KeyboardInterrupt while starting: stop, wait, re-raise
+            interrupt = e
+            pool.cancel()
+            if not t.is_alive():
+                d.set()
+    # polled with sleeps, not Thread.join: a KeyboardInterrupt inside join can leave a
+    # thread looking finished while it still runs (CPython), and the servers must be gone first
+    while not all(d.is_set() for d in finished):
+        try:
+            time.sleep(RESIGNAL_SECONDS)
             if pool.cancelled.is_set():
                 _stop_servers()  # a server launched while stopping is caught here
         except BaseException as e:  # noqa: BLE001 - KeyboardInterrupt: stop everything, then re-raise
@@ -278,5 +318,10 @@ def run_jobs(jobs: Sequence[Job], pool: DevicePool) -> list[Any]:
 
 
 def new_pool(sp: ServerPlan) -> DevicePool:
-    """The pool of ``sp``: its devices, LPT order of its items, its server cap."""
-    return DevicePool(sp.devices, [it.key for it in lpt_order(sp.items)], sp.max_servers)
+    """The pool of ``sp``: its devices, LPT order of its items, its server cap; every
+    item announced (:meth:`DevicePool.expect`), so the plan order holds across configs
+    whose threads reach their variants at different times (each config withdraws the
+    variants it will not run)."""
+    pool = DevicePool(sp.devices, [it.key for it in lpt_order(sp.items)], sp.max_servers)
+    pool.expect({it.key: it.need for it in sp.items})
+    return pool
