@@ -3,7 +3,15 @@ disjoint device sets; expected times are worked out by hand in each test."""
 
 import pytest
 
-from harness.config.schedule import Item, ScheduleError, check_fits, lpt_order, pick_devices, plan_schedule, simulate
+from harness.config.schedule import (
+    Item,
+    ScheduleError,
+    check_fits,
+    lpt_order,
+    pick_devices,
+    plan_schedule,
+    simulate,
+)
 
 EIGHT = tuple(str(i) for i in range(8))
 

@@ -31,7 +31,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.config.plan import Plan
-from harness.config.schedule import Item, check_fits, default_seconds, lpt_order, pick_devices
+from harness.config.schedule import (
+    Item,
+    check_fits,
+    default_seconds,
+    lpt_order,
+    pick_devices,
+)
 from harness.engine.devices import DeviceError, available_devices, variant_need
 
 #: Seconds between two SIGTERM rounds while a cancelled pool waits for its threads.
