@@ -809,6 +809,8 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
             if pool is not None and not hasattr(e, "evalrun_place"):
                 e.evalrun_place = (PLACE.stage, PLACE.config, PLACE.variant, PLACE.task)  # type: ignore[attr-defined]
             raise
+        if pool is not None:  # its server is stopped: its devices go to the next variant now
+            pool.release(vp.id)
         if pool is not None and pool.cancelled.is_set() and interrupting():  # its server was stopped by the signal
             vr = crec.variants[vp.name]
             vr.server = ServerRecord(status="interrupted", exit_code=vr.server.exit_code, seconds=vr.server.seconds,
