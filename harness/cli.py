@@ -106,7 +106,7 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="also write the JUnit XML (one test case per gate) here; always written as RUN/junit.xml")
     p.add_argument("--shard", default=None, metavar="I/N",
                    help="run only shard I of N (1-based) of the list's configs: deterministic by config "
-                        "name, balanced by variants x questions; combine the shards with `evalrun merge`")
+                        "name, balanced by estimated GPU-seconds (earlier runs in RESULTS_DIR, else defaults); combine the shards with `evalrun merge`")
     p.add_argument("--gpus", default=None, metavar="LIST|N",
                    help="the GPUs evalrun may hand to its servers: a comma list of device ids (0,1,4) or a count "
                         "(4: the first four); default: CUDA_VISIBLE_DEVICES when set, else every GPU found. On a "
@@ -114,6 +114,24 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-servers", type=int, default=None, metavar="N",
                    help="at most N vLLM servers alive at once (default: as many as the GPUs hold; 1 = one at a time)")
     return p
+
+
+def _gpu_estimates(plan, args) -> dict[str, float] | None:
+    """On a GPU host: variant id -> estimated server seconds from earlier runs in the
+    results folder (:func:`harness.report.cost.plan_cost`), the order in which variants get
+    devices (longest first). None on a CPU host (one at a time in plan order) or when the
+    devices cannot be determined (the run itself then refuses, naming why)."""
+    from harness.engine.devices import DeviceError, available_devices
+
+    try:
+        if not available_devices(args.gpus):
+            return None
+        from harness.report.cost import plan_cost
+
+        pc = plan_cost(plan, args.results_dir, only=args.variant, gpus=args.gpus, max_servers=args.max_servers)
+    except (DeviceError, ValueError, OSError):
+        return None
+    return {f"{c.config}/{c.variant}": c.seconds for c in pc.variants}
 
 
 def cmd_run(argv: list[str]) -> int:
@@ -149,7 +167,11 @@ def cmd_run(argv: list[str]) -> int:
         except ValueError as e:
             print(f"evalrun: {e}", file=sys.stderr)
             return 2
-        names, shard = shard_info(plan.configs, i, n)
+        try:
+            names, shard = shard_info(plan.configs, i, n, args.results_dir)
+        except ValueError as e:
+            print(f"evalrun: {e}", file=sys.stderr)
+            return 2
         plan = dataclasses.replace(plan, configs=tuple(cp for cp in plan.configs if cp.name in names))
         print(f"evalrun: shard {i}/{n}: {', '.join(names) or 'no config (more shards than configs)'}", file=sys.stderr)
     if args.variant:
@@ -161,11 +183,20 @@ def cmd_run(argv: list[str]) -> int:
     if args.dry_run:
         from harness.report.dry_run import data_counts
 
+        from harness.report.cost import plan_cost
+        from harness.report.dry_run import render_schedule
+
         counts = data_counts(plan, args.data_dir)
+        try:
+            cost = plan_cost(plan, args.results_dir, only=args.variant)
+        except ValueError as e:
+            print(f"evalrun: {e}", file=sys.stderr)
+            return 2
         if args.json:
-            print(json.dumps(plan_json(plan, args.variant, counts), indent=2))
+            print(json.dumps(plan_json(plan, args.variant, counts, cost), indent=2))
         else:
             print(render_plan(plan, args.variant, counts))
+            print(render_schedule(cost))
         refused = [r["refused"] for r in counts.values() if r["refused"]]
         for msg in refused:
             print(f"evalrun: {msg}", file=sys.stderr)
@@ -194,7 +225,7 @@ def cmd_run(argv: list[str]) -> int:
         argv=["evalrun", *argv], variants=args.variant, progress=progress,
         baseline_dir=None if args.no_baseline else baseline_dir,
         allow_contamination=args.allow_contamination, shard=shard,
-        gpus=args.gpus, max_servers=args.max_servers,
+        gpus=args.gpus, max_servers=args.max_servers, estimates=_gpu_estimates(plan, args),
     )
     from harness.records.atomic import ResultsFolderError
     from harness.runner import RunFolderExistsError, say_interrupted
