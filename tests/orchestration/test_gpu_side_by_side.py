@@ -222,3 +222,34 @@ def test_an_interrupt_while_two_servers_start_leaves_none_alive(tmp_path, sig):
     assert {v["server"]["status"] for v in rec["configs"][0]["variants"].values()} == {"interrupted"}, [
         (v["server"], v["error"]) for v in rec["configs"][0]["variants"].values()]
     assert "every server evalrun started was stopped" in err
+
+
+def test_an_unexpected_error_in_one_variant_stops_every_server_and_names_its_place(tmp_path, monkeypatch):
+    """An exception evalrun did not expect, raised in one variant's thread while the
+    variant beside it is starting: every live server is stopped, the record says
+    ``error`` with the stage, config and variant of the thread it happened in."""
+    import harness.runner as runner
+    from harness.engine.server import unstopped
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", EIGHT)
+    log = tmp_path / "devices.jsonl"
+    real = runner.judge_completions
+
+    def judge(config, variant, task, requests, completions):
+        if variant == "reference":
+            raise RuntimeError("judging broke in reference")
+        return real(config, variant, task, requests, completions)
+
+    monkeypatch.setattr(runner, "judge_completions", judge)
+    cfg = spec_config(tmp_path, "err", "-tp 4", {"FAKE_DEVICES_LOG": str(log)}, variants=2,
+                      variant_env={"spec_sync": {"FAKE_MODE": "slow_start:600"}})
+    t0 = time.monotonic()
+    code, rec = run_cli(tmp_path, cfg)
+    assert code == 2 and time.monotonic() - t0 < 60  # the slow one was stopped, not waited for
+    assert rec["status"] == "error"
+    err = rec["error"]
+    assert (err["stage"], err["config"], err["variant"]) == ("judging", "err", "reference")
+    assert "judging broke in reference" in err["message"]
+    assert unstopped() == {}
+    servers = events(log)
+    assert len(servers) == 2 and all("stop" in s for s in servers.values())
