@@ -850,9 +850,15 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
     needs = rerun_needs(c, m, reruns)
     for vname, tasks in needs.items():
         vp = next((v for v in variants if v.name == vname), None)
-        if vp is not None:
-            _rerun_when_needed(cp, vp, model_ref, {t: prepared[t] for t in tasks if t in prepared}, opts, run_dir,
-                               m, reruns, crec.variants[vname])
+        if vp is None:
+            continue
+        todo = {t: prepared[t] for t in tasks if t in prepared}
+        if pool is None:
+            _rerun_when_needed(cp, vp, model_ref, todo, opts, run_dir, m, reruns, crec.variants[vname])
+            continue
+        with pool.lease(vp.id + " (rerun)", sp.need(vp.id)) as devices:  # a server again: its own devices
+            _rerun_when_needed(cp, dataclasses.replace(vp, env={**vp.env, "CUDA_VISIBLE_DEVICES": ",".join(devices)}),
+                               model_ref, todo, opts, run_dir, m, reruns, crec.variants[vname])
     if needs:
         _compare(c, m, reruns, crec, needs)
     # 5. gates

@@ -29,7 +29,7 @@ EIGHT = "0,1,2,3,4,5,6,7"
 
 
 def spec_config(tmp_path: Path, name: str, server_args: str, env: dict, variants: int = 3,
-                variant_env: dict | None = None) -> Path:
+                variant_env: dict | None = None, extra: str = "") -> Path:
     """A native config of ``variants`` (reference, spec_sync, spec_async) on the fake."""
     names = ["reference", "spec_sync", "spec_async"][:variants]
     body = {
@@ -54,7 +54,7 @@ def spec_config(tmp_path: Path, name: str, server_args: str, env: dict, variants
         tasks:
           gsm8k: {{kind: synthetic, num_questions: 6, num_fewshot: 1, max_tokens: 8}}
         variants:
-        """) + "\n".join(lines) + "\n"
+        """) + "\n".join(lines) + "\n" + extra
     p = tmp_path / f"{name}.yaml"
     p.write_text(text)
     return p
@@ -253,3 +253,21 @@ def test_an_unexpected_error_in_one_variant_stops_every_server_and_names_its_pla
     assert unstopped() == {}
     servers = events(log)
     assert len(servers) == 2 and all("stop" in s for s in servers.values())
+
+
+def test_a_rerun_for_noise_on_demand_gets_its_own_devices(tmp_path, monkeypatch):
+    """``noise_runs_when: unexplained`` starts the baseline's server again after the
+    variants: on a GPU node it too leases a device set of its need (never the whole node
+    while other servers may run)."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", EIGHT)
+    log = tmp_path / "devices.jsonl"
+    cfg = spec_config(tmp_path, "noise", "-tp 2", {"FAKE_DEVICES_LOG": str(log)}, variants=2,
+                      variant_env={"spec_sync": {"FAKE_MODE": "corrupt"}},
+                      extra="comparisons:\n  - {baseline: reference, candidate: spec_sync, noise_runs: 2, "
+                            "noise_runs_when: unexplained, near_tie_nats: null}\n")
+    code, rec = run_cli(tmp_path, cfg)
+    assert code == 1  # the corrupt candidate fails its gates
+    servers = events(log)
+    assert len(servers) == 3  # reference, spec_sync, and the reference again for the rerun
+    assert all(len(s["devices"].split(",")) == 2 for s in servers.values())
+    assert rec["configs"][0]["variants"]["reference"]["tasks"]["gsm8k"]["rerun"] is not None
