@@ -8,7 +8,7 @@ alternating passes without and with ``logprobs: k`` (``return_tokens_as_token_id
 so both sides see the same warm server and the same load. Run from the repository
 root, on a shared machine under the engine lock::
 
-    flock /tmp/evalrun-engine.lock python bench/logprobs_cost.py --data-dir ../shared/data/gsm8k
+    flock /tmp/evalrun-engine.lock python bench/logprobs_cost.py --data-dir DIR
 
 Prints per pass the request-phase wall seconds, per side the median, the ratio
 with / without, the completions whose token ids differ between the sides (expected:

