@@ -441,7 +441,7 @@ class EvalrunBlock(_Frozen):
             ``max_concurrency`` (write one of the two; default 100, vLLM's client's).
         request_timeout_seconds: total seconds per request attempt; the same as vLLM's
             top-level ``request_timeout_seconds`` (write one of the two; default 600).
-        noise_runs: 2 (default) runs each comparison's baseline variant twice, and
+        noise_runs: 2 runs each comparison's baseline variant twice, and
             every derived comparison's output match is judged against that rerun's
             output mismatches (docs/gates.md, "Output match against noise"); 1 = no rerun.
         noise_mismatch_rate: a stored baseline-vs-baseline mismatch rate (fraction of
