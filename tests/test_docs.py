@@ -85,7 +85,7 @@ def test_relative_links_resolve():
             if not dest.exists():
                 bad.append(f"{doc.name}: {target}")
             elif anchor and dest.suffix == ".md":
-                heads = [_slug(h) for h in re.findall(r"^#+ (.+)$", dest.read_text(encoding="utf-8"), re.M)]
+                heads = [_slug(h) for h in re.findall(r"^#+ (.+)$", dest.read_text(encoding="utf-8"), re.MULTILINE)]
                 if anchor not in heads:
                     bad.append(f"{doc.name}: {target} (no such heading)")
     assert bad == []
