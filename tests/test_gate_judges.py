@@ -169,3 +169,17 @@ def test_both_accuracy_drop_judges_use_the_one_drop_verdict(monkeypatch):
     assert r.passed is False and r.observed == pytest.approx(0.5)
     assert f"significantly worse (one-sided McNemar p={0.5 ** 5:.4g} < alpha 0.05)" in r.detail
     assert calls == ["significantly worse"]
+    # the stored-baseline accuracy judge words its failure through the same verdict
+    from harness.records.baselines import BaselineTask
+
+    bt = BaselineTask.model_validate({
+        "num_requests": 10, "error_count": 0, "accuracy": {}, "accuracy_ci": {},
+        "correct": {"strict-numeric": 10}, "scored": {"strict-numeric": 10},
+        "questions": {f"q{i}": {"prompt_hash": "h", "gold": "5", "correct": {"strict-numeric": True}}
+                      for i in range(10)},
+    })
+    bg = G.BaselineAccuracyDrop(id="c/v/t/baseline_accuracy_drop", **base)
+    r = AG._baseline_accuracy(bg, bt, m.samples[("v", "t")], "baseline:good")
+    assert r.passed is False and r.observed == pytest.approx(0.5) and r.baseline == "baseline:good"
+    assert f"; FAILED: drop 0.5000 > 0.1; significantly lower (p={0.5 ** 5:.4g} < alpha 0.05)" in r.detail
+    assert calls == ["significantly worse", "significantly lower"]
