@@ -13,7 +13,11 @@ import typing
 import pytest
 
 from harness.analysis import gates as AG
-from harness.analysis.measurements import ComparisonMeasurement, Measurements, TaskMeasurement
+from harness.analysis.measurements import (
+    ComparisonMeasurement,
+    Measurements,
+    TaskMeasurement,
+)
 from harness.analysis.scoring import score_task
 from harness.config import gates as G
 from harness.records.samples import Sample
@@ -43,7 +47,7 @@ def test_every_gate_kind_is_the_kind_of_one_class_of_the_union():
 
 
 def _gate(**kw):
-    base = dict(id="c/v/t/max_error_rate", config="c", variant="v", task="t", limit=0.1)
+    base = {"id": "c/v/t/max_error_rate", "config": "c", "variant": "v", "task": "t", "limit": 0.1}
     return G.MaxErrorRate(**{**base, **kw})
 
 
@@ -159,7 +163,7 @@ def test_both_accuracy_drop_judges_use_the_one_drop_verdict(monkeypatch):
         return real(*a, **kw)
 
     monkeypatch.setattr(AG, "drop_verdict", spy)
-    base = dict(config="c", variant="v", task="t", limit=0.1, pipeline="strict-numeric", alpha=0.05)
+    base = {"config": "c", "variant": "v", "task": "t", "limit": 0.1, "pipeline": "strict-numeric", "alpha": 0.05}
     drop = G.MaxAccuracyDrop(id="c/r->v/t/max_accuracy_drop", baseline="r", **base)
     m = Measurements()
     m.samples[("r", "t")] = [_s(f"q{i}", True, "r") for i in range(10)]
