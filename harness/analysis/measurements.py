@@ -251,7 +251,7 @@ class Measurements:
         (not stored) when none."""
         return self.comparisons.get((baseline, candidate, task)) or ComparisonMeasurement()  # type: ignore[arg-type]
 
-    def paired(self, baseline: str, candidate: str, task: str, pipeline: str) -> PairedComparison | None:
+    def paired(self, baseline: str | None, candidate: str, task: str | None, pipeline: str) -> PairedComparison | None:
         """Paired accuracy of ``baseline`` vs ``candidate`` on ``task`` under ``pipeline``
         over the questions both scored (None when they share none)."""
         a, b = self.task(baseline, task).samples, self.task(candidate, task).samples
