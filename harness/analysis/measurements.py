@@ -11,7 +11,8 @@ The gates (:mod:`harness.analysis.gates`) read three kinds of record:
 
 plus the config's stored baseline and the tasks that only score prompts. Readers use the
 typed accessors :meth:`Measurements.task`, :meth:`Measurements.variant` and
-:meth:`Measurements.comparison`. The keyed spellings the runner writes
+:meth:`Measurements.comparison`; writers :meth:`Measurements.task_record` (and
+``variant_record``, ``comparison_record``), which create the stored record. The keyed spellings the runner writes
 (``m.scores[(v, t)] = ...``, ``m.not_run[(v, None)] = ...``, ``m.matches[(b, c, t)] = ...``)
 are read/write views onto those records, so both address the same data.
 """
@@ -250,6 +251,20 @@ class Measurements:
         """The measurement of ``baseline`` vs ``candidate`` on ``task``; an empty record
         (not stored) when none."""
         return self.comparisons.get((baseline, candidate, task)) or ComparisonMeasurement()  # type: ignore[arg-type]
+
+    def task_record(self, variant: str, task: str) -> TaskMeasurement:
+        """The stored record of ``variant`` on ``task``, created when missing (for writers:
+        ``m.task_record(v, t).score = sc``)."""
+        return self.tasks.setdefault((variant, task), TaskMeasurement())
+
+    def variant_record(self, variant: str) -> VariantMeasurement:
+        """The stored record of ``variant``, created when missing (for writers)."""
+        return self.variants.setdefault(variant, VariantMeasurement())
+
+    def comparison_record(self, baseline: str, candidate: str, task: str) -> ComparisonMeasurement:
+        """The stored record of ``baseline`` vs ``candidate`` on ``task``, created when
+        missing (for writers)."""
+        return self.comparisons.setdefault((baseline, candidate, task), ComparisonMeasurement())
 
     def paired(self, baseline: str | None, candidate: str, task: str | None, pipeline: str) -> PairedComparison | None:
         """Paired accuracy of ``baseline`` vs ``candidate`` on ``task`` under ``pipeline``

@@ -116,8 +116,14 @@ def test_keyed_writers_land_in_the_typed_records():
     assert m.comparison("v", "w", "t").divergences is None and len(m.matches) == 1
     with pytest.raises(KeyError):
         m.scores[("x", "t")]
+    # the record writers address the same records
+    m.task_record("v", "t").spec = "metrics"
+    m.variant_record("x").not_run = "not selected"
+    m.comparison_record("v", "w", "t").noise = "nz"
+    assert m.spec[("v", "t")] == "metrics" and m.not_run[("x", None)] == "not selected"
+    assert m.noise[("v", "w", "t")] == "nz" and m.task_record("v", "t") is m.tasks[("v", "t")]
     # nothing measured: empty records, not stored
-    assert m.task("x", "t") == TaskMeasurement() and ("x", "t") not in m.tasks
+    assert m.task("y", "t") == TaskMeasurement() and ("y", "t") not in m.tasks
 
 
 def test_whole_assignment_constructor_and_runners():
