@@ -11,7 +11,6 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as RichProgress
 
-
 #: Redraws per second of a terminal bar. Each redraw costs about 1 ms of CPU in the
 #: process that sends the requests (rich redraws from a thread whether or not anything
 #: changed); rich's default of 10 was a quarter of the client's CPU per request in
@@ -24,7 +23,7 @@ class _Bar:
     open bar is one line of the owner's single live display (rich allows one at a time),
     so variants running side by side show one line each."""
 
-    def __init__(self, owner: "Progress", label: str, total: int):
+    def __init__(self, owner: Progress, label: str, total: int):
         self.owner, self.label, self.total = owner, label, total
         self.done = self.ok = 0
         self.t0 = time.monotonic()

@@ -228,7 +228,7 @@ def test_an_unexpected_error_in_one_variant_stops_every_server_and_names_its_pla
     """An exception evalrun did not expect, raised in one variant's thread while the
     variant beside it is starting: every live server is stopped, the record says
     ``error`` with the stage, config and variant of the thread it happened in."""
-    import harness.runner as runner
+    from harness import runner
     from harness.engine.server import unstopped
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", EIGHT)
