@@ -628,6 +628,151 @@ def _render_differences(diffs: list[dict[str, Any]], d: Mapping[str, Any]) -> li
     return L
 
 
+def _render_gates(g: Mapping[str, Any]) -> list[str]:
+    """Markdown lines: the gates failing in B and the verdicts that changed."""
+    L: list[str] = []
+    L += ["", "## Gates failing in B", ""]
+    if not g["failing_in_b"]:
+        L.append("none")
+    for x in g["failing_in_b"]:
+        lim = f" (limit {x['op']} {_f(x['limit'], 4)})" if x.get("limit") is not None else ""
+        L.append(f"- **{x['id']}** (A: {x.get('verdict_a') or 'absent'}): observed {_f(x.get('observed'), 4)}{lim}: {x.get('detail')}")
+        if x.get("questions"):
+            qs = list(x["questions"])
+            L.append(f"  - questions: {', '.join(qs[:50])}" + (f" ... ({len(qs)} in all)" if len(qs) > 50 else ""))
+    if g["changed"]:
+        L += ["", "### Gate verdicts that changed", ""]
+        L += _table(["gate", "A", "B", "observed A", "observed B", "limit B"],
+                    [[x["id"], x["verdict_a"], x["verdict_b"], _f(x["observed_a"], 4), _f(x["observed_b"], 4),
+                      _f(x["limit_b"], 4)] for x in g["changed"]])
+    return L
+
+
+def _render_accuracy(tasks: list[dict[str, Any]], missing: list[dict[str, Any]]) -> list[str]:
+    """Markdown lines: accuracy per task and pipeline, tasks of one side only, failed requests."""
+    L: list[str] = []
+    L += ["", "## Accuracy", ""]
+    rows = []
+    for t in tasks:
+        for pipe, x in t["accuracy"].items():
+            rows.append([
+                t["config"], t["variant"], t["task"], pipe + (" (gated)" if pipe == t["pipeline"] else ""),
+                f"{_f(x['a'])}{_ci(x['a_ci'])} ({x['a_correct']}/{x['a_scored']})",
+                f"{_f(x['b'])}{_ci(x['b_ci'])} ({x['b_correct']}/{x['b_scored']})",
+                f"{_signed(x['change'])}{_ci(x['change_ci'])}" + (f" on {x['n_paired']} paired" if x["paired"] else " (unpaired)"),
+                f"{_p(x['p_value'])} ({x['test']}); B worse: {_p(x['one_sided_p_value_b_worse'])}",
+                f"-{len(x['lost'])} / +{len(x['gained'])}",
+            ])
+    L += _table(["config", "variant", "task", "pipeline", "A [95% CI]", "B [95% CI]", "change [95% CI]",
+                 "p (test)", "flipped lost/gained"], rows)
+    for t in missing:
+        L.append(f"- {t['config']}/{t['variant']}/{t['task']}: only in {'A' if t['in_a'] else 'B'}")
+    errs = [t for t in tasks if t["errors"]["a"] or t["errors"]["b"]]
+    for t in errs:
+        L.append(f"- {t['config']}/{t['variant']}/{t['task']}: failed requests A {t['errors']['a']}/{t['num_requests']['a']}, "
+                 f"B {t['errors']['b']}/{t['num_requests']['b']} (not scored)")
+    return L
+
+
+def _render_acceptance(tasks: list[dict[str, Any]]) -> list[str]:
+    """Markdown lines: the acceptance figures of both sides, when any task has them."""
+    L: list[str] = []
+    acc_rows = []
+    for t in tasks:
+        x = t.get("acceptance")
+        if not x:
+            continue
+        mal, rate, pp = x["mean_acceptance_length"], x["acceptance_rate"], x["per_position_acceptance"]
+        acc_rows.append([
+            t["config"], t["variant"], t["task"],
+            _f(mal["a"]) + _ci(mal["a_ci"]), _f(mal["b"]) + _ci(mal["b_ci"]), _signed(mal["change"]),
+            _f(rate["a"]) + _ci(rate["a_ci"]), _f(rate["b"]) + _ci(rate["b_ci"]), _signed(rate["change"]),
+            " ".join(_f(v, 3) for v in pp["a"] or []) or "-", " ".join(_f(v, 3) for v in pp["b"] or []) or "-",
+        ])
+    if acc_rows:
+        L += ["", "## Speculative decoding", ""]
+        L += _table(["config", "variant", "task", "mean accept. len A", "B", "change", "accept. rate A", "B",
+                     "change", "per-position A", "per-position B"], acc_rows)
+        reasons = {r for t in tasks if t.get("acceptance") for r in t["acceptance"]["ci_reason"].values() if r}
+        for r in sorted(reasons):
+            L.append(f"- intervals: {r}")
+    return L
+
+
+def _render_comparisons(comparisons: list[dict[str, Any]]) -> list[str]:
+    """Markdown lines: in-run output match of both sides and the noise each was judged against."""
+    L: list[str] = []
+    if comparisons:
+        L += ["", "## Output match between variants", ""]
+        rows = []
+        for x in comparisons:
+            nm = x["newly_mismatched"]
+            rows.append([
+                x["config"], f"{x['baseline']} -> {x['candidate']}", x["task"],
+                f"{_f(x['a'])} ({x['a_counts'][0]}/{x['a_counts'][1]})", f"{_f(x['b'])} ({x['b_counts'][0]}/{x['b_counts'][1]})",
+                _signed(x["change"]),
+                "-" if nm is None else (", ".join(
+                    f"{m['question_id']}" + (f"@{m['first_divergence']}" if m["first_divergence"] is not None else "")
+                    for m in nm[:20]) + (" ..." if len(nm) > 20 else "") or "none"),
+                "-" if x["matching_again"] is None else (", ".join(x["matching_again"][:20]) or "none"),
+            ])
+        L += _table(["config", "pair", "task", "A", "B", "change", "newly mismatched in B (@first divergent token)",
+                     "matching again in B"], rows)
+        for x in comparisons:
+            for side in ("a", "b"):
+                nz = x.get(f"noise_{side}")
+                if nz:
+                    L.append(f"- {x['config']} {x['baseline']} -> {x['candidate']} {x['task']} ({side.upper()}): judged against "
+                             f"noise {_f(nz.get('noise_rate'))} ({nz.get('source')}); candidate mismatch rate "
+                             f"{_f(nz.get('candidate_rate'))}, one-sided p={_p(nz.get('p_value'))}")
+    return L
+
+
+def _render_outputs(tasks: list[dict[str, Any]]) -> list[str]:
+    """Markdown lines: per task the questions whose completion changed between A and B."""
+    L: list[str] = []
+    L += ["", "## Outputs changed between A and B (same variant)", ""]
+    rows = []
+    for t in tasks:
+        o = t["outputs"]
+        firsts = ", ".join(
+            f"{c['question_id']}@{c['first_divergence']}" + ("c" if c["unit"] == "character" else "")
+            for c in o["changes"][:10]) + (" ..." if o["changed"] > 10 else "")
+        rows.append([t["config"], t["variant"], t["task"], o["compared"], o["changed"], firsts or "-"])
+    L += _table(["config", "variant", "task", "compared", "changed", "first divergence (token; c = character)"], rows)
+    return L
+
+
+def _render_flipped(tasks: list[dict[str, Any]], max_flipped: int) -> list[str]:
+    """Markdown lines: the flipped questions with both completions (at most ``max_flipped`` per group)."""
+    L: list[str] = []
+    flipped = [t for t in tasks if t["flipped"]]
+    if flipped:
+        L += ["", "## Flipped questions", ""]
+    for t in flipped:
+        lost = [f for f in t["flipped"] if f["direction"] == "lost"]
+        gained = [f for f in t["flipped"] if f["direction"] == "gained"]
+        L += [f"### {t['config']} / {t['variant']} / {t['task']} ({t['pipeline']}): "
+              f"{len(lost)} right in A and wrong in B, {len(gained)} wrong in A and right in B", ""]
+        for group, name in ((lost, "lost"), (gained, "gained")):
+            if not group:
+                continue
+            L.append(f"{name}: {', '.join(f['question_id'] for f in group)}")
+            L.append("")
+            for f in group[:max_flipped]:
+                L.append(f"<details><summary>{f['question_id']} ({name}): gold {f['gold']}, "
+                         f"A answered {f['a_answer']}, B answered {f['b_answer']}</summary>")
+                L.append("")
+                L.append("A:")
+                L += _fence(f["a_completion"] or "")
+                L.append("B:")
+                L += _fence(f["b_completion"] or "")
+                L += ["</details>", ""]
+            if len(group) > max_flipped:
+                L += [f"({len(group) - max_flipped} more {name} questions in the JSON form)", ""]
+    return L
+
+
 def render_diff_markdown(d: Mapping[str, Any], max_flipped: int = 20) -> str:
     """The diff as Markdown (fit for a pull-request comment).
 
@@ -654,122 +799,17 @@ def render_diff_markdown(d: Mapping[str, Any], max_flipped: int = 20) -> str:
         if d.get(k):
             L.append(f"- configs only in {k[-1].upper()}: {', '.join(d[k])}")
     L += _render_differences(d.get("differences") or [], d)
-    g = d["gates"]
-    L += ["", "## Gates failing in B", ""]
-    if not g["failing_in_b"]:
-        L.append("none")
-    for x in g["failing_in_b"]:
-        lim = f" (limit {x['op']} {_f(x['limit'], 4)})" if x.get("limit") is not None else ""
-        L.append(f"- **{x['id']}** (A: {x.get('verdict_a') or 'absent'}): observed {_f(x.get('observed'), 4)}{lim}: {x.get('detail')}")
-        if x.get("questions"):
-            qs = list(x["questions"])
-            L.append(f"  - questions: {', '.join(qs[:50])}" + (f" ... ({len(qs)} in all)" if len(qs) > 50 else ""))
-    if g["changed"]:
-        L += ["", "### Gate verdicts that changed", ""]
-        L += _table(["gate", "A", "B", "observed A", "observed B", "limit B"],
-                    [[x["id"], x["verdict_a"], x["verdict_b"], _f(x["observed_a"], 4), _f(x["observed_b"], 4),
-                      _f(x["limit_b"], 4)] for x in g["changed"]])
+    L += _render_gates(d["gates"])
     tasks = [t for t in d["tasks"] if t["in_a"] and t["in_b"]]
     missing = [t for t in d["tasks"] if not (t["in_a"] and t["in_b"])]
     if not tasks:
         L += ["", "No config, variant and task ran on both sides: nothing to compare."]
-    L += ["", "## Accuracy", ""]
-    rows = []
-    for t in tasks:
-        for pipe, x in t["accuracy"].items():
-            rows.append([
-                t["config"], t["variant"], t["task"], pipe + (" (gated)" if pipe == t["pipeline"] else ""),
-                f"{_f(x['a'])}{_ci(x['a_ci'])} ({x['a_correct']}/{x['a_scored']})",
-                f"{_f(x['b'])}{_ci(x['b_ci'])} ({x['b_correct']}/{x['b_scored']})",
-                f"{_signed(x['change'])}{_ci(x['change_ci'])}" + (f" on {x['n_paired']} paired" if x["paired"] else " (unpaired)"),
-                f"{_p(x['p_value'])} ({x['test']}); B worse: {_p(x['one_sided_p_value_b_worse'])}",
-                f"-{len(x['lost'])} / +{len(x['gained'])}",
-            ])
-    L += _table(["config", "variant", "task", "pipeline", "A [95% CI]", "B [95% CI]", "change [95% CI]",
-                 "p (test)", "flipped lost/gained"], rows)
-    for t in missing:
-        L.append(f"- {t['config']}/{t['variant']}/{t['task']}: only in {'A' if t['in_a'] else 'B'}")
-    errs = [t for t in tasks if t["errors"]["a"] or t["errors"]["b"]]
-    for t in errs:
-        L.append(f"- {t['config']}/{t['variant']}/{t['task']}: failed requests A {t['errors']['a']}/{t['num_requests']['a']}, "
-                 f"B {t['errors']['b']}/{t['num_requests']['b']} (not scored)")
-    acc_rows = []
-    for t in tasks:
-        x = t.get("acceptance")
-        if not x:
-            continue
-        mal, rate, pp = x["mean_acceptance_length"], x["acceptance_rate"], x["per_position_acceptance"]
-        acc_rows.append([
-            t["config"], t["variant"], t["task"],
-            _f(mal["a"]) + _ci(mal["a_ci"]), _f(mal["b"]) + _ci(mal["b_ci"]), _signed(mal["change"]),
-            _f(rate["a"]) + _ci(rate["a_ci"]), _f(rate["b"]) + _ci(rate["b_ci"]), _signed(rate["change"]),
-            " ".join(_f(v, 3) for v in pp["a"] or []) or "-", " ".join(_f(v, 3) for v in pp["b"] or []) or "-",
-        ])
-    if acc_rows:
-        L += ["", "## Speculative decoding", ""]
-        L += _table(["config", "variant", "task", "mean accept. len A", "B", "change", "accept. rate A", "B",
-                     "change", "per-position A", "per-position B"], acc_rows)
-        reasons = {r for t in tasks if t.get("acceptance") for r in t["acceptance"]["ci_reason"].values() if r}
-        for r in sorted(reasons):
-            L.append(f"- intervals: {r}")
-    if d["comparisons"]:
-        L += ["", "## Output match between variants", ""]
-        rows = []
-        for x in d["comparisons"]:
-            nm = x["newly_mismatched"]
-            rows.append([
-                x["config"], f"{x['baseline']} -> {x['candidate']}", x["task"],
-                f"{_f(x['a'])} ({x['a_counts'][0]}/{x['a_counts'][1]})", f"{_f(x['b'])} ({x['b_counts'][0]}/{x['b_counts'][1]})",
-                _signed(x["change"]),
-                "-" if nm is None else (", ".join(
-                    f"{m['question_id']}" + (f"@{m['first_divergence']}" if m["first_divergence"] is not None else "")
-                    for m in nm[:20]) + (" ..." if len(nm) > 20 else "") or "none"),
-                "-" if x["matching_again"] is None else (", ".join(x["matching_again"][:20]) or "none"),
-            ])
-        L += _table(["config", "pair", "task", "A", "B", "change", "newly mismatched in B (@first divergent token)",
-                     "matching again in B"], rows)
-        for x in d["comparisons"]:
-            for side in ("a", "b"):
-                nz = x.get(f"noise_{side}")
-                if nz:
-                    L.append(f"- {x['config']} {x['baseline']} -> {x['candidate']} {x['task']} ({side.upper()}): judged against "
-                             f"noise {_f(nz.get('noise_rate'))} ({nz.get('source')}); candidate mismatch rate "
-                             f"{_f(nz.get('candidate_rate'))}, one-sided p={_p(nz.get('p_value'))}")
-    L += ["", "## Outputs changed between A and B (same variant)", ""]
-    rows = []
-    for t in tasks:
-        o = t["outputs"]
-        firsts = ", ".join(
-            f"{c['question_id']}@{c['first_divergence']}" + ("c" if c["unit"] == "character" else "")
-            for c in o["changes"][:10]) + (" ..." if o["changed"] > 10 else "")
-        rows.append([t["config"], t["variant"], t["task"], o["compared"], o["changed"], firsts or "-"])
-    L += _table(["config", "variant", "task", "compared", "changed", "first divergence (token; c = character)"], rows)
-    flipped = [t for t in tasks if t["flipped"]]
-    if flipped:
-        L += ["", "## Flipped questions", ""]
-    for t in flipped:
-        lost = [f for f in t["flipped"] if f["direction"] == "lost"]
-        gained = [f for f in t["flipped"] if f["direction"] == "gained"]
-        L += [f"### {t['config']} / {t['variant']} / {t['task']} ({t['pipeline']}): "
-              f"{len(lost)} right in A and wrong in B, {len(gained)} wrong in A and right in B", ""]
-        for group, name in ((lost, "lost"), (gained, "gained")):
-            if not group:
-                continue
-            L.append(f"{name}: {', '.join(f['question_id'] for f in group)}")
-            L.append("")
-            for f in group[:max_flipped]:
-                L.append(f"<details><summary>{f['question_id']} ({name}): gold {f['gold']}, "
-                         f"A answered {f['a_answer']}, B answered {f['b_answer']}</summary>")
-                L.append("")
-                L.append("A:")
-                L += _fence(f["a_completion"] or "")
-                L.append("B:")
-                L += _fence(f["b_completion"] or "")
-                L += ["</details>", ""]
-            if len(group) > max_flipped:
-                L += [f"({len(group) - max_flipped} more {name} questions in the JSON form)", ""]
+    L += _render_accuracy(tasks, missing)
+    L += _render_acceptance(tasks)
+    L += _render_comparisons(d["comparisons"])
+    L += _render_outputs(tasks)
+    L += _render_flipped(tasks, max_flipped)
     return "\n".join(L) + "\n"
-
 
 # --------------------------------------------------------------------------- CLI
 
