@@ -132,8 +132,10 @@ def classify_divergences(
         ref, why = (_reference_at(a if baseline_is_reference else ref_by.get(a.question_id), a, d)
                     if reference is not None or baseline_is_reference else (None, "no variant carries log-probabilities"))
         if ref is not None and ct is None:
-            out.append(DivergenceRecord(a.question_id, d, bt, None, ref.token_ids[d], None, False, None, UNEXPLAINED, src,
-                                          f"the candidate's completion ends at token {d} where the baseline continues"))
+            out.append(DivergenceRecord(question_id=a.question_id, position=d, baseline_token=bt,
+                                        reference_token=ref.token_ids[d],
+                                        verdict=UNEXPLAINED, source=src,
+                                        reason=f"the candidate's completion ends at token {d} where the baseline continues"))
             continue
         if ref is not None:
             rt, gap, in_top, rank, ok = _judge_at(ref, d, ct, near_tie_nats)
@@ -147,17 +149,22 @@ def classify_divergences(
             else:
                 reason = (f"confident: the candidate's token {ct} is outside {reference_name}'s top {k}, more than "
                           f"{gap:.3f} nats below its own token {rt}")
-            out.append(DivergenceRecord(a.question_id, d, bt, ct, rt, round(gap, 6), in_top, rank,
-                                          EXPLAINED if ok else UNEXPLAINED, src, reason))
+            out.append(DivergenceRecord(question_id=a.question_id, position=d, baseline_token=bt, candidate_token=ct,
+                                        reference_token=rt, gap_nats=round(gap, 6), in_top_k=in_top, candidate_rank=rank,
+                                        verdict=EXPLAINED if ok else UNEXPLAINED, source=src,
+                                        reason=reason))
             continue
         if noise_ids is not None and a.question_id in noise_ids:
-            out.append(DivergenceRecord(a.question_id, d, bt, ct, None, None, False, None, NOISE, "rerun",
-                                          f"{why}; the baseline's rerun diverged on this question too (rerun noise rule)"))
+            out.append(DivergenceRecord(question_id=a.question_id, position=d, baseline_token=bt, candidate_token=ct,
+                                        verdict=NOISE, source="rerun",
+                                        reason=f"{why}; the baseline's rerun diverged on this question too "
+                                               "(rerun noise rule)"))
         else:
             tail = ("the baseline's rerun did not diverge here" if noise_ids is not None
                     else "no rerun of the baseline to fall back on")
-            out.append(DivergenceRecord(a.question_id, d, bt, ct, None, None, False, None, UNEXPLAINED,
-                                          "rerun" if noise_ids is not None else "none", f"{why}; {tail}"))
+            out.append(DivergenceRecord(question_id=a.question_id, position=d, baseline_token=bt, candidate_token=ct,
+                                        verdict=UNEXPLAINED, source="rerun" if noise_ids is not None else "none",
+                                        reason=f"{why}; {tail}"))
     order = {UNEXPLAINED: 0, NOISE: 1, EXPLAINED: 2}
 
     def worst_first(x: DivergenceRecord) -> tuple:

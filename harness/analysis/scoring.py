@@ -16,7 +16,7 @@ stop) are not a greedy divergence; such pairs match and are listed apart
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Literal, Sequence
 
 from harness.records.measures import (
     AnswerAgreementRecord, MismatchRecord, OutputMatchRecord, PastStopRecord, PipelineScore, TaskScore,
@@ -26,7 +26,8 @@ from harness.analysis.stats import wilson_interval
 from harness.tasks.gsm8k import PIPELINES
 
 #: The analysis' names of the record types it returns (the same types, not copies).
-OutputMatch, Mismatch, PastStop, AnswerAgreement = OutputMatchRecord, MismatchRecord, PastStopRecord, AnswerAgreementRecord
+OutputMatch, Mismatch, PastStop = OutputMatchRecord, MismatchRecord, PastStopRecord
+AnswerAgreement = AnswerAgreementRecord
 
 
 def score_task(samples: Sequence[Sample], pipelines: Sequence[str] = PIPELINES) -> TaskScore:
@@ -161,7 +162,8 @@ def output_match(baseline: Sequence[Sample], candidate: Sequence[Sample]) -> Out
             matched += 1
             if len(a.token_ids) == len(b.token_ids):
                 continue
-            longer = "baseline" if len(a.token_ids) > len(b.token_ids) else "candidate"
+            longer: Literal["baseline", "candidate"] = (
+                "baseline" if len(a.token_ids) > len(b.token_ids) else "candidate")
             common = min(len(a.token_ids), len(b.token_ids))
             past.append(PastStopRecord(question_id=a.question_id, side=longer,
                                        extra_ids=abs(len(a.token_ids) - len(b.token_ids)), common_ids=common))

@@ -8,7 +8,7 @@ platform forces ``scheduler_config.async_scheduling = False``), and ``GET /versi
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, cast
 
 from pydantic import ValidationError
 
@@ -219,16 +219,18 @@ def model_runner_fact(plugin_runners: list[str], log_text: str | None) -> ModelR
     """
     kinds = {runner_of_class(p) for p in plugin_runners}
     if plugin_runners and len(kinds) == 1 and None not in kinds:
-        return ModelRunnerRecord(kinds.pop(), "evalrun plugin", ", ".join(plugin_runners))
+        return ModelRunnerRecord(runner=cast(Literal["v1", "v2"], kinds.pop()), source="evalrun plugin",
+                                 detail=", ".join(plugin_runners))
     if plugin_runners and len(kinds) > 1:
-        return ModelRunnerRecord("unknown", None, f"workers report different runners: {', '.join(plugin_runners)}")
+        return ModelRunnerRecord(runner="unknown", source=None,
+                                 detail=f"workers report different runners: {', '.join(plugin_runners)}")
     found = None
     for line in (log_text or "").splitlines():
         for needle, kind in RUNNER_LOG_LINES:
             if needle in line:
                 found = (kind, line.strip()[-200:])
     if found:
-        return ModelRunnerRecord(found[0], "server log", found[1])
+        return ModelRunnerRecord(runner=cast(Literal["v1", "v2"], found[0]), source="server log", detail=found[1])
     why = ("evalrun's plugin reported no model runner (not loaded in the server's environment?)"
            if not plugin_runners else f"unrecognised runner class {', '.join(plugin_runners)}")
-    return ModelRunnerRecord("unknown", None, why + " and the server log names none")
+    return ModelRunnerRecord(runner="unknown", source=None, detail=why + " and the server log names none")

@@ -10,14 +10,18 @@ Every type takes its fields by keyword, or positionally in declaration order.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, model_serializer, model_validator
 
 #: A two-sided interval ``[low, high]`` (fractions or tokens, as the field says).
 Interval = tuple[float, float]
 
-EXPLAINED, UNEXPLAINED, NOISE = "explained", "unexplained", "noise"
+Verdict = Literal["explained", "unexplained", "noise"]
+#: The verdicts of a judged divergence (:class:`DivergenceRecord`).
+EXPLAINED: Final = "explained"
+UNEXPLAINED: Final = "unexplained"
+NOISE: Final = "noise"
 
 #: Speculative-decoding counter base names exactly as vLLM registers them
 #: (``vllm/v1/spec_decode/metrics.py``).
@@ -494,7 +498,7 @@ class DivergenceRecord(Measure):
     gap_nats: float | None = None
     in_top_k: bool = False
     candidate_rank: int | None = None
-    verdict: Literal["explained", "unexplained", "noise"]
+    verdict: Verdict
     source: str
     reason: str
 
