@@ -29,7 +29,7 @@ from harness.report.junit import write_junit
 from harness.report.summary import render_markdown
 from harness.records.run_record import (
     BaselineInfo, ComparisonResult, ConfigRef, ConfigResult, DatasetRef,
-    LeftoverServerRecord, LmEvalInfo, LmEvalTaskRecord, NoiseRecord, PluginReport,
+    LeftoverServerRecord, LmEvalInfo, LmEvalTaskRecord, PluginReport,
     PreflightProblemRecord, PreflightRecord, ConfigWarningRecord,
     RerunRecord, Requested, RunErrorRecord, RunRecord, ServerRecord, SubsetWarning,
     TaskResult, TruncatedIds, VariantResult, new_run_id, provenance, utc_now, write_run,
@@ -879,7 +879,7 @@ def _compare(c, m: Measurements, reruns: dict, crec: ConfigResult, asked: dict[s
                 m.divergences.pop(key, None)
             crec.comparisons.append(ComparisonResult(
                 baseline=comp.baseline, candidate=comp.candidate, task=tname, pipeline=pipeline,
-                **dict(om), paired=pc, noise=None if nz is None else NoiseRecord.model_validate(nz, from_attributes=True),
+                **dict(om), paired=pc, noise=nz,
                 answer_agreement=ag,
                 truncated=TruncatedIds(baseline=[x.question_id for x in a if is_truncated(x)],
                                        candidate=[x.question_id for x in b if is_truncated(x)]),

@@ -412,6 +412,47 @@ class OutputMatchRecord(Measure):
     past_stop: tuple[PastStopRecord, ...] = ()
 
 
+class NoiseRecord(Measure):
+    """A candidate's greedy-output mismatches judged against baseline-vs-baseline noise
+    (:func:`harness.analysis.noise.output_noise_rerun` / ``output_noise_stored``).
+
+    Attributes:
+        source: ``"rerun"`` (the baseline ran twice in this run, ``noise_runs: 2``) or
+            ``"stored"`` (the comparison's ``noise_mismatch_rate``).
+        noise_compared: questions compared baseline pass 1 vs pass 2 (rerun), else None.
+        noise_mismatched: of those, questions whose token ids differ (rerun), else None.
+        noise_rate: baseline-vs-baseline mismatch rate (fraction of questions).
+        noise_first_divergences: ``(question id, first differing token index)`` per
+            noise mismatch (rerun), else empty.
+        compared: questions compared for the test (for a rerun: compared in both the
+            candidate comparison and the noise comparison).
+        candidate_mismatched: candidate-vs-baseline mismatches among ``compared``.
+        candidate_rate: ``candidate_mismatched / compared``.
+        candidate_only: ids mismatched by the candidate but not by the noise (rerun).
+        noise_only: ids mismatched by the noise but not by the candidate (rerun).
+        test: ``"mcnemar_exact_one_sided"`` (rerun: paired over the same questions,
+            H1 "the candidate mismatches more often than the noise"; b =
+            |candidate_only|, c = |noise_only|, p = P(Binomial(b + c, 1/2) >= b),
+            McNemar 1947 exact form) or ``"binomial_one_sided"`` (stored rate r0:
+            p = P(Binomial(compared, r0) >= candidate_mismatched), the exact binomial
+            test, ``scipy.stats.binomtest``; r0 is treated as known).
+        p_value: the one-sided p-value of ``test``.
+    """
+
+    source: Literal["rerun", "stored"]
+    noise_compared: int | None = None
+    noise_mismatched: int | None = None
+    noise_rate: float
+    noise_first_divergences: tuple[tuple[str, int], ...] = ()
+    compared: int
+    candidate_mismatched: int
+    candidate_rate: float | None = None
+    candidate_only: tuple[str, ...] = ()
+    noise_only: tuple[str, ...] = ()
+    test: str
+    p_value: float
+
+
 class PairedRecord(Measure):
     """Paired comparison of two variants on the same questions
     (:func:`harness.analysis.stats.paired_comparison`, which states the formulas).

@@ -44,7 +44,7 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, comput
 from harness import __version__
 from harness.records.measures import (  # noqa: F401  # the measured types, re-exported: readers import them here
     AnswerAgreementRecord, DivergenceRecord, DivergenceReportRecord, EffectivenessRecord, EngineFactsRecord,
-    Interval, MismatchRecord, ModelRunnerRecord, OutputMatchRecord, PairedRecord, PastStopRecord,
+    Interval, MismatchRecord, ModelRunnerRecord, NoiseRecord, OutputMatchRecord, PairedRecord, PastStopRecord,
     SpecDecodeCountersRecord, SpecDecodeRecord,
 )
 
@@ -151,24 +151,6 @@ class TruncatedIds(_Model):
 
     baseline: list[str] = []
     candidate: list[str] = []
-
-
-class NoiseRecord(_Model):
-    """Output mismatches judged against baseline-vs-baseline noise (see
-    :class:`harness.analysis.gates.OutputNoise` for every field's meaning)."""
-
-    source: Literal["rerun", "stored"]
-    noise_compared: int | None = None
-    noise_mismatched: int | None = None
-    noise_rate: float
-    noise_first_divergences: list[tuple[str, int]] = []
-    compared: int
-    candidate_mismatched: int
-    candidate_rate: float | None = None
-    candidate_only: list[str] = []
-    noise_only: list[str] = []
-    test: str
-    p_value: float
 
 
 class ComparisonResult(OutputMatchRecord):

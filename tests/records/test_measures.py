@@ -21,6 +21,8 @@ def test_analysis_and_engine_return_the_record_types():
     assert scoring.AnswerAgreement is run_record.AnswerAgreementRecord
     assert stats.PairedComparison is run_record.PairedRecord
     assert divergence.DivergenceReport is run_record.DivergenceReportRecord
+    from harness.analysis import noise
+    assert noise.OutputNoise is run_record.NoiseRecord
     assert info.EngineFacts is run_record.EngineFactsRecord and info.ModelRunnerFact is run_record.ModelRunnerRecord
     assert metrics.SpecDecodeMetrics is run_record.SpecDecodeRecord
     assert metrics.SpecDecodeCounters is run_record.SpecDecodeCountersRecord
