@@ -11,86 +11,50 @@ whose server fails is recorded with its error while the other variants still run
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from harness.analysis.divergence import UNEXPLAINED, carries_logprobs, classify_divergences
-from harness.analysis.gates import (
-    Measurements,
-    baseline_notes,
-    evaluate_gates,
-    judged_baseline_gates,
-    output_noise_rerun,
-    output_noise_stored,
-)
-from harness.analysis.scoring import answer_agreement, is_truncated, output_match, score_task
-from harness.analysis.stats import ratio_bootstrap_ci
-from harness.config.plan import PORT_PLACEHOLDER, ConfigPlan, Plan, VariantPlan, shell_line
 from harness.engine.info import EngineInfoError, check_effective, model_runner_fact
-from harness.engine.metrics import counter_violations
-from harness.engine.preflight import ASYNC_NOT_SUPPORTED, ServerCommand, check_server_commands
-from harness.engine.server import ServerStartError, find_leftover_servers, unstopped
-from harness.engine.session import TaskOutcome, VariantSession
+from harness.analysis.divergence import UNEXPLAINED, carries_logprobs, classify_divergences
 from harness.faults.plugin import REPORT_ENV, exercised, read_reports
-from harness.records.atomic import ResultsFolderError, check_results_folder, write_atomic
-from harness.records.run_folder import RunFolderTaken, claim_run_folder
-from harness.records.run_record import (
-    AnswerAgreementRecord,
-    BaselineInfo,
-    ComparisonResult,
-    ConfigRef,
-    ConfigResult,
-    ConfigWarningRecord,
-    DatasetRef,
-    DivergenceRecord,
-    DivergenceReportRecord,
-    EffectivenessRecord,
-    EngineFactsRecord,
-    LeftoverServerRecord,
-    LmEvalInfo,
-    LmEvalTaskRecord,
-    ModelRunnerRecord,
-    NoiseRecord,
-    OutputMatchRecord,
-    PairedRecord,
-    PluginReport,
-    PreflightProblemRecord,
-    PreflightRecord,
-    Requested,
-    RerunRecord,
-    RunErrorRecord,
-    RunRecord,
-    ServerRecord,
-    SpecDecodeCountersRecord,
-    SpecDecodeRecord,
-    SubsetWarning,
-    TaskResult,
-    TruncatedIds,
-    VariantResult,
-    new_run_id,
-    provenance,
-    utc_now,
-    write_run,
+from harness.analysis.gates import (
+    Measurements, baseline_notes, evaluate_gates, judged_baseline_gates, output_noise_rerun, output_noise_stored,
 )
-from harness.records.samples import Sample, sha256_file, write_jsonl
-from harness.report.dry_run import subset_warnings
+from harness.config.plan import PORT_PLACEHOLDER, ConfigPlan, Plan, VariantPlan, shell_line
+from harness.report.progress import Progress
 from harness.report.html import write_html
 from harness.report.junit import write_junit
-from harness.report.progress import Progress
 from harness.report.summary import render_markdown
+from harness.records.run_record import (
+    BaselineInfo, ComparisonResult, ConfigRef, ConfigResult, DatasetRef,
+    LeftoverServerRecord, LmEvalInfo, LmEvalTaskRecord, PluginReport,
+    PreflightProblemRecord, PreflightRecord, ConfigWarningRecord,
+    RerunRecord, Requested, RunErrorRecord, RunRecord, ServerRecord, SubsetWarning,
+    TaskResult, TruncatedIds, VariantResult, new_run_id, provenance, utc_now, write_run,
+)
+from harness.records.atomic import ResultsFolderError, check_results_folder, write_atomic
+from harness.records.samples import Sample, write_jsonl
+from harness.records.run_folder import RunFolderTaken, claim_run_folder
+from harness.records.samples import sha256_file
+from harness.analysis.scoring import answer_agreement, is_truncated, output_match, score_task
+from harness.engine.metrics import counter_violations
+from harness.engine.preflight import ASYNC_NOT_SUPPORTED, ServerCommand, check_server_commands
+from harness.engine.server import ServerStartError, find_leftover_servers, interrupting, unstopped
+from harness.engine.session import TaskOutcome, VariantSession
+from harness.engine.pool import DevicePool, Job, ServerPlan, new_pool, run_jobs, server_plan
+from harness.analysis.stats import ratio_bootstrap_ci
+from harness.report.dry_run import subset_warnings
 from harness.tasks import (
-    ContaminationError,
-    DataUnavailableError,
-    PreparedTask,
-    ShortDataError,
-    available_questions,
-    check_enough,
+    ContaminationError, DataUnavailableError, PreparedTask, ShortDataError, available_questions, check_enough,
     prepare_task,
 )
-from harness.tasks.gsm8k import PIPELINES
 from harness.tasks.judging import judge_completions
+from harness.tasks.gsm8k import PIPELINES
 
 EXIT_PASSED, EXIT_GATE_FAILED, EXIT_COULD_NOT_RUN = 0, 1, 2
 
@@ -100,11 +64,12 @@ class RunFolderExistsError(FileExistsError):
 
 
 @dataclass
-class Place:
+class Place(threading.local):
     """Where the run is: the stage and the config, variant and task it is in (what an
     unexpected exception is recorded with, :class:`RunErrorRecord`). Stages: ``prepare``,
     ``model``, ``server``, ``client``, ``judging``, ``scoring``, ``statistics``, ``gates``,
-    ``baseline``, ``writing``, ``run``."""
+    ``baseline``, ``writing``, ``run``. One per thread (variants running side by side
+    each have their own, :mod:`harness.engine.pool`)."""
 
     stage: str = "run"
     config: str | None = None
@@ -161,6 +126,11 @@ class RunOptions:
             and the overlaps per task in ``provenance.datasets[<task id>].contamination``).
         preflight: check every server command with the installed vLLM's argument
             parser before launching anything (:mod:`harness.engine.preflight`).
+        gpus: ``--gpus``: the devices evalrun may use (a count or a comma list; None =
+            every device found, :func:`harness.engine.devices.available_devices`).
+        max_servers: ``--max-servers``: at most this many servers alive at once.
+        estimates: variant id -> estimated server seconds, the order in which variants
+            get devices (longest first; :func:`harness.engine.pool.server_plan`).
     """
 
     results_dir: Path
@@ -173,6 +143,9 @@ class RunOptions:
     allow_contamination: bool = False
     preflight: bool = True
     shard: Any = None
+    gpus: str | None = None
+    max_servers: int | None = None
+    estimates: dict[str, float] | None = None
 
 
 #: Why acceptance intervals are missing when requests ran concurrently.
@@ -299,11 +272,6 @@ def _rel(path: Path, base: Path) -> str:
         return str(path)
 
 
-def _model(cls, obj):
-    """A record type built from a measurement object's attributes (None stays None)."""
-    return None if obj is None else cls.model_validate(obj, from_attributes=True)
-
-
 class RunRecorder:
     """Keeps the run record on disk while the run goes on: written at the start (status
     ``running``), after every task, variant and config, and by the first stopping signal
@@ -321,6 +289,8 @@ class RunRecorder:
         self.run_dir = Path(run_dir)
         self.done = False
         self._writing = False
+        self._lock = threading.Lock()  # variants side by side checkpoint from their own threads
+        self._writer: int | None = None
 
     def save(self) -> bool:
         """Write ``run.json`` now (:func:`write_run`); False when a write is already in
@@ -329,13 +299,18 @@ class RunRecorder:
         Raises:
             OSError: the record cannot be written (the caller decides).
         """
-        if self._writing or self.done:
+        if self.done or self._writer == threading.get_ident():
             return False
-        self._writing = True
-        try:
-            write_run(self.run_dir, self.record)
-        finally:
-            self._writing = False
+        with self._lock:  # another thread's write finishes first (never interleaved)
+            if self.done:
+                return False
+            self._writer = threading.get_ident()
+            self._writing = True
+            try:
+                write_run(self.run_dir, self.record)
+            finally:
+                self._writing = False
+                self._writer = None
         return True
 
     def mark_interrupted(self, signal_name: str) -> None:
@@ -407,6 +382,7 @@ def run(plan: Plan, opts: RunOptions) -> tuple[RunRecord, Path]:
     """
     run_id = opts.run_id or new_run_id()
     run_dir = Path(opts.results_dir) / run_id
+    sp = server_plan(plan, opts.variants, opts.gpus, opts.max_servers, opts.estimates)  # DeviceError: before all
     check_results_folder(opts.results_dir)  # writable, some free space: before any server starts
     try:
         claim = claim_run_folder(run_dir, opts.argv)
@@ -415,13 +391,14 @@ def run(plan: Plan, opts: RunOptions) -> tuple[RunRecord, Path]:
     except OSError as e:
         raise ResultsFolderError(f"run folder {run_dir}: cannot be created: {e.strerror or e}") from e
     try:
-        return _run_claimed(plan, opts, run_id, run_dir)
+        return _run_claimed(plan, opts, run_id, run_dir, sp)
     finally:
         _RECORDERS.clear()
         claim.release()
 
 
-def _run_claimed(plan: Plan, opts: RunOptions, run_id: str, run_dir: Path) -> tuple[RunRecord, Path]:
+def _run_claimed(plan: Plan, opts: RunOptions, run_id: str, run_dir: Path,
+                 sp: ServerPlan | None = None) -> tuple[RunRecord, Path]:
     """:func:`run` once the run folder is claimed: the record is on disk from here on
     (status ``running``), rewritten after every task and variant (:class:`RunRecorder`)."""
     p = opts.progress
@@ -464,8 +441,7 @@ def _run_claimed(plan: Plan, opts: RunOptions, run_id: str, run_dir: Path) -> tu
                 return _finish(record, run_dir, could_not_run=True), run_dir
             plan = mark_not_applicable(plan, not_applicable)
         lm_eval_done()
-        for cp in plan.configs:
-            crec, cnr = _run_config(cp, opts, run_dir, record)
+        for crec, cnr in _config_results(plan, opts, run_dir, record, sp):
             crec.list_path = plan.list_path  # the model list file that was read
             could_not_run |= cnr
             PLACE.at("writing", variant=None, task=None)
@@ -473,6 +449,7 @@ def _run_claimed(plan: Plan, opts: RunOptions, run_id: str, run_dir: Path) -> tu
         PLACE.at("writing", config=None, variant=None, task=None)
         return _finish(record, run_dir, could_not_run), run_dir
     except KeyboardInterrupt as e:
+        # (variants side by side: every job thread has ended, :func:`harness.engine.pool.run_jobs`)
         # the signal handler wrote the record (interrupted) before any server was stopped;
         # every server's context manager has now stopped its process group: check, rewrite
         leftover = sorted({pid for pids in unstopped().values() for pid in pids})
@@ -707,7 +684,49 @@ def _preflight(plan: Plan, opts: RunOptions, record: RunRecord) -> tuple[bool, d
     return True, not_applicable
 
 
-def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunRecord) -> tuple[ConfigResult, bool]:
+def _config_results(plan: Plan, opts: RunOptions, run_dir: Path, record: RunRecord,
+                    sp: ServerPlan | None):
+    """``(config result, could not run)`` of every config, in plan order. On a CPU host
+    (``sp`` None or without devices) each config runs when asked for, as before. On a
+    GPU host every config runs in its own thread at once and its variants lease
+    disjoint device sets of one pool (:mod:`harness.engine.pool`), so variants of
+    different configs share the node; a config's comparisons and gates run when all
+    its variants finished. An unexpected error keeps the place where it happened."""
+    if sp is None or not sp.uses_pool:
+        for cp in plan.configs:
+            yield _run_config(cp, opts, run_dir, record)
+        return
+    pool = new_pool(sp)
+    opts.progress.log(f"devices {','.join(sp.devices)}: variants side by side on disjoint sets, longest first"
+                      + (f", at most {sp.max_servers} server(s) at once" if sp.max_servers else ""))
+
+    def one_config(cp: ConfigPlan, _devices: tuple[str, ...]) -> tuple[ConfigResult, bool]:
+        try:
+            out = _run_config(cp, opts, run_dir, record, pool=pool, sp=sp)
+        except Exception as e:
+            if not hasattr(e, "evalrun_place"):
+                e.evalrun_place = (PLACE.stage, PLACE.config, PLACE.variant, PLACE.task)  # type: ignore[attr-defined]
+            raise
+        finally:  # variants it did not run (data, model, not selected) hold no place in the order
+            pool.withdraw([vp.id for vp in cp.variants])
+        checkpoint()  # the config's comparisons and gates are on disk before the others end
+        return out
+
+    try:
+        results = run_jobs([Job(cp.name, functools.partial(one_config, cp)) for cp in plan.configs], pool)
+    except Exception as e:
+        where = getattr(e, "evalrun_place", None)
+        if where is not None:
+            PLACE.at(where[0], config=where[1], variant=where[2], task=where[3])
+        raise
+    finally:  # the record's configs in plan order, whichever thread appended first
+        order = {cp.name: i for i, cp in enumerate(plan.configs)}
+        record.configs.sort(key=lambda r: order.get(r.name, len(order)))
+    yield from results
+
+
+def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunRecord,
+                pool: DevicePool | None = None, sp: ServerPlan | None = None) -> tuple[ConfigResult, bool]:
     p = opts.progress
     c = cp.config
     could_not_run = False
@@ -768,8 +787,8 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
             else:
                 p.warn(f"{c.name}: NOT RUN (optional task): {msg}")
             for v in cp.variants:
-                kind = "required" if t.spec.required else "optional"
-                m.not_run[(v.name, t.name)] = f"data not available ({kind} task)"
+                m.not_run[(v.name,
+                           t.name)] = f"data not available ({'required' if t.spec.required else 'optional'} task)"
     # 1b. a run smaller than the set its threshold was measured on: say so now
     crec.subset_warnings = [SubsetWarning(**w) for w in subset_warnings(c)]
     for w in crec.subset_warnings:
@@ -789,23 +808,52 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
     # 3. variants
     reruns: dict[tuple[str, str], tuple[Sample, ...]] = {}
     m.runners = {}
-    for vp in variants:
-        _, ok = _run_variant(cp, vp, model_ref, prepared, opts, run_dir, m, reruns, into=crec.variants)
-        PLACE.at("server", variant=vp.name, task=None)  # the plugin's per-process reports
+
+    def one_variant(vp: VariantPlan, devices: tuple[str, ...] = ()) -> bool:
+        if devices:  # its own device set, side by side with others (harness.engine.pool)
+            vp = dataclasses.replace(vp, env={**vp.env, "CUDA_VISIBLE_DEVICES": ",".join(devices)})
+        try:
+            _, ok = _run_variant(cp, vp, model_ref, prepared, opts, run_dir, m, reruns, into=crec.variants)
+        except Exception as e:  # the variant's thread knows where it was: keep it for the record
+            if pool is not None and not hasattr(e, "evalrun_place"):
+                e.evalrun_place = (PLACE.stage, PLACE.config, PLACE.variant, PLACE.task)  # type: ignore[attr-defined]
+            raise
+        if pool is not None:  # its server is stopped: its devices go to the next variant now
+            pool.release(vp.id)
+        if pool is not None and pool.cancelled.is_set() and interrupting():  # its server was stopped by the signal
+            vr = crec.variants[vp.name]
+            vr.server = ServerRecord(status="interrupted", exit_code=vr.server.exit_code, seconds=vr.server.seconds,
+                                     pid=vr.server.pid)
+            vr.error = "interrupted by a signal" + (f" ({vr.error})" if vr.error else "")
+        PLACE.at("server", config=c.name, variant=vp.name, task=None)  # the plugin's per-process reports
         crec.variants[vp.name].plugin = plugin_report(run_dir, c.name, vp)
         fact = model_runner_fact(crec.variants[vp.name].plugin.model_runners, _read_log(run_dir, c.name, vp.name))
-        crec.variants[vp.name].model_runner = _model(ModelRunnerRecord, fact)
+        crec.variants[vp.name].model_runner = fact
         m.runners[vp.name] = fact
-        could_not_run |= not ok
+        return ok
+
+    if pool is None:  # a CPU host: one at a time, in this thread
+        oks = [one_variant(vp) for vp in variants]
+    else:
+        pool.withdraw([vp.id for vp in cp.variants if vp not in variants])  # never asking for devices
+        oks = run_jobs([Job(vp.id, functools.partial(one_variant, vp), need=sp.need(vp.id)) for vp in variants],
+                       pool)
+    could_not_run |= not all(oks)
     # 4. comparisons (the record's paired test reads each task's own pipeline); a
     # baseline rerun for noise only where divergences are left that no distribution judges
     _compare(c, m, reruns, crec)
     needs = rerun_needs(c, m, reruns)
     for vname, tasks in needs.items():
         vp = next((v for v in variants if v.name == vname), None)
-        if vp is not None:
-            _rerun_when_needed(cp, vp, model_ref, {t: prepared[t] for t in tasks if t in prepared}, opts, run_dir,
-                               m, reruns, crec.variants[vname])
+        if vp is None:
+            continue
+        todo = {t: prepared[t] for t in tasks if t in prepared}
+        if pool is None:
+            _rerun_when_needed(cp, vp, model_ref, todo, opts, run_dir, m, reruns, crec.variants[vname])
+            continue
+        with pool.lease(vp.id + " (rerun)", sp.need(vp.id)) as devices:  # a server again: its own devices
+            _rerun_when_needed(cp, dataclasses.replace(vp, env={**vp.env, "CUDA_VISIBLE_DEVICES": ",".join(devices)}),
+                               model_ref, todo, opts, run_dir, m, reruns, crec.variants[vname])
     if needs:
         _compare(c, m, reruns, crec, needs)
     # 5. gates
@@ -925,16 +973,11 @@ def _compare(c, m: Measurements, reruns: dict, crec: ConfigResult, asked: dict[s
                 m.divergences.pop(key, None)
             crec.comparisons.append(ComparisonResult(
                 baseline=comp.baseline, candidate=comp.candidate, task=tname, pipeline=pipeline,
-                **OutputMatchRecord.model_validate(om, from_attributes=True).model_dump(),
-                paired=_model(PairedRecord, pc), noise=_model(NoiseRecord, nz),
-                answer_agreement=_model(AnswerAgreementRecord, ag),
+                **dict(om), paired=pc, noise=nz,
+                answer_agreement=ag,
                 truncated=TruncatedIds(baseline=[x.question_id for x in a if is_truncated(x)],
                                        candidate=[x.question_id for x in b if is_truncated(x)]),
-                divergence=None if dv is None else DivergenceReportRecord(
-                    reference=dv.reference, near_tie_nats=dv.near_tie_nats, compared=dv.compared,
-                    unexplained=len(dv.unexplained), explained=len(dv.explained), noise=len(dv.noise),
-                    rerun_available=dv.rerun_available,
-                    divergences=[_model(DivergenceRecord, d) for d in dv.divergences]),
+                divergence=dv,
                 rerun_reason=_rerun_reason(comp, key, m, reruns, asked),
             ))
 
@@ -1066,7 +1109,7 @@ def _run_variant(
             checkpoint()
             try:
                 facts = session.engine_facts()
-                vrec.engine = _model(EngineFactsRecord, facts)
+                vrec.engine = facts
                 if facts.platform == "rocm" and c.rocm_request_timeout_seconds is not None:
                     # vLLM's test reads rocm_request_timeout_seconds on ROCm only; so does evalrun
                     session.request_timeout = c.rocm_request_timeout_seconds
@@ -1075,7 +1118,7 @@ def _run_variant(
                 if facts.vllm_version is None:  # the session reads /version leniently
                     raise EngineInfoError(f"{vp.id}: cannot read the engine's version from /version")
                 eff = check_effective(facts, vp.speculative_config, vp.async_scheduling, vp.expected_effective)
-                vrec.effective = _model(EffectivenessRecord, eff)
+                vrec.effective = eff
                 m.effectiveness[vp.name] = eff
                 if not eff.effective:
                     p.warn(f"{vp.id}: not effective as asked: {eff.mismatches}"
@@ -1119,21 +1162,9 @@ def _run_variant(
                 trec = TaskResult(
                     samples=_rel(spath, run_dir),
                     seconds=round(outcome.seconds, 2),
-                    num_requests=sc.num_requests,
-                    error_count=sc.error_count,
-                    error_rate=sc.error_rate,
-                    accuracy={k: v.accuracy for k, v in sc.accuracy.items()},
-                    accuracy_ci={k: v.accuracy_ci for k, v in sc.accuracy.items()},
-                    correct={k: v.correct for k, v in sc.accuracy.items()},
-                    scored={k: v.scored for k, v in sc.accuracy.items()},
-                    invalid_rate={k: v.invalid_rate for k, v in sc.accuracy.items()},
-                    finish_reasons=sc.finish_reasons,
-                    truncated=sc.truncated,
-                    truncated_rate=sc.truncated_rate,
-                    truncated_ids=list(sc.truncated_ids),
-                    stop_reasons=sc.stop_reasons,
-                    spec_decode=_model(SpecDecodeRecord, outcome.spec_metrics),
-                    spec_decode_counters=_model(SpecDecodeCountersRecord, outcome.spec_counters),
+                    **sc.result_fields(),
+                    spec_decode=outcome.spec_metrics,
+                    spec_decode_counters=outcome.spec_counters,
                     spec_decode_error=outcome.metrics_error,
                     **acceptance_intervals(samples, vp.speculative_config is not None),
                 )
@@ -1160,8 +1191,7 @@ def _run_variant(
                     p.error(f"{vp.id} {t.name}: metrics error: {metrics_error}")
                 vrec.tasks[t.name] = trec
                 checkpoint()  # the task's result is on disk before the next one starts
-                if (reruns is not None and vp.name in noise_variants(cp) and pt.lm_eval is None
-                        and session.server.alive()):
+                if reruns is not None and vp.name in noise_variants(cp) and pt.lm_eval is None and session.server.alive():
                     PLACE.at("client")  # the noise rerun: requests, judging and its samples file
                     trec.rerun = _rerun_task(
                         session, c.name, vp, t, pt, run_dir, samples, reruns, p, c.per_request_metrics)
@@ -1317,8 +1347,8 @@ def _rerun_task(session, config: str, vp: VariantPlan, t, pt: PreparedTask, run_
         samples=_rel(spath, run_dir),
         seconds=round(out.seconds, 2),
         error_count=sum(1 for x in samples if not x.ok),
-        spec_decode=_model(SpecDecodeRecord, out.spec_metrics),
-        output_match_vs_first=_model(OutputMatchRecord, om),
+        spec_decode=out.spec_metrics,
+        output_match_vs_first=om,
         samples_sha256=sha256_file(spath),
     )
 

@@ -1,6 +1,6 @@
 """Configs: YAML files validated into frozen, typed objects; model lists of configs.
 
-Two forms are read (see README "Config forms"):
+Two forms are read (see docs/configuration.md):
 
 * **vLLM's GSM8K form**, unchanged (``tests/evals/gsm8k/configs/*.yaml`` in vLLM):
   ``model_name``, ``accuracy_threshold``, ``server_args``, ... When ``server_args``
@@ -231,7 +231,7 @@ class ComparisonSpec(_Frozen):
             accuracy drop the paired test detects (:func:`harness.analysis.stats.min_detectable_drop`).
         noise_runs: 2 runs the baseline variant's tasks twice on the same server; the
             baseline-vs-baseline output mismatches are the noise the candidate's
-            output mismatches are judged against (README "Gates"). 1 = no rerun.
+            output mismatches are judged against (docs/gates.md). 1 = no rerun.
         noise_mismatch_rate: a stored baseline-vs-baseline output mismatch rate
             (fraction of questions, e.g. from ``evalrun calibrate``) used as the noise
             when the baseline is not rerun in this run; None = none.
@@ -243,7 +243,7 @@ class ComparisonSpec(_Frozen):
             unexplained ones. None: no classification (every mismatch counts).
         noise_runs_when: ``always`` reruns the baseline (``noise_runs: 2``) in any case;
             ``unexplained`` only when divergences are left that the reference's
-            distribution cannot judge (README "Near ties").
+            distribution cannot judge (docs/gates.md, "Near ties").
         allow_mixed_runners: the two variants may run different model runners (V1 /
             V2); otherwise that fails ``variant_effective``.
     """
@@ -273,9 +273,8 @@ class SpeculativeConfigSpec(BaseModel):
     releases, e.g. ``dspark_budget_frac``) is passed to vLLM unchanged and checked by
     vLLM's own parser before launch (:mod:`harness.engine.preflight`); the loader
     records a warning naming it and the nearest typed key (``methd`` -> ``method``).
-    evalrun itself reads only ``method``, ``model`` and ``num_speculative_tokens``. It reads
-    like the mapping it came from (``spec["method"]``, ``spec.get(...)``, ``spec ==
-    {...}``) so code that takes the JSON mapping keeps working.
+    evalrun itself reads only ``method``, ``model`` and ``num_speculative_tokens``
+    (attributes); the mapping as written is :meth:`as_dict`.
 
     Attributes (units as in vLLM):
         method: speculative method, e.g. ``mtp``, ``qwen3_next_mtp``, ``eagle``,
@@ -359,19 +358,6 @@ class SpeculativeConfigSpec(BaseModel):
         """The keys written that evalrun does not type (passed to vLLM unchanged)."""
         return sorted(self.model_extra or {})
 
-    def __getitem__(self, key: str) -> Any:
-        return self.as_dict()[key]
-
-    def get(self, key: str, default: Any = None) -> Any:
-        """``mapping.get``: the value written for ``key``, else ``default``."""
-        return self.as_dict().get(key, default)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, dict):
-            return self.as_dict() == other
-        return super().__eq__(other)
-
-    __hash__ = None  # type: ignore[assignment]  # unhashable, like the dict it compares equal to
 
 
 class VariantSpec(_Frozen):
@@ -454,9 +440,9 @@ class EvalrunBlock(_Frozen):
             ``max_concurrency`` (write one of the two; default 100, vLLM's client's).
         request_timeout_seconds: total seconds per request attempt; the same as vLLM's
             top-level ``request_timeout_seconds`` (write one of the two; default 600).
-        noise_runs: 2 (default) runs each comparison's baseline variant twice, and
+        noise_runs: 2 runs each comparison's baseline variant twice, and
             every derived comparison's output match is judged against that rerun's
-            output mismatches (README "Output match against noise"); 1 = no rerun.
+            output mismatches (docs/gates.md, "Output match against noise"); 1 = no rerun.
         noise_mismatch_rate: a stored baseline-vs-baseline mismatch rate (fraction of
             questions, e.g. from ``evalrun calibrate``); when set, no rerun is made
             (unless ``noise_runs: 2`` is written) and the rate is the noise.
@@ -950,7 +936,7 @@ def check_acceptance_floor(cfg: "ModelConfig", lines: dict[tuple, int] | None = 
 
     Mean acceptance length = 1 + accepted tokens / drafts, and a draft has at most
     ``num_speculative_tokens`` (k) tokens, so it is at most ``1 + k`` (vLLM's
-    spec-decode metrics; project notes ../shared/docs/VLLM-CPU-FACTS.md). A floor above
+    spec-decode metrics, ``vllm/v1/spec_decode/metrics.py``). A floor above
     that fails on every run, whatever the build.
 
     Raises:

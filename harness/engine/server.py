@@ -6,7 +6,7 @@ process is alive, and always tear down (terminate the group, wait, kill, sweep
 children). The server's stdout and stderr go to a log file that is kept with the
 run record.
 
-Fail-closed additions (issue 10):
+Fail-closed additions (docs/fail-closed.md):
 
 * every start-up ends in a named status (:data:`STARTUP_STATUSES`): ``launch_failed``
   (the command cannot be executed), ``exited_early`` (with exit code and seconds;
@@ -674,6 +674,11 @@ _INTERRUPTING = threading.Event()
 
 
 def _interrupting() -> bool:
+    return _INTERRUPTING.is_set()
+
+
+def interrupting() -> bool:
+    """True once a stopping signal arrived (:func:`mark_interrupting`)."""
     return _INTERRUPTING.is_set()
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import httpx
 
-from harness.engine.client import AsyncCompletionClient, chat_complete, served_model
-from harness.engine.info import EngineFacts, EngineInfoError
+from harness.engine.client import AsyncCompletionClient, served_model
+from harness.engine.info import EngineFacts, EngineInfoError, read_engine_facts
 from harness.engine.metrics import (
     MetricsError,
     SpecDecodeCounters,
@@ -29,6 +29,7 @@ from harness.engine.metrics import (
 from harness.engine.server import VllmServer
 from harness.records.completions import Completion
 from harness.tasks.gsm8k import Request
+from harness.engine.client import chat_complete
 
 #: Per-request metrics: seconds between two reads of /metrics that must agree.
 SETTLE_INTERVAL = 0.02
@@ -149,7 +150,7 @@ class VariantSession:
         version = doc.get("version") if isinstance(doc, dict) else None
         if not isinstance(version, str):
             version = None
-        return EngineFacts.from_server_info(body, version, self.variant_id)
+        return read_engine_facts(body, version, self.variant_id)
 
     def counters_before(self) -> tuple[SpecDecodeCounters | None, str | None]:
         """``(snapshot, None)`` before a piece of work, or ``(None, why)`` when
@@ -281,7 +282,6 @@ class VariantSession:
     ) -> tuple[tuple[Completion, ...], str | None]:
         """Send the requests on this event loop; return completions in request order
         and the (possibly updated) metrics error."""
-        assert self.model is not None, "use VariantSession as a context manager"  # (run_task checked it)
         results: list[Completion | None] = [None] * len(requests)
         width = 1 if per_request else self.max_concurrency
         async with AsyncCompletionClient(
@@ -328,4 +328,4 @@ class VariantSession:
                             on_done(c)
 
                 await asyncio.gather(*(worker() for _ in range(min(width, len(requests)))))
-        return tuple(results), metrics_error  # type: ignore[arg-type]  # the workers filled every slot
+        return tuple(results), metrics_error  # type: ignore[arg-type]

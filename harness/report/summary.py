@@ -161,7 +161,7 @@ def _divergence_text(comp: ComparisonResult) -> str:
     dv = comp.divergence
     if dv is None or not dv.divergences:
         return ""
-    return (f"; {dv.unexplained} unexplained, {dv.explained} near-tie" + (f", {dv.noise} noise" if dv.noise else "")
+    return (f"; {len(dv.unexplained)} unexplained, {len(dv.explained)} near-tie" + (f", {len(dv.noise)} noise" if dv.noise else "")
             + f" (by {dv.reference}, <= {dv.near_tie_nats:g} nats)")
 
 
@@ -417,7 +417,7 @@ def _md_table(headers: list[str], rows: list[list[str]]) -> str:
 
 
 def server_lines(record: RunRecord) -> list[str]:
-    """What happened to each variant's server (``VariantResult.server``, issue 10): one
+    """What happened to each variant's server (``VariantResult.server``): one
     line per variant, ``config/variant: status (exit code N, after S s)``, plus the
     pre-launch check's problems, servers earlier runs left running, and the signal that
     interrupted the run."""
