@@ -1191,7 +1191,8 @@ def _run_variant(
                     p.error(f"{vp.id} {t.name}: metrics error: {metrics_error}")
                 vrec.tasks[t.name] = trec
                 checkpoint()  # the task's result is on disk before the next one starts
-                if reruns is not None and vp.name in noise_variants(cp) and pt.lm_eval is None and session.server.alive():
+                if (reruns is not None and vp.name in noise_variants(cp) and pt.lm_eval is None
+                        and session.server.alive()):
                     PLACE.at("client")  # the noise rerun: requests, judging and its samples file
                     trec.rerun = _rerun_task(
                         session, c.name, vp, t, pt, run_dir, samples, reruns, p, c.per_request_metrics)

@@ -324,7 +324,8 @@ def judge_accuracy_floor(g: G.AccuracyFloor, m: Measurements, adjusted_p: float 
         margin = floor_margin(ps.scored, cal, g.accuracy_threshold)
     limit = round(g.limit - margin, 6)
     ok = ps.accuracy >= limit
-    extra = f" (floor {g.limit} widened by {margin:.4f} for {ps.scored} of {cal} calibration questions)" if margin else ""
+    extra = (f" (floor {g.limit} widened by {margin:.4f} for {ps.scored} of {cal} calibration questions)"
+             if margin else "")
     return _result(
         g, ps.accuracy, limit, ok,
         f"{g.pipeline} accuracy {ps.accuracy:.4f} ({ps.correct}/{ps.scored}) vs floor {limit:.4f}{extra}"
@@ -597,7 +598,8 @@ def _baseline_accuracy(g: G.BaselineAccuracyDrop, bt: BaselineTask, cur: Sequenc
         a_acc, b_acc = cb / nb, cn / nn
         drop = a_acc - b_acc
         p = float(_st.fisher_exact([[cb, nb - cb], [cn, nn - cn]], alternative="greater")[1])
-        how = f"unpaired (baseline has no per-question data for these prompts): {cb}/{nb} vs {cn}/{nn}; one-sided Fisher exact p={p:.4g}"
+        how = (f"unpaired (baseline has no per-question data for these prompts): {cb}/{nb} vs {cn}/{nn}; "
+               f"one-sided Fisher exact p={p:.4g}")
         lost = ()
     v = drop_verdict(drop, g.limit, p, g.alpha, worse="significantly lower")
     detail = f"{pipe} accuracy baseline {a_acc:.4f} -> now {b_acc:.4f} (drop {drop:.4f}); {how}"

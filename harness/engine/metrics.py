@@ -148,8 +148,9 @@ def parse_spec_decode_counters(text: str, source: str = "/metrics") -> SpecDecod
         The four counters, each summed over every ``engine`` label (and every other
         label, e.g. ``model_name``), except that the per-position counter is kept
         apart per ``position`` label; the per-engine values are kept in
-        :attr:`SpecDecodeCountersRecord.per_engine` for :meth:`SpecDecodeCountersRecord.minus`. Both ``<name>_total`` and bare ``<name>`` sample
-        names are accepted; ``<name>_created`` timestamp samples are ignored.
+        :attr:`SpecDecodeCountersRecord.per_engine` for :meth:`SpecDecodeCountersRecord.minus`.
+        Both ``<name>_total`` and bare ``<name>`` sample names are accepted; ``<name>_created``
+        timestamp samples are ignored.
 
     Raises:
         MetricsError: the text cannot be parsed; one of the four counters has no

@@ -773,7 +773,8 @@ def _migrate_v1(doc: dict[str, Any]) -> dict[str, Any]:
 def _first_error(e: ValidationError) -> str:
     err = e.errors()[0]
     loc = ".".join(str(x) for x in err["loc"])
-    return f"field {loc!r}: {err['msg']}" + (f" (got {err['input']!r})" if err["type"] != "missing" and not isinstance(err.get("input"), (dict, list)) else "")
+    shown = err["type"] != "missing" and not isinstance(err.get("input"), (dict, list))
+    return f"field {loc!r}: {err['msg']}" + (f" (got {err['input']!r})" if shown else "")
 
 
 def parse_run(text: str, source: str | Path) -> RunRecord:

@@ -81,7 +81,8 @@ def resolve_side(path: str | Path, results_dir: str | Path | None = None) -> Pat
     near = difflib.get_close_matches(str(path), runs, n=3, cutoff=0.5)
     raise DiffError(
         f"{p}: no such run folder, run.json or baseline file, and no run id {str(path)!r} in {rdir}"
-        + (f"; nearest run ids: {', '.join(near)}" if near else (f"; latest runs: {', '.join(runs[-3:])}" if runs else ""))
+        + (f"; nearest run ids: {', '.join(near)}" if near
+           else (f"; latest runs: {', '.join(runs[-3:])}" if runs else ""))
     )
 
 
@@ -662,7 +663,8 @@ def _render_accuracy(tasks: list[dict[str, Any]], missing: list[dict[str, Any]])
                 t["config"], t["variant"], t["task"], pipe + (" (gated)" if pipe == t["pipeline"] else ""),
                 f"{_f(x['a'])}{_ci(x['a_ci'])} ({x['a_correct']}/{x['a_scored']})",
                 f"{_f(x['b'])}{_ci(x['b_ci'])} ({x['b_correct']}/{x['b_scored']})",
-                f"{_signed(x['change'])}{_ci(x['change_ci'])}" + (f" on {x['n_paired']} paired" if x["paired"] else " (unpaired)"),
+                f"{_signed(x['change'])}{_ci(x['change_ci'])}"
+                + (f" on {x['n_paired']} paired" if x["paired"] else " (unpaired)"),
                 f"{_p(x['p_value'])} ({x['test']}); B worse: {_p(x['one_sided_p_value_b_worse'])}",
                 f"-{len(x['lost'])} / +{len(x['gained'])}",
             ])
@@ -840,7 +842,8 @@ def unfinished_sides(d: dict[str, Any]) -> list[str]:
                        f"{(str(err.get('message') or '').splitlines() or [''])[0][:300]}; "
                        "the traceback is in its run.json")
         elif info.get("status") in UNFINISHED_STATUSES:
-            out.append(f"run {label} ({info.get('path')}) is {info.get('status')}: it did not run everything it planned")
+            out.append(f"run {label} ({info.get('path')}) is {info.get('status')}: "
+                       "it did not run everything it planned")
     return out
 
 

@@ -207,7 +207,8 @@ def repeat_table(recs: "list[RunRecord]", variant: str = "spec_async") -> str:
              "| --- | --- | --- | --- | --- | --- |"]
     all_ok = 0
     for rec in recs:
-        gates = [g for g in rec.configs[0].gates if g.variant == variant and not (g.baseline or "").startswith("spec_async_")]
+        gates = [g for g in rec.configs[0].gates
+                 if g.variant == variant and not (g.baseline or "").startswith("spec_async_")]
         ok = bool(gates) and all(g.passed is True for g in gates)
         all_ok += ok
         r = next(x for x in variant_rows(rec) if x["variant"] == variant)

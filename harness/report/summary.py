@@ -161,7 +161,8 @@ def _divergence_text(comp: ComparisonResult) -> str:
     dv = comp.divergence
     if dv is None or not dv.divergences:
         return ""
-    return (f"; {len(dv.unexplained)} unexplained, {len(dv.explained)} near-tie" + (f", {len(dv.noise)} noise" if dv.noise else "")
+    return (f"; {len(dv.unexplained)} unexplained, {len(dv.explained)} near-tie"
+            + (f", {len(dv.noise)} noise" if dv.noise else "")
             + f" (by {dv.reference}, <= {dv.near_tie_nats:g} nats)")
 
 
