@@ -52,7 +52,8 @@ __all__ = [
 ]
 
 #: The engine's names of the record types it returns (the same types, not copies).
-SpecDecodeCounters, SpecDecodeMetrics = SpecDecodeCountersRecord, SpecDecodeRecord
+SpecDecodeCounters = SpecDecodeCountersRecord  # one assignment each: mypy reads them as type aliases
+SpecDecodeMetrics = SpecDecodeRecord
 
 _ALL_COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED_TOKENS, ACCEPTED_PER_POS)
 _POSITION_LABEL = "position"

@@ -609,7 +609,7 @@ class RunRecord(_Model):
           engine facts declared ``not_reported`` are missing).
         """
         if self.status in ("running", "interrupted", "error"):
-            return self.status  # type: ignore[return-value]
+            return self.status
         if self.passed is False:
             return "failed"
         if self.passed is True and self.status == "completed":
