@@ -57,8 +57,9 @@ figures-repeat: install
 test: install
 	$(PY) -m pytest $(ARGS)
 
+# test-fast: no real vLLM server and no fresh installs from the package index
 test-fast: install
-	$(PY) -m pytest -m "not engine" $(ARGS)
+	$(PY) -m pytest -m "not engine and not install" $(ARGS)
 
 # two fresh venvs in a temporary folder (about 6 minutes here: 45 s + 2.5 min of pip, 3 min of run)
 fresh-installs:
