@@ -33,7 +33,7 @@ examples:
   evalrun --config models-cpu.txt --variant reference --variant spec_async
   evalrun --config models-h200.txt -k Nemotron-3-Super-120B-A12B-BF16   one config of the list
   pytest --pyargs harness.test_gsm8k_correctness --config-list-file=models-h200.txt -k Nemotron-3-Super-120B-A12B-BF16
-  evalrun --config models-cpu.txt --data-dir ../shared/data/gsm8k
+  evalrun --config models-cpu.txt --data-dir DIR  GSM8K's test.jsonl and train.jsonl from DIR
   evalrun --config models-cpu.txt --update-baseline   write results/baselines/<config>.json if it passes
   evalrun --config models-cpu.txt --baseline baselines/   gate against committed baselines
   evalrun --config models-h200.txt --shard 2/4 --run-id shard-2   one of 4 CI agents; then evalrun merge
@@ -106,7 +106,7 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="also write the JUnit XML (one test case per gate) here; always written as RUN/junit.xml")
     p.add_argument("--shard", default=None, metavar="I/N",
                    help="run only shard I of N (1-based) of the list's configs: deterministic by config "
-                        "name, balanced by variants x questions; combine the shards with `evalrun merge`")
+                        "name, balanced by estimated GPU-seconds (earlier runs in RESULTS_DIR, else defaults); combine the shards with `evalrun merge`")
     return p
 
 
@@ -143,7 +143,11 @@ def cmd_run(argv: list[str]) -> int:
         except ValueError as e:
             print(f"evalrun: {e}", file=sys.stderr)
             return 2
-        names, shard = shard_info(plan.configs, i, n)
+        try:
+            names, shard = shard_info(plan.configs, i, n, args.results_dir)
+        except ValueError as e:
+            print(f"evalrun: {e}", file=sys.stderr)
+            return 2
         plan = dataclasses.replace(plan, configs=tuple(cp for cp in plan.configs if cp.name in names))
         print(f"evalrun: shard {i}/{n}: {', '.join(names) or 'no config (more shards than configs)'}", file=sys.stderr)
     if args.variant:
@@ -155,11 +159,20 @@ def cmd_run(argv: list[str]) -> int:
     if args.dry_run:
         from harness.report.dry_run import data_counts
 
+        from harness.report.cost import plan_cost
+        from harness.report.dry_run import render_schedule
+
         counts = data_counts(plan, args.data_dir)
+        try:
+            cost = plan_cost(plan, args.results_dir, only=args.variant)
+        except ValueError as e:
+            print(f"evalrun: {e}", file=sys.stderr)
+            return 2
         if args.json:
-            print(json.dumps(plan_json(plan, args.variant, counts), indent=2))
+            print(json.dumps(plan_json(plan, args.variant, counts, cost), indent=2))
         else:
             print(render_plan(plan, args.variant, counts))
+            print(render_schedule(cost))
         refused = [r["refused"] for r in counts.values() if r["refused"]]
         for msg in refused:
             print(f"evalrun: {msg}", file=sys.stderr)

@@ -393,9 +393,18 @@ def _run_claimed(plan: Plan, opts: RunOptions, run_id: str, run_dir: Path) -> tu
     started = utc_now()
     refs = [ConfigRef(name=cp.name, path=str(cp.config.path), sha256=cp.config.sha256) for cp in plan.configs]
     record = RunRecord(run_id=run_id, provenance=provenance(opts.argv, refs, started), shard=opts.shard)
+    import threading
+
     from harness.tasks.lm_eval_gsm8k import lm_eval_info
 
-    record.provenance.lm_eval = LmEvalInfo(**lm_eval_info())  # version and task version of lm-eval's pipelines
+    def _lm_eval() -> None:  # version and task version of lm-eval's pipelines (never raises)
+        record.provenance.lm_eval = LmEvalInfo(**lm_eval_info())
+
+    # lm-eval's task takes seconds to build: built beside data preparation and the pre-launch
+    # check, joined (lm_eval_done) before any server starts and before every final write of the record
+    lm_thread = threading.Thread(target=_lm_eval, name="evalrun-lm-eval-info", daemon=True)
+    lm_thread.start()
+    lm_eval_done = lm_thread.join
     record.provenance.allow_contamination = opts.allow_contamination
     record.leftover_servers = [
         LeftoverServerRecord(pid=lo.pid, pid_file=str(lo.pid_file), command=lo.command, kill_command=lo.kill_command)
@@ -407,12 +416,15 @@ def _run_claimed(plan: Plan, opts: RunOptions, run_id: str, run_dir: Path) -> tu
     could_not_run = False
     try:
         if _short_data(plan, opts, record):
+            lm_eval_done()
             return _finish(record, run_dir, could_not_run=True), run_dir
         if opts.preflight:
             stop, not_applicable = _preflight(plan, opts, record)
             if stop:
+                lm_eval_done()
                 return _finish(record, run_dir, could_not_run=True), run_dir
             plan = mark_not_applicable(plan, not_applicable)
+        lm_eval_done()
         for cp in plan.configs:
             crec, cnr = _run_config(cp, opts, run_dir, record)
             crec.list_path = plan.list_path  # the model list file that was read
@@ -428,6 +440,7 @@ def _run_claimed(plan: Plan, opts: RunOptions, run_id: str, run_dir: Path) -> tu
         sig = str(e.args[0]) if e.args else "KeyboardInterrupt"
         recorder.mark_interrupted(sig)
         recorder.done = True
+        lm_eval_done(timeout=5.0)
         write_run(run_dir, record)
         try:  # CI's test-report step shows INTERRUPTED, not an absent or green file
             write_junit(record, run_dir / "junit.xml")
@@ -438,6 +451,7 @@ def _run_claimed(plan: Plan, opts: RunOptions, run_id: str, run_dir: Path) -> tu
         raise RunInterrupted(run_dir, sig, leftover) from None
     except Exception as e:  # noqa: BLE001 - an unexpected error is data: the record keeps it
         recorder.done = True  # the error record is the final word: a later signal leaves it alone
+        lm_eval_done(timeout=5.0)
         return record_error(record, run_dir, e, PLACE, p), run_dir
 
 
@@ -997,6 +1011,12 @@ def _run_variant(
         on_wait=p.waiting(f"{vp.id}: waiting for /health"),
     )
     srv = session.server
+    import os
+    import time
+
+    from harness.report.cost import given_devices
+
+    vrec.devices = given_devices({**os.environ, **env})
     try:
         with session:
             vrec.startup_seconds = round(srv.startup_seconds or 0, 1)
@@ -1023,6 +1043,7 @@ def _run_variant(
                 vrec.engine_error = str(e)
                 m.engine_facts_errors[vp.name] = str(e)
                 p.error(f"{e} (variant_effective cannot pass without it)")
+            t_eval = time.monotonic()  # evaluation: first request .. last counter snapshot
             for t in todo:
                 PLACE.at("client", variant=vp.name, task=t.name)
                 pt = prepared[t.name]
@@ -1119,6 +1140,9 @@ def _run_variant(
                         f"{vp.id}: the vLLM server died during task {t.name} (exit code {code}); log: {log_path}",
                         status="died_mid_task", exit_code=code, seconds=round(srv.seconds() or 0, 1),
                     )
+            vrec.evaluation_seconds = round(time.monotonic() - t_eval, 2)
+            t_stop = time.monotonic()
+        vrec.teardown_seconds = round(time.monotonic() - t_stop, 2)
         vrec.server.exit_code = srv.exit_code
         return vrec, True
     except KeyboardInterrupt:
