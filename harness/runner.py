@@ -11,7 +11,10 @@ whose server fails is recorded with its error while the other variants still run
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -42,8 +45,9 @@ from harness.records.samples import Sample, sha256_file, write_jsonl
 from harness.analysis.scoring import answer_agreement, is_truncated, output_match, score_task
 from harness.engine.metrics import counter_violations
 from harness.engine.preflight import ASYNC_NOT_SUPPORTED, ServerCommand, check_server_commands
-from harness.engine.server import ServerStartError, find_leftover_servers, unstopped
+from harness.engine.server import ServerStartError, find_leftover_servers, interrupting, unstopped
 from harness.engine.session import TaskOutcome, VariantSession
+from harness.engine.pool import DevicePool, Job, ServerPlan, new_pool, run_jobs, server_plan
 from harness.analysis.stats import ratio_bootstrap_ci
 from harness.report.dry_run import subset_warnings
 from harness.tasks import (
@@ -61,11 +65,12 @@ class RunFolderExistsError(FileExistsError):
 
 
 @dataclass
-class Place:
+class Place(threading.local):
     """Where the run is: the stage and the config, variant and task it is in (what an
     unexpected exception is recorded with, :class:`RunErrorRecord`). Stages: ``prepare``,
     ``model``, ``server``, ``client``, ``judging``, ``scoring``, ``statistics``, ``gates``,
-    ``baseline``, ``writing``, ``run``."""
+    ``baseline``, ``writing``, ``run``. One per thread (variants running side by side
+    each have their own, :mod:`harness.engine.pool`)."""
 
     stage: str = "run"
     config: str | None = None
@@ -122,6 +127,11 @@ class RunOptions:
             and the overlaps per task in ``provenance.datasets[<task id>].contamination``).
         preflight: check every server command with the installed vLLM's argument
             parser before launching anything (:mod:`harness.engine.preflight`).
+        gpus: ``--gpus``: the devices evalrun may use (a count or a comma list; None =
+            every device found, :func:`harness.engine.devices.available_devices`).
+        max_servers: ``--max-servers``: at most this many servers alive at once.
+        estimates: variant id -> estimated server seconds, the order in which variants
+            get devices (longest first; :func:`harness.engine.pool.server_plan`).
     """
 
     results_dir: Path
@@ -134,6 +144,9 @@ class RunOptions:
     allow_contamination: bool = False
     preflight: bool = True
     shard: Any = None
+    gpus: str | None = None
+    max_servers: int | None = None
+    estimates: dict[str, float] | None = None
 
 
 #: Why acceptance intervals are missing when requests ran concurrently.
@@ -282,6 +295,8 @@ class RunRecorder:
         self.run_dir = Path(run_dir)
         self.done = False
         self._writing = False
+        self._lock = threading.Lock()  # variants side by side checkpoint from their own threads
+        self._writer: int | None = None
 
     def save(self) -> bool:
         """Write ``run.json`` now (:func:`write_run`); False when a write is already in
@@ -290,13 +305,18 @@ class RunRecorder:
         Raises:
             OSError: the record cannot be written (the caller decides).
         """
-        if self._writing or self.done:
+        if self.done or self._writer == threading.get_ident():
             return False
-        self._writing = True
-        try:
-            write_run(self.run_dir, self.record)
-        finally:
-            self._writing = False
+        with self._lock:  # another thread's write finishes first (never interleaved)
+            if self.done:
+                return False
+            self._writer = threading.get_ident()
+            self._writing = True
+            try:
+                write_run(self.run_dir, self.record)
+            finally:
+                self._writing = False
+                self._writer = None
         return True
 
     def mark_interrupted(self, signal_name: str) -> None:
@@ -368,6 +388,7 @@ def run(plan: Plan, opts: RunOptions) -> tuple[RunRecord, Path]:
     """
     run_id = opts.run_id or new_run_id()
     run_dir = Path(opts.results_dir) / run_id
+    sp = server_plan(plan, opts.variants, opts.gpus, opts.max_servers, opts.estimates)  # DeviceError: before all
     check_results_folder(opts.results_dir)  # writable, some free space: before any server starts
     try:
         claim = claim_run_folder(run_dir, opts.argv)
@@ -376,13 +397,14 @@ def run(plan: Plan, opts: RunOptions) -> tuple[RunRecord, Path]:
     except OSError as e:
         raise ResultsFolderError(f"run folder {run_dir}: cannot be created: {e.strerror or e}") from e
     try:
-        return _run_claimed(plan, opts, run_id, run_dir)
+        return _run_claimed(plan, opts, run_id, run_dir, sp)
     finally:
         _RECORDERS.clear()
         claim.release()
 
 
-def _run_claimed(plan: Plan, opts: RunOptions, run_id: str, run_dir: Path) -> tuple[RunRecord, Path]:
+def _run_claimed(plan: Plan, opts: RunOptions, run_id: str, run_dir: Path,
+                 sp: ServerPlan | None = None) -> tuple[RunRecord, Path]:
     """:func:`run` once the run folder is claimed: the record is on disk from here on
     (status ``running``), rewritten after every task and variant (:class:`RunRecorder`)."""
     p = opts.progress
@@ -425,8 +447,7 @@ def _run_claimed(plan: Plan, opts: RunOptions, run_id: str, run_dir: Path) -> tu
                 return _finish(record, run_dir, could_not_run=True), run_dir
             plan = mark_not_applicable(plan, not_applicable)
         lm_eval_done()
-        for cp in plan.configs:
-            crec, cnr = _run_config(cp, opts, run_dir, record)
+        for crec, cnr in _config_results(plan, opts, run_dir, record, sp):
             crec.list_path = plan.list_path  # the model list file that was read
             could_not_run |= cnr
             PLACE.at("writing", variant=None, task=None)
@@ -434,6 +455,7 @@ def _run_claimed(plan: Plan, opts: RunOptions, run_id: str, run_dir: Path) -> tu
         PLACE.at("writing", config=None, variant=None, task=None)
         return _finish(record, run_dir, could_not_run), run_dir
     except KeyboardInterrupt as e:
+        # (variants side by side: every job thread has ended, :func:`harness.engine.pool.run_jobs`)
         # the signal handler wrote the record (interrupted) before any server was stopped;
         # every server's context manager has now stopped its process group: check, rewrite
         leftover = sorted({pid for pids in unstopped().values() for pid in pids})
@@ -668,7 +690,49 @@ def _preflight(plan: Plan, opts: RunOptions, record: RunRecord) -> tuple[bool, d
     return True, not_applicable
 
 
-def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunRecord) -> tuple[ConfigResult, bool]:
+def _config_results(plan: Plan, opts: RunOptions, run_dir: Path, record: RunRecord,
+                    sp: ServerPlan | None):
+    """``(config result, could not run)`` of every config, in plan order. On a CPU host
+    (``sp`` None or without devices) each config runs when asked for, as before. On a
+    GPU host every config runs in its own thread at once and its variants lease
+    disjoint device sets of one pool (:mod:`harness.engine.pool`), so variants of
+    different configs share the node; a config's comparisons and gates run when all
+    its variants finished. An unexpected error keeps the place where it happened."""
+    if sp is None or not sp.uses_pool:
+        for cp in plan.configs:
+            yield _run_config(cp, opts, run_dir, record)
+        return
+    pool = new_pool(sp)
+    opts.progress.log(f"devices {','.join(sp.devices)}: variants side by side on disjoint sets, longest first"
+                      + (f", at most {sp.max_servers} server(s) at once" if sp.max_servers else ""))
+
+    def one_config(cp: ConfigPlan, _devices: tuple[str, ...]) -> tuple[ConfigResult, bool]:
+        try:
+            out = _run_config(cp, opts, run_dir, record, pool=pool, sp=sp)
+        except Exception as e:
+            if not hasattr(e, "evalrun_place"):
+                e.evalrun_place = (PLACE.stage, PLACE.config, PLACE.variant, PLACE.task)  # type: ignore[attr-defined]
+            raise
+        finally:  # variants it did not run (data, model, not selected) hold no place in the order
+            pool.withdraw([vp.id for vp in cp.variants])
+        checkpoint()  # the config's comparisons and gates are on disk before the others end
+        return out
+
+    try:
+        results = run_jobs([Job(cp.name, functools.partial(one_config, cp)) for cp in plan.configs], pool)
+    except Exception as e:
+        where = getattr(e, "evalrun_place", None)
+        if where is not None:
+            PLACE.at(where[0], config=where[1], variant=where[2], task=where[3])
+        raise
+    finally:  # the record's configs in plan order, whichever thread appended first
+        order = {cp.name: i for i, cp in enumerate(plan.configs)}
+        record.configs.sort(key=lambda r: order.get(r.name, len(order)))
+    yield from results
+
+
+def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunRecord,
+                pool: DevicePool | None = None, sp: ServerPlan | None = None) -> tuple[ConfigResult, bool]:
     p = opts.progress
     c = cp.config
     could_not_run = False
@@ -749,23 +813,52 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
     # 3. variants
     reruns: dict[tuple[str, str], tuple[Sample, ...]] = {}
     m.runners = {}
-    for vp in variants:
-        _, ok = _run_variant(cp, vp, model_ref, prepared, opts, run_dir, m, reruns, into=crec.variants)
-        PLACE.at("server", variant=vp.name, task=None)  # the plugin's per-process reports
+
+    def one_variant(vp: VariantPlan, devices: tuple[str, ...] = ()) -> bool:
+        if devices:  # its own device set, side by side with others (harness.engine.pool)
+            vp = dataclasses.replace(vp, env={**vp.env, "CUDA_VISIBLE_DEVICES": ",".join(devices)})
+        try:
+            _, ok = _run_variant(cp, vp, model_ref, prepared, opts, run_dir, m, reruns, into=crec.variants)
+        except Exception as e:  # the variant's thread knows where it was: keep it for the record
+            if pool is not None and not hasattr(e, "evalrun_place"):
+                e.evalrun_place = (PLACE.stage, PLACE.config, PLACE.variant, PLACE.task)  # type: ignore[attr-defined]
+            raise
+        if pool is not None:  # its server is stopped: its devices go to the next variant now
+            pool.release(vp.id)
+        if pool is not None and pool.cancelled.is_set() and interrupting():  # its server was stopped by the signal
+            vr = crec.variants[vp.name]
+            vr.server = ServerRecord(status="interrupted", exit_code=vr.server.exit_code, seconds=vr.server.seconds,
+                                     pid=vr.server.pid)
+            vr.error = "interrupted by a signal" + (f" ({vr.error})" if vr.error else "")
+        PLACE.at("server", config=c.name, variant=vp.name, task=None)  # the plugin's per-process reports
         crec.variants[vp.name].plugin = plugin_report(run_dir, c.name, vp)
         fact = model_runner_fact(crec.variants[vp.name].plugin.model_runners, _read_log(run_dir, c.name, vp.name))
         crec.variants[vp.name].model_runner = _model(ModelRunnerRecord, fact)
         m.runners[vp.name] = fact
-        could_not_run |= not ok
+        return ok
+
+    if pool is None:  # a CPU host: one at a time, in this thread
+        oks = [one_variant(vp) for vp in variants]
+    else:
+        pool.withdraw([vp.id for vp in cp.variants if vp not in variants])  # never asking for devices
+        oks = run_jobs([Job(vp.id, functools.partial(one_variant, vp), need=sp.need(vp.id)) for vp in variants],
+                       pool)
+    could_not_run |= not all(oks)
     # 4. comparisons (the record's paired test reads each task's own pipeline); a
     # baseline rerun for noise only where divergences are left that no distribution judges
     _compare(c, m, reruns, crec)
     needs = rerun_needs(c, m, reruns)
     for vname, tasks in needs.items():
         vp = next((v for v in variants if v.name == vname), None)
-        if vp is not None:
-            _rerun_when_needed(cp, vp, model_ref, {t: prepared[t] for t in tasks if t in prepared}, opts, run_dir,
-                               m, reruns, crec.variants[vname])
+        if vp is None:
+            continue
+        todo = {t: prepared[t] for t in tasks if t in prepared}
+        if pool is None:
+            _rerun_when_needed(cp, vp, model_ref, todo, opts, run_dir, m, reruns, crec.variants[vname])
+            continue
+        with pool.lease(vp.id + " (rerun)", sp.need(vp.id)) as devices:  # a server again: its own devices
+            _rerun_when_needed(cp, dataclasses.replace(vp, env={**vp.env, "CUDA_VISIBLE_DEVICES": ",".join(devices)}),
+                               model_ref, todo, opts, run_dir, m, reruns, crec.variants[vname])
     if needs:
         _compare(c, m, reruns, crec, needs)
     # 5. gates
