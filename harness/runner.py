@@ -31,11 +31,10 @@ from harness.report.html import write_html
 from harness.report.junit import write_junit
 from harness.report.summary import render_markdown
 from harness.records.run_record import (
-    AnswerAgreementRecord, BaselineInfo, ComparisonResult, ConfigRef, ConfigResult, DatasetRef, DivergenceReportRecord,
-    EffectivenessRecord, ModelRunnerRecord,
-    EngineFactsRecord, LeftoverServerRecord, LmEvalInfo, LmEvalTaskRecord, NoiseRecord, OutputMatchRecord, PairedRecord, PluginReport,
+    BaselineInfo, ComparisonResult, ConfigRef, ConfigResult, DatasetRef,
+    LeftoverServerRecord, LmEvalInfo, LmEvalTaskRecord, PluginReport,
     PreflightProblemRecord, PreflightRecord, ConfigWarningRecord,
-    RerunRecord, Requested, RunErrorRecord, RunRecord, DivergenceRecord, ServerRecord, SpecDecodeCountersRecord, SpecDecodeRecord, SubsetWarning,
+    RerunRecord, Requested, RunErrorRecord, RunRecord, ServerRecord, SubsetWarning,
     TaskResult, TruncatedIds, VariantResult, new_run_id, provenance, utc_now, write_run,
 )
 from harness.records.atomic import ResultsFolderError, check_results_folder, write_atomic
@@ -271,11 +270,6 @@ def _rel(path: Path, base: Path) -> str:
         return str(path.relative_to(base))
     except ValueError:
         return str(path)
-
-
-def _model(cls, obj):
-    """A record type built from a measurement object's attributes (None stays None)."""
-    return None if obj is None else cls.model_validate(obj, from_attributes=True)
 
 
 class RunRecorder:
@@ -833,7 +827,7 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
         PLACE.at("server", config=c.name, variant=vp.name, task=None)  # the plugin's per-process reports
         crec.variants[vp.name].plugin = plugin_report(run_dir, c.name, vp)
         fact = model_runner_fact(crec.variants[vp.name].plugin.model_runners, _read_log(run_dir, c.name, vp.name))
-        crec.variants[vp.name].model_runner = _model(ModelRunnerRecord, fact)
+        crec.variants[vp.name].model_runner = fact
         m.runners[vp.name] = fact
         return ok
 
@@ -978,16 +972,11 @@ def _compare(c, m: Measurements, reruns: dict, crec: ConfigResult, asked: dict[s
                 m.divergences.pop(key, None)
             crec.comparisons.append(ComparisonResult(
                 baseline=comp.baseline, candidate=comp.candidate, task=tname, pipeline=pipeline,
-                **OutputMatchRecord.model_validate(om, from_attributes=True).model_dump(),
-                paired=_model(PairedRecord, pc), noise=_model(NoiseRecord, nz),
-                answer_agreement=_model(AnswerAgreementRecord, ag),
+                **dict(om), paired=pc, noise=nz,
+                answer_agreement=ag,
                 truncated=TruncatedIds(baseline=[x.question_id for x in a if is_truncated(x)],
                                        candidate=[x.question_id for x in b if is_truncated(x)]),
-                divergence=None if dv is None else DivergenceReportRecord(
-                    reference=dv.reference, near_tie_nats=dv.near_tie_nats, compared=dv.compared,
-                    unexplained=len(dv.unexplained), explained=len(dv.explained), noise=len(dv.noise),
-                    rerun_available=dv.rerun_available,
-                    divergences=[_model(DivergenceRecord, d) for d in dv.divergences]),
+                divergence=dv,
                 rerun_reason=_rerun_reason(comp, key, m, reruns, asked),
             ))
 
@@ -1118,7 +1107,7 @@ def _run_variant(
             checkpoint()
             try:
                 facts = session.engine_facts()
-                vrec.engine = _model(EngineFactsRecord, facts)
+                vrec.engine = facts
                 if facts.platform == "rocm" and c.rocm_request_timeout_seconds is not None:
                     # vLLM's test reads rocm_request_timeout_seconds on ROCm only; so does evalrun
                     session.request_timeout = c.rocm_request_timeout_seconds
@@ -1127,7 +1116,7 @@ def _run_variant(
                 if facts.vllm_version is None:  # the session reads /version leniently
                     raise EngineInfoError(f"{vp.id}: cannot read the engine's version from /version")
                 eff = check_effective(facts, vp.speculative_config, vp.async_scheduling, vp.expected_effective)
-                vrec.effective = _model(EffectivenessRecord, eff)
+                vrec.effective = eff
                 m.effectiveness[vp.name] = eff
                 if not eff.effective:
                     p.warn(f"{vp.id}: not effective as asked: {eff.mismatches}"
@@ -1171,21 +1160,9 @@ def _run_variant(
                 trec = TaskResult(
                     samples=_rel(spath, run_dir),
                     seconds=round(outcome.seconds, 2),
-                    num_requests=sc.num_requests,
-                    error_count=sc.error_count,
-                    error_rate=sc.error_rate,
-                    accuracy={k: v.accuracy for k, v in sc.accuracy.items()},
-                    accuracy_ci={k: v.accuracy_ci for k, v in sc.accuracy.items()},
-                    correct={k: v.correct for k, v in sc.accuracy.items()},
-                    scored={k: v.scored for k, v in sc.accuracy.items()},
-                    invalid_rate={k: v.invalid_rate for k, v in sc.accuracy.items()},
-                    finish_reasons=sc.finish_reasons,
-                    truncated=sc.truncated,
-                    truncated_rate=sc.truncated_rate,
-                    truncated_ids=list(sc.truncated_ids),
-                    stop_reasons=sc.stop_reasons,
-                    spec_decode=_model(SpecDecodeRecord, outcome.spec_metrics),
-                    spec_decode_counters=_model(SpecDecodeCountersRecord, outcome.spec_counters),
+                    **sc.result_fields(),
+                    spec_decode=outcome.spec_metrics,
+                    spec_decode_counters=outcome.spec_counters,
                     spec_decode_error=outcome.metrics_error,
                     **acceptance_intervals(samples, vp.speculative_config is not None),
                 )
@@ -1368,8 +1345,8 @@ def _rerun_task(session, config: str, vp: VariantPlan, t, pt: PreparedTask, run_
         samples=_rel(spath, run_dir),
         seconds=round(out.seconds, 2),
         error_count=sum(1 for x in samples if not x.ok),
-        spec_decode=_model(SpecDecodeRecord, out.spec_metrics),
-        output_match_vs_first=_model(OutputMatchRecord, om),
+        spec_decode=out.spec_metrics,
+        output_match_vs_first=om,
         samples_sha256=sha256_file(spath),
     )
 
