@@ -149,7 +149,7 @@ def test_the_walker_reads_the_whole_package():
 #: e2e (tests that start the real vLLM server or install evalrun afresh)
 TEST_ONLY_FOLDERS = {"orchestration", "e2e"}
 #: the test files at the top of tests/: they check the repository as a whole
-WHOLE_REPOSITORY_TESTS = {"test_architecture.py", "test_docs.py"}
+WHOLE_REPOSITORY_TESTS = {"test_architecture.py", "test_code_health.py", "test_docs.py"}
 
 
 def test_the_tests_mirror_the_package_stages():
