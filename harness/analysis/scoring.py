@@ -27,7 +27,9 @@ from harness.tasks.gsm8k import PIPELINES
 from harness.tasks.numbers import parse_number
 
 #: The analysis' names of the record types it returns (the same types, not copies).
-OutputMatch, Mismatch, PastStop = OutputMatchRecord, MismatchRecord, PastStopRecord
+OutputMatch = OutputMatchRecord  # one assignment each: mypy reads them as type aliases
+Mismatch = MismatchRecord
+PastStop = PastStopRecord
 AnswerAgreement = AnswerAgreementRecord
 
 
