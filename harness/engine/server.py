@@ -104,7 +104,8 @@ def set_event_sink(sink: Callable[[str], None]) -> None:
     _SINK[0] = sink
 
 
-def _event(msg: str) -> None:
+def event(msg: str) -> None:
+    """Say a teardown message through the sink (:func:`set_event_sink`); never raises."""
     try:
         _SINK[0](msg)
     except Exception:  # noqa: BLE001 - a message must never break a teardown
@@ -527,6 +528,15 @@ class VllmServer:
         except OSError:
             pass
 
+    @property
+    def pid(self) -> int | None:
+        """The server's process id (its process group id too), None before launch."""
+        return self.proc.pid if self.proc else None
+
+    def returncode(self) -> int | None:
+        """The process's exit code once it ended, None while it runs or before launch."""
+        return self.proc.poll() if self.proc else None
+
     def alive(self) -> bool:
         """True while the server process runs."""
         return self.proc is not None and self.proc.poll() is None
@@ -571,7 +581,7 @@ class VllmServer:
                 break
             except KeyboardInterrupt as e:  # a signal during teardown: kill now, then go on
                 interrupted = interrupted or e
-                _event(f"{self.name}: interrupted while stopping the server; killing its process group now")
+                event(f"{self.name}: interrupted while stopping the server; killing its process group now")
                 hurry()
         with _LIVE_LOCK:
             _LIVE.discard(self)
@@ -612,7 +622,7 @@ class VllmServer:
                 break
             if not told and (waited >= 2.0 or bool(live_servers()) and _interrupting()):
                 members = [p.pid for p in _group_members(pid)]
-                _event(
+                event(
                     f"{self.name}: stopping the vLLM server (process group {pid}, processes "
                     f"{members}): SIGTERM sent, waiting up to {grace:.0f}s for them to exit; "
                     "press Ctrl-C again to kill them now"
@@ -624,7 +634,7 @@ class VllmServer:
                 pass
         if self.proc.poll() is None or _group_members(pid):
             if told or _HURRY.is_set():
-                _event(f"{self.name}: sending SIGKILL to process group {pid}")
+                event(f"{self.name}: sending SIGKILL to process group {pid}")
             self.signal_group(signal.SIGKILL)
             try:
                 self.proc.wait(timeout=10)
@@ -656,7 +666,7 @@ class VllmServer:
         if not self.leftover_pids:
             self._write_pid_file(stopped=True, exit_code=self.exit_code)
         else:
-            _event(f"{self.name}: processes still alive after SIGKILL: {self.leftover_pids}")
+            event(f"{self.name}: processes still alive after SIGKILL: {self.leftover_pids}")
 
     def __enter__(self) -> "VllmServer":
         try:
@@ -682,3 +692,39 @@ def mark_interrupting() -> None:
     """Note that evalrun is stopping because of a signal (teardown messages are then
     printed at once rather than after 2 s of waiting)."""
     _INTERRUPTING.set()
+
+
+#: Signals that stop evalrun: Ctrl-C, ``kill``/CI timeouts, a closed terminal, Ctrl-\\.
+STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
+
+
+def install_stop_handlers(on_first: Callable[[str], None]) -> None:
+    """Make every stopping signal (:data:`STOP_SIGNALS`) stop every server.
+
+    First signal: ``on_first(signal name)`` runs (the caller writes its record: a
+    SIGKILL may follow at any moment), then SIGTERM goes to every live server's process
+    group at once (so in-flight requests end), and KeyboardInterrupt is raised in the
+    main thread; each server's context manager then waits for its group to exit (up to
+    :func:`stop_grace`, saying what it waits for). Any further signal never interrupts
+    that teardown: it speeds it up, sending SIGKILL to every live group (:func:`hurry`).
+    A signal that is ignored when this is called (``nohup``) stays ignored.
+    """
+    state = {"count": 0}
+
+    def handler(signum, frame):  # noqa: ARG001
+        name = signal.Signals(signum).name
+        state["count"] += 1
+        if state["count"] == 1:
+            mark_interrupting()
+            on_first(name)
+            signal_all(signal.SIGTERM)
+            raise KeyboardInterrupt(name)
+        hurry()
+        event(f"{name} again: sending SIGKILL to every server's process group; still waiting until they are gone")
+
+    for name in STOP_SIGNALS:
+        sig = getattr(signal, name, None)
+        # a signal the caller ignores stays ignored (``nohup evalrun ...`` survives a
+        # closed terminal; a background job of a non-interactive shell ignores SIGINT)
+        if sig is not None and signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, handler)
