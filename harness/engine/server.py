@@ -471,6 +471,19 @@ class VllmServer:
         self._watchdog = start_watchdog(self.proc.pid)  # the group dies with evalrun
         log.close()
         self._write_pid_file()
+        self._wait_for_health()
+        self.startup_seconds = self.seconds()
+        self.status = "ready"
+
+    def _wait_for_health(self) -> None:
+        """Poll ``/health`` until it answers 200, waiting on the process between polls
+        (an exit is seen at once).
+
+        Raises:
+            ServerStartError: ``exited_early`` or ``not_ready_timeout`` (the process is
+                then stopped).
+        """
+        assert self.proc is not None and self._t0 is not None
         deadline = self._t0 + self.startup_timeout
         with httpx.Client(timeout=5.0) as client:
             while True:
@@ -503,8 +516,6 @@ class VllmServer:
                     self.proc.wait(timeout=1.0)  # returns at once when the server exits
                 except subprocess.TimeoutExpired:
                     pass
-        self.startup_seconds = self.seconds()
-        self.status = "ready"
 
     def _write_pid_file(self, **extra) -> None:
         """Record pid, process group, command and owner beside the log (best effort)."""
