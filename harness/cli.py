@@ -106,7 +106,7 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="also write the JUnit XML (one test case per gate) here; always written as RUN/junit.xml")
     p.add_argument("--shard", default=None, metavar="I/N",
                    help="run only shard I of N (1-based) of the list's configs: deterministic by config "
-                        "name, balanced by variants x questions; combine the shards with `evalrun merge`")
+                        "name, balanced by estimated GPU-seconds (earlier runs in RESULTS_DIR, else defaults); combine the shards with `evalrun merge`")
     return p
 
 
@@ -121,7 +121,7 @@ def cmd_run(argv: list[str]) -> int:
     try:
         plan, shard = _selected_plan(args)
         if args.dry_run:
-            return _dry_run(args, plan)
+            return _dry_run(args, plan)  # refused inside: its message, exit code 2
         if args.json:
             raise _Refused("--json is only for --dry-run (the run record is JSON: results/<run id>/run.json)")
         from harness.engine.server import set_stop_grace, stop_grace
@@ -193,7 +193,10 @@ def _selected_plan(args: argparse.Namespace):
             i, n = parse_shard(args.shard)
         except ValueError as e:
             raise _Refused(str(e)) from None
-        names, shard = shard_info(plan.configs, i, n)
+        try:
+            names, shard = shard_info(plan.configs, i, n, args.results_dir)
+        except ValueError as e:
+            raise _Refused(str(e)) from None
         plan = dataclasses.replace(plan, configs=tuple(cp for cp in plan.configs if cp.name in names))
         print(f"evalrun: shard {i}/{n}: {', '.join(names) or 'no config (more shards than configs)'}", file=sys.stderr)
     if args.variant:
@@ -205,15 +208,25 @@ def _selected_plan(args: argparse.Namespace):
 
 
 def _dry_run(args: argparse.Namespace, plan) -> int:
-    """``--dry-run``: the plan (text or ``--json``) with the data counts; exit code 2
-    when the run would refuse a task before any server starts, else 0."""
-    from harness.report.dry_run import data_counts, plan_json, render_plan
+    """``--dry-run``: the plan (text or ``--json``) with the data counts, schedule and
+    cost; exit code 2 when the run would refuse a task before any server starts, else 0.
+
+    Raises:
+        _Refused: the cost cannot be estimated (a malformed earlier record).
+    """
+    from harness.report.cost import plan_cost
+    from harness.report.dry_run import data_counts, plan_json, render_plan, render_schedule
 
     counts = data_counts(plan, args.data_dir)
+    try:
+        cost = plan_cost(plan, args.results_dir, only=args.variant)
+    except ValueError as e:
+        raise _Refused(str(e)) from None
     if args.json:
-        print(json.dumps(plan_json(plan, args.variant, counts), indent=2))
+        print(json.dumps(plan_json(plan, args.variant, counts, cost), indent=2))
     else:
         print(render_plan(plan, args.variant, counts))
+        print(render_schedule(cost))
     refused = [r["refused"] for r in counts.values() if r["refused"]]
     for msg in refused:
         print(f"evalrun: {msg}", file=sys.stderr)

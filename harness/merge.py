@@ -6,8 +6,10 @@ record, ``summary.md``, JUnit file and exit code.
 
 Shard assignment (:func:`assign_shards`) is deterministic and depends only on the set
 of configs, not on their order in the list: configs are weighed by an estimate of their
-cost, number of variants x questions over all tasks (a config's server start-ups and
-requests both grow with it), sorted by weight (heaviest first, ties by name) and each
+cost, estimated GPU-seconds from earlier run records of the results folder where there
+are any, else from stated defaults (:func:`harness.report.cost.config_cost_weights`;
+without a results folder, number of variants x questions over all tasks,
+:func:`config_weight`), sorted by weight (heaviest first, ties by name) and each
 given to the currently lightest shard (ties: the lowest shard index). This is the
 longest-processing-time-first rule (Graham 1969), whose largest shard is at most 4/3
 of the optimum.
@@ -93,10 +95,23 @@ def list_identity(configs: Sequence[ConfigPlan]) -> ShardListRef:
     return ShardListRef(configs=items, sha256=digest)
 
 
-def shard_info(configs: Sequence[ConfigPlan], i: int, n: int) -> tuple[list[str], ShardInfo]:
+def shard_info(configs: Sequence[ConfigPlan], i: int, n: int,
+               results_dir: str | Path | None = None) -> tuple[list[str], ShardInfo]:
     """The config names of shard ``i`` of ``n`` and the ``shard`` field of its run record
-    (index, count, its configs, every config's weight, the list's identity)."""
-    weights = {cp.name: config_weight(cp) for cp in configs}
+    (index, count, its configs, every config's weight, the list's identity).
+
+    With ``results_dir`` the weights are estimated GPU-seconds from its run records
+    (:func:`harness.report.cost.config_cost_weights`; defaults where a config has none),
+    else :func:`config_weight`. Raises ValueError for a variant whose parallel size is
+    not a positive integer."""
+    if results_dir is not None:
+        from harness.report.cost import config_cost_weights
+        from harness.report.history import load_records
+
+        records = load_records(results_dir)[0] if Path(results_dir).is_dir() else []
+        weights = config_cost_weights(configs, records)
+    else:
+        weights = {cp.name: config_weight(cp) for cp in configs}
     names = assign_shards(weights, n)[i - 1]
     return names, ShardInfo(index=i, count=n, configs=names, weights=weights, list=list_identity(configs))
 

@@ -13,7 +13,10 @@ whose server fails is recorded with its error while the other variants still run
 
 from __future__ import annotations
 
+import os
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -200,23 +203,26 @@ def _run_claimed(plan: Plan, opts: RunOptions, run_id: str, run_dir: Path) -> tu
     """:func:`run` once the run folder is claimed: the record is on disk from here on
     (status ``running``), rewritten after every task and variant (:class:`RunRecorder`)."""
     PLACE.at("run", config=None, variant=None, task=None)
-    record = _new_record(plan, opts, run_id)
+    record, lm_eval_done = _new_record(plan, opts, run_id)
     recorder = RunRecorder(record, run_dir)
     RECORDERS[:] = [recorder]
     recorder.save()  # the record exists from the start: status running
     try:
-        return _run_plan(plan, opts, run_dir, record, recorder), run_dir
+        return _run_plan(plan, opts, run_dir, record, recorder, lm_eval_done), run_dir
     except KeyboardInterrupt as e:
-        raise _interrupted(e, recorder) from None
+        raise _interrupted(e, recorder, lm_eval_done) from None
     except Exception as e:  # noqa: BLE001 - an unexpected error is data: the record keeps it
         recorder.done = True  # the error record is the final word: a later signal leaves it alone
+        lm_eval_done(timeout=5.0)
         return record_error(record, run_dir, e, PLACE, opts.progress), run_dir
 
 
-def _new_record(plan: Plan, opts: RunOptions, run_id: str) -> RunRecord:
-    """The run's record at its start (status ``running``): provenance, lm-eval's version,
-    and servers an earlier run left in ``opts.results_dir`` (each named with the command
-    to end it)."""
+def _new_record(plan: Plan, opts: RunOptions, run_id: str) -> tuple[RunRecord, Callable[..., None]]:
+    """The run's record at its start (status ``running``): provenance, and servers an
+    earlier run left in ``opts.results_dir`` (each named with the command to end it).
+    lm-eval's version and task version are filled in by a thread; the second item joins
+    it (``lm_eval_done(timeout=None)``), called before any server starts and before
+    every final write of the record."""
     p = opts.progress
     leftovers = find_leftover_servers(Path(opts.results_dir))
     for lo in leftovers:
@@ -224,27 +230,40 @@ def _new_record(plan: Plan, opts: RunOptions, run_id: str) -> RunRecord:
     started = utc_now()
     refs = [ConfigRef(name=cp.name, path=str(cp.config.path), sha256=cp.config.sha256) for cp in plan.configs]
     record = RunRecord(run_id=run_id, provenance=provenance(opts.argv, refs, started), shard=opts.shard)
+    import threading
+
     from harness.tasks.lm_eval_gsm8k import lm_eval_info
 
-    record.provenance.lm_eval = LmEvalInfo(**lm_eval_info())  # version and task version of lm-eval's pipelines
+    def _lm_eval() -> None:  # version and task version of lm-eval's pipelines (never raises)
+        record.provenance.lm_eval = LmEvalInfo(**lm_eval_info())
+
+    # lm-eval's task takes seconds to build: built beside data preparation and the pre-launch
+    # check, joined (lm_eval_done) before any server starts and before every final write of the record
+    lm_thread = threading.Thread(target=_lm_eval, name="evalrun-lm-eval-info", daemon=True)
+    lm_thread.start()
     record.provenance.allow_contamination = opts.allow_contamination
     record.leftover_servers = [
         LeftoverServerRecord(pid=lo.pid, pid_file=str(lo.pid_file), command=lo.command, kill_command=lo.kill_command)
         for lo in leftovers
     ]
-    return record
+    return record, lm_thread.join
 
 
-def _run_plan(plan: Plan, opts: RunOptions, run_dir: Path, record: RunRecord, recorder: RunRecorder) -> RunRecord:
-    """The run's steps in order: short data, preflight, every config, the verdict."""
+def _run_plan(plan: Plan, opts: RunOptions, run_dir: Path, record: RunRecord, recorder: RunRecorder,
+              lm_eval_done: Callable[..., None]) -> RunRecord:
+    """The run's steps in order: short data, preflight, every config, the verdict
+    (``lm_eval_done`` joins the provenance thread of :func:`_new_record`)."""
     could_not_run = False
     if _short_data(plan, opts, record):
+        lm_eval_done()
         return _finish(record, run_dir, could_not_run=True)
     if opts.preflight:
         stop, not_applicable = _preflight(plan, opts, record)
         if stop:
+            lm_eval_done()
             return _finish(record, run_dir, could_not_run=True)
         plan = mark_not_applicable(plan, not_applicable)
+    lm_eval_done()
     for cp in plan.configs:
         crec, cnr = _run_config(cp, opts, run_dir, record)
         crec.list_path = plan.list_path  # the model list file that was read
@@ -255,7 +274,7 @@ def _run_plan(plan: Plan, opts: RunOptions, run_dir: Path, record: RunRecord, re
     return _finish(record, run_dir, could_not_run)
 
 
-def _interrupted(e: KeyboardInterrupt, recorder: RunRecorder) -> RunInterrupted:
+def _interrupted(e: KeyboardInterrupt, recorder: RunRecorder, lm_eval_done: Callable[..., None]) -> RunInterrupted:
     """After a stopping signal: the signal handler wrote the record (interrupted) before
     any server was stopped; every server's context manager has now stopped its process
     group. Check, rewrite the record and its reports; the :class:`RunInterrupted` to raise."""
@@ -263,6 +282,8 @@ def _interrupted(e: KeyboardInterrupt, recorder: RunRecorder) -> RunInterrupted:
     leftover = sorted({pid for pids in unstopped().values() for pid in pids})
     sig = str(e.args[0]) if e.args else "KeyboardInterrupt"
     recorder.mark_interrupted(sig)
+    recorder.done = True
+    lm_eval_done(timeout=5.0)
     recorder.final()
     try:  # CI's test-report step shows INTERRUPTED, not an absent or green file
         write_junit(record, run_dir / "junit.xml")
@@ -769,13 +790,21 @@ def run_variant(cp: ConfigPlan, vp: VariantPlan, model_ref: str, prepared: dict[
         vrec.error = "no task of this config can run"
         out.not_run[(vp.name, None)] = vrec.error
         return out
-    session = _variant_session(cp, vp, argv, log_path, run_dir, opts.progress)
+    env = {**vp.env, REPORT_ENV: str(plugin_dir(run_dir, c.name, vp.name))}
+    session = _variant_session(cp, vp, argv, env, log_path, opts.progress)
     srv = session.server
+    from harness.report.cost import given_devices
+
+    vrec.devices = given_devices({**os.environ, **env})
     try:
         with session:
             _server_ready(session, cp, vp, out, opts.progress)
+            t_eval = time.monotonic()  # evaluation: first request .. last counter snapshot
             for t in todo:
                 _run_task(session, cp, vp, t, prepared[t.name], argv, model_ref, opts, run_dir, out)
+            vrec.evaluation_seconds = round(time.monotonic() - t_eval, 2)
+            t_stop = time.monotonic()
+        vrec.teardown_seconds = round(time.monotonic() - t_stop, 2)
         vrec.server.exit_code = srv.exit_code
         return out
     except KeyboardInterrupt:
@@ -788,14 +817,13 @@ def run_variant(cp: ConfigPlan, vp: VariantPlan, model_ref: str, prepared: dict[
         return out
 
 
-def _variant_session(cp: ConfigPlan, vp: VariantPlan, argv: list[str], log_path: Path, run_dir: Path,
+def _variant_session(cp: ConfigPlan, vp: VariantPlan, argv: list[str], env: dict[str, str], log_path: Path,
                      p: Progress) -> VariantSession:
     """The variant's session (not started yet), its command said first."""
     c = cp.config
     p.log(f"{vp.id}: starting the vLLM server (log: {log_path})")
     p.log(f"  $ {shell_line(argv, vp.env)}")
     p.log(f"  ({PORT_PLACEHOLDER} is the free port chosen at start-up; the server log's first lines hold the exact command)")
-    env = {**vp.env, REPORT_ENV: str(plugin_dir(run_dir, c.name, vp.name))}
     return VariantSession(
         vp.id, argv, env, log_path,
         startup_timeout=c.startup_max_wait_seconds,

@@ -16,7 +16,7 @@ vLLM parses its server arguments with ``FlexibleArgumentParser``
 
 evalrun must find and rewrite flags in exactly those spellings without importing vLLM
 (importing it takes seconds and the server may run under another interpreter), so the
-same rules are written out here; ``tests/test_vllm_args.py`` checks them against the
+same rules are written out here; ``tests/config/test_vllm_args.py`` checks them against the
 installed vLLM's own ``FlexibleArgumentParser`` on every real config of
 ``tests/data/vllm_gsm8k/``. argparse's unique-prefix abbreviations (``--async-sched``)
 are not recognised here.

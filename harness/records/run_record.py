@@ -521,6 +521,12 @@ class VariantResult(_Model):
     server log relative to the run folder, ``startup_seconds`` the time to ``/health``;
     ``error`` says why the variant (or part of it) did not run, ``engine_error`` why
     the engine's facts could not be read.
+
+    Cost (None in records written before evalrun kept it): ``evaluation_seconds`` from
+    the first request to the last counter snapshot (each task's own is
+    :attr:`TaskResult.seconds`), ``teardown_seconds`` the server's stop, ``devices`` the
+    CUDA device ids the server was given (``CUDA_VISIBLE_DEVICES`` entries; empty on a
+    CPU host); :attr:`gpu_seconds` is derived from them.
     """
 
     argv: list[str]
@@ -537,6 +543,19 @@ class VariantResult(_Model):
     tasks: dict[str, TaskResult] = {}
     plugin: PluginReport | None = None
     model_runner: ModelRunnerRecord | None = None
+    evaluation_seconds: float | None = None
+    teardown_seconds: float | None = None
+    devices: list[str] | None = None
+
+    @property
+    def gpu_seconds(self) -> float | None:
+        """GPU-seconds the server held: (start-up + evaluation + teardown seconds) x
+        number of devices; 0.0 on a CPU host; None when start-up, evaluation or devices
+        were not recorded (a missing teardown counts as 0 s)."""
+        if self.devices is None or self.startup_seconds is None or self.evaluation_seconds is None:
+            return None
+        held = self.startup_seconds + self.evaluation_seconds + (self.teardown_seconds or 0.0)
+        return held * len(self.devices)
 
 
 class GateResult(_Model):

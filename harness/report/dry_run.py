@@ -397,10 +397,22 @@ def render_plan(plan: Plan, only: Sequence[str] | None = None,
     return "\n".join(lines)
 
 
+def render_schedule(cost: Any) -> str:
+    """The dry run's schedule and cost section (:func:`harness.report.cost.render_cost`
+    of a :class:`~harness.report.cost.PlanCost`): which variants run together, on which
+    devices, estimated wall time and GPU-seconds per config and for the list."""
+    from harness.report.cost import render_cost
+
+    return "\n".join(render_cost(cost))
+
+
 def plan_json(plan: Plan, only: Sequence[str] | None = None,
-              counts: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+              counts: dict[str, dict[str, Any]] | None = None, cost: Any = None) -> list[dict[str, Any]]:
     """``--dry-run --json``: :meth:`Plan.to_json` plus each config's ``detectable_drops``
-    and ``family_false_fail`` (:func:`family_false_fail_of`).
+    and ``family_false_fail`` (:func:`family_false_fail_of`); with ``cost`` (a
+    :class:`~harness.report.cost.PlanCost`) each config's ``cost``: its variants'
+    estimates, schedule slots and totals (:func:`harness.report.cost.cost_json`), and
+    under ``cost.list`` the whole list's wall time, GPU-seconds, devices and scheduler.
 
     With ``only`` (``--variant`` names) each config lists only those variants and
     the gates that involve only them; ``argv`` keeps the ``{port}`` placeholder.
@@ -411,6 +423,13 @@ def plan_json(plan: Plan, only: Sequence[str] | None = None,
         entry["family_false_fail"] = family_false_fail_of(cp.config)
         if counts is not None:
             entry["data"] = {t.id: counts.get(t.id) for t in cp.tasks}
+        if cost is not None:
+            from harness.report.cost import cost_json
+
+            whole = cost_json(cost)
+            entry["cost"] = cost_json(cost, cp.name)
+            entry["cost"]["list"] = {k: whole[k] for k in ("wall_seconds", "gpu_seconds", "devices", "scheduler",
+                                                           "notes", "defaults")}
         if only is not None:
             keep = set(only)
             entry["variants"] = [v for v in entry["variants"] if v["name"] in keep]

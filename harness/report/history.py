@@ -31,7 +31,7 @@ import pandas as pd
 from harness.records.run_record import GateResult, RunRecord, outcome_word
 from harness.report.summary import task_pipeline
 
-__all__ = ["load_records", "history_frame", "drift_table", "DRIFT_METHOD", "cli_main"]
+__all__ = ["load_records", "history_frame", "cost_frame", "drift_table", "DRIFT_METHOD", "cli_main"]
 
 #: How drift is judged (printed with the table and stored in the JSON output).
 DRIFT_METHOD = ("one-sided Mann-Kendall trend test (Kendall's tau of value vs run order, alternative: decreasing; "
@@ -97,6 +97,8 @@ def history_frame(records: Iterable[RunRecord], config: str | None = None) -> pd
     ``truncation_rate`` (finish reason ``length`` among successful requests),
     ``mean_acceptance_length``, ``acceptance_rate``, ``per_position`` (tuple),
     ``output_match`` (against the first comparison whose candidate this variant is),
+    ``gpu_seconds`` (the variant's :attr:`VariantResult.gpu_seconds`, None when its record
+    has no durations or devices),
     ``verdict`` (PASS / FAIL / NOT RUN over the gates of this variant and task; ERROR
     for the tasks a run measured before an unexpected exception ended it, ``status: error``;
     a row of a run whose outcome is not PASSED says so in ``outcome``).
@@ -131,6 +133,7 @@ def history_frame(records: Iterable[RunRecord], config: str | None = None) -> pd
                         "per_position": tuple(sd.per_position_acceptance) if sd and sd.per_position_acceptance else None,
                         "output_match": comp.output_match_rate if comp else None,
                         "verdict": verdict,
+                        "gpu_seconds": v.gpu_seconds,  # the variant's, repeated on each of its tasks
                     }
                     for p, x in t.accuracy.items():
                         lo, hi = t.accuracy_ci.get(p) or (None, None)
@@ -138,7 +141,7 @@ def history_frame(records: Iterable[RunRecord], config: str | None = None) -> pd
                     rows.append(row)
     cols = ["run_id", "time", "git_revision", "vllm_version", "outcome", "config", "variant", "task", "pipeline", "accuracy",
             "accuracy_lo", "accuracy_hi", "n", "error_rate", "truncation_rate", "mean_acceptance_length",
-            "acceptance_rate", "per_position", "output_match", "verdict"]
+            "acceptance_rate", "per_position", "output_match", "verdict", "gpu_seconds"]
     df = pd.DataFrame(rows)
     if df.empty:
         return pd.DataFrame(columns=cols)
@@ -189,6 +192,41 @@ def drift_table(df: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
     return pd.DataFrame(out, columns=["config", "variant", "task", "metric", "runs", "first", "last", "tau", "p_value", "drift"])
 
 
+def cost_frame(records: Iterable[RunRecord], config: str | None = None) -> pd.DataFrame:
+    """GPU cost per run x config over time: ``run_id``, ``time``, ``config``, ``variants``
+    (servers that recorded a cost), ``server_seconds`` (sum of start-up + evaluation +
+    teardown seconds), ``gpu_seconds`` (sum of :attr:`VariantResult.gpu_seconds`; None when
+    no variant of the config recorded it, e.g. records written before evalrun kept it)."""
+    rows = []
+    for rec in records:
+        for c in rec.configs:
+            if config and c.name != config:
+                continue
+            costs = [v for v in c.variants.values() if v.gpu_seconds is not None]
+            rows.append({
+                "run_id": rec.run_id, "time": pd.to_datetime(rec.provenance.started_at, utc=True), "config": c.name,
+                "variants": len(costs),
+                "server_seconds": sum((v.startup_seconds or 0) + (v.evaluation_seconds or 0) + (v.teardown_seconds or 0)
+                                      for v in costs) if costs else None,
+                "gpu_seconds": sum(v.gpu_seconds or 0.0 for v in costs) if costs else None,
+            })
+    cols = ["run_id", "time", "config", "variants", "server_seconds", "gpu_seconds"]
+    if not rows:
+        return pd.DataFrame(columns=cols)
+    return pd.DataFrame(rows, columns=cols).sort_values(["time", "run_id", "config"], kind="stable").reset_index(drop=True)
+
+
+def render_cost_markdown(df: pd.DataFrame) -> str:
+    """Markdown: GPU-seconds per config over time (:func:`cost_frame`)."""
+    if df.empty:
+        return "No run records.\n"
+    view = df.copy()
+    view["time"] = view["time"].dt.strftime("%Y-%m-%d %H:%M")
+    return "\n".join(["## GPU-seconds per config", "", view.to_markdown(index=False, floatfmt=".1f"), "",
+                      "gpu_seconds = (start-up + evaluation + teardown seconds) x devices given, summed over the "
+                      "config's variants; empty for records without durations or devices."]) + "\n"
+
+
 _SHOW = ["time", "run_id", "outcome", "config", "variant", "task", "accuracy", "accuracy_lo", "accuracy_hi",
          "mean_acceptance_length", "output_match", "error_rate", "verdict"]
 
@@ -219,7 +257,8 @@ def render_history_markdown(df: pd.DataFrame, drift: pd.DataFrame, alpha: float,
 
 
 def cli_main(argv: list[str]) -> int:
-    """``evalrun history RESULTS_DIR [--config NAME] [--last N] [--csv F] [--parquet F] [--alpha A]``.
+    """``evalrun history RESULTS_DIR [--config NAME] [--last N] [--csv F] [--parquet F] [--alpha A]
+    [--metric accuracy|gpu_seconds]``.
 
     Prints the Markdown history and drift tables, and the run records it could not
     read. Exit code 0; 1 when drift is flagged (so a nightly job can alert on it); 2 when
@@ -236,6 +275,9 @@ def cli_main(argv: list[str]) -> int:
     ap.add_argument("--csv", type=Path, default=None, help="write the full table as CSV")
     ap.add_argument("--parquet", type=Path, default=None, help="write the full table as Parquet")
     ap.add_argument("--json", action="store_true", help="print the drift result as JSON instead of Markdown")
+    ap.add_argument("--metric", choices=["accuracy", "gpu_seconds"], default="accuracy",
+                    help="gpu_seconds: print GPU-seconds per config over time instead of the accuracy history "
+                         "(with --json: as JSON records); the exit code is then 0 unless records are unreadable")
     ap.add_argument("--skip-unreadable", action="store_true",
                     help="list run records that cannot be read but do not exit 2 for them")
     a = ap.parse_args(argv)
@@ -250,6 +292,16 @@ def cli_main(argv: list[str]) -> int:
         if r.status == "error" and r.error is not None:
             print(f"evalrun history: run {r.run_id}: {r.error.describe()}; the tasks it measured before "
                   "are listed with verdict ERROR", file=sys.stderr)
+    if a.metric == "gpu_seconds":
+        cf = last_runs(cost_frame(recs, a.config), a.last)
+        if a.csv:
+            cf.to_csv(a.csv, index=False)
+        if a.json:
+            print(json.dumps({"gpu_seconds": json.loads(cf.to_json(orient="records", date_format="iso")),
+                              "unreadable": problems}, indent=2))
+        else:
+            print(render_cost_markdown(cf) + "\n".join(_unreadable_lines(problems)))
+        return 2 if problems and not a.skip_unreadable else 0
     df = last_runs(history_frame(recs, a.config), a.last)
     drift = drift_table(df, a.alpha)
     if a.csv:

@@ -1,0 +1,157 @@
+"""The GPUs evalrun may use, and how many each variant's server needs.
+
+* :func:`available_devices`: ``CUDA_VISIBLE_DEVICES`` when it is set (an empty value
+  means none), else the devices NVML reports (``pynvml`` from nvidia-ml-py, when
+  importable), else the installed torch's ``torch.cuda.device_count()``; none on a CPU
+  host. ``--gpus`` (a list ``0,1,4`` or a count ``4``) caps the result.
+* :func:`variant_need`: the devices one vLLM server takes, as vLLM computes them
+  (``vllm/config/parallel.py`` of vllm 0.32: ``world_size = pipeline_parallel_size x
+  tensor_parallel_size x prefill_context_parallel_size``, and one such world per
+  data-parallel rank on this node: ``--data-parallel-size-local``, which defaults to
+  ``--data-parallel-size``). Flags are read in every spelling vLLM's parser accepts:
+  ``--tensor-parallel-size 4``, ``--tensor_parallel_size=4``, ``-tp 4``, ``-tp=4``; the
+  last occurrence wins, as with argparse.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+from harness.config.vllm_args import flag_name
+
+#: ``(long flag, short flag)`` of each factor of a server's device count (vllm 0.32
+#: ``vllm/engine/arg_utils.py``).
+PARALLEL_FLAGS = {
+    "tensor": ("--tensor-parallel-size", "-tp"),
+    "pipeline": ("--pipeline-parallel-size", "-pp"),
+    "prefill_context": ("--prefill-context-parallel-size", "-pcp"),
+    "data": ("--data-parallel-size", "-dp"),
+    "data_local": ("--data-parallel-size-local", "-dpl"),
+}
+
+
+class DeviceError(ValueError):
+    """The devices cannot be determined or do not suffice (bad ``--gpus``, a malformed
+    parallel-size flag, a variant needing more devices than available); names the
+    option, flag or variant."""
+
+
+def _flag_value(argv: Sequence[str], long: str, short: str, where: str) -> int | None:
+    """The integer value of the last ``long``/``short`` flag in ``argv``, or None."""
+    value: str | None = None
+    for i, a in enumerate(argv):
+        name = flag_name(a) if a.startswith("--") else a.split("=", 1)[0]
+        if name not in (long, short):
+            continue
+        if "=" in a:
+            value = a.split("=", 1)[1]
+        elif i + 1 < len(argv):
+            value = argv[i + 1]
+        else:
+            raise DeviceError(f"{where}: {a} has no value")
+    if value is None:
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        raise DeviceError(f"{where}: {long} {value!r} is not an integer") from None
+    if n < 1 and long != "--data-parallel-size-local":
+        raise DeviceError(f"{where}: {long} {n} must be at least 1")
+    return n
+
+
+def variant_need(argv: Sequence[str], where: str = "server command") -> int:
+    """Devices one server started with ``argv`` takes on this node.
+
+    Args:
+        argv: the server command.
+        where: what to name in errors (e.g. the variant id).
+
+    Returns:
+        ``tp x pp x pcp x dp_local`` (each 1 when absent; ``dp_local`` defaults to
+        ``dp``), at least 1.
+
+    Raises:
+        DeviceError: a parallel-size flag without a value or with a non-integer or
+            non-positive one (names it and ``where``).
+    """
+    v = {k: _flag_value(argv, long, short, where) for k, (long, short) in PARALLEL_FLAGS.items()}
+    world = (v["tensor"] or 1) * (v["pipeline"] or 1) * (v["prefill_context"] or 1)
+    dp_local = v["data_local"] if v["data_local"] is not None else (v["data"] or 1)
+    return max(1, world * max(1, dp_local))
+
+
+def _nvml_count() -> int | None:
+    """Devices NVML reports, or None when pynvml is missing or NVML cannot start."""
+    try:
+        import pynvml  # type: ignore[import-not-found]
+    except Exception:  # noqa: BLE001 - not installed or broken: try torch
+        return None
+    try:
+        pynvml.nvmlInit()
+        try:
+            return int(pynvml.nvmlDeviceGetCount())
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - no driver (a CPU host): no NVML devices
+        return None
+
+
+def _torch_count() -> int | None:
+    """``torch.cuda.device_count()`` of the installed torch, or None without torch or CUDA."""
+    try:
+        import torch
+    except Exception:  # noqa: BLE001 - no torch here: no device count from it
+        return None
+    try:
+        return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
+    except Exception:  # noqa: BLE001 - a CPU build: no CUDA devices
+        return 0
+
+
+def detected_devices(env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """Device ids visible to evalrun before any cap: ``CUDA_VISIBLE_DEVICES`` split on
+    commas when set (empty = none), else ``0..n-1`` for the count NVML, then torch,
+    reports (NVML and torch are imported only here, only when the variable is unset)."""
+    env = os.environ if env is None else env
+    if "CUDA_VISIBLE_DEVICES" in env:
+        return tuple(d.strip() for d in env["CUDA_VISIBLE_DEVICES"].split(",") if d.strip())
+    n = _nvml_count()
+    if n is None:
+        n = _torch_count()
+    return tuple(str(i) for i in range(n or 0))
+
+
+def cap_devices(devices: Sequence[str], gpus: str | None) -> tuple[str, ...]:
+    """``devices`` capped by the ``--gpus`` option.
+
+    Args:
+        devices: the detected device ids.
+        gpus: None (no cap), a count (``"4"``: the first four), or a comma list of device
+            ids (``"0,1,4"``: those, each of which must be among ``devices`` when devices
+            were detected; on a host where none were, the list is taken as given).
+
+    Raises:
+        DeviceError: a count below 0, or a listed device that is not available
+            (names ``--gpus`` and the device).
+    """
+    if gpus is None:
+        return tuple(devices)
+    text = gpus.strip()
+    if "," not in text and text.isdigit():
+        return tuple(devices)[:int(text)]
+    wanted = tuple(d.strip() for d in text.split(",") if d.strip())
+    missing = [d for d in wanted if devices and d not in devices]
+    if missing:
+        raise DeviceError(f"--gpus {gpus}: device(s) {', '.join(missing)} not available "
+                          f"(available: {', '.join(devices) or 'none'})")
+    if len(set(wanted)) != len(wanted):
+        raise DeviceError(f"--gpus {gpus}: a device is listed twice")
+    return wanted
+
+
+def available_devices(gpus: str | None = None, env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The device ids evalrun may hand to its servers: :func:`detected_devices`
+    capped by ``--gpus`` (:func:`cap_devices`). Empty on a CPU host."""
+    return cap_devices(detected_devices(env), gpus)

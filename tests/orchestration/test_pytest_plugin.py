@@ -1,0 +1,132 @@
+"""The pytest plugin: vLLM's workflow ``pytest ... --config-list-file=LIST -k STEM``
+with evalrun's test module, JUnit from pytest, run records as usual. The server is
+the FAKE one (tests/fake_vllm.py) so that a failing gate can be produced on demand."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from harness.config.select import compile_keyword, select_paths
+from harness.config.loader import ConfigError
+
+FAKE = Path(__file__).resolve().parents[1] / "fake_vllm.py"
+
+
+def vllm_form(path: Path, env: str) -> Path:
+    path.write_text(textwrap.dedent(f"""\
+        model_name: fake-{path.stem}
+        accuracy_threshold: 0.0
+        num_questions: 12
+        num_fewshot: 1
+        max_tokens: 8
+        startup_max_wait_seconds: 30
+        env: {env}
+        server_args: >-
+          --speculative-config '{{"method":"mtp","num_speculative_tokens":2}}'
+        evalrun:
+          noise_runs: 1
+        """))
+    return path
+
+
+@pytest.fixture
+def model_list(tmp_path):
+    vllm_form(tmp_path / "Good-Model-8B-BF16.yaml", "{FAKE_MODE: ok}")
+    vllm_form(tmp_path / "Broken-Model-8B-BF16.yaml", "{FAKE_MODE: ok, FAKE_SPEC_MODE: corrupt}")
+    lst = tmp_path / "models-test.txt"
+    lst.write_text("# two fake models\nGood-Model-8B-BF16.yaml\nBroken-Model-8B-BF16.yaml\n")
+    return lst
+
+
+def pytest_run(tmp_path, lst, gsm8k_dir, *extra):
+    junit = tmp_path / "junit.xml"
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--pyargs", "harness.test_gsm8k_correctness",
+           f"--config-list-file={lst}", f"--evalrun-python={FAKE}", f"--evalrun-data-dir={gsm8k_dir}",
+           f"--evalrun-results-dir={tmp_path / 'results'}", f"--junitxml={junit}", *extra]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                       env={**os.environ, "FAKE_MODE": "ok"})
+    return p, ET.parse(junit).getroot()
+
+
+def cases(root):
+    return {c.get("name"): c for c in root.iter("testcase")}
+
+
+def test_k_selects_one_config_by_stem_and_it_passes(tmp_path, model_list, gsm8k_dir):
+    p, root = pytest_run(tmp_path, model_list, gsm8k_dir, "-k", "Good-Model-8B-BF16")
+    assert p.returncode == 0, p.stdout[-3000:]
+    assert list(cases(root)) == ["test_gsm8k_correctness[Good-Model-8B-BF16-tp1]"]
+    runs = list((tmp_path / "results").glob("*-Good-Model-8B-BF16/run.json"))
+    assert len(runs) == 1
+
+
+def test_failing_gate_fails_the_item_with_the_gate_table(tmp_path, model_list, gsm8k_dir):
+    p, root = pytest_run(tmp_path, model_list, gsm8k_dir)
+    assert p.returncode == 1
+    cs = cases(root)
+    assert set(cs) == {"test_gsm8k_correctness[Good-Model-8B-BF16-tp1]", "test_gsm8k_correctness[Broken-Model-8B-BF16-tp1]"}
+    assert cs["test_gsm8k_correctness[Good-Model-8B-BF16-tp1]"].find("failure") is None
+    fail = cs["test_gsm8k_correctness[Broken-Model-8B-BF16-tp1]"].find("failure")
+    text = (fail.get("message") or "") + (fail.text or "")
+    assert "a gate failed" in text
+    assert "FAIL" in text and "Broken-Model-8B-BF16/reference->spec_async/gsm8k/min_output_match" in text
+
+
+def test_keyword_expressions_follow_pytest_k():
+    names = ["Nemotron-3-Super-120B-A12B-BF16", "Nemotron-3-Nano-30B-A3B-BF16", "Qwen3-Next-80B-A3B-Instruct"]
+    pick = lambda e: [n for n in names if compile_keyword(e)(n)]  # noqa: E731
+    assert pick("Nemotron-3-Super-120B-A12B-BF16") == names[:1]
+    assert pick("nemotron and not nano") == names[:1]
+    assert pick("(Qwen3 or Nano) and BF16") == names[1:2]
+    assert pick("not A3B") == names[:1]
+    with pytest.raises(ConfigError, match="missing"):
+        compile_keyword("(Qwen3 or Nano")
+    with pytest.raises(ConfigError, match="not in the list"):
+        select_paths([Path("a/X.yaml")], names=["Y"])
+
+
+def test_plugin_does_not_break_vllms_own_conftest(tmp_path):
+    # vLLM's tests/evals/gsm8k/conftest.py defines --config-list-file too; with evalrun
+    # installed (plugin auto-loaded) that session must still start and read the option
+    (tmp_path / "conftest.py").write_text(
+        'def pytest_addoption(parser):\n    parser.addoption("--config-list-file", default=None)\n')
+    (tmp_path / "test_v.py").write_text(
+        'def test_v(request):\n    assert request.config.getoption("--config-list-file") == "x.txt"\n')
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--config-list-file=x.txt",
+                        str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+
+
+def collect(tmp_path, lst, *extra):
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--pyargs", "harness.test_gsm8k_correctness",
+           f"--config-list-file={lst}", "--collect-only", "-q", *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+
+
+def test_ids_are_vllm_conftest_ids_and_tp_size_is_honoured(tmp_path):
+    # vLLM's real lists: models-h200.txt (TP 8 and DP 8 configs) and the default small list
+    data = Path(__file__).resolve().parents[1] / "data" / "vllm_gsm8k" / "configs"
+    p = collect(tmp_path, data / "models-small.txt")
+    assert p.returncode == 0, p.stdout + p.stderr
+    ids = [x.split("::", 1)[1] for x in p.stdout.splitlines() if "::" in x]
+    assert ids == [f"test_gsm8k_correctness[{s}-tp1]" for s in (
+        "Qwen3-0.6B-FP8", "Llama-3.2-1B-Instruct-INT8-CT", "Llama-3-8B-Instruct-nonuniform-CT",
+        "Qwen2.5-VL-3B-Instruct-FP8-dynamic", "Qwen1.5-MoE-W4A16-CT", "DeepSeek-V2-Lite-Instruct-FP8")]
+    p = collect(tmp_path, data / "models-spec-decode.txt", "--tp-size=4")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "test_gsm8k_correctness[DeepSeek-V4-Flash-DSpark-confidence-TP4-tp4]" in p.stdout
+
+
+def test_tp_size_that_disagrees_with_the_config_is_refused_naming_it(tmp_path):
+    data = Path(__file__).resolve().parents[1] / "data" / "vllm_gsm8k" / "configs"
+    p = collect(tmp_path, data / "models-h200.txt", "--tp-size=2")
+    assert p.returncode != 0
+    out = p.stdout + p.stderr
+    assert "--tp-size=2" in out and "DeepSeek-R1-TP.yaml" in out and "--tensor-parallel-size 8" in out

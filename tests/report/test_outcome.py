@@ -1,0 +1,89 @@
+"""One verdict, one name (issue 18, point 7): every report prints the run's outcome with
+the same word; plus the run id and stop-grace settings of point 1 and 2."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from harness.records.run_record import new_run_id
+from harness.report.diff import render_diff_markdown
+from harness.report.html import render_html
+from harness.report.junit import render_junit
+from harness.report.summary import render_markdown
+
+from ..record_factory import typed
+
+CASES = [  # (status, passed, exit code) -> word, by the table in the README
+    (("completed", True, 0), "PASSED"),
+    (("completed", False, 1), "FAILED"),
+    (("incomplete", False, 1), "FAILED"),
+    (("completed", None, 0), "INCOMPLETE"),     # an optional task could not run
+    (("incomplete", None, 2), "INCOMPLETE"),
+    (("interrupted", None, 2), "INTERRUPTED"),
+    (("error", None, 2), "ERROR"),
+    (("running", None, None), "RUNNING"),
+]
+
+
+def record(status, passed, code):
+    rec = typed({"run_id": "r", "passed": passed, "exit_code": code, "configs": [{"name": "c", "gates": []}]})
+    object.__setattr__(rec, "status", status)   # "error" comes with issue 15's schema; set past validation
+    return rec
+
+
+@pytest.mark.parametrize("fields, word", CASES)
+def test_the_same_word_everywhere(fields, word):
+    rec = record(*fields)
+    assert rec.outcome == word.lower()
+    assert render_markdown(rec).startswith(f"# evalrun run r: {word}\n")
+    assert f"<title>evalrun r: {word}</title>" in render_html(rec)
+    assert f'<property name="evalrun.outcome" value="{word}" />' in render_junit(rec)
+    side = {"path": "p", "kind": "run", "id": "r", "passed": rec.passed, "status": rec.status, "outcome": rec.outcome}
+    md = render_diff_markdown({"a": side, "b": side, "tasks": [], "comparisons": [], "differences": [],
+                               "gates": {"failing_in_b": [], "changed": [], "only_in_a": [], "only_in_b": []}})
+    assert f"(run r, {word})" in md
+
+
+def test_abnormal_ends_are_an_error_case_in_junit():
+    for status in ("interrupted", "error", "running"):
+        xml = render_junit(record(status, None, 2))
+        assert 'name="r/outcome"' in xml and f'type="{status}"' in xml
+    assert 'name="r/outcome"' not in render_junit(record("completed", True, 0))
+
+
+def test_default_run_ids_sort_by_time_and_carry_a_random_part():
+    ids = {new_run_id() for _ in range(200)}
+    assert len(ids) == 200                                   # same second, same pid: still distinct
+    assert all(re.fullmatch(r"\d{8}T\d{6}Z-[0-9a-f]{8}", i) for i in ids)
+
+
+def test_stop_grace_setting(monkeypatch):
+    from harness.cli import main
+    from harness.engine import server
+
+    monkeypatch.setenv(server.STOP_GRACE_ENV, "2.5")
+    assert server.stop_grace() == 2.5
+    server.set_stop_grace(1)
+    try:
+        assert server.stop_grace() == 1.0
+    finally:
+        server.set_stop_grace(None)
+    monkeypatch.delenv(server.STOP_GRACE_ENV)
+    assert server.stop_grace() == server.DEFAULT_STOP_GRACE == 5.0
+    monkeypatch.setenv(server.STOP_GRACE_ENV, "soon")
+    with pytest.raises(ValueError, match="EVALRUN_STOP_GRACE_SECONDS='soon'"):
+        server.stop_grace()
+    monkeypatch.delenv(server.STOP_GRACE_ENV)
+    assert main(["--config", "models-cpu.txt", "--stop-grace", "-1"]) == 2
+
+
+def test_a_run_id_that_is_not_a_folder_name_is_refused(tmp_path, capsys):
+    from harness.cli import main
+
+    for bad in ("../outside", "a/b", "x" * 300):
+        assert main(["--config", "models-cpu.txt", "--run-id", bad, "--results-dir", str(tmp_path)]) == 2
+        assert "--run-id: key '--run-id'" in capsys.readouterr().err
+        assert main(["merge", str(tmp_path), "--run-id", bad, "--results-dir", str(tmp_path)]) == 2
+    assert list(tmp_path.iterdir()) == []
