@@ -26,7 +26,7 @@ from harness.analysis.comparison import compare, noise_variants, output_match_no
 from harness.analysis.gates import Measurements, baseline_notes, evaluate_gates, judged_baseline_gates
 from harness.analysis.scoring import output_match, score_task
 from harness.config.plan import PORT_PLACEHOLDER, ConfigPlan, Plan, VariantPlan, shell_line
-from harness.engine import server as _server
+from harness.engine import server as engine_server
 from harness.engine.info import EngineInfoError, check_effective, model_runner_fact
 from harness.engine.preflight import ASYNC_NOT_SUPPORTED, ServerCommand, check_server_commands
 from harness.engine.server import STOP_SIGNALS, ServerStartError, find_leftover_servers, unstopped
@@ -316,7 +316,7 @@ def record_error(record: RunRecord, run_dir: Path, exc: BaseException, place: Pl
     import traceback
 
     if unstopped():
-        _server.hurry()  # SIGKILL to every live group; the context managers already waited
+        engine_server.hurry()  # SIGKILL to every live group; the context managers already waited
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     record.status, record.passed, record.exit_code = "error", None, EXIT_COULD_NOT_RUN
     record.error = RunErrorRecord(
@@ -993,7 +993,7 @@ def terminate_as_interrupt() -> None:
     running with parent 1. A signal that is ignored when evalrun starts (``nohup``)
     stays ignored.
     """
-    _server.install_stop_handlers(interrupt_all)  # the record first: a SIGKILL may follow at any moment
+    engine_server.install_stop_handlers(interrupt_all)  # the record first: a SIGKILL may follow at any moment
 
 
 def say_interrupted(e: BaseException, prog: str = "evalrun") -> None:
