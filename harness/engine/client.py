@@ -14,8 +14,8 @@ is that request's error too, naming the field and what it held; it is counted by
 error-rate gate and never scored as a wrong answer.
 
 **Why no request can hang on a client-side fault.** The connection pool is aiohttp's
-``TCPConnector``, not httpx/httpcore: httpcore's pool has an open race
-(encode/httpcore#1110) in which a request can wait on a connection that is never
+``TCPConnector``, not httpx/httpcore: httpcore's pool has a race
+in which a request can wait on a connection that is never
 handed to it, which stalled whole runs of evalrun's earlier thread-pool client for
 ``request_timeout_seconds`` at 100 in flight. The connector's limit equals the number
 of requests the caller lets in flight (that many workers in the session), so

@@ -6,7 +6,7 @@ process is alive, and always tear down (terminate the group, wait, kill, sweep
 children). The server's stdout and stderr go to a log file that is kept with the
 run record.
 
-Fail-closed additions (issue 10):
+Fail-closed additions (docs/fail-closed.md):
 
 * every start-up ends in a named status (:data:`STARTUP_STATUSES`): ``launch_failed``
   (the command cannot be executed), ``exited_early`` (with exit code and seconds;

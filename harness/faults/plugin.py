@@ -1,7 +1,7 @@
 """evalrun's vLLM plugin: faults injected into vLLM's own speculative-decoding path.
 
 evalrun exists to catch two classes of bugs that only show up end to end
-(design notes, ../shared/docs/DESIGN.md, summarised in README "Why"): the drafter fed the wrong token, and recurrent (Mamba / Gated
+(docs/FAULTS.md, "The two bugs"): the drafter fed the wrong token, and recurrent (Mamba / Gated
 DeltaNet) state rolled back by the wrong number of tokens. To prove that the gates
 catch them, a variant can ask for one of them with ``fault: <name>`` in its config;
 the runner then sets ``EVALRUN_FAULT=<name>`` (:data:`FAULT_ENV`, same value as
@@ -37,7 +37,7 @@ Faults (:data:`FAULTS`; see each ``_install_*`` docstring for the exact logic):
 
 ``draft-input``
     The MTP/EAGLE drafter receives the token *before* the last committed one instead
-    of the last committed token. Mirrors design notes (../shared/docs/DESIGN.md) bug 1 (index off by one, drafter
+    of the last committed token. Mirrors docs/FAULTS.md bug 1 (index off by one, drafter
     fed the wrong token). Greedy outputs unchanged, acceptance length down.
 ``draft-input-placeholder``
     The drafter receives token id 0 instead of the last committed token: the
@@ -46,14 +46,14 @@ Faults (:data:`FAULTS`; see each ``_install_*`` docstring for the exact logic):
 ``state-rollback``
     After verification, the accepted-token count that the next step's Mamba / GDN
     metadata uses to pick the recurrent-state slot is off by one for every request
-    that verified draft tokens. Mirrors design notes (../shared/docs/DESIGN.md) bug 2 (stale accepted counts, state
+    that verified draft tokens. Mirrors docs/FAULTS.md bug 2 (stale accepted counts, state
     rolled back by the wrong amount). Greedy outputs diverge from the reference,
     accuracy down.
 ``async-placeholder-token``
     The seed's bug 1 in vLLM's own async path: the drafter's backup token is looked
     up at the optimistic (placeholder-inflated) sequence length
-    (``SpecDecodeBaseProposer.prepare_next_token_ids_padded`` before vLLM pull
-    request 38419), and the placeholder reaches the drafter.
+    (``SpecDecodeBaseProposer.prepare_next_token_ids_padded`` before vLLM's fix "Fix
+    backup token index in async spec decode"), and the placeholder reaches the drafter.
 ``async-stale-accepted``
     The seed's bug 2 in vLLM's own async path: the accepted counts used for the
     recurrent-state update are taken by row index instead of following the batch
@@ -207,7 +207,7 @@ class Fault:
     Attributes:
         name: the value of ``EVALRUN_FAULT``.
         summary: one line for humans (``evalrun --dry-run``, error messages).
-        mirrors: which real bug of DESIGN.md it reproduces.
+        mirrors: which real bug of docs/FAULTS.md ("The two bugs") it reproduces.
         expected: the effect the gates should see.
         targets: what it patches (and, ``patched=False``, what it relies on).
         install: ``install(fault)`` applies the patches in this process.
@@ -872,7 +872,7 @@ def draft_input_wrapper(name: str) -> Callable[[Callable[..., Any]], Callable[..
 
 
 def _install_draft_input(fault: Fault) -> None:
-    """Feed the drafter a wrong "last committed token" (design notes (../shared/docs/DESIGN.md) bug 1).
+    """Feed the drafter a wrong "last committed token" (docs/FAULTS.md bug 1).
 
     Patches ``vllm.v1.spec_decode.llm_base_proposer.SpecDecodeBaseProposer.propose``
     (inherited unchanged by ``EagleProposer``, which the model runner uses for
@@ -1008,7 +1008,7 @@ def state_rollback_wrapper(name: str) -> Callable[[Callable[..., Any]], Callable
 
 
 def _install_state_rollback(fault: Fault) -> None:
-    """Give the next step a stale accepted-token count (design notes (../shared/docs/DESIGN.md) bug 2).
+    """Give the next step a stale accepted-token count (docs/FAULTS.md bug 2).
 
     Patches ``vllm.v1.worker.gpu_model_runner.GPUModelRunner._update_states_after_model_execute``
     (``CPUModelRunner`` inherits it). After verification, the original computes
@@ -1135,13 +1135,13 @@ def placeholder_token_wrapper(name: str) -> Callable[[Callable[..., Any]], Calla
 
 
 def _install_async_placeholder_token(fault: Fault) -> None:
-    """Take the backup token at the optimistic sequence length (design notes
-    (../shared/docs/DESIGN.md) bug 1, in vLLM's own async path).
+    """Take the backup token at the optimistic sequence length (docs/FAULTS.md
+    bug 1, in vLLM's own async path).
 
     Patches ``vllm.v1.spec_decode.llm_base_proposer.SpecDecodeBaseProposer.prepare_next_token_ids_padded``
     (inherited by ``EagleProposer``, which serves ``method: mtp``), the function the
-    seed's fix 1 changed (vLLM pull request 38419, "Fix backup token index in async
-    spec decode (fixes Nemotron BF16 accuracy)"). vLLM computes, per request, the
+    seed's fix 1 changed (vLLM's fix "Fix backup token index in async spec decode
+    (fixes Nemotron BF16 accuracy)"). vLLM computes, per request, the
     "backup" next token (the drafter's input token when the step sampled none for
     the request, e.g. a chunk of a prompt) as
     ``requests[req_id].get_token_id(gpu_input_batch.num_tokens_no_spec[i] - 1)``,
@@ -1261,7 +1261,7 @@ def stale_accepted_wrapper(name: str) -> Callable[[Callable[..., Any]], Callable
 
 def _install_async_stale_accepted(fault: Fault) -> None:
     """Hand reordered rows the accepted counts of whatever request sat in their row
-    before (design notes (../shared/docs/DESIGN.md) bug 2, in vLLM's own async path).
+    before (docs/FAULTS.md bug 2, in vLLM's own async path).
 
     Patches ``vllm.v1.worker.gpu_model_runner.update_num_computed_tokens_for_batch_change``
     (defined in ``vllm/v1/spec_decode/utils.py``, looked up in the runner's module).
@@ -1298,7 +1298,7 @@ FAULTS: dict[str, Fault] = {
         Fault(
             name="draft-input",
             summary="the MTP/EAGLE drafter is fed the committed token before the last one",
-            mirrors="design notes (../shared/docs/DESIGN.md) bug 1: drafter fed the wrong token (wrong index into the "
+            mirrors="docs/FAULTS.md bug 1: drafter fed the wrong token (wrong index into the "
             "sequence when looking up the last committed token)",
             expected="greedy outputs identical to the unfaulted run; acceptance length down",
             targets=(_PROPOSE,),
@@ -1307,7 +1307,7 @@ FAULTS: dict[str, Fault] = {
         Fault(
             name="draft-input-placeholder",
             summary="the MTP/EAGLE drafter is fed token id 0 instead of the last committed token",
-            mirrors="design notes (../shared/docs/DESIGN.md) bug 1: drafter fed the -1 placeholder of an optimistic draft "
+            mirrors="docs/FAULTS.md bug 1: drafter fed the -1 placeholder of an optimistic draft "
             "slot (as id 0, the clamped placeholder)",
             expected="greedy outputs identical to the unfaulted run; acceptance length down",
             targets=(_PROPOSE,),
@@ -1317,7 +1317,7 @@ FAULTS: dict[str, Fault] = {
             name="state-rollback",
             summary="after verification, accepted-token counts used for the Mamba/GDN "
             "state slot are off by one for every request that verified drafts",
-            mirrors="design notes (../shared/docs/DESIGN.md) bug 2: stale accepted-token counts roll recurrent state "
+            mirrors="docs/FAULTS.md bug 2: stale accepted-token counts roll recurrent state "
             "back by the wrong amount",
             expected="greedy outputs diverge from the reference; accuracy down",
             targets=(_UPDATE_AFTER_EXECUTE, _GDN_BUILD),
@@ -1327,8 +1327,8 @@ FAULTS: dict[str, Fault] = {
             name="async-placeholder-token",
             summary="async scheduling: the drafter's backup token is looked up at the optimistic "
             "(placeholder-inflated) sequence length instead of the last committed token",
-            mirrors="design notes (../shared/docs/DESIGN.md) bug 1 in vLLM's async path "
-            "(SpecDecodeBaseProposer.prepare_next_token_ids_padded before vLLM pull request 38419)",
+            mirrors="docs/FAULTS.md bug 1 in vLLM's async path "
+            "(SpecDecodeBaseProposer.prepare_next_token_ids_padded before vLLM's backup-token index fix)",
             expected="acceptance length down; greedy outputs diverge and accuracy falls (in the async "
             "path the same next token is the target's next input: _copy_valid_sampled_token_count)",
             targets=(_PREPARE_PADDED, _OPTIMISTIC_SEQ_LENS),
@@ -1339,7 +1339,7 @@ FAULTS: dict[str, Fault] = {
             name="async-stale-accepted",
             summary="async scheduling: accepted-token counts for the recurrent-state update are "
             "taken by row index, not following the batch reorder",
-            mirrors="design notes (../shared/docs/DESIGN.md) bug 2 in vLLM's async path "
+            mirrors="docs/FAULTS.md bug 2 in vLLM's async path "
             "(update_num_computed_tokens_for_batch_change without the prev_positions gather)",
             expected="greedy outputs diverge from the reference where reordered rows carried drafts",
             targets=(_BATCH_CHANGE, _GDN_BUILD),

@@ -422,7 +422,7 @@ class LmEvalTaskRecord(_Model):
 
 
 class ServerRecord(_Model):
-    """What happened to a variant's server process (issue 10: start-up outcomes are distinct).
+    """What happened to a variant's server process (start-up outcomes are distinct).
 
     Attributes:
         status: ``ready`` (answered ``/health``), ``exited_early`` (exited during

@@ -9,7 +9,7 @@ from harness.config.plan import Plan
 from harness.tasks import task_size
 
 
-#: Power assumed by :func:`detectable_drops` (README "Sample size").
+#: Power assumed by :func:`detectable_drops` (docs/gates.md, "Detectable drop in the dry run").
 DEFAULT_POWER = 0.8
 #: One-sided level of the floor gate's sampling margin (:func:`harness.analysis.stats.floor_margin`).
 FLOOR_ALPHA = 0.05

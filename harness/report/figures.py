@@ -15,7 +15,8 @@ Blocks: ``cpu-list`` (the CPU default list: per variant accuracy, mean acceptanc
 length, per-position acceptance, output match, seconds; batch condense / reorder events
 of the async variant), ``selfcheck`` (per variant of the self-check: fault, scheduling,
 accuracy, acceptance, output match, the plugin's execution counters, verdicts),
-``selfcheck-repeat`` (clean ``spec_async`` over repeated self-check runs).
+``selfcheck-repeat`` (clean ``spec_async`` over repeated self-check runs). ``cpu-list``
+lives in README.md, ``selfcheck`` and ``selfcheck-repeat`` in docs/FAULTS.md.
 
 Reads only ``run.json`` and ``selfcheck.json`` of the run folders.
 """

@@ -409,7 +409,7 @@ def _md_table(headers: list[str], rows: list[list[str]]) -> str:
 
 
 def server_lines(record: RunRecord) -> list[str]:
-    """What happened to each variant's server (``VariantResult.server``, issue 10): one
+    """What happened to each variant's server (``VariantResult.server``): one
     line per variant, ``config/variant: status (exit code N, after S s)``, plus the
     pre-launch check's problems, servers earlier runs left running, and the signal that
     interrupted the run."""

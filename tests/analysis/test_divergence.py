@@ -1,4 +1,4 @@
-"""Divergences judged by the reference's own distribution, and the model runner (issue 17).
+"""Divergences judged by the reference's own distribution, and the model runner.
 
 Fake-engine runs in both directions (tests/fake_vllm.py ``near_tie`` / ``confident``:
 the CPU engine cannot be made to flip a near-tie on 30% of the questions on demand),

@@ -1,4 +1,4 @@
-"""Output match against noise, both directions (issue 9).
+"""Output match against noise, both directions.
 
 GPU numerics make greedy outputs differ from run to run; a correct speculative build
 must pass, a broken one must fail. The benign case needs a FAKE server

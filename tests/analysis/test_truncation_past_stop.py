@@ -1,4 +1,4 @@
-"""Token ids past a stop string, truncation by max_tokens (issue 11 kinds 1 and 2).
+"""Token ids past a stop string, truncation by max_tokens.
 
 Expected counts and shares are counted by hand from the constructed samples.
 """

@@ -1,5 +1,5 @@
-"""Names that become paths and limits that cannot fail are refused at load (issue 18,
-points 6 and 8). Line numbers are counted by hand from the literal YAML."""
+"""Names that become paths and limits that cannot fail are refused at load.
+Line numbers are counted by hand from the literal YAML."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""YAML pitfalls and the typed speculative config (issue 11 kind 5, issue 7).
+"""YAML pitfalls and the typed speculative config.
 
 Every expected line number below is counted by hand from the literal YAML in the
 test, not taken from the loader.

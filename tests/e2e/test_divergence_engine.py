@@ -1,4 +1,4 @@
-"""Divergences judged by the reference's distribution, on the REAL vLLM CPU engine (issue 17).
+"""Divergences judged by the reference's distribution, on the REAL vLLM CPU engine.
 
 One run of the trained tiny hybrid: the reference (asking top-5 log-probabilities), a
 clean MTP variant and the self-check's two state faults (``state-rollback``,

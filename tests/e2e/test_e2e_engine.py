@@ -69,7 +69,7 @@ def load_samples(run_dir: Path, rel: str) -> list[dict]:
     return [json.loads(x) for x in (run_dir / rel).read_text().splitlines() if x.strip()]
 
 
-#: Tolerances of the figures against README's measured table (README "The CPU list"
+#: Tolerances of the figures against README's measured table (README "Measured: the CPU list"
 #: states them): accuracy is binomial over 100 questions, bfloat16 CPU kernels are
 #: deterministic run to run, so these leave room for a different CPU, not for a bug.
 TOL_ACCURACY = 0.05

@@ -1,4 +1,4 @@
-"""Fail closed against the REAL vLLM (issue 10, kinds 1, 2 and 3).
+"""Fail closed against the REAL vLLM.
 
 * The pre-launch argument check runs the installed vLLM's own parser (no server is
   started): a flag this release does not have is rejected in seconds, naming it.

@@ -273,7 +273,7 @@ def engines_text(values: dict[str, tuple[int, int, int, list[int]]]) -> str:
 
 
 def test_reset_on_one_engine_is_named_even_when_the_sum_grows():
-    # issue 10 example: before e0=100, e1=100; after e0=10, e1=250. The sums grow
+    # example: before e0=100, e1=100; after e0=10, e1=250. The sums grow
     # (200 -> 260) but engine 0 went down: an error naming engine 0, never 60.
     before = parse_spec_decode_counters(engines_text({"0": (100, 200, 100, [60, 40]), "1": (100, 200, 100, [60, 40])}))
     after = parse_spec_decode_counters(engines_text({"0": (10, 20, 10, [6, 4]), "1": (250, 500, 250, [150, 100])}))

@@ -1,4 +1,4 @@
-"""Fail closed (issue 10): what evalrun cannot measure or judge does not pass.
+"""Fail closed: what evalrun cannot measure or judge does not pass.
 
 Expected values are worked out here by hand or read from the installed vLLM's own
 source (its list of MTP method names), never copied from the harness.

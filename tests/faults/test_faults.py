@@ -98,7 +98,7 @@ def test_known_faults_listed_and_documented():
         if name != "noop":
             assert f.targets, name
             doc = inspect.getdoc(f.install) or ""
-            assert "DESIGN.md" in doc and "Patches" in doc, name
+            assert "FAULTS.md" in doc and "Patches" in doc, name
 
 
 def test_requested_fault_reads_given_environ():
@@ -316,7 +316,7 @@ def test_state_rollback_wrapper_on_vllms_own_function():
 
 
 # ---------------------------------------------------------------------------
-# counters, reports, runner check, async scheduling on the CPU (issue 8, issue 10 kind 8)
+# counters, reports, runner check, async scheduling on the CPU
 # ---------------------------------------------------------------------------
 
 

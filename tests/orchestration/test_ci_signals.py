@@ -1,4 +1,4 @@
-"""Cancelled CI jobs (issue 18, point 1), with the FAKE server slow to exit
+"""Cancelled CI jobs, with the FAKE server slow to exit
 (``FAKE_EXIT_SECONDS``: the real engine cannot be made to hang in its shutdown on demand).
 
 The signal sequences are the CI systems' own:

@@ -1,8 +1,8 @@
-"""Environment faults get named (issue 11 kind 9): ``evalrun doctor``, the server-log
+"""Environment faults get named: ``evalrun doctor``, the server-log
 diagnosis, and GSM8K on an offline machine answered within seconds.
 
 A broken torchvision is simulated by a package on PYTHONPATH that raises what the
-real mismatched wheel raises (the project notes, ../shared/docs/VLLM-CPU-FACTS.md):
+real mismatched wheel raises (docs/cpu-engine.md):
 breaking the real virtual environment to test this is not an option.
 """
 

@@ -1,4 +1,4 @@
-"""Fail closed in the runner (issue 10), with the FAKE server (tests/fake_vllm.py) for
+"""Fail closed in the runner, with the FAKE server (tests/fake_vllm.py) for
 what the real engine cannot do on demand: exit at start-up, never get ready, die mid
 task, ignore SIGTERM, report impossible or reset counters. The real-engine versions
 of unreadable engine facts and rejected arguments are in test_fail_closed_engine.py.

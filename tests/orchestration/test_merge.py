@@ -132,7 +132,7 @@ def test_merge_refuses_mixed_or_missing_shards(tmp_path):
     assert main(["merge", str(tmp_path / "a" / "s1"), "--results-dir", str(tmp_path / "o")]) == 2
 
 
-# ------------------------------------------------------------------ issue 18: builds and sample hashes
+# ------------------------------------------------------------------ builds and sample hashes
 
 
 def _shard_with_task(tmp: Path, i: int, engine: str = "0.32.0", git: str = "rev1") -> Path:

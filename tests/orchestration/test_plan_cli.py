@@ -24,7 +24,7 @@ def test_h200_dry_run_json_three_variants_with_flags(capsys):
     assert len(names) == 3
     super_ = next(c for c in plan if "Super-120B" in c["name"])
     by = {v["name"]: v["argv"] for v in super_["variants"]}
-    # the three variants on vLLM's default runner, and the same three on V1 (issue 17)
+    # the three variants on vLLM's default runner, and the same three on V1
     assert list(by) == ["reference", "spec_sync", "spec_async", "reference_v1", "spec_sync_v1", "spec_async_v1"]
     ref, sync, asyn = by["reference"], by["spec_sync"], by["spec_async"]
     assert ref[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]

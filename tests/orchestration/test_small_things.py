@@ -1,4 +1,4 @@
-"""Small things users noticed (issue 11 kind 10): nearest config names, --dry-run
+"""Small things users noticed: nearest config names, --dry-run
 --variant, commands that paste into a shell, integer counts, partial baselines,
 diff by run id, skip reasons."""
 

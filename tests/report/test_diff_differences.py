@@ -1,4 +1,4 @@
-"""``evalrun diff`` explains what it cannot pair (issue 11 kind 8)."""
+"""``evalrun diff`` explains what it cannot pair."""
 
 from __future__ import annotations
 

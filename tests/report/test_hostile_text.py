@@ -1,4 +1,4 @@
-"""Reports survive any text (issue 18, point 5): colour codes and control characters in a
+"""Reports survive any text: colour codes and control characters in a
 server log, lone surrogates, very long lines and markup in completions. The FAKE server
 (``FAKE_HOSTILE=1``) produces them on demand; the results are read back with a real
 JUnit consumer (junitparser), Python's XML and JSON parsers, and headless Chromium."""

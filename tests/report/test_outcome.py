@@ -1,4 +1,4 @@
-"""One verdict, one name (issue 18, point 7): every report prints the run's outcome with
+"""One verdict, one name: every report prints the run's outcome with
 the same word; plus the run id and stop-grace settings of point 1 and 2."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from harness.report.summary import render_markdown
 
 from ..record_factory import typed
 
-CASES = [  # (status, passed, exit code) -> word, by the table in the README
+CASES = [  # (status, passed, exit code) -> word, by the exit-code table in the README
     (("completed", True, 0), "PASSED"),
     (("completed", False, 1), "FAILED"),
     (("incomplete", False, 1), "FAILED"),
@@ -29,7 +29,7 @@ CASES = [  # (status, passed, exit code) -> word, by the table in the README
 
 def record(status, passed, code):
     rec = typed({"run_id": "r", "passed": passed, "exit_code": code, "configs": [{"name": "c", "gates": []}]})
-    object.__setattr__(rec, "status", status)   # "error" comes with issue 15's schema; set past validation
+    object.__setattr__(rec, "status", status)   # set past validation
     return rec
 
 

@@ -1,4 +1,4 @@
-"""Few-shot contamination (issue 11 kind 6) and the run-time subset-size warning
+"""Few-shot contamination and the run-time subset-size warning
 (kind 7). Data folders are written here (a few made-up items), never copied from
 the shared GSM8K folder.
 """

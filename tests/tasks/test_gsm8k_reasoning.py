@@ -1,4 +1,4 @@
-"""Reasoning blocks, LaTeX numbers and stop sequences (issue 11 kinds 3 and 4).
+"""Reasoning blocks, LaTeX numbers and stop sequences.
 
 Expected verdicts are what a person reads off each completion; none is copied
 from the code under test.

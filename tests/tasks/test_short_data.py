@@ -1,4 +1,4 @@
-"""Less data than asked fails closed (issue 18, point 4): a test file cut short is refused
+"""Less data than asked fails closed: a test file cut short is refused
 before any server starts, naming the file and both counts, unless the config asks for
 "up to N"; the dry run shows what the data holds. The FAKE server stands in for the
 engine where a run gets that far."""

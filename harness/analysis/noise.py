@@ -1,0 +1,136 @@
+"""Greedy-output noise: a candidate's output mismatches judged against the baseline's own
+mismatches (a rerun of the baseline in the same run, or a stored noise rate).
+
+Read by the ``min_output_match`` gate (:mod:`harness.analysis.gates`) through the
+per-comparison measurement :attr:`harness.analysis.measurements.ComparisonMeasurement.noise`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from harness.analysis.scoring import OutputMatch, committed_divergence
+from harness.analysis.stats import mcnemar_exact
+from harness.records.samples import Sample
+
+
+@dataclass(frozen=True)
+class OutputNoise:
+    """A candidate's greedy-output mismatches judged against baseline-vs-baseline noise.
+
+    Attributes:
+        source: ``"rerun"`` (the baseline ran twice in this run, ``noise_runs: 2``) or
+            ``"stored"`` (the comparison's ``noise_mismatch_rate``).
+        noise_compared: questions compared baseline pass 1 vs pass 2 (rerun), else None.
+        noise_mismatched: of those, questions whose token ids differ (rerun), else None.
+        noise_rate: baseline-vs-baseline mismatch rate (fraction of questions).
+        noise_first_divergences: ``(question id, first differing token index)`` per
+            noise mismatch (rerun), else empty.
+        compared: questions compared for the test (for a rerun: compared in both the
+            candidate comparison and the noise comparison).
+        candidate_mismatched: candidate-vs-baseline mismatches among ``compared``.
+        candidate_rate: ``candidate_mismatched / compared``.
+        candidate_only: ids mismatched by the candidate but not by the noise (rerun).
+        noise_only: ids mismatched by the noise but not by the candidate (rerun).
+        test: ``"mcnemar_exact_one_sided"`` (rerun: paired over the same questions,
+            H1 "the candidate mismatches more often than the noise"; b =
+            |candidate_only|, c = |noise_only|, p = P(Binomial(b + c, 1/2) >= b),
+            McNemar 1947 exact form) or ``"binomial_one_sided"`` (stored rate r0:
+            p = P(Binomial(compared, r0) >= candidate_mismatched), the exact binomial
+            test, ``scipy.stats.binomtest``; r0 is treated as known).
+        p_value: the one-sided p-value of ``test``.
+    """
+
+    source: str
+    noise_compared: int | None
+    noise_mismatched: int | None
+    noise_rate: float
+    noise_first_divergences: tuple[tuple[str, int], ...]
+    compared: int
+    candidate_mismatched: int
+    candidate_rate: float | None
+    candidate_only: tuple[str, ...]
+    noise_only: tuple[str, ...]
+    test: str
+    p_value: float
+
+
+def output_noise_rerun(
+    baseline: Sequence[Sample], rerun: Sequence[Sample], candidate: Sequence[Sample]
+) -> OutputNoise:
+    """Judge the candidate's output mismatches against a rerun of the baseline.
+
+    Args:
+        baseline: the baseline variant's samples (pass 1), one task.
+        rerun: the same variant's samples of the same task from pass 2.
+        candidate: the candidate variant's samples of the same task.
+
+    Returns:
+        :class:`OutputNoise`. Only questions that succeeded with token ids in all
+        three are compared; per question, "candidate mismatch" = candidate token ids
+        differ from pass 1, "noise mismatch" = pass 2 differs from pass 1; the paired
+        exact one-sided McNemar test is then taken over those questions (see
+        :class:`OutputNoise` ``test``). ``noise_*`` counts are over the questions
+        compared between pass 1 and pass 2.
+    """
+    def usable(x: Sample | None) -> bool:
+        return x is not None and x.ok and x.token_ids is not None
+
+    r2 = {x.question_id: x for x in rerun}
+    cd = {x.question_id: x for x in candidate}
+    noise_cmp, noise_div = 0, []
+    both, cand_only, noise_only, cand_mm = 0, [], [], 0
+    for a in baseline:
+        b2, c = r2.get(a.question_id), cd.get(a.question_id)
+        if not (usable(a) and usable(b2)):
+            continue
+        noise_cmp += 1
+        dn = committed_divergence(a, b2)
+        if dn is not None:
+            noise_div.append((a.question_id, dn))
+        if not usable(c):
+            continue
+        both += 1
+        dc = committed_divergence(a, c)
+        cand_mm += dc is not None
+        if dc is not None and dn is None:
+            cand_only.append(a.question_id)
+        elif dc is None and dn is not None:
+            noise_only.append(a.question_id)
+    return OutputNoise(
+        source="rerun",
+        noise_compared=noise_cmp,
+        noise_mismatched=len(noise_div),
+        noise_rate=len(noise_div) / noise_cmp if noise_cmp else 0.0,
+        noise_first_divergences=tuple(noise_div),
+        compared=both,
+        candidate_mismatched=cand_mm,
+        candidate_rate=cand_mm / both if both else None,
+        candidate_only=tuple(cand_only),
+        noise_only=tuple(noise_only),
+        test="mcnemar_exact_one_sided",
+        p_value=mcnemar_exact(len(cand_only), len(noise_only), alternative="greater"),
+    )
+
+
+def output_noise_stored(candidate: OutputMatch, rate: float) -> OutputNoise:
+    """Judge the candidate's output mismatches against a stored noise rate ``rate``
+    (fraction in [0, 1]): exact one-sided binomial test, ``P(Binomial(compared, rate)
+    >= mismatched)`` by ``scipy.stats.binomtest(..., alternative="greater")``.
+
+    Raises:
+        ValueError: ``rate`` outside [0, 1].
+    """
+    from scipy import stats as _st
+
+    if not 0.0 <= rate <= 1.0:
+        raise ValueError(f"noise rate must be in [0, 1], got {rate!r}")
+    k, n = len(candidate.mismatches), candidate.compared
+    p = float(_st.binomtest(k, n, rate, alternative="greater").pvalue) if n else 1.0
+    return OutputNoise(
+        source="stored", noise_compared=None, noise_mismatched=None, noise_rate=rate,
+        noise_first_divergences=(), compared=n, candidate_mismatched=k,
+        candidate_rate=k / n if n else None, candidate_only=(), noise_only=(),
+        test="binomial_one_sided", p_value=p,
+    )
