@@ -107,7 +107,31 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--shard", default=None, metavar="I/N",
                    help="run only shard I of N (1-based) of the list's configs: deterministic by config "
                         "name, balanced by estimated GPU-seconds (earlier runs in RESULTS_DIR, else defaults); combine the shards with `evalrun merge`")
+    p.add_argument("--gpus", default=None, metavar="LIST|N",
+                   help="the GPUs evalrun may hand to its servers: a comma list of device ids (0,1,4) or a count "
+                        "(4: the first four); default: CUDA_VISIBLE_DEVICES when set, else every GPU found. On a "
+                        "GPU host variants run side by side on disjoint device sets, longest first")
+    p.add_argument("--max-servers", type=int, default=None, metavar="N",
+                   help="at most N vLLM servers alive at once (default: as many as the GPUs hold; 1 = one at a time)")
     return p
+
+
+def _gpu_estimates(plan, args) -> dict[str, float] | None:
+    """On a GPU host: variant id -> estimated server seconds from earlier runs in the
+    results folder (:func:`harness.report.cost.plan_cost`), the order in which variants get
+    devices (longest first). None on a CPU host (one at a time in plan order) or when the
+    devices cannot be determined (the run itself then refuses, naming why)."""
+    from harness.engine.devices import DeviceError, available_devices
+
+    try:
+        if not available_devices(args.gpus):
+            return None
+        from harness.report.cost import plan_cost
+
+        pc = plan_cost(plan, args.results_dir, only=args.variant, gpus=args.gpus, max_servers=args.max_servers)
+    except (DeviceError, ValueError, OSError):
+        return None
+    return {f"{c.config}/{c.variant}": c.seconds for c in pc.variants}
 
 
 class _Refused(Exception):
@@ -134,6 +158,7 @@ def cmd_run(argv: list[str]) -> int:
     except _Refused as e:
         print(f"evalrun: {e}", file=sys.stderr)
         return 2
+    from harness.engine.devices import DeviceError
     from harness.records.atomic import ResultsFolderError
     from harness.report.progress import Progress
     from harness.runner import RunFolderExistsError, RunOptions, run, say_interrupted, terminate_as_interrupt
@@ -146,10 +171,11 @@ def cmd_run(argv: list[str]) -> int:
         argv=["evalrun", *argv], variants=args.variant, progress=progress,
         baseline_dir=None if args.no_baseline else baseline_dir,
         allow_contamination=args.allow_contamination, shard=shard,
+        gpus=args.gpus, max_servers=args.max_servers, estimates=_gpu_estimates(plan, args),
     )
     try:
         record, run_dir = run(plan, opts)
-    except (RunFolderExistsError, ResultsFolderError) as e:
+    except (RunFolderExistsError, ResultsFolderError, DeviceError) as e:
         print(f"evalrun: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:  # RunInterrupted, or a signal before the run folder existed

@@ -13,8 +13,11 @@ whose server fails is recorded with its error while the other variants still run
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,7 +32,8 @@ from harness.config.plan import PORT_PLACEHOLDER, ConfigPlan, Plan, VariantPlan,
 from harness.engine import server as engine_server
 from harness.engine.info import EngineInfoError, check_effective, model_runner_fact
 from harness.engine.preflight import ASYNC_NOT_SUPPORTED, ServerCommand, check_server_commands
-from harness.engine.server import STOP_SIGNALS, ServerStartError, find_leftover_servers, unstopped
+from harness.engine.pool import DevicePool, Job, ServerPlan, new_pool, run_jobs, server_plan
+from harness.engine.server import STOP_SIGNALS, ServerStartError, find_leftover_servers, interrupting, unstopped
 from harness.engine.session import VariantSession, counter_problem
 from harness.faults.plugin import REPORT_ENV
 from harness.models.resolve import resolve_model
@@ -38,13 +42,13 @@ from harness.records.recorder import (
     EXIT_COULD_NOT_RUN, EXIT_GATE_FAILED, EXIT_PASSED, RECORDERS, RunRecorder, checkpoint, finish_all, interrupt_all,
 )
 from harness.records.results import (
-    config_result, model_record, plugin_dir, plugin_report, reject_counters, rel, requested, rerun_record,
+    config_result, plugin_dir, plugin_report, reject_counters, rel, requested, rerun_record,
     task_result, unstarted_variant,
 )
 from harness.records.run_folder import RunFolderTaken, claim_run_folder
 from harness.records.run_record import (
-    BaselineInfo, ConfigRef, ConfigResult, ConfigWarningRecord, DatasetRef, EffectivenessRecord, EngineFactsRecord,
-    LeftoverServerRecord, LmEvalInfo, LmEvalTaskRecord, ModelRunnerRecord, PreflightProblemRecord, PreflightRecord,
+    BaselineInfo, ConfigRef, ConfigResult, ConfigWarningRecord, DatasetRef,
+    LeftoverServerRecord, LmEvalInfo, LmEvalTaskRecord, PreflightProblemRecord, PreflightRecord,
     RerunRecord, RunErrorRecord, RunRecord, ServerRecord, SubsetWarning, VariantResult, new_run_id, provenance,
     utc_now, write_run,
 )
@@ -74,11 +78,12 @@ class RunFolderExistsError(FileExistsError):
 
 
 @dataclass
-class Place:
+class Place(threading.local):
     """Where the run is: the stage and the config, variant and task it is in (what an
     unexpected exception is recorded with, :class:`RunErrorRecord`). Stages: ``prepare``,
     ``model``, ``server``, ``client``, ``judging``, ``scoring``, ``statistics``, ``gates``,
-    ``baseline``, ``writing``, ``run``."""
+    ``baseline``, ``writing``, ``run``. One per thread (variants running side by side
+    each have their own, :mod:`harness.engine.pool`)."""
 
     stage: str = "run"
     config: str | None = None
@@ -135,6 +140,11 @@ class RunOptions:
             and the overlaps per task in ``provenance.datasets[<task id>].contamination``).
         preflight: check every server command with the installed vLLM's argument
             parser before launching anything (:mod:`harness.engine.preflight`).
+        gpus: ``--gpus``: the devices evalrun may use (a count or a comma list; None =
+            every device found, :func:`harness.engine.devices.available_devices`).
+        max_servers: ``--max-servers``: at most this many servers alive at once.
+        estimates: variant id -> estimated server seconds, the order in which variants
+            get devices (longest first; :func:`harness.engine.pool.server_plan`).
     """
 
     results_dir: Path
@@ -147,6 +157,9 @@ class RunOptions:
     allow_contamination: bool = False
     preflight: bool = True
     shard: Any = None
+    gpus: str | None = None
+    max_servers: int | None = None
+    estimates: dict[str, float] | None = None
 
 
 def run(plan: Plan, opts: RunOptions) -> tuple[RunRecord, Path]:
@@ -185,6 +198,7 @@ def run(plan: Plan, opts: RunOptions) -> tuple[RunRecord, Path]:
     """
     run_id = opts.run_id or new_run_id()
     run_dir = Path(opts.results_dir) / run_id
+    sp = server_plan(plan, opts.variants, opts.gpus, opts.max_servers, opts.estimates)  # DeviceError: before all
     check_results_folder(opts.results_dir)  # writable, some free space: before any server starts
     try:
         claim = claim_run_folder(run_dir, opts.argv)
@@ -193,13 +207,14 @@ def run(plan: Plan, opts: RunOptions) -> tuple[RunRecord, Path]:
     except OSError as e:
         raise ResultsFolderError(f"run folder {run_dir}: cannot be created: {e.strerror or e}") from e
     try:
-        return _run_claimed(plan, opts, run_id, run_dir)
+        return _run_claimed(plan, opts, run_id, run_dir, sp)
     finally:
         RECORDERS.clear()
         claim.release()
 
 
-def _run_claimed(plan: Plan, opts: RunOptions, run_id: str, run_dir: Path) -> tuple[RunRecord, Path]:
+def _run_claimed(plan: Plan, opts: RunOptions, run_id: str, run_dir: Path,
+                 sp: ServerPlan | None = None) -> tuple[RunRecord, Path]:
     """:func:`run` once the run folder is claimed: the record is on disk from here on
     (status ``running``), rewritten after every task and variant (:class:`RunRecorder`)."""
     PLACE.at("run", config=None, variant=None, task=None)
@@ -208,7 +223,7 @@ def _run_claimed(plan: Plan, opts: RunOptions, run_id: str, run_dir: Path) -> tu
     RECORDERS[:] = [recorder]
     recorder.save()  # the record exists from the start: status running
     try:
-        return _run_plan(plan, opts, run_dir, record, recorder, lm_eval_done), run_dir
+        return _run_plan(plan, opts, run_dir, record, recorder, lm_eval_done, sp), run_dir
     except KeyboardInterrupt as e:
         raise _interrupted(e, recorder, lm_eval_done) from None
     except Exception as e:  # noqa: BLE001 - an unexpected error is data: the record keeps it
@@ -250,7 +265,7 @@ def _new_record(plan: Plan, opts: RunOptions, run_id: str) -> tuple[RunRecord, C
 
 
 def _run_plan(plan: Plan, opts: RunOptions, run_dir: Path, record: RunRecord, recorder: RunRecorder,
-              lm_eval_done: Callable[..., None]) -> RunRecord:
+              lm_eval_done: Callable[..., None], sp: ServerPlan | None = None) -> RunRecord:
     """The run's steps in order: short data, preflight, every config, the verdict
     (``lm_eval_done`` joins the provenance thread of :func:`_new_record`)."""
     could_not_run = False
@@ -264,8 +279,7 @@ def _run_plan(plan: Plan, opts: RunOptions, run_dir: Path, record: RunRecord, re
             return _finish(record, run_dir, could_not_run=True)
         plan = mark_not_applicable(plan, not_applicable)
     lm_eval_done()
-    for cp in plan.configs:
-        crec, cnr = _run_config(cp, opts, run_dir, record)
+    for crec, cnr in _config_results(plan, opts, run_dir, record, sp):
         crec.list_path = plan.list_path  # the model list file that was read
         could_not_run |= cnr
         PLACE.at("writing", variant=None, task=None)
@@ -278,6 +292,7 @@ def _interrupted(e: KeyboardInterrupt, recorder: RunRecorder, lm_eval_done: Call
     """After a stopping signal: the signal handler wrote the record (interrupted) before
     any server was stopped; every server's context manager has now stopped its process
     group. Check, rewrite the record and its reports; the :class:`RunInterrupted` to raise."""
+    # (variants side by side: every job thread has ended, :func:`harness.engine.pool.run_jobs`)
     record, run_dir = recorder.record, recorder.run_dir
     leftover = sorted({pid for pids in unstopped().values() for pid in pids})
     sig = str(e.args[0]) if e.args else "KeyboardInterrupt"
@@ -500,7 +515,49 @@ def _refused_before_launch(plan: Plan, bad: dict[str, Any], record: RunRecord) -
         record.configs.append(crec)
 
 
-def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunRecord) -> tuple[ConfigResult, bool]:
+def _config_results(plan: Plan, opts: RunOptions, run_dir: Path, record: RunRecord,
+                    sp: ServerPlan | None):
+    """``(config result, could not run)`` of every config, in plan order. On a CPU host
+    (``sp`` None or without devices) each config runs when asked for, as before. On a
+    GPU host every config runs in its own thread at once and its variants lease
+    disjoint device sets of one pool (:mod:`harness.engine.pool`), so variants of
+    different configs share the node; a config's comparisons and gates run when all
+    its variants finished. An unexpected error keeps the place where it happened."""
+    if sp is None or not sp.uses_pool:
+        for cp in plan.configs:
+            yield _run_config(cp, opts, run_dir, record)
+        return
+    pool = new_pool(sp)
+    opts.progress.log(f"devices {','.join(sp.devices)}: variants side by side on disjoint sets, longest first"
+                      + (f", at most {sp.max_servers} server(s) at once" if sp.max_servers else ""))
+
+    def one_config(cp: ConfigPlan, _devices: tuple[str, ...]) -> tuple[ConfigResult, bool]:
+        try:
+            out = _run_config(cp, opts, run_dir, record, pool=pool, sp=sp)
+        except Exception as e:
+            if not hasattr(e, "evalrun_place"):
+                e.evalrun_place = (PLACE.stage, PLACE.config, PLACE.variant, PLACE.task)  # type: ignore[attr-defined]
+            raise
+        finally:  # variants it did not run (data, model, not selected) hold no place in the order
+            pool.withdraw([vp.id for vp in cp.variants])
+        checkpoint()  # the config's comparisons and gates are on disk before the others end
+        return out
+
+    try:
+        results = run_jobs([Job(cp.name, functools.partial(one_config, cp)) for cp in plan.configs], pool)
+    except Exception as e:
+        where = getattr(e, "evalrun_place", None)
+        if where is not None:
+            PLACE.at(where[0], config=where[1], variant=where[2], task=where[3])
+        raise
+    finally:  # the record's configs in plan order, whichever thread appended first
+        order = {cp.name: i for i, cp in enumerate(plan.configs)}
+        record.configs.sort(key=lambda r: order.get(r.name, len(order)))
+    yield from results
+
+
+def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunRecord,
+                pool: DevicePool | None = None, sp: ServerPlan | None = None) -> tuple[ConfigResult, bool]:
     """Run one config: its tasks prepared, its model resolved, every selected variant,
     the comparisons (and the baseline reruns they need), its gates. Returns the config's
     record (already in ``record.configs``, filled in place so an interrupt keeps what ran)
@@ -525,11 +582,19 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
     # 3. variants
     reruns: dict[tuple[str, str], tuple[Sample, ...]] = {}
     m.runners = {}
-    for vp in variants:
-        could_not_run |= not _run_and_report_variant(cp, vp, model_ref, prepared, opts, run_dir, m, reruns, crec)
+    def one_variant(vp: VariantPlan, devices: tuple[str, ...] = ()) -> bool:
+        return _run_and_report_variant(cp, vp, model_ref, prepared, opts, run_dir, m, reruns, crec, pool, devices)
+
+    if pool is None:  # a CPU host: one at a time, in this thread
+        oks = [one_variant(vp) for vp in variants]
+    else:
+        pool.withdraw([vp.id for vp in cp.variants if vp not in variants])  # never asking for devices
+        oks = run_jobs([Job(vp.id, functools.partial(one_variant, vp), need=sp.need(vp.id)) for vp in variants],
+                       pool)
+    could_not_run |= not all(oks)
     # 4. comparisons (the record's paired test reads each task's own pipeline); a
     # baseline rerun for noise only where divergences are left that no distribution judges
-    _comparisons(cp, variants, model_ref, prepared, opts, run_dir, m, reruns, crec)
+    _comparisons(cp, variants, model_ref, prepared, opts, run_dir, m, reruns, crec, pool, sp)
     # 5. gates, 6. gates against the stored baseline (last known good), when there is one
     _judge(cp, opts, m, crec)
     return crec, could_not_run
@@ -618,22 +683,38 @@ def _prepare_model(cp: ConfigPlan, crec: ConfigResult, m: Measurements, p: Progr
 
 def _run_and_report_variant(cp: ConfigPlan, vp: VariantPlan, model_ref: str, prepared: dict[str, PreparedTask],
                             opts: RunOptions, run_dir: Path, m: Measurements, reruns: dict,
-                            crec: ConfigResult) -> bool:
-    """Run one variant (:func:`run_variant`), merge what it measured into ``m`` and
-    ``reruns``, then read its plugin reports and model runner. False when its server failed."""
-    out = run_variant(cp, vp, model_ref, prepared, opts, run_dir, into=crec.variants)
+                            crec: ConfigResult, pool: DevicePool | None = None, devices: tuple[str, ...] = ()) -> bool:
+    """Run one variant (:func:`run_variant`; on ``devices`` of ``pool`` when given),
+    merge what it measured into ``m`` and ``reruns``, then read its plugin reports and
+    model runner. False when its server failed."""
+    if devices:  # its own device set, side by side with others (harness.engine.pool)
+        vp = dataclasses.replace(vp, env={**vp.env, "CUDA_VISIBLE_DEVICES": ",".join(devices)})
+    try:
+        out = run_variant(cp, vp, model_ref, prepared, opts, run_dir, into=crec.variants)
+    except Exception as e:  # the variant's thread knows where it was: keep it for the record
+        if pool is not None and not hasattr(e, "evalrun_place"):
+            e.evalrun_place = (PLACE.stage, PLACE.config, PLACE.variant, PLACE.task)  # type: ignore[attr-defined]
+        raise
     out.merge_into(m, reruns)
+    if pool is not None:  # its server is stopped: its devices go to the next variant now
+        pool.release(vp.id)
+    if pool is not None and pool.cancelled.is_set() and interrupting():  # its server was stopped by the signal
+        vr = crec.variants[vp.name]
+        vr.server = ServerRecord(status="interrupted", exit_code=vr.server.exit_code, seconds=vr.server.seconds,
+                                 pid=vr.server.pid)
+        vr.error = "interrupted by a signal" + (f" ({vr.error})" if vr.error else "")
     c = cp.config
-    PLACE.at("server", variant=vp.name, task=None)  # the plugin's per-process reports
+    PLACE.at("server", config=c.name, variant=vp.name, task=None)  # the plugin's per-process reports
     crec.variants[vp.name].plugin = plugin_report(run_dir, c.name, vp)
     fact = model_runner_fact(crec.variants[vp.name].plugin.model_runners, _read_log(run_dir, c.name, vp.name))
-    crec.variants[vp.name].model_runner = model_record(ModelRunnerRecord, fact)
+    crec.variants[vp.name].model_runner = fact
     m.runners[vp.name] = fact
     return out.ok
 
 
 def _comparisons(cp: ConfigPlan, variants: list[VariantPlan], model_ref: str, prepared: dict[str, PreparedTask],
-                 opts: RunOptions, run_dir: Path, m: Measurements, reruns: dict, crec: ConfigResult) -> None:
+                 opts: RunOptions, run_dir: Path, m: Measurements, reruns: dict, crec: ConfigResult,
+                 pool: DevicePool | None = None, sp: ServerPlan | None = None) -> None:
     """The config's comparisons (:func:`harness.analysis.comparison.compare`); then the
     baseline reruns for noise they need (:func:`rerun_needs`) and, after them, the
     comparisons again."""
@@ -642,9 +723,15 @@ def _comparisons(cp: ConfigPlan, variants: list[VariantPlan], model_ref: str, pr
     needs = rerun_needs(c, m, reruns)
     for vname, tasks in needs.items():
         vp = next((v for v in variants if v.name == vname), None)
-        if vp is not None:
-            _rerun_when_needed(cp, vp, model_ref, {t: prepared[t] for t in tasks if t in prepared}, opts, run_dir,
-                               m, reruns, crec.variants[vname])
+        if vp is None:
+            continue
+        todo = {t: prepared[t] for t in tasks if t in prepared}
+        if pool is None:
+            _rerun_when_needed(cp, vp, model_ref, todo, opts, run_dir, m, reruns, crec.variants[vname])
+            continue
+        with pool.lease(vp.id + " (rerun)", sp.need(vp.id)) as devices:  # a server again: its own devices
+            _rerun_when_needed(cp, dataclasses.replace(vp, env={**vp.env, "CUDA_VISIBLE_DEVICES": ",".join(devices)}),
+                               model_ref, todo, opts, run_dir, m, reruns, crec.variants[vname])
     if needs:
         crec.comparisons = compare(c, m, reruns, needs, at=PLACE.at)
 
@@ -844,7 +931,7 @@ def _server_ready(session: VariantSession, cp: ConfigPlan, vp: VariantPlan, out:
     checkpoint()
     try:
         facts = session.engine_facts()
-        vrec.engine = model_record(EngineFactsRecord, facts)
+        vrec.engine = facts
         if facts.platform == "rocm" and c.rocm_request_timeout_seconds is not None:
             # vLLM's test reads rocm_request_timeout_seconds on ROCm only; so does evalrun
             session.request_timeout = c.rocm_request_timeout_seconds
@@ -853,7 +940,7 @@ def _server_ready(session: VariantSession, cp: ConfigPlan, vp: VariantPlan, out:
         if facts.vllm_version is None:  # the session reads /version leniently
             raise EngineInfoError(f"{vp.id}: cannot read the engine's version from /version")
         eff = check_effective(facts, vp.speculative_config, vp.async_scheduling, vp.expected_effective)
-        vrec.effective = model_record(EffectivenessRecord, eff)
+        vrec.effective = eff
         out.effectiveness[vp.name] = eff
         if not eff.effective:
             p.warn(f"{vp.id}: not effective as asked: {eff.mismatches}"

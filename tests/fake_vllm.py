@@ -71,6 +71,12 @@ engine bugs produce): the 1st, 3rd, ... of them with ``text`` a number, the 2nd,
 ``list`` (a JSON list) or ``sched`` (``scheduler_config`` a string), and ``/version``
 answer a list with ``FAKE_MALFORMED_VERSION=1``.
 
+``FAKE_DEVICES_LOG=PATH`` appends a JSON line at start-up and at SIGTERM/SIGINT
+(``event`` ``start`` / ``stop``, ``pid``, wall time ``t``, ``devices`` = the
+``CUDA_VISIBLE_DEVICES`` the server was given, ``args``): there are no GPUs on the test
+machine, so the GPU scheduling tests check what each server was handed.
+``FAKE_LATENCY=S`` makes every completion answer after S seconds.
+
 Like the real server, ``/server_info`` answers 404 unless ``VLLM_SERVER_DEV_MODE=1``;
 ``FAKE_NO_VERSION=1`` makes ``/version`` answer 404 (the real server always has it).
 
@@ -186,6 +192,26 @@ if os.environ.get("FAKE_CHILD") == "1":
     print(f"fake vllm: child {_child.pid}", flush=True)
 
 
+if os.environ.get("FAKE_DEVICES_LOG"):  # what a GPU test checks: the devices each server was given, and when
+    _dev_log = os.environ["FAKE_DEVICES_LOG"]
+
+    def _dev_event(event: str) -> None:
+        with open(_dev_log, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"event": event, "pid": os.getpid(), "t": time.time(), "port": port,
+                                "devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "args": args}) + "\n")
+
+    _dev_event("start")
+
+    def _dev_stop(signum, frame):  # noqa: ARG001
+        _dev_event("stop")
+        os._exit(0)
+
+    if not os.environ.get("FAKE_EXIT_SECONDS") and mode != "ignore_sigterm":
+        signal.signal(signal.SIGTERM, _dev_stop)
+        signal.signal(signal.SIGINT, _dev_stop)
+#: ``FAKE_LATENCY=S``: every completion answers after S seconds (a GPU's request time, scaled down).
+latency = float(os.environ.get("FAKE_LATENCY", "0") or 0)
+
 malformed = [int(x) for x in os.environ.get("FAKE_MALFORMED", "").split(",") if x.strip()]
 
 
@@ -282,6 +308,8 @@ class H(BaseHTTPRequestHandler):
             time.sleep(3600)
         if mode.startswith("http500_every:") and k % int(mode.split(":")[1]) == 0:
             return self._send(500, {"error": "simulated engine error"})
+        if latency:
+            time.sleep(latency)
         ids = [5, 6, 7, 8]
         text = " 2 + 3 = 5 #### 5"
         if mode.startswith("benign_noise:"):

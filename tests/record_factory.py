@@ -25,6 +25,7 @@ def complete_record(rec: dict[str, Any]) -> dict[str, Any]:
     r.setdefault("run_id", "test")
     r["provenance"] = {**PROVENANCE, **(r.get("provenance") or {})}
     for c in r.setdefault("configs", []):
+        c.setdefault("name", "c")
         c.setdefault("path", f"{c['name']}.yaml")
         c.setdefault("sha256", "0" * 64)
         c.setdefault("form", "native")
@@ -32,6 +33,7 @@ def complete_record(rec: dict[str, Any]) -> dict[str, Any]:
         c.setdefault("pipeline", "flexible-numeric")
         for g in c.setdefault("gates", []):
             g.setdefault("config", c["name"])
+            g.setdefault("kind", g["id"].rsplit("/", 1)[-1])
             g.setdefault("op", "==")
             g.setdefault("detail", "")
             if "passed" not in g and "verdict" in g:

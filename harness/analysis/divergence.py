@@ -28,86 +28,14 @@ scored). The gates count unexplained divergences (:class:`harness.config.gates.M
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Sequence
 
 from harness.analysis.scoring import committed_divergence
+from harness.records.measures import EXPLAINED, NOISE, UNEXPLAINED, DivergenceRecord, DivergenceReportRecord
 from harness.records.samples import Sample
 
-EXPLAINED, UNEXPLAINED, NOISE = "explained", "unexplained", "noise"
-
-
-@dataclass(frozen=True)
-class Divergence:
-    """The first divergence of one question, judged.
-
-    Attributes:
-        question_id: the question.
-        position: index of the first differing completion token (``d``).
-        baseline_token / candidate_token: token ids at ``d`` (None: that side ended there).
-        reference_token: the reference's token at ``d`` (None when its distribution does
-            not apply).
-        gap_nats: ``lp_ref(reference_token) - lp_ref(candidate_token)`` in nats; when the
-            candidate's token is outside the reference's top k, the lower bound
-            ``lp_ref(reference_token) - lp_ref(k-th token)`` (``in_top_k`` False); None
-            when the distribution does not apply or the candidate ended.
-        in_top_k: whether the candidate's token is among the reference's top k at ``d``.
-        candidate_rank: its 1-based rank there (None outside the top k).
-        verdict: ``explained`` / ``unexplained`` / ``noise``.
-        source: ``reference`` (the baseline is the reference), ``reference_prefix``
-            (the reference shares the baseline's prefix), ``rerun`` (fallback to the
-            baseline's rerun), ``none`` (no distribution, no rerun).
-        reason: one sentence for people.
-    """
-
-    question_id: str
-    position: int
-    baseline_token: int | None
-    candidate_token: int | None
-    reference_token: int | None
-    gap_nats: float | None
-    in_top_k: bool
-    candidate_rank: int | None
-    verdict: str
-    source: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class DivergenceReport:
-    """Every divergent question of one comparison and task, judged.
-
-    Attributes:
-        reference: the variant whose distribution judged (None: no variant carries
-            log-probabilities, every divergence falls back).
-        near_tie_nats: the threshold used (nats).
-        compared: questions compared (as :class:`harness.analysis.scoring.OutputMatch`).
-        divergences: one :class:`Divergence` per mismatched question, worst first
-            (unexplained by decreasing gap, then noise, then explained by decreasing gap).
-        rerun_available: whether a rerun of the baseline was there for the fallback.
-    """
-
-    reference: str | None
-    near_tie_nats: float
-    compared: int
-    divergences: tuple[Divergence, ...]
-    rerun_available: bool = False
-
-    def of(self, verdict: str) -> tuple[Divergence, ...]:
-        """The divergences with ``verdict``, worst first."""
-        return tuple(d for d in self.divergences if d.verdict == verdict)
-
-    @property
-    def unexplained(self) -> tuple[Divergence, ...]:
-        return self.of(UNEXPLAINED)
-
-    @property
-    def explained(self) -> tuple[Divergence, ...]:
-        return self.of(EXPLAINED)
-
-    @property
-    def noise(self) -> tuple[Divergence, ...]:
-        return self.of(NOISE)
+#: The analysis' names of the record types it returns (the same types, not copies).
+Divergence, DivergenceReport = DivergenceRecord, DivergenceReportRecord
 
 
 def _tok(ids: Sequence[int], i: int) -> int | None:
@@ -163,7 +91,7 @@ def classify_divergences(
     near_tie_nats: float,
     baseline_is_reference: bool,
     noise_ids: set[str] | None = None,
-) -> DivergenceReport:
+) -> DivergenceReportRecord:
     """Judge every divergent question of ``baseline -> candidate`` (one task).
 
     Args:
@@ -178,7 +106,7 @@ def classify_divergences(
             fallback rule); None when the baseline was not rerun.
 
     Returns:
-        :class:`DivergenceReport`. Questions compared are those that succeeded with
+        :class:`DivergenceReportRecord`. Questions compared are those that succeeded with
         token ids on both sides; a divergence is :func:`committed_divergence` (ids past
         a stop are not one).
 
@@ -190,7 +118,7 @@ def classify_divergences(
     ref_by = {s.question_id: s for s in (reference or ())}
     cand = {s.question_id: s for s in candidate}
     compared = 0
-    out: list[Divergence] = []
+    out: list[DivergenceRecord] = []
     for a in baseline:
         b = cand.get(a.question_id)
         if b is None or not (a.ok and b.ok) or a.token_ids is None or b.token_ids is None:
@@ -204,8 +132,10 @@ def classify_divergences(
         ref, why = (_reference_at(a if baseline_is_reference else ref_by.get(a.question_id), a, d)
                     if reference is not None or baseline_is_reference else (None, "no variant carries log-probabilities"))
         if ref is not None and ct is None:
-            out.append(Divergence(a.question_id, d, bt, None, ref.token_ids[d], None, False, None, UNEXPLAINED, src,
-                                  f"the candidate's completion ends at token {d} where the baseline continues"))
+            out.append(DivergenceRecord(question_id=a.question_id, position=d, baseline_token=bt,
+                                        reference_token=ref.token_ids[d],
+                                        verdict=UNEXPLAINED, source=src,
+                                        reason=f"the candidate's completion ends at token {d} where the baseline continues"))
             continue
         if ref is not None:
             rt, gap, in_top, rank, ok = _judge_at(ref, d, ct, near_tie_nats)
@@ -219,25 +149,31 @@ def classify_divergences(
             else:
                 reason = (f"confident: the candidate's token {ct} is outside {reference_name}'s top {k}, more than "
                           f"{gap:.3f} nats below its own token {rt}")
-            out.append(Divergence(a.question_id, d, bt, ct, rt, round(gap, 6), in_top, rank,
-                                  EXPLAINED if ok else UNEXPLAINED, src, reason))
+            out.append(DivergenceRecord(question_id=a.question_id, position=d, baseline_token=bt, candidate_token=ct,
+                                        reference_token=rt, gap_nats=round(gap, 6), in_top_k=in_top, candidate_rank=rank,
+                                        verdict=EXPLAINED if ok else UNEXPLAINED, source=src,
+                                        reason=reason))
             continue
         if noise_ids is not None and a.question_id in noise_ids:
-            out.append(Divergence(a.question_id, d, bt, ct, None, None, False, None, NOISE, "rerun",
-                                  f"{why}; the baseline's rerun diverged on this question too (rerun noise rule)"))
+            out.append(DivergenceRecord(question_id=a.question_id, position=d, baseline_token=bt, candidate_token=ct,
+                                        verdict=NOISE, source="rerun",
+                                        reason=f"{why}; the baseline's rerun diverged on this question too "
+                                               "(rerun noise rule)"))
         else:
             tail = ("the baseline's rerun did not diverge here" if noise_ids is not None
                     else "no rerun of the baseline to fall back on")
-            out.append(Divergence(a.question_id, d, bt, ct, None, None, False, None, UNEXPLAINED,
-                                  "rerun" if noise_ids is not None else "none", f"{why}; {tail}"))
+            out.append(DivergenceRecord(question_id=a.question_id, position=d, baseline_token=bt, candidate_token=ct,
+                                        verdict=UNEXPLAINED, source="rerun" if noise_ids is not None else "none",
+                                        reason=f"{why}; {tail}"))
     order = {UNEXPLAINED: 0, NOISE: 1, EXPLAINED: 2}
 
-    def worst_first(x: Divergence) -> tuple:
+    def worst_first(x: DivergenceRecord) -> tuple:
         gap = x.gap_nats if x.gap_nats is not None else math.inf
         return (order[x.verdict], -gap, x.question_id)
 
     out.sort(key=worst_first)
-    return DivergenceReport(reference_name, near_tie_nats, compared, tuple(out), noise_ids is not None)
+    return DivergenceReportRecord(reference=reference_name, near_tie_nats=near_tie_nats, compared=compared,
+                                  divergences=tuple(out), rerun_available=noise_ids is not None)
 
 
 def carries_logprobs(samples: Sequence[Sample] | None) -> bool:

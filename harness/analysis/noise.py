@@ -8,57 +8,20 @@ per-comparison measurement :attr:`harness.analysis.measurements.ComparisonMeasur
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from harness.analysis.scoring import OutputMatch, committed_divergence
 from harness.analysis.stats import mcnemar_exact
+from harness.records.measures import NoiseRecord
 from harness.records.samples import Sample
 
 
-@dataclass(frozen=True)
-class OutputNoise:
-    """A candidate's greedy-output mismatches judged against baseline-vs-baseline noise.
-
-    Attributes:
-        source: ``"rerun"`` (the baseline ran twice in this run, ``noise_runs: 2``) or
-            ``"stored"`` (the comparison's ``noise_mismatch_rate``).
-        noise_compared: questions compared baseline pass 1 vs pass 2 (rerun), else None.
-        noise_mismatched: of those, questions whose token ids differ (rerun), else None.
-        noise_rate: baseline-vs-baseline mismatch rate (fraction of questions).
-        noise_first_divergences: ``(question id, first differing token index)`` per
-            noise mismatch (rerun), else empty.
-        compared: questions compared for the test (for a rerun: compared in both the
-            candidate comparison and the noise comparison).
-        candidate_mismatched: candidate-vs-baseline mismatches among ``compared``.
-        candidate_rate: ``candidate_mismatched / compared``.
-        candidate_only: ids mismatched by the candidate but not by the noise (rerun).
-        noise_only: ids mismatched by the noise but not by the candidate (rerun).
-        test: ``"mcnemar_exact_one_sided"`` (rerun: paired over the same questions,
-            H1 "the candidate mismatches more often than the noise"; b =
-            |candidate_only|, c = |noise_only|, p = P(Binomial(b + c, 1/2) >= b),
-            McNemar 1947 exact form) or ``"binomial_one_sided"`` (stored rate r0:
-            p = P(Binomial(compared, r0) >= candidate_mismatched), the exact binomial
-            test, ``scipy.stats.binomtest``; r0 is treated as known).
-        p_value: the one-sided p-value of ``test``.
-    """
-
-    source: str
-    noise_compared: int | None
-    noise_mismatched: int | None
-    noise_rate: float
-    noise_first_divergences: tuple[tuple[str, int], ...]
-    compared: int
-    candidate_mismatched: int
-    candidate_rate: float | None
-    candidate_only: tuple[str, ...]
-    noise_only: tuple[str, ...]
-    test: str
-    p_value: float
+#: The noise judgement is the record type itself (fields and meaning: :class:`NoiseRecord`).
+OutputNoise = NoiseRecord
 
 
 def output_noise_rerun(
     baseline: Sequence[Sample], rerun: Sequence[Sample], candidate: Sequence[Sample]
-) -> OutputNoise:
+) -> NoiseRecord:
     """Judge the candidate's output mismatches against a rerun of the baseline.
 
     Args:
@@ -98,7 +61,7 @@ def output_noise_rerun(
             cand_only.append(a.question_id)
         elif dc is None and dn is not None:
             noise_only.append(a.question_id)
-    return OutputNoise(
+    return NoiseRecord(
         source="rerun",
         noise_compared=noise_cmp,
         noise_mismatched=len(noise_div),
@@ -114,7 +77,7 @@ def output_noise_rerun(
     )
 
 
-def output_noise_stored(candidate: OutputMatch, rate: float) -> OutputNoise:
+def output_noise_stored(candidate: OutputMatch, rate: float) -> NoiseRecord:
     """Judge the candidate's output mismatches against a stored noise rate ``rate``
     (fraction in [0, 1]): exact one-sided binomial test, ``P(Binomial(compared, rate)
     >= mismatched)`` by ``scipy.stats.binomtest(..., alternative="greater")``.
@@ -128,7 +91,7 @@ def output_noise_stored(candidate: OutputMatch, rate: float) -> OutputNoise:
         raise ValueError(f"noise rate must be in [0, 1], got {rate!r}")
     k, n = len(candidate.mismatches), candidate.compared
     p = float(_st.binomtest(k, n, rate, alternative="greater").pvalue) if n else 1.0
-    return OutputNoise(
+    return NoiseRecord(
         source="stored", noise_compared=None, noise_mismatched=None, noise_rate=rate,
         noise_first_divergences=(), compared=n, candidate_mismatched=k,
         candidate_rate=k / n if n else None, candidate_only=(), noise_only=(),

@@ -11,66 +11,23 @@ Output match compares what the model committed up to the stop: token ids an engi
 returns beyond the point where a stop string ended the text (vLLM once returned
 them under speculative decoding, when several accepted draft tokens overran the
 stop) are not a greedy divergence; such pairs match and are listed apart
-(:attr:`OutputMatch.past_stop`).
+(:attr:`OutputMatchRecord.past_stop`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Literal, Sequence
 
+from harness.records.measures import (
+    AnswerAgreementRecord, MismatchRecord, OutputMatchRecord, PastStopRecord, PipelineScore, TaskScore,
+)
 from harness.records.samples import Sample
 from harness.analysis.stats import wilson_interval
 from harness.tasks.gsm8k import PIPELINES
 
-
-@dataclass(frozen=True)
-class PipelineScore:
-    """One answer pipeline's score.
-
-    Attributes:
-        correct: number of scored samples judged right.
-        scored: number of samples scored (successful requests).
-        accuracy: correct / scored, None when nothing was scored.
-        accuracy_ci: 95% Wilson score interval of ``accuracy`` (fractions).
-        invalid_rate: share of scored samples where the pipeline found no answer.
-    """
-
-    correct: int
-    scored: int
-    accuracy: float | None
-    accuracy_ci: tuple[float, float] | None
-    invalid_rate: float | None
-
-
-@dataclass(frozen=True)
-class TaskScore:
-    """Scores of one task on one variant.
-
-    Attributes:
-        num_requests: samples in the task.
-        error_count: requests that failed (not scored).
-        error_rate: error_count / num_requests.
-        accuracy: pipeline name -> :class:`PipelineScore`.
-        finish_reasons: finish reason -> count over successful requests.
-        truncated: successful requests cut by ``max_tokens`` (``finish_reason ==
-            "length"``).
-        truncated_rate: truncated / successful requests (None when none succeeded).
-        truncated_ids: their question ids, in sample order.
-        stop_reasons: what ended each ``stop`` completion -> count: the stop
-            string, ``"token <id>"`` for a stop token, ``"eos"`` when the server
-            reported none (end-of-sequence token).
-    """
-
-    num_requests: int
-    error_count: int
-    error_rate: float
-    accuracy: dict[str, PipelineScore]
-    finish_reasons: dict[str, int] = field(default_factory=dict)
-    truncated: int = 0
-    truncated_rate: float | None = None
-    truncated_ids: tuple[str, ...] = ()
-    stop_reasons: dict[str, int] = field(default_factory=dict)
+#: The analysis' names of the record types it returns (the same types, not copies).
+OutputMatch, Mismatch, PastStop = OutputMatchRecord, MismatchRecord, PastStopRecord
+AnswerAgreement = AnswerAgreementRecord
 
 
 def score_task(samples: Sequence[Sample], pipelines: Sequence[str] = PIPELINES) -> TaskScore:
@@ -169,75 +126,14 @@ def committed_divergence(a: Sample, b: Sample) -> int | None:
     return idx
 
 
-@dataclass(frozen=True)
-class Mismatch:
-    """One question whose completions differ between two variants.
-
-    Attributes:
-        question_id: the question.
-        first_divergence: index of the first differing completion token.
-        baseline_text / candidate_text: both completions.
-        baseline_tokens / candidate_tokens: number of completion tokens of each.
-    """
-
-    question_id: str
-    first_divergence: int
-    baseline_text: str
-    candidate_text: str
-    baseline_tokens: int
-    candidate_tokens: int
-
-
-@dataclass(frozen=True)
-class PastStop:
-    """A question whose two completions have the same text and whose token ids differ
-    only after the shorter one ends: ids past the stop, not a divergence.
-
-    Attributes:
-        question_id: the question.
-        side: ``"baseline"`` or ``"candidate"``: the side with the extra ids.
-        extra_ids: how many ids that side has past the other's end.
-        common_ids: the ids both share (the committed output).
-    """
-
-    question_id: str
-    side: str
-    extra_ids: int
-    common_ids: int
-
-
-@dataclass(frozen=True)
-class OutputMatch:
-    """Greedy output match between a baseline and a candidate variant.
-
-    Attributes:
-        compared: questions that succeeded on both variants and have token ids.
-        matched: questions whose completions are identical up to the stop: equal
-            token ids, or equal text with one side's ids a prefix of the other's
-            (:attr:`past_stop`).
-        output_match_rate: matched / compared (None when nothing was compared).
-        mismatches: one :class:`Mismatch` per differing question, in question order.
-        skipped: question ids not compared (an error on either side, or no token ids).
-        past_stop: the matched questions whose ids differ only past the stop (the
-            engine returned ids beyond the end of the text), in question order.
-    """
-
-    compared: int
-    matched: int
-    output_match_rate: float | None
-    mismatches: tuple[Mismatch, ...]
-    skipped: tuple[str, ...]
-    past_stop: tuple[PastStop, ...] = ()
-
-
-def output_match(baseline: Sequence[Sample], candidate: Sequence[Sample]) -> OutputMatch:
+def output_match(baseline: Sequence[Sample], candidate: Sequence[Sample]) -> OutputMatchRecord:
     """Compare completions question by question, up to the stop.
 
     Two completions match when their token ids are identical, or when their texts
     are identical and one id sequence is a proper prefix of the other: the longer
     side carries ids past the point where a stop string ended the text (the text,
     cut at the stop, is what the model committed). Such pairs are listed in
-    :attr:`OutputMatch.past_stop`. Texts that are equal while the ids differ inside
+    :attr:`OutputMatchRecord.past_stop`. Texts that are equal while the ids differ inside
     the shorter sequence remain a mismatch (without the tokenizer evalrun cannot
     tell where the text ends in ids, so it does not guess).
 
@@ -246,13 +142,13 @@ def output_match(baseline: Sequence[Sample], candidate: Sequence[Sample]) -> Out
         candidate: samples of the candidate variant (same task).
 
     Returns:
-        :class:`OutputMatch` over the questions present in both.
+        :class:`OutputMatchRecord` over the questions present in both.
     """
     cand = {s.question_id: s for s in candidate}
     compared = matched = 0
-    mism: list[Mismatch] = []
+    mism: list[MismatchRecord] = []
     skipped: list[str] = []
-    past: list[PastStop] = []
+    past: list[PastStopRecord] = []
     for a in baseline:
         b = cand.get(a.question_id)
         if b is None:
@@ -266,12 +162,14 @@ def output_match(baseline: Sequence[Sample], candidate: Sequence[Sample]) -> Out
             matched += 1
             if len(a.token_ids) == len(b.token_ids):
                 continue
-            longer = "baseline" if len(a.token_ids) > len(b.token_ids) else "candidate"
+            longer: Literal["baseline", "candidate"] = (
+                "baseline" if len(a.token_ids) > len(b.token_ids) else "candidate")
             common = min(len(a.token_ids), len(b.token_ids))
-            past.append(PastStop(a.question_id, longer, abs(len(a.token_ids) - len(b.token_ids)), common))
+            past.append(PastStopRecord(question_id=a.question_id, side=longer,
+                                       extra_ids=abs(len(a.token_ids) - len(b.token_ids)), common_ids=common))
         else:
             mism.append(
-                Mismatch(
+                MismatchRecord(
                     question_id=a.question_id,
                     first_divergence=idx,
                     baseline_text=a.completion or "",
@@ -280,7 +178,7 @@ def output_match(baseline: Sequence[Sample], candidate: Sequence[Sample]) -> Out
                     candidate_tokens=len(b.token_ids),
                 )
             )
-    return OutputMatch(
+    return OutputMatchRecord(
         compared=compared,
         matched=matched,
         output_match_rate=matched / compared if compared else None,
@@ -296,28 +194,7 @@ def correctness(samples: Sequence[Sample], pipeline: str) -> dict[str, bool]:
     return {s.question_id: bool(s.correct[pipeline]) for s in samples if s.ok and pipeline in s.correct}
 
 
-@dataclass(frozen=True)
-class AnswerAgreement:
-    """Answer-level agreement between two variants: same extracted answer, whatever
-    the tokens around it (reported beside the token-level output match).
-
-    Attributes:
-        pipeline: the extraction pipeline compared (e.g. ``flexible-numeric``).
-        compared: questions that succeeded on both variants.
-        agreed: questions whose extracted answers are equal as numbers (both None
-            counts as agreement: neither found an answer).
-        agreement_rate: agreed / compared (None when nothing was compared).
-        disagreements: question ids whose answers differ, in question order.
-    """
-
-    pipeline: str
-    compared: int
-    agreed: int
-    agreement_rate: float | None
-    disagreements: tuple[str, ...]
-
-
-def answer_agreement(baseline: Sequence[Sample], candidate: Sequence[Sample], pipeline: str) -> AnswerAgreement:
+def answer_agreement(baseline: Sequence[Sample], candidate: Sequence[Sample], pipeline: str) -> AnswerAgreementRecord:
     """Compare the extracted answers of ``pipeline`` question by question.
 
     Answers are compared as exact decimals (:func:`harness.tasks.numbers.parse_number`,
@@ -343,4 +220,5 @@ def answer_agreement(baseline: Sequence[Sample], candidate: Sequence[Sample], pi
             agreed += 1
         else:
             diff.append(a.question_id)
-    return AnswerAgreement(pipeline, compared, agreed, agreed / compared if compared else None, tuple(diff))
+    return AnswerAgreementRecord(pipeline=pipeline, compared=compared, agreed=agreed,
+                                 agreement_rate=agreed / compared if compared else None, disagreements=tuple(diff))

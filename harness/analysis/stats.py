@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import inspect
 import math
-from dataclasses import dataclass
 from typing import Callable, Literal, Mapping, Sequence
 
 import importlib
 from statistics import NormalDist
+
+from harness.records.measures import PairedRecord
 
 
 class _LazyModule:
@@ -140,46 +141,13 @@ def _mcnemar_chi2_cc(b: int, c: int) -> float:
     return float(stats.chi2.sf(stat, df=1))
 
 
-@dataclass(frozen=True)
-class PairedComparison:
-    """Paired comparison of two variants on the same questions.
-
-    Attributes:
-        n: number of question ids present in both A and B.
-        accuracy_a, accuracy_b: fraction correct over those n questions.
-        diff: ``accuracy_b - accuracy_a`` (negative = B is worse).
-        diff_ci: ``(low, high)`` Wald interval for ``diff`` at ``confidence``.
-        a_only: ids right in A and wrong in B, sorted (count = McNemar's b).
-        b_only: ids wrong in A and right in B, sorted (count = McNemar's c).
-        both_correct, both_wrong: counts of the concordant pairs.
-        p_value: two-sided McNemar p-value (H0: equal accuracy).
-        test: ``"mcnemar_exact"`` (binomial, when b + c < 25), ``"mcnemar_chi2_cc"``
-            (chi-square with continuity correction) or ``"none"`` (b + c == 0, p = 1).
-        one_sided_p_value: exact one-sided McNemar p-value for H1 "B is worse than A",
-            i.e. P(A right, B wrong) > P(A wrong, B right): small values mean B lost
-            more questions than it gained. ``binomtest(b, b + c, 0.5,
-            alternative="greater")``; 1.0 when b + c == 0.
-        confidence: the confidence level of ``diff_ci``.
-    """
-
-    n: int
-    accuracy_a: float
-    accuracy_b: float
-    diff: float
-    diff_ci: tuple[float, float]
-    a_only: tuple[str, ...]
-    b_only: tuple[str, ...]
-    both_correct: int
-    both_wrong: int
-    p_value: float
-    test: str
-    one_sided_p_value: float
-    confidence: float
+#: The paired comparison is the record type itself (fields and meaning: :class:`PairedRecord`).
+PairedComparison = PairedRecord
 
 
 def paired_comparison(
     a: Mapping[str, bool], b: Mapping[str, bool], confidence: float = 0.95
-) -> PairedComparison:
+) -> PairedRecord:
     """Compare variant B against variant A question by question.
 
     Args:
@@ -189,7 +157,7 @@ def paired_comparison(
         confidence: two-sided level of ``diff_ci``, in (0, 1).
 
     Returns:
-        A :class:`PairedComparison`. With b = |a_only|, c = |b_only|:
+        A :class:`PairedRecord`. With b = |a_only|, c = |b_only|:
 
         * ``diff = (c - b)/n``;
         * ``diff_ci = diff -/+ z * sqrt(var)``, ``var = (b + c)/n^2 - (b - c)^2/n^3``,
@@ -229,7 +197,7 @@ def paired_comparison(
     else:
         p_value, test = _mcnemar_chi2_cc(nb, nc), "mcnemar_chi2_cc"
 
-    return PairedComparison(
+    return PairedRecord(
         n=n,
         accuracy_a=acc_a,
         accuracy_b=acc_b,

@@ -260,9 +260,8 @@ class SpeculativeConfigSpec(BaseModel):
     releases, e.g. ``dspark_budget_frac``) is passed to vLLM unchanged and checked by
     vLLM's own parser before launch (:mod:`harness.engine.preflight`); the loader
     records a warning naming it and the nearest typed key (``methd`` -> ``method``).
-    evalrun itself reads only ``method``, ``model`` and ``num_speculative_tokens``. It reads
-    like the mapping it came from (``spec["method"]``, ``spec.get(...)``, ``spec ==
-    {...}``) so code that takes the JSON mapping keeps working.
+    evalrun itself reads only ``method``, ``model`` and ``num_speculative_tokens``
+    (attributes); the mapping as written is :meth:`as_dict`.
 
     Attributes (units as in vLLM):
         method: speculative method, e.g. ``mtp``, ``qwen3_next_mtp``, ``eagle``,
@@ -346,19 +345,6 @@ class SpeculativeConfigSpec(BaseModel):
         """The keys written that evalrun does not type (passed to vLLM unchanged)."""
         return sorted(self.model_extra or {})
 
-    def __getitem__(self, key: str) -> Any:
-        return self.as_dict()[key]
-
-    def get(self, key: str, default: Any = None) -> Any:
-        """``mapping.get``: the value written for ``key``, else ``default``."""
-        return self.as_dict().get(key, default)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, dict):
-            return self.as_dict() == other
-        return super().__eq__(other)
-
-    __hash__ = None  # type: ignore[assignment]
 
 
 class VariantSpec(_Frozen):

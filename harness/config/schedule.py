@@ -163,11 +163,11 @@ def simulate(items: Sequence[Item], devices: Sequence[str], max_servers: int | N
     """
     check_fits(items, devices)
     if not devices:
-        t, slots = 0.0, []
+        t, one_by_one = 0.0, []
         for it in items:
-            slots.append(Slot(it.key, (), t, t + it.seconds))
+            one_by_one.append(Slot(it.key, (), t, t + it.seconds))
             t += it.seconds
-        return Simulation(tuple(slots), t, 0.0, t)
+        return Simulation(tuple(one_by_one), t, 0.0, t)
     cap = len(items) if max_servers is None else max(1, max_servers)
     waiting = lpt_order(items)
     free = list(devices)

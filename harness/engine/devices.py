@@ -98,8 +98,16 @@ def _nvml_count() -> int | None:
         return None
 
 
+#: Device nodes of a GPU driver (NVIDIA, AMD's ROCm); without any, torch is not imported.
+GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd")
+
+
 def _torch_count() -> int | None:
-    """``torch.cuda.device_count()`` of the installed torch, or None without torch or CUDA."""
+    """``torch.cuda.device_count()`` of the installed torch, or None without torch or CUDA.
+    Without any GPU driver device node (:data:`GPU_DEVICE_NODES`) it is 0 without
+    importing torch (seconds of a CPU host's start-up)."""
+    if not any(os.path.exists(n) for n in GPU_DEVICE_NODES):
+        return 0
     try:
         import torch
     except Exception:  # noqa: BLE001 - no torch here: no device count from it

@@ -8,8 +8,14 @@ platform forces ``scheduler_config.async_scheduling = False``), and ``GET /versi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, cast
+
+from pydantic import ValidationError
+
+from harness.records.measures import EffectivenessRecord, EngineFactsRecord, ModelRunnerRecord
+
+#: The engine's names of the record types it returns (the same types, not copies).
+EngineFacts, Effectiveness, ModelRunnerFact = EngineFactsRecord, EffectivenessRecord, ModelRunnerRecord
 
 #: The generic name vLLM gives every model-specific MTP method in its effective config.
 MTP = "mtp"
@@ -53,83 +59,58 @@ class EngineInfoError(RuntimeError):
     """``/server_info`` is missing or lacks a field evalrun needs; names the variant."""
 
 
-@dataclass(frozen=True)
-class EngineFacts:
-    """What the engine actually runs with.
+def read_engine_facts(info: dict, version: str | None, where: str) -> EngineFactsRecord:
+    """Extract the facts from a ``/server_info?config_format=json`` body.
 
-    Attributes:
-        vllm_version: from ``/version``.
-        platform: ``cpu``, ``cuda``, ``rocm``, ... (``device_config.device`` or the
-            platform named in ``system_env``).
-        dtype: ``model_config.dtype`` (e.g. ``torch.float32``).
-        async_scheduling: ``scheduler_config.async_scheduling`` (bool).
-        speculative_method: ``speculative_config.method`` or None when off.
-        num_speculative_tokens: ``speculative_config.num_speculative_tokens`` or None.
-        max_model_len: ``model_config.max_model_len``.
-        enable_prefix_caching: ``cache_config.enable_prefix_caching``.
+    Args:
+        info: the decoded JSON body.
+        version: the ``version`` field of ``/version`` (or None).
+        where: the variant id, for messages.
+
+    Raises:
+        EngineInfoError: ``vllm_config`` or ``scheduler_config.async_scheduling``
+            is missing (e.g. the server was not started with
+            ``VLLM_SERVER_DEV_MODE=1``), or a field read here has the wrong type
+            (a section that is not a mapping, ``async_scheduling`` not a bool,
+            ``num_speculative_tokens`` / ``max_model_len`` not an int, a version
+            that is not a string); the message names the field and what it held.
     """
-
-    vllm_version: str | None
-    platform: str | None
-    dtype: str | None
-    async_scheduling: bool | None
-    speculative_method: str | None
-    num_speculative_tokens: int | None
-    max_model_len: int | None
-    enable_prefix_caching: bool | None
-
-    @classmethod
-    def from_server_info(cls, info: dict, version: str | None, where: str) -> "EngineFacts":
-        """Extract the facts from a ``/server_info?config_format=json`` body.
-
-        Args:
-            info: the decoded JSON body.
-            version: the ``version`` field of ``/version`` (or None).
-            where: the variant id, for messages.
-
-        Raises:
-            EngineInfoError: ``vllm_config`` or ``scheduler_config.async_scheduling``
-                is missing (e.g. the server was not started with
-                ``VLLM_SERVER_DEV_MODE=1``), or a field read here has the wrong type
-                (a section that is not a mapping, ``async_scheduling`` not a bool,
-                ``num_speculative_tokens`` / ``max_model_len`` not an int, a version
-                that is not a string); the message names the field and what it held.
-        """
-        if not isinstance(info, dict):
-            raise EngineInfoError(f"{where}: /server_info is not a JSON object (got {type(info).__name__})")
-        if version is not None and not isinstance(version, str):
-            raise EngineInfoError(f"{where}: /version 'version' is not a string (got {version!r:.80})")
-        cfg = info.get("vllm_config")
-        if not isinstance(cfg, dict):
-            raise EngineInfoError(
-                f"{where}: /server_info has no JSON 'vllm_config' (was the server started "
-                "with VLLM_SERVER_DEV_MODE=1 and config_format=json?)"
-            )
-        for key in ("scheduler_config", "model_config", "device_config", "cache_config", "speculative_config"):
-            if cfg.get(key) is not None and not isinstance(cfg[key], dict):
-                raise EngineInfoError(f"{where}: /server_info vllm_config.{key} is not a mapping "
-                                      f"(got {type(cfg[key]).__name__}: {cfg[key]!r:.80})")
-        sched = cfg.get("scheduler_config") or {}
-        if "async_scheduling" not in sched:
-            raise EngineInfoError(f"{where}: /server_info lacks scheduler_config.async_scheduling")
-        model = cfg.get("model_config") or {}
-        spec = cfg.get("speculative_config") or None
-        checks = (("scheduler_config.async_scheduling", sched.get("async_scheduling"), bool),
-                  ("model_config.max_model_len", model.get("max_model_len"), int),
-                  ("speculative_config.num_speculative_tokens", (spec or {}).get("num_speculative_tokens"), int),
-                  ("speculative_config.method", (spec or {}).get("method"), str))
-        for key, value, kind in checks:
-            if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
-                raise EngineInfoError(f"{where}: /server_info vllm_config.{key} is not {kind.__name__} "
-                                      f"(got {value!r:.80})")
-        device = (cfg.get("device_config") or {}).get("device")
-        if isinstance(device, dict):  # torch.device serialised as a mapping
-            device = device.get("type")
-        platform = str(device) if device else None
-        if platform and ":" in platform:
-            platform = platform.split(":", 1)[0]
-        cache = cfg.get("cache_config") or {}
-        return cls(
+    if not isinstance(info, dict):
+        raise EngineInfoError(f"{where}: /server_info is not a JSON object (got {type(info).__name__})")
+    if version is not None and not isinstance(version, str):
+        raise EngineInfoError(f"{where}: /version 'version' is not a string (got {version!r:.80})")
+    cfg = info.get("vllm_config")
+    if not isinstance(cfg, dict):
+        raise EngineInfoError(
+            f"{where}: /server_info has no JSON 'vllm_config' (was the server started "
+            "with VLLM_SERVER_DEV_MODE=1 and config_format=json?)"
+        )
+    for key in ("scheduler_config", "model_config", "device_config", "cache_config", "speculative_config"):
+        if cfg.get(key) is not None and not isinstance(cfg[key], dict):
+            raise EngineInfoError(f"{where}: /server_info vllm_config.{key} is not a mapping "
+                                  f"(got {type(cfg[key]).__name__}: {cfg[key]!r:.80})")
+    sched = cfg.get("scheduler_config") or {}
+    if "async_scheduling" not in sched:
+        raise EngineInfoError(f"{where}: /server_info lacks scheduler_config.async_scheduling")
+    model = cfg.get("model_config") or {}
+    spec = cfg.get("speculative_config") or None
+    checks = (("scheduler_config.async_scheduling", sched.get("async_scheduling"), bool),
+              ("model_config.max_model_len", model.get("max_model_len"), int),
+              ("speculative_config.num_speculative_tokens", (spec or {}).get("num_speculative_tokens"), int),
+              ("speculative_config.method", (spec or {}).get("method"), str))
+    for key, value, kind in checks:
+        if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
+            raise EngineInfoError(f"{where}: /server_info vllm_config.{key} is not {kind.__name__} "
+                                  f"(got {value!r:.80})")
+    device = (cfg.get("device_config") or {}).get("device")
+    if isinstance(device, dict):  # torch.device serialised as a mapping
+        device = device.get("type")
+    platform = str(device) if device else None
+    if platform and ":" in platform:
+        platform = platform.split(":", 1)[0]
+    cache = cfg.get("cache_config") or {}
+    try:
+        return EngineFactsRecord(
             vllm_version=version,
             platform=platform,
             dtype=str(model.get("dtype")) if model.get("dtype") is not None else None,
@@ -141,31 +122,17 @@ class EngineFacts:
             max_model_len=model.get("max_model_len"),
             enable_prefix_caching=cache.get("enable_prefix_caching"),
         )
-
-
-@dataclass(frozen=True)
-class Effectiveness:
-    """Whether a variant really ran as asked.
-
-    Attributes:
-        effective: every requested setting took effect.
-        mismatches: ``{"setting": {"requested": x, "effective": y}}`` for each that did not.
-        expected_on_platform: the mismatches the config declares expected on this
-            platform (``expected_effective``); the gate passes when every mismatch is
-            expected.
-    """
-
-    effective: bool
-    mismatches: dict[str, dict[str, Any]]
-    expected_on_platform: bool
+    except ValidationError as e:  # a field of another type than vLLM's
+        err = e.errors()[0]
+        raise EngineInfoError(f"{where}: /server_info field {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
 
 
 def check_effective(
-    facts: EngineFacts,
+    facts: EngineFactsRecord,
     speculative_config: dict | None,
     async_scheduling: bool | None,
     expected_effective: dict[str, dict[str, Any]],
-) -> Effectiveness:
+) -> EffectivenessRecord:
     """Compare the requested settings with the engine's effective ones.
 
     Args:
@@ -180,7 +147,7 @@ def check_effective(
     ``mtp`` and got ``ngram`` (or no speculation) is still a mismatch.
 
     Returns:
-        :class:`Effectiveness`.
+        :class:`~harness.records.measures.EffectivenessRecord`.
     """
     mism: dict[str, dict[str, Any]] = {}
     if async_scheduling is not None and facts.async_scheduling != async_scheduling:
@@ -204,7 +171,7 @@ def check_effective(
     all_expected = bool(mism) and all(
         k in expected and expected[k] == v["effective"] for k, v in mism.items()
     )
-    return Effectiveness(effective=not mism, mismatches=mism, expected_on_platform=all_expected)
+    return EffectivenessRecord(effective=not mism, mismatches=mism, expected_on_platform=all_expected)
 
 
 # --------------------------------------------------------------------------- model runner
@@ -216,24 +183,6 @@ RUNNER_LOG_LINES = (
     ("Using V2 Model Runner", "v2"),
     ("using the V1 model runner instead", "v1"),
 )
-
-
-@dataclass(frozen=True)
-class ModelRunnerFact:
-    """Which vLLM model runner a variant's engine workers used.
-
-    Attributes:
-        runner: ``v1`` (``vllm.v1.worker.gpu_model_runner.GPUModelRunner`` and the
-            platform runners derived from it), ``v2`` (``vllm.v1.worker.gpu.model_runner``
-            and its platform variants), or ``unknown`` (fails ``variant_effective``).
-        source: ``evalrun plugin`` (the class each worker built), ``server log``
-            (vLLM's own line), or None when unknown.
-        detail: the class path(s) or the log line, or why it is unknown.
-    """
-
-    runner: str
-    source: str | None
-    detail: str
 
 
 def runner_of_class(path: str) -> str | None:
@@ -255,7 +204,7 @@ def runner_of_class(path: str) -> str | None:
     return None
 
 
-def model_runner_fact(plugin_runners: list[str], log_text: str | None) -> ModelRunnerFact:
+def model_runner_fact(plugin_runners: list[str], log_text: str | None) -> ModelRunnerRecord:
     """The model runner of one variant, from the engine itself.
 
     Args:
@@ -270,16 +219,18 @@ def model_runner_fact(plugin_runners: list[str], log_text: str | None) -> ModelR
     """
     kinds = {runner_of_class(p) for p in plugin_runners}
     if plugin_runners and len(kinds) == 1 and None not in kinds:
-        return ModelRunnerFact(kinds.pop(), "evalrun plugin", ", ".join(plugin_runners))
+        return ModelRunnerRecord(runner=cast(Literal["v1", "v2"], kinds.pop()), source="evalrun plugin",
+                                 detail=", ".join(plugin_runners))
     if plugin_runners and len(kinds) > 1:
-        return ModelRunnerFact("unknown", None, f"workers report different runners: {', '.join(plugin_runners)}")
+        return ModelRunnerRecord(runner="unknown", source=None,
+                                 detail=f"workers report different runners: {', '.join(plugin_runners)}")
     found = None
     for line in (log_text or "").splitlines():
         for needle, kind in RUNNER_LOG_LINES:
             if needle in line:
                 found = (kind, line.strip()[-200:])
     if found:
-        return ModelRunnerFact(found[0], "server log", found[1])
+        return ModelRunnerRecord(runner=cast(Literal["v1", "v2"], found[0]), source="server log", detail=found[1])
     why = ("evalrun's plugin reported no model runner (not loaded in the server's environment?)"
            if not plugin_runners else f"unrecognised runner class {', '.join(plugin_runners)}")
-    return ModelRunnerFact("unknown", None, why + " and the server log names none")
+    return ModelRunnerRecord(runner="unknown", source=None, detail=why + " and the server log names none")

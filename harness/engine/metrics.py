@@ -30,10 +30,13 @@ Parsing is done by ``prometheus_client.parser.text_string_to_metric_families``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from harness.records.measures import (  # the counter names and MetricsError are the records' (one home)
+    ACCEPTED_PER_POS, ACCEPTED_TOKENS, DRAFT_TOKENS, DRAFTS, MetricsError, SpecDecodeCountersRecord, SpecDecodeRecord,
+)
 
 __all__ = [
     "MetricsError",
@@ -48,11 +51,8 @@ __all__ = [
     "ACCEPTED_PER_POS",
 ]
 
-#: Counter base names exactly as vLLM registers them (vllm/v1/spec_decode/metrics.py).
-DRAFTS = "vllm:spec_decode_num_drafts"
-DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
-ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens"
-ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+#: The engine's names of the record types it returns (the same types, not copies).
+SpecDecodeCounters, SpecDecodeMetrics = SpecDecodeCountersRecord, SpecDecodeRecord
 
 _ALL_COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED_TOKENS, ACCEPTED_PER_POS)
 _POSITION_LABEL = "position"
@@ -61,11 +61,6 @@ _POSITION_LABEL = "position"
 _ENGINE_LABEL = "engine"
 #: Slack for comparing counts held as floats (counters are integers).
 _EPS = 1e-6
-
-
-class MetricsError(Exception):
-    """The metrics text is unusable: unparsable, a counter is missing or malformed,
-    or a snapshot difference is negative (the counter was reset)."""
 
 
 def _sample_names(base: str) -> tuple[str, str]:
@@ -142,116 +137,7 @@ def _positions(by_pos: Mapping[int, float], width: int) -> tuple[float, ...]:
     return tuple(by_pos.get(i, 0.0) for i in range(width))
 
 
-@dataclass(frozen=True)
-class SpecDecodeCounters:
-    """Cumulative speculative-decoding counters, summed over engines.
-
-    Attributes (all are counts, as floats because Prometheus values are floats):
-        drafts: ``vllm:spec_decode_num_drafts`` (speculation rounds).
-        draft_tokens: ``vllm:spec_decode_num_draft_tokens`` (tokens proposed).
-        accepted_tokens: ``vllm:spec_decode_num_accepted_tokens`` (tokens accepted).
-        accepted_per_pos: ``vllm:spec_decode_num_accepted_tokens_per_pos``; index i is
-            draft position i (``position="i"``); positions absent from the text but
-            below the highest present one are 0.
-
-        per_engine: the same four counters for each ``engine`` label (``{"0": ...}``),
-            filled by :func:`parse_spec_decode_counters`; empty for counters built by
-            hand. Not part of equality (two snapshots are equal when their sums are).
-
-    Values are either cumulative since server start (a snapshot) or a difference of
-    two snapshots (see :meth:`minus`).
-    """
-
-    drafts: float
-    draft_tokens: float
-    accepted_tokens: float
-    accepted_per_pos: tuple[float, ...] = ()
-    per_engine: Mapping[str, "SpecDecodeCounters"] = field(default_factory=dict, compare=False, repr=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "accepted_per_pos", tuple(float(v) for v in self.accepted_per_pos))
-
-    def minus(self, before: "SpecDecodeCounters") -> "SpecDecodeCounters":
-        """Return ``self - before`` (``after.minus(before)``), taken per engine and summed.
-
-        When both snapshots carry :attr:`per_engine` (parsed from ``/metrics``), the
-        difference is taken on each ``engine`` label separately and then summed, so a
-        restart of one engine cannot hide behind growth of another (before engine0=100,
-        engine1=100, after engine0=10, engine1=250 is an error naming engine 0, not a
-        difference of 60). An engine that appears only in ``after`` counts from 0;
-        one that disappears is an error. Without per-engine data the sums are
-        subtracted. Per-position tuples of different lengths are padded with 0; the
-        result has the longer length.
-
-        Raises:
-            MetricsError: a counter went down (on the named engine) or an engine
-                vanished: the server restarted or its counters were reset between
-                the snapshots, so the difference over the task cannot be measured.
-        """
-        if self.per_engine and before.per_engine:
-            parts = {}
-            for e in sorted(set(self.per_engine) | set(before.per_engine)):
-                if e not in self.per_engine:
-                    raise MetricsError(
-                        f"engine {e!r} reported speculative-decoding counters before the task and "
-                        "none after it: the engine restarted or stopped between the snapshots"
-                    )
-                zero = SpecDecodeCounters(0.0, 0.0, 0.0, ())
-                parts[e] = self.per_engine[e]._minus_flat(before.per_engine.get(e, zero), f"on engine {e!r} ")
-            return _summed(parts)
-        return self._minus_flat(before, "")
-
-    def _minus_flat(self, before: "SpecDecodeCounters", where: str) -> "SpecDecodeCounters":
-        """``self - before`` of the sums, every difference checked to be >= 0."""
-        diffs = {}
-        for fld, name in (
-            ("drafts", DRAFTS),
-            ("draft_tokens", DRAFT_TOKENS),
-            ("accepted_tokens", ACCEPTED_TOKENS),
-        ):
-            d = getattr(self, fld) - getattr(before, fld)
-            if d < 0:
-                raise MetricsError(
-                    f"counter {name} went backwards {where}({getattr(before, fld):g} -> "
-                    f"{getattr(self, fld):g}): the engine restarted or its counters were reset "
-                    "between snapshots"
-                )
-            diffs[fld] = d
-        width = max(len(self.accepted_per_pos), len(before.accepted_per_pos))
-        after_pos = self.accepted_per_pos + (0.0,) * (width - len(self.accepted_per_pos))
-        before_pos = before.accepted_per_pos + (0.0,) * (width - len(before.accepted_per_pos))
-        per_pos = []
-        for i, (a, b) in enumerate(zip(after_pos, before_pos)):
-            if a - b < 0:
-                raise MetricsError(
-                    f"counter {ACCEPTED_PER_POS}{{position=\"{i}\"}} went backwards {where}"
-                    f"({b:g} -> {a:g}): the engine restarted or its counters were reset between snapshots"
-                )
-            per_pos.append(a - b)
-        return SpecDecodeCounters(accepted_per_pos=tuple(per_pos), **diffs)
-
-    def to_json(self) -> dict:
-        """JSON-serialisable dict: ``drafts``, ``draft_tokens``, ``accepted_tokens``
-        (floats) and ``accepted_per_pos`` (list of floats)."""
-        return {
-            "drafts": self.drafts,
-            "draft_tokens": self.draft_tokens,
-            "accepted_tokens": self.accepted_tokens,
-            "accepted_per_pos": list(self.accepted_per_pos),
-        }
-
-    @classmethod
-    def from_json(cls, data: dict) -> "SpecDecodeCounters":
-        """Inverse of :meth:`to_json`. Raises KeyError on a missing key."""
-        return cls(
-            drafts=float(data["drafts"]),
-            draft_tokens=float(data["draft_tokens"]),
-            accepted_tokens=float(data["accepted_tokens"]),
-            accepted_per_pos=tuple(float(v) for v in data["accepted_per_pos"]),
-        )
-
-
-def parse_spec_decode_counters(text: str, source: str = "/metrics") -> SpecDecodeCounters:
+def parse_spec_decode_counters(text: str, source: str = "/metrics") -> SpecDecodeCountersRecord:
     """Parse the speculative-decoding counters out of Prometheus text.
 
     Args:
@@ -262,7 +148,7 @@ def parse_spec_decode_counters(text: str, source: str = "/metrics") -> SpecDecod
         The four counters, each summed over every ``engine`` label (and every other
         label, e.g. ``model_name``), except that the per-position counter is kept
         apart per ``position`` label; the per-engine values are kept in
-        :attr:`SpecDecodeCounters.per_engine` for :meth:`SpecDecodeCounters.minus`. Both ``<name>_total`` and bare ``<name>`` sample
+        :attr:`SpecDecodeCountersRecord.per_engine` for :meth:`SpecDecodeCountersRecord.minus`. Both ``<name>_total`` and bare ``<name>`` sample
         names are accepted; ``<name>_created`` timestamp samples are ignored.
 
     Raises:
@@ -279,29 +165,13 @@ def parse_spec_decode_counters(text: str, source: str = "/metrics") -> SpecDecod
     per_pos = _sum_per_position(samples, ACCEPTED_PER_POS, source)
     width = max(max(p) + 1 for p in per_pos.values())
     parts = {
-        e: SpecDecodeCounters(
+        e: SpecDecodeCountersRecord(
             drafts=drafts.get(e, 0.0), draft_tokens=draft_tokens.get(e, 0.0),
             accepted_tokens=accepted.get(e, 0.0), accepted_per_pos=_positions(per_pos.get(e, {}), width),
         )
         for e in sorted(set(drafts) | set(draft_tokens) | set(accepted) | set(per_pos))
     }
-    return _summed(parts)
-
-
-def _summed(parts: Mapping[str, SpecDecodeCounters]) -> SpecDecodeCounters:
-    """The sum over engines of per-engine counters, keeping them as ``per_engine``."""
-    width = max((len(c.accepted_per_pos) for c in parts.values()), default=0)
-    pos = [0.0] * width
-    for c in parts.values():
-        for i, v in enumerate(c.accepted_per_pos):
-            pos[i] += v
-    return SpecDecodeCounters(
-        drafts=sum(c.drafts for c in parts.values()),
-        draft_tokens=sum(c.draft_tokens for c in parts.values()),
-        accepted_tokens=sum(c.accepted_tokens for c in parts.values()),
-        accepted_per_pos=tuple(pos),
-        per_engine=dict(parts),
-    )
+    return SpecDecodeCountersRecord.summed(parts)
 
 
 def has_spec_decode_counters(text: str, source: str = "/metrics") -> bool:
@@ -318,76 +188,7 @@ def has_spec_decode_counters(text: str, source: str = "/metrics") -> bool:
     return any(s.name in wanted for s in _samples(text, source))
 
 
-def _ratio(num: float, den: float) -> float | None:
-    return num / den if den > 0 else None
-
-
-@dataclass(frozen=True)
-class SpecDecodeMetrics:
-    """Acceptance figures for one task, computed from a counter difference.
-
-    Formulas are those of vLLM's spec-decode metrics logging
-    (``SpecDecodingLogging.log`` and the PromQL in the ``SpecDecodingProm`` docstring,
-    ``vllm/v1/spec_decode/metrics.py``):
-
-    * ``acceptance_rate = accepted_tokens / draft_tokens`` (fraction in [0, 1], not %);
-    * ``mean_acceptance_length = 1 + accepted_tokens / drafts`` (tokens emitted per
-      verification step, counting the bonus token);
-    * ``per_position_acceptance[i] = accepted_per_pos[i] / drafts`` (fraction of drafts
-      whose position i was accepted).
-
-    A ratio whose denominator is 0 is ``None`` (never 0.0, never an exception).
-
-    Attributes:
-        drafts, draft_tokens, accepted_tokens: the counter differences (counts).
-        acceptance_rate: see above, or None.
-        mean_acceptance_length: see above (tokens), or None.
-        per_position_acceptance: one entry per draft position; every entry is None
-            when ``drafts`` is 0.
-    """
-
-    drafts: float
-    draft_tokens: float
-    accepted_tokens: float
-    acceptance_rate: float | None
-    mean_acceptance_length: float | None
-    per_position_acceptance: tuple[float | None, ...]
-
-    @classmethod
-    def from_counters(cls, delta: SpecDecodeCounters) -> "SpecDecodeMetrics":
-        """Build the metrics from a counter difference (``after.minus(before)``).
-
-        Passing a raw snapshot gives the figures since server start instead.
-        Never raises on zero counts: the affected ratios are None.
-        """
-        return cls(
-            drafts=delta.drafts,
-            draft_tokens=delta.draft_tokens,
-            accepted_tokens=delta.accepted_tokens,
-            acceptance_rate=_ratio(delta.accepted_tokens, delta.draft_tokens),
-            mean_acceptance_length=(
-                1.0 + delta.accepted_tokens / delta.drafts if delta.drafts > 0 else None
-            ),
-            per_position_acceptance=tuple(
-                _ratio(a, delta.drafts) for a in delta.accepted_per_pos
-            ),
-        )
-
-    def to_json(self) -> dict:
-        """JSON-serialisable dict with keys ``drafts``, ``draft_tokens``,
-        ``accepted_tokens``, ``acceptance_rate``, ``mean_acceptance_length``,
-        ``per_position_acceptance`` (a list; None entries become JSON null)."""
-        return {
-            "drafts": self.drafts,
-            "draft_tokens": self.draft_tokens,
-            "accepted_tokens": self.accepted_tokens,
-            "acceptance_rate": self.acceptance_rate,
-            "mean_acceptance_length": self.mean_acceptance_length,
-            "per_position_acceptance": list(self.per_position_acceptance),
-        }
-
-
-def counter_violations(delta: SpecDecodeCounters, num_speculative_tokens: int | None) -> tuple[str, ...]:
+def counter_violations(delta: SpecDecodeCountersRecord, num_speculative_tokens: int | None) -> tuple[str, ...]:
     """Every way a counter difference is impossible for a speculative decoder.
 
     Checked before any gate reads the figures (a violation means the counters are

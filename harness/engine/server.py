@@ -699,6 +699,11 @@ def _interrupting() -> bool:
     return _INTERRUPTING.is_set()
 
 
+def interrupting() -> bool:
+    """True once a stopping signal arrived (:func:`mark_interrupting`)."""
+    return _INTERRUPTING.is_set()
+
+
 def mark_interrupting() -> None:
     """Note that evalrun is stopping because of a signal (teardown messages are then
     printed at once rather than after 2 s of waiting)."""

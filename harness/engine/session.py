@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import httpx
 
 from harness.engine.client import AsyncCompletionClient, served_model
-from harness.engine.info import EngineFacts, EngineInfoError
+from harness.engine.info import EngineFacts, EngineInfoError, read_engine_facts
 from harness.engine.metrics import (
     MetricsError,
     SpecDecodeCounters,
@@ -202,7 +202,7 @@ class VariantSession:
         version = doc.get("version") if isinstance(doc, dict) else None
         if not isinstance(version, str):
             version = None
-        return EngineFacts.from_server_info(body, version, self.variant_id)
+        return read_engine_facts(body, version, self.variant_id)
 
     def counters_before(self) -> tuple[SpecDecodeCounters | None, str | None]:
         """``(snapshot, None)`` before a piece of work, or ``(None, why)`` when

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 from pathlib import Path
 
 from harness.records.run_record import RunRecord, utc_now, write_run
@@ -28,6 +29,8 @@ class RunRecorder:
         self.run_dir = Path(run_dir)
         self.done = False
         self._writing = False
+        self._lock = threading.Lock()  # variants side by side checkpoint from their own threads
+        self._writer: int | None = None
 
     def save(self) -> bool:
         """Write ``run.json`` now (:func:`write_run`); False when a write is already in
@@ -36,13 +39,18 @@ class RunRecorder:
         Raises:
             OSError: the record cannot be written (the caller decides).
         """
-        if self._writing or self.done:
+        if self.done or self._writer == threading.get_ident():
             return False
-        self._writing = True
-        try:
-            write_run(self.run_dir, self.record)
-        finally:
-            self._writing = False
+        with self._lock:  # another thread's write finishes first (never interleaved)
+            if self.done:
+                return False
+            self._writer = threading.get_ident()
+            self._writing = True
+            try:
+                write_run(self.run_dir, self.record)
+            finally:
+                self._writing = False
+                self._writer = None
         return True
 
     def final(self) -> None:

@@ -1,9 +1,9 @@
 """Result construction: measurement objects -> the run record's typed entries.
 
 Every record entry the runner fills (a task's result, a noise rerun, a comparison,
-a variant that never started, the plugin's report) is built here from the objects the
-engine, task and analysis stages return. Those objects are read by attribute
-(``from_attributes``), so this module imports no later stage.
+a variant that never started, the plugin's report) is built here from the measured
+types the engine, task and analysis stages return (:mod:`harness.records.measures`,
+stored as they are), so this module imports no later stage.
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ from typing import Any
 from harness.config.plan import VariantPlan
 from harness.faults.plugin import exercised, read_reports
 from harness.records.run_record import (
-    AnswerAgreementRecord, ComparisonResult, ConfigResult, DivergenceRecord, DivergenceReportRecord, NoiseRecord,
-    OutputMatchRecord, PairedRecord, PluginReport, Requested, RerunRecord, ServerRecord, SpecDecodeCountersRecord,
-    SpecDecodeRecord, TaskResult, TruncatedIds, VariantResult,
+    ComparisonResult, ConfigResult, PluginReport, Requested, RerunRecord, ServerRecord, TaskResult, TruncatedIds,
+    VariantResult,
 )
 from harness.records.samples import sha256_file
 
@@ -30,15 +29,6 @@ def rel(path: Path, base: Path) -> str:
         return str(path.relative_to(base))
     except ValueError:
         return str(path)
-
-
-def _model(cls, obj):
-    """A record type built from a measurement object's attributes (None stays None)."""
-    return None if obj is None else cls.model_validate(obj, from_attributes=True)
-
-
-#: Public name of :func:`_model` (a record type from a measurement object, None stays None).
-model_record = _model
 
 
 def config_result(c: Any, **fields: Any) -> ConfigResult:
@@ -75,21 +65,9 @@ def task_result(spath: Path, run_dir: Path, outcome: Any, sc: Any, intervals: di
     trec = TaskResult(
         samples=rel(spath, run_dir),
         seconds=round(outcome.seconds, 2),
-        num_requests=sc.num_requests,
-        error_count=sc.error_count,
-        error_rate=sc.error_rate,
-        accuracy={k: v.accuracy for k, v in sc.accuracy.items()},
-        accuracy_ci={k: v.accuracy_ci for k, v in sc.accuracy.items()},
-        correct={k: v.correct for k, v in sc.accuracy.items()},
-        scored={k: v.scored for k, v in sc.accuracy.items()},
-        invalid_rate={k: v.invalid_rate for k, v in sc.accuracy.items()},
-        finish_reasons=sc.finish_reasons,
-        truncated=sc.truncated,
-        truncated_rate=sc.truncated_rate,
-        truncated_ids=list(sc.truncated_ids),
-        stop_reasons=sc.stop_reasons,
-        spec_decode=_model(SpecDecodeRecord, outcome.spec_metrics),
-        spec_decode_counters=_model(SpecDecodeCountersRecord, outcome.spec_counters),
+        **sc.result_fields(),
+        spec_decode=outcome.spec_metrics,
+        spec_decode_counters=outcome.spec_counters,
         spec_decode_error=outcome.metrics_error,
         **intervals,
     )
@@ -114,8 +92,8 @@ def rerun_record(spath: Path, run_dir: Path, outcome: Any, samples: Any, om: Any
         samples=rel(spath, run_dir),
         seconds=round(outcome.seconds, 2),
         error_count=sum(1 for x in samples if not x.ok),
-        spec_decode=_model(SpecDecodeRecord, outcome.spec_metrics),
-        output_match_vs_first=_model(OutputMatchRecord, om),
+        spec_decode=outcome.spec_metrics,
+        output_match_vs_first=om,
         samples_sha256=sha256_file(spath),
     )
 
@@ -135,16 +113,11 @@ def comparison_result(comp: Any, tname: str, pipeline: str, a: Any, b: Any, om: 
     """
     return ComparisonResult(
         baseline=comp.baseline, candidate=comp.candidate, task=tname, pipeline=pipeline,
-        **OutputMatchRecord.model_validate(om, from_attributes=True).model_dump(),
-        paired=_model(PairedRecord, pc), noise=_model(NoiseRecord, nz),
-        answer_agreement=_model(AnswerAgreementRecord, ag),
+        **dict(om), paired=pc, noise=nz,
+        answer_agreement=ag,
         truncated=TruncatedIds(baseline=[x.question_id for x in a if is_truncated(x)],
                                candidate=[x.question_id for x in b if is_truncated(x)]),
-        divergence=None if dv is None else DivergenceReportRecord(
-            reference=dv.reference, near_tie_nats=dv.near_tie_nats, compared=dv.compared,
-            unexplained=len(dv.unexplained), explained=len(dv.explained), noise=len(dv.noise),
-            rerun_available=dv.rerun_available,
-            divergences=[_model(DivergenceRecord, d) for d in dv.divergences]),
+        divergence=dv,
         rerun_reason=rerun_reason,
     )
 

@@ -39,17 +39,20 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, computed_field, model_validator
+from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, computed_field, model_validator
 
 from harness import __version__
+from harness.records.measures import (  # noqa: F401  # the measured types, re-exported: readers import them here
+    AnswerAgreementRecord, DivergenceRecord, DivergenceReportRecord, EffectivenessRecord, EngineFactsRecord,
+    Interval, MismatchRecord, ModelRunnerRecord, NoiseRecord, OutputMatchRecord, PairedRecord, PastStopRecord,
+    SpecDecodeCountersRecord, SpecDecodeRecord,
+)
 
 SCHEMA_VERSION = 2
 RUN_FILE = "run.json"
 
 #: The pipelines' names, as keys of the per-pipeline maps (see :mod:`harness.tasks.gsm8k`).
 Pipeline = str
-#: A two-sided interval ``[low, high]`` (fractions or tokens, as the field says).
-Interval = tuple[float, float]
 
 
 class RunRecordError(ValueError):
@@ -124,60 +127,11 @@ class Provenance(_Model):
 # --------------------------------------------------------------------------- engine
 
 
-class EngineFactsRecord(_Model):
-    """The engine's effective configuration as read from ``/server_info`` and ``/version``
-    (see :class:`harness.engine.info.EngineFacts`); None where the engine did not say."""
-
-    vllm_version: str | None = None
-    platform: str | None = None
-    dtype: str | None = None
-    async_scheduling: bool | None = None
-    speculative_method: str | None = None
-    num_speculative_tokens: int | None = None
-    max_model_len: int | None = None
-    enable_prefix_caching: bool | None = None
-
-
-class EffectivenessRecord(_Model):
-    """Whether every requested setting took effect.
-
-    ``mismatches`` maps a setting (``async_scheduling``, ``speculative_method``, ...)
-    to ``{"requested": ..., "effective": ...}``.
-    """
-
-    effective: bool
-    mismatches: dict[str, dict[str, Any]] = {}
-    expected_on_platform: bool = False
-
-
 class Requested(_Model):
     """What a variant asked the engine for (the plan's view, before the engine answers)."""
 
     speculative_config: dict[str, Any] | None = None
     async_scheduling: bool | None = None
-
-
-class SpecDecodeCountersRecord(_Model):
-    """Differences of the engine's cumulative speculative-decoding counters over one task
-    (counts, summed over engines): drafts, draft tokens, accepted tokens, accepted per position."""
-
-    drafts: float
-    draft_tokens: float
-    accepted_tokens: float
-    accepted_per_pos: list[float] = []
-
-
-class SpecDecodeRecord(_Model):
-    """Acceptance figures of one task (see :class:`harness.engine.metrics.SpecDecodeMetrics`):
-    acceptance rate = accepted / draft tokens; mean acceptance length = 1 + accepted /
-    drafts (tokens per draft); per-position acceptance = accepted at position i / drafts."""
-
-    drafts: float
-    draft_tokens: float
-    accepted_tokens: float
-    acceptance_rate: float | None = None
-    mean_acceptance_length: float | None = None
-    per_position_acceptance: list[float | None] = []
 
 
 class PerRequestTotals(_Model):
@@ -192,129 +146,11 @@ class PerRequestTotals(_Model):
 # --------------------------------------------------------------------------- comparisons
 
 
-class MismatchRecord(_Model):
-    """One question whose completion token ids differ: first differing token index and
-    both completions (text and token count)."""
-
-    question_id: str
-    first_divergence: int
-    baseline_text: str
-    candidate_text: str
-    baseline_tokens: int
-    candidate_tokens: int
-
-
-class PastStopRecord(_Model):
-    """A matched question whose token ids differ only past the stop (same text, one id
-    list a prefix of the other): the side with the extra ids and how many, and the ids
-    both share (see :class:`harness.analysis.scoring.PastStop`)."""
-
-    question_id: str
-    side: Literal["baseline", "candidate"]
-    extra_ids: int
-    common_ids: int
-
-
-class OutputMatchRecord(_Model):
-    """Greedy output match of two sample sets over the questions both answered, up to
-    the stop: ``output_match_rate = matched / compared`` (None when nothing was
-    compared); ``past_stop`` lists the matches whose ids differ only past the stop."""
-
-    compared: int
-    matched: int
-    output_match_rate: float | None = None
-    mismatches: list[MismatchRecord] = []
-    skipped: list[str] = []
-    past_stop: list[PastStopRecord] = []
-
-
 class TruncatedIds(_Model):
     """Question ids cut by ``max_tokens`` on each side of a comparison."""
 
     baseline: list[str] = []
     candidate: list[str] = []
-
-
-class PairedRecord(_Model):
-    """A paired accuracy comparison over the same question ids (see
-    :class:`harness.analysis.stats.PairedComparison`): accuracies, difference B - A with
-    its interval, discordant ids, two- and one-sided p-values and the test's name."""
-
-    n: int
-    accuracy_a: float
-    accuracy_b: float
-    diff: float
-    diff_ci: Interval
-    a_only: list[str] = []
-    b_only: list[str] = []
-    both_correct: int
-    both_wrong: int
-    p_value: float
-    test: str
-    one_sided_p_value: float
-    confidence: float
-
-
-class NoiseRecord(_Model):
-    """Output mismatches judged against baseline-vs-baseline noise (see
-    :class:`harness.analysis.gates.OutputNoise` for every field's meaning)."""
-
-    source: Literal["rerun", "stored"]
-    noise_compared: int | None = None
-    noise_mismatched: int | None = None
-    noise_rate: float
-    noise_first_divergences: list[tuple[str, int]] = []
-    compared: int
-    candidate_mismatched: int
-    candidate_rate: float | None = None
-    candidate_only: list[str] = []
-    noise_only: list[str] = []
-    test: str
-    p_value: float
-
-
-class AnswerAgreementRecord(_Model):
-    """Answer-level agreement of a comparison: questions whose extracted answers
-    (``pipeline``) are equal, beside the token-level output match
-    (:class:`harness.analysis.scoring.AnswerAgreement`)."""
-
-    pipeline: Pipeline
-    compared: int
-    agreed: int
-    agreement_rate: float | None
-    disagreements: list[str] = Field(default_factory=list)
-
-
-class DivergenceRecord(_Model):
-    """One divergent question judged by the reference's distribution at its first
-    divergence (see :class:`harness.analysis.divergence.Divergence` for every field)."""
-
-    question_id: str
-    position: int
-    baseline_token: int | None = None
-    candidate_token: int | None = None
-    reference_token: int | None = None
-    gap_nats: float | None = None
-    in_top_k: bool = False
-    candidate_rank: int | None = None
-    verdict: Literal["explained", "unexplained", "noise"]
-    source: str
-    reason: str
-
-
-class DivergenceReportRecord(_Model):
-    """Every divergence of a comparison judged (:class:`harness.analysis.divergence.DivergenceReport`):
-    the reference variant whose top-k log-probabilities judged, the near-tie threshold
-    (nats), questions compared, and the divergences worst first, with counts."""
-
-    reference: str | None = None
-    near_tie_nats: float
-    compared: int
-    unexplained: int = 0
-    explained: int = 0
-    noise: int = 0
-    rerun_available: bool = False
-    divergences: list[DivergenceRecord] = []
 
 
 class ComparisonResult(OutputMatchRecord):
@@ -323,6 +159,8 @@ class ComparisonResult(OutputMatchRecord):
     ``pipeline``, the noise reference, the divergences judged by the reference's
     distribution (``divergence``, None when not classified) and why the baseline was
     or was not rerun for noise (``rerun_reason``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=False)  # a record entry, filled in place
 
     baseline: str
     candidate: str
@@ -503,15 +341,6 @@ class PluginReport(_Model):
     async_scheduling_via: str | None = None
     exercised: bool | None = None
     not_exercised_reason: str | None = None
-
-
-class ModelRunnerRecord(_Model):
-    """The vLLM model runner a variant's workers used (:class:`harness.engine.info.ModelRunnerFact`):
-    ``v1`` / ``v2`` / ``unknown``, where that was read, and the class or log line."""
-
-    runner: Literal["v1", "v2", "unknown"]
-    source: str | None = None
-    detail: str = ""
 
 
 class VariantResult(_Model):

@@ -204,6 +204,9 @@ def summarize(runs: Sequence[tuple[RunRecord, Path]], k: float = 3.0) -> dict[st
 
     Raises:
         ValueError: ``runs`` is empty.
+
+    Long (about 70 lines) because it builds the summary's nested shape in one reading
+    order (config, variant and task, then comparisons); the figures come from helpers.
     """
     if not runs:
         raise ValueError("summarize needs at least one run")
@@ -302,6 +305,11 @@ def _down(x: float, d: int = 4) -> float:
 
 
 def _recommend(cs: Mapping[str, Any], k: float) -> tuple[dict[str, Any], dict[str, str]]:
+    """The recommended gate values of one config summary and why (the module docstring's rule).
+
+    Long (about 90 lines) because each gate kind's rule is a few lines of arithmetic
+    with its explanation beside it; split, the rules would lose their shared floors.
+    """
     pipe = cs["pipeline"]
     rec: dict[str, Any] = {"gates": {}, "comparisons": []}
     why: dict[str, str] = {}
@@ -421,7 +429,10 @@ SPREAD_HEAD = ["values (run 1..N)", "mean", "sd", "sd 95% upper", "min", "max"]
 
 
 def render_calibration_markdown(summary: Mapping[str, Any]) -> str:
-    """The calibration summary (:func:`summarize`) as Markdown."""
+    """The calibration summary (:func:`summarize`) as Markdown.
+
+    Long (about 60 lines) because it is one table per section of the summary, in order.
+    """
     L = [f"# evalrun calibrate: {len(summary['runs'])} runs", ""]
     for r in summary["runs"]:
         L.append(f"- run `{r['path']}` (exit code {r['exit_code']}, {r['status']})"

@@ -34,13 +34,15 @@ import argparse
 import json
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 from harness.report.summary import fmt
 from harness.records.baselines import BaselineDoc, BaselineTask, token_ids_hash
-from harness.records.run_record import RunRecord, TaskResult, outcome_word
-from harness.records.samples import read_jsonl
+from harness.records.measures import EngineFactsRecord, SpecDecodeRecord
+from harness.records.run_record import DatasetRef, GateResult, NoiseRecord, RunRecord, TaskResult, outcome_word
+from harness.records.samples import Sample, read_jsonl
 from harness.analysis.stats import paired_comparison, wilson_interval
 from harness.tasks.gsm8k import PIPELINES
 
@@ -79,22 +81,99 @@ def resolve_side(path: str | Path, results_dir: str | Path | None = None) -> Pat
     )
 
 
-def load_side(path: str | Path, results_dir: str | Path | None = None) -> dict[str, Any]:
-    """Load one side of a diff into a common form.
+@dataclass(frozen=True)
+class QuestionView:
+    """One question of one task on one side, as the diff compares it: the prompt's
+    hash, gold answer, verdict and answer per pipeline, completion, token ids (None on a
+    baseline side, which keeps only their hash), the token ids' hash, and the error."""
 
-    Args:
-        path: a run folder, a ``run.json``, a baseline JSON file, or a run id (the
-            folder of that name in ``results_dir``; :func:`resolve_side`).
-        results_dir: where run ids are looked up (default the project's ``results/``).
+    prompt_hash: str | None
+    gold: Any
+    correct: dict[str, Any]
+    answers: dict[str, Any]
+    completion: str | None
+    token_ids: list[int] | None
+    token_hash: str | None
+    error: str | None
 
-    Returns:
-        ``{"path", "kind": "run"|"baseline", "id", "passed", "status", "configs":
-        {name: {"pipeline", "variants": {variant: {"engine", "tasks": {task: {
-        "questions": {qid: {"prompt_hash", "gold", "correct", "answers", "completion",
-        "token_ids", "token_hash", "error"}}, "spec_decode", "mean_acceptance_length_ci",
-        "acceptance_rate_ci", "per_position_acceptance_ci", "acceptance_ci_reason"}}}},
-        "comparisons": [...], "gates": {id: gate}}}}`` (engine, spec_decode, noise and
-        gates as plain JSON dicts of their record types).
+
+@dataclass(frozen=True)
+class TaskView:
+    """One task of one variant on one side: its questions by id and the record's
+    acceptance figures (:class:`~harness.records.measures.SpecDecodeRecord`) with their
+    intervals; ``record_counts`` is a baseline's stored ``correct`` / ``scored``."""
+
+    questions: dict[str, QuestionView]
+    spec_decode: SpecDecodeRecord | None
+    mean_acceptance_length_ci: Any
+    acceptance_rate_ci: Any
+    per_position_acceptance_ci: Any
+    acceptance_ci_reason: str | None
+    record_counts: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class VariantView:
+    """One variant on one side: the engine's facts, its tasks, its error."""
+
+    engine: EngineFactsRecord | None
+    tasks: dict[str, TaskView]
+    error: str | None
+
+
+@dataclass(frozen=True)
+class ComparisonView:
+    """One in-run comparison on one side: output match, the mismatched question ids
+    with their first divergence (None on a baseline side) and the noise reference."""
+
+    baseline: str
+    candidate: str
+    task: str
+    output_match_rate: float | None
+    compared: int
+    matched: int
+    mismatched: dict[str, int | None]
+    noise: NoiseRecord | None
+
+
+@dataclass(frozen=True)
+class ConfigView:
+    """One config on one side: gate pipeline, variants, comparisons, gates by id, the
+    config file's SHA-256, the task settings and the data references by task name
+    (a baseline side has no gates, settings or data references)."""
+
+    pipeline: str | None
+    variants: dict[str, VariantView]
+    comparisons: list[ComparisonView]
+    gates: dict[str, GateResult]
+    sha256: str | None
+    task_specs: dict[str, dict[str, Any]] | None
+    datasets: dict[str, DatasetRef]
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a diff (:func:`load_side`): where it came from (``kind`` ``run`` or
+    ``baseline``), its id, verdict, status and outcome, and its configs by name."""
+
+    path: str
+    kind: str
+    id: str
+    passed: bool | None
+    status: str
+    outcome: str
+    configs: dict[str, ConfigView]
+
+    def head(self) -> dict[str, Any]:
+        """``{"path", "kind", "id", "passed", "status", "outcome"}`` for the diff's JSON form."""
+        return {"path": self.path, "kind": self.kind, "id": self.id, "passed": self.passed,
+                "status": self.status, "outcome": self.outcome}
+
+
+def load_side(path: str | Path, results_dir: str | Path | None = None) -> Side:
+    """Read one side: a run (:func:`harness.records.run_record.load_run` and its samples)
+    or a baseline (:func:`harness.records.baselines.load_baseline`), as the typed
+    :class:`Side` view.
 
     Raises:
         DiffError: the path does not exist, is not a run record or baseline, or a
@@ -125,29 +204,24 @@ def _dump(x: Any) -> Any:
     return None if x is None else x.model_dump(mode="json")
 
 
-def _task_view(t: TaskResult | BaselineTask) -> dict[str, Any]:
-    return {
-        "spec_decode": _dump(t.spec_decode),
-        "mean_acceptance_length_ci": t.mean_acceptance_length_ci,
-        "acceptance_rate_ci": t.acceptance_rate_ci,
-        "per_position_acceptance_ci": t.per_position_acceptance_ci,
-        "acceptance_ci_reason": getattr(t, "acceptance_ci_reason", None),
-    }
+def _task_view(t: TaskResult | BaselineTask, questions: dict[str, QuestionView],
+               record_counts: dict[str, Any] | None = None) -> TaskView:
+    return TaskView(questions=questions, spec_decode=t.spec_decode,
+                    mean_acceptance_length_ci=t.mean_acceptance_length_ci, acceptance_rate_ci=t.acceptance_rate_ci,
+                    per_position_acceptance_ci=t.per_position_acceptance_ci,
+                    acceptance_ci_reason=getattr(t, "acceptance_ci_reason", None), record_counts=record_counts)
 
 
-def _side_from_run(rec: RunRecord, run_dir: Path) -> dict[str, Any]:
-    side: dict[str, Any] = {
-        "path": str(run_dir), "kind": "run", "id": rec.run_id, "passed": rec.passed,
-        "status": rec.status, "outcome": rec.outcome, "configs": {},
-    }
+def _question(s: Sample) -> QuestionView:
+    return QuestionView(prompt_hash=s.prompt_hash, gold=s.gold, correct=dict(s.correct), answers=dict(s.answers),
+                        completion=s.completion, token_ids=list(s.token_ids) if s.token_ids is not None else None,
+                        token_hash=token_ids_hash(s.token_ids), error=s.error)
+
+
+def _side_from_run(rec: RunRecord, run_dir: Path) -> Side:
+    configs = {}
     for c in rec.configs:
-        cv: dict[str, Any] = {
-            "pipeline": c.pipeline, "variants": {}, "comparisons": [],
-            "gates": {g.id: g.model_dump(mode="json") for g in c.gates},
-            "sha256": c.sha256, "task_specs": c.tasks or None,
-            "datasets": {tid.split("/", 1)[1]: d.model_dump(mode="json")
-                         for tid, d in rec.provenance.datasets.items() if tid.split("/", 1)[0] == c.name},
-        }
+        variants = {}
         for vname, v in c.variants.items():
             tasks = {}
             for tname, t in v.tasks.items():
@@ -156,59 +230,41 @@ def _side_from_run(rec: RunRecord, run_dir: Path) -> dict[str, Any]:
                     samples = read_jsonl(spath)
                 except (OSError, ValueError) as e:
                     raise DiffError(f"{spath}: cannot read samples: {e}") from e
-                tasks[tname] = {
-                    "questions": {
-                        s.question_id: {
-                            "prompt_hash": s.prompt_hash, "gold": s.gold, "correct": dict(s.correct),
-                            "answers": dict(s.answers), "completion": s.completion,
-                            "token_ids": list(s.token_ids) if s.token_ids is not None else None,
-                            "token_hash": token_ids_hash(s.token_ids), "error": s.error,
-                        }
-                        for s in samples
-                    },
-                    **_task_view(t),
-                }
-            cv["variants"][vname] = {"engine": _dump(v.engine), "tasks": tasks, "error": v.error}
-        for comp in c.comparisons:
-            cv["comparisons"].append({
-                "baseline": comp.baseline, "candidate": comp.candidate, "task": comp.task,
-                "output_match_rate": comp.output_match_rate, "compared": comp.compared,
-                "matched": comp.matched,
-                "mismatched": {mm.question_id: mm.first_divergence for mm in comp.mismatches},
-                "noise": _dump(comp.noise),
-            })
-        side["configs"][c.name] = cv
-    return side
+                tasks[tname] = _task_view(t, {s.question_id: _question(s) for s in samples})
+            variants[vname] = VariantView(engine=v.engine, tasks=tasks, error=v.error)
+        comps = [ComparisonView(baseline=comp.baseline, candidate=comp.candidate, task=comp.task,
+                                output_match_rate=comp.output_match_rate, compared=comp.compared, matched=comp.matched,
+                                mismatched={mm.question_id: mm.first_divergence for mm in comp.mismatches},
+                                noise=comp.noise)
+                 for comp in c.comparisons]
+        configs[c.name] = ConfigView(
+            pipeline=c.pipeline, variants=variants, comparisons=comps, gates={g.id: g for g in c.gates},
+            sha256=c.sha256, task_specs=c.tasks or None,
+            datasets={tid.split("/", 1)[1]: d for tid, d in rec.provenance.datasets.items()
+                      if tid.split("/", 1)[0] == c.name})
+    return Side(path=str(run_dir), kind="run", id=rec.run_id, passed=rec.passed, status=rec.status,
+                outcome=rec.outcome, configs=configs)
 
 
-def _side_from_baseline(doc: BaselineDoc, path: Path) -> dict[str, Any]:
-    cv: dict[str, Any] = {"pipeline": doc.pipeline, "variants": {}, "comparisons": [], "gates": {},
-                          "sha256": doc.config_sha256, "task_specs": None, "datasets": {}}
+def _side_from_baseline(doc: BaselineDoc, path: Path) -> Side:
+    variants = {}
     for vname, v in doc.variants.items():
         tasks = {}
         for tname, t in v.tasks.items():
-            qs = {
-                qid: {
-                    "prompt_hash": q.prompt_hash, "gold": q.gold, "correct": dict(q.correct),
-                    "answers": dict(q.answers), "completion": q.completion, "token_ids": None,
-                    "token_hash": q.token_ids_sha256, "error": q.error,
-                }
-                for qid, q in t.questions.items()
-            }
-            tasks[tname] = {"questions": qs, **_task_view(t),
-                            "record_counts": {"correct": t.correct, "scored": t.scored}}
-        cv["variants"][vname] = {"engine": _dump(v.engine), "tasks": tasks, "error": None}
-    for comp in doc.comparisons:
-        cv["comparisons"].append({
-            "baseline": comp.baseline, "candidate": comp.candidate, "task": comp.task,
-            "output_match_rate": comp.output_match_rate, "compared": comp.compared,
-            "matched": comp.matched, "mismatched": {q: None for q in comp.mismatched},
-            "noise": None,
-        })
-    return {
-        "path": str(path), "kind": "baseline", "id": f"baseline of {doc.config} (run {doc.source_run.run_id})",
-        "passed": True, "status": "baseline", "outcome": "passed", "configs": {doc.config: cv},
-    }
+            qs = {qid: QuestionView(prompt_hash=q.prompt_hash, gold=q.gold, correct=dict(q.correct),
+                                    answers=dict(q.answers), completion=q.completion, token_ids=None,
+                                    token_hash=q.token_ids_sha256, error=q.error)
+                  for qid, q in t.questions.items()}
+            tasks[tname] = _task_view(t, qs, {"correct": t.correct, "scored": t.scored})
+        variants[vname] = VariantView(engine=v.engine, tasks=tasks, error=None)
+    comps = [ComparisonView(baseline=comp.baseline, candidate=comp.candidate, task=comp.task,
+                            output_match_rate=comp.output_match_rate, compared=comp.compared, matched=comp.matched,
+                            mismatched={q: None for q in comp.mismatched}, noise=None)
+             for comp in doc.comparisons]
+    cv = ConfigView(pipeline=doc.pipeline, variants=variants, comparisons=comps, gates={},
+                    sha256=doc.config_sha256, task_specs=None, datasets={})
+    return Side(path=str(path), kind="baseline", id=f"baseline of {doc.config} (run {doc.source_run.run_id})",
+                passed=True, status="baseline", outcome="passed", configs={doc.config: cv})
 
 
 # --------------------------------------------------------------------------- statistics
@@ -237,12 +293,12 @@ def newcombe_interval(x_a: int, n_a: int, x_b: int, n_b: int, confidence: float 
     return (d - math.sqrt((pb - lb) ** 2 + (ua - pa) ** 2), d + math.sqrt((ub - pb) ** 2 + (pa - la) ** 2))
 
 
-def _scored(t: Mapping[str, Any], pipe: str) -> dict[str, bool]:
-    return {q: bool(v["correct"].get(pipe)) for q, v in t["questions"].items()
-            if v.get("error") is None and pipe in (v.get("correct") or {})}
+def _scored(t: TaskView, pipe: str) -> dict[str, bool]:
+    return {q: bool(v.correct.get(pipe)) for q, v in t.questions.items()
+            if v.error is None and pipe in v.correct}
 
 
-def _accuracy_change(ta: Mapping[str, Any], tb: Mapping[str, Any], pipe: str) -> dict[str, Any]:
+def _accuracy_change(ta: TaskView, tb: TaskView, pipe: str) -> dict[str, Any]:
     from scipy import stats as _st
 
     ca, cb = _scored(ta, pipe), _scored(tb, pipe)
@@ -253,7 +309,7 @@ def _accuracy_change(ta: Mapping[str, Any], tb: Mapping[str, Any], pipe: str) ->
         out[f"{side}_correct"], out[f"{side}_scored"] = k, n
         out[f"{side}_ci"] = list(wilson_interval(k, n)) if n else None
     shared = set(ca) & set(cb)
-    same = sorted(q for q in shared if ta["questions"][q]["prompt_hash"] == tb["questions"][q]["prompt_hash"])
+    same = sorted(q for q in shared if ta.questions[q].prompt_hash == tb.questions[q].prompt_hash)
     out["prompt_changed"] = sorted(shared - set(same))
     if same:
         pc = paired_comparison({q: ca[q] for q in same}, {q: cb[q] for q in same})
@@ -284,25 +340,25 @@ def _first_char_divergence(a: str, b: str) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def _outputs_changed(ta: Mapping[str, Any], tb: Mapping[str, Any]) -> dict[str, Any]:
+def _outputs_changed(ta: TaskView, tb: TaskView) -> dict[str, Any]:
     from harness.analysis.scoring import first_divergence
 
     compared, changed = 0, []
-    for q, a in ta["questions"].items():
-        b = tb["questions"].get(q)
-        if b is None or a.get("error") or b.get("error") or a["prompt_hash"] != b["prompt_hash"]:
+    for q, a in ta.questions.items():
+        b = tb.questions.get(q)
+        if b is None or a.error or b.error or a.prompt_hash != b.prompt_hash:
             continue
-        if a.get("token_hash") is None or b.get("token_hash") is None:
+        if a.token_hash is None or b.token_hash is None:
             continue
         compared += 1
-        if a["token_hash"] == b["token_hash"]:
+        if a.token_hash == b.token_hash:
             continue
-        if a.get("token_ids") is not None and b.get("token_ids") is not None:
-            changed.append({"question_id": q, "first_divergence": first_divergence(a["token_ids"], b["token_ids"]),
+        if a.token_ids is not None and b.token_ids is not None:
+            changed.append({"question_id": q, "first_divergence": first_divergence(a.token_ids, b.token_ids),
                             "unit": "token"})
         else:
             changed.append({"question_id": q, "unit": "character",
-                            "first_divergence": _first_char_divergence(a.get("completion") or "", b.get("completion") or "")})
+                            "first_divergence": _first_char_divergence(a.completion or "", b.completion or "")})
     return {"compared": compared, "changed": len(changed), "changes": changed}
 
 
@@ -310,39 +366,38 @@ def _num(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) else None
 
 
-def _acceptance(ta: Mapping[str, Any], tb: Mapping[str, Any]) -> dict[str, Any] | None:
-    sa, sb = ta.get("spec_decode") or {}, tb.get("spec_decode") or {}
+def _acceptance(ta: TaskView, tb: TaskView) -> dict[str, Any] | None:
+    sa, sb = _dump(ta.spec_decode) or {}, _dump(tb.spec_decode) or {}
     if not sa and not sb:
         return None
     out: dict[str, Any] = {}
     for key in ("mean_acceptance_length", "acceptance_rate"):
         a, b = _num(sa.get(key)), _num(sb.get(key))
         out[key] = {"a": a, "b": b, "change": (b - a) if a is not None and b is not None else None,
-                    "a_ci": ta.get(f"{key}_ci"), "b_ci": tb.get(f"{key}_ci")}
+                    "a_ci": getattr(ta, f"{key}_ci"), "b_ci": getattr(tb, f"{key}_ci")}
     out["per_position_acceptance"] = {
         "a": sa.get("per_position_acceptance"), "b": sb.get("per_position_acceptance"),
-        "a_ci": ta.get("per_position_acceptance_ci"), "b_ci": tb.get("per_position_acceptance_ci"),
+        "a_ci": ta.per_position_acceptance_ci, "b_ci": tb.per_position_acceptance_ci,
     }
     out["drafts"] = {"a": sa.get("drafts"), "b": sb.get("drafts")}
-    out["ci_reason"] = {"a": ta.get("acceptance_ci_reason"), "b": tb.get("acceptance_ci_reason")}
+    out["ci_reason"] = {"a": ta.acceptance_ci_reason, "b": tb.acceptance_ci_reason}
     return out
 
 
-def _flipped(ta, tb, acc: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _flipped(ta: TaskView, tb: TaskView, acc: Mapping[str, Any]) -> list[dict[str, Any]]:
     out = []
     for direction, ids in (("lost", acc.get("lost", [])), ("gained", acc.get("gained", []))):
         for q in ids:
-            a, b = ta["questions"][q], tb["questions"][q]
+            a, b = ta.questions[q], tb.questions[q]
             out.append({
-                "question_id": q, "direction": direction, "gold": a.get("gold"),
-                "a_answer": (a.get("answers") or {}).get(acc["pipeline"]),
-                "b_answer": (b.get("answers") or {}).get(acc["pipeline"]),
-                "a_completion": a.get("completion"), "b_completion": b.get("completion"),
+                "question_id": q, "direction": direction, "gold": a.gold,
+                "a_answer": a.answers.get(acc["pipeline"]), "b_answer": b.answers.get(acc["pipeline"]),
+                "a_completion": a.completion, "b_completion": b.completion,
             })
     return out
 
 
-def diff_runs(a: str | Path | Mapping[str, Any], b: str | Path | Mapping[str, Any]) -> dict[str, Any]:
+def diff_runs(a: str | Path | Side, b: str | Path | Side) -> dict[str, Any]:
     """Compare side B against side A.
 
     Args:
@@ -362,69 +417,86 @@ def diff_runs(a: str | Path | Mapping[str, Any], b: str | Path | Mapping[str, An
     Raises:
         DiffError: from :func:`load_side`.
     """
-    sa = a if isinstance(a, Mapping) else load_side(a)
-    sb = b if isinstance(b, Mapping) else load_side(b)
-    head = ("path", "kind", "id", "passed", "status", "outcome")
+    sa = a if isinstance(a, Side) else load_side(a)
+    sb = b if isinstance(b, Side) else load_side(b)
     out: dict[str, Any] = {
-        "a": {k: sa.get(k) for k in head}, "b": {k: sb.get(k) for k in head},
+        "a": sa.head(), "b": sb.head(),
         "tasks": [], "comparisons": [],
         "gates": {"failing_in_b": [], "changed": [], "only_in_a": [], "only_in_b": []},
-        "configs_only_in_a": sorted(set(sa["configs"]) - set(sb["configs"])),
-        "configs_only_in_b": sorted(set(sb["configs"]) - set(sa["configs"])),
+        "configs_only_in_a": sorted(set(sa.configs) - set(sb.configs)),
+        "configs_only_in_b": sorted(set(sb.configs) - set(sa.configs)),
         "differences": differences(sa, sb),
     }
-    for cname in [c for c in sa["configs"] if c in sb["configs"]]:
-        ca, cb = sa["configs"][cname], sb["configs"][cname]
-        pipe = cb.get("pipeline") or ca.get("pipeline") or "flexible-numeric"
-        vnames = list(ca["variants"]) + [v for v in cb["variants"] if v not in ca["variants"]]
-        for vname in vnames:
-            va, vb = ca["variants"].get(vname), cb["variants"].get(vname)
-            tnames = list((va or {}).get("tasks", {})) + [
-                t for t in (vb or {}).get("tasks", {}) if t not in (va or {}).get("tasks", {})]
-            for tname in tnames:
-                ta = (va or {}).get("tasks", {}).get(tname)
-                tb = (vb or {}).get("tasks", {}).get(tname)
-                entry: dict[str, Any] = {"config": cname, "variant": vname, "task": tname,
-                                         "in_a": ta is not None, "in_b": tb is not None, "pipeline": pipe}
-                if ta is None or tb is None:
-                    out["tasks"].append(entry)
-                    continue
-                entry["accuracy"] = {p: _accuracy_change(ta, tb, p) for p in PIPELINES}
-                entry["errors"] = {s: sum(1 for q in t["questions"].values() if q.get("error"))
-                                   for s, t in (("a", ta), ("b", tb))}
-                entry["num_requests"] = {"a": len(ta["questions"]), "b": len(tb["questions"])}
-                entry["acceptance"] = _acceptance(ta, tb)
-                entry["outputs"] = _outputs_changed(ta, tb)
-                entry["flipped"] = _flipped(ta, tb, entry["accuracy"][pipe])
-                out["tasks"].append(entry)
-        comps_a = {(x["baseline"], x["candidate"], x["task"]): x for x in ca["comparisons"]}
-        for x in cb["comparisons"]:
-            key = (x["baseline"], x["candidate"], x["task"])
-            y = comps_a.get(key)
-            ra, rb = (y or {}).get("output_match_rate"), x.get("output_match_rate")
-            ma, mb = (y or {}).get("mismatched", {}), x.get("mismatched", {})
-            out["comparisons"].append({
-                "config": cname, "baseline": key[0], "candidate": key[1], "task": key[2],
-                "a": ra, "b": rb, "a_counts": [(y or {}).get("matched"), (y or {}).get("compared")],
-                "b_counts": [x.get("matched"), x.get("compared")],
-                "change": (rb - ra) if ra is not None and rb is not None else None,
-                "newly_mismatched": [{"question_id": q, "first_divergence": mb[q]} for q in mb if q not in ma] if y else None,
-                "matching_again": sorted(q for q in ma if q not in mb) if y else None,
-                "noise_a": (y or {}).get("noise"), "noise_b": x.get("noise"),
+    for cname in [c for c in sa.configs if c in sb.configs]:
+        ca, cb = sa.configs[cname], sb.configs[cname]
+        pipe = cb.pipeline or ca.pipeline or "flexible-numeric"
+        out["tasks"] += _task_entries(cname, ca, cb, pipe)
+        out["comparisons"] += _comparison_entries(cname, ca, cb)
+        for k, v in _gate_changes(ca.gates, cb.gates).items():
+            out["gates"][k] += v
+    return out
+
+
+def _task_entries(cname: str, ca: ConfigView, cb: ConfigView, pipe: str) -> list[dict[str, Any]]:
+    """One entry per variant and task of either side (see :func:`diff_runs`)."""
+    out = []
+    vnames = list(ca.variants) + [v for v in cb.variants if v not in ca.variants]
+    for vname in vnames:
+        va, vb = ca.variants.get(vname), cb.variants.get(vname)
+        tasks_a, tasks_b = (va.tasks if va else {}), (vb.tasks if vb else {})
+        for tname in list(tasks_a) + [t for t in tasks_b if t not in tasks_a]:
+            ta, tb = tasks_a.get(tname), tasks_b.get(tname)
+            entry: dict[str, Any] = {"config": cname, "variant": vname, "task": tname,
+                                     "in_a": ta is not None, "in_b": tb is not None, "pipeline": pipe}
+            if ta is None or tb is None:
+                out.append(entry)
+                continue
+            entry["accuracy"] = {p: _accuracy_change(ta, tb, p) for p in PIPELINES}
+            entry["errors"] = {s: sum(1 for q in t.questions.values() if q.error) for s, t in (("a", ta), ("b", tb))}
+            entry["num_requests"] = {"a": len(ta.questions), "b": len(tb.questions)}
+            entry["acceptance"] = _acceptance(ta, tb)
+            entry["outputs"] = _outputs_changed(ta, tb)
+            entry["flipped"] = _flipped(ta, tb, entry["accuracy"][pipe])
+            out.append(entry)
+    return out
+
+
+def _comparison_entries(cname: str, ca: ConfigView, cb: ConfigView) -> list[dict[str, Any]]:
+    """One entry per in-run comparison of side B, beside side A's (see :func:`diff_runs`)."""
+    out = []
+    comps_a = {(x.baseline, x.candidate, x.task): x for x in ca.comparisons}
+    for x in cb.comparisons:
+        key = (x.baseline, x.candidate, x.task)
+        y = comps_a.get(key)
+        ra, rb = (y.output_match_rate if y else None), x.output_match_rate
+        ma, mb = (y.mismatched if y else {}), x.mismatched
+        out.append({
+            "config": cname, "baseline": key[0], "candidate": key[1], "task": key[2],
+            "a": ra, "b": rb, "a_counts": [y.matched if y else None, y.compared if y else None],
+            "b_counts": [x.matched, x.compared],
+            "change": (rb - ra) if ra is not None and rb is not None else None,
+            "newly_mismatched": [{"question_id": q, "first_divergence": mb[q]} for q in mb if q not in ma] if y else None,
+            "matching_again": sorted(q for q in ma if q not in mb) if y else None,
+            "noise_a": _dump(y.noise) if y else None, "noise_b": _dump(x.noise),
+        })
+    return out
+
+
+def _gate_changes(ga: Mapping[str, GateResult], gb: Mapping[str, GateResult]) -> dict[str, list[Any]]:
+    """The gates failing in B, the verdicts that changed, and the gates of one side only."""
+    out: dict[str, list[Any]] = {"failing_in_b": [], "changed": [], "only_in_a": [], "only_in_b": []}
+    for gid, g in gb.items():
+        if g.passed is False:
+            out["failing_in_b"].append({**_gate_view(g), "verdict_a": ga[gid].verdict if gid in ga else None})
+        if gid in ga and ga[gid].verdict != g.verdict:
+            out["changed"].append({
+                "id": gid, "verdict_a": ga[gid].verdict, "verdict_b": g.verdict,
+                "observed_a": ga[gid].observed, "observed_b": g.observed,
+                "limit_b": g.limit, "detail_b": g.detail,
             })
-        ga, gb = ca["gates"], cb["gates"]
-        for gid, g in gb.items():
-            if g.get("passed") is False:
-                out["gates"]["failing_in_b"].append({**_gate_view(g), "verdict_a": (ga.get(gid) or {}).get("verdict")})
-            if gid in ga and ga[gid].get("verdict") != g.get("verdict"):
-                out["gates"]["changed"].append({
-                    "id": gid, "verdict_a": ga[gid].get("verdict"), "verdict_b": g.get("verdict"),
-                    "observed_a": ga[gid].get("observed"), "observed_b": g.get("observed"),
-                    "limit_b": g.get("limit"), "detail_b": g.get("detail"),
-                })
-        if ga:  # a baseline side has no gates: nothing is "only in B" then
-            out["gates"]["only_in_b"] += [gid for gid in gb if gid not in ga]
-        out["gates"]["only_in_a"] += [gid for gid in ga if gid not in gb]
+    if ga:  # a baseline side has no gates: nothing is "only in B" then
+        out["only_in_b"] += [gid for gid in gb if gid not in ga]
+    out["only_in_a"] += [gid for gid in ga if gid not in gb]
     return out
 
 
@@ -436,7 +508,7 @@ _ENGINE_KEYS = ("vllm_version", "platform", "dtype", "async_scheduling", "specul
                 "num_speculative_tokens", "max_model_len", "enable_prefix_caching")
 
 
-def differences(sa: Mapping[str, Any], sb: Mapping[str, Any]) -> list[dict[str, Any]]:
+def differences(sa: Side, sb: Side) -> list[dict[str, Any]]:
     """What differs between the two sides besides the build under test.
 
     Compared per config present on both sides: the config file's SHA-256; per task
@@ -453,38 +525,38 @@ def differences(sa: Mapping[str, Any], sb: Mapping[str, Any]) -> list[dict[str, 
         that task is unpaired for those questions.
     """
     out: list[dict[str, Any]] = []
-    for cname in [c for c in sa["configs"] if c in sb["configs"]]:
-        ca, cb = sa["configs"][cname], sb["configs"][cname]
+    for cname in [c for c in sa.configs if c in sb.configs]:
+        ca, cb = sa.configs[cname], sb.configs[cname]
 
         def add(kind, where, field, a, b, unpairs=False):
             out.append({"config": cname, "kind": kind, "where": where, "field": field, "a": a, "b": b,
                         "unpairs": unpairs})
 
-        if ca.get("sha256") and cb.get("sha256") and ca["sha256"] != cb["sha256"]:
-            add("config", "config file", "sha256", ca["sha256"][:12], cb["sha256"][:12])
-        ta, tb = ca.get("task_specs") or {}, cb.get("task_specs") or {}
+        if ca.sha256 and cb.sha256 and ca.sha256 != cb.sha256:
+            add("config", "config file", "sha256", ca.sha256[:12], cb.sha256[:12])
+        ta, tb = ca.task_specs or {}, cb.task_specs or {}
         for t in [t for t in ta if t in tb]:
             for k in _PROMPT_KEYS:
                 if ta[t].get(k) != tb[t].get(k):
                     add("prompts", f"task {t}", k, ta[t].get(k), tb[t].get(k), k in ("kind", "num_fewshot"))
-        da, db = ca.get("datasets") or {}, cb.get("datasets") or {}
+        da, db = ca.datasets, cb.datasets
         for t in [t for t in da if t in db]:
-            if da[t].get("sha256") != db[t].get("sha256"):
+            if da[t].sha256 != db[t].sha256:
                 add("prompts", f"task {t}", "data hash (questions and few-shot items)",
-                    (da[t].get("sha256") or "")[:12], (db[t].get("sha256") or "")[:12], True)
-            if da[t].get("stop") is not None and db[t].get("stop") is not None and da[t]["stop"] != db[t]["stop"]:
-                add("prompts", f"task {t}", "stop strings", da[t]["stop"], db[t]["stop"])
-        for v in [v for v in ca["variants"] if v in cb["variants"]]:
-            ea, eb = ca["variants"][v].get("engine") or {}, cb["variants"][v].get("engine") or {}
-            if ea and eb:
+                    (da[t].sha256 or "")[:12], (db[t].sha256 or "")[:12], True)
+            if da[t].stop != db[t].stop:
+                add("prompts", f"task {t}", "stop strings", list(da[t].stop), list(db[t].stop))
+        for v in [v for v in ca.variants if v in cb.variants]:
+            ea, eb = ca.variants[v].engine, cb.variants[v].engine
+            if ea is not None and eb is not None:
                 for k in _ENGINE_KEYS:
-                    if ea.get(k) != eb.get(k):
-                        add("engine", f"variant {v}", k, ea.get(k), eb.get(k))
-            for t in [t for t in ca["variants"][v]["tasks"] if t in cb["variants"][v]["tasks"]]:
-                qa = ca["variants"][v]["tasks"][t]["questions"]
-                qb = cb["variants"][v]["tasks"][t]["questions"]
+                    if getattr(ea, k) != getattr(eb, k):
+                        add("engine", f"variant {v}", k, getattr(ea, k), getattr(eb, k))
+            for t in [t for t in ca.variants[v].tasks if t in cb.variants[v].tasks]:
+                qa = ca.variants[v].tasks[t].questions
+                qb = cb.variants[v].tasks[t].questions
                 shared = [q for q in qa if q in qb]
-                changed = [q for q in shared if qa[q].get("prompt_hash") != qb[q].get("prompt_hash")]
+                changed = [q for q in shared if qa[q].prompt_hash != qb[q].prompt_hash]
                 if changed:
                     add("prompts", f"variant {v} task {t}", "prompt text",
                         f"{len(changed)} of {len(shared)} shared questions have another prompt",
@@ -492,8 +564,9 @@ def differences(sa: Mapping[str, Any], sb: Mapping[str, Any]) -> list[dict[str, 
     return out
 
 
-def _gate_view(g: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: g.get(k) for k in ("id", "kind", "verdict", "observed", "op", "limit", "detail", "questions")}
+def _gate_view(g: GateResult) -> dict[str, Any]:
+    d = g.model_dump(mode="json")
+    return {k: d.get(k) for k in ("id", "kind", "verdict", "observed", "op", "limit", "detail", "questions")}
 
 
 # --------------------------------------------------------------------------- rendering
@@ -555,6 +628,151 @@ def _render_differences(diffs: list[dict[str, Any]], d: Mapping[str, Any]) -> li
     return L
 
 
+def _render_gates(g: Mapping[str, Any]) -> list[str]:
+    """Markdown lines: the gates failing in B and the verdicts that changed."""
+    L: list[str] = []
+    L += ["", "## Gates failing in B", ""]
+    if not g["failing_in_b"]:
+        L.append("none")
+    for x in g["failing_in_b"]:
+        lim = f" (limit {x['op']} {_f(x['limit'], 4)})" if x.get("limit") is not None else ""
+        L.append(f"- **{x['id']}** (A: {x.get('verdict_a') or 'absent'}): observed {_f(x.get('observed'), 4)}{lim}: {x.get('detail')}")
+        if x.get("questions"):
+            qs = list(x["questions"])
+            L.append(f"  - questions: {', '.join(qs[:50])}" + (f" ... ({len(qs)} in all)" if len(qs) > 50 else ""))
+    if g["changed"]:
+        L += ["", "### Gate verdicts that changed", ""]
+        L += _table(["gate", "A", "B", "observed A", "observed B", "limit B"],
+                    [[x["id"], x["verdict_a"], x["verdict_b"], _f(x["observed_a"], 4), _f(x["observed_b"], 4),
+                      _f(x["limit_b"], 4)] for x in g["changed"]])
+    return L
+
+
+def _render_accuracy(tasks: list[dict[str, Any]], missing: list[dict[str, Any]]) -> list[str]:
+    """Markdown lines: accuracy per task and pipeline, tasks of one side only, failed requests."""
+    L: list[str] = []
+    L += ["", "## Accuracy", ""]
+    rows = []
+    for t in tasks:
+        for pipe, x in t["accuracy"].items():
+            rows.append([
+                t["config"], t["variant"], t["task"], pipe + (" (gated)" if pipe == t["pipeline"] else ""),
+                f"{_f(x['a'])}{_ci(x['a_ci'])} ({x['a_correct']}/{x['a_scored']})",
+                f"{_f(x['b'])}{_ci(x['b_ci'])} ({x['b_correct']}/{x['b_scored']})",
+                f"{_signed(x['change'])}{_ci(x['change_ci'])}" + (f" on {x['n_paired']} paired" if x["paired"] else " (unpaired)"),
+                f"{_p(x['p_value'])} ({x['test']}); B worse: {_p(x['one_sided_p_value_b_worse'])}",
+                f"-{len(x['lost'])} / +{len(x['gained'])}",
+            ])
+    L += _table(["config", "variant", "task", "pipeline", "A [95% CI]", "B [95% CI]", "change [95% CI]",
+                 "p (test)", "flipped lost/gained"], rows)
+    for t in missing:
+        L.append(f"- {t['config']}/{t['variant']}/{t['task']}: only in {'A' if t['in_a'] else 'B'}")
+    errs = [t for t in tasks if t["errors"]["a"] or t["errors"]["b"]]
+    for t in errs:
+        L.append(f"- {t['config']}/{t['variant']}/{t['task']}: failed requests A {t['errors']['a']}/{t['num_requests']['a']}, "
+                 f"B {t['errors']['b']}/{t['num_requests']['b']} (not scored)")
+    return L
+
+
+def _render_acceptance(tasks: list[dict[str, Any]]) -> list[str]:
+    """Markdown lines: the acceptance figures of both sides, when any task has them."""
+    L: list[str] = []
+    acc_rows = []
+    for t in tasks:
+        x = t.get("acceptance")
+        if not x:
+            continue
+        mal, rate, pp = x["mean_acceptance_length"], x["acceptance_rate"], x["per_position_acceptance"]
+        acc_rows.append([
+            t["config"], t["variant"], t["task"],
+            _f(mal["a"]) + _ci(mal["a_ci"]), _f(mal["b"]) + _ci(mal["b_ci"]), _signed(mal["change"]),
+            _f(rate["a"]) + _ci(rate["a_ci"]), _f(rate["b"]) + _ci(rate["b_ci"]), _signed(rate["change"]),
+            " ".join(_f(v, 3) for v in pp["a"] or []) or "-", " ".join(_f(v, 3) for v in pp["b"] or []) or "-",
+        ])
+    if acc_rows:
+        L += ["", "## Speculative decoding", ""]
+        L += _table(["config", "variant", "task", "mean accept. len A", "B", "change", "accept. rate A", "B",
+                     "change", "per-position A", "per-position B"], acc_rows)
+        reasons = {r for t in tasks if t.get("acceptance") for r in t["acceptance"]["ci_reason"].values() if r}
+        for r in sorted(reasons):
+            L.append(f"- intervals: {r}")
+    return L
+
+
+def _render_comparisons(comparisons: list[dict[str, Any]]) -> list[str]:
+    """Markdown lines: in-run output match of both sides and the noise each was judged against."""
+    L: list[str] = []
+    if comparisons:
+        L += ["", "## Output match between variants", ""]
+        rows = []
+        for x in comparisons:
+            nm = x["newly_mismatched"]
+            rows.append([
+                x["config"], f"{x['baseline']} -> {x['candidate']}", x["task"],
+                f"{_f(x['a'])} ({x['a_counts'][0]}/{x['a_counts'][1]})", f"{_f(x['b'])} ({x['b_counts'][0]}/{x['b_counts'][1]})",
+                _signed(x["change"]),
+                "-" if nm is None else (", ".join(
+                    f"{m['question_id']}" + (f"@{m['first_divergence']}" if m["first_divergence"] is not None else "")
+                    for m in nm[:20]) + (" ..." if len(nm) > 20 else "") or "none"),
+                "-" if x["matching_again"] is None else (", ".join(x["matching_again"][:20]) or "none"),
+            ])
+        L += _table(["config", "pair", "task", "A", "B", "change", "newly mismatched in B (@first divergent token)",
+                     "matching again in B"], rows)
+        for x in comparisons:
+            for side in ("a", "b"):
+                nz = x.get(f"noise_{side}")
+                if nz:
+                    L.append(f"- {x['config']} {x['baseline']} -> {x['candidate']} {x['task']} ({side.upper()}): judged against "
+                             f"noise {_f(nz.get('noise_rate'))} ({nz.get('source')}); candidate mismatch rate "
+                             f"{_f(nz.get('candidate_rate'))}, one-sided p={_p(nz.get('p_value'))}")
+    return L
+
+
+def _render_outputs(tasks: list[dict[str, Any]]) -> list[str]:
+    """Markdown lines: per task the questions whose completion changed between A and B."""
+    L: list[str] = []
+    L += ["", "## Outputs changed between A and B (same variant)", ""]
+    rows = []
+    for t in tasks:
+        o = t["outputs"]
+        firsts = ", ".join(
+            f"{c['question_id']}@{c['first_divergence']}" + ("c" if c["unit"] == "character" else "")
+            for c in o["changes"][:10]) + (" ..." if o["changed"] > 10 else "")
+        rows.append([t["config"], t["variant"], t["task"], o["compared"], o["changed"], firsts or "-"])
+    L += _table(["config", "variant", "task", "compared", "changed", "first divergence (token; c = character)"], rows)
+    return L
+
+
+def _render_flipped(tasks: list[dict[str, Any]], max_flipped: int) -> list[str]:
+    """Markdown lines: the flipped questions with both completions (at most ``max_flipped`` per group)."""
+    L: list[str] = []
+    flipped = [t for t in tasks if t["flipped"]]
+    if flipped:
+        L += ["", "## Flipped questions", ""]
+    for t in flipped:
+        lost = [f for f in t["flipped"] if f["direction"] == "lost"]
+        gained = [f for f in t["flipped"] if f["direction"] == "gained"]
+        L += [f"### {t['config']} / {t['variant']} / {t['task']} ({t['pipeline']}): "
+              f"{len(lost)} right in A and wrong in B, {len(gained)} wrong in A and right in B", ""]
+        for group, name in ((lost, "lost"), (gained, "gained")):
+            if not group:
+                continue
+            L.append(f"{name}: {', '.join(f['question_id'] for f in group)}")
+            L.append("")
+            for f in group[:max_flipped]:
+                L.append(f"<details><summary>{f['question_id']} ({name}): gold {f['gold']}, "
+                         f"A answered {f['a_answer']}, B answered {f['b_answer']}</summary>")
+                L.append("")
+                L.append("A:")
+                L += _fence(f["a_completion"] or "")
+                L.append("B:")
+                L += _fence(f["b_completion"] or "")
+                L += ["</details>", ""]
+            if len(group) > max_flipped:
+                L += [f"({len(group) - max_flipped} more {name} questions in the JSON form)", ""]
+    return L
+
+
 def render_diff_markdown(d: Mapping[str, Any], max_flipped: int = 20) -> str:
     """The diff as Markdown (fit for a pull-request comment).
 
@@ -581,122 +799,17 @@ def render_diff_markdown(d: Mapping[str, Any], max_flipped: int = 20) -> str:
         if d.get(k):
             L.append(f"- configs only in {k[-1].upper()}: {', '.join(d[k])}")
     L += _render_differences(d.get("differences") or [], d)
-    g = d["gates"]
-    L += ["", "## Gates failing in B", ""]
-    if not g["failing_in_b"]:
-        L.append("none")
-    for x in g["failing_in_b"]:
-        lim = f" (limit {x['op']} {_f(x['limit'], 4)})" if x.get("limit") is not None else ""
-        L.append(f"- **{x['id']}** (A: {x.get('verdict_a') or 'absent'}): observed {_f(x.get('observed'), 4)}{lim}: {x.get('detail')}")
-        if x.get("questions"):
-            qs = list(x["questions"])
-            L.append(f"  - questions: {', '.join(qs[:50])}" + (f" ... ({len(qs)} in all)" if len(qs) > 50 else ""))
-    if g["changed"]:
-        L += ["", "### Gate verdicts that changed", ""]
-        L += _table(["gate", "A", "B", "observed A", "observed B", "limit B"],
-                    [[x["id"], x["verdict_a"], x["verdict_b"], _f(x["observed_a"], 4), _f(x["observed_b"], 4),
-                      _f(x["limit_b"], 4)] for x in g["changed"]])
+    L += _render_gates(d["gates"])
     tasks = [t for t in d["tasks"] if t["in_a"] and t["in_b"]]
     missing = [t for t in d["tasks"] if not (t["in_a"] and t["in_b"])]
     if not tasks:
         L += ["", "No config, variant and task ran on both sides: nothing to compare."]
-    L += ["", "## Accuracy", ""]
-    rows = []
-    for t in tasks:
-        for pipe, x in t["accuracy"].items():
-            rows.append([
-                t["config"], t["variant"], t["task"], pipe + (" (gated)" if pipe == t["pipeline"] else ""),
-                f"{_f(x['a'])}{_ci(x['a_ci'])} ({x['a_correct']}/{x['a_scored']})",
-                f"{_f(x['b'])}{_ci(x['b_ci'])} ({x['b_correct']}/{x['b_scored']})",
-                f"{_signed(x['change'])}{_ci(x['change_ci'])}" + (f" on {x['n_paired']} paired" if x["paired"] else " (unpaired)"),
-                f"{_p(x['p_value'])} ({x['test']}); B worse: {_p(x['one_sided_p_value_b_worse'])}",
-                f"-{len(x['lost'])} / +{len(x['gained'])}",
-            ])
-    L += _table(["config", "variant", "task", "pipeline", "A [95% CI]", "B [95% CI]", "change [95% CI]",
-                 "p (test)", "flipped lost/gained"], rows)
-    for t in missing:
-        L.append(f"- {t['config']}/{t['variant']}/{t['task']}: only in {'A' if t['in_a'] else 'B'}")
-    errs = [t for t in tasks if t["errors"]["a"] or t["errors"]["b"]]
-    for t in errs:
-        L.append(f"- {t['config']}/{t['variant']}/{t['task']}: failed requests A {t['errors']['a']}/{t['num_requests']['a']}, "
-                 f"B {t['errors']['b']}/{t['num_requests']['b']} (not scored)")
-    acc_rows = []
-    for t in tasks:
-        x = t.get("acceptance")
-        if not x:
-            continue
-        mal, rate, pp = x["mean_acceptance_length"], x["acceptance_rate"], x["per_position_acceptance"]
-        acc_rows.append([
-            t["config"], t["variant"], t["task"],
-            _f(mal["a"]) + _ci(mal["a_ci"]), _f(mal["b"]) + _ci(mal["b_ci"]), _signed(mal["change"]),
-            _f(rate["a"]) + _ci(rate["a_ci"]), _f(rate["b"]) + _ci(rate["b_ci"]), _signed(rate["change"]),
-            " ".join(_f(v, 3) for v in pp["a"] or []) or "-", " ".join(_f(v, 3) for v in pp["b"] or []) or "-",
-        ])
-    if acc_rows:
-        L += ["", "## Speculative decoding", ""]
-        L += _table(["config", "variant", "task", "mean accept. len A", "B", "change", "accept. rate A", "B",
-                     "change", "per-position A", "per-position B"], acc_rows)
-        reasons = {r for t in tasks if t.get("acceptance") for r in t["acceptance"]["ci_reason"].values() if r}
-        for r in sorted(reasons):
-            L.append(f"- intervals: {r}")
-    if d["comparisons"]:
-        L += ["", "## Output match between variants", ""]
-        rows = []
-        for x in d["comparisons"]:
-            nm = x["newly_mismatched"]
-            rows.append([
-                x["config"], f"{x['baseline']} -> {x['candidate']}", x["task"],
-                f"{_f(x['a'])} ({x['a_counts'][0]}/{x['a_counts'][1]})", f"{_f(x['b'])} ({x['b_counts'][0]}/{x['b_counts'][1]})",
-                _signed(x["change"]),
-                "-" if nm is None else (", ".join(
-                    f"{m['question_id']}" + (f"@{m['first_divergence']}" if m["first_divergence"] is not None else "")
-                    for m in nm[:20]) + (" ..." if len(nm) > 20 else "") or "none"),
-                "-" if x["matching_again"] is None else (", ".join(x["matching_again"][:20]) or "none"),
-            ])
-        L += _table(["config", "pair", "task", "A", "B", "change", "newly mismatched in B (@first divergent token)",
-                     "matching again in B"], rows)
-        for x in d["comparisons"]:
-            for side in ("a", "b"):
-                nz = x.get(f"noise_{side}")
-                if nz:
-                    L.append(f"- {x['config']} {x['baseline']} -> {x['candidate']} {x['task']} ({side.upper()}): judged against "
-                             f"noise {_f(nz.get('noise_rate'))} ({nz.get('source')}); candidate mismatch rate "
-                             f"{_f(nz.get('candidate_rate'))}, one-sided p={_p(nz.get('p_value'))}")
-    L += ["", "## Outputs changed between A and B (same variant)", ""]
-    rows = []
-    for t in tasks:
-        o = t["outputs"]
-        firsts = ", ".join(
-            f"{c['question_id']}@{c['first_divergence']}" + ("c" if c["unit"] == "character" else "")
-            for c in o["changes"][:10]) + (" ..." if o["changed"] > 10 else "")
-        rows.append([t["config"], t["variant"], t["task"], o["compared"], o["changed"], firsts or "-"])
-    L += _table(["config", "variant", "task", "compared", "changed", "first divergence (token; c = character)"], rows)
-    flipped = [t for t in tasks if t["flipped"]]
-    if flipped:
-        L += ["", "## Flipped questions", ""]
-    for t in flipped:
-        lost = [f for f in t["flipped"] if f["direction"] == "lost"]
-        gained = [f for f in t["flipped"] if f["direction"] == "gained"]
-        L += [f"### {t['config']} / {t['variant']} / {t['task']} ({t['pipeline']}): "
-              f"{len(lost)} right in A and wrong in B, {len(gained)} wrong in A and right in B", ""]
-        for group, name in ((lost, "lost"), (gained, "gained")):
-            if not group:
-                continue
-            L.append(f"{name}: {', '.join(f['question_id'] for f in group)}")
-            L.append("")
-            for f in group[:max_flipped]:
-                L.append(f"<details><summary>{f['question_id']} ({name}): gold {f['gold']}, "
-                         f"A answered {f['a_answer']}, B answered {f['b_answer']}</summary>")
-                L.append("")
-                L.append("A:")
-                L += _fence(f["a_completion"] or "")
-                L.append("B:")
-                L += _fence(f["b_completion"] or "")
-                L += ["</details>", ""]
-            if len(group) > max_flipped:
-                L += [f"({len(group) - max_flipped} more {name} questions in the JSON form)", ""]
+    L += _render_accuracy(tasks, missing)
+    L += _render_acceptance(tasks)
+    L += _render_comparisons(d["comparisons"])
+    L += _render_outputs(tasks)
+    L += _render_flipped(tasks, max_flipped)
     return "\n".join(L) + "\n"
-
 
 # --------------------------------------------------------------------------- CLI
 
@@ -724,16 +837,16 @@ def unfinished_sides(d: dict[str, Any]) -> list[str]:
 
 
 def _peek(path: Path) -> dict[str, Any]:
-    """``{"path", "status"}`` of a run folder or run.json without reading its samples
-    (status None when it is not a readable run record, e.g. a baseline)."""
-    f = path / "run.json" if path.is_dir() else path
+    """``{"path", "status", "error"}`` of a run folder or run.json (its typed record,
+    :func:`harness.records.run_record.load_run`, without its samples); status None when
+    it is not a readable run record, e.g. a baseline."""
+    from harness.records.run_record import RunRecordError, load_run
+
     try:
-        doc = json.loads(f.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        rec = load_run(path)
+    except RunRecordError:
         return {"path": str(path), "status": None}
-    if not isinstance(doc, dict):
-        return {"path": str(path), "status": None}
-    return {"path": str(path), "status": doc.get("status"), "error": doc.get("error")}
+    return {"path": str(path), "status": rec.status, "error": _dump(rec.error)}
 
 
 def cli_main(argv: list[str]) -> int:

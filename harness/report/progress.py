@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
@@ -9,7 +10,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as RichProgress
-
 
 #: Redraws per second of a terminal bar. Each redraw costs about 1 ms of CPU in the
 #: process that sends the requests (rich redraws from a thread whether or not anything
@@ -19,21 +19,18 @@ REFRESH_PER_SECOND = 2
 
 
 class _Bar:
-    """A counter of finished requests (see :meth:`Progress.bar`)."""
+    """A counter of finished requests (see :meth:`Progress.bar`). On a terminal, every
+    open bar is one line of the owner's single live display (rich allows one at a time),
+    so variants running side by side show one line each."""
 
-    def __init__(self, owner: "Progress", label: str, total: int):
+    def __init__(self, owner: Progress, label: str, total: int):
         self.owner, self.label, self.total = owner, label, total
         self.done = self.ok = 0
         self.t0 = time.monotonic()
         self.last_print = 0.0
         self.rich: RichProgress | None = None
         if owner.interactive:
-            self.rich = RichProgress(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("errors {task.fields[errors]}"), TimeElapsedColumn(),
-                console=owner.console, transient=True, refresh_per_second=REFRESH_PER_SECOND,
-            )
-            self.rich.start()
+            self.rich = owner._open_bar()
             self.task = self.rich.add_task(label, total=total, errors=0)
 
     def advance(self, ok: bool = True) -> None:
@@ -50,9 +47,11 @@ class _Bar:
                            f"{self.done - self.ok} errors, {now - self.t0:.0f}s")
 
     def close(self) -> None:
-        """Stop the bar."""
+        """Stop the bar (its line leaves the display; the display stops with the last bar)."""
         if self.rich is not None:
-            self.rich.stop()
+            self.rich.remove_task(self.task)
+            self.owner._close_bar()
+            self.rich = None
 
 
 class Progress:
@@ -67,6 +66,29 @@ class Progress:
         self.console = console or Console(stderr=True)
         self.quiet = quiet
         self.interactive = self.console.is_terminal and not quiet
+        self._lock = threading.Lock()
+        self._rich: RichProgress | None = None
+        self._open = 0
+
+    def _open_bar(self) -> RichProgress:
+        """The live display shared by every open bar (started with the first)."""
+        with self._lock:
+            if self._rich is None:
+                self._rich = RichProgress(
+                    TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("errors {task.fields[errors]}"), TimeElapsedColumn(),
+                    console=self.console, transient=True, refresh_per_second=REFRESH_PER_SECOND,
+                )
+                self._rich.start()
+            self._open += 1
+            return self._rich
+
+    def _close_bar(self) -> None:
+        with self._lock:
+            self._open -= 1
+            if self._open <= 0 and self._rich is not None:
+                self._rich.stop()
+                self._rich, self._open = None, 0
 
     def log(self, msg: str) -> None:
         """An informational line."""

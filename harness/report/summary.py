@@ -158,7 +158,7 @@ def _divergence_text(comp: ComparisonResult) -> str:
     dv = comp.divergence
     if dv is None or not dv.divergences:
         return ""
-    return (f"; {dv.unexplained} unexplained, {dv.explained} near-tie" + (f", {dv.noise} noise" if dv.noise else "")
+    return (f"; {len(dv.unexplained)} unexplained, {len(dv.explained)} near-tie" + (f", {len(dv.noise)} noise" if dv.noise else "")
             + f" (by {dv.reference}, <= {dv.near_tie_nats:g} nats)")
 
 

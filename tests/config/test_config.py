@@ -36,7 +36,7 @@ def test_vllm_form_derives_three_variants(tmp_path):
     assert c.form == "vllm-gsm8k"
     assert list(c.variants) == ["reference", "spec_sync", "spec_async"]
     assert c.variants["reference"].speculative_config is None
-    assert c.variants["spec_sync"].speculative_config == {"method": "mtp", "num_speculative_tokens": 3}
+    assert c.variants["spec_sync"].speculative_config.as_dict() == {"method": "mtp", "num_speculative_tokens": 3}
     assert c.variants["spec_sync"].async_scheduling is False
     assert c.variants["spec_async"].async_scheduling is True
     assert c.server_args == ("--max-model-len", "4096")
@@ -57,7 +57,7 @@ def test_vllm_form_without_speculation_has_one_variant(tmp_path):
 def test_speculative_config_equals_form(tmp_path):
     text = "model_name: a\naccuracy_threshold: 0.5\nserver_args: --speculative-config='{\"method\":\"ngram\"}'\n"
     c = load_config(write(tmp_path, "m.yaml", text))
-    assert c.variants["spec_async"].speculative_config == {"method": "ngram"}
+    assert c.variants["spec_async"].speculative_config.as_dict() == {"method": "ngram"}
 
 
 def test_unknown_key_names_file_line_and_nearest(tmp_path):
@@ -116,7 +116,7 @@ comparisons:
 def test_native_form(tmp_path):
     c = load_config(write(tmp_path, "n.yaml", NATIVE))
     assert c.form == "native"
-    assert c.variants["spec"].speculative_config["num_speculative_tokens"] == 2
+    assert c.variants["spec"].speculative_config.as_dict()["num_speculative_tokens"] == 2
     assert c.tasks["arith"].kind == "synthetic"
     assert c.comparisons[0].min_output_match == 1.0
     assert c.env == {"VLLM_CPU_KVCACHE_SPACE": "1"}

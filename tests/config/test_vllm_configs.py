@@ -237,7 +237,7 @@ def test_evalrun_h200_list_plans_no_variant_vllm_refuses_at_start_up():
             assert CPU_ASYNC_ENV not in v.env  # a GPU host's command carries no CPU-only setting
             assert "--trust-remote-code" in v.argv
     nano = load_config(REPO / "configs" / "Nemotron-3-Nano-30B-A3B-BF16.yaml")
-    assert nano.variants["spec_async"].speculative_config["method"] == "ngram_gpu"
+    assert nano.variants["spec_async"].speculative_config.as_dict()["method"] == "ngram_gpu"
 
 
 def test_cpu_config_keeps_the_cpu_async_setting():

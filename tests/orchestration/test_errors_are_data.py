@@ -25,7 +25,7 @@ import harness.runner as runner_mod
 import harness.tasks.judging as judging_mod
 from harness.cli import main
 from harness.engine.client import parse_completion
-from harness.engine.info import EngineFacts, EngineInfoError
+from harness.engine.info import EngineInfoError, read_engine_facts
 from harness.engine.server import live_servers, unstopped
 from harness.records import atomic
 from harness.records.run_record import load_run
@@ -154,7 +154,7 @@ def test_garbage_metrics_is_the_tasks_metrics_error(tmp_path):
 
 def test_engine_facts_type_checks():
     ok = {"vllm_config": {"scheduler_config": {"async_scheduling": False}, "model_config": {"max_model_len": 64}}}
-    assert EngineFacts.from_server_info(ok, "0.32.0", "c/v").max_model_len == 64
+    assert read_engine_facts(ok, "0.32.0", "c/v").max_model_len == 64
     bad = [
         ({"vllm_config": {"scheduler_config": {"async_scheduling": "yes"}}}, "async_scheduling is not bool"),
         ({"vllm_config": {"scheduler_config": {"async_scheduling": True}, "model_config": {"max_model_len": True}}},
@@ -164,9 +164,9 @@ def test_engine_facts_type_checks():
     ]
     for info, msg in bad:
         with pytest.raises(EngineInfoError, match=msg):
-            EngineFacts.from_server_info(info, "0.32.0", "c/v")
+            read_engine_facts(info, "0.32.0", "c/v")
     with pytest.raises(EngineInfoError, match="'version' is not a string"):
-        EngineFacts.from_server_info(ok, 32, "c/v")
+        read_engine_facts(ok, 32, "c/v")
 
 
 # --------------------------------------------------------------------------- unexpected errors

@@ -5,12 +5,13 @@ Records are constructed here; every expected cell is worked out by hand from the
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
+from harness.records.run_record import record_json
 from harness.report import figures as fg
+from tests.record_factory import typed
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -22,6 +23,11 @@ def task(flex, strict, mal=None, per_pos=None, seconds=3.0):
 
 
 def record(run_id="r1", fail=False):
+    """The typed record (:func:`tests.record_factory.typed`) of :func:`raw_record`."""
+    return typed(raw_record(run_id, fail))
+
+
+def raw_record(run_id="r1", fail=False):
     variants = {
         "reference": {"fault": None, "engine": {"async_scheduling": False}, "startup_seconds": 20.0,
                       "tasks": {"arith": task(0.97, 0.96)}, "plugin": {"counts": {}}},
@@ -45,7 +51,7 @@ def record(run_id="r1", fail=False):
               "baseline": "reference", "passed": False, "verdict": "FAIL"}]
     return {"run_id": run_id, "exit_code": 1,
             "provenance": {"started_at": "2026-11-30T19:00:00+00:00", "ended_at": "2026-11-30T19:06:00+00:00"},
-            "configs": [{"variants": variants, "comparisons": comps, "gates": gates}]}
+            "configs": [{"name": "c", "variants": variants, "comparisons": comps, "gates": gates}]}
 
 
 def cells(md: str) -> dict[str, list[str]]:
@@ -92,7 +98,7 @@ def test_replace_block_keeps_markers_and_names_the_source():
 def test_write_figures_into_documents(tmp_path):
     run = tmp_path / "fig-cpu"
     run.mkdir()
-    (run / "run.json").write_text(json.dumps(record()))
+    (run / "run.json").write_text(record_json(record()))
     doc = tmp_path / "README.md"
     doc.write_text("a\n<!-- figures:cpu-list begin -->\n<!-- figures:cpu-list end -->\n")
     assert fg.main(["--cpu-run", str(run), "--write", str(doc)]) == 0

@@ -3,7 +3,15 @@ disjoint device sets; expected times are worked out by hand in each test."""
 
 import pytest
 
-from harness.config.schedule import Item, ScheduleError, check_fits, lpt_order, pick_devices, plan_schedule, simulate
+from harness.config.schedule import (
+    Item,
+    ScheduleError,
+    check_fits,
+    lpt_order,
+    pick_devices,
+    plan_schedule,
+    simulate,
+)
 
 EIGHT = tuple(str(i) for i in range(8))
 
@@ -15,6 +23,8 @@ def test_two_tp4_configs_run_two_at_a_time_on_disjoint_halves():
     assert sim.wall == 30.0
     assert sim.gpu_seconds == 6 * 10.0 * 4
     assert sim.lower_bound == 30.0  # 240 GPU-s / 8 GPUs
+    assert sim.together() == [["c1/reference", "c1/spec_sync"], ["c1/spec_async", "c2/reference"],
+                              ["c2/spec_sync", "c2/spec_async"]]
     for t in (0.0, 10.0, 20.0):
         alive = [s for s in sim.slots if s.start == t]
         assert len(alive) == 2

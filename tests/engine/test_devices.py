@@ -4,7 +4,13 @@ rank on the node), worked out by hand."""
 
 import pytest
 
-from harness.engine.devices import DeviceError, available_devices, cap_devices, detected_devices, variant_need
+from harness.engine.devices import (
+    DeviceError,
+    available_devices,
+    cap_devices,
+    detected_devices,
+    variant_need,
+)
 
 CMD = ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"]
 
