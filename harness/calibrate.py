@@ -29,19 +29,9 @@ def describe_error_runs(records) -> list[str]:
     return out
 
 
-def cli_main(argv: list[str]) -> int:
-    """``evalrun calibrate --config LIST --repeat N [...]``.
-
-    Returns:
-        0 when every repeat ran (gate verdicts do not matter here), 2 when the config
-        is invalid or a repeat could not run (the summary is still written from the
-        repeats that produced numbers).
-    """
-    from harness.config.loader import PROJECT_ROOT, ConfigError, load_model_list
-    from harness.config.plan import build_plan
-    from harness.report.progress import Progress
-    from harness.records.run_record import new_run_id
-    from harness.runner import RunOptions, run
+def _parser() -> argparse.ArgumentParser:
+    """The ``evalrun calibrate`` argument parser."""
+    from harness.config.loader import PROJECT_ROOT
 
     p = argparse.ArgumentParser(
         prog="evalrun calibrate",
@@ -60,7 +50,40 @@ def cli_main(argv: list[str]) -> int:
     p.add_argument("--output", type=Path, default=None, help="also write the Markdown summary here")
     p.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the JSON summary here")
     p.add_argument("--quiet", action="store_true", help="print only warnings, errors and the summary")
-    args = p.parse_args(argv)
+    return p
+
+
+def _write_summary(args: argparse.Namespace, runs: list, out_dir: Path) -> None:
+    """The calibration summary of ``runs`` (:func:`summarize`): ``calibration.json`` and
+    ``calibration.md`` in ``out_dir``, ``--output`` / ``--json`` copies, the Markdown on stdout."""
+    summary = summarize(runs, k=args.sigmas)
+    md = render_calibration_markdown(summary)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "calibration.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    (out_dir / "calibration.md").write_text(md, encoding="utf-8")
+    for path, text in ((args.output, md), (args.json, json.dumps(summary, indent=2) + "\n")):
+        if path:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+    sys.stdout.write(md)
+    print(f"evalrun calibrate: summary in {out_dir / 'calibration.md'} and calibration.json", file=sys.stderr)
+
+
+def cli_main(argv: list[str]) -> int:
+    """``evalrun calibrate --config LIST --repeat N [...]``.
+
+    Returns:
+        0 when every repeat ran (gate verdicts do not matter here), 2 when the config
+        is invalid or a repeat could not run (the summary is still written from the
+        repeats that produced numbers).
+    """
+    from harness.config.loader import ConfigError, load_model_list
+    from harness.config.plan import build_plan
+    from harness.report.progress import Progress
+    from harness.records.run_record import new_run_id
+    from harness.runner import RunOptions, run
+
+    args = _parser().parse_args(argv)
     if args.repeat < 2:
         print("evalrun calibrate: --repeat must be at least 2 (a spread needs two runs)", file=sys.stderr)
         return 2
@@ -97,15 +120,5 @@ def cli_main(argv: list[str]) -> int:
         for line in describe_error_runs([record]):
             print(f"evalrun calibrate: {line}", file=sys.stderr)
         runs.append((record, run_dir))
-    summary = summarize(runs, k=args.sigmas)
-    md = render_calibration_markdown(summary)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "calibration.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    (out_dir / "calibration.md").write_text(md, encoding="utf-8")
-    for path, text in ((args.output, md), (args.json, json.dumps(summary, indent=2) + "\n")):
-        if path:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
-    sys.stdout.write(md)
-    print(f"evalrun calibrate: summary in {out_dir / 'calibration.md'} and calibration.json", file=sys.stderr)
+    _write_summary(args, runs, out_dir)
     return 2 if could_not_run else 0

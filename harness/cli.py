@@ -137,91 +137,35 @@ def _gpu_estimates(plan, args) -> dict[str, float] | None:
     return {f"{c.config}/{c.variant}": c.seconds for c in pc.variants}
 
 
+class _Refused(Exception):
+    """A command line evalrun refuses before running anything; the message is printed
+    (after ``evalrun: ``) and the exit code is 2."""
+
+
 def cmd_run(argv: list[str]) -> int:
     """``evalrun --config ...``: run or dry-run a model list. Returns the exit code."""
     args = _run_parser().parse_args(argv)
-    from harness.config.plan import build_plan
-    from harness.config.select import load_selected
-    from harness.report.dry_run import plan_json, render_plan
-
-    from harness.config.checks import check_run_id
-
-    bad_id = check_run_id(args.run_id)
-    if bad_id:
-        print(f"evalrun: --run-id: {bad_id}", file=sys.stderr)
-        return 2
-    from harness.config.loader import resolve_list_path
-
     try:
-        configs = load_selected(args.config, args.keyword, args.select)
-        list_path = resolve_list_path(args.config)
-    except ConfigError as e:
-        print(f"evalrun: config error:\n{e}", file=sys.stderr)
-        return 2
-    plan = build_plan(configs, python=args.python, list_path=str(list_path))
-    shard = None
-    if args.shard:
-        import dataclasses
-
-        from harness.merge import parse_shard, shard_info
-
-        try:
-            i, n = parse_shard(args.shard)
-        except ValueError as e:
-            print(f"evalrun: {e}", file=sys.stderr)
-            return 2
-        try:
-            names, shard = shard_info(plan.configs, i, n, args.results_dir)
-        except ValueError as e:
-            print(f"evalrun: {e}", file=sys.stderr)
-            return 2
-        plan = dataclasses.replace(plan, configs=tuple(cp for cp in plan.configs if cp.name in names))
-        print(f"evalrun: shard {i}/{n}: {', '.join(names) or 'no config (more shards than configs)'}", file=sys.stderr)
-    if args.variant:
-        known = {v.name for cp in plan.configs for v in cp.variants}
-        bad = [v for v in args.variant if v not in known]
-        if bad:
-            print(f"evalrun: --variant {', '.join(bad)}: no such variant (known: {', '.join(sorted(known))})",
-                  file=sys.stderr)
-            return 2
-    if args.dry_run:
-        from harness.report.dry_run import data_counts
-
-        from harness.report.cost import plan_cost
-        from harness.report.dry_run import render_schedule
-
-        counts = data_counts(plan, args.data_dir)
-        try:
-            cost = plan_cost(plan, args.results_dir, only=args.variant)
-        except ValueError as e:
-            print(f"evalrun: {e}", file=sys.stderr)
-            return 2
+        plan, shard = _selected_plan(args)
+        if args.dry_run:
+            return _dry_run(args, plan)  # refused inside: its message, exit code 2
         if args.json:
-            print(json.dumps(plan_json(plan, args.variant, counts, cost), indent=2))
-        else:
-            print(render_plan(plan, args.variant, counts))
-            print(render_schedule(cost))
-        refused = [r["refused"] for r in counts.values() if r["refused"]]
-        for msg in refused:
-            print(f"evalrun: {msg}", file=sys.stderr)
-        return 2 if refused else 0  # the run would refuse it before any server starts
-    if args.json:
-        print("evalrun: --json is only for --dry-run (the run record is JSON: results/<run id>/run.json)",
-              file=sys.stderr)
+            raise _Refused("--json is only for --dry-run (the run record is JSON: results/<run id>/run.json)")
+        from harness.engine.server import set_stop_grace, stop_grace
+
+        try:
+            set_stop_grace(args.stop_grace)
+            stop_grace()
+        except ValueError as e:
+            raise _Refused(f"--stop-grace: {e}") from None
+    except _Refused as e:
+        print(f"evalrun: {e}", file=sys.stderr)
         return 2
+    from harness.engine.devices import DeviceError
+    from harness.records.atomic import ResultsFolderError
     from harness.report.progress import Progress
-    from harness.report.summary import render_markdown, render_terminal
-    from harness.runner import RunOptions, run
+    from harness.runner import RunFolderExistsError, RunOptions, run, say_interrupted, terminate_as_interrupt
 
-    from harness.engine.server import set_stop_grace, stop_grace
-    from harness.runner import terminate_as_interrupt
-
-    try:
-        set_stop_grace(args.stop_grace)
-        stop_grace()
-    except ValueError as e:
-        print(f"evalrun: --stop-grace: {e}", file=sys.stderr)
-        return 2
     terminate_as_interrupt()
     progress = Progress(quiet=args.quiet)
     baseline_dir = args.baseline or (args.results_dir / "baselines")
@@ -232,10 +176,6 @@ def cmd_run(argv: list[str]) -> int:
         allow_contamination=args.allow_contamination, shard=shard,
         gpus=args.gpus, max_servers=args.max_servers, estimates=_gpu_estimates(plan, args),
     )
-    from harness.records.atomic import ResultsFolderError
-    from harness.runner import RunFolderExistsError, say_interrupted
-    from harness.engine.devices import DeviceError
-
     try:
         record, run_dir = run(plan, opts)
     except (RunFolderExistsError, ResultsFolderError, DeviceError) as e:
@@ -247,6 +187,87 @@ def cmd_run(argv: list[str]) -> int:
     if record.status == "error":
         say_error(record, run_dir)
         return int(record.exit_code)
+    return _after_run(args, record, run_dir, baseline_dir)
+
+
+def _selected_plan(args: argparse.Namespace):
+    """The plan of the selected configs (``--config``, ``-k``, ``--select``), cut to
+    ``--shard``: ``(plan, shard record or None)``.
+
+    Raises:
+        _Refused: a bad ``--run-id``, a config error, a bad ``--shard`` or an unknown
+            ``--variant``.
+    """
+    from harness.config.checks import check_run_id
+    from harness.config.loader import resolve_list_path
+    from harness.config.plan import build_plan
+    from harness.config.select import load_selected
+
+    bad_id = check_run_id(args.run_id)
+    if bad_id:
+        raise _Refused(f"--run-id: {bad_id}")
+    try:
+        configs = load_selected(args.config, args.keyword, args.select)
+        list_path = resolve_list_path(args.config)
+    except ConfigError as e:
+        raise _Refused(f"config error:\n{e}") from None
+    plan = build_plan(configs, python=args.python, list_path=str(list_path))
+    shard = None
+    if args.shard:
+        import dataclasses
+
+        from harness.merge import parse_shard, shard_info
+
+        try:
+            i, n = parse_shard(args.shard)
+        except ValueError as e:
+            raise _Refused(str(e)) from None
+        try:
+            names, shard = shard_info(plan.configs, i, n, args.results_dir)
+        except ValueError as e:
+            raise _Refused(str(e)) from None
+        plan = dataclasses.replace(plan, configs=tuple(cp for cp in plan.configs if cp.name in names))
+        print(f"evalrun: shard {i}/{n}: {', '.join(names) or 'no config (more shards than configs)'}", file=sys.stderr)
+    if args.variant:
+        known = {v.name for cp in plan.configs for v in cp.variants}
+        bad = [v for v in args.variant if v not in known]
+        if bad:
+            raise _Refused(f"--variant {', '.join(bad)}: no such variant (known: {', '.join(sorted(known))})")
+    return plan, shard
+
+
+def _dry_run(args: argparse.Namespace, plan) -> int:
+    """``--dry-run``: the plan (text or ``--json``) with the data counts, schedule and
+    cost; exit code 2 when the run would refuse a task before any server starts, else 0.
+
+    Raises:
+        _Refused: the cost cannot be estimated (a malformed earlier record).
+    """
+    from harness.report.cost import plan_cost
+    from harness.report.dry_run import data_counts, plan_json, render_plan, render_schedule
+
+    counts = data_counts(plan, args.data_dir)
+    try:
+        cost = plan_cost(plan, args.results_dir, only=args.variant)
+    except ValueError as e:
+        raise _Refused(str(e)) from None
+    if args.json:
+        print(json.dumps(plan_json(plan, args.variant, counts, cost), indent=2))
+    else:
+        print(render_plan(plan, args.variant, counts))
+        print(render_schedule(cost))
+    refused = [r["refused"] for r in counts.values() if r["refused"]]
+    for msg in refused:
+        print(f"evalrun: {msg}", file=sys.stderr)
+    return 2 if refused else 0  # the run would refuse it before any server starts
+
+
+def _after_run(args: argparse.Namespace, record, run_dir: Path, baseline_dir: Path) -> int:
+    """The terminal tables, ``--markdown`` / ``--junit`` copies and ``--update-baseline``
+    after a run that ended; returns the exit code (at least 2 when a baseline asked
+    for cannot be written)."""
+    from harness.report.summary import render_markdown, render_terminal
+
     _report_or_warn("terminal tables", lambda: render_terminal(record))
     if args.markdown:
         from harness.records.atomic import write_atomic

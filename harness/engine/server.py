@@ -103,7 +103,8 @@ def set_event_sink(sink: Callable[[str], None]) -> None:
     _SINK[0] = sink
 
 
-def _event(msg: str) -> None:
+def event(msg: str) -> None:
+    """Say a teardown message through the sink (:func:`set_event_sink`); never raises."""
     try:
         _SINK[0](msg)
     except Exception:  # noqa: BLE001 - a message must never break a teardown
@@ -469,6 +470,19 @@ class VllmServer:
         self._watchdog = start_watchdog(self.proc.pid)  # the group dies with evalrun
         log.close()
         self._write_pid_file()
+        self._wait_for_health()
+        self.startup_seconds = self.seconds()
+        self.status = "ready"
+
+    def _wait_for_health(self) -> None:
+        """Poll ``/health`` until it answers 200, waiting on the process between polls
+        (an exit is seen at once).
+
+        Raises:
+            ServerStartError: ``exited_early`` or ``not_ready_timeout`` (the process is
+                then stopped).
+        """
+        assert self.proc is not None and self._t0 is not None
         deadline = self._t0 + self.startup_timeout
         with httpx.Client(timeout=5.0) as client:
             while True:
@@ -501,8 +515,6 @@ class VllmServer:
                     self.proc.wait(timeout=1.0)  # returns at once when the server exits
                 except subprocess.TimeoutExpired:
                     pass
-        self.startup_seconds = self.seconds()
-        self.status = "ready"
 
     def _write_pid_file(self, **extra) -> None:
         """Record pid, process group, command and owner beside the log (best effort)."""
@@ -525,6 +537,15 @@ class VllmServer:
             self.pid_file.write_text(json.dumps(info, indent=1), encoding="utf-8")
         except OSError:
             pass
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id (its process group id too), None before launch."""
+        return self.proc.pid if self.proc else None
+
+    def returncode(self) -> int | None:
+        """The process's exit code once it ended, None while it runs or before launch."""
+        return self.proc.poll() if self.proc else None
 
     def alive(self) -> bool:
         """True while the server process runs."""
@@ -570,7 +591,7 @@ class VllmServer:
                 break
             except KeyboardInterrupt as e:  # a signal during teardown: kill now, then go on
                 interrupted = interrupted or e
-                _event(f"{self.name}: interrupted while stopping the server; killing its process group now")
+                event(f"{self.name}: interrupted while stopping the server; killing its process group now")
                 hurry()
         with _LIVE_LOCK:
             _LIVE.discard(self)
@@ -611,7 +632,7 @@ class VllmServer:
                 break
             if not told and (waited >= 2.0 or bool(live_servers()) and _interrupting()):
                 members = [p.pid for p in _group_members(pid)]
-                _event(
+                event(
                     f"{self.name}: stopping the vLLM server (process group {pid}, processes "
                     f"{members}): SIGTERM sent, waiting up to {grace:.0f}s for them to exit; "
                     "press Ctrl-C again to kill them now"
@@ -623,7 +644,7 @@ class VllmServer:
                 pass
         if self.proc.poll() is None or _group_members(pid):
             if told or _HURRY.is_set():
-                _event(f"{self.name}: sending SIGKILL to process group {pid}")
+                event(f"{self.name}: sending SIGKILL to process group {pid}")
             self.signal_group(signal.SIGKILL)
             try:
                 self.proc.wait(timeout=10)
@@ -655,7 +676,7 @@ class VllmServer:
         if not self.leftover_pids:
             self._write_pid_file(stopped=True, exit_code=self.exit_code)
         else:
-            _event(f"{self.name}: processes still alive after SIGKILL: {self.leftover_pids}")
+            event(f"{self.name}: processes still alive after SIGKILL: {self.leftover_pids}")
 
     def __enter__(self) -> "VllmServer":
         try:
@@ -686,3 +707,39 @@ def mark_interrupting() -> None:
     """Note that evalrun is stopping because of a signal (teardown messages are then
     printed at once rather than after 2 s of waiting)."""
     _INTERRUPTING.set()
+
+
+#: Signals that stop evalrun: Ctrl-C, ``kill``/CI timeouts, a closed terminal, Ctrl-\\.
+STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
+
+
+def install_stop_handlers(on_first: Callable[[str], None]) -> None:
+    """Make every stopping signal (:data:`STOP_SIGNALS`) stop every server.
+
+    First signal: ``on_first(signal name)`` runs (the caller writes its record: a
+    SIGKILL may follow at any moment), then SIGTERM goes to every live server's process
+    group at once (so in-flight requests end), and KeyboardInterrupt is raised in the
+    main thread; each server's context manager then waits for its group to exit (up to
+    :func:`stop_grace`, saying what it waits for). Any further signal never interrupts
+    that teardown: it speeds it up, sending SIGKILL to every live group (:func:`hurry`).
+    A signal that is ignored when this is called (``nohup``) stays ignored.
+    """
+    state = {"count": 0}
+
+    def handler(signum, frame):  # noqa: ARG001
+        name = signal.Signals(signum).name
+        state["count"] += 1
+        if state["count"] == 1:
+            mark_interrupting()
+            on_first(name)
+            signal_all(signal.SIGTERM)
+            raise KeyboardInterrupt(name)
+        hurry()
+        event(f"{name} again: sending SIGKILL to every server's process group; still waiting until they are gone")
+
+    for name in STOP_SIGNALS:
+        sig = getattr(signal, name, None)
+        # a signal the caller ignores stays ignored (``nohup evalrun ...`` survives a
+        # closed terminal; a background job of a non-interactive shell ignores SIGINT)
+        if sig is not None and signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, handler)

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import httpx
 
@@ -23,10 +24,11 @@ from harness.engine.metrics import (
     MetricsError,
     SpecDecodeCounters,
     SpecDecodeMetrics,
+    counter_violations,
     has_spec_decode_counters,
     parse_spec_decode_counters,
 )
-from harness.engine.server import VllmServer
+from harness.engine.server import ServerStartError, VllmServer
 from harness.records.completions import Completion
 from harness.tasks.gsm8k import Request
 from harness.engine.client import chat_complete
@@ -35,6 +37,8 @@ from harness.engine.client import chat_complete
 SETTLE_INTERVAL = 0.02
 #: Per-request metrics: longest wait for the counters to stop moving, in seconds.
 SETTLE_SECONDS = 2.0
+
+T = TypeVar("T")
 
 
 def run_coroutine(coro):
@@ -65,6 +69,23 @@ class TaskOutcome:
     spec_metrics: SpecDecodeMetrics | None
     metrics_error: str | None
     seconds: float
+
+
+def counter_problem(outcome: TaskOutcome, speculative_config: dict[str, Any] | None, where: str) -> str | None:
+    """Why a task's speculative-decoding counters cannot be read as acceptance figures
+    (:func:`harness.engine.metrics.counter_violations`: impossible values for the
+    variant's ``num_speculative_tokens``), or None when they pass or there are none.
+
+    Args:
+        outcome: the task's outcome.
+        speculative_config: the variant's requested speculative config (None: does
+            not speculate, nothing checked).
+        where: ``<variant id> <task>`` for the message.
+    """
+    if outcome.spec_counters is None or speculative_config is None:
+        return None
+    bad = counter_violations(outcome.spec_counters, speculative_config.get("num_speculative_tokens"))
+    return f"{where}: impossible speculative-decoding counters: " + "; ".join(bad) if bad else None
 
 
 class VariantSession:
@@ -123,6 +144,38 @@ class VariantSession:
         if self._http is not None:
             self._http.close()
         self.server.stop()
+
+    @property
+    def base_url(self) -> str:
+        """The server's root URL (``http://127.0.0.1:PORT``)."""
+        return self.server.base_url
+
+    def raise_if_died(self, task: str, failures: bool) -> None:
+        """Raise when the server died during ``task``; with ``failures`` (failed requests
+        or unreadable metrics) a dying server is first given 2 s to finish exiting.
+
+        Raises:
+            ServerStartError: status ``died_mid_task``, naming the variant, the task, the
+                exit code and the server log.
+        """
+        srv = self.server
+        if failures and srv.alive():
+            srv.wait_exit(2.0)
+        if not srv.alive():
+            code = srv.returncode()
+            raise ServerStartError(
+                f"{self.variant_id}: the vLLM server died during task {task} (exit code {code}); log: {srv.log_path}",
+                status="died_mid_task", exit_code=code, seconds=round(srv.seconds() or 0, 1),
+            )
+
+    def measured(self, work: Callable[[], T]) -> tuple[TaskOutcome, T]:
+        """Run ``work`` (requests sent by someone else, e.g. lm-eval) between two
+        ``/metrics`` snapshots: ``(outcome without completions, work's result)``."""
+        t0 = time.monotonic()
+        before, metrics_error = self.counters_before()
+        result = work()
+        counters, metrics, metrics_error = self.counters_since(before, metrics_error)
+        return TaskOutcome((), counters, metrics, metrics_error, time.monotonic() - t0), result
 
     # ------------------------------------------------------------------ engine facts
 

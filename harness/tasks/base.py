@@ -1,11 +1,27 @@
-"""What every task hands the runner: requests, stop sequences and the dataset hash."""
+"""The task interface: what every task kind implements and hands the runner.
+
+A task kind (:class:`Task`) prepares its data before any server starts
+(:meth:`Task.prepare` -> :class:`PreparedTask`), runs on a variant's engine session
+(:meth:`Task.run` -> :class:`TaskRun`: the engine's outcome and the judged samples),
+and says whether it generates text (:meth:`Task.generates_text`: whether output match
+and acceptance apply). The runner calls these and never branches on the kind; the
+implementations are :class:`harness.tasks.gsm8k_task.Gsm8kTask`,
+:class:`harness.tasks.synthetic.SyntheticTask` and
+:class:`harness.tasks.lm_eval_task.LmEvalTaskKind` (looked up by
+:func:`harness.tasks.task_for`).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
 
-from harness.tasks.gsm8k import Request
+from harness.config.loader import TaskSpec
+from harness.records.samples import Sample
+from harness.tasks.gsm8k import PIPELINES, Request
 
 
 @dataclass(frozen=True)
@@ -31,3 +47,195 @@ class PreparedTask:
     source: str
     lm_eval: Any = None
     contamination: dict | None = None
+
+
+class ShortDataError(ValueError):
+    """A task's data holds fewer questions than its ``num_questions`` asks (a download
+    cut short, a truncated file) and the config did not ask for "up to N"
+    (``num_questions_up_to``); the message names the file and both counts."""
+
+
+def check_enough(name: str, spec: TaskSpec, available: int, source: str) -> None:
+    """Refuse a task whose data holds fewer than ``spec.num_questions`` questions.
+
+    Args:
+        name: the task's name.
+        spec: its spec (``num_questions``, ``num_questions_up_to``).
+        available: questions the data holds.
+        source: the data file or source, for the message.
+
+    Raises:
+        ShortDataError: ``available < num_questions`` and not ``num_questions_up_to``.
+    """
+    want = spec.num_questions
+    if want is None or available >= want or spec.num_questions_up_to:
+        return
+    raise ShortDataError(
+        f"task {name}: {source} holds {available} questions, the config asks for num_questions: {want}; "
+        "refused (a download cut short would be judged on a silent subset): provide the full data, or set "
+        "num_questions_up_to: true to ask up to that many")
+
+
+class TaskSession(Protocol):
+    """What a task runs on (:class:`harness.engine.session.VariantSession`)."""
+
+    model: str | None
+
+    @property
+    def base_url(self) -> str: ...
+
+    def run_task(self, requests: Sequence[Request], max_tokens: int, temperature: float, seed: int,
+                 stop: Sequence[str], on_done: Callable[[Any], None] | None = None, per_request: bool = False,
+                 chat: bool = False, logprobs: int | None = None) -> Any: ...
+
+    def measured(self, work: Callable[[], Any]) -> tuple[Any, Any]: ...
+
+
+def _no_place(stage: str) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """Where one task runs: everything but its prepared data.
+
+    Attributes:
+        config, variant: names stored on every sample.
+        variant_id: ``<config>/<variant>`` for messages.
+        task: the task's name; ``spec`` its spec (sampling settings).
+        per_request: send requests one at a time with ``/metrics`` around each.
+        max_concurrency: requests in flight at once; ``request_timeout`` seconds each.
+        logprobs: top-k log-probabilities asked per token (the reference), or None.
+        server_argv: the server command (an lm-eval prompt-scoring task reads its
+            ``--tokenizer``); ``model_ref`` the resolved model (folder or hub id).
+        raw_path: where the unjudged completions go when judging raises (None: not kept).
+        label: the progress bar's label.
+        log, warn, error: progress messages; ``bar(label, total)`` a progress bar with
+            ``advance(ok)`` and ``close()``; ``at(stage)`` enters a stage of the run's
+            place (for error records).
+    """
+
+    config: str
+    variant: str
+    variant_id: str
+    task: str
+    spec: TaskSpec
+    per_request: bool
+    max_concurrency: int
+    request_timeout: float
+    logprobs: int | None
+    server_argv: tuple[str, ...]
+    model_ref: str
+    raw_path: Path | None
+    label: str
+    log: Callable[[str], None]
+    warn: Callable[[str], None]
+    error: Callable[[str], None]
+    bar: Callable[[str, int], Any]
+    at: Callable[[str], None] = field(default=_no_place)
+
+
+@dataclass(frozen=True)
+class TaskRun:
+    """What one task produced on one variant.
+
+    Attributes:
+        outcome: the engine's :class:`harness.engine.session.TaskOutcome` (counters,
+            metrics, seconds; no completions when someone else sent the requests).
+        samples: the judged samples, in question order.
+        pipelines: the answer pipelines scoring reads (names, or name -> pipeline).
+        lm_eval: for an lm-eval task, its entry for the record
+            (:class:`harness.records.run_record.LmEvalTaskRecord`'s fields: ``task``,
+            ``results``, ``pipelines``, ``error``); None otherwise.
+    """
+
+    outcome: Any
+    samples: tuple[Sample, ...]
+    pipelines: Any
+    lm_eval: dict[str, Any] | None = None
+
+
+class Task(ABC):
+    """One task kind. Subclasses set :attr:`kind` and implement :meth:`prepare` and
+    :meth:`run`."""
+
+    #: the config's ``kind``.
+    kind: ClassVar[str]
+    #: whether the runner may send the task's requests again on a server (noise reruns).
+    reruns_for_noise: ClassVar[bool] = True
+
+    @abstractmethod
+    def prepare(self, name: str, spec: TaskSpec, data_dir: Path | None, allow_contamination: bool = False,
+                base_dir: Path | None = None) -> PreparedTask:
+        """Load the data and build the requests (see :func:`harness.tasks.prepare_task`).
+
+        Raises:
+            DataUnavailableError, ShortDataError, ContaminationError: as
+                :func:`harness.tasks.prepare_task` documents.
+        """
+
+    @abstractmethod
+    def run(self, session: TaskSession, ctx: TaskContext, pt: PreparedTask) -> TaskRun:
+        """Run the prepared task on ``session``: the engine's outcome and judged samples.
+
+        Raises:
+            Exception: judging failed (the raw completions are kept at
+                ``ctx.raw_path`` first when it is set).
+        """
+
+    def generates_text(self, pt: PreparedTask) -> bool:
+        """Whether the task generates tokens (output match and acceptance apply)."""
+        return True
+
+    def not_text_reason(self, pt: PreparedTask) -> str:
+        """Why output match and acceptance do not apply (when :meth:`generates_text` is False)."""
+        return f"task kind {self.kind} generates no text"
+
+    def available(self, name: str, spec: TaskSpec, data_dir: Path | None) -> tuple[int, str] | None:
+        """Questions the task's data holds, counted without a server, and where from;
+        None when they are only counted when the task is prepared."""
+        return None
+
+    def default_size(self) -> int | None:
+        """Questions asked when ``num_questions`` is None, when known without data."""
+        return None
+
+
+class RequestTask(Task):
+    """A task whose prepared requests evalrun sends itself and judges with GSM8K's
+    answer extraction (:func:`harness.tasks.judging.judge_completions`)."""
+
+    def run(self, session: TaskSession, ctx: TaskContext, pt: PreparedTask) -> TaskRun:
+        """Send every request on the session, then judge the completions; when judging
+        raises, the raw completions are written to ``ctx.raw_path`` (if set) first."""
+        from harness.tasks.judging import judge_completions
+
+        s = ctx.spec
+        bar = ctx.bar(ctx.label, len(pt.requests))
+        outcome = session.run_task(
+            pt.requests,
+            max_tokens=s.max_tokens, temperature=s.temperature, seed=s.seed,
+            stop=pt.stop, on_done=lambda x: bar.advance(x.ok),
+            per_request=ctx.per_request, chat=s.use_chat_completions, logprobs=ctx.logprobs,
+        )
+        bar.close()
+        ctx.at("judging")
+        try:
+            samples = judge_completions(ctx.config, ctx.variant, ctx.task, pt.requests, outcome.completions)
+        except Exception:  # keep the engine's answers, unjudged, then let the error be recorded
+            if ctx.raw_path is not None:
+                keep_raw(ctx.raw_path, outcome.completions, ctx)
+            raise
+        return TaskRun(outcome, samples, PIPELINES)
+
+
+def keep_raw(path: Path, completions: Any, ctx: TaskContext) -> None:
+    """Write the unjudged completions of a task whose judging raised (best effort)."""
+    from harness.records.completions import write_raw_jsonl
+
+    try:
+        n = write_raw_jsonl(path, completions)
+        ctx.error(f"judging failed: the {n} raw completions are kept in {path}")
+    except OSError as e:
+        ctx.warn(f"{path}: raw completions not written: {e}")
+

@@ -48,9 +48,12 @@ import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
+from harness.config.loader import TaskSpec
 from harness.records.samples import Sample
+from harness.tasks.base import PreparedTask, Task, TaskContext, TaskRun, TaskSession, check_enough
 from harness.tasks.gsm8k import DataUnavailableError, prompt_hash
 from harness.tasks.lm_eval_gsm8k import lm_eval_version
 
@@ -284,6 +287,13 @@ def run_lm_eval_task(
         err = f"lm-eval {task.lm_eval_version} task {task.lm_eval_task} failed: {type(e).__name__}: {e}"
         samples = tuple(Sample(config, variant, task.name, qid(d), "", "", error=err) for d in range(task.num_docs))
         return samples, {"results": None, "pipelines": [], "error": err}
+    return _map_results(task, res, lm, config, variant, qid)
+
+
+def _map_results(task: LmEvalTask, res: dict, lm: Any, config: str, variant: str, qid) -> tuple[tuple[Sample, ...], dict[str, Any]]:
+    """lm-eval's logged samples -> one :class:`Sample` per document and the summary
+    (:func:`run_lm_eval_task`'s return value). Pipelines are the (filter, metric)
+    pairs whose per-sample values are all 0/1."""
     logged = res["samples"][task.lm_eval_task]
     metrics_of: dict[str, list[str]] = {}
     for x in logged:
@@ -291,18 +301,16 @@ def run_lm_eval_task(
     by_doc: dict[int, list[dict]] = {}
     for x in logged:
         by_doc.setdefault(int(x["doc_id"]), []).append(x)
-    # pipelines: (filter, metric) pairs whose per-sample values are all 0/1
     pipes: list[tuple[str, str, str]] = []
     for f, ms in metrics_of.items():
         for m in ms:
             if _binary([x.get(m) for x in logged if x["filter"] == f]):
                 pipes.append((f, m, pipeline_name(f, m, len(ms))))
+    summary = {"results": json.loads(json.dumps(res["results"].get(task.lm_eval_task), default=str)),
+               "pipelines": [p for _, _, p in pipes], "error": None}
     if task.prompt_only:
-        samples = _prompt_only_samples(task, by_doc, pipes, config, variant, qid)
-        summary = {"results": json.loads(json.dumps(res["results"].get(task.lm_eval_task), default=str)),
-                   "pipelines": [p for _, _, p in pipes], "error": None}
-        return samples, summary
-    out: list[Sample] = []
+        return _prompt_only_samples(task, by_doc, pipes, config, variant, qid), summary
+    samples = []
     for d in sorted(by_doc):
         rows = {x["filter"]: x for x in by_doc[d]}
         first = by_doc[d][0]
@@ -320,9 +328,7 @@ def run_lm_eval_task(
             str(first["target"]), completion=text, token_ids=ids, finish_reason=finish,
             answers=answers, correct=correct,
         ))
-    summary = {"results": json.loads(json.dumps(res["results"].get(task.lm_eval_task), default=str)),
-               "pipelines": [p for _, _, p in pipes], "error": None}
-    return tuple(out), summary
+    return tuple(samples), summary
 
 
 def _choices_of(task: LmEvalTask) -> Any:
@@ -410,3 +416,70 @@ def _ll(resp: Any) -> float:
 def _greedy(resp: Any) -> bool | None:
     x = resp[0] if isinstance(resp, (list, tuple)) and resp else resp
     return bool(x[1]) if isinstance(x, (list, tuple)) and len(x) > 1 else None
+
+
+def tokenizer_of(argv: Sequence[str], model_ref: str) -> str:
+    """The tokenizer the server uses: its ``--tokenizer`` argument, else the model
+    (folder or hub id); what lm-eval's prompt-scoring tasks count tokens with."""
+    from harness.config.vllm_args import flag_name  # every spelling vLLM's parser accepts
+
+    for i, a in enumerate(argv):
+        if flag_name(a) != "--tokenizer":
+            continue
+        if "=" in a:
+            return a.split("=", 1)[1]
+        if i + 1 < len(argv):
+            return argv[i + 1]
+    return model_ref
+
+
+class LmEvalTaskKind(Task):
+    """Task kind ``lm_eval``: any lm-eval task through its local-completions model.
+    lm-eval builds and sends the requests itself, so the runner never resends them
+    (:attr:`reruns_for_noise` False); a prompt-scoring task generates no text."""
+
+    kind = "lm_eval"
+    reruns_for_noise = False
+
+    def prepare(self, name: str, spec: TaskSpec, data_dir: Path | None = None, allow_contamination: bool = False,
+                base_dir: Path | None = None) -> PreparedTask:
+        """Resolve the lm-eval task (its data reachable, :func:`load_lm_eval_task`); a
+        relative ``lm_eval_include_path`` is resolved against ``base_dir``.
+
+        Raises:
+            DataUnavailableError: the task or its data cannot be had.
+            ShortDataError: fewer documents than ``num_questions``.
+        """
+        inc = spec.lm_eval_include_path
+        if inc and not Path(inc).is_absolute():
+            inc = str((base_dir or Path.cwd()) / inc)
+        info, digest, src = load_lm_eval_task(name, spec.lm_eval_task or "", inc, spec.num_questions)
+        check_enough(name, spec, info.num_docs, f"lm-eval task {spec.lm_eval_task} ({src})")
+        return PreparedTask((), (), digest, src, lm_eval=info)
+
+    def generates_text(self, pt: PreparedTask) -> bool:
+        """False for a prompt-scoring task (:attr:`LmEvalTask.prompt_only`)."""
+        return not pt.lm_eval.prompt_only
+
+    def not_text_reason(self, pt: PreparedTask) -> str:
+        """:meth:`LmEvalTask.prompt_only_reason`."""
+        return pt.lm_eval.prompt_only_reason()
+
+    def run(self, session: TaskSession, ctx: TaskContext, pt: PreparedTask) -> TaskRun:
+        """Run the task through lm-eval's local-completions model against the session's
+        server, with ``/metrics`` snapshots around it (:meth:`VariantSession.measured`):
+        no raw completions (lm-eval sent the requests), the samples lm-eval judged, its
+        summary for the record (``task``: the resolved task, lm-eval's aggregated
+        ``results``, ``pipelines``, ``error``) and its pipelines."""
+        info, s = pt.lm_eval, ctx.spec
+        ctx.log(f"{ctx.variant_id} {ctx.task}: lm-eval task {info.lm_eval_task} ({info.num_docs} documents) "
+                "through lm-eval's local-completions model")
+        outcome, (samples, summary) = session.measured(lambda: run_lm_eval_task(
+            info, base_url=session.base_url, served_model=session.model,  # type: ignore[arg-type]
+            config=ctx.config, variant=ctx.variant, num_fewshot=s.num_fewshot, max_tokens=s.max_tokens,
+            seed=s.seed, max_concurrency=ctx.max_concurrency, timeout_s=ctx.request_timeout,
+            tokenizer=tokenizer_of(ctx.server_argv, ctx.model_ref),
+        ))
+        if summary["error"]:
+            ctx.error(f"{ctx.variant_id} {ctx.task}: {summary['error']}")
+        return TaskRun(outcome, samples, summary["pipelines"], lm_eval={"task": info.to_json(), **summary})

@@ -39,8 +39,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from harness.config.loader import TaskSpec
-from harness.tasks.base import PreparedTask
-from harness.tasks.contamination import ContaminationError, find_overlaps
+from harness.tasks.base import PreparedTask, RequestTask, check_enough
 from harness.tasks.gsm8k import STOP_SEQUENCES, GsmItem, build_requests, dataset_hash
 
 __all__ = [
@@ -293,3 +292,25 @@ def prepare_synthetic(name: str, spec: TaskSpec):
     if ov.any:
         raise ContaminationError(f"task {name}: data {source}: {ov.describe()} (a generator bug: report it)")
     return PreparedTask(tuple(reqs), tuple(STOP_SEQUENCES), dataset_hash(used), source)
+
+
+class SyntheticTask(RequestTask):
+    """Task kind ``synthetic``: the generated arithmetic set (no download)."""
+
+    kind = "synthetic"
+
+    def prepare(self, name: str, spec: TaskSpec, data_dir=None, allow_contamination: bool = False,
+                base_dir=None) -> PreparedTask:
+        """:func:`prepare_synthetic`, refused when it holds fewer questions than asked
+        (:func:`harness.tasks.base.check_enough`)."""
+        pt = prepare_synthetic(name, spec)
+        check_enough(name, spec, len(pt.requests), pt.source)
+        return pt
+
+    def available(self, name: str, spec: TaskSpec, data_dir=None) -> tuple[int, str] | None:
+        """The generated test split's size and the generator's name."""
+        return len(generate_splits().test), f"synthetic:arith-v{GENERATOR_VERSION}"
+
+    def default_size(self) -> int | None:
+        """:data:`DEFAULT_NUM_TEST`."""
+        return DEFAULT_NUM_TEST

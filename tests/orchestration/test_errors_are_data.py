@@ -19,8 +19,10 @@ from pathlib import Path
 import psutil
 import pytest
 
+import harness.analysis.comparison as comparison_mod
 import harness.engine.client as client_mod
 import harness.runner as runner_mod
+import harness.tasks.judging as judging_mod
 from harness.cli import main
 from harness.engine.client import parse_completion
 from harness.engine.info import EngineInfoError, read_engine_facts
@@ -198,8 +200,8 @@ TYPE_ERROR = TypeError("expected string or bytes-like object, got 'int'")
 
 #: stage -> (patch target, wrapper factory, expected variant, expected task, expected exception type)
 STAGES = {
-    "judging": (lambda mp: mp.setattr(runner_mod, "judge_completions",
-                                      _raise_for_spec(runner_mod.judge_completions, TYPE_ERROR)),
+    "judging": (lambda mp: mp.setattr(judging_mod, "judge_completions",
+                                      _raise_for_spec(judging_mod.judge_completions, TYPE_ERROR)),
                 "spec", "gsm8k", "builtins.TypeError"),
     "client": (lambda mp: mp.setattr(client_mod.AsyncCompletionClient, "complete",
                                      _raise_on_call(client_mod.AsyncCompletionClient.complete, 8,
@@ -208,8 +210,8 @@ STAGES = {
     "scoring": (lambda mp: mp.setattr(runner_mod, "score_task", _raise_on_call(runner_mod.score_task, 2,
                                                                                ZeroDivisionError("division by zero"))),
                 "spec", "gsm8k", "builtins.ZeroDivisionError"),
-    "statistics": (lambda mp: mp.setattr(runner_mod, "output_match", _raise_on_call(runner_mod.output_match, 1,
-                                                                                    ValueError("math domain error"))),
+    "statistics": (lambda mp: mp.setattr(comparison_mod, "output_match", _raise_on_call(
+                       comparison_mod.output_match, 1, ValueError("math domain error"))),
                    "reference->spec", "gsm8k", "builtins.ValueError"),
     "gates": (lambda mp: mp.setattr(runner_mod, "evaluate_gates", _raise_on_call(runner_mod.evaluate_gates, 1,
                                                                                  KeyError("min_output_match"))),

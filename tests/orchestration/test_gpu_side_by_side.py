@@ -228,19 +228,19 @@ def test_an_unexpected_error_in_one_variant_stops_every_server_and_names_its_pla
     """An exception evalrun did not expect, raised in one variant's thread while the
     variant beside it is starting: every live server is stopped, the record says
     ``error`` with the stage, config and variant of the thread it happened in."""
-    from harness import runner
     from harness.engine.server import unstopped
+    from harness.tasks import judging
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", EIGHT)
     log = tmp_path / "devices.jsonl"
-    real = runner.judge_completions
+    real = judging.judge_completions
 
     def judge(config, variant, task, requests, completions):
         if variant == "reference":
             raise RuntimeError("judging broke in reference")
         return real(config, variant, task, requests, completions)
 
-    monkeypatch.setattr(runner, "judge_completions", judge)
+    monkeypatch.setattr(judging, "judge_completions", judge)
     cfg = spec_config(tmp_path, "err", "-tp 4", {"FAKE_DEVICES_LOG": str(log)}, variants=2,
                       variant_env={"spec_sync": {"FAKE_MODE": "slow_start:600"}})
     t0 = time.monotonic()

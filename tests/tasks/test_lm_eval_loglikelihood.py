@@ -239,3 +239,52 @@ def test_a_group_is_refused_naming_its_tasks(tmp_path):
     (tmp_path / "grp.yaml").write_text("group: evalrun_grp\ntask: [evalrun_mc]\nmetadata: {version: 1.0}\n")
     with pytest.raises(DataUnavailableError, match="group or tag of 1 tasks .*evalrun_mc.*name one of them"):
         load_lm_eval_task("g", "evalrun_grp", str(tmp_path), None)
+
+
+class _Session:
+    """A stand-in engine session: ``measured`` runs the work and counts the calls."""
+
+    model = "m"
+
+    def __init__(self, url: str) -> None:
+        self.base_url = url
+        self.measured_calls = 0
+
+    def measured(self, work):
+        self.measured_calls += 1
+        return "outcome", work()
+
+
+def test_the_lm_eval_task_kind_runs_on_a_session_and_generates_no_text_when_it_scores_prompts(tmp_path, fake_url):
+    from harness.config.loader import TaskSpec
+    from harness.tasks import task_for
+    from harness.tasks.base import TaskContext
+    from harness.tasks.lm_eval_task import tokenizer_of
+
+    info = _task(tmp_path, MC_YAML, "evalrun_mc")
+    kind = task_for("lm_eval")
+    pt = kind.prepare("mc", TaskSpec(kind="lm_eval", lm_eval_task="evalrun_mc",
+                                     lm_eval_include_path=str(tmp_path), num_fewshot=0), None)
+    assert pt.lm_eval == info and pt.requests == ()
+    assert kind.generates_text(pt) is False and kind.reruns_for_noise is False
+    assert "multiple_choice" in kind.not_text_reason(pt)
+    said: list[str] = []
+    ctx = TaskContext(
+        config="c", variant="reference", variant_id="c/reference", task="mc",
+        spec=TaskSpec(kind="lm_eval", lm_eval_task="evalrun_mc", num_fewshot=0, max_tokens=8, seed=1234),
+        per_request=False, max_concurrency=2, request_timeout=30, logprobs=None,
+        server_argv=("vllm", "serve", "m", f"--tokenizer={TOKENIZER}"), model_ref="/not/a/model",
+        raw_path=None, label="c/reference mc", log=said.append, warn=said.append, error=said.append,
+        bar=lambda *a: None,
+    )
+    session = _Session(fake_url)
+    tr = kind.run(session, ctx, pt)
+    direct, summary = _run(info, fake_url)   # the same task run without the interface
+    assert session.measured_calls == 1 and tr.outcome == "outcome"
+    assert [s.correct for s in tr.samples] == [s.correct for s in direct] and len(tr.samples) == len(DOCS)
+    assert tr.pipelines == ["acc", "acc_norm"] == summary["pipelines"]
+    assert tr.lm_eval == {"task": info.to_json(), **summary}
+    assert any("lm-eval task evalrun_mc" in x for x in said)
+    # the tokenizer is the server's --tokenizer (either spelling), else the model
+    assert tokenizer_of(["vllm", "serve", "m", "--tokenizer", "/t"], "m") == "/t"
+    assert tokenizer_of(["vllm", "serve", "m"], "/models/m") == "/models/m"

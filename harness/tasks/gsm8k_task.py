@@ -1,0 +1,58 @@
+"""Task kind ``gsm8k``: GSM8K's test split with few-shot prompts from its train split."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from harness.config.loader import TaskSpec
+from harness.tasks.base import PreparedTask, RequestTask, check_enough
+from harness.tasks.contamination import ContaminationError, find_overlaps
+from harness.tasks.gsm8k import STOP_SEQUENCES, build_requests, dataset_hash, load_gsm8k
+
+#: Questions in a GSM8K task whose ``num_questions`` is None (all): the test split's size.
+GSM8K_TEST_SIZE = 1319
+
+
+class Gsm8kTask(RequestTask):
+    """GSM8K (local ``test.jsonl`` / ``train.jsonl``, ``EVALRUN_DATA_DIR``, or the hub)."""
+
+    kind = "gsm8k"
+
+    def prepare(self, name: str, spec: TaskSpec, data_dir: Path | None, allow_contamination: bool = False,
+                base_dir: Path | None = None) -> PreparedTask:
+        """Load GSM8K, build the few-shot prompts and refuse short or contaminated data
+        (see :func:`harness.tasks.prepare_task`)."""
+        test = load_gsm8k("test", data_dir)
+        train = load_gsm8k("train", data_dir) if spec.num_fewshot else []
+        reqs = build_requests(test, train, spec.num_questions, spec.num_fewshot, task_name=name,
+                              gen_prefix=spec.gen_prefix)
+        used = test[: len(reqs)] + train[: spec.num_fewshot]
+        src = str(data_dir or os.environ.get("EVALRUN_DATA_DIR") or "hub:openai/gsm8k (main)")
+        check_enough(name, spec, len(test), src if src.startswith("hub:") else str(Path(src).expanduser() / "test.jsonl"))
+        ov = find_overlaps(name, test[: len(reqs)], train[: spec.num_fewshot], train or None)
+        if ov.any and not allow_contamination:
+            raise ContaminationError(
+                f"task {name}: data {src}: {ov.describe()}. The model would be asked questions whose "
+                "solutions are in front of it. Remove them from the data (test.jsonl / train.jsonl), "
+                "or pass --allow-contamination to run anyway (recorded in the run record)."
+            )
+        # chat completions: no stop strings, as vLLM's gsm8k_eval.py (the chat template ends the turn)
+        stop = () if spec.use_chat_completions else tuple(STOP_SEQUENCES)
+        return PreparedTask(tuple(reqs), stop, dataset_hash(used), src,
+                            contamination=ov.to_json() if ov.any else None)
+
+    def available(self, name: str, spec: TaskSpec, data_dir: Path | None) -> tuple[int, str] | None:
+        """The local test split's size and file; None for hub data (counted when loaded).
+
+        Raises:
+            DataUnavailableError: a local GSM8K folder that is missing or malformed.
+        """
+        folder = data_dir or os.environ.get("EVALRUN_DATA_DIR") or None
+        if not folder:
+            return None
+        return len(load_gsm8k("test", data_dir)), str(Path(folder).expanduser() / "test.jsonl")
+
+    def default_size(self) -> int | None:
+        """:data:`GSM8K_TEST_SIZE`."""
+        return GSM8K_TEST_SIZE
