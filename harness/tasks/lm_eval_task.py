@@ -310,7 +310,7 @@ def _map_results(task: LmEvalTask, res: dict, lm: Any, config: str, variant: str
                "pipelines": [p for _, _, p in pipes], "error": None}
     if task.prompt_only:
         return _prompt_only_samples(task, by_doc, pipes, config, variant, qid), summary
-    samples = []
+    out: list[Sample] = []
     for d in sorted(by_doc):
         rows = {x["filter"]: x for x in by_doc[d]}
         first = by_doc[d][0]
@@ -328,7 +328,7 @@ def _map_results(task: LmEvalTask, res: dict, lm: Any, config: str, variant: str
             str(first["target"]), completion=text, token_ids=ids, finish_reason=finish,
             answers=answers, correct=correct,
         ))
-    return tuple(samples), summary
+    return tuple(out), summary
 
 
 def _choices_of(task: LmEvalTask) -> Any:

@@ -40,6 +40,7 @@ from typing import Callable
 
 from harness.config.loader import TaskSpec
 from harness.tasks.base import PreparedTask, RequestTask, check_enough
+from harness.tasks.contamination import ContaminationError, find_overlaps
 from harness.tasks.gsm8k import STOP_SEQUENCES, GsmItem, build_requests, dataset_hash
 
 __all__ = [
