@@ -59,7 +59,7 @@ from harness.report.junit import write_junit
 from harness.report.progress import Progress
 from harness.report.summary import render_markdown
 from harness.tasks import (
-    ContaminationError, DataUnavailableError, PreparedTask, ShortDataError, TaskContext, available_questions,
+    ContaminationError, DataUnavailableError, PreparedTask, SentTask, ShortDataError, TaskContext, available_questions,
     check_enough, prepare_task, task_for,
 )
 
@@ -690,13 +690,14 @@ def _run_and_report_variant(cp: ConfigPlan, vp: VariantPlan, model_ref: str, pre
     if devices:  # its own device set, side by side with others (harness.engine.pool)
         vp = dataclasses.replace(vp, env={**vp.env, "CUDA_VISIBLE_DEVICES": ",".join(devices)})
     try:
-        out = run_variant(cp, vp, model_ref, prepared, opts, run_dir, into=crec.variants)
+        out = run_variant(cp, vp, model_ref, prepared, opts, run_dir, into=crec.variants,
+                          on_stopped=None if pool is None else functools.partial(pool.release, vp.id))
     except Exception as e:  # the variant's thread knows where it was: keep it for the record
         if pool is not None and not hasattr(e, "evalrun_place"):
             e.evalrun_place = (PLACE.stage, PLACE.config, PLACE.variant, PLACE.task)  # type: ignore[attr-defined]
         raise
     out.merge_into(m, reruns)
-    if pool is not None:  # its server is stopped: its devices go to the next variant now
+    if pool is not None:  # released when its server stopped (before judging); here too if it never started
         pool.release(vp.id)
     if pool is not None and pool.cancelled.is_set() and interrupting():  # its server was stopped by the signal
         vr = crec.variants[vp.name]
@@ -729,9 +730,11 @@ def _comparisons(cp: ConfigPlan, variants: list[VariantPlan], model_ref: str, pr
         if pool is None:
             _rerun_when_needed(cp, vp, model_ref, todo, opts, run_dir, m, reruns, crec.variants[vname])
             continue
-        with pool.lease(vp.id + " (rerun)", sp.need(vp.id)) as devices:  # a server again: its own devices
+        key = vp.id + " (rerun)"
+        with pool.lease(key, sp.need(vp.id)) as devices:  # a server again: its own devices
             _rerun_when_needed(cp, dataclasses.replace(vp, env={**vp.env, "CUDA_VISIBLE_DEVICES": ",".join(devices)}),
-                               model_ref, todo, opts, run_dir, m, reruns, crec.variants[vname])
+                               model_ref, todo, opts, run_dir, m, reruns, crec.variants[vname],
+                               on_stopped=functools.partial(pool.release, key))
     if needs:
         crec.comparisons = compare(c, m, reruns, needs, at=PLACE.at)
 
@@ -775,12 +778,14 @@ def _load_baseline(baseline_dir: Path, config: str, m: Measurements) -> Baseline
 
 
 def _rerun_when_needed(cp: ConfigPlan, vp: VariantPlan, model_ref: str, tasks: dict[str, PreparedTask],
-                       opts: RunOptions, run_dir: Path, m: Measurements, reruns: dict, vrec: VariantResult) -> None:
+                       opts: RunOptions, run_dir: Path, m: Measurements, reruns: dict, vrec: VariantResult,
+                       on_stopped: Callable[[], None] | None = None) -> None:
     """Start ``vp``'s server again and rerun ``tasks`` for noise (``noise_runs_when:
     unexplained``): each task's ``rerun`` entry and ``<task>.rerun.jsonl`` as with an
     inline rerun; the server log is ``<variant>.rerun.log``. A server that does not
     start leaves the reruns missing (the comparisons then say so; their fallback
-    questions stay unexplained)."""
+    questions stay unexplained). The reruns are sent while the server is up and judged
+    after it is stopped and ``on_stopped`` called."""
     p = opts.progress
     c = cp.config
     if not tasks or not vrec.tasks:
@@ -797,19 +802,27 @@ def _rerun_when_needed(cp: ConfigPlan, vp: VariantPlan, model_ref: str, tasks: d
     )
     tplans = {t.name: t for t in cp.tasks}
     PLACE.at("server", config=c.name, variant=vp.name, task=None)
+    sent: dict[str, tuple[TaskContext, SentTask]] = {}  # sent on the server, judged once it is stopped
     try:
         with session:
             for tname, pt in tasks.items():
                 first = m.samples.get((vp.name, tname))
                 if first is None or tname not in vrec.tasks or not task_for(tplans[tname].spec.kind).reruns_for_noise:
                     continue
-                PLACE.at("client", task=tname)  # the noise rerun: requests, judging and its samples file
-                vrec.tasks[tname].rerun = _rerun_task(session, c, vp, tplans[tname], pt, run_dir, tuple(first),
-                                                      reruns, p, argv, model_ref)
-                checkpoint()
+                PLACE.at("client", task=tname)  # the noise rerun's requests
+                sent[tname] = _send_rerun(session, c, vp, tplans[tname], pt, p, argv, model_ref)
     except ServerStartError as e:
         p.error(f"{vp.id}: the rerun for noise could not run: {e}")
         vrec.error = (vrec.error + "\n" if vrec.error else "") + f"rerun for noise could not run: {e}"
+        return
+    finally:
+        if on_stopped is not None:  # its devices are free before judging
+            on_stopped()
+    for tname, (ctx, st) in sent.items():
+        PLACE.at("client", config=c.name, variant=vp.name, task=tname)  # the rerun's judging and samples file
+        vrec.tasks[tname].rerun = _judge_rerun(c, vp, tplans[tname], tasks[tname], run_dir,
+                                               tuple(m.samples[(vp.name, tname)]), reruns, p, ctx, st)
+        checkpoint()
 
 
 @dataclass
@@ -848,9 +861,17 @@ class VariantRun:
 
 
 def run_variant(cp: ConfigPlan, vp: VariantPlan, model_ref: str, prepared: dict[str, PreparedTask],
-                opts: RunOptions, run_dir: Path, into: dict[str, VariantResult] | None = None) -> VariantRun:
+                opts: RunOptions, run_dir: Path, into: dict[str, VariantResult] | None = None,
+                on_stopped: Callable[[], None] | None = None) -> VariantRun:
     """Run one variant: its server, engine facts, tasks. ``into[vp.name]`` receives
     the variant record as soon as it exists (so an interrupt keeps it).
+
+    Every task's requests (and its inline noise rerun) are sent while the server is up
+    (:meth:`harness.tasks.base.Task.send`); the server is then stopped, ``on_stopped``
+    called (the device pool takes its devices back), and only then is each task judged,
+    scored and recorded (:meth:`harness.tasks.base.Task.judge`), so no device waits on
+    CPU work. An lm-eval task judges inside lm-eval's own loop, i.e. while sending.
+    On a stopping signal the tasks already sent are still judged and recorded.
 
     The server's fate is ``vrec.server`` (:class:`ServerRecord`: ``ready``,
     ``exited_early``, ``not_ready_timeout``, ``launch_failed``, ``died_mid_task``,
@@ -883,25 +904,33 @@ def run_variant(cp: ConfigPlan, vp: VariantPlan, model_ref: str, prepared: dict[
     from harness.report.cost import given_devices
 
     vrec.devices = given_devices({**os.environ, **env})
+    sent: list[_Sent] = []  # sent while the server is up, judged once it is stopped
     try:
         with session:
             _server_ready(session, cp, vp, out, opts.progress)
             t_eval = time.monotonic()  # evaluation: first request .. last counter snapshot
             for t in todo:
-                _run_task(session, cp, vp, t, prepared[t.name], argv, model_ref, opts, run_dir, out)
+                _send_task(session, cp, vp, t, prepared[t.name], argv, model_ref, opts, run_dir, sent)
             vrec.evaluation_seconds = round(time.monotonic() - t_eval, 2)
             t_stop = time.monotonic()
         vrec.teardown_seconds = round(time.monotonic() - t_stop, 2)
         vrec.server.exit_code = srv.exit_code
-        return out
     except KeyboardInterrupt:
         vrec.server = ServerRecord(status="interrupted", exit_code=srv.exit_code, seconds=vrec.server.seconds,
                                    pid=srv.pid)
         vrec.error = "interrupted by a signal"
+        _judge_all_before_interrupt(cp, vp, sent, opts, run_dir, out)
         raise
     except ServerStartError as e:
+        if on_stopped is not None:
+            on_stopped()
+        _judge_all(cp, vp, sent, opts, run_dir, out)  # the tasks it finished before it died
         _server_failed(e, session, vp, todo, argv, out, opts.progress)
         return out
+    if on_stopped is not None:  # its devices are free before judging, statistics and reports
+        on_stopped()
+    _judge_all(cp, vp, sent, opts, run_dir, out)
+    return out
 
 
 def _variant_session(cp: ConfigPlan, vp: VariantPlan, argv: list[str], env: dict[str, str], log_path: Path,
@@ -964,22 +993,75 @@ def _task_context(c: Any, vp: VariantPlan, t: Any, argv: list[str], model_ref: s
     )
 
 
-def _run_task(session: VariantSession, cp: ConfigPlan, vp: VariantPlan, t: Any, pt: PreparedTask, argv: list[str],
-              model_ref: str, opts: RunOptions, run_dir: Path, out: VariantRun) -> None:
-    """One task on the variant's running server: run (:meth:`harness.tasks.base.Task.run`),
-    samples written, scored, its result recorded with acceptance intervals and the
-    counter check, a noise rerun when the config asks for it, and a dead server raised.
+@dataclass
+class _Sent:
+    """One task sent on a variant's server, not judged yet: its plan, prepared data,
+    context and what :meth:`harness.tasks.base.Task.send` returned; ``rerun`` the
+    context and sent result of its inline noise rerun, when one ran."""
+
+    task: Any
+    pt: PreparedTask
+    ctx: TaskContext
+    sent: SentTask
+    rerun: tuple[TaskContext, SentTask] | None = None
+
+
+def _send_task(session: VariantSession, cp: ConfigPlan, vp: VariantPlan, t: Any, pt: PreparedTask, argv: list[str],
+               model_ref: str, opts: RunOptions, run_dir: Path, sent: list[_Sent]) -> None:
+    """One task's server work on the variant's running server: its requests
+    (:meth:`harness.tasks.base.Task.send`) and, when the config asks for it, its inline
+    noise rerun; appended to ``sent`` (for :func:`_judge_task`), then a dead server raised.
 
     Raises:
         ServerStartError: the server died during the task (``died_mid_task``).
     """
-    c, p, vrec = cp.config, opts.progress, out.record
+    c, p = cp.config, opts.progress
     PLACE.at("client", variant=vp.name, task=t.name)
     kind = task_for(t.spec.kind)
     samples_dir = run_dir / "samples" / c.name / vp.name
     ctx = _task_context(c, vp, t, argv, model_ref, p, samples_dir / f"{t.name}.raw.jsonl", f"{vp.id} {t.name}",
                         at=PLACE.at)
-    tr = kind.run(session, ctx, pt)
+    item = _Sent(t, pt, ctx, kind.send(session, ctx, pt))
+    sent.append(item)
+    if vp.name in noise_variants(cp) and kind.reruns_for_noise and session.server.alive():
+        PLACE.at("client")  # the noise rerun's requests
+        rctx = _task_context(c, vp, t, argv, model_ref, p, None, f"{vp.id} {t.name} (rerun for noise)")
+        item.rerun = (rctx, kind.send(session, rctx, pt))
+    outcome = item.sent.outcome
+    failures = bool(item.sent.failed_requests or outcome.metrics_error
+                    or counter_problem(outcome, vp.speculative_config, f"{vp.id} {t.name}"))
+    # failed requests: a dying server may still be exiting; let it show
+    session.raise_if_died(t.name, failures)
+
+
+def _judge_all(cp: ConfigPlan, vp: VariantPlan, sent: list[_Sent], opts: RunOptions, run_dir: Path,
+               out: VariantRun) -> None:
+    """:func:`_judge_task` for every sent task, in order (the server is stopped)."""
+    for item in sent:
+        _judge_task(cp, vp, item, opts, run_dir, out)
+
+
+def _judge_all_before_interrupt(cp: ConfigPlan, vp: VariantPlan, sent: list[_Sent], opts: RunOptions,
+                                run_dir: Path, out: VariantRun) -> None:
+    """:func:`_judge_all` on the way out of a stopping signal, so the tasks that were
+    sent are recorded; a judging error is said and left (the signal goes on), the raw
+    completions kept as when judging raises."""
+    try:
+        _judge_all(cp, vp, sent, opts, run_dir, out)
+    except Exception as e:  # noqa: BLE001 - the interrupt is what the run reports; this is said beside it
+        opts.progress.error(f"{vp.id}: judging the tasks sent before the signal failed: {e}")
+
+
+def _judge_task(cp: ConfigPlan, vp: VariantPlan, item: _Sent, opts: RunOptions, run_dir: Path,
+                out: VariantRun) -> None:
+    """One sent task once its server is stopped: judged (:meth:`harness.tasks.base.Task.judge`),
+    samples written, scored, its result recorded with acceptance intervals and the
+    counter check, and its inline noise rerun judged against it."""
+    c, p, vrec, t = cp.config, opts.progress, out.record, item.task
+    PLACE.at("client", config=c.name, variant=vp.name, task=t.name)
+    kind = task_for(t.spec.kind)
+    samples_dir = run_dir / "samples" / c.name / vp.name
+    tr = kind.judge(item.sent, item.ctx, item.pt)
     outcome, samples = tr.outcome, tr.samples
     PLACE.at("writing")
     spath = samples_dir / f"{t.name}.jsonl"
@@ -1003,10 +1085,11 @@ def _run_task(session: VariantSession, cp: ConfigPlan, vp: VariantPlan, t: Any, 
         out.spec_errors[(vp.name, t.name)] = metrics_error
         p.error(f"{vp.id} {t.name}: metrics error: {metrics_error}")
     vrec.tasks[t.name] = trec
-    checkpoint()  # the task's result is on disk before the next one starts
-    if vp.name in noise_variants(cp) and kind.reruns_for_noise and session.server.alive():
-        PLACE.at("client")  # the noise rerun: requests, judging and its samples file
-        trec.rerun = _rerun_task(session, c, vp, t, pt, run_dir, samples, out.reruns, p, argv, model_ref)
+    checkpoint()  # the task's result is on disk before the next one is judged
+    if item.rerun is not None:
+        PLACE.at("client")  # the noise rerun: judging and its samples file
+        rctx, rsent = item.rerun
+        trec.rerun = _judge_rerun(c, vp, t, item.pt, run_dir, samples, out.reruns, p, rctx, rsent)
     sd = spec_metrics
     p.log(
         f"{vp.id} {t.name}: "
@@ -1015,8 +1098,6 @@ def _run_task(session: VariantSession, cp: ConfigPlan, vp: VariantPlan, t: Any, 
         + (f", mean acceptance length {_f(sd.mean_acceptance_length)}" if sd else "")
         + f" ({outcome.seconds:.1f}s)"
     )
-    # failed requests: a dying server may still be exiting; let it show
-    session.raise_if_died(t.name, bool(sc.error_count or metrics_error))
 
 
 def _server_failed(e: ServerStartError, session: VariantSession, vp: VariantPlan, todo: list, argv: list[str],
@@ -1044,13 +1125,20 @@ def _server_failed(e: ServerStartError, session: VariantSession, vp: VariantPlan
         out.not_run[(vp.name, None)] = "server failed to start"
 
 
-def _rerun_task(session: VariantSession, c: Any, vp: VariantPlan, t: Any, pt: PreparedTask, run_dir: Path,
-                first: tuple[Sample, ...], reruns: dict, p: Progress, argv: list[str], model_ref: str) -> RerunRecord:
-    """Run a task a second time on the same server (``noise_runs: 2``): the samples go
-    to ``<task>.rerun.jsonl``; returns the record entry with the output match of the
-    rerun against the first pass (the noise)."""
+def _send_rerun(session: VariantSession, c: Any, vp: VariantPlan, t: Any, pt: PreparedTask, p: Progress,
+                argv: list[str], model_ref: str) -> tuple[TaskContext, SentTask]:
+    """Send a task a second time on a server (a noise rerun); judged by :func:`_judge_rerun`
+    once the server is stopped."""
     ctx = _task_context(c, vp, t, argv, model_ref, p, None, f"{vp.id} {t.name} (rerun for noise)")
-    tr = task_for(t.spec.kind).run(session, ctx, pt)
+    return ctx, task_for(t.spec.kind).send(session, ctx, pt)
+
+
+def _judge_rerun(c: Any, vp: VariantPlan, t: Any, pt: PreparedTask, run_dir: Path, first: tuple[Sample, ...],
+                 reruns: dict, p: Progress, ctx: TaskContext, sent: SentTask) -> RerunRecord:
+    """Judge a task's second pass (``noise_runs: 2``): the samples go to
+    ``<task>.rerun.jsonl``; returns the record entry with the output match of the
+    rerun against the first pass (the noise)."""
+    tr = task_for(t.spec.kind).judge(sent, ctx, pt)
     spath = run_dir / "samples" / c.name / vp.name / f"{t.name}.rerun.jsonl"
     write_jsonl(spath, tr.samples)
     reruns[(vp.name, t.name)] = tr.samples

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from harness.config.loader import TaskSpec
 from harness.tasks.base import (
-    PreparedTask, ShortDataError, Task, TaskContext, TaskRun, check_enough,
+    PreparedTask, SentTask, ShortDataError, Task, TaskContext, TaskRun, check_enough,
 )
 from harness.tasks.contamination import ContaminationError
 from harness.tasks.gsm8k import DataUnavailableError
@@ -87,6 +87,6 @@ def task_size(spec: TaskSpec) -> int:
     return GSM8K_TEST_SIZE if size is None else size
 
 
-__all__ = ["PreparedTask", "prepare_task", "task_size", "task_for", "Task", "TaskContext", "TaskRun",
+__all__ = ["PreparedTask", "prepare_task", "task_size", "task_for", "Task", "TaskContext", "TaskRun", "SentTask",
            "DataUnavailableError", "ContaminationError", "ShortDataError", "check_enough", "available_questions",
            "GSM8K_TEST_SIZE", "TASK_KINDS"]

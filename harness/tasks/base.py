@@ -1,8 +1,11 @@
 """The task interface: what every task kind implements and hands the runner.
 
 A task kind (:class:`Task`) prepares its data before any server starts
-(:meth:`Task.prepare` -> :class:`PreparedTask`), runs on a variant's engine session
-(:meth:`Task.run` -> :class:`TaskRun`: the engine's outcome and the judged samples),
+(:meth:`Task.prepare` -> :class:`PreparedTask`), sends on a variant's engine session
+(:meth:`Task.send` -> :class:`SentTask`: the engine's outcome, unjudged), is judged once
+the server is stopped (:meth:`Task.judge` -> :class:`TaskRun`: the judged samples;
+:meth:`Task.run` does both; lm-eval judges inside its own loop, so its ``send`` is its
+``run``),
 and says whether it generates text (:meth:`Task.generates_text`: whether output match
 and acceptance apply). The runner calls these and never branches on the kind; the
 implementations are :class:`harness.tasks.gsm8k_task.Gsm8kTask`,
@@ -155,6 +158,26 @@ class TaskRun:
     lm_eval: dict[str, Any] | None = None
 
 
+@dataclass(frozen=True)
+class SentTask:
+    """What one task left once its server work is done, before judging
+    (:meth:`Task.send`); :meth:`Task.judge` turns it into a :class:`TaskRun` after the
+    server is stopped, so no device waits on CPU work.
+
+    Attributes:
+        outcome: the engine's :class:`harness.engine.session.TaskOutcome` (raw
+            completions, counter difference, metrics error, seconds).
+        failed_requests: requests that came back with an error (a dying server shows
+            this way before its process has exited).
+        judged: a task judged inside its own sending loop (lm-eval): its
+            :class:`TaskRun`, which :meth:`Task.judge` returns as is; None otherwise.
+    """
+
+    outcome: Any
+    failed_requests: int
+    judged: TaskRun | None = None
+
+
 class Task(ABC):
     """One task kind. Subclasses set :attr:`kind` and implement :meth:`prepare` and
     :meth:`run`."""
@@ -183,6 +206,26 @@ class Task(ABC):
                 ``ctx.raw_path`` first when it is set).
         """
 
+    def send(self, session: TaskSession, ctx: TaskContext, pt: PreparedTask) -> SentTask:
+        """The part of :meth:`run` that needs the server. By default the whole of
+        :meth:`run` (a kind judged inside its own loop, like lm-eval's); a kind that
+        judges afterwards overrides this and :meth:`judge`."""
+        tr = self.run(session, ctx, pt)
+        return SentTask(tr.outcome, sum(1 for x in tr.samples if x.error is not None), judged=tr)
+
+    def judge(self, sent: SentTask, ctx: TaskContext, pt: PreparedTask) -> TaskRun:  # noqa: ARG002 - the kinds' one signature
+        """The part of :meth:`run` that needs no server, run after it is stopped: by
+        default the :class:`TaskRun` :meth:`send` already judged.
+
+        Raises:
+            Exception: judging failed (the raw completions are kept at
+                ``ctx.raw_path`` first when it is set).
+        """
+        if sent.judged is None:
+            raise TypeError(f"{ctx.variant_id} {ctx.task}: task kind {self.kind} sent without judging "
+                            "but does not implement judge()")
+        return sent.judged
+
     def generates_text(self, pt: PreparedTask) -> bool:
         """Whether the task generates tokens (output match and acceptance apply)."""
         return True
@@ -206,10 +249,12 @@ class RequestTask(Task):
     answer extraction (:func:`harness.tasks.judging.judge_completions`)."""
 
     def run(self, session: TaskSession, ctx: TaskContext, pt: PreparedTask) -> TaskRun:
-        """Send every request on the session, then judge the completions; when judging
-        raises, the raw completions are written to ``ctx.raw_path`` (if set) first."""
-        from harness.tasks.judging import judge_completions
+        """Send every request on the session, then judge the completions
+        (:meth:`send` then :meth:`judge`)."""
+        return self.judge(self.send(session, ctx, pt), ctx, pt)
 
+    def send(self, session: TaskSession, ctx: TaskContext, pt: PreparedTask) -> SentTask:
+        """Send every request on the session: the raw completions and counters, unjudged."""
         s = ctx.spec
         bar = ctx.bar(ctx.label, len(pt.requests))
         outcome = session.run_task(
@@ -219,7 +264,19 @@ class RequestTask(Task):
             per_request=ctx.per_request, chat=s.use_chat_completions, logprobs=ctx.logprobs,
         )
         bar.close()
+        return SentTask(outcome, sum(1 for c in outcome.completions if c.error is not None))
+
+    def judge(self, sent: SentTask, ctx: TaskContext, pt: PreparedTask) -> TaskRun:
+        """Judge the sent completions; when judging raises, the raw completions are
+        written to ``ctx.raw_path`` (if set) first.
+
+        Raises:
+            Exception: judging failed (e.g. a completion paired with the wrong request).
+        """
+        from harness.tasks.judging import judge_completions
+
         ctx.at("judging")
+        outcome = sent.outcome
         try:
             samples = judge_completions(ctx.config, ctx.variant, ctx.task, pt.requests, outcome.completions)
         except Exception:  # keep the engine's answers, unjudged, then let the error be recorded

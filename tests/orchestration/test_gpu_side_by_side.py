@@ -271,3 +271,64 @@ def test_a_rerun_for_noise_on_demand_gets_its_own_devices(tmp_path, monkeypatch)
     assert len(servers) == 3  # reference, spec_sync, and the reference again for the rerun
     assert all(len(s["devices"].split(",")) == 2 for s in servers.values())
     assert rec["configs"][0]["variants"]["reference"]["tasks"]["gsm8k"]["rerun"] is not None
+
+
+def _judging_recorder(monkeypatch, pause: float = 0.0) -> list[dict]:
+    """Patch the request tasks' judging to note, per call, the variant and the wall time
+    it started and ended (``pause`` seconds of CPU work in between)."""
+    from harness.tasks import judging
+
+    real = judging.judge_completions
+    calls: list[dict] = []
+
+    def judge(config, variant, task, requests, completions):
+        t0 = time.time()
+        time.sleep(pause)
+        out = real(config, variant, task, requests, completions)
+        calls.append({"variant": variant, "start": t0, "end": time.time()})
+        return out
+
+    monkeypatch.setattr(judging, "judge_completions", judge)
+    return calls
+
+
+def _variant_of(server: dict, rec: dict) -> str:
+    """The variant whose server this device-log entry is (the pid in the record)."""
+    (name,) = [v for c in rec["configs"] for v, x in c["variants"].items() if x["server"]["pid"] == server["pid"]]
+    return name
+
+
+def test_a_variant_is_judged_after_its_server_stopped_cpu_host(tmp_path, monkeypatch):
+    """One at a time on a CPU host: every judging call of a variant starts after that
+    variant's server logged its stop (the reference's inline noise rerun too)."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    log = tmp_path / "devices.jsonl"
+    calls = _judging_recorder(monkeypatch)
+    cfg = spec_config(tmp_path, "cpu", "-tp 4", {"FAKE_DEVICES_LOG": str(log)}, variants=2,
+                      extra="comparisons:\n  - {baseline: reference, candidate: spec_sync, noise_runs: 2, "
+                            "noise_runs_when: always}\n")
+    code, rec = run_cli(tmp_path, cfg)
+    assert code == 0, rec.get("configs")
+    servers = [dict(e, pid=pid) for pid, e in events(log).items()]
+    assert len(servers) == 2
+    stops = {_variant_of(s, rec): s["stop"] for s in servers}
+    assert sorted(c["variant"] for c in calls) == ["reference", "reference", "spec_sync"]
+    for c in calls:
+        assert c["start"] > stops[c["variant"]], (c, stops)
+
+
+def test_the_next_variant_starts_on_the_devices_while_the_last_one_is_judged(tmp_path, monkeypatch):
+    """TP8 on 8 GPUs: one server at a time. The first variant's devices go back to the
+    pool when its server stops, so the second server starts while the first variant is
+    still being judged (3 s of judging here), not after."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", EIGHT)
+    log = tmp_path / "devices.jsonl"
+    calls = _judging_recorder(monkeypatch, pause=3.0)
+    cfg = spec_config(tmp_path, "tp8", "-tp 8", {"FAKE_DEVICES_LOG": str(log)}, variants=2)
+    code, rec = run_cli(tmp_path, cfg)
+    assert code == 0, rec.get("configs")
+    first, second = sorted(events(log).values(), key=lambda e: e["start"])
+    assert first["devices"] == second["devices"] == EIGHT and not overlapping(first, second)
+    judged_first = [c for c in calls if c["start"] > first["stop"] and c["start"] < second["start"]]
+    assert len(judged_first) == 1, (calls, first, second)
+    assert judged_first[0]["end"] > second["start"]  # the second server started during it
