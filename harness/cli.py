@@ -99,6 +99,9 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="folder of stored baselines (<config>.json); a config with a baseline there is also "
                         "gated against it (default: RESULTS_DIR/baselines)")
     p.add_argument("--no-baseline", action="store_true", help="do not gate against stored baselines")
+    p.add_argument("--no-preflight-cache", action="store_true",
+                   help="run the pre-launch argument check even when these exact server commands passed it "
+                        "before on the same interpreter and vLLM (cached in RESULTS_DIR/.preflight-cache.json)")
     p.add_argument("--allow-contamination", action="store_true",
                    help="run a task even when its test questions are among its few-shot examples or the train "
                         "split (refused by default; recorded in the run record)")
@@ -175,6 +178,7 @@ def cmd_run(argv: list[str]) -> int:
         baseline_dir=None if args.no_baseline else baseline_dir,
         allow_contamination=args.allow_contamination, shard=shard,
         gpus=args.gpus, max_servers=args.max_servers, estimates=_gpu_estimates(plan, args),
+        preflight_cache=not args.no_preflight_cache,
     )
     try:
         record, run_dir = run(plan, opts)

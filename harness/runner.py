@@ -32,6 +32,7 @@ from harness.config.plan import PORT_PLACEHOLDER, ConfigPlan, Plan, VariantPlan,
 from harness.engine import server as engine_server
 from harness.engine.info import EngineInfoError, check_effective, model_runner_fact
 from harness.engine.preflight import ASYNC_NOT_SUPPORTED, ServerCommand, check_server_commands
+from harness.engine.preflight_cache import CACHE_NAME, cache_key, cached_all_clear, store_all_clear
 from harness.engine.pool import DevicePool, Job, ServerPlan, new_pool, run_jobs, server_plan
 from harness.engine.server import STOP_SIGNALS, ServerStartError, find_leftover_servers, interrupting, unstopped
 from harness.engine.session import VariantSession, counter_problem
@@ -140,6 +141,9 @@ class RunOptions:
             and the overlaps per task in ``provenance.datasets[<task id>].contamination``).
         preflight: check every server command with the installed vLLM's argument
             parser before launching anything (:mod:`harness.engine.preflight`).
+        preflight_cache: take the check's all-clear from the results folder's cache when
+            the same commands passed it on the same installation before
+            (:mod:`harness.engine.preflight_cache`; ``--no-preflight-cache``: False).
         gpus: ``--gpus``: the devices evalrun may use (a count or a comma list; None =
             every device found, :func:`harness.engine.devices.available_devices`).
         max_servers: ``--max-servers``: at most this many servers alive at once.
@@ -156,6 +160,7 @@ class RunOptions:
     baseline_dir: Path | None = None
     allow_contamination: bool = False
     preflight: bool = True
+    preflight_cache: bool = True
     shard: Any = None
     gpus: str | None = None
     max_servers: int | None = None
@@ -474,9 +479,19 @@ def _preflight(plan: Plan, opts: RunOptions, record: RunRecord) -> tuple[bool, d
         for cp in plan.configs for vp in cp.variants
         if (opts.variants is None or vp.name in opts.variants) and not vp.not_applicable
     ]
-    p.log(f"checking {len(cmds)} server command(s) with the installed vLLM's argument parser")
     t0 = time.monotonic()
+    key = cache_key(cmds) if opts.preflight_cache else None
+    if cached_all_clear(opts.results_dir, key, len(cmds)):
+        p.log(f"{len(cmds)} server command(s): the installed vLLM's argument parser accepted these exact "
+              f"commands before (cache {Path(opts.results_dir) / CACHE_NAME}; --no-preflight-cache checks again)")
+        record.preflight = PreflightRecord(checked=len(cmds), seconds=round(time.monotonic() - t0, 1), cached=True)
+        return False, {}
+    p.log(f"checking {len(cmds)} server command(s) with the installed vLLM's argument parser")
     found = check_server_commands(cmds)
+    if not found:
+        why = store_all_clear(opts.results_dir, key, len(cmds))
+        if why:
+            p.warn(f"the pre-launch check's cache was not written: {why}")
     not_applicable = {pr.variant_id: pr.message for pr in found if pr.kind == ASYNC_NOT_SUPPORTED}
     for vid, why in not_applicable.items():
         p.warn(f"{vid}: not applicable on this engine: {why}")

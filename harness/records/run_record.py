@@ -296,11 +296,14 @@ class PreflightProblemRecord(_Model):
 
 class PreflightRecord(_Model):
     """The pre-launch check of every server command with the installed vLLM's parser:
-    how many commands, how long (seconds) and what it rejected."""
+    how many commands, how long (seconds) and what it rejected; ``cached`` when the
+    all-clear came from the results folder's cache of an earlier identical check
+    (:mod:`harness.engine.preflight_cache`) instead of running vLLM's parser."""
 
     checked: int
     seconds: float
     problems: list[PreflightProblemRecord] = []
+    cached: bool = False
 
 
 class LeftoverServerRecord(_Model):
