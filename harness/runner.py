@@ -3,18 +3,21 @@
 This is the one module that imports from every stage; it only sequences their steps
 (and keeps :data:`PLACE`, where an unexpected exception is recorded). Data flows one way::
 
-    plan -> tasks (prepare) -> session (per variant) -> task.run -> samples
+    plan -> tasks (prepare) -> session (per variant) -> task.send; server stopped -> task.judge -> samples
          -> scoring / engine counter checks / analysis.acceptance -> analysis.comparison
          -> gates -> records.results (run.json via records.recorder) -> report (summary.md)
 
-Nothing measured is lost: samples are written as soon as a task ends, and a variant
-whose server fails is recorded with its error while the other variants still run.
+Nothing measured is lost: a variant's tasks are judged and their samples written as soon
+as its server is stopped (its devices already back in the pool), a stopping signal still
+judges what was sent, and a variant whose server fails is recorded with its error while
+the other variants still run.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import os
 import sys
 import threading
@@ -284,6 +287,7 @@ def _run_plan(plan: Plan, opts: RunOptions, run_dir: Path, record: RunRecord, re
             return _finish(record, run_dir, could_not_run=True)
         plan = mark_not_applicable(plan, not_applicable)
     lm_eval_done()
+    _warm_imports()
     for crec, cnr in _config_results(plan, opts, run_dir, record, sp):
         crec.list_path = plan.list_path  # the model list file that was read
         could_not_run |= cnr
@@ -291,6 +295,22 @@ def _run_plan(plan: Plan, opts: RunOptions, run_dir: Path, record: RunRecord, re
         recorder.save()  # keep what is measured so far
     PLACE.at("writing", config=None, variant=None, task=None)
     return _finish(record, run_dir, could_not_run)
+
+
+def _warm_imports() -> None:
+    """Import what only statistics and reports need (scipy's distributions, matplotlib)
+    in a daemon thread while the first server starts, so their seconds of first import
+    overlap the wait instead of following the last request. Never raises: an import that
+    fails here fails again, and is reported, where it is used."""
+
+    def warm() -> None:
+        for name in ("scipy.stats", "matplotlib", "matplotlib.figure"):
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - the real import reports it where it is used
+                continue
+
+    threading.Thread(target=warm, name="evalrun-warm-imports", daemon=True).start()
 
 
 def _interrupted(e: KeyboardInterrupt, recorder: RunRecorder, lm_eval_done: Callable[..., None]) -> RunInterrupted:
