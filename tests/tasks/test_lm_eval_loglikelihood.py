@@ -285,6 +285,14 @@ def test_the_lm_eval_task_kind_runs_on_a_session_and_generates_no_text_when_it_s
     assert tr.pipelines == ["acc", "acc_norm"] == summary["pipelines"]
     assert tr.lm_eval == {"task": info.to_json(), **summary}
     assert any("lm-eval task evalrun_mc" in x for x in said)
+    # the runner sends while the server is up and judges after: lm-eval judged inside its
+    # own loop, so send is the whole run (one measured call) and judge hands it back
+    session2 = _Session(fake_url)
+    sent = kind.send(session2, ctx, pt)
+    assert session2.measured_calls == 1 and sent.judged is not None and sent.outcome == "outcome"
+    assert sent.failed_requests == sum(1 for s in direct if s.error is not None)
+    assert kind.judge(sent, ctx, pt) is sent.judged
+    assert [s.correct for s in sent.judged.samples] == [s.correct for s in direct]
     # the tokenizer is the server's --tokenizer (either spelling), else the model
     assert tokenizer_of(["vllm", "serve", "m", "--tokenizer", "/t"], "m") == "/t"
     assert tokenizer_of(["vllm", "serve", "m"], "/models/m") == "/models/m"
