@@ -454,8 +454,10 @@ def judge_min_output_match(g: G.MinOutputMatch, m: Measurements, adjusted_p: flo
 
 def _output_match_exact(g: G.MinOutputMatch, om: OutputMatch, nz: OutputNoise | None,
                         ag: AnswerAgreement | None) -> GateResult:
-    """``min_output_match`` on identical token ids, judged against the noise when it shows any."""
-    ok = om.output_match_rate >= g.limit
+    """``min_output_match`` on identical token ids, judged against the noise when it shows any
+    (``om.output_match_rate`` is not None: the caller judged that case)."""
+    rate = om.output_match_rate if om.output_match_rate is not None else 0.0
+    ok = rate >= g.limit
     detail = f"{om.matched}/{om.compared} completions identical (output match {om.output_match_rate:.4f})"
     if om.past_stop:
         ex = om.past_stop[0]

@@ -7,6 +7,7 @@ per-comparison measurement :attr:`harness.analysis.measurements.ComparisonMeasur
 
 from __future__ import annotations
 
+from typing import TypeGuard
 from collections.abc import Sequence
 
 from harness.analysis.scoring import OutputMatch, committed_divergence
@@ -37,7 +38,7 @@ def output_noise_rerun(
         :class:`OutputNoise` ``test``). ``noise_*`` counts are over the questions
         compared between pass 1 and pass 2.
     """
-    def usable(x: Sample | None) -> bool:
+    def usable(x: Sample | None) -> TypeGuard[Sample]:
         return x is not None and x.ok and x.token_ids is not None
 
     r2 = {x.question_id: x for x in rerun}

@@ -335,6 +335,8 @@ class VariantSession:
     ) -> tuple[tuple[Completion, ...], str | None]:
         """Send the requests on this event loop; return completions in request order
         and the (possibly updated) metrics error."""
+        if self.model is None:
+            raise RuntimeError("use VariantSession as a context manager (no served model name yet)")
         results: list[Completion | None] = [None] * len(requests)
         width = 1 if per_request else self.max_concurrency
         async with AsyncCompletionClient(
