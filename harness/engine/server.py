@@ -356,6 +356,18 @@ def start_watchdog(pgid: int) -> tuple[subprocess.Popen, int] | None:
 # ---------------------------------------------------------------- the server
 
 
+def _kill_children(children: list[psutil.Process]) -> None:
+    """Kill, one by one, the server's children that left its process group (or outlived
+    the leader), and wait up to 5 s for them."""
+    for ch in children:
+        try:
+            if ch.is_running() and ch.status() != psutil.STATUS_ZOMBIE:
+                ch.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(children, timeout=5)
+
+
 class VllmServer:
     """One OpenAI-compatible vLLM server process.
 
@@ -653,14 +665,7 @@ class VllmServer:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
-        # Children that left the group (or outlived the leader) are killed one by one.
-        for ch in children:
-            try:
-                if ch.is_running() and ch.status() != psutil.STATUS_ZOMBIE:
-                    ch.kill()
-            except psutil.Error:
-                pass
-        psutil.wait_procs(children, timeout=5)
+        _kill_children(children)
         deadline = time.monotonic() + 5
         left = _group_members(pid)
         while left and time.monotonic() < deadline:
