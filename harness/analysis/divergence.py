@@ -35,8 +35,6 @@ from harness.records.measures import EXPLAINED, NOISE, UNEXPLAINED, DivergenceRe
 from harness.records.samples import Sample
 
 #: The analysis' names of the record types it returns (the same types, not copies).
-Divergence = DivergenceRecord  # one assignment each: mypy reads them as type aliases
-DivergenceReport = DivergenceReportRecord
 
 
 def _tok(ids: Sequence[int], i: int) -> int | None:
