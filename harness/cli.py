@@ -56,6 +56,8 @@ outcomes and exit codes (the same word in the terminal, summary.md, HTML, JUnit,
 
 
 def _run_parser() -> argparse.ArgumentParser:
+    """The parser of ``evalrun --config ...`` (every option, with its --help text)."""
+    # long: the run command's options, one add_argument each, in --help order
     p = argparse.ArgumentParser(
         prog="evalrun",
         description=(
@@ -190,7 +192,7 @@ def cmd_run(argv: list[str]) -> int:
         return 2
     if record.status == "error":
         say_error(record, run_dir)
-        return int(record.exit_code)
+        return record.exit_code if record.exit_code is not None else 2
     return _after_run(args, record, run_dir, baseline_dir)
 
 

@@ -30,7 +30,7 @@ import json
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from harness.config.plan import ConfigPlan
 from harness.records.run_record import MergedShard, RunRecord, ShardInfo, ShardListRef
@@ -177,6 +177,18 @@ def verify_samples(rec: RunRecord) -> list[str]:
     return out
 
 
+def _build_field(key: str) -> Callable[[RunRecord], Any]:
+    """A getter of one field of :func:`build_of` (``key``)."""
+    return lambda r: build_of(r)[key]
+
+
+def _shard(r: RunRecord) -> ShardInfo:
+    """The record's shard, or MergeError naming the run when it has none."""
+    if r.shard is None:
+        raise MergeError(f"{r.path or r.run_id}: not a shard run (no 'shard' in run.json; run with --shard i/n)")
+    return r.shard
+
+
 def merge_records(records: Sequence[RunRecord], run_id: str, allow_mixed: bool = False) -> RunRecord:
     """Combine shard run records into one record.
 
@@ -209,12 +221,12 @@ def merge_records(records: Sequence[RunRecord], run_id: str, allow_mixed: bool =
             raise MergeError(f"{where(r)}: not a shard run (no 'shard' in run.json; run with --shard i/n)")
     first = records[0]
     for r in records[1:]:
-        if r.shard.count != first.shard.count:
+        if _shard(r).count != _shard(first).count:
             raise MergeError(f"{where(r)} and {where(first)}: different shard count "
-                             f"({r.shard.count!r} vs {first.shard.count!r}); only shards of one split merge")
+                             f"({_shard(r).count!r} vs {_shard(first).count!r}); only shards of one split merge")
     warnings: list[str] = []
-    checks = [("list", lambda r: r.shard.list.sha256)]
-    checks += [(key, lambda r, key=key: build_of(r)[key]) for key in build_of(first)]
+    checks: list[tuple[str, Callable[[RunRecord], Any]]] = [("list", lambda r: _shard(r).list.sha256)]
+    checks += [(key, _build_field(key)) for key in build_of(first)]
     for key, get in checks:
         for r in records[1:]:
             a, b = get(r), get(first)
@@ -230,10 +242,10 @@ def merge_records(records: Sequence[RunRecord], run_id: str, allow_mixed: bool =
     if bad:
         raise MergeError("samples do not match their run record: " + "; ".join(bad[:10])
                          + (f"; ... ({len(bad)} in all)" if len(bad) > 10 else ""))
-    n = first.shard.count
+    n = _shard(first).count
     seen: dict[int, str] = {}
     for r in records:
-        i = r.shard.index
+        i = _shard(r).index
         if i in seen:
             raise MergeError(f"shard {i}/{n} given twice: {seen[i]} and {where(r)}")
         seen[i] = where(r)
@@ -244,7 +256,7 @@ def merge_records(records: Sequence[RunRecord], run_id: str, allow_mixed: bool =
     prov = first.provenance.model_copy(deep=True)
     prov.started_at = min(r.provenance.started_at for r in records)
     ends = [r.provenance.ended_at for r in records]
-    prov.ended_at = None if None in ends else max(ends)
+    prov.ended_at = None if None in ends else max(e for e in ends if e is not None)
     prov.configs = [x for r in records for x in r.provenance.configs]
     prov.datasets = {k: v for r in records for k, v in r.provenance.datasets.items()}
     could_not_run = any(r.status != "completed" for r in records)
@@ -256,8 +268,8 @@ def merge_records(records: Sequence[RunRecord], run_id: str, allow_mixed: bool =
         run_id=run_id, status="error" if errored else "completed" if not could_not_run else "incomplete",
         error=errored[0].error.model_copy() if errored and errored[0].error else None,
         passed=passed, exit_code=code, provenance=prov, configs=configs,
-        merged_from=[MergedShard(run_id=r.run_id, path=str(r.path) if r.path else None, shard=r.shard.index,
-                                 exit_code=r.exit_code) for r in sorted(records, key=lambda r: r.shard.index)],
+        merged_from=[MergedShard(run_id=r.run_id, path=str(r.path) if r.path else None, shard=_shard(r).index,
+                                 exit_code=r.exit_code) for r in sorted(records, key=lambda r: _shard(r).index)],
         merge_warnings=warnings,
     )
 
@@ -299,7 +311,7 @@ def cli_main(argv: list[str]) -> int:
         return 2
     for r in records:
         if r.status == "error":
-            print(f"evalrun merge: shard {r.shard.index}/{r.shard.count} ({r.path}): "
+            print(f"evalrun merge: shard {_shard(r).index}/{_shard(r).count} ({r.path}): "
                   f"{r.error.describe() if r.error else 'status error'}; the merged run is an error (exit 2)",
                   file=sys.stderr)
     for w in rec.merge_warnings:
@@ -315,8 +327,8 @@ def cli_main(argv: list[str]) -> int:
     claim.release()  # the merged folder stays this merge's (the claim file is kept)
     for r in records:
         for sub in ("samples", "logs"):
-            src = Path(r.path) / sub
-            if src.is_dir():
+            src = Path(r.path) / sub if r.path else None
+            if src is not None and src.is_dir():
                 shutil.copytree(src, out / sub, dirs_exist_ok=True)
     write_run(out, rec)
     md = render_markdown(rec)
@@ -328,7 +340,7 @@ def cli_main(argv: list[str]) -> int:
 
     write_html(rec, out)
     render_terminal(rec)
-    return int(rec.exit_code)
+    return rec.exit_code if rec.exit_code is not None else 2
 
 
 def _write_junit(rec: RunRecord, out: Path, extra: Path | None) -> None:

@@ -54,7 +54,7 @@ def acceptance_intervals(samples: Sequence[Sample], speculative: bool, confidenc
     if not rows:
         out["acceptance_ci_reason"] = ACCEPTANCE_CI_CONCURRENT
         return out
-    drafts = [x.spec_drafts for x in rows]
+    drafts = [float(x.spec_drafts or 0) for x in rows]  # rows hold only requests with a draft count
     acc = [x.spec_accepted_tokens or 0.0 for x in rows]
     dtok = [x.spec_draft_tokens or 0.0 for x in rows]
     width = max(len(x.spec_accepted_per_pos or ()) for x in rows)

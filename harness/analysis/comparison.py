@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from harness.analysis.divergence import UNEXPLAINED, carries_logprobs, classify_divergences
-from harness.analysis.gates import Measurements, output_noise_rerun, output_noise_stored
+from harness.analysis.gates import Measurements
+from harness.analysis.noise import output_noise_rerun, output_noise_stored
 from harness.analysis.scoring import answer_agreement, is_truncated, output_match
 from harness.config.plan import ConfigPlan
 from harness.records.results import comparison_result

@@ -35,8 +35,6 @@ from harness.records.measures import EXPLAINED, NOISE, UNEXPLAINED, DivergenceRe
 from harness.records.samples import Sample
 
 #: The analysis' names of the record types it returns (the same types, not copies).
-Divergence = DivergenceRecord  # one assignment each: mypy reads them as type aliases
-DivergenceReport = DivergenceReportRecord
 
 
 def _tok(ids: Sequence[int], i: int) -> int | None:
@@ -115,6 +113,7 @@ def classify_divergences(
     Raises:
         ValueError: ``near_tie_nats`` negative or not finite.
     """
+    # long: one pass over the divergent questions, each case of the classification beside the others
     if not (near_tie_nats >= 0 and math.isfinite(near_tie_nats)):
         raise ValueError(f"near_tie_nats must be a finite number >= 0, got {near_tie_nats!r}")
     ref_by = {s.question_id: s for s in (reference or ())}
@@ -136,7 +135,7 @@ def classify_divergences(
                     else (None, "no variant carries log-probabilities"))
         if ref is not None and ct is None:
             out.append(DivergenceRecord(question_id=a.question_id, position=d, baseline_token=bt,
-                                        reference_token=ref.token_ids[d],
+                                        reference_token=(ref.token_ids or ())[d],  # _reference_at: ids present
                                         verdict=UNEXPLAINED, source=src,
                                         reason=f"the candidate's completion ends at token {d} where the baseline "
                                         "continues"))

@@ -17,23 +17,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from harness.analysis.divergence import DivergenceReport
 from harness.analysis.measurements import (  # noqa: F401  (re-exported: the runner's and tests' spelling)
     ComparisonMeasurement,
     Measurements,
     TaskMeasurement,
     VariantMeasurement,
 )
-from harness.analysis.noise import OutputNoise, output_noise_rerun, output_noise_stored  # noqa: F401  (re-exported)
-from harness.analysis.scoring import (
-    AnswerAgreement,
-    OutputMatch,
-    TaskScore,
-    correctness,
-)
+from harness.analysis.noise import output_noise_rerun, output_noise_stored  # noqa: F401  (re-exported)
+from harness.analysis.scoring import TaskScore, correctness
 from harness.analysis.stats import floor_margin, paired_comparison
 from harness.config import gates as G
 from harness.records.baselines import BaselineTask
+from harness.records.measures import AnswerAgreementRecord, DivergenceReportRecord, NoiseRecord, OutputMatchRecord
 from harness.records.run_record import GateResult
 from harness.records.samples import Sample
 
@@ -433,11 +428,11 @@ def judge_max_accuracy_drop(g: G.MaxAccuracyDrop, m: Measurements, adjusted_p: f
 
 @judges(G.MinOutputMatch)
 def judge_min_output_match(g: G.MinOutputMatch, m: Measurements, adjusted_p: float | None = None) -> GateResult:
-    """``min_output_match``. With ``near_tie_nats`` and a :class:`DivergenceReport`: share
+    """``min_output_match``. With ``near_tie_nats`` and a :class:`DivergenceReportRecord`: share
     of questions without an unexplained divergence >= limit
     (:func:`_output_match_classified`); the noise test is then not used. Otherwise the
     share of identical completion token ids >= limit; with a noise reference
-    (:class:`OutputNoise`) whose noise is above zero, the limit is replaced by a test:
+    (:class:`NoiseRecord`) whose noise is above zero, the limit is replaced by a test:
     fails when the candidate mismatches significantly more often than the noise
     (one-sided p < alpha). Zero observed noise means the engine is deterministic on
     these prompts, so the limit applies unchanged. Nothing comparable: NOT RUN when no
@@ -452,10 +447,12 @@ def judge_min_output_match(g: G.MinOutputMatch, m: Measurements, adjusted_p: flo
     return _output_match_exact(g, om, cm.noise, cm.answers)
 
 
-def _output_match_exact(g: G.MinOutputMatch, om: OutputMatch, nz: OutputNoise | None,
-                        ag: AnswerAgreement | None) -> GateResult:
-    """``min_output_match`` on identical token ids, judged against the noise when it shows any."""
-    ok = om.output_match_rate >= g.limit
+def _output_match_exact(g: G.MinOutputMatch, om: OutputMatchRecord, nz: NoiseRecord | None,
+                        ag: AnswerAgreementRecord | None) -> GateResult:
+    """``min_output_match`` on identical token ids, judged against the noise when it shows any
+    (``om.output_match_rate`` is not None: the caller judged that case)."""
+    rate = om.output_match_rate if om.output_match_rate is not None else 0.0
+    ok = rate >= g.limit
     detail = f"{om.matched}/{om.compared} completions identical (output match {om.output_match_rate:.4f})"
     if om.past_stop:
         ex = om.past_stop[0]
@@ -487,8 +484,8 @@ def _output_match_exact(g: G.MinOutputMatch, om: OutputMatch, nz: OutputNoise | 
     return _result(g, om.output_match_rate, limit, ok, detail, qs)
 
 
-def _output_match_classified(g: G.MinOutputMatch, om: OutputMatch, dv: DivergenceReport,
-                             ag: AnswerAgreement | None) -> GateResult:
+def _output_match_classified(g: G.MinOutputMatch, om: OutputMatchRecord, dv: DivergenceReportRecord,
+                             ag: AnswerAgreementRecord | None) -> GateResult:
     """``min_output_match`` judged on unexplained divergences: observed = (compared -
     unexplained) / compared >= limit. Explained near-ties (and, for questions the
     reference cannot judge, divergences the baseline's rerun shows too) are reported

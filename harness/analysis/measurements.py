@@ -27,17 +27,14 @@ from typing import (
     TypeVar,
 )
 
-from harness.analysis.divergence import DivergenceReport
-from harness.analysis.noise import OutputNoise
-from harness.analysis.scoring import (
-    AnswerAgreement,
-    OutputMatch,
-    TaskScore,
-    correctness,
-)
-from harness.analysis.stats import PairedComparison, paired_comparison
-from harness.engine.info import Effectiveness, ModelRunnerFact
-from harness.engine.metrics import SpecDecodeMetrics
+from harness.records.measures import DivergenceReportRecord
+from harness.records.measures import NoiseRecord
+from harness.records.measures import AnswerAgreementRecord, OutputMatchRecord
+from harness.analysis.scoring import TaskScore, correctness
+from harness.records.measures import PairedRecord
+from harness.analysis.stats import paired_comparison
+from harness.records.measures import EffectivenessRecord, ModelRunnerRecord
+from harness.records.measures import SpecDecodeRecord
 from harness.records.baselines import BaselineDoc
 from harness.records.samples import Sample
 
@@ -50,14 +47,14 @@ class TaskMeasurement:
         score: the task's :class:`TaskScore`.
         samples: the task's samples, one per request (paired gates judge them under
             their own pipeline).
-        spec: :class:`SpecDecodeMetrics` of a speculative variant.
+        spec: :class:`SpecDecodeRecord` of a speculative variant.
         spec_error: why the speculative-decoding metrics are missing or unusable.
         not_run: why this task did not run for this variant.
     """
 
     score: TaskScore | None = None
     samples: Sequence[Sample] | None = None
-    spec: SpecDecodeMetrics | None = None
+    spec: SpecDecodeRecord | None = None
     spec_error: str | None = None
     not_run: str | None = None
 
@@ -70,13 +67,13 @@ class VariantMeasurement:
         effectiveness: the engine's effective configuration against the requested one.
         engine_facts_error: why the effective configuration could not be read
             (``/server_info`` or ``/version`` unreadable); fails ``variant_effective``.
-        runner: the model runner the engine ran (:class:`ModelRunnerFact`).
+        runner: the model runner the engine ran (:class:`ModelRunnerRecord`).
         not_run: why the whole variant did not run.
     """
 
-    effectiveness: Effectiveness | None = None
+    effectiveness: EffectivenessRecord | None = None
     engine_facts_error: str | None = None
-    runner: ModelRunnerFact | None = None
+    runner: ModelRunnerRecord | None = None
     not_run: str | None = None
 
 
@@ -91,10 +88,10 @@ class ComparisonMeasurement:
         divergences: the divergences judged by a reference's top-k log-probabilities.
     """
 
-    match: OutputMatch | None = None
-    answers: AnswerAgreement | None = None
-    noise: OutputNoise | None = None
-    divergences: DivergenceReport | None = None
+    match: OutputMatchRecord | None = None
+    answers: AnswerAgreementRecord | None = None
+    noise: NoiseRecord | None = None
+    divergences: DivergenceReportRecord | None = None
 
 
 K = TypeVar("K")
@@ -208,17 +205,17 @@ class Measurements:
 
     scores: MutableMapping[tuple[str, str], TaskScore]
     samples: MutableMapping[tuple[str, str], Sequence[Sample]]
-    spec: MutableMapping[tuple[str, str], SpecDecodeMetrics]
+    spec: MutableMapping[tuple[str, str], SpecDecodeRecord]
     spec_errors: MutableMapping[tuple[str, str], str]
-    effectiveness: MutableMapping[str, Effectiveness]
+    effectiveness: MutableMapping[str, EffectivenessRecord]
     engine_facts_errors: MutableMapping[str, str]
-    matches: MutableMapping[tuple[str, str, str], OutputMatch]
-    answers: MutableMapping[tuple[str, str, str], AnswerAgreement]
-    noise: MutableMapping[tuple[str, str, str], OutputNoise]
-    divergences: MutableMapping[tuple[str, str, str], DivergenceReport]
+    matches: MutableMapping[tuple[str, str, str], OutputMatchRecord]
+    answers: MutableMapping[tuple[str, str, str], AnswerAgreementRecord]
+    noise: MutableMapping[tuple[str, str, str], NoiseRecord]
+    divergences: MutableMapping[tuple[str, str, str], DivergenceReportRecord]
 
     def __init__(self, *, baseline: BaselineDoc | None = None, baseline_error: str | None = None,
-                 prompt_only: dict[str, str] | None = None, runners: Mapping[str, ModelRunnerFact] | None = None,
+                 prompt_only: dict[str, str] | None = None, runners: Mapping[str, ModelRunnerRecord] | None = None,
                  not_run: Mapping[tuple[str, str | None], str] | None = None, **views: Mapping | None):
         unknown = set(views) - set(_TASK_VIEWS) - set(_VARIANT_VIEWS) - set(_COMPARISON_VIEWS)
         if unknown:
@@ -266,7 +263,7 @@ class Measurements:
         missing (for writers)."""
         return self.comparisons.setdefault((baseline, candidate, task), ComparisonMeasurement())
 
-    def paired(self, baseline: str | None, candidate: str, task: str | None, pipeline: str) -> PairedComparison | None:
+    def paired(self, baseline: str | None, candidate: str, task: str | None, pipeline: str) -> PairedRecord | None:
         """Paired accuracy of ``baseline`` vs ``candidate`` on ``task`` under ``pipeline``
         over the questions both scored (None when they share none)."""
         a, b = self.task(baseline, task).samples, self.task(candidate, task).samples
@@ -306,14 +303,14 @@ class Measurements:
 
     @property
     def runners(self) -> FieldView[str, VariantMeasurement] | None:
-        """variant -> :class:`ModelRunnerFact` (a view), None when not collected;
+        """variant -> :class:`ModelRunnerRecord` (a view), None when not collected;
         assigning a mapping marks them collected, assigning None not collected."""
         if not self.runners_collected:
             return None
         return FieldView(self.variants, VariantMeasurement, "runner")
 
     @runners.setter
-    def runners(self, values: Mapping[str, ModelRunnerFact] | None) -> None:
+    def runners(self, values: Mapping[str, ModelRunnerRecord] | None) -> None:
         for r in self.variants.values():
             r.runner = None
         self.runners_collected = values is not None

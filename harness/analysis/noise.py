@@ -7,16 +7,17 @@ per-comparison measurement :attr:`harness.analysis.measurements.ComparisonMeasur
 
 from __future__ import annotations
 
+from typing import TypeGuard
 from collections.abc import Sequence
 
-from harness.analysis.scoring import OutputMatch, committed_divergence
+from harness.records.measures import OutputMatchRecord
+from harness.analysis.scoring import committed_divergence
 from harness.analysis.stats import mcnemar_exact
 from harness.records.measures import NoiseRecord
 from harness.records.samples import Sample
 
 
 #: The noise judgement is the record type itself (fields and meaning: :class:`NoiseRecord`).
-OutputNoise = NoiseRecord
 
 
 def output_noise_rerun(
@@ -30,14 +31,14 @@ def output_noise_rerun(
         candidate: the candidate variant's samples of the same task.
 
     Returns:
-        :class:`OutputNoise`. Only questions that succeeded with token ids in all
+        :class:`NoiseRecord`. Only questions that succeeded with token ids in all
         three are compared; per question, "candidate mismatch" = candidate token ids
         differ from pass 1, "noise mismatch" = pass 2 differs from pass 1; the paired
         exact one-sided McNemar test is then taken over those questions (see
-        :class:`OutputNoise` ``test``). ``noise_*`` counts are over the questions
+        :class:`NoiseRecord` ``test``). ``noise_*`` counts are over the questions
         compared between pass 1 and pass 2.
     """
-    def usable(x: Sample | None) -> bool:
+    def usable(x: Sample | None) -> TypeGuard[Sample]:
         return x is not None and x.ok and x.token_ids is not None
 
     r2 = {x.question_id: x for x in rerun}
@@ -77,7 +78,7 @@ def output_noise_rerun(
     )
 
 
-def output_noise_stored(candidate: OutputMatch, rate: float) -> NoiseRecord:
+def output_noise_stored(candidate: OutputMatchRecord, rate: float) -> NoiseRecord:
     """Judge the candidate's output mismatches against a stored noise rate ``rate``
     (fraction in [0, 1]): exact one-sided binomial test, ``P(Binomial(compared, rate)
     >= mismatched)`` by ``scipy.stats.binomtest(..., alternative="greater")``.

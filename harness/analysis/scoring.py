@@ -27,10 +27,6 @@ from harness.tasks.gsm8k import PIPELINES
 from harness.tasks.numbers import parse_number
 
 #: The analysis' names of the record types it returns (the same types, not copies).
-OutputMatch = OutputMatchRecord  # one assignment each: mypy reads them as type aliases
-Mismatch = MismatchRecord
-PastStop = PastStopRecord
-AnswerAgreement = AnswerAgreementRecord
 
 
 def score_task(samples: Sequence[Sample], pipelines: Sequence[str] = PIPELINES) -> TaskScore:

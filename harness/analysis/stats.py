@@ -37,7 +37,7 @@ stats = _LazyModule("scipy.stats")
 
 __all__ = [
     "wilson_interval",
-    "PairedComparison",
+    "PairedRecord",
     "paired_comparison",
     "mcnemar_exact",
     "min_detectable_drop",
@@ -142,7 +142,6 @@ def _mcnemar_chi2_cc(b: int, c: int) -> float:
 
 
 #: The paired comparison is the record type itself (fields and meaning: :class:`PairedRecord`).
-PairedComparison = PairedRecord
 
 
 def paired_comparison(

@@ -14,10 +14,6 @@ from pydantic import ValidationError
 
 from harness.records.measures import EffectivenessRecord, EngineFactsRecord, ModelRunnerRecord
 
-#: The engine's names of the record types it returns (the same types, not copies).
-EngineFacts = EngineFactsRecord  # one assignment each: mypy reads them as type aliases
-Effectiveness = EffectivenessRecord
-ModelRunnerFact = ModelRunnerRecord
 
 #: The generic name vLLM gives every model-specific MTP method in its effective config.
 MTP = "mtp"

@@ -19,10 +19,10 @@ each counter is accompanied by a ``_created`` sample (a Unix timestamp, not a co
 
 Counters are cumulative since server start: take a snapshot with
 :func:`parse_spec_decode_counters` before and after a task, subtract with
-:meth:`SpecDecodeCounters.minus` (per ``engine`` label, then summed, so a counter that
+:meth:`SpecDecodeCountersRecord.minus` (per ``engine`` label, then summed, so a counter that
 went down on one engine is an error naming it instead of hiding in the sum), check the
 difference with :func:`counter_violations` (counts that cannot occur), and turn it
-into rates with :meth:`SpecDecodeMetrics.from_counters`.
+into rates with :meth:`SpecDecodeRecord.from_counters`.
 
 Parsing is done by ``prometheus_client.parser.text_string_to_metric_families``.
 """
@@ -40,8 +40,8 @@ from harness.records.measures import (  # the counter names and MetricsError are
 
 __all__ = [
     "MetricsError",
-    "SpecDecodeCounters",
-    "SpecDecodeMetrics",
+    "SpecDecodeCountersRecord",
+    "SpecDecodeRecord",
     "parse_spec_decode_counters",
     "has_spec_decode_counters",
     "counter_violations",
@@ -51,9 +51,6 @@ __all__ = [
     "ACCEPTED_PER_POS",
 ]
 
-#: The engine's names of the record types it returns (the same types, not copies).
-SpecDecodeCounters = SpecDecodeCountersRecord  # one assignment each: mypy reads them as type aliases
-SpecDecodeMetrics = SpecDecodeRecord
 
 _ALL_COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED_TOKENS, ACCEPTED_PER_POS)
 _POSITION_LABEL = "position"

@@ -356,6 +356,18 @@ def start_watchdog(pgid: int) -> tuple[subprocess.Popen, int] | None:
 # ---------------------------------------------------------------- the server
 
 
+def _kill_children(children: list[psutil.Process]) -> None:
+    """Kill, one by one, the server's children that left its process group (or outlived
+    the leader), and wait up to 5 s for them."""
+    for ch in children:
+        try:
+            if ch.is_running() and ch.status() != psutil.STATUS_ZOMBIE:
+                ch.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(children, timeout=5)
+
+
 class VllmServer:
     """One OpenAI-compatible vLLM server process.
 
@@ -618,7 +630,10 @@ class VllmServer:
             proc.kill()
 
     def _stop_once(self, grace: float) -> None:
-        pid = self.proc.pid
+        proc = self.proc
+        if proc is None:  # never started: nothing to stop
+            return
+        pid = proc.pid
         try:
             children = psutil.Process(pid).children(recursive=True)
         except psutil.Error:
@@ -626,7 +641,7 @@ class VllmServer:
         self.signal_group(signal.SIGKILL if _HURRY.is_set() else signal.SIGTERM)
         t0 = time.monotonic()
         told = False
-        while self.proc.poll() is None or _group_members(pid):
+        while proc.poll() is None or _group_members(pid):
             waited = time.monotonic() - t0
             if _HURRY.is_set() or waited >= grace:
                 break
@@ -639,25 +654,18 @@ class VllmServer:
                 )
                 told = True
             try:
-                self.proc.wait(timeout=0.2)
+                proc.wait(timeout=0.2)
             except subprocess.TimeoutExpired:
                 pass
-        if self.proc.poll() is None or _group_members(pid):
+        if proc.poll() is None or _group_members(pid):
             if told or _HURRY.is_set():
                 event(f"{self.name}: sending SIGKILL to process group {pid}")
             self.signal_group(signal.SIGKILL)
             try:
-                self.proc.wait(timeout=10)
+                proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
-        # Children that left the group (or outlived the leader) are killed one by one.
-        for ch in children:
-            try:
-                if ch.is_running() and ch.status() != psutil.STATUS_ZOMBIE:
-                    ch.kill()
-            except psutil.Error:
-                pass
-        psutil.wait_procs(children, timeout=5)
+        _kill_children(children)
         deadline = time.monotonic() + 5
         left = _group_members(pid)
         while left and time.monotonic() < deadline:
@@ -672,7 +680,7 @@ class VllmServer:
                 pass
         self.leftover_pids = sorted({p.pid for p in left} | set(alive_children))
         if self.exit_code is None:
-            self.exit_code = self.proc.returncode
+            self.exit_code = proc.returncode
         if not self.leftover_pids:
             self._write_pid_file(stopped=True, exit_code=self.exit_code)
         else:

@@ -19,14 +19,10 @@ from typing import Any, TypeVar
 import httpx
 
 from harness.engine.client import AsyncCompletionClient, served_model
-from harness.engine.info import EngineFacts, EngineInfoError, read_engine_facts
+from harness.engine.info import EngineInfoError, read_engine_facts
+from harness.records.measures import EngineFactsRecord, SpecDecodeCountersRecord, SpecDecodeRecord
 from harness.engine.metrics import (
-    MetricsError,
-    SpecDecodeCounters,
-    SpecDecodeMetrics,
-    counter_violations,
-    has_spec_decode_counters,
-    parse_spec_decode_counters,
+    MetricsError, counter_violations, has_spec_decode_counters, parse_spec_decode_counters,
 )
 from harness.engine.server import ServerStartError, VllmServer
 from harness.records.completions import Completion
@@ -65,8 +61,8 @@ class TaskOutcome:
     """
 
     completions: tuple[Completion, ...]
-    spec_counters: SpecDecodeCounters | None
-    spec_metrics: SpecDecodeMetrics | None
+    spec_counters: SpecDecodeCountersRecord | None
+    spec_metrics: SpecDecodeRecord | None
     metrics_error: str | None
     seconds: float
 
@@ -179,7 +175,7 @@ class VariantSession:
 
     # ------------------------------------------------------------------ engine facts
 
-    def engine_facts(self) -> EngineFacts:
+    def engine_facts(self) -> EngineFactsRecord:
         """Read ``/server_info?config_format=json`` and ``/version``.
 
         Raises:
@@ -205,7 +201,7 @@ class VariantSession:
             version = None
         return read_engine_facts(body, version, self.variant_id)
 
-    def counters_before(self) -> tuple[SpecDecodeCounters | None, str | None]:
+    def counters_before(self) -> tuple[SpecDecodeCountersRecord | None, str | None]:
         """``(snapshot, None)`` before a piece of work, or ``(None, why)`` when
         ``/metrics`` cannot be read (see :meth:`snapshot`)."""
         try:
@@ -213,8 +209,8 @@ class VariantSession:
         except MetricsError as e:
             return None, str(e)
 
-    def counters_since(self, before: SpecDecodeCounters | None, metrics_error: str | None
-                       ) -> tuple[SpecDecodeCounters | None, SpecDecodeMetrics | None, str | None]:
+    def counters_since(self, before: SpecDecodeCountersRecord | None, metrics_error: str | None
+                       ) -> tuple[SpecDecodeCountersRecord | None, SpecDecodeRecord | None, str | None]:
         """The counters' difference since ``before`` (from :meth:`counters_before`) and
         the acceptance figures from it: ``(counters, metrics, metrics_error)``; both
         None with the reason when ``/metrics`` could not be read before or now, or a
@@ -225,14 +221,14 @@ class VariantSession:
             after = self.snapshot()
             if before is not None and after is not None:
                 counters = after.minus(before)  # a counter that went backwards raises
-                return counters, SpecDecodeMetrics.from_counters(counters), None
+                return counters, SpecDecodeRecord.from_counters(counters), None
         except MetricsError as e:
             return None, None, str(e)
         if self.speculative:
             return None, None, f"{self.variant_id}: no speculative-decoding counters in /metrics"
         return None, None, None
 
-    def snapshot(self) -> SpecDecodeCounters | None:
+    def snapshot(self) -> SpecDecodeCountersRecord | None:
         """Current cumulative speculative-decoding counters (None for a non-speculative
         variant whose server exposes none).
 
@@ -251,7 +247,7 @@ class VariantSession:
             return None
         return parse_spec_decode_counters(text, source=f"{self.server.base_url}/metrics ({self.variant_id})")
 
-    def _settled_snapshot(self) -> SpecDecodeCounters:
+    def _settled_snapshot(self) -> SpecDecodeCountersRecord:
         """A snapshot taken once the counters stop moving: read until two reads
         :data:`SETTLE_INTERVAL` apart are equal, or :data:`SETTLE_SECONDS` pass.
 
@@ -330,11 +326,13 @@ class VariantSession:
     async def _send_all(
         self, requests: Sequence[Request], max_tokens: int, temperature: float, seed: int,
         stop: Sequence[str], on_done: Callable[[Completion], None] | None, per_request: bool,
-        before: SpecDecodeCounters | None, metrics_error: str | None, chat: bool = False,
+        before: SpecDecodeCountersRecord | None, metrics_error: str | None, chat: bool = False,
         logprobs: int | None = None,
     ) -> tuple[tuple[Completion, ...], str | None]:
         """Send the requests on this event loop; return completions in request order
         and the (possibly updated) metrics error."""
+        if self.model is None:
+            raise RuntimeError("use VariantSession as a context manager (no served model name yet)")
         results: list[Completion | None] = [None] * len(requests)
         width = 1 if per_request else self.max_concurrency
         async with AsyncCompletionClient(

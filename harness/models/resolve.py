@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 from typing import Any
+
+from harness.models import ensure_model
 
 
 def resolve_model(model: str, progress: Any) -> str:
@@ -27,18 +31,12 @@ def resolve_model(model: str, progress: Any) -> str:
         Exception: from ``snapshot_download`` (unknown repo, no network, gated model);
             the runner records it as "model cannot be prepared".
     """
-    import os
-
     if model.startswith("builtin:"):
-        from harness.models import ensure_model
-
         name = model.split(":", 1)[1]
         return str(ensure_model(name, progress=progress.log))
     if Path(model).expanduser().exists() or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
         return model
     if model.count("/") == 1 and not model.startswith((".", "/", "~")):
-        import time
-
         from huggingface_hub import snapshot_download
 
         t0 = time.monotonic()

@@ -149,10 +149,10 @@ class BaselineDoc(_Model):
         """The file this baseline was read from (not stored)."""
         return self._path
 
-    def task(self, variant: str, task: str) -> BaselineTask | None:
+    def task(self, variant: str, task: str | None) -> BaselineTask | None:
         """The baseline's figures of ``variant`` on ``task``, or None."""
         v = self.variants.get(variant)
-        return v.tasks.get(task) if v else None
+        return v.tasks.get(task) if v and task is not None else None
 
 
 def baseline_path(baseline_dir: str | Path, config: str) -> Path:

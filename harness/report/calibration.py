@@ -210,6 +210,7 @@ def summarize(runs: Sequence[tuple[RunRecord, Path]], k: float = 3.0) -> dict[st
     Long (about 70 lines) because it builds the summary's nested shape in one reading
     order (config, variant and task, then comparisons); the figures come from helpers.
     """
+    # long: builds the summary's nested shape in one reading order (see the docstring)
     if not runs:
         raise ValueError("summarize needs at least one run")
     first_rec = runs[0][0]
@@ -313,6 +314,7 @@ def _recommend(cs: Mapping[str, Any], k: float) -> tuple[dict[str, Any], dict[st
     Long (about 90 lines) because each gate kind's rule is a few lines of arithmetic
     with its explanation beside it; split, the rules would lose their shared floors.
     """
+    # long: each gate kind's rule is a few lines of arithmetic, kept side by side (see the docstring)
     pipe = cs["pipeline"]
     rec: dict[str, Any] = {"gates": {}, "comparisons": []}
     why: dict[str, str] = {}
@@ -438,6 +440,7 @@ def render_calibration_markdown(summary: Mapping[str, Any]) -> str:
 
     Long (about 60 lines) because it is one table per section of the summary, in order.
     """
+    # long: a renderer, one table per section of the summary, in order
     L = [f"# evalrun calibrate: {len(summary['runs'])} runs", ""]
     for r in summary["runs"]:
         L.append(f"- run `{r['path']}` (exit code {r['exit_code']}, {r['status']})"

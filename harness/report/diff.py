@@ -135,8 +135,8 @@ class ComparisonView:
     candidate: str
     task: str
     output_match_rate: float | None
-    compared: int
-    matched: int
+    compared: int | None  # None: a baseline stored without counts
+    matched: int | None
     mismatched: dict[str, int | None]
     noise: NoiseRecord | None
 
@@ -200,7 +200,7 @@ def load_side(path: str | Path, results_dir: str | Path | None = None) -> Side:
         rec = load_run(p)
     except RunRecordError as e:
         raise DiffError(str(e)) from e
-    return _side_from_run(rec, rec.path)
+    return _side_from_run(rec, rec.path or p)
 
 
 def _dump(x: Any) -> Any:
@@ -792,8 +792,9 @@ def render_diff_markdown(d: Mapping[str, Any], max_flipped: int = 20) -> str:
     a, b = d["a"], d["b"]
     def verdict(side: Mapping[str, Any]) -> str:
         """The side's run outcome word (a baseline was a passed run)."""
-        return outcome_word(side.get("outcome") or {True: "passed", False: "failed"}.get(side.get("passed"),
-                                                                                         "incomplete"))
+        passed = side.get("passed")
+        fallback = "incomplete" if passed is None else ("passed" if passed else "failed")
+        return outcome_word(side.get("outcome") or fallback)
 
     L = [
         "# evalrun diff",
@@ -835,7 +836,8 @@ def unfinished_sides(d: dict[str, Any]) -> list[str]:
     for side, label in (("a", "A"), ("b", "B")):
         info = d.get(side) or {}
         if info.get("status") == "error":
-            err = info.get("error") if isinstance(info.get("error"), dict) else {}
+            raw = info.get("error")
+            err: dict[str, Any] = raw if isinstance(raw, dict) else {}
             where = ", ".join(f"{k} {err[k]}" for k in ("stage", "config", "variant", "task") if err.get(k))
             out.append(f"run {label} ({info.get('path')}) has status error: an unexpected {err.get('type')} ended it "
                        f"({where or 'outside any stage'}): "

@@ -41,7 +41,7 @@ def task_for(kind: str) -> Task:
     return getattr(importlib.import_module(module), cls)()
 
 
-def available_questions(name: str, spec: TaskSpec, data_dir: Path | None) -> tuple[int, str] | None:  # noqa: ARG001 - same arguments as prepare_task
+def available_questions(name: str, spec: TaskSpec, data_dir: Path | None) -> tuple[int, str] | None:
     """Questions a task's data holds, counted without a server, and where from:
     ``(count, source)``; None when they are only counted when the task is loaded (an
     lm-eval task, GSM8K from the hub).

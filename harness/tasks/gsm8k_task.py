@@ -29,7 +29,8 @@ class Gsm8kTask(RequestTask):
                               gen_prefix=spec.gen_prefix)
         used = test[: len(reqs)] + train[: spec.num_fewshot]
         src = str(data_dir or os.environ.get("EVALRUN_DATA_DIR") or "hub:openai/gsm8k (main)")
-        check_enough(name, spec, len(test), src if src.startswith("hub:") else str(Path(src).expanduser() / "test.jsonl"))
+        where = src if src.startswith("hub:") else str(Path(src).expanduser() / "test.jsonl")
+        check_enough(name, spec, len(test), where)
         ov = find_overlaps(name, test[: len(reqs)], train[: spec.num_fewshot], train or None)
         if ov.any and not allow_contamination:
             raise ContaminationError(

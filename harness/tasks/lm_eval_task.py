@@ -52,6 +52,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness.config.loader import TaskSpec
+from harness.config.vllm_args import flag_name  # every spelling vLLM's parser accepts
 from harness.records.samples import Sample
 from harness.tasks.base import PreparedTask, Task, TaskContext, TaskRun, TaskSession, check_enough
 from harness.tasks.gsm8k import DataUnavailableError, prompt_hash
@@ -290,7 +291,8 @@ def run_lm_eval_task(
     return _map_results(task, res, lm, config, variant, qid)
 
 
-def _map_results(task: LmEvalTask, res: dict, lm: Any, config: str, variant: str, qid) -> tuple[tuple[Sample, ...], dict[str, Any]]:
+def _map_results(task: LmEvalTask, res: dict, lm: Any, config: str, variant: str,
+                 qid) -> tuple[tuple[Sample, ...], dict[str, Any]]:
     """lm-eval's logged samples -> one :class:`Sample` per document and the summary
     (:func:`run_lm_eval_task`'s return value). Pipelines are the (filter, metric)
     pairs whose per-sample values are all 0/1."""
@@ -421,8 +423,6 @@ def _greedy(resp: Any) -> bool | None:
 def tokenizer_of(argv: Sequence[str], model_ref: str) -> str:
     """The tokenizer the server uses: its ``--tokenizer`` argument, else the model
     (folder or hub id); what lm-eval's prompt-scoring tasks count tokens with."""
-    from harness.config.vllm_args import flag_name  # every spelling vLLM's parser accepts
-
     for i, a in enumerate(argv):
         if flag_name(a) != "--tokenizer":
             continue

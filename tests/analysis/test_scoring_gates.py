@@ -7,8 +7,9 @@ import math
 import pytest
 
 from harness.config.loader import load_config
-from harness.engine.info import EngineFacts, check_effective
-from harness.engine.metrics import SpecDecodeCounters, SpecDecodeMetrics
+from harness.records.measures import EngineFactsRecord
+from harness.engine.info import check_effective
+from harness.records.measures import SpecDecodeCountersRecord, SpecDecodeRecord
 from harness.analysis.gates import Measurements, evaluate_gates
 from harness.config.plan import build_plan
 from harness.records.samples import Sample, read_jsonl, write_jsonl
@@ -93,7 +94,7 @@ comparisons:
 
 
 def facts(async_sched, method="mtp", n=2):
-    return EngineFacts("0.32.0", "cpu", "torch.float32", async_sched, method, n, 2048, False)
+    return EngineFactsRecord("0.32.0", "cpu", "torch.float32", async_sched, method, n, 2048, False)
 
 
 def test_gates_end_to_end_on_constructed_measurements(tmp_path):
@@ -105,8 +106,8 @@ def test_gates_end_to_end_on_constructed_measurements(tmp_path):
     spec = [s(f"q{i}", i < 7, ids=(1, 2, 3) if i else (1, 2, 4)) for i in range(10)]  # 0.7, q0 diverges
     for v, xs in (("reference", ref), ("spec", spec), ("spec2", spec)):
         m.scores[(v, "t")] = score_task(xs)
-    m.spec[("spec", "t")] = SpecDecodeMetrics.from_counters(SpecDecodeCounters(100, 200, 80, (50, 30)))
-    m.spec[("spec2", "t")] = SpecDecodeMetrics.from_counters(SpecDecodeCounters(100, 200, 60, (40, 20)))
+    m.spec[("spec", "t")] = SpecDecodeRecord.from_counters(SpecDecodeCountersRecord(100, 200, 80, (50, 30)))
+    m.spec[("spec2", "t")] = SpecDecodeRecord.from_counters(SpecDecodeCountersRecord(100, 200, 60, (40, 20)))
     m.effectiveness["reference"] = check_effective(facts(False, None, None), None, None, {})
     m.effectiveness["spec"] = check_effective(facts(False), {"method": "mtp", "num_speculative_tokens": 2}, True,
                                               {"cpu": {"async_scheduling": False}})
@@ -139,7 +140,7 @@ def test_zero_drafts_fails_with_message(tmp_path):
     p.write_text(CFG)
     cp = build_plan([load_config(p)]).configs[0]
     m = Measurements()
-    m.spec[("spec", "t")] = SpecDecodeMetrics.from_counters(SpecDecodeCounters(0, 0, 0, ()))
+    m.spec[("spec", "t")] = SpecDecodeRecord.from_counters(SpecDecodeCountersRecord(0, 0, 0, ()))
     res = {g.id.split("/", 1)[1]: g for g in evaluate_gates(cp.gates, m)}
     for k in ("spec/t/drafts_observed", "spec/t/min_acceptance_length"):
         assert res[k].passed is False and "no drafts observed" in res[k].detail

@@ -11,14 +11,8 @@ import json
 
 import pytest
 
-from harness.engine.metrics import (
-    MetricsError,
-    SpecDecodeCounters,
-    SpecDecodeMetrics,
-    counter_violations,
-    has_spec_decode_counters,
-    parse_spec_decode_counters,
-)
+from harness.records.measures import SpecDecodeCountersRecord, SpecDecodeRecord
+from harness.engine.metrics import MetricsError, counter_violations, has_spec_decode_counters, parse_spec_decode_counters
 
 # Two engines: engine 0 has drafts 10, draft tokens 20, accepted 12 (8 at pos 0,
 # 4 at pos 1); engine 1 has drafts 20, draft tokens 40, accepted 28 (18 at pos 0,
@@ -101,7 +95,7 @@ def test_two_engines_are_summed():
     assert c.accepted_tokens == 40.0  # 12 + 28
     assert c.accepted_per_pos == (26.0, 14.0)  # 8 + 18, 4 + 10
 
-    m = SpecDecodeMetrics.from_counters(c)
+    m = SpecDecodeRecord.from_counters(c)
     assert m.per_position_acceptance[0] == pytest.approx(26 / 30)
     assert m.per_position_acceptance[1] == pytest.approx(14 / 30)
     assert m.acceptance_rate == pytest.approx(40 / 60)
@@ -193,7 +187,7 @@ def test_unparsable_text_is_metrics_error():
 
 def test_zero_drafts_give_none_ratios():
     c = parse_spec_decode_counters(single_engine(0, 0, 0, [0, 0]))
-    m = SpecDecodeMetrics.from_counters(c)
+    m = SpecDecodeRecord.from_counters(c)
     assert m.acceptance_rate is None
     assert m.mean_acceptance_length is None
     assert m.per_position_acceptance == (None, None)
@@ -213,8 +207,8 @@ def test_snapshot_difference():
     before = parse_spec_decode_counters(single_engine(100, 200, 150, [90, 60]))
     after = parse_spec_decode_counters(single_engine(130, 260, 190, [116, 74]))
     d = after.minus(before)
-    assert d == SpecDecodeCounters(30.0, 60.0, 40.0, (26.0, 14.0))
-    m = SpecDecodeMetrics.from_counters(d)
+    assert d == SpecDecodeCountersRecord(30.0, 60.0, 40.0, (26.0, 14.0))
+    m = SpecDecodeRecord.from_counters(d)
     assert m.acceptance_rate == pytest.approx(40 / 60)
     assert m.mean_acceptance_length == pytest.approx(1 + 40 / 30)
     assert m.per_position_acceptance == pytest.approx((26 / 30, 14 / 30))
@@ -229,8 +223,8 @@ def test_snapshot_difference():
 
 
 def test_difference_pads_positions():
-    before = SpecDecodeCounters(10, 20, 5, (5,))
-    after = SpecDecodeCounters(20, 40, 12, (9, 3))
+    before = SpecDecodeCountersRecord(10, 20, 5, (5,))
+    after = SpecDecodeCountersRecord(20, 40, 12, (9, 3))
     assert after.minus(before).accepted_per_pos == (4.0, 3.0)
 
 
@@ -242,15 +236,15 @@ def test_counter_reset_is_an_error():
 
 
 def test_per_position_reset_is_an_error():
-    before = SpecDecodeCounters(10, 20, 5, (5, 2))
-    after = SpecDecodeCounters(20, 40, 12, (9,))
+    before = SpecDecodeCountersRecord(10, 20, 5, (5, 2))
+    after = SpecDecodeCountersRecord(20, 40, 12, (9,))
     with pytest.raises(MetricsError, match="per_pos"):
         after.minus(before)
 
 
 def test_counters_json_round_trip():
     c = parse_spec_decode_counters(TWO_ENGINES)
-    assert SpecDecodeCounters.from_json(json.loads(json.dumps(c.to_json()))) == c
+    assert SpecDecodeCountersRecord.from_json(json.loads(json.dumps(c.to_json()))) == c
 
 
 # ------------------------------------------------------------ per-engine differences
@@ -306,7 +300,7 @@ def test_an_engine_that_vanishes_is_an_error_and_a_new_one_counts_from_zero():
 
 def test_issue_example_is_impossible_on_every_count():
     # 10 drafts, 20 draft tokens, 25 accepted, per position 10 and 15, k = 2
-    v = counter_violations(SpecDecodeCounters(10, 20, 25, (10, 15)), num_speculative_tokens=2)
+    v = counter_violations(SpecDecodeCountersRecord(10, 20, 25, (10, 15)), num_speculative_tokens=2)
     text = " | ".join(v)
     assert "accepted tokens 25 > draft tokens 20" in text
     assert "accepted at position 1 (15) > accepted at position 0 (10)" in text
@@ -317,12 +311,12 @@ def test_issue_example_is_impossible_on_every_count():
 @pytest.mark.parametrize(
     "counters, k, needle",
     [
-        (SpecDecodeCounters(10, 20, 12, (8, 5)), 2, "sum of per-position accepted tokens 13 != accepted tokens 12"),
-        (SpecDecodeCounters(10, 30, 12, (8, 4)), 2, "draft tokens 30 > num_speculative_tokens 2 x drafts 10"),
-        (SpecDecodeCounters(10, 30, 12, (8, 4, 0)), 3, None),
-        (SpecDecodeCounters(4, 8, 5, (5, 0)), 2, "accepted at position 0 (5) > drafts 4"),
-        (SpecDecodeCounters(10, 20, 20, (10, 10)), 2, None),  # every draft fully accepted: allowed
-        (SpecDecodeCounters(10, 20, 12, ()), 2, None),         # engine without per-position counters
+        (SpecDecodeCountersRecord(10, 20, 12, (8, 5)), 2, "sum of per-position accepted tokens 13 != accepted tokens 12"),
+        (SpecDecodeCountersRecord(10, 30, 12, (8, 4)), 2, "draft tokens 30 > num_speculative_tokens 2 x drafts 10"),
+        (SpecDecodeCountersRecord(10, 30, 12, (8, 4, 0)), 3, None),
+        (SpecDecodeCountersRecord(4, 8, 5, (5, 0)), 2, "accepted at position 0 (5) > drafts 4"),
+        (SpecDecodeCountersRecord(10, 20, 20, (10, 10)), 2, None),  # every draft fully accepted: allowed
+        (SpecDecodeCountersRecord(10, 20, 12, ()), 2, None),         # engine without per-position counters
     ],
 )
 def test_each_consistency_rule(counters, k, needle):

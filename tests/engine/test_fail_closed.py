@@ -15,7 +15,8 @@ import pytest
 from harness.analysis.gates import Measurements, evaluate_gates
 from harness.config.loader import ConfigError, load_config
 from harness.config.plan import build_plan
-from harness.engine.info import EngineFacts, check_effective, normalize_method
+from harness.records.measures import EngineFactsRecord
+from harness.engine.info import check_effective, normalize_method
 
 NATIVE = """\
 model: some/model
@@ -30,7 +31,7 @@ tasks:
 
 
 def facts(method, n=2, async_sched=False):
-    return EngineFacts("0.32.0", "cpu", "torch.bfloat16", async_sched, method, n, 2048, False)
+    return EngineFactsRecord("0.32.0", "cpu", "torch.bfloat16", async_sched, method, n, 2048, False)
 
 
 # ------------------------------------------------------------------ kind 6: method names

@@ -16,7 +16,7 @@ import pytest
 from harness.records.baselines import BASELINE_SCHEMA, BaselineDoc, load_baseline, token_ids_hash
 from harness.cli import main
 from harness.config.loader import load_config
-from harness.engine.metrics import SpecDecodeCounters, SpecDecodeMetrics
+from harness.records.measures import SpecDecodeCountersRecord, SpecDecodeRecord
 from harness.analysis.gates import (
     Measurements, baseline_notes, evaluate_gate, judged_baseline_gates, output_noise_rerun, output_noise_stored,
 )
@@ -116,8 +116,8 @@ def binom_tail_ge(k, n):
 
 def measurements(mal_now=2.0):
     m = Measurements()
-    c = SpecDecodeCounters(100, 200, (mal_now - 1) * 100, ((mal_now - 1) * 100, 0))
-    m.spec[("spec", "gsm8k")] = SpecDecodeMetrics.from_counters(c)
+    c = SpecDecodeCountersRecord(100, 200, (mal_now - 1) * 100, ((mal_now - 1) * 100, 0))
+    m.spec[("spec", "gsm8k")] = SpecDecodeRecord.from_counters(c)
     return m
 
 

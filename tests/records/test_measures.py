@@ -17,15 +17,27 @@ from harness.records.measures import DivergenceReportRecord, PairedRecord, SpecD
 
 
 def test_analysis_and_engine_return_the_record_types():
-    assert scoring.OutputMatch is run_record.OutputMatchRecord
-    assert scoring.AnswerAgreement is run_record.AnswerAgreementRecord
-    assert stats.PairedComparison is run_record.PairedRecord
-    assert divergence.DivergenceReport is run_record.DivergenceReportRecord
-    from harness.analysis import noise
-    assert noise.OutputNoise is run_record.NoiseRecord
-    assert info.EngineFacts is run_record.EngineFactsRecord and info.ModelRunnerFact is run_record.ModelRunnerRecord
-    assert metrics.SpecDecodeMetrics is run_record.SpecDecodeRecord
-    assert metrics.SpecDecodeCounters is run_record.SpecDecodeCountersRecord
+    """One name per measured noun: every record type the analysis and engine stages hold is
+    the records' class under its own name (no second name, no twin class)."""
+    import importlib
+    import pkgutil
+
+    import harness.analysis
+    import harness.engine
+    from harness.records import measures
+
+    record_types = {obj for obj in vars(measures).values() if isinstance(obj, type) and obj.__module__ == measures.__name__}
+    seen = 0
+    for pkg in (harness.analysis, harness.engine):
+        for info_ in pkgutil.iter_modules(pkg.__path__):
+            mod = importlib.import_module(f"{pkg.__name__}.{info_.name}")
+            for name, obj in vars(mod).items():
+                if isinstance(obj, type) and obj in record_types:
+                    seen += 1
+                    assert name == obj.__name__, f"{mod.__name__}.{name} is a second name of {obj.__name__}"
+    assert seen >= 10  # the stages do use the record types
+    assert not hasattr(scoring, "OutputMatch") and not hasattr(metrics, "SpecDecodeCounters")
+    assert run_record.OutputMatchRecord is measures.OutputMatchRecord
     pc = stats.paired_comparison({"q1": True, "q2": True}, {"q1": True, "q2": False})
     assert isinstance(pc, PairedRecord) and pc.a_only == ("q2",) and pc.diff == -0.5
 

@@ -192,14 +192,14 @@ def test_output_match_and_acceptance_gates_not_run_on_prompt_only_task(tmp_path,
     info = _task(tmp_path, MC_YAML, "evalrun_mc")
     a, summary = _run(info, fake_url, "reference")
     b, _ = _run(info, fake_url, "spec")
-    from harness.engine.metrics import SpecDecodeMetrics
+    from harness.records.measures import SpecDecodeRecord
 
     m = Measurements()
     m.prompt_only["mc"] = info.prompt_only_reason()
     for v, s in (("reference", a), ("spec", b)):
         m.scores[(v, "mc")] = score_task(s, summary["pipelines"])
         m.samples[(v, "mc")] = s
-    zero = SpecDecodeMetrics.from_counters(_zero_counters())
+    zero = SpecDecodeRecord.from_counters(_zero_counters())
     m.spec[("spec", "mc")] = zero  # the engine drafted nothing: prompt scoring only
     m.matches[("reference", "spec", "mc")] = output_match(a, b)
     m.answers[("reference", "spec", "mc")] = answer_agreement(a, b, "acc")
@@ -226,9 +226,9 @@ def test_output_match_and_acceptance_gates_not_run_on_prompt_only_task(tmp_path,
 
 
 def _zero_counters():
-    from harness.engine.metrics import SpecDecodeCounters
+    from harness.records.measures import SpecDecodeCountersRecord
 
-    return SpecDecodeCounters(drafts=0.0, draft_tokens=0.0, accepted_tokens=0.0)
+    return SpecDecodeCountersRecord(drafts=0.0, draft_tokens=0.0, accepted_tokens=0.0)
 
 
 def test_a_group_is_refused_naming_its_tasks(tmp_path):
