@@ -974,7 +974,8 @@ def _variant_session(cp: ConfigPlan, vp: VariantPlan, argv: list[str], env: dict
     c = cp.config
     p.log(f"{vp.id}: starting the vLLM server (log: {log_path})")
     p.log(f"  $ {shell_line(argv, vp.env)}")
-    p.log(f"  ({PORT_PLACEHOLDER} is the free port chosen at start-up; the server log's first lines hold the exact command)")
+    p.log(f"  ({PORT_PLACEHOLDER} is the free port chosen at start-up; "
+          "the server log's first lines hold the exact command)")
     return VariantSession(
         vp.id, argv, env, log_path,
         startup_timeout=c.startup_max_wait_seconds,

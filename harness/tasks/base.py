@@ -213,7 +213,7 @@ class Task(ABC):
         tr = self.run(session, ctx, pt)
         return SentTask(tr.outcome, sum(1 for x in tr.samples if x.error is not None), judged=tr)
 
-    def judge(self, sent: SentTask, ctx: TaskContext, pt: PreparedTask) -> TaskRun:  # noqa: ARG002 - the kinds' one signature
+    def judge(self, sent: SentTask, ctx: TaskContext, pt: PreparedTask) -> TaskRun:
         """The part of :meth:`run` that needs no server, run after it is stopped: by
         default the :class:`TaskRun` :meth:`send` already judged.
 
