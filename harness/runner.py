@@ -455,8 +455,8 @@ def _short_data(plan: Plan, opts: RunOptions, record: RunRecord) -> bool:
             p.error(f"{name}: {msg}")
     for cp in plan.configs:
         m = Measurements()
-        msgs = problems.get(cp.name)
-        crec = config_result(cp.config, error=("; ".join(msgs) if msgs else
+        said = problems.get(cp.name)
+        crec = config_result(cp.config, error=("; ".join(said) if said else
                                                "not started: another config's data holds fewer questions than it asks"))
         for vp in cp.variants:
             m.not_run[(vp.name, None)] = "short data: refused before any server started"
@@ -541,9 +541,8 @@ def _refused_before_launch(plan: Plan, bad: dict[str, Any], record: RunRecord) -
                 vrec = unstarted_variant(vp, pr.kind, f"server command rejected before launch: {pr.message}")
                 reason = f"{pr.kind}: {pr.message}"
             else:
-                vrec = unstarted_variant(vp, "not_started",
-                                         "not started: another variant's server command was rejected before launch")
-                reason = vrec.error
+                reason = "not started: another variant's server command was rejected before launch"
+                vrec = unstarted_variant(vp, "not_started", reason)
             crec.variants[vp.name] = vrec
             m.not_run[(vp.name, None)] = reason
         crec.gates = evaluate_gates(cp.gates, m)
@@ -620,7 +619,7 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
     def one_variant(vp: VariantPlan, devices: tuple[str, ...] = ()) -> bool:
         return _run_and_report_variant(cp, vp, model_ref, prepared, opts, run_dir, m, reruns, crec, pool, devices)
 
-    if pool is None:  # a CPU host: one at a time, in this thread
+    if pool is None or sp is None:  # a CPU host: one at a time, in this thread (the pool comes with its plan)
         oks = [one_variant(vp) for vp in variants]
     else:
         pool.withdraw([vp.id for vp in cp.variants if vp not in variants])  # never asking for devices
@@ -741,10 +740,11 @@ def _run_and_report_variant(cp: ConfigPlan, vp: VariantPlan, model_ref: str, pre
         vr.error = "interrupted by a signal" + (f" ({vr.error})" if vr.error else "")
     c = cp.config
     PLACE.at("server", config=c.name, variant=vp.name, task=None)  # the plugin's per-process reports
-    crec.variants[vp.name].plugin = plugin_report(run_dir, c.name, vp)
-    fact = model_runner_fact(crec.variants[vp.name].plugin.model_runners, _read_log(run_dir, c.name, vp.name))
+    plugin = plugin_report(run_dir, c.name, vp)
+    crec.variants[vp.name].plugin = plugin
+    fact = model_runner_fact(plugin.model_runners, _read_log(run_dir, c.name, vp.name))
     crec.variants[vp.name].model_runner = fact
-    m.runners[vp.name] = fact
+    m.runners[vp.name] = fact  # type: ignore[index]  # set to {} by _run_config before any variant runs
     return out.ok
 
 
@@ -762,7 +762,7 @@ def _comparisons(cp: ConfigPlan, variants: list[VariantPlan], model_ref: str, pr
         if vp is None:
             continue
         todo = {t: prepared[t] for t in tasks if t in prepared}
-        if pool is None:
+        if pool is None or sp is None:
             _rerun_when_needed(cp, vp, model_ref, todo, opts, run_dir, m, reruns, crec.variants[vname])
             continue
         key = vp.id + " (rerun)"
