@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from harness.config.loader import TaskSpec
+from harness.records.completions import write_raw_jsonl
 from harness.records.samples import Sample
+from harness.tasks import judging  # judging.judge_completions is looked up per call (tests patch it)
 from harness.tasks.gsm8k import PIPELINES, Request
 
 
@@ -94,7 +96,7 @@ class TaskSession(Protocol):
     def measured(self, work: Callable[[], Any]) -> tuple[Any, Any]: ...
 
 
-def _no_place(stage: str) -> None:
+def _no_place(stage: str) -> None:  # noqa: ARG001 - the TaskContext.at signature, for contexts without PLACE
     return None
 
 
@@ -273,12 +275,10 @@ class RequestTask(Task):
         Raises:
             Exception: judging failed (e.g. a completion paired with the wrong request).
         """
-        from harness.tasks.judging import judge_completions
-
         ctx.at("judging")
         outcome = sent.outcome
         try:
-            samples = judge_completions(ctx.config, ctx.variant, ctx.task, pt.requests, outcome.completions)
+            samples = judging.judge_completions(ctx.config, ctx.variant, ctx.task, pt.requests, outcome.completions)
         except Exception:  # keep the engine's answers, unjudged, then let the error be recorded
             if ctx.raw_path is not None:
                 keep_raw(ctx.raw_path, outcome.completions, ctx)
@@ -288,8 +288,6 @@ class RequestTask(Task):
 
 def keep_raw(path: Path, completions: Any, ctx: TaskContext) -> None:
     """Write the unjudged completions of a task whose judging raised (best effort)."""
-    from harness.records.completions import write_raw_jsonl
-
     try:
         n = write_raw_jsonl(path, completions)
         ctx.error(f"judging failed: the {n} raw completions are kept in {path}")
