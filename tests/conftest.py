@@ -5,9 +5,11 @@ fake-server configs and runs that several stages' tests use (``tests/fake_vllm.p
 from __future__ import annotations
 
 import json
+import signal
 import textwrap
 from pathlib import Path
 
+import psutil
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -131,3 +133,18 @@ def run_with_fake(tmp_path: Path, cfg: Path, gsm8k_dir: Path) -> tuple[int, dict
     code = main(["--config", str(cfg), "--python", str(FAKE_VLLM), "--data-dir", str(gsm8k_dir),
                  "--results-dir", str(tmp_path / "results"), "--run-id", "r", "--quiet", "--no-baseline"])
     return code, json.loads((tmp_path / "results" / "r" / "run.json").read_text())
+
+
+def default_signals() -> None:
+    """``preexec_fn`` of an evalrun subprocess: default dispositions of the stopping signals
+    (evalrun keeps ignored signals ignored, as under nohup; the signal tests need them)."""
+    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

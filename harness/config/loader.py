@@ -1008,14 +1008,9 @@ def _native_variant_warnings(c: NativeConfig, path: Path, lines: dict | None) ->
             warns += speculative_warnings(v.speculative_config, path,
                                           (lines or {}).get(("variants", name, "speculative_config")),
                                           f"variants.{name}.speculative_config")
-        vargs = split_args(v.server_args, f"{path}: variants.{name}.server_args")
-        refuse_owned_flags(vargs, f"{path}: variants.{name}.server_args")
-        _, vspec = pop_speculative_config(vargs, f"{path}: variants.{name}.server_args")
-        if vspec is not None:
-            raise ConfigError(
-                f"{path}: variants.{name}.server_args: put --speculative-config in the variant's "
-                "'speculative_config' mapping (it is typed and checked there), not in server_args"
-            )
+        _native_server_args(v.server_args, f"{path}: variants.{name}.server_args",
+                            "the variant's 'speculative_config' mapping (it is typed and checked there), "
+                            "not in server_args")
         if v.fault is not None and v.fault not in known_faults():
             near = difflib.get_close_matches(v.fault, known_faults(), n=1)
             hint = f"; did you mean '{near[0]}'?" if near else ""
@@ -1026,6 +1021,21 @@ def _native_variant_warnings(c: NativeConfig, path: Path, lines: dict | None) ->
     return warns
 
 
+def _native_server_args(raw: Any, where: str, put_it: str) -> list[str]:
+    """A native config's ``server_args`` (common or a variant's, at ``where``) split into argv.
+
+    Raises:
+        ConfigError: a flag evalrun sets itself (:func:`refuse_owned_flags`), or
+            ``--speculative-config`` (the message says to put it in ``put_it``).
+    """
+    args = split_args(raw, where)
+    refuse_owned_flags(args, where)
+    _, spec = pop_speculative_config(args, where)
+    if spec is not None:
+        raise ConfigError(f"{where}: put --speculative-config in {put_it}")
+    return args
+
+
 def _from_native(c: NativeConfig, path: Path, sha: str, lines: dict | None = None) -> ModelConfig:
     """A native-form config (``c``, read from ``path``) as a :class:`ModelConfig`.
 
@@ -1034,14 +1044,8 @@ def _from_native(c: NativeConfig, path: Path, sha: str, lines: dict | None = Non
             also ``--speculative-config`` in the common server_args.
     """
     _check_native_names(c, path)
-    common = split_args(c.server_args, f"{path}: server_args")
-    refuse_owned_flags(common, f"{path}: server_args")
-    _, spec = pop_speculative_config(common, f"{path}: server_args")
-    if spec is not None:
-        raise ConfigError(
-            f"{path}: server_args: put --speculative-config in a variant's "
-            "'speculative_config', not in the common server_args"
-        )
+    common = _native_server_args(c.server_args, f"{path}: server_args",
+                                 "a variant's 'speculative_config', not in the common server_args")
     warns = _native_variant_warnings(c, path, lines)
     return ModelConfig(
         name=c.name or path.stem,

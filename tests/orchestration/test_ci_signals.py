@@ -21,32 +21,20 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from .test_runner_fake_server import FAKE, config
+from ..conftest import alive, default_signals
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _default_signals() -> None:
-    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
-        signal.signal(sig, signal.SIG_DFL)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
 def _wait_gone(pids: list[int], seconds: float) -> list[int]:
     deadline = time.monotonic() + seconds
-    left = [p for p in pids if _alive(p)]
+    left = [p for p in pids if alive(p)]
     while left and time.monotonic() < deadline:
         time.sleep(0.1)
-        left = [p for p in left if _alive(p)]
+        left = [p for p in left if alive(p)]
     return left
 
 
@@ -62,7 +50,7 @@ def _start(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, list[int], Pa
          "--results-dir", str(tmp_path / "results"), "--run-id", "r", "--quiet", *extra],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)},
-        preexec_fn=_default_signals,
+        preexec_fn=default_signals,
     )
     log = run_dir / "logs" / "fake" / "spec.log"
     pid_file = run_dir / "logs" / "fake" / "spec.pid.json"
@@ -132,7 +120,7 @@ def test_buildkite_sigkill_during_a_long_grace_leaves_the_record_and_no_server(t
     proc, pids, run_dir = _start(tmp_path, "--stop-grace", "30")
     proc.send_signal(signal.SIGTERM)
     time.sleep(10)
-    assert proc.poll() is None and _alive(pids[0])   # still in the grace period (the child died of SIGTERM)
+    assert proc.poll() is None and alive(pids[0])   # still in the grace period (the child died of SIGTERM)
     _kept(_record(run_dir), "SIGTERM")                           # written before the teardown
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=30)

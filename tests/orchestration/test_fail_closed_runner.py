@@ -21,6 +21,7 @@ from harness.cli import main
 from harness.engine.server import ServerStartError, VllmServer
 
 from .test_runner_fake_server import FAKE, config, run
+from ..conftest import default_signals
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -222,7 +223,7 @@ def _start_evalrun(tmp_path: Path, spec_mode: str) -> tuple[subprocess.Popen, Pa
          "--results-dir", str(tmp_path / "results"), "--run-id", "r"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        preexec_fn=_default_signals,  # evalrun keeps ignored signals ignored (nohup); these tests need them
+        preexec_fn=default_signals,  # evalrun keeps ignored signals ignored (nohup); these tests need them
     )
     pid_file = tmp_path / "results" / "r" / "logs" / "fake" / "reference.pid.json"
     deadline = time.monotonic() + 60
@@ -231,11 +232,6 @@ def _start_evalrun(tmp_path: Path, spec_mode: str) -> tuple[subprocess.Popen, Pa
     assert pid_file.exists(), proc.communicate(timeout=30)
     time.sleep(1.0)  # the server is up and waiting (slow start)
     return proc, pid_file
-
-
-def _default_signals() -> None:
-    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
-        signal.signal(sig, signal.SIG_DFL)
 
 
 def test_a_signal_ignored_at_start_stays_ignored(tmp_path):

@@ -23,6 +23,7 @@ import pytest
 from harness.cli import main
 
 from .test_runner_fake_server import FAKE
+from ..conftest import alive, default_signals
 
 REPO = Path(__file__).resolve().parents[2]
 EIGHT = "0,1,2,3,4,5,6,7"
@@ -178,18 +179,6 @@ def test_a_start_up_failure_does_not_stop_the_variant_beside_it(tmp_path, monkey
     assert v["reference"]["tasks"]["gsm8k"]["num_requests"] == 6
 
 
-def _default_signals() -> None:
-    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
-        signal.signal(sig, signal.SIG_DFL)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupt_while_two_servers_start_leaves_none_alive(tmp_path, sig):
     log = tmp_path / "devices.jsonl"
@@ -200,7 +189,7 @@ def test_an_interrupt_while_two_servers_start_leaves_none_alive(tmp_path, sig):
          "--results-dir", str(tmp_path / "results"), "--run-id", "r", "--quiet", "--no-baseline"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": EIGHT},
-        preexec_fn=_default_signals,  # noqa: PLW1509 - as tests/test_ci_signals.py: default signals in evalrun
+        preexec_fn=default_signals,  # noqa: PLW1509 - as tests/test_ci_signals.py: default signals in evalrun
     )
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and (not log.exists() or len(log.read_text().splitlines()) < 2):
@@ -214,9 +203,9 @@ def test_an_interrupt_while_two_servers_start_leaves_none_alive(tmp_path, sig):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2, err
     deadline = time.monotonic() + 10
-    while any(_alive(p) for p in group) and time.monotonic() < deadline:
+    while any(alive(p) for p in group) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not [p for p in group if _alive(p)]
+    assert not [p for p in group if alive(p)]
     rec = json.loads((tmp_path / "results" / "r" / "run.json").read_text())
     assert rec["status"] == "interrupted"
     assert {v["server"]["status"] for v in rec["configs"][0]["variants"].values()} == {"interrupted"}, [
