@@ -37,7 +37,7 @@ import httpx
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
-from harness.records.completions import Completion
+from harness.records.completions import Completion, unfinished_error
 
 if TYPE_CHECKING:  # aiohttp is imported on first use (start-up time of --help / --dry-run)
     import aiohttp
@@ -310,7 +310,7 @@ class AsyncCompletionClient:
             choice.text,
             tuple(choice.token_ids) if choice.token_ids is not None else None,
             choice.finish_reason,
-            None,
+            unfinished_error(request_id, choice.finish_reason),  # abort, error, ...: a request error
             attempts,
             latency,
             stop_reason=choice.stop_reason,
@@ -370,7 +370,7 @@ async def chat_complete(
     return Completion(
         request_id, choice.message.content or "",
         tuple(choice.token_ids) if choice.token_ids is not None else None,
-        choice.finish_reason, None, attempts, latency,
+        choice.finish_reason, unfinished_error(request_id, choice.finish_reason), attempts, latency,
         stop_reason=choice.stop_reason,
     )
 

@@ -15,6 +15,33 @@ from pathlib import Path
 from typing import Iterable
 
 
+#: Finish reasons of a request the engine finished normally: vLLM's ``FinishReason``
+#: (``vllm/v1/engine/__init__.py``) has ``stop`` (a stop string or token, or end of
+#: sequence) and ``length`` (``max_tokens`` or the model length), and also ``abort``
+#: (aborted), ``error`` (a request-level internal error) and ``repetition`` (a repetitive
+#: pattern detected), which are not answers. Any reason other than these two, or none on
+#: a successful response, makes the request an error (:func:`unfinished_error`).
+NORMAL_FINISH_REASONS = ("stop", "length")
+
+
+def unfinished_error(request_id: str, finish_reason: str | None) -> str | None:
+    """The error of a request the engine did not finish normally, or None.
+
+    Args:
+        request_id: the request's id (named in the message).
+        finish_reason: the response's ``finish_reason`` (None: not reported).
+
+    Returns:
+        None for :data:`NORMAL_FINISH_REASONS`; else a message naming the request and
+        the finish reason: such a completion is never judged as an answer.
+    """
+    if finish_reason in NORMAL_FINISH_REASONS:
+        return None
+    said = "no finish reason" if finish_reason is None else f"finish_reason {finish_reason!r}"
+    return (f"request {request_id}: the engine did not finish it normally ({said}; only "
+            f"{' / '.join(NORMAL_FINISH_REASONS)} are answers): a request error, never scored")
+
+
 @dataclass(frozen=True)
 class Completion:
     """The engine's answer to one ``/v1/completions`` request, unjudged.
@@ -24,7 +51,9 @@ class Completion:
         text: completion text; None when the request failed.
         token_ids: completion token ids (``return_token_ids``); None on error or when
             the server did not return them.
-        finish_reason: ``stop`` / ``length`` / ... as returned; None on error.
+        finish_reason: ``stop`` / ``length`` / ... as returned; None when the request got no
+            answer. Kept on an error too: a finish reason outside
+            :data:`NORMAL_FINISH_REASONS` is itself an error (:func:`unfinished_error`).
         stop_reason: what ended a ``stop`` completion, as vLLM reports it: the stop
             string that matched, a stop token id, or None (end-of-sequence token,
             ``length``, an error, or a server that does not report it).

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from harness.records.completions import NORMAL_FINISH_REASONS
 from harness.records.text import clean_json
 
 
@@ -30,7 +31,9 @@ class Sample:
         gold: the gold answer as written in the data set (e.g. ``"5,600"``).
         completion: the completion text, ``None`` when the request failed.
         token_ids: completion token ids (from ``return_token_ids``), ``None`` on error.
-        finish_reason: ``"stop"``, ``"length"``, ... as returned by the server.
+        finish_reason: ``"stop"``, ``"length"``, ... as returned by the server; kept on an
+            error sample too (``abort``, ``error``: a request the engine did not finish
+            normally is an error, never scored).
         answers: extracted answer per pipeline name (``strict-numeric``,
             ``flexible-numeric``); a value is ``None`` when the pipeline found nothing.
         correct: verdict per pipeline name; empty when the request failed.
@@ -80,8 +83,10 @@ class Sample:
 
     @property
     def ok(self) -> bool:
-        """True when the request succeeded (it may still be a wrong answer)."""
-        return self.error is None
+        """True when the request succeeded (it may still be a wrong answer): no error, and
+        no finish reason outside :data:`~harness.records.completions.NORMAL_FINISH_REASONS`
+        (None is allowed: prompt-scoring tasks generate nothing)."""
+        return self.error is None and (self.finish_reason is None or self.finish_reason in NORMAL_FINISH_REASONS)
 
     def to_json(self) -> dict:
         """Return a JSON-serialisable dict (token ids as a list)."""
