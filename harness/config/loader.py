@@ -1231,7 +1231,7 @@ def _vllm_variants(c: VllmGsm8kConfig, argv: list[str], spec: SpeculativeConfigS
                 message=(f"{at}: server_args pins {' '.join(pin_items)}: only {kept} is derived beside "
                          f"reference (no {dropped}, and no comparison with it); the reference keeps the pin"),
             ))
-        common = dict(
+        common: dict[str, Any] = dict(
             min_output_match=ev.min_output_match, alpha=ev.alpha, output_match_alpha=ev.output_match_alpha,
             expected_discordance=ev.expected_discordance,
             noise_runs=ev.effective_noise_runs(), noise_mismatch_rate=ev.noise_mismatch_rate,
