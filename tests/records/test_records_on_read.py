@@ -45,6 +45,7 @@ BAD = [
     ("error_rate", float("-inf"), "finite number"),
     ("error_count", 1e32, "tasks.gsm8k.error_count"),
     ("error_count", 101, "error_count 101 is larger than num_requests 100"),
+    ("error_count", 10**32, f"error_count {10**32} is larger than num_requests 100"),
     ("error_rate", 1.5, "error_rate 1.5 is not a share in [0, 1]"),
     ("accuracy", {"flexible-numeric": -0.1}, "accuracy -0.1 is not a share"),
     ("scored", {"flexible-numeric": 101}, "scored['flexible-numeric'] 101 is larger than num_requests 100"),
