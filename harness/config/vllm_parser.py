@@ -158,7 +158,7 @@ def installed_table() -> ParserTable:
     try:
         from vllm.entrypoints.launchers.cli_args import make_arg_parser
     except ImportError:  # releases before the launchers package
-        from vllm.entrypoints.openai.cli_args import make_arg_parser  # type: ignore[no-redef]
+        from vllm.entrypoints.openai.cli_args import make_arg_parser  # type: ignore[no-redef,import-not-found,unused-ignore]
     parser = make_arg_parser(FlexibleArgumentParser())
     return table_from_parser(parser, str(getattr(vllm, "__version__", "unknown")),
                              speculative_keys_of(EngineArgs.create_speculative_config))

@@ -20,6 +20,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 from harness.config.vllm_args import hits_of
+from harness.config.vllm_parser import current_table
 
 #: The destination in vLLM's parser of each factor of a server's device count (vllm 0.32
 #: ``vllm/engine/arg_utils.py``).
@@ -44,14 +45,15 @@ def _flag_value(argv: Sequence[str], dest: str, where: str) -> int | None:
     if not found:
         return None
     h = found[-1]
+    long = (current_table().options_of(dest) or [h.option])[0]
     if h.value is None:
         raise DeviceError(f"{where}: {h.spelled} has no value")
     try:
         n = int(h.value)
     except ValueError:
-        raise DeviceError(f"{where}: {h.option} {h.value!r} is not an integer") from None
+        raise DeviceError(f"{where}: {long} {h.value!r} is not an integer (written {h.spelled})") from None
     if n < 1 and dest != "data_parallel_size_local":
-        raise DeviceError(f"{where}: {h.option} {n} must be at least 1")
+        raise DeviceError(f"{where}: {long} {n} must be at least 1 (written {h.spelled})")
     return n
 
 
