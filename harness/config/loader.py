@@ -655,13 +655,14 @@ def doubt_warnings(argv: list[str], path: Path, line: int | None) -> list[Config
     into a variant planned without speculation; the pre-launch check parses the commands
     with the installed vLLM and refuses a reference that speculates."""
     where = f"{path}:{line}" if line else f"{path}"
+    table = current_table()
     return [ConfigWarning(
         file=str(path), line=line, key="server_args", nearest=None,
         message=(f"{where}: server_args: {d}: evalrun cannot tell whether it changes speculation "
-                 f"(read with {current_table().describe()}); every variant keeps it, and the "
+                 f"({table.source} of vLLM {table.vllm_version}'s parser); every variant keeps it, and the "
                  "pre-launch check refuses a variant planned without speculation whose arguments "
                  "speculate under the installed vLLM"),
-    ) for d in speculative_doubts(argv)]
+    ) for d in speculative_doubts(argv, table)]
 
 
 def pop_speculative_config(argv: list[str], where: str) -> tuple[list[str], dict | None]:

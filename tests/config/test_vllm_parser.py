@@ -18,13 +18,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.config.loader import load_config
+from harness.config.loader import ConfigError, load_config, refuse_owned_flags
 from harness.config.plan import build_plan
 from harness.config.vllm_parser import (
     SNAPSHOT, current_table, installed_table, scan, snapshot_table, speculative_keys_of, table_from_parser,
     use_table,
 )
 from harness.engine.devices import variant_need
+from harness.tasks.lm_eval_task import tokenizer_of
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "vllm_gsm8k"
 GEN = DATA / "generated"
@@ -113,7 +114,7 @@ def test_one_generated_config_per_speculative_spelling_the_parser_accepts(vllm_p
     assert spellings <= used, sorted(spellings - used)
 
 
-def test_the_snapshot_is_the_installed_parsers_table(vllm_parser):
+def test_the_snapshot_is_the_installed_parsers_table(vllm_parser):  # noqa: ARG001 - skips without vLLM
     import vllm
 
     snap = json.loads(SNAPSHOT.read_text())
@@ -163,9 +164,6 @@ def test_plan_says_it_read_server_args_with_a_snapshot_and_its_version():
 def test_siblings_read_by_destination():
     # parallel sizes, owned flags and the tokenizer in spellings vLLM's parser accepts
     assert variant_need(["-pc", "2", "--tensor_parallel_size=2", "-pp=2"]) == 8  # -pc: unique prefix of -pcp
-    from harness.config.loader import ConfigError, refuse_owned_flags
-    from harness.tasks.lm_eval_task import tokenizer_of
-
     for argv in (["--por", "8000"], ["--host=0.0.0.0"], ["--uds", "/tmp/s"]):
         with pytest.raises(ConfigError, match="evalrun sets --port and --host"):
             refuse_owned_flags(argv, "f")
@@ -173,10 +171,8 @@ def test_siblings_read_by_destination():
 
 
 def test_a_shorthand_and_the_same_key_in_the_json_are_refused_as_vllm_refuses_them(tmp_path):
-    from harness.config.loader import ConfigError
-
     cfg = tmp_path / "Both.yaml"
     cfg.write_text("model_name: m\naccuracy_threshold: 0.5\nserver_args: >-\n"
                    "  --speculative-config '{\"method\":\"mtp\"}' --spec-method eagle\n")
-    with pytest.raises(ConfigError, match="--spec-method and --speculative-config\\['method'\\] are mutually exclusive"):
+    with pytest.raises(ConfigError, match=r"--spec-method and --speculative-config\['method'\] are mutually excl"):
         load_config(cfg)
