@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import os
 import re
 import sys
 from contextlib import contextmanager
@@ -174,11 +175,33 @@ def snapshot_table() -> ParserTable:
 _IN_USE: list[ParserTable] = []
 
 
+#: ``EVALRUN_SERVER_PARSER=installed``: plan with the installed vLLM's own parser (imports
+#: vLLM in evalrun's process, about 12 s) instead of the snapshot.
+PARSER_ENV = "EVALRUN_SERVER_PARSER"
+
+
+@lru_cache(maxsize=1)
+def _installed_once() -> ParserTable:
+    try:
+        return installed_table()
+    except ImportError as e:
+        raise RuntimeError(f"{PARSER_ENV}=installed, but vLLM's server parser cannot be imported here: {e}") from e
+
+
 def current_table() -> ParserTable:
-    """The table the plan reads ``server_args`` with: the one set by :func:`use_table`, else
-    the snapshot (building vLLM's parser would import vLLM in evalrun's process; the
-    pre-launch check uses the installed one)."""
-    return _IN_USE[-1] if _IN_USE else snapshot_table()
+    """The table the plan reads ``server_args`` with: the one set by :func:`use_table`; else
+    the installed vLLM's parser when :data:`PARSER_ENV` is ``installed``; else the snapshot
+    (building vLLM's parser imports vLLM in evalrun's process; the pre-launch check uses the
+    installed one either way).
+
+    Raises:
+        RuntimeError: :data:`PARSER_ENV` asks for the installed parser and vLLM is not importable.
+    """
+    if _IN_USE:
+        return _IN_USE[-1]
+    if os.environ.get(PARSER_ENV, "").strip().lower() == "installed":
+        return _installed_once()
+    return snapshot_table()
 
 
 @contextmanager

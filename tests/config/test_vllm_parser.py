@@ -183,3 +183,14 @@ def test_a_shorthand_and_the_same_key_in_the_json_are_refused_as_vllm_refuses_th
                    "  --speculative-config '{\"method\":\"mtp\"}' --spec-method eagle\n")
     with pytest.raises(ConfigError, match=r"--spec-method and --speculative-config\['method'\] are mutually excl"):
         load_config(cfg)
+
+
+def test_the_plan_can_read_server_args_with_the_installed_parser(vllm_parser, monkeypatch):  # noqa: ARG001
+    import vllm
+
+    monkeypatch.setenv("EVALRUN_SERVER_PARSER", "installed")
+    table = current_table()
+    assert table.source == "installed" and table.vllm_version == vllm.__version__
+    plan = build_plan([load_config(GEN / "MTP-short-sc.yaml")], python=sys.executable)
+    assert plan.server_args_read_with == f"vLLM {vllm.__version__}'s server parser (installed)"
+    assert {v.name for v in plan.configs[0].variants} == {"reference", "spec_sync", "spec_async"}
