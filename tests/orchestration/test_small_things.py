@@ -118,7 +118,7 @@ def test_counts_print_as_integers(tmp_path):
                  "tasks:\n  t: {kind: synthetic}\n")
     cp = build_plan([load_config(p)]).configs[0]
     m = Measurements()
-    m.spec[("spec", "t")] = SpecDecodeRecord.from_counters(SpecDecodeCountersRecord(935.0, 1870.0, 900.0, (500.0, 400.0)))
+    m.task_record("spec", "t").spec = SpecDecodeRecord.from_counters(SpecDecodeCountersRecord(935.0, 1870.0, 900.0, (500.0, 400.0)))
     res = [g for g in evaluate_gates(cp.gates, m) if g.kind == "drafts_observed"][0]
     assert res.observed == 935 and isinstance(res.observed, int)
     rec = typed({"run_id": "r", "passed": True, "exit_code": 0, "status": "completed",

@@ -197,12 +197,12 @@ def test_output_match_and_acceptance_gates_not_run_on_prompt_only_task(tmp_path,
     m = Measurements()
     m.prompt_only["mc"] = info.prompt_only_reason()
     for v, s in (("reference", a), ("spec", b)):
-        m.scores[(v, "mc")] = score_task(s, summary["pipelines"])
-        m.samples[(v, "mc")] = s
+        m.task_record(v, "mc").score = score_task(s, summary["pipelines"])
+        m.task_record(v, "mc").samples = s
     zero = SpecDecodeRecord.from_counters(_zero_counters())
-    m.spec[("spec", "mc")] = zero  # the engine drafted nothing: prompt scoring only
-    m.matches[("reference", "spec", "mc")] = output_match(a, b)
-    m.answers[("reference", "spec", "mc")] = answer_agreement(a, b, "acc")
+    m.task_record("spec", "mc").spec = zero  # the engine drafted nothing: prompt scoring only
+    m.comparison_record("reference", "spec", "mc").match = output_match(a, b)
+    m.comparison_record("reference", "spec", "mc").answers = answer_agreement(a, b, "acc")
     base = {"config": "c", "task": "mc"}
     gates = [
         G.DraftsObserved(id="d", variant="spec", **base),
