@@ -21,7 +21,7 @@ from harness.config.loader import ConfigError, load_config, nearest_names, read_
 from harness.config.plan import build_plan
 from harness.records.measures import SpecDecodeCountersRecord, SpecDecodeRecord
 from harness.records.samples import Sample, write_jsonl
-from harness.report.diff import DiffError, resolve_side
+from harness.report.diff_sides import DiffError, resolve_side
 from harness.report.summary import render_markdown
 from tests.record_factory import typed
 
