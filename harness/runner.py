@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.analysis.acceptance import ACCEPTANCE_CI_CONCURRENT, ACCEPTANCE_CI_METHOD, acceptance_intervals
-from harness.analysis.comparison import compare, noise_variants, output_match_noise, reference_variant, rerun_needs
-from harness.analysis.gates import Measurements, baseline_notes, evaluate_gates, judged_baseline_gates
+from harness.analysis.acceptance import acceptance_intervals
+from harness.analysis.comparison import compare, noise_variants, rerun_needs
+from harness.analysis.gates import baseline_notes, evaluate_gates, judged_baseline_gates
+from harness.analysis.measurements import Measurements
 from harness.analysis.scoring import output_match, score_task
 from harness.config.plan import PORT_PLACEHOLDER, ConfigPlan, Plan, VariantPlan, shell_line
 from harness.engine import server as engine_server
@@ -37,7 +38,7 @@ from harness.engine.info import EngineInfoError, check_effective, model_runner_f
 from harness.engine.preflight import ASYNC_NOT_SUPPORTED, ServerCommand, check_server_commands
 from harness.engine.preflight_cache import CACHE_NAME, cache_key, cached_all_clear, store_all_clear
 from harness.engine.pool import DevicePool, Job, ServerPlan, new_pool, run_jobs, server_plan
-from harness.engine.server import STOP_SIGNALS, ServerStartError, find_leftover_servers, interrupting, unstopped
+from harness.engine.server import ServerStartError, find_leftover_servers, interrupting, unstopped
 from harness.engine.session import VariantSession, counter_problem
 from harness.faults.plugin import REPORT_ENV
 from harness.models.resolve import resolve_model
@@ -67,13 +68,9 @@ from harness.tasks import (
     check_enough, prepare_task, task_for,
 )
 
-#: Names other modules and tests import from the runner (each lives in its stage).
 __all__ = [
     "run", "RunOptions", "RunInterrupted", "RunFolderExistsError", "PLACE", "Place", "record_error",
-    "write_reports", "mark_not_applicable", "terminate_as_interrupt", "say_interrupted", "STOP_SIGNALS",
-    "EXIT_PASSED", "EXIT_GATE_FAILED", "EXIT_COULD_NOT_RUN", "RunRecorder", "checkpoint", "resolve_model",
-    "acceptance_intervals", "ACCEPTANCE_CI_CONCURRENT", "ACCEPTANCE_CI_METHOD", "noise_variants",
-    "reference_variant", "rerun_needs", "output_match_noise", "plugin_dir", "plugin_report",
+    "write_reports", "mark_not_applicable", "terminate_as_interrupt", "say_interrupted", "run_variant", "VariantRun",
 ]
 
 
@@ -1181,7 +1178,7 @@ def _f(x: float | None) -> str:
 
 
 def terminate_as_interrupt() -> None:
-    """Make every stopping signal (:data:`STOP_SIGNALS`) stop every server and keep the
+    """Make every stopping signal (:data:`harness.engine.server.STOP_SIGNALS`) stop every server and keep the
     partial record (:func:`harness.engine.server.install_stop_handlers`).
 
     First signal: the run record is written with ``status: interrupted`` (so a SIGKILL

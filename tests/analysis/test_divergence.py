@@ -369,7 +369,7 @@ def test_the_reference_of_a_speculative_baseline_is_one_on_the_same_runner():
     from types import SimpleNamespace as NS
 
     from harness.analysis.measurements import Measurements
-    from harness.runner import reference_variant
+    from harness.analysis.comparison import reference_variant
 
     with_lp = [S("q", [1], (dist((1, -0.1)),))]
     c = NS(variants={"reference": NS(speculative_config=None, model_runner=None),

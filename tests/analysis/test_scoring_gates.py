@@ -10,7 +10,8 @@ from harness.config.loader import load_config
 from harness.records.measures import EngineFactsRecord
 from harness.engine.info import check_effective
 from harness.records.measures import SpecDecodeCountersRecord, SpecDecodeRecord
-from harness.analysis.gates import Measurements, evaluate_gates
+from harness.analysis.gates import evaluate_gates
+from harness.analysis.measurements import Measurements
 from harness.config.plan import build_plan
 from harness.records.samples import Sample, read_jsonl, write_jsonl
 from harness.analysis.scoring import first_divergence, output_match, score_task

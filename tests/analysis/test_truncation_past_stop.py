@@ -9,7 +9,8 @@ import textwrap
 
 import pytest
 
-from harness.analysis.gates import Measurements, evaluate_gates
+from harness.analysis.gates import evaluate_gates
+from harness.analysis.measurements import Measurements
 from harness.analysis.noise import output_noise_rerun
 from harness.analysis.scoring import output_match, score_task
 from harness.config.loader import load_config

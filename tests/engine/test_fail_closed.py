@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis.gates import Measurements, evaluate_gates
+from harness.analysis.gates import evaluate_gates
+from harness.analysis.measurements import Measurements
 from harness.config.loader import ConfigError, load_config
 from harness.config.plan import build_plan
 from harness.records.measures import EngineFactsRecord

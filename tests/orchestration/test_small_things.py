@@ -15,7 +15,8 @@ import pytest
 
 import harness.config.loader as loader
 from harness.records.baselines import write_baselines
-from harness.analysis.gates import Measurements, evaluate_gates
+from harness.analysis.gates import evaluate_gates
+from harness.analysis.measurements import Measurements
 from harness.cli import main
 from harness.config.loader import ConfigError, load_config, nearest_names, read_model_list, resolve_list_path
 from harness.config.plan import build_plan

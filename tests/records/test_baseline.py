@@ -17,9 +17,9 @@ from harness.records.baselines import BASELINE_SCHEMA, BaselineDoc, load_baselin
 from harness.cli import main
 from harness.config.loader import load_config
 from harness.records.measures import SpecDecodeCountersRecord, SpecDecodeRecord
-from harness.analysis.gates import (
-    Measurements, baseline_notes, evaluate_gate, judged_baseline_gates, output_noise_rerun, output_noise_stored,
-)
+from harness.analysis.gates import baseline_notes, evaluate_gate, judged_baseline_gates
+from harness.analysis.measurements import Measurements
+from harness.analysis.noise import output_noise_rerun, output_noise_stored
 from harness.config.plan import build_plan
 from harness.records.samples import Sample
 from harness.analysis.scoring import output_match

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from harness.analysis.gates import Measurements, evaluate_gates, judged_baseline_gates
+from harness.analysis.gates import evaluate_gates, judged_baseline_gates
+from harness.analysis.measurements import Measurements
 from harness.config.gates import AccuracyFloor, BaselineAccuracyDrop, MaxAccuracyDrop
 from harness.config.loader import load_config
 from harness.config.plan import build_plan

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.analysis.gates import Measurements, evaluate_gates
+from harness.analysis.gates import evaluate_gates
+from harness.analysis.measurements import Measurements
 from harness.analysis.scoring import correctness, score_task
 from harness.config.loader import load_config
 from harness.config.plan import build_plan

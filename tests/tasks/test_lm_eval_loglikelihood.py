@@ -20,7 +20,8 @@ import pytest
 
 import lm_eval  # noqa: F401 - a base dependency of evalrun: its absence is a failure, not a skip
 
-from harness.analysis.gates import Measurements, evaluate_gates
+from harness.analysis.gates import evaluate_gates
+from harness.analysis.measurements import Measurements
 from harness.analysis.scoring import answer_agreement, output_match, score_task
 from harness.config import gates as G
 from harness.tasks.lm_eval_task import load_lm_eval_task, run_lm_eval_task
