@@ -29,15 +29,8 @@ from typing import Final, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
-from harness.records.run_record import (
-    EngineFactsRecord,
-    Interval,
-    RunRecord,
-    SpecDecodeRecord,
-    _first_error,
-    rename_v1_pipelines,
-    utc_now,
-)
+from harness.records.run_record import RunRecord, _first_error, rename_v1_pipelines, utc_now
+from harness.records.measures import EngineFactsRecord, Interval, SpecDecodeRecord
 from harness.records.samples import Sample, read_jsonl
 
 __all__ = [
