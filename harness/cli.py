@@ -342,7 +342,7 @@ def _lazy(target: str):
 
 #: ``evalrun <subcommand> ...``; each module owns its own argument parser.
 SUBCOMMANDS = {
-    "diff": _lazy("harness.report.diff:cli_main"),
+    "diff": _lazy("harness.report.diff_cli:cli_main"),
     "calibrate": _lazy("harness.calibrate:cli_main"),
     "selfcheck": _lazy("harness.selfcheck:cli_main"),
     "train-tiny": _lazy("harness.models.training:cli_main"),

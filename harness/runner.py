@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.analysis.acceptance import ACCEPTANCE_CI_CONCURRENT, ACCEPTANCE_CI_METHOD, acceptance_intervals
-from harness.analysis.comparison import compare, noise_variants, output_match_noise, reference_variant, rerun_needs
-from harness.analysis.gates import Measurements, baseline_notes, evaluate_gates, judged_baseline_gates
+from harness.analysis.acceptance import acceptance_intervals
+from harness.analysis.comparison import compare, noise_variants, rerun_needs
+from harness.analysis.gates import baseline_notes, evaluate_gates, judged_baseline_gates
+from harness.analysis.measurements import Measurements
 from harness.analysis.scoring import output_match, score_task
 from harness.config.plan import PORT_PLACEHOLDER, ConfigPlan, Plan, VariantPlan, shell_line
 from harness.engine import server as engine_server
@@ -37,7 +38,7 @@ from harness.engine.info import EngineInfoError, check_effective, model_runner_f
 from harness.engine.preflight import ASYNC_NOT_SUPPORTED, ServerCommand, check_server_commands
 from harness.engine.preflight_cache import CACHE_NAME, cache_key, cached_all_clear, store_all_clear
 from harness.engine.pool import DevicePool, Job, ServerPlan, new_pool, run_jobs, server_plan
-from harness.engine.server import STOP_SIGNALS, ServerStartError, find_leftover_servers, interrupting, unstopped
+from harness.engine.server import ServerStartError, find_leftover_servers, interrupting, unstopped
 from harness.engine.session import VariantSession, counter_problem
 from harness.faults.plugin import REPORT_ENV
 from harness.models.resolve import resolve_model
@@ -67,13 +68,9 @@ from harness.tasks import (
     check_enough, prepare_task, task_for,
 )
 
-#: Names other modules and tests import from the runner (each lives in its stage).
 __all__ = [
     "run", "RunOptions", "RunInterrupted", "RunFolderExistsError", "PLACE", "Place", "record_error",
-    "write_reports", "mark_not_applicable", "terminate_as_interrupt", "say_interrupted", "STOP_SIGNALS",
-    "EXIT_PASSED", "EXIT_GATE_FAILED", "EXIT_COULD_NOT_RUN", "RunRecorder", "checkpoint", "resolve_model",
-    "acceptance_intervals", "ACCEPTANCE_CI_CONCURRENT", "ACCEPTANCE_CI_METHOD", "noise_variants",
-    "reference_variant", "rerun_needs", "output_match_noise", "plugin_dir", "plugin_report",
+    "write_reports", "mark_not_applicable", "terminate_as_interrupt", "say_interrupted", "run_variant", "VariantRun",
 ]
 
 
@@ -459,7 +456,7 @@ def _short_data(plan: Plan, opts: RunOptions, record: RunRecord) -> bool:
         crec = config_result(cp.config, error=("; ".join(said) if said else
                                                "not started: another config's data holds fewer questions than it asks"))
         for vp in cp.variants:
-            m.not_run[(vp.name, None)] = "short data: refused before any server started"
+            m.variant_record(vp.name).not_run = "short data: refused before any server started"
         crec.gates = evaluate_gates(cp.gates, m)
         record.configs.append(crec)
     return True
@@ -545,7 +542,7 @@ def _refused_before_launch(plan: Plan, bad: dict[str, Any], record: RunRecord) -
                 reason = "not started: another variant's server command was rejected before launch"
                 vrec = unstarted_variant(vp, "not_started", reason)
             crec.variants[vp.name] = vrec
-            m.not_run[(vp.name, None)] = reason
+            m.variant_record(vp.name).not_run = reason
         crec.gates = evaluate_gates(cp.gates, m)
         record.configs.append(crec)
 
@@ -616,7 +613,7 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
         return crec, True
     # 3. variants
     reruns: dict[tuple[str, str], tuple[Sample, ...]] = {}
-    m.runners = {}
+    m.runners_collected = True  # every variant's model runner is read (_run_and_report_variant)
     def one_variant(vp: VariantPlan, devices: tuple[str, ...] = ()) -> bool:
         return _run_and_report_variant(cp, vp, model_ref, prepared, opts, run_dir, m, reruns, crec, pool, devices)
 
@@ -645,9 +642,9 @@ def _select_variants(cp: ConfigPlan, opts: RunOptions, crec: ConfigResult, m: Me
         p.warn(w.message)
     variants = [v for v in cp.variants if opts.variants is None or v.name in opts.variants]
     for name in [v.name for v in cp.variants if v not in variants]:
-        m.not_run[(name, None)] = "variant not selected (--variant)"
+        m.variant_record(name).not_run = "variant not selected (--variant)"
     for v in [v for v in variants if v.not_applicable]:  # the engine cannot run it: never a pass
-        m.not_run[(v.name, None)] = f"not applicable: {v.not_applicable}"
+        m.variant_record(v.name).not_run = f"not applicable: {v.not_applicable}"
         crec.variants[v.name] = unstarted_variant(v, "not_started", f"not applicable: {v.not_applicable}")
     return [v for v in variants if not v.not_applicable]
 
@@ -695,7 +692,7 @@ def _prepare_tasks(cp: ConfigPlan, opts: RunOptions, record: RunRecord, m: Measu
             reason = f"data not available ({'required' if t.spec.required else 'optional'} task)"
         if reason is not None:
             for v in cp.variants:
-                m.not_run[(v.name, t.name)] = reason
+                m.task_record(v.name, t.name).not_run = reason
     return prepared, could_not_run
 
 
@@ -712,7 +709,7 @@ def _prepare_model(cp: ConfigPlan, crec: ConfigResult, m: Measurements, p: Progr
         crec.error = f"model {c.model}: cannot be prepared: {type(e).__name__}: {e}"
         p.error(f"{c.name}: {crec.error}")
         for v in cp.variants:
-            m.not_run[(v.name, None)] = "model not available"
+            m.variant_record(v.name).not_run = "model not available"
         return None
 
 
@@ -745,7 +742,7 @@ def _run_and_report_variant(cp: ConfigPlan, vp: VariantPlan, model_ref: str, pre
     crec.variants[vp.name].plugin = plugin
     fact = model_runner_fact(plugin.model_runners, _read_log(run_dir, c.name, vp.name))
     crec.variants[vp.name].model_runner = fact
-    m.runners[vp.name] = fact  # type: ignore[index]  # set to {} by _run_config before any variant runs
+    m.variant_record(vp.name).runner = fact
     return out.ok
 
 
@@ -842,7 +839,7 @@ def _rerun_when_needed(cp: ConfigPlan, vp: VariantPlan, model_ref: str, tasks: d
     try:
         with session:
             for tname, pt in tasks.items():
-                first = m.samples.get((vp.name, tname))
+                first = m.task(vp.name, tname).samples
                 if first is None or tname not in vrec.tasks or not task_for(tplans[tname].spec.kind).reruns_for_noise:
                     continue
                 PLACE.at("client", task=tname)  # the noise rerun's requests
@@ -857,7 +854,7 @@ def _rerun_when_needed(cp: ConfigPlan, vp: VariantPlan, model_ref: str, tasks: d
     for tname, (ctx, st) in sent.items():
         PLACE.at("client", config=c.name, variant=vp.name, task=tname)  # the rerun's judging and samples file
         vrec.tasks[tname].rerun = _judge_rerun(c, vp, tplans[tname], tasks[tname], run_dir,
-                                               tuple(m.samples[(vp.name, tname)]), reruns, p, ctx, st)
+                                               tuple(m.task(vp.name, tname).samples or ()), reruns, p, ctx, st)
         checkpoint()
 
 
@@ -870,29 +867,21 @@ class VariantRun:
     Attributes:
         record: the variant's record.
         ok: False when its server failed (start-up, or died mid-task).
-        scores, samples, spec, spec_errors: per ``(variant, task)``: the task's score,
-            samples, acceptance figures (counters that passed the check) and metrics error.
-        not_run: ``(variant, task | None)`` -> why it did not run.
-        effectiveness, engine_facts_errors: per variant: the effective-config check, or
-            why the engine facts could not be read.
+        measured: the variant's own records (:class:`Measurements`): per task its score,
+            samples, acceptance figures (counters that passed the check), metrics error
+            or why it did not run; per variant the effective-config check, why the
+            engine facts could not be read or why it did not run.
         reruns: ``(variant, task)`` -> samples of the inline noise rerun.
     """
 
     record: VariantResult
     ok: bool = True
-    scores: dict = field(default_factory=dict)
-    samples: dict = field(default_factory=dict)
-    spec: dict = field(default_factory=dict)
-    spec_errors: dict = field(default_factory=dict)
-    not_run: dict = field(default_factory=dict)
-    effectiveness: dict = field(default_factory=dict)
-    engine_facts_errors: dict = field(default_factory=dict)
-    reruns: dict = field(default_factory=dict)
+    measured: Measurements = field(default_factory=Measurements)
+    reruns: dict[tuple[str, str], tuple[Sample, ...]] = field(default_factory=dict)
 
-    def merge_into(self, m: Measurements, reruns: dict) -> None:
+    def merge_into(self, m: Measurements, reruns: dict[tuple[str, str], tuple[Sample, ...]]) -> None:
         """Add what this variant measured to the config's measurements and reruns."""
-        for name in ("scores", "samples", "spec", "spec_errors", "not_run", "effectiveness", "engine_facts_errors"):
-            getattr(m, name).update(getattr(self, name))
+        m.absorb(self.measured)
         reruns.update(self.reruns)
 
 
@@ -932,7 +921,7 @@ def run_variant(cp: ConfigPlan, vp: VariantPlan, model_ref: str, prepared: dict[
     todo = [t for t in cp.tasks if t.name in prepared]
     if not todo:
         vrec.error = "no task of this config can run"
-        out.not_run[(vp.name, None)] = vrec.error
+        out.measured.variant_record(vp.name).not_run = vrec.error
         return out
     env = {**vp.env, REPORT_ENV: str(plugin_dir(run_dir, c.name, vp.name))}
     session = _variant_session(cp, vp, argv, env, log_path, opts.progress)
@@ -1007,13 +996,13 @@ def _server_ready(session: VariantSession, cp: ConfigPlan, vp: VariantPlan, out:
             raise EngineInfoError(f"{vp.id}: cannot read the engine's version from /version")
         eff = check_effective(facts, vp.speculative_config, vp.async_scheduling, vp.expected_effective)
         vrec.effective = eff
-        out.effectiveness[vp.name] = eff
+        out.measured.variant_record(vp.name).effectiveness = eff
         if not eff.effective:
             p.warn(f"{vp.id}: not effective as asked: {eff.mismatches}"
                    + (" (declared expected on this platform)" if eff.expected_on_platform else ""))
     except EngineInfoError as e:
         vrec.engine_error = str(e)
-        out.engine_facts_errors[vp.name] = str(e)
+        out.measured.variant_record(vp.name).engine_facts_error = str(e)
         p.error(f"{e} (variant_effective cannot pass without it)")
 
 
@@ -1105,8 +1094,8 @@ def _judge_task(cp: ConfigPlan, vp: VariantPlan, item: _Sent, opts: RunOptions, 
     write_jsonl(spath, samples)
     PLACE.at("scoring")
     sc = score_task(samples, tr.pipelines)
-    out.scores[(vp.name, t.name)] = sc
-    out.samples[(vp.name, t.name)] = samples
+    tm = out.measured.task_record(vp.name, t.name)
+    tm.score, tm.samples = sc, samples
     PLACE.at("statistics")  # acceptance intervals (bootstrap) and counter checks
     trec = task_result(spath, run_dir, outcome, sc, acceptance_intervals(samples, vp.speculative_config is not None))
     if tr.lm_eval is not None:
@@ -1117,9 +1106,9 @@ def _judge_task(cp: ConfigPlan, vp: VariantPlan, item: _Sent, opts: RunOptions, 
         metrics_error, spec_metrics = bad, None
         reject_counters(trec, bad)
     if spec_metrics is not None:
-        out.spec[(vp.name, t.name)] = spec_metrics
+        tm.spec = spec_metrics
     if metrics_error:
-        out.spec_errors[(vp.name, t.name)] = metrics_error
+        tm.spec_error = metrics_error
         p.error(f"{vp.id} {t.name}: metrics error: {metrics_error}")
     vrec.tasks[t.name] = trec
     checkpoint()  # the task's result is on disk before the next one is judged
@@ -1157,9 +1146,9 @@ def _server_failed(e: ServerStartError, session: VariantSession, vp: VariantPlan
     p.error(vrec.error)
     for t in todo:
         if t.name not in vrec.tasks:
-            out.not_run[(vp.name, t.name)] = "server failed"
+            out.measured.task_record(vp.name, t.name).not_run = "server failed"
     if not vrec.tasks:
-        out.not_run[(vp.name, None)] = "server failed to start"
+        out.measured.variant_record(vp.name).not_run = "server failed to start"
 
 
 def _send_rerun(session: VariantSession, c: Any, vp: VariantPlan, t: Any, pt: PreparedTask, p: Progress,
@@ -1190,7 +1179,7 @@ def _f(x: float | None) -> str:
 
 
 def terminate_as_interrupt() -> None:
-    """Make every stopping signal (:data:`STOP_SIGNALS`) stop every server and keep the
+    """Make every stopping signal (:data:`harness.engine.server.STOP_SIGNALS`) stop every server and keep the
     partial record (:func:`harness.engine.server.install_stop_handlers`).
 
     First signal: the run record is written with ``status: interrupted`` (so a SIGKILL

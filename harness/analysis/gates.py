@@ -17,13 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from harness.analysis.measurements import (  # noqa: F401  (re-exported: the runner's and tests' spelling)
-    ComparisonMeasurement,
-    Measurements,
-    TaskMeasurement,
-    VariantMeasurement,
-)
-from harness.analysis.noise import output_noise_rerun, output_noise_stored  # noqa: F401  (re-exported)
+from harness.analysis.measurements import Measurements
 from harness.analysis.scoring import TaskScore, correctness
 from harness.analysis.stats import floor_margin, paired_comparison
 from harness.config import gates as G

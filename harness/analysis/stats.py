@@ -39,6 +39,8 @@ __all__ = [
     "wilson_interval",
     "PairedRecord",
     "paired_comparison",
+    "newcombe_interval",
+    "fisher_p_values",
     "mcnemar_exact",
     "min_detectable_drop",
     "bootstrap_ci",
@@ -211,6 +213,40 @@ def paired_comparison(
         one_sided_p_value=mcnemar_exact(nb, nc, alternative="greater"),
         confidence=confidence,
     )
+
+
+def newcombe_interval(x_a: int, n_a: int, x_b: int, n_b: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Interval for ``p_b - p_a`` of two independent proportions (x/n each).
+
+    Newcombe's hybrid score interval (Newcombe 1998, "Interval estimation for the
+    difference between independent proportions: comparison of eleven methods",
+    Stat. Med. 17:873-890, method 10), from the Wilson intervals (l, u) of each::
+
+        d = p_b - p_a
+        low  = d - sqrt((p_b - l_b)^2 + (u_a - p_a)^2)
+        high = d + sqrt((u_b - p_b)^2 + (p_a - l_a)^2)
+
+    Raises:
+        ValueError: n_a or n_b is 0, or counts out of range (from the Wilson interval).
+    """
+    if n_a <= 0 or n_b <= 0:
+        raise ValueError("newcombe_interval needs n_a > 0 and n_b > 0")
+    pa, pb = x_a / n_a, x_b / n_b
+    la, ua = wilson_interval(x_a, n_a, confidence)
+    lb, ub = wilson_interval(x_b, n_b, confidence)
+    d = pb - pa
+    return (d - math.sqrt((pb - lb) ** 2 + (ua - pa) ** 2), d + math.sqrt((ub - pb) ** 2 + (pa - la) ** 2))
+
+
+def fisher_p_values(x_a: int, n_a: int, x_b: int, n_b: int) -> tuple[float, float]:
+    """Fisher's exact test of two independent proportions (x/n each) on the 2x2 table
+    ``[[x_a, n_a - x_a], [x_b, n_b - x_b]]`` (``scipy.stats.fisher_exact``).
+
+    Returns:
+        (two-sided p, one-sided p for "B lower than A", i.e. ``alternative="greater"``).
+    """
+    table = [[x_a, n_a - x_a], [x_b, n_b - x_b]]
+    return (float(stats.fisher_exact(table)[1]), float(stats.fisher_exact(table, alternative="greater")[1]))
 
 
 # --------------------------------------------------------------------------- power

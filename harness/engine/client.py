@@ -247,12 +247,12 @@ class AsyncCompletionClient:
                 continue
             if status != 200:
                 return Completion(
-                    request_id, None, None, None,
-                    f"request {request_id}: HTTP {status}: {raw[:500].decode('utf-8', 'replace')}",
-                    attempts, latency,
+                    request_id, None,
+                    error=f"request {request_id}: HTTP {status}: {raw[:500].decode('utf-8', 'replace')}",
+                    attempts=attempts, latency_s=latency,
                 )
             return raw, attempts, latency
-        return Completion(request_id, None, None, None, last_err, attempts, latency)
+        return Completion(request_id, None, error=last_err, attempts=attempts, latency_s=latency)
 
     async def complete(
         self,
@@ -301,18 +301,18 @@ class AsyncCompletionClient:
         except (ValueError, TypeError,
                 AttributeError) as e:  # a malformed answer is this request's error, never a wrong answer
             return Completion(
-                request_id, None, None, None,
-                f"request {request_id}: malformed response: {e}: {raw[:300].decode('utf-8', 'replace')}",
-                attempts, latency,
+                request_id, None,
+                error=f"request {request_id}: malformed response: {e}: {raw[:300].decode('utf-8', 'replace')}",
+                attempts=attempts, latency_s=latency,
             )
         return Completion(
             request_id,
             choice.text,
-            tuple(choice.token_ids) if choice.token_ids is not None else None,
-            choice.finish_reason,
-            unfinished_error(request_id, choice.finish_reason),  # abort, error, ...: a request error
-            attempts,
-            latency,
+            token_ids=tuple(choice.token_ids) if choice.token_ids is not None else None,
+            finish_reason=choice.finish_reason,
+            error=unfinished_error(request_id, choice.finish_reason),  # abort, error, ...: a request error
+            attempts=attempts,
+            latency_s=latency,
             stop_reason=choice.stop_reason,
             top_logprobs=top,
         )
@@ -364,13 +364,14 @@ async def chat_complete(
     try:
         choice = parse_chat_completion(raw)
     except ValueError as e:  # a malformed answer is this request's error, never a wrong answer
-        return Completion(request_id, None, None, None,
-                          f"request {request_id}: malformed chat response: {e}: "
-                          f"{raw[:300].decode('utf-8', 'replace')}", attempts, latency)
+        return Completion(request_id, None,
+                          error=f"request {request_id}: malformed chat response: {e}: "
+                                f"{raw[:300].decode('utf-8', 'replace')}", attempts=attempts, latency_s=latency)
     return Completion(
         request_id, choice.message.content or "",
-        tuple(choice.token_ids) if choice.token_ids is not None else None,
-        choice.finish_reason, unfinished_error(request_id, choice.finish_reason), attempts, latency,
+        token_ids=tuple(choice.token_ids) if choice.token_ids is not None else None,
+        finish_reason=choice.finish_reason, error=unfinished_error(request_id, choice.finish_reason),
+        attempts=attempts, latency_s=latency,
         stop_reason=choice.stop_reason,
     )
 

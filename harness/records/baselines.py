@@ -29,16 +29,8 @@ from typing import ClassVar, Final, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
-from harness.records.run_record import (
-    EngineFactsRecord,
-    Interval,
-    RunRecord,
-    SpecDecodeRecord,
-    _first_error,
-    bound_problems,
-    rename_v1_pipelines,
-    utc_now,
-)
+from harness.records.run_record import RunRecord, _first_error, rename_v1_pipelines, utc_now
+from harness.records.measures import EngineFactsRecord, Interval, SpecDecodeRecord, bound_problems
 from harness.records.samples import Sample, read_jsonl
 
 __all__ = [

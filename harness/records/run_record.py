@@ -42,10 +42,10 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, computed_field, model_validator
 
 from harness import __version__
-from harness.records.measures import (  # noqa: F401  # the measured types, re-exported: readers import them here
-    AnswerAgreementRecord, DivergenceRecord, DivergenceReportRecord, EffectivenessRecord, EngineFactsRecord,
-    Interval, MismatchRecord, ModelRunnerRecord, NoiseRecord, OutputMatchRecord, PairedRecord, PastStopRecord,
-    SpecDecodeCountersRecord, SpecDecodeRecord, bound_problems,
+from harness.records.measures import (
+    AnswerAgreementRecord, DivergenceReportRecord, EffectivenessRecord, EngineFactsRecord, Interval,
+    ModelRunnerRecord, NoiseRecord, OutputMatchRecord, PairedRecord, SpecDecodeCountersRecord, SpecDecodeRecord,
+    bound_problems,
 )
 import secrets
 from importlib import metadata

@@ -73,7 +73,7 @@ def _judged(reasons):
     out = []
     for i, r in enumerate(reasons):
         # a completion as the client would hand it on before this rule: no error set
-        c = Completion(f"t/{i}", " #### 4", (5, 6), r, None)
+        c = Completion(f"t/{i}", " #### 4", token_ids=(5, 6), finish_reason=r)
         out.append(judge_completion("c", "v", "t", _request(i), c))
     return out
 

@@ -144,7 +144,7 @@ def _shard_with_task(tmp: Path, i: int, engine: str = "0.32.0", git: str = "rev1
     spath.write_text('{"question_id": "t/test/0"}\n')
     import hashlib
 
-    from harness.records.run_record import EngineFactsRecord
+    from harness.records.measures import EngineFactsRecord
 
     digest = hashlib.sha256(spath.read_bytes()).hexdigest()     # computed here, not by evalrun
     rec.configs[0].variants["reference"] = typed({"run_id": "x", "configs": [{"name": "x", "variants": {
