@@ -18,7 +18,7 @@ from harness.cli import main
 from harness.records.baselines import BaselineError, load_baseline
 from harness.records.run_record import RunRecordError, load_run, record_json, write_run
 from harness.records.samples import Sample, read_jsonl, write_jsonl
-from harness.report.diff import DiffError, load_side
+from harness.report.diff_sides import DiffError, load_side
 from harness.report.history import history_frame, load_records
 
 from ..orchestration.test_merge import _shard_with_task
