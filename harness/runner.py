@@ -37,7 +37,8 @@ from harness.engine.info import EngineInfoError, check_effective, model_runner_f
 from harness.engine.preflight import ASYNC_NOT_SUPPORTED, ServerCommand, check_server_commands
 from harness.engine.preflight_cache import CACHE_NAME, cache_key, cached_all_clear, store_all_clear
 from harness.engine.pool import DevicePool, Job, ServerPlan, new_pool, run_jobs, server_plan
-from harness.engine.server import STOP_SIGNALS, ServerStartError, find_leftover_servers, interrupting, unstopped
+from harness.engine.leftovers import find_leftover_servers
+from harness.engine.server import STOP_SIGNALS, ServerStartError, interrupting, unstopped
 from harness.engine.session import VariantSession, counter_problem
 from harness.faults.plugin import REPORT_ENV
 from harness.models.resolve import resolve_model
@@ -242,7 +243,8 @@ def _run_claimed(plan: Plan, opts: RunOptions, run_id: str, run_dir: Path,
 
 def _new_record(plan: Plan, opts: RunOptions, run_id: str) -> tuple[RunRecord, Callable[..., None]]:
     """The run's record at its start (status ``running``): provenance, and servers an
-    earlier run left in ``opts.results_dir`` (each named with the command to end it).
+    earlier run left in ``opts.results_dir`` (:mod:`harness.engine.leftovers`: only an identified
+    one is named with the command to end it).
     lm-eval's version and task version are filled in by a thread; the second item joins
     it (``lm_eval_done(timeout=None)``), called before any server starts and before
     every final write of the record."""
@@ -266,7 +268,8 @@ def _new_record(plan: Plan, opts: RunOptions, run_id: str) -> tuple[RunRecord, C
     lm_thread.start()
     record.provenance.allow_contamination = opts.allow_contamination
     record.leftover_servers = [
-        LeftoverServerRecord(pid=lo.pid, pid_file=str(lo.pid_file), command=lo.command, kill_command=lo.kill_command)
+        LeftoverServerRecord(verdict=lo.verdict, pid=lo.pid, pid_file=str(lo.pid_file), command=lo.command,
+                             reason=lo.reason, kill_command=lo.kill_command)
         for lo in leftovers
     ]
     return record, lm_thread.join
