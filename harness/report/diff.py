@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from harness.report.summary import fmt
+from harness.records.atomic import write_atomic
 from harness.records.baselines import BaselineDoc, BaselineTask, token_ids_hash
 from harness.records.measures import EngineFactsRecord, SpecDecodeRecord
 from harness.records.run_record import DatasetRef, GateResult, NoiseRecord, RunRecord, TaskResult, outcome_word
@@ -906,7 +907,7 @@ def cli_main(argv: list[str]) -> int:
     text = json.dumps(d, indent=2) + "\n" if args.json else render_diff_markdown(d, args.max_flipped)
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(text, encoding="utf-8")
+        write_atomic(args.output, text)
         print(f"evalrun diff: written to {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
