@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.config.loader import PROJECT_ROOT, ConfigError
@@ -188,11 +189,18 @@ def cmd_run(argv: list[str]) -> int:
         print(f"evalrun: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:  # RunInterrupted, or a signal before the run folder existed
+        if getattr(e, "record", None) is not None:  # the copies CI reads say what the record says
+            for what, write in _copies(args, e.record):
+                _report_or_warn(what, write)
         say_interrupted(e, "evalrun")
-        return 2
+        return int(getattr(e, "exit_code", 2))  # the record's: 2, or a verdict on disk before the signal
+    code = record.exit_code if record.exit_code is not None else 2
     if record.status == "error":
-        say_error(record, run_dir)
-        return record.exit_code if record.exit_code is not None else 2
+        try:
+            say_error(record, run_dir)
+        except KeyboardInterrupt as e:  # the error record is final: it keeps its outcome
+            _say_kept(e, record, run_dir)
+        return code
     return _after_run(args, record, run_dir, baseline_dir)
 
 
@@ -269,30 +277,74 @@ def _dry_run(args: argparse.Namespace, plan) -> int:
 
 
 def _after_run(args: argparse.Namespace, record, run_dir: Path, baseline_dir: Path) -> int:
-    """The terminal tables, ``--markdown`` / ``--junit`` copies and ``--update-baseline``
-    after a run that ended; returns the exit code (at least 2 when a baseline asked
-    for cannot be written)."""
-    from harness.report.summary import render_markdown, render_terminal
+    """The ``--markdown`` / ``--junit`` copies, the terminal tables and ``--update-baseline``
+    after a run whose record is final; returns the exit code (at least 2 when a baseline
+    asked for cannot be written).
 
-    _report_or_warn("terminal tables", lambda: render_terminal(record))
-    if args.markdown:
-        from harness.records.atomic import write_atomic
+    A stopping signal here keeps the record's outcome: the copies are finished (a
+    further signal no longer interrupts, :func:`harness.engine.server.install_stop_handlers`),
+    the tables and the baseline update are skipped, the last line says the outcome kept,
+    and the exit code is the record's."""
+    from harness.report.summary import render_terminal
 
-        _report_or_warn(str(args.markdown), lambda: write_atomic(args.markdown, render_markdown(record)))
-    if args.junit:
-        from harness.report.junit import write_junit
-
-        _report_or_warn(str(args.junit), lambda: write_junit(record, args.junit))
-    if args.update_baseline:
-        from harness.records.baselines import BaselineError, write_baselines
-
-        try:
-            for _, _, msg in write_baselines(record, run_dir, baseline_dir):
-                print(f"evalrun: {msg}", file=sys.stderr)
-        except (BaselineError, OSError) as e:
-            print(f"evalrun: baseline not written: {e}", file=sys.stderr)
-            return max(int(record.exit_code), 2)
+    copies = _copies(args, record)
+    done: set[str] = set()
+    try:
+        for what, write in copies:
+            _report_or_warn(what, write)
+            done.add(what)
+        _report_or_warn("terminal tables", lambda: render_terminal(record))
+        if args.update_baseline:
+            return _update_baseline(record, run_dir, baseline_dir)
+    except KeyboardInterrupt as e:
+        for what, write in copies:
+            if what not in done:
+                _report_or_warn(what, write)
+        skipped = "the terminal tables" + (" and the baseline update" if args.update_baseline else "")
+        _say_kept(e, record, run_dir, skipped)
     return int(record.exit_code)
+
+
+def _copies(args: argparse.Namespace, record) -> list[tuple[str, Callable[[], object]]]:
+    """The ``--markdown`` and ``--junit`` copies asked for: ``[(path, write)]``."""
+    from harness.records.atomic import write_atomic
+    from harness.report.junit import write_junit
+    from harness.report.summary import render_markdown
+
+    out: list[tuple[str, Callable[[], object]]] = []
+    if args.markdown:
+        out.append((str(args.markdown), lambda: write_atomic(args.markdown, render_markdown(record))))
+    if args.junit:
+        out.append((str(args.junit), lambda: write_junit(record, args.junit)))
+    return out
+
+
+def _update_baseline(record, run_dir: Path, baseline_dir: Path) -> int:
+    """``--update-baseline``: a baseline for every config whose gates all passed; the
+    exit code (the record's, at least 2 when a baseline cannot be written)."""
+    from harness.records.baselines import BaselineError, write_baselines
+
+    try:
+        for _, _, msg in write_baselines(record, run_dir, baseline_dir):
+            print(f"evalrun: {msg}", file=sys.stderr)
+    except (BaselineError, OSError) as e:
+        print(f"evalrun: baseline not written: {e}", file=sys.stderr)
+        return max(int(record.exit_code), 2)
+    return int(record.exit_code)
+
+
+def _say_kept(e: BaseException, record, run_dir: Path, skipped: str = "the rest of its report") -> None:
+    """The last line after a stopping signal that came once the record was final: the
+    record's outcome and exit code stand (never raises)."""
+    from harness.records.run_record import outcome_word
+
+    sig = str(e.args[0]) if e.args else "KeyboardInterrupt"
+    try:
+        print(f"evalrun: {sig} after the run's outcome was recorded: {outcome_word(record.outcome)} kept "
+              f"(exit {record.exit_code}); {skipped} skipped; record: {Path(run_dir) / 'run.json'}",
+              file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 def _report_or_warn(what: str, render) -> bool:
@@ -355,11 +407,22 @@ SUBCOMMANDS = {
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``evalrun`` console script. Returns (and exits with) the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    sub = argv[0] if argv and argv[0] in SUBCOMMANDS else None
+    from harness.engine.server import install_stop_handlers
+
+    # every command: a stopping signal is a KeyboardInterrupt, said in one line below (the
+    # run commands install their own handler, which writes the record first)
+    install_stop_handlers(lambda _name: None)
     try:
-        if argv and argv[0] in SUBCOMMANDS:
-            code = SUBCOMMANDS[argv[0]](argv[1:])
-        else:
-            code = cmd_run(argv)
+        code = SUBCOMMANDS[sub](argv[1:]) if sub else cmd_run(argv)
+    except KeyboardInterrupt as e:  # a signal outside a run's own handling: no record is final
+        sig = str(e.args[0]) if e.args else "KeyboardInterrupt"
+        try:
+            print(f"evalrun{' ' + sub if sub else ''}: interrupted ({sig}); INTERRUPTED (exit 2)",
+                  file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            pass
+        return 2
     except Exception as e:  # noqa: BLE001 - exit 1 means "a gate failed"; an unexpected error is 2
         import traceback
 

@@ -676,7 +676,9 @@ def install_stop_handlers(on_first: Callable[[str], None]) -> None:
     group at once (so in-flight requests end), and KeyboardInterrupt is raised in the
     main thread; each server's context manager then waits for its group to exit (up to
     :func:`stop_grace`, saying what it waits for). Any further signal never interrupts
-    that teardown: it speeds it up, sending SIGKILL to every live group (:func:`hurry`).
+    that teardown: it speeds it up, sending SIGKILL to every live group (:func:`hurry`),
+    and never interrupts what follows (the record and its reports). Called again, it
+    replaces the handlers (and starts counting anew).
     A signal that is ignored when this is called (``nohup``) stays ignored.
     """
     state = {"count": 0}
@@ -689,6 +691,9 @@ def install_stop_handlers(on_first: Callable[[str], None]) -> None:
             on_first(name)
             signal_all(signal.SIGTERM)
             raise KeyboardInterrupt(name)
+        if not live_servers():  # nothing to speed up: the record is being finished, say nothing
+            _HURRY.set()
+            return
         hurry()
         event(f"{name} again: sending SIGKILL to every server's process group; still waiting until they are gone")
 
