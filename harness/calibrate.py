@@ -113,6 +113,9 @@ def cli_main(argv: list[str]) -> int:
             from harness.runner import say_interrupted
 
             say_interrupted(e, "evalrun calibrate")
+            if getattr(e, "kept", None):  # that repeat's record kept its verdict; the calibration did not end
+                print(f"evalrun calibrate: interrupted ({e}) in run {i} of {args.repeat}; INTERRUPTED (exit 2)",
+                      file=sys.stderr, flush=True)
             return 2
         except OSError as e:  # RunFolderExistsError (never mix runs), ResultsFolderError (cannot write)
             print(f"evalrun calibrate: {e}", file=sys.stderr)

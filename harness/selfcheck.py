@@ -207,6 +207,9 @@ def _one_run(cfg, faults: dict[str, str | None], args, run_id: str | None, argv:
         from harness.runner import say_interrupted
 
         say_interrupted(e, "evalrun selfcheck")
+        if getattr(e, "kept", None):  # the run's record kept its verdict; the self-check was not judged
+            print(f"evalrun selfcheck: interrupted ({e}) before its checks were judged; INTERRUPTED (exit 2)",
+                  file=sys.stderr, flush=True)
         return 2
     if record.status == "error":  # an unexpected exception: nothing to judge the faults by
         print(f"evalrun selfcheck: {record.error.describe() if record.error else 'status error'}; "

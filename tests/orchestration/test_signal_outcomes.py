@@ -171,3 +171,14 @@ def test_a_signal_at_the_end_of_calibrate_is_interrupted_without_a_traceback(tmp
     assert code == 2 and "Traceback" not in err
     assert err.strip().splitlines()[-1] == "evalrun calibrate: interrupted (SIGTERM); INTERRUPTED (exit 2)"
     assert not (tmp_path / "results" / "cal" / "calibration.json").exists()
+
+
+def test_a_signal_after_a_repeat_verdict_still_ends_calibrate_as_interrupted(tmp_path, capsys, monkeypatch):
+    # the repeat's record keeps PASSED; calibrate's own outcome (no summary) is INTERRUPTED, said last
+    _signal_at(monkeypatch, runner, "write_html")
+    code = main(["calibrate", "--config", str(config(tmp_path, {}, {})), "--repeat", "2",
+                 "--results-dir", str(tmp_path / "results"), "--run-id", "cal", "--quiet"])
+    err = capsys.readouterr().err
+    rec = json.loads((tmp_path / "results" / "cal" / "run1" / "run.json").read_text())
+    assert code == 2 and "Traceback" not in err and rec["status"] == "completed" and rec["exit_code"] == 0
+    assert err.strip().splitlines()[-1] == "evalrun calibrate: interrupted (SIGTERM) in run 1 of 2; INTERRUPTED (exit 2)"
