@@ -170,7 +170,7 @@ def cmd_run(argv: list[str]) -> int:
     from harness.engine.devices import DeviceError
     from harness.records.atomic import ResultsFolderError
     from harness.report.progress import Progress
-    from harness.runner import RunFolderExistsError, RunOptions, run, say_interrupted, terminate_as_interrupt
+    from harness.runner import RunFolderExistsError, RunOptions, run, terminate_as_interrupt
 
     terminate_as_interrupt()
     progress = Progress(quiet=args.quiet)
@@ -183,25 +183,44 @@ def cmd_run(argv: list[str]) -> int:
         gpus=args.gpus, max_servers=args.max_servers, estimates=_gpu_estimates(plan, args),
         preflight_cache=not args.no_preflight_cache,
     )
+    from harness.records.recorder import LAST_FINAL
+
+    LAST_FINAL.clear()
     try:
-        record, run_dir = run(plan, opts)
-    except (RunFolderExistsError, ResultsFolderError, DeviceError) as e:
-        print(f"evalrun: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt as e:  # RunInterrupted, or a signal before the run folder existed
-        if getattr(e, "record", None) is not None:  # the copies CI reads say what the record says
-            for what, write in _copies(args, e.record):
-                _report_or_warn(what, write)
-        say_interrupted(e, "evalrun")
-        return int(getattr(e, "exit_code", 2))  # the record's: 2, or a verdict on disk before the signal
-    code = record.exit_code if record.exit_code is not None else 2
-    if record.status == "error":
         try:
+            record, run_dir = run(plan, opts)
+        except (RunFolderExistsError, ResultsFolderError, DeviceError) as e:
+            print(f"evalrun: {e}", file=sys.stderr)
+            return 2
+        if record.status == "error":
             say_error(record, run_dir)
-        except KeyboardInterrupt as e:  # the error record is final: it keeps its outcome
-            _say_kept(e, record, run_dir)
-        return code
-    return _after_run(args, record, run_dir, baseline_dir)
+            return record.exit_code if record.exit_code is not None else 2
+        return _after_run(args, record, run_dir, baseline_dir)
+    except KeyboardInterrupt as e:  # at any moment: the record's outcome, said last
+        return _signal_exit(e, args)
+
+
+def _signal_exit(e: KeyboardInterrupt, args: argparse.Namespace) -> int:
+    """The exit code after a stopping signal in ``evalrun --config``, with the last line
+    said (:func:`harness.runner.say_interrupted`) and the ``--markdown``/``--junit``
+    copies written from the record: the record's exit code when its final word was on
+    disk before the signal (it keeps its outcome), else 2 (``INTERRUPTED``, or no record)."""
+    from harness.records.recorder import LAST_FINAL
+    from harness.records.run_record import outcome_word
+    from harness.runner import RunInterrupted, say_interrupted
+
+    if not isinstance(e, RunInterrupted) and LAST_FINAL:  # after run() returned: its record is final
+        final = LAST_FINAL[-1]
+        sig = str(e.args[0]) if e.args else "KeyboardInterrupt"
+        code = final.record.exit_code if final.record.exit_code is not None else 2
+        e = RunInterrupted(final.run_dir, sig, [], exit_code=code, kept=outcome_word(final.record.outcome),
+                           record=final.record)
+    record = getattr(e, "record", None)
+    if record is not None:  # the copies CI reads say what the record says
+        for what, write in _copies(args, record):
+            _report_or_warn(what, write)
+    say_interrupted(e, "evalrun")
+    return int(getattr(e, "exit_code", 2))
 
 
 def _selected_plan(args: argparse.Namespace):
@@ -279,29 +298,15 @@ def _dry_run(args: argparse.Namespace, plan) -> int:
 def _after_run(args: argparse.Namespace, record, run_dir: Path, baseline_dir: Path) -> int:
     """The ``--markdown`` / ``--junit`` copies, the terminal tables and ``--update-baseline``
     after a run whose record is final; returns the exit code (at least 2 when a baseline
-    asked for cannot be written).
-
-    A stopping signal here keeps the record's outcome: the copies are finished (a
-    further signal no longer interrupts, :func:`harness.engine.server.install_stop_handlers`),
-    the tables and the baseline update are skipped, the last line says the outcome kept,
-    and the exit code is the record's."""
+    asked for cannot be written). A stopping signal here keeps the record's outcome
+    (:func:`_signal_exit`)."""
     from harness.report.summary import render_terminal
 
-    copies = _copies(args, record)
-    done: set[str] = set()
-    try:
-        for what, write in copies:
-            _report_or_warn(what, write)
-            done.add(what)
-        _report_or_warn("terminal tables", lambda: render_terminal(record))
-        if args.update_baseline:
-            return _update_baseline(record, run_dir, baseline_dir)
-    except KeyboardInterrupt as e:
-        for what, write in copies:
-            if what not in done:
-                _report_or_warn(what, write)
-        skipped = "the terminal tables" + (" and the baseline update" if args.update_baseline else "")
-        _say_kept(e, record, run_dir, skipped)
+    for what, write in _copies(args, record):
+        _report_or_warn(what, write)
+    _report_or_warn("terminal tables", lambda: render_terminal(record))
+    if args.update_baseline:
+        return _update_baseline(record, run_dir, baseline_dir)
     return int(record.exit_code)
 
 
@@ -331,20 +336,6 @@ def _update_baseline(record, run_dir: Path, baseline_dir: Path) -> int:
         print(f"evalrun: baseline not written: {e}", file=sys.stderr)
         return max(int(record.exit_code), 2)
     return int(record.exit_code)
-
-
-def _say_kept(e: BaseException, record, run_dir: Path, skipped: str = "the rest of its report") -> None:
-    """The last line after a stopping signal that came once the record was final: the
-    record's outcome and exit code stand (never raises)."""
-    from harness.records.run_record import outcome_word
-
-    sig = str(e.args[0]) if e.args else "KeyboardInterrupt"
-    try:
-        print(f"evalrun: {sig} after the run's outcome was recorded: {outcome_word(record.outcome)} kept "
-              f"(exit {record.exit_code}); {skipped} skipped; record: {Path(run_dir) / 'run.json'}",
-              file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass
 
 
 def _report_or_warn(what: str, render) -> bool:

@@ -1243,7 +1243,8 @@ def say_interrupted(e: BaseException, prog: str = "evalrun") -> None:
     pids = sorted(set(getattr(e, "leftover_pids", None) or []) | {p for v in left.values() for p in v})
     if kept:
         what = (f"{prog}: {sig} after the run's outcome was recorded: {kept} kept (exit "
-                f"{getattr(e, 'exit_code', 2)}); summary.html and the terminal tables skipped")
+                f"{getattr(e, 'exit_code', 2)}); summary.md and junit.xml say it, what was left of the reports "
+                "(terminal tables, summary.html, baseline update) skipped")
         where = f"; record: {Path(run_dir) / 'run.json'}" if run_dir else ""
     else:
         what = f"{prog}: interrupted ({sig}); INTERRUPTED (exit 2)"

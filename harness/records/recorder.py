@@ -67,6 +67,7 @@ class RunRecorder:
         self.done = True
         write_run(self.run_dir, self.record)
         self.final_written = True
+        LAST_FINAL[:] = [self]
 
     def mark_interrupted(self, signal_name: str) -> None:
         """Set status ``interrupted`` (exit code 2, ``interrupted_by``, end time) in the record."""
@@ -93,6 +94,9 @@ class RunRecorder:
 
 #: The recorder of the run in progress (at most one), for checkpoints and the signal handler.
 RECORDERS: list[RunRecorder] = []
+#: The recorder whose final word was written last in this process; kept after the run
+#: ends, so a signal that comes later (while the command prints its tables) keeps it.
+LAST_FINAL: list[RunRecorder] = []
 
 
 def checkpoint() -> None:
@@ -122,3 +126,4 @@ def write_final(run_dir: Path, record: RunRecord) -> None:
     write_run(run_dir, record)
     for rec in RECORDERS:
         rec.final_written = True
+    LAST_FINAL[:] = RECORDERS[-1:]

@@ -147,7 +147,7 @@ def test_a_signal_during_the_baseline_update_keeps_the_verdict(tmp_path, capsys,
     _signal_at(monkeypatch, baselines, "write_baselines")
     code, rec, err, _ = _run(tmp_path, capsys, "--update-baseline")
     assert _agree(code, rec, err) == "PASSED"
-    assert "baseline update skipped" in err.strip().splitlines()[-1]
+    assert "baseline update) skipped" in err.strip().splitlines()[-1]
 
 
 def test_a_signal_before_any_run_folder_exists_is_interrupted_without_a_record(tmp_path, capsys, monkeypatch):
@@ -182,3 +182,24 @@ def test_a_signal_after_a_repeat_verdict_still_ends_calibrate_as_interrupted(tmp
     rec = json.loads((tmp_path / "results" / "cal" / "run1" / "run.json").read_text())
     assert code == 2 and "Traceback" not in err and rec["status"] == "completed" and rec["exit_code"] == 0
     assert err.strip().splitlines()[-1] == "evalrun calibrate: interrupted (SIGTERM) in run 1 of 2; INTERRUPTED (exit 2)"
+
+
+def test_a_signal_as_the_run_folder_is_released_keeps_the_verdict(tmp_path, capsys, monkeypatch):
+    # after the reports, in run()'s own cleanup: the record is final, the command has not returned
+    import harness.records.run_folder as run_folder
+
+    _signal_at(monkeypatch, run_folder.RunFolderClaim, "release")
+    code, rec, err, _ = _run(tmp_path, capsys)
+    assert _agree(code, rec, err) == "PASSED"
+
+
+def test_a_signal_while_the_error_screen_prints_keeps_the_error(tmp_path, capsys, monkeypatch):
+    import harness.cli as cli
+
+    def boom(*a, **k):
+        raise RuntimeError("a bug in a stage")
+
+    monkeypatch.setattr(runner, "_config_results", boom)
+    _signal_at(monkeypatch, cli, "say_error")
+    code, rec, err, _ = _run(tmp_path, capsys)
+    assert _agree(code, rec, err) == "ERROR"
