@@ -51,7 +51,8 @@ outcomes and exit codes (the same word in the terminal, summary.md, HTML, JUnit,
   2  INCOMPLETE   no gate failed, but something required could not run (data, short data,
                   server arguments, a server that did not start or died)
   2  ERROR        an unexpected error stopped the run (the record is kept)
-  2  INTERRUPTED  SIGINT/SIGTERM/SIGHUP/SIGQUIT stopped the run (record written first)
+  2  INTERRUPTED  SIGINT/SIGTERM/SIGHUP/SIGQUIT stopped the run (record written first); a signal
+                  after the verdict is on disk keeps it and its exit code
   2  refused before running: config error, run id already claimed, short data (--dry-run too)
 """
 
