@@ -486,7 +486,7 @@ class VllmServer:
             self._owner = process_identity(os.getpid())
         ident, owner = self._identity or {}, self._owner or {}
         info = {
-            "pid": self.proc.pid, "pgid": ident.get("pgid"), "create_time": ident.get("create_time"),
+            "pid": self.proc.pid, "pgid": ident.get("pgid", self.proc.pid), "create_time": ident.get("create_time"),
             "cmdline": ident.get("cmdline"),
             "owner_pid": os.getpid(), "owner_create_time": owner.get("create_time"),
             "variant": self.name, "argv": self.argv, "stopped": False, **extra,
