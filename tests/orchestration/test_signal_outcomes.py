@@ -203,3 +203,52 @@ def test_a_signal_while_the_error_screen_prints_keeps_the_error(tmp_path, capsys
     _signal_at(monkeypatch, cli, "say_error")
     code, rec, err, _ = _run(tmp_path, capsys)
     assert _agree(code, rec, err) == "ERROR"
+
+
+def test_a_signal_while_selfcheck_judges_is_interrupted_without_a_traceback(tmp_path, capsys, monkeypatch):
+    import harness.selfcheck as selfcheck
+
+    _signal_at(monkeypatch, selfcheck, "judge_selfcheck")
+    code = main(["selfcheck", "--results-dir", str(tmp_path / "results"), "--run-id", "sc"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert err.strip().splitlines()[-1] == "evalrun selfcheck: interrupted (SIGTERM); INTERRUPTED (exit 2)"
+    assert not (tmp_path / "results" / "sc" / "selfcheck.json").exists()
+
+
+DRIVER = """
+import os, signal, sys
+import harness.runner as runner, harness.report.summary as summary, harness.tasks.lm_eval_gsm8k as lm
+from harness.cli import main
+runner._short_data = lambda *a, **k: False
+runner._preflight = lambda *a, **k: (False, {})
+runner._warm_imports = lambda: None
+runner._config_results = lambda *a, **k: iter(())
+lm.lm_eval_info = lambda: {"version": None, "gsm8k_task_version": None, "gsm8k_config": None,
+                           "pipelines": [], "error": "stub"}
+tables = summary.render_terminal
+def render_terminal(record):
+    os.kill(os.getpid(), signal.SIGTERM)
+    return tables(record)
+summary.render_terminal = render_terminal
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_sigterm_during_the_final_tables_exits_with_the_records_code_in_a_real_process(tmp_path):
+    """The same stubs in a process of its own: its real exit status (a KeyboardInterrupt
+    escaping to the interpreter would make it 130 / -SIGINT with a traceback)."""
+    import subprocess
+    import sys
+
+    from ..conftest import default_signals
+
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        [sys.executable, "-c", DRIVER, "--config", str(config(tmp_path, {}, {})), "--results-dir",
+         str(tmp_path / "results"), "--run-id", "r", "--quiet"],
+        cwd=repo, capture_output=True, text=True, timeout=120, preexec_fn=default_signals,
+        env={**os.environ, "PYTHONPATH": str(repo)},
+    )
+    rec = json.loads((tmp_path / "results" / "r" / "run.json").read_text())
+    assert _agree(proc.returncode, rec, proc.stderr) == "PASSED" and proc.returncode == 0
