@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.config.loader import PROJECT_ROOT, ConfigError
@@ -50,7 +51,8 @@ outcomes and exit codes (the same word in the terminal, summary.md, HTML, JUnit,
   2  INCOMPLETE   no gate failed, but something required could not run (data, short data,
                   server arguments, a server that did not start or died)
   2  ERROR        an unexpected error stopped the run (the record is kept)
-  2  INTERRUPTED  SIGINT/SIGTERM/SIGHUP/SIGQUIT stopped the run (record written first)
+  2  INTERRUPTED  SIGINT/SIGTERM/SIGHUP/SIGQUIT stopped the run (record written first); a signal
+                  after the verdict is on disk keeps it and its exit code
   2  refused before running: config error, run id already claimed, short data (--dry-run too)
 """
 
@@ -169,7 +171,7 @@ def cmd_run(argv: list[str]) -> int:
     from harness.engine.devices import DeviceError
     from harness.records.atomic import ResultsFolderError
     from harness.report.progress import Progress
-    from harness.runner import RunFolderExistsError, RunOptions, run, say_interrupted, terminate_as_interrupt
+    from harness.runner import RunFolderExistsError, RunOptions, run, terminate_as_interrupt
 
     terminate_as_interrupt()
     progress = Progress(quiet=args.quiet)
@@ -182,18 +184,44 @@ def cmd_run(argv: list[str]) -> int:
         gpus=args.gpus, max_servers=args.max_servers, estimates=_gpu_estimates(plan, args),
         preflight_cache=not args.no_preflight_cache,
     )
+    from harness.records.recorder import LAST_FINAL
+
+    LAST_FINAL.clear()
     try:
-        record, run_dir = run(plan, opts)
-    except (RunFolderExistsError, ResultsFolderError, DeviceError) as e:
-        print(f"evalrun: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt as e:  # RunInterrupted, or a signal before the run folder existed
-        say_interrupted(e, "evalrun")
-        return 2
-    if record.status == "error":
-        say_error(record, run_dir)
-        return record.exit_code if record.exit_code is not None else 2
-    return _after_run(args, record, run_dir, baseline_dir)
+        try:
+            record, run_dir = run(plan, opts)
+        except (RunFolderExistsError, ResultsFolderError, DeviceError) as e:
+            print(f"evalrun: {e}", file=sys.stderr)
+            return 2
+        if record.status == "error":
+            say_error(record, run_dir)
+            return record.exit_code if record.exit_code is not None else 2
+        return _after_run(args, record, run_dir, baseline_dir)
+    except KeyboardInterrupt as e:  # at any moment: the record's outcome, said last
+        return _signal_exit(e, args)
+
+
+def _signal_exit(e: KeyboardInterrupt, args: argparse.Namespace) -> int:
+    """The exit code after a stopping signal in ``evalrun --config``, with the last line
+    said (:func:`harness.runner.say_interrupted`) and the ``--markdown``/``--junit``
+    copies written from the record: the record's exit code when its final word was on
+    disk before the signal (it keeps its outcome), else 2 (``INTERRUPTED``, or no record)."""
+    from harness.records.recorder import LAST_FINAL
+    from harness.records.run_record import outcome_word
+    from harness.runner import RunInterrupted, say_interrupted
+
+    if not isinstance(e, RunInterrupted) and LAST_FINAL:  # after run() returned: its record is final
+        final = LAST_FINAL[-1]
+        sig = str(e.args[0]) if e.args else "KeyboardInterrupt"
+        code = final.record.exit_code if final.record.exit_code is not None else 2
+        e = RunInterrupted(final.run_dir, sig, [], exit_code=code, kept=outcome_word(final.record.outcome),
+                           record=final.record)
+    record = getattr(e, "record", None)
+    if record is not None:  # the copies CI reads say what the record says
+        for what, write in _copies(args, record):
+            _report_or_warn(what, write)
+    say_interrupted(e, "evalrun")
+    return int(getattr(e, "exit_code", 2))
 
 
 def _selected_plan(args: argparse.Namespace):
@@ -269,29 +297,45 @@ def _dry_run(args: argparse.Namespace, plan) -> int:
 
 
 def _after_run(args: argparse.Namespace, record, run_dir: Path, baseline_dir: Path) -> int:
-    """The terminal tables, ``--markdown`` / ``--junit`` copies and ``--update-baseline``
-    after a run that ended; returns the exit code (at least 2 when a baseline asked
-    for cannot be written)."""
-    from harness.report.summary import render_markdown, render_terminal
+    """The ``--markdown`` / ``--junit`` copies, the terminal tables and ``--update-baseline``
+    after a run whose record is final; returns the exit code (at least 2 when a baseline
+    asked for cannot be written). A stopping signal here keeps the record's outcome
+    (:func:`_signal_exit`)."""
+    from harness.report.summary import render_terminal
 
+    for what, write in _copies(args, record):
+        _report_or_warn(what, write)
     _report_or_warn("terminal tables", lambda: render_terminal(record))
-    if args.markdown:
-        from harness.records.atomic import write_atomic
-
-        _report_or_warn(str(args.markdown), lambda: write_atomic(args.markdown, render_markdown(record)))
-    if args.junit:
-        from harness.report.junit import write_junit
-
-        _report_or_warn(str(args.junit), lambda: write_junit(record, args.junit))
     if args.update_baseline:
-        from harness.records.baselines import BaselineError, write_baselines
+        return _update_baseline(record, run_dir, baseline_dir)
+    return int(record.exit_code)
 
-        try:
-            for _, _, msg in write_baselines(record, run_dir, baseline_dir):
-                print(f"evalrun: {msg}", file=sys.stderr)
-        except (BaselineError, OSError) as e:
-            print(f"evalrun: baseline not written: {e}", file=sys.stderr)
-            return max(int(record.exit_code), 2)
+
+def _copies(args: argparse.Namespace, record) -> list[tuple[str, Callable[[], object]]]:
+    """The ``--markdown`` and ``--junit`` copies asked for: ``[(path, write)]``."""
+    from harness.records.atomic import write_atomic
+    from harness.report.junit import write_junit
+    from harness.report.summary import render_markdown
+
+    out: list[tuple[str, Callable[[], object]]] = []
+    if args.markdown:
+        out.append((str(args.markdown), lambda: write_atomic(args.markdown, render_markdown(record))))
+    if args.junit:
+        out.append((str(args.junit), lambda: write_junit(record, args.junit)))
+    return out
+
+
+def _update_baseline(record, run_dir: Path, baseline_dir: Path) -> int:
+    """``--update-baseline``: a baseline for every config whose gates all passed; the
+    exit code (the record's, at least 2 when a baseline cannot be written)."""
+    from harness.records.baselines import BaselineError, write_baselines
+
+    try:
+        for _, _, msg in write_baselines(record, run_dir, baseline_dir):
+            print(f"evalrun: {msg}", file=sys.stderr)
+    except (BaselineError, OSError) as e:
+        print(f"evalrun: baseline not written: {e}", file=sys.stderr)
+        return max(int(record.exit_code), 2)
     return int(record.exit_code)
 
 
@@ -355,11 +399,22 @@ SUBCOMMANDS = {
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``evalrun`` console script. Returns (and exits with) the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    sub = argv[0] if argv and argv[0] in SUBCOMMANDS else None
+    from harness.engine.server import install_stop_handlers
+
+    # every command: a stopping signal is a KeyboardInterrupt, said in one line below (the
+    # run commands install their own handler, which writes the record first)
+    install_stop_handlers(lambda _name: None)
     try:
-        if argv and argv[0] in SUBCOMMANDS:
-            code = SUBCOMMANDS[argv[0]](argv[1:])
-        else:
-            code = cmd_run(argv)
+        code = SUBCOMMANDS[sub](argv[1:]) if sub else cmd_run(argv)
+    except KeyboardInterrupt as e:  # a signal outside a run's own handling: no record is final
+        sig = str(e.args[0]) if e.args else "KeyboardInterrupt"
+        try:
+            print(f"evalrun{' ' + sub if sub else ''}: interrupted ({sig}); INTERRUPTED (exit 2)",
+                  file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            pass
+        return 2
     except Exception as e:  # noqa: BLE001 - exit 1 means "a gate failed"; an unexpected error is 2
         import traceback
 

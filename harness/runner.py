@@ -38,13 +38,14 @@ from harness.engine.info import EngineInfoError, check_effective, model_runner_f
 from harness.engine.preflight import ASYNC_NOT_SUPPORTED, ServerCommand, check_server_commands
 from harness.engine.preflight_cache import CACHE_NAME, cache_key, cached_all_clear, store_all_clear
 from harness.engine.pool import DevicePool, Job, ServerPlan, new_pool, run_jobs, server_plan
-from harness.engine.server import ServerStartError, find_leftover_servers, interrupting, unstopped
+from harness.engine.leftovers import find_leftover_servers
+from harness.engine.server import ServerStartError, interrupting, unstopped
 from harness.engine.session import VariantSession, counter_problem
 from harness.faults.plugin import REPORT_ENV
 from harness.models.resolve import resolve_model
 from harness.records.atomic import ResultsFolderError, check_results_folder, write_atomic
 from harness.records.recorder import (
-    EXIT_COULD_NOT_RUN, EXIT_GATE_FAILED, EXIT_PASSED, RECORDERS, RunRecorder, checkpoint, finish_all, interrupt_all,
+    EXIT_COULD_NOT_RUN, EXIT_GATE_FAILED, EXIT_PASSED, RECORDERS, RunRecorder, checkpoint, interrupt_all, write_final,
 )
 from harness.records.results import (
     config_result, plugin_dir, plugin_report, reject_counters, rel, requested, rerun_record,
@@ -55,7 +56,7 @@ from harness.records.run_record import (
     BaselineInfo, ConfigRef, ConfigResult, ConfigWarningRecord, DatasetRef,
     LeftoverServerRecord, LmEvalInfo, LmEvalTaskRecord, PreflightProblemRecord, PreflightRecord,
     RerunRecord, RunErrorRecord, RunRecord, ServerRecord, SubsetWarning, VariantResult, new_run_id, provenance,
-    utc_now, write_run,
+    outcome_word, utc_now,
 )
 from harness.records.samples import Sample, write_jsonl
 from harness.report.dry_run import subset_warnings
@@ -106,20 +107,30 @@ ERROR_LOG = "logs/evalrun-error.log"
 
 class RunInterrupted(KeyboardInterrupt):
     """A stopping signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT) ended the run; every server
-    was torn down first and the partial record written.
+    was torn down first and the record written.
 
     Attributes:
-        run_dir: the run folder holding the partial ``run.json``.
+        run_dir: the run folder holding ``run.json``.
         signal_name: e.g. ``SIGHUP`` (or ``KeyboardInterrupt``).
         leftover_pids: processes of evalrun's servers still alive after teardown
             (empty when the check found none).
+        exit_code: the exit code the record says: 2 (``interrupted``), or the final
+            verdict's when the signal came after it was on disk.
+        kept: the outcome word (``PASSED``, ``FAILED``, ...) when the record was final
+            before the signal and keeps its outcome, else None (``INTERRUPTED``).
+        record: the record as written (None when none was).
     """
 
-    def __init__(self, run_dir: Path, signal_name: str, leftover_pids: list[int]) -> None:
+    def __init__(self, run_dir: Path, signal_name: str, leftover_pids: list[int],
+                 exit_code: int = EXIT_COULD_NOT_RUN, kept: str | None = None,
+                 record: RunRecord | None = None) -> None:
         super().__init__(signal_name)
+        self.record = record
         self.run_dir = run_dir
         self.signal_name = signal_name
         self.leftover_pids = leftover_pids
+        self.exit_code = exit_code
+        self.kept = kept
 
 
 @dataclass
@@ -226,20 +237,22 @@ def _run_claimed(plan: Plan, opts: RunOptions, run_id: str, run_dir: Path,
     record, lm_eval_done = _new_record(plan, opts, run_id)
     recorder = RunRecorder(record, run_dir)
     RECORDERS[:] = [recorder]
-    recorder.save()  # the record exists from the start: status running
     try:
-        return _run_plan(plan, opts, run_dir, record, recorder, lm_eval_done, sp), run_dir
-    except KeyboardInterrupt as e:
+        try:
+            recorder.save()  # the record exists from the start: status running
+            return _run_plan(plan, opts, run_dir, record, recorder, lm_eval_done, sp), run_dir
+        except Exception as e:  # noqa: BLE001 - an unexpected error is data: the record keeps it
+            recorder.done = True  # the error record is the final word: a signal's handler writes nothing
+            lm_eval_done(timeout=5.0)
+            return record_error(record, run_dir, e, PLACE, opts.progress), run_dir
+    except KeyboardInterrupt as e:  # also one arriving while the verdict or the error is written
         raise _interrupted(e, recorder, lm_eval_done) from None
-    except Exception as e:  # noqa: BLE001 - an unexpected error is data: the record keeps it
-        recorder.done = True  # the error record is the final word: a later signal leaves it alone
-        lm_eval_done(timeout=5.0)
-        return record_error(record, run_dir, e, PLACE, opts.progress), run_dir
 
 
 def _new_record(plan: Plan, opts: RunOptions, run_id: str) -> tuple[RunRecord, Callable[..., None]]:
     """The run's record at its start (status ``running``): provenance, and servers an
-    earlier run left in ``opts.results_dir`` (each named with the command to end it).
+    earlier run left in ``opts.results_dir`` (:mod:`harness.engine.leftovers`: only an identified
+    one is named with the command to end it).
     lm-eval's version and task version are filled in by a thread; the second item joins
     it (``lm_eval_done(timeout=None)``), called before any server starts and before
     every final write of the record."""
@@ -263,7 +276,8 @@ def _new_record(plan: Plan, opts: RunOptions, run_id: str) -> tuple[RunRecord, C
     lm_thread.start()
     record.provenance.allow_contamination = opts.allow_contamination
     record.leftover_servers = [
-        LeftoverServerRecord(pid=lo.pid, pid_file=str(lo.pid_file), command=lo.command, kill_command=lo.kill_command)
+        LeftoverServerRecord(verdict=lo.verdict, pid=lo.pid, pid_file=str(lo.pid_file), command=lo.command,
+                             reason=lo.reason, kill_command=lo.kill_command)
         for lo in leftovers
     ]
     return record, lm_thread.join
@@ -313,22 +327,26 @@ def _warm_imports() -> None:
 def _interrupted(e: KeyboardInterrupt, recorder: RunRecorder, lm_eval_done: Callable[..., None]) -> RunInterrupted:
     """After a stopping signal: the signal handler wrote the record (interrupted) before
     any server was stopped; every server's context manager has now stopped its process
-    group. Check, rewrite the record and its reports; the :class:`RunInterrupted` to raise."""
+    group. Check, rewrite the record and its reports; the :class:`RunInterrupted` to raise.
+
+    A record whose final word (verdict or error) was on disk before the signal keeps it:
+    only ``summary.md`` and ``junit.xml`` are written again (the signal may have cut them
+    short), ``summary.html`` is left, and the exit code is the record's."""
     # (variants side by side: every job thread has ended, :func:`harness.engine.pool.run_jobs`)
     record, run_dir = recorder.record, recorder.run_dir
     leftover = sorted({pid for pids in unstopped().values() for pid in pids})
     sig = str(e.args[0]) if e.args else "KeyboardInterrupt"
-    recorder.mark_interrupted(sig)
-    recorder.done = True
-    lm_eval_done(timeout=5.0)
-    recorder.final()
-    try:  # CI's test-report step shows INTERRUPTED, not an absent or green file
-        write_junit(record, run_dir / "junit.xml")
-        write_atomic(run_dir / "summary.md", render_markdown(record, run_dir))
-    except Exception as err:  # noqa: BLE001 - a report must never hide the interrupt
-        print(f"evalrun: warning: reports of the interrupted run not written: {type(err).__name__}: {err}",
-              file=sys.stderr)
-    return RunInterrupted(run_dir, sig, leftover)
+    kept = recorder.final_written and record.status != "interrupted"
+    if not kept:
+        recorder.mark_interrupted(sig)
+        recorder.done = True
+        lm_eval_done(timeout=5.0)
+        recorder.final()
+    # CI's test-report step shows the record's outcome, not an absent or stale file
+    write_reports(record, run_dir, html=False)
+    code = record.exit_code if kept and record.exit_code is not None else EXIT_COULD_NOT_RUN
+    return RunInterrupted(run_dir, sig, leftover, exit_code=code, kept=outcome_word(record.outcome) if kept else None,
+                          record=record)
 
 
 def record_error(record: RunRecord, run_dir: Path, exc: BaseException, place: Place,
@@ -369,7 +387,7 @@ def record_error(record: RunRecord, run_dir: Path, exc: BaseException, place: Pl
         if progress is not None:
             progress.warn(f"{run_dir / ERROR_LOG}: traceback not written: {e}")
     try:
-        write_run(run_dir, record)
+        write_final(run_dir, record)  # from here on a signal keeps the error outcome
     except OSError as e:
         raise ResultsFolderError(
             f"run folder {run_dir}: the record cannot be written: {e.strerror or e} "
@@ -397,26 +415,26 @@ def _finish(record: RunRecord, run_dir: Path, could_not_run: bool) -> RunRecord:
     record.status = "completed" if not could_not_run else "incomplete"
     record.passed, record.exit_code = passed, code
     record.provenance.ended_at = utc_now()
-    write_run(run_dir, record)
-    finish_all()  # the verdict is on disk: a later signal must not turn it into "interrupted"
+    write_final(run_dir, record)  # from here on a signal keeps this verdict
     write_reports(record, run_dir)
     return record
 
 
-def write_reports(record: RunRecord, run_dir: Path) -> list[str]:
-    """Write ``summary.md``, ``junit.xml`` and ``summary.html`` into ``run_dir`` (each
-    atomically). A report that fails to render or write is a warning on stderr naming
-    the file and the error, never the run's verdict.
+def write_reports(record: RunRecord, run_dir: Path, html: bool = True) -> list[str]:
+    """Write ``summary.md``, ``junit.xml`` and (``html``) ``summary.html`` into
+    ``run_dir`` (each atomically). A report that fails to render or write is a warning
+    on stderr naming the file and the error, never the run's verdict.
 
     Returns:
         the warnings (empty when every report was written).
     """
     warnings: list[str] = []
-    writers = (
+    writers = [
         ("summary.md", lambda: write_atomic(run_dir / "summary.md", render_markdown(record, run_dir))),
         ("junit.xml", lambda: write_junit(record, run_dir / "junit.xml")),
-        ("summary.html", lambda: write_html(record, run_dir)),
-    )
+    ]
+    if html:
+        writers.append(("summary.html", lambda: write_html(record, run_dir)))
     for name, write in writers:
         try:
             write()
@@ -1210,15 +1228,22 @@ def say_interrupted(e: BaseException, prog: str = "evalrun") -> None:
     """
     sig = getattr(e, "signal_name", None) or (str(e.args[0]) if e.args else "KeyboardInterrupt")
     run_dir = getattr(e, "run_dir", None)
+    kept = getattr(e, "kept", None)
     left = unstopped()
     pids = sorted(set(getattr(e, "leftover_pids", None) or []) | {p for v in left.values() for p in v})
-    where = f"; partial record: {Path(run_dir) / 'run.json'}" if run_dir else ""
+    if kept:
+        what = (f"{prog}: {sig} after the run's outcome was recorded: {kept} kept (exit "
+                f"{getattr(e, 'exit_code', 2)}); summary.md and junit.xml say it, what was left of the reports "
+                "(terminal tables, summary.html, baseline update) skipped")
+        where = f"; record: {Path(run_dir) / 'run.json'}" if run_dir else ""
+    else:
+        what = f"{prog}: interrupted ({sig}); INTERRUPTED (exit 2)"
+        where = f"; partial record: {Path(run_dir) / 'run.json'}" if run_dir else "; no run record was written"
     if pids:
-        msg = (f"{prog}: interrupted ({sig}); WARNING: server processes are still alive: {pids} "
+        msg = (f"{what}; WARNING: server processes are still alive: {pids} "
                f"({', '.join(left) or 'evalrun servers'}); end them with: kill -KILL {' '.join(map(str, pids))}{where}")
     else:
-        msg = (f"{prog}: interrupted ({sig}); every server evalrun started was stopped "
-               f"(checked: none of their processes remains){where}")
+        msg = f"{what}; every server evalrun started was stopped (checked: none of their processes remains){where}"
     try:
         print(msg, file=sys.stderr, flush=True)
     except (OSError, ValueError):

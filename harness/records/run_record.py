@@ -323,13 +323,26 @@ class PreflightRecord(_Model):
 
 
 class LeftoverServerRecord(_Model):
-    """A vLLM server an earlier evalrun run started and left running (found before this
-    run launched anything), with the shell command that ends it."""
+    """A pid file of an earlier run whose process may still run (found before this run
+    launched anything; :mod:`harness.engine.leftovers`).
 
-    pid: int
+    Attributes:
+        verdict: ``leftover`` (pid, start time and command line match the record and
+            its run is gone), ``cannot_tell`` (the file lacks what it takes to be sure)
+            or ``invalid`` (the file cannot be the record of an evalrun server).
+        pid: the recorded pid (None when the file names no usable one).
+        pid_file: the file read.
+        command: the server's command line (live for a leftover, else as recorded).
+        reason: why this verdict.
+        kill_command: the shell command that ends its process group; only for a leftover.
+    """
+
+    verdict: Literal["leftover", "cannot_tell", "invalid"] = "leftover"
+    pid: int | None = None
     pid_file: str
-    command: str
-    kill_command: str
+    command: str = ""
+    reason: str = ""
+    kill_command: str | None = None
 
 
 class PluginReport(_Model):

@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+from harness.records.atomic import write_atomic
 from harness.report.diff import diff_runs
 from harness.report.diff_render import render_diff_markdown
 from harness.report.diff_sides import DiffError, SidePeek, load_side, peek, resolve_side
@@ -86,7 +87,7 @@ def cli_main(argv: list[str]) -> int:
     text = json.dumps(d.to_json(), indent=2) + "\n" if args.json else render_diff_markdown(d, args.max_flipped)
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(text, encoding="utf-8")
+        write_atomic(args.output, text)
         print(f"evalrun diff: written to {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
