@@ -285,7 +285,7 @@ def _comparison_gates(config: ModelConfig, comp: ComparisonSpec) -> list[Gate]:
                              + (", Holm-corrected across the config's accuracy-drop gates)"
                                 if g.multiple_testing == "holm" else ")")),
             ))
-        if comp.min_output_match is not None:
+        if comp.min_output_match is not None and not config.tasks[tname].samples:
             out.append(_output_match_gate(comp, comp.min_output_match, f"{c}/{pair}/{tname}/min_output_match", base))
         if comp.max_acceptance_length_drop is not None and spec_pair:
             out.append(MaxAcceptanceLengthDrop(
@@ -294,6 +294,33 @@ def _comparison_gates(config: ModelConfig, comp: ComparisonSpec) -> list[Gate]:
                 description="drop of mean acceptance length from baseline to candidate",
             ))
     return out
+
+
+def sampling_notes(config: ModelConfig) -> list[str]:
+    """Why the plan has no output-match gate for a task that samples (temperature > 0, or
+    none sent: :attr:`~harness.config.loader.TaskSpec.samples`) although a comparison asks
+    for one; one sentence per such task, for the dry run and the record."""
+    out = []
+    for tname, t in config.tasks.items():
+        comps = [f"{x.baseline}->{x.candidate}" for x in config.comparisons
+                 if x.min_output_match is not None and (not x.tasks or tname in x.tasks)]
+        if not t.samples or not comps:
+            continue
+        temp = "not sent (the server's default)" if t.temperature is None else f"{t.temperature:g}"
+        out.append(
+            f"task {tname} samples (temperature {temp}, seed {'none sent' if t.seed is None else t.seed}): "
+            f"no min_output_match gate (nor its noise rerun or divergence judging) for {', '.join(comps)}: two "
+            "correct samplers draw different tokens, so a token-sequence match would fail a correct engine "
+            "by construction; these comparisons are judged on accuracy (paired) and acceptance until a "
+            "sampling-aware verdict exists")
+    return out
+
+
+def greedy_output_match(config: ModelConfig, comp: ComparisonSpec) -> bool:
+    """``comp`` asks for output match and gates at least one greedy task (so its noise
+    rerun and the reference's log-probabilities are worth their cost)."""
+    return comp.min_output_match is not None and any(
+        not config.tasks[t].samples for t in (comp.tasks or config.tasks))
 
 
 def _output_match_gate(comp: ComparisonSpec, limit: float, gate_id: str, base: dict[str, Any]) -> MinOutputMatch:

@@ -114,8 +114,13 @@ class TaskSpec(_Frozen):
         num_questions_up_to: ``num_questions`` is a maximum, not a count.
         num_fewshot: few-shot examples prepended to each prompt.
         max_tokens: completion budget per request, in tokens.
-        temperature: sampling temperature (0 = greedy; output match needs greedy).
-        seed: per-request sampling seed sent to the server.
+        temperature: sampling temperature (0 = greedy). None: not sent, the server's
+            default applies (the model's generation config; vLLM's ``gsm8k_eval.py``
+            omits a None temperature). A task that samples (temperature > 0 or None,
+            :attr:`samples`) gets no token-sequence output-match gate.
+        seed: per-request sampling seed sent to the server (``seed`` of the request
+            body); None: no seed is sent, as vLLM's ``gsm8k_eval.py`` does for
+            ``seed: null`` (for engines that refuse per-request seeds).
         required: when False, a task whose data cannot be had is reported as
             ``not run`` (loudly, and never as passed) instead of stopping the run.
         lm_eval_task: kind ``lm_eval`` only: the lm-eval task name (``gsm8k_cot``,
@@ -141,8 +146,8 @@ class TaskSpec(_Frozen):
     num_questions_up_to: bool = False
     num_fewshot: int = Field(default=5, ge=0)
     max_tokens: int = Field(default=256, ge=1)
-    temperature: float = Field(default=0.0, ge=0.0)
-    seed: int = 42
+    temperature: float | None = Field(default=0.0, ge=0.0)
+    seed: int | None = 42
     required: bool = True
     gates: "GateSpec | None" = None
     lm_eval_task: str | None = None
@@ -154,11 +159,21 @@ class TaskSpec(_Frozen):
     def _lm_eval_needs_a_task(self) -> "TaskSpec":
         if self.kind != "gsm8k" and (self.gen_prefix or self.use_chat_completions):
             raise ValueError("gen_prefix / use_chat_completions are only for kind gsm8k")
+        if self.kind == "lm_eval" and (self.seed is None or self.temperature is None):
+            raise ValueError("kind lm_eval needs a seed and a temperature (lm-eval seeds its own sampling "
+                             "with them); seed: null / temperature: null are for kinds gsm8k and synthetic")
         if self.kind == "lm_eval" and not self.lm_eval_task:
             raise ValueError("kind lm_eval needs lm_eval_task (an lm-eval task name, e.g. gsm8k_cot)")
         if self.kind != "lm_eval" and (self.lm_eval_task or self.lm_eval_include_path):
             raise ValueError("lm_eval_task / lm_eval_include_path are only for kind lm_eval")
         return self
+
+    @property
+    def samples(self) -> bool:
+        """The task samples: temperature above 0, or not sent (None: the server's default,
+        which may sample). Two correct samplers draw different tokens, so a sampling task
+        gets no token-sequence output-match gate (:func:`harness.config.gates.plan_gates`)."""
+        return self.temperature is None or self.temperature > 0
 
 
 class GateSpec(_Frozen):
@@ -497,7 +512,8 @@ class VllmGsm8kConfig(_Frozen):
     """vLLM's GSM8K config form (``tests/evals/gsm8k/configs/*.yaml``), read unchanged.
 
     Every key vLLM's current ``test_gsm8k_correctness.py`` reads, with its defaults:
-    tolerance 0.08 (absolute), max_tokens 256, temperature 0, seed 42,
+    tolerance 0.08 (absolute), max_tokens 256, temperature 0, seed 42 (``seed: null``: no
+    per-request seed is sent; ``temperature: null``: none is sent, the server's default applies),
     ``use_chat_completions`` false, ``gen_prefix`` "", ``max_concurrency`` none (aiohttp's
     limit of 100), ``request_timeout_seconds`` 600, ``rocm_request_timeout_seconds``
     (used instead on ROCm only, as vLLM's test does), ``startup_max_wait_seconds`` 1200
@@ -517,8 +533,8 @@ class VllmGsm8kConfig(_Frozen):
     startup_max_wait_seconds: float = Field(default=DEFAULT_STARTUP_MAX_WAIT_SECONDS, gt=0)
     min_acceptance_length: float | None = Field(default=None, ge=1.0)
     max_tokens: int = Field(default=256, ge=1)
-    temperature: float = Field(default=0.0, ge=0.0)
-    seed: int = 42
+    temperature: float | None = Field(default=0.0, ge=0.0)
+    seed: int | None = 42
     use_chat_completions: bool = False
     gen_prefix: str = ""
     max_concurrency: int | None = Field(default=None, ge=1)

@@ -7,6 +7,7 @@ from typing import Any, Sequence
 
 from harness.analysis.familywise import family_false_fail
 from harness.analysis.stats import floor_margin, min_detectable_drop
+from harness.config.gates import sampling_notes
 from harness.config.loader import GateSpec, ModelConfig
 from harness.config.plan import Plan
 from harness.report.cost import cost_json, render_cost
@@ -234,7 +235,8 @@ def family_false_fail_of(config: ModelConfig) -> dict[str, Any]:
             if comp.max_accuracy_drop is not None:
                 drops.append((n, comp.expected_discordance, comp.max_accuracy_drop, comp.alpha))
                 holm |= config.gates_for(tname).multiple_testing == "holm"
-            if comp.min_output_match is not None and (comp.noise_runs > 1 or comp.noise_mismatch_rate is not None):
+            if (comp.min_output_match is not None and not config.tasks[tname].samples
+                    and (comp.noise_runs > 1 or comp.noise_mismatch_rate is not None)):
                 om_alphas.append(comp.output_match_alpha or comp.alpha)
     acc = family_false_fail(drops, holm=holm) if drops else 0.0
     keep = 1.0 - acc
@@ -383,7 +385,9 @@ def render_plan(plan: Plan, only: Sequence[str] | None = None,
             s = t.spec
             lines.append(
                 f"  task {t.name}: {s.kind}, questions={s.num_questions or 'all'}, "
-                f"fewshot={s.num_fewshot}, max_tokens={s.max_tokens}, temperature={s.temperature}"
+                f"fewshot={s.num_fewshot}, max_tokens={s.max_tokens}, "
+                + ("temperature not sent (server default)" if s.temperature is None else f"temperature={s.temperature}")
+                + (", seed not sent" if s.seed is None else f", seed={s.seed}")
                 + (", /v1/chat/completions (one user message, no stop strings)" if s.use_chat_completions else "")
                 + (f", gen_prefix={s.gen_prefix!r}" if s.gen_prefix else "")
                 + ("" if s.required else ", optional (reported as not run when data is missing)")
@@ -392,6 +396,7 @@ def render_plan(plan: Plan, only: Sequence[str] | None = None,
             row = (counts or {}).get(t.id)
             if row and row["refused"]:
                 lines.append(f"    REFUSED: {row['refused']}")
+        lines += [f"  note: {n}" for n in sampling_notes(c)]
         lines += render_runner_cost(c)
         lines += render_detectable_drops(c, only=only)
         lines += render_family(c)
@@ -433,6 +438,7 @@ def plan_json(plan: Plan, only: Sequence[str] | None = None,
     for entry, cp in zip(out, plan.configs):
         entry["detectable_drops"] = detectable_drops(cp.config, only=only)
         entry["family_false_fail"] = family_false_fail_of(cp.config)
+        entry["sampling_notes"] = sampling_notes(cp.config)
         if counts is not None:
             entry["data"] = {t.id: counts.get(t.id) for t in cp.tasks}
         if cost is not None:
