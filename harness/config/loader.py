@@ -207,6 +207,16 @@ class GateSpec(_Frozen):
         max_truncation_rate: largest allowed share of successful completions cut by
             ``max_tokens`` (``finish_reason: length``), per variant and task; None
             (default) disables the gate (the share is recorded and shown either way).
+        position_acceptance_rtol: relative tolerance of the per-position acceptance
+            gates (``max_position_acceptance_drop`` between two speculative variants with
+            the same speculative config, ``baseline_position_acceptance_drop`` against the
+            stored baseline): a draft position fails when its acceptance rate
+            (accepted_per_pos[i] / drafts) is below ``(1 - rtol)`` times the other side's
+            and the drop is significant; default 0.05, vLLM's own spec-decode acceptance
+            tests' ``DEFAULT_RTOL``. None disables both gates.
+        position_acceptance_alpha: one-sided level of the per-position test (pooled
+            two-proportion z test on the counts, Holm-corrected across the positions of
+            one gate).
     """
 
     accuracy_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
@@ -220,6 +230,8 @@ class GateSpec(_Frozen):
     baseline_alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
     multiple_testing: Literal["none", "holm"] = "none"
     max_truncation_rate: float | None = Field(default=None, ge=0.0, le=1.0)
+    position_acceptance_rtol: float | None = Field(default=0.05, ge=0.0, lt=1.0)
+    position_acceptance_alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
 
 
 TaskSpec.model_rebuild()
