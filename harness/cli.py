@@ -254,7 +254,8 @@ def _dry_run(args: argparse.Namespace, plan) -> int:
 
     counts = data_counts(plan, args.data_dir)
     try:
-        cost = plan_cost(plan, args.results_dir, only=args.variant)
+        cost = plan_cost(plan, args.results_dir, only=args.variant, gpus=args.gpus, max_servers=args.max_servers,
+                         assume_devices=True)
     except ValueError as e:
         raise _Refused(str(e)) from None
     if args.json:
