@@ -1236,12 +1236,36 @@ def _vllm_variants(c: VllmGsm8kConfig, argv: list[str], spec: SpeculativeConfigS
         if ev.model_runner is not None:
             variants = {k: v.model_copy(update={"model_runner": ev.model_runner}) for k, v in variants.items()}
         if ev.v1_runner_variants:  # the same variants and comparisons on vLLM's V1 model runner
-            for name in [n for n in ("reference", "spec_sync", "spec_async") if n in variants]:
-                variants[f"{name}_v1"] = variants[name].model_copy(update={"model_runner": "v1"})
-            comparisons += tuple(
-                x.model_copy(update={"baseline": x.baseline + "_v1", "candidate": x.candidate + "_v1"})
-                for x in comparisons)
+            variants, comparisons = v1_twins(variants, comparisons)
     return argv, variants, comparisons
+
+
+#: Suffix of a variant's V1-runner twin (:func:`v1_twins`).
+V1_TWIN_SUFFIX = "_v1"
+
+
+def v1_twins(variants: dict[str, VariantSpec], comparisons: tuple[ComparisonSpec, ...]
+             ) -> tuple[dict[str, VariantSpec], tuple[ComparisonSpec, ...]]:
+    """``variants`` and ``comparisons`` plus the V1-runner twin of every variant that does
+    not already ask for V1 (``<name>_v1``, ``model_runner: v1``, otherwise the same) and
+    of every comparison between two twinned variants (between their twins). A variant
+    that already has a twin of that name keeps it."""
+    out = dict(variants)
+    twinned = [n for n, v in variants.items() if v.model_runner != "v1" and n + V1_TWIN_SUFFIX not in variants]
+    for name in twinned:
+        out[name + V1_TWIN_SUFFIX] = variants[name].model_copy(update={"model_runner": "v1"})
+    extra = tuple(x.model_copy(update={"baseline": x.baseline + V1_TWIN_SUFFIX,
+                                       "candidate": x.candidate + V1_TWIN_SUFFIX})
+                  for x in comparisons if x.baseline in twinned and x.candidate in twinned)
+    return out, comparisons + extra
+
+
+def with_v1_runner_variants(config: ModelConfig) -> ModelConfig:
+    """``config`` with the V1-runner twins of :func:`v1_twins` (``--v1-runner-variants``):
+    the nightly runs the engine's default model runner, and covering vLLM's V1 runner too
+    is an opt-in that costs one more pass of every task per twin."""
+    variants, comparisons = v1_twins(dict(config.variants), config.comparisons)
+    return config.model_copy(update={"variants": variants, "comparisons": comparisons})
 
 
 def _from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict | None = None,

@@ -403,3 +403,21 @@ def config_cost_weights(configs: Iterable[ConfigPlan], records: Sequence[RunReco
     for v in estimate_plan(plan, records, gpus=True):
         totals[v.config] += v.seconds * max(1, v.need)
     return {name: max(1, math.ceil(w)) for name, w in totals.items()}
+
+
+def twin_cost(default: PlanCost, with_twins: PlanCost) -> dict[str, Any]:
+    """What the V1-runner twins (``--v1-runner-variants``) add to a list: ``{"variants":
+    [twin ids], "passes": int, "wall_seconds": extra wall time, "gpu_seconds": extra
+    GPU-seconds}`` (estimates, the difference of the two schedules)."""
+    have = {(v.config, v.variant) for v in default.variants}
+    added = [f"{v.config}/{v.variant}" for v in with_twins.variants if (v.config, v.variant) not in have]
+    return {"variants": added, "passes": len(added),
+            "wall_seconds": with_twins.wall_seconds - default.wall_seconds,
+            "gpu_seconds": with_twins.gpu_seconds - default.gpu_seconds}
+
+
+def render_twin_cost(t: dict[str, Any]) -> str:
+    """The dry run's line on the V1-runner twins that are not run (:func:`twin_cost`)."""
+    return (f"  V1-runner twins: not run (every variant runs the engine's default model runner); "
+            f"--v1-runner-variants adds {t['passes']} variant(s) ({', '.join(t['variants'])}): "
+            f"+{_s(t['wall_seconds'])} wall, +{t['gpu_seconds']:,.0f} GPU-seconds (estimated)")
