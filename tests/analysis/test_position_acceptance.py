@@ -165,3 +165,27 @@ def test_family_wise_budget_counts_the_position_gates():
     # each position gate fails an unchanged build with probability at most its alpha (Holm
     # across its positions), taken as independent of the other gates
     assert f["false_fail"] == pytest.approx(1 - (1 - f0["false_fail"]) * (1 - 0.05), abs=1e-12)
+
+
+#: vLLM's expected per-position acceptance of its EAGLE3 regression configs
+#: (``EAGLE3_MODEL_CONFIGS`` of ``tests/v1/spec_decode/test_acceptance_length.py``).
+VLLM_EXPECTED = {"llama3-8b-eagle3": (0.7296, 0.5208, 0.3545), "qwen3-8b-eagle3": (0.6541, 0.3993, 0.2020),
+                 "gpt-oss-20b-eagle3": (0.7165, 0.5120, 0.3337)}
+
+
+def vllm_floor_passes(actual, expected, rtol=0.05) -> bool:
+    """vLLM's per-position assertion: ``actual >= exp * (1 - rtol)`` wherever ``exp > 0``."""
+    return all(a >= e * (1 - rtol) for a, e in zip(actual, expected) if e > 0)
+
+
+@pytest.mark.parametrize("name", sorted(VLLM_EXPECTED))
+@pytest.mark.parametrize("factor", [1.0, 0.97, 0.93, 0.8])
+def test_on_vllms_numbers_the_gate_agrees_with_vllms_floor_at_large_counts(name, factor):
+    exp = VLLM_EXPECTED[name]
+    last = len(exp) - 1  # the last position degrades by ``factor``, the others stay
+    now = tuple(e * factor if i == last else e for i, e in enumerate(exp))
+    a, b = spec(exp, 200_000), spec(now, 200_000)
+    r = _judge_inrun(a, b)
+    assert r.passed is vllm_floor_passes(b.per_position_acceptance, a.per_position_acceptance), r.detail
+    if not r.passed:
+        assert f"FAILED: position {last}: {a.per_position_acceptance[last]:.4f} -> " in r.detail
