@@ -492,6 +492,9 @@ class EvalrunBlock(_Frozen):
             same three comparisons among them, beside the default-runner variants (on
             CUDA vLLM defaults to V2): covers the V1 path where it remains in use, at
             the cost of three more passes of every task.
+        position_acceptance_rtol, position_acceptance_alpha: the per-position acceptance
+            gates' relative tolerance (default 0.05; None: off) and level (see
+            :class:`GateSpec`).
         model_runner: ``v1`` / ``v2`` for every derived variant (see
             :class:`VariantSpec`): e.g. ``v1`` where vLLM's V2 runner lacks the drafter
             (``ngram`` on vLLM's main branch), so that the reference does not run V2
@@ -512,6 +515,8 @@ class EvalrunBlock(_Frozen):
     near_tie_nats: float | None = Field(default=DEFAULT_NEAR_TIE_NATS, ge=0.0)
     v1_runner_variants: bool = False
     model_runner: Literal["v1", "v2"] | None = None
+    position_acceptance_rtol: float | None = Field(default=0.05, ge=0.0, lt=1.0)
+    position_acceptance_alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
 
     def effective_noise_runs(self) -> int:
         """2 unless a stored ``noise_mismatch_rate`` replaces the rerun (or 1 is written)."""
@@ -1304,6 +1309,8 @@ def _from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict | None = No
         calibration_questions=c.calibration_questions,
         min_acceptance_length=c.min_acceptance_length,
         multiple_testing=ev.multiple_testing,
+        position_acceptance_rtol=ev.position_acceptance_rtol,
+        position_acceptance_alpha=ev.position_acceptance_alpha,
     )
     argv, variants, comparisons = _vllm_variants(c, argv, spec, raw_spec, path, line, warns)
     return ModelConfig(

@@ -189,3 +189,11 @@ def test_on_vllms_numbers_the_gate_agrees_with_vllms_floor_at_large_counts(name,
     assert r.passed is vllm_floor_passes(b.per_position_acceptance, a.per_position_acceptance), r.detail
     if not r.passed:
         assert f"FAILED: position {last}: {a.per_position_acceptance[last]:.4f} -> " in r.detail
+
+
+def test_vllm_form_sets_the_tolerance_in_its_evalrun_block(tmp_path):
+    p = tmp_path / VLLM_FORM.name
+    p.write_text(VLLM_FORM.read_text() + "evalrun:\n  position_acceptance_rtol: 0.1\n")
+    assert {g.limit for g in gates_of(p, G.MaxPositionAcceptanceDrop)} == {0.1}
+    p.write_text(VLLM_FORM.read_text() + "evalrun:\n  position_acceptance_rtol: null\n")
+    assert gates_of(p, G.MaxPositionAcceptanceDrop) == gates_of(p, G.BaselinePositionAcceptanceDrop) == []
