@@ -495,7 +495,8 @@ def _preflight(plan: Plan, opts: RunOptions, record: RunRecord) -> tuple[bool, d
     p = opts.progress
     cmds = [
         ServerCommand(vp.id, cp.config.path, tuple(a.replace("{port}", "8000") for a in vp.argv),
-                      {k: v for k, v in vp.env.items() if not k.startswith("EVALRUN_")})  # no fault in a check
+                      {k: v for k, v in vp.env.items() if not k.startswith("EVALRUN_")},  # no fault in a check
+                      speculates=vp.speculative_config is not None)
         for cp in plan.configs for vp in cp.variants
         if (opts.variants is None or vp.name in opts.variants) and not vp.not_applicable
     ]

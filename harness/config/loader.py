@@ -32,10 +32,11 @@ from harness.config.vllm_args import (
     ArgsError,
     async_scheduling_refusal,
     drop_bool_flag,
-    flag_name,
+    hits_of,
     pinned_async_scheduling,
     pop_json_flag,
 )
+from harness.config.vllm_parser import current_table, speculative_doubts
 from harness.faults.plugin import known_faults  # standard library only
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -651,37 +652,57 @@ def split_args(text: str, where: str) -> list[str]:
         raise ConfigError(f"{where}: cannot split server_args: {e}") from e
 
 
-#: Server flags evalrun sets itself (it picks a free port and binds to loopback, where
-#: the dev endpoint ``/server_info`` is safe); a config may not set them.
+#: Server settings evalrun sets itself (it picks a free port and binds to loopback, where
+#: the dev endpoint ``/server_info`` is safe), as destinations of vLLM's parser; a config
+#: may not set them. ``uds`` (a Unix socket instead of host and port) would leave evalrun
+#: no address to reach.
+OWNED_DESTS = ("port", "host", "uds")
 OWNED_FLAGS = ("--port", "--host")
 
 
 def refuse_owned_flags(argv: list[str], where: str) -> None:
-    """Refuse server arguments that evalrun owns (:data:`OWNED_FLAGS`).
+    """Refuse server arguments that evalrun owns (:data:`OWNED_DESTS`).
 
     Args:
         argv: split server arguments.
         where: ``<file>: <key>`` for the message.
 
     Raises:
-        ConfigError: naming the file, key and flag, when ``--port`` or ``--host`` is
-            present in any spelling vLLM's parser accepts (``--port=N``, ``--po_rt`` is
-            not one; see :mod:`harness.config.vllm_args`). vLLM's own test refuses a
-            ``--port`` too (``RemoteOpenAIServer`` picks the port).
+        ConfigError: naming the file, key and flag, when a flag that sets ``port``,
+            ``host`` or ``uds`` is present in any spelling vLLM's parser accepts
+            (``--port=N``, ``--po 8000`` as an unambiguous prefix; see
+            :mod:`harness.config.vllm_parser`). vLLM's own test refuses a ``--port`` too
+            (``RemoteOpenAIServer`` picks the port).
     """
-    for a in argv:
-        flag = flag_name(a)
-        if flag in OWNED_FLAGS:
+    for dest in OWNED_DESTS:
+        for h in hits_of(argv, dest):
             raise ConfigError(
-                f"{where}: remove {a}: evalrun sets {' and '.join(OWNED_FLAGS)} itself "
+                f"{where}: remove {h.spelled}: evalrun sets {' and '.join(OWNED_FLAGS)} itself "
                 "(a free port on 127.0.0.1 for each server)"
             )
 
 
+def doubt_warnings(argv: list[str], path: Path, line: int | None) -> list[ConfigWarning]:
+    """One warning per item of ``argv`` that may change speculation but that evalrun cannot
+    read (:func:`harness.config.vllm_parser.speculative_doubts`): never a silent pass-through
+    into a variant planned without speculation; the pre-launch check parses the commands
+    with the installed vLLM and refuses a reference that speculates."""
+    where = f"{path}:{line}" if line else f"{path}"
+    table = current_table()
+    return [ConfigWarning(
+        file=str(path), line=line, key="server_args", nearest=None,
+        message=(f"{where}: server_args: {d}: evalrun cannot tell whether it changes speculation "
+                 f"({table.source} of vLLM {table.vllm_version}'s parser); every variant keeps it, and the "
+                 "pre-launch check refuses a variant planned without speculation whose arguments "
+                 "speculate under the installed vLLM"),
+    ) for d in speculative_doubts(argv, table)]
+
+
 def pop_speculative_config(argv: list[str], where: str) -> tuple[list[str], dict | None]:
     """Remove the speculative config from ``argv`` in every spelling vLLM's parser
-    accepts (``--speculative-config X``, ``--speculative-config=X``, ``_`` for ``-``,
-    dotted sub-keys ``--speculative_config.method mtp`` / ``...=mtp``;
+    accepts (every option string of its ``speculative_config`` action, e.g. ``-sc``, with
+    ``=``, ``_`` for ``-``, prefixes and dotted sub-keys, and the shorthands that feed it,
+    ``--spec-method`` / ``--spec-model`` / ``--spec-tokens``;
     :func:`harness.config.vllm_args.pop_json_flag`).
 
     Returns:
@@ -1041,9 +1062,10 @@ def _native_variant_warnings(c: NativeConfig, path: Path, lines: dict | None) ->
             warns += speculative_warnings(v.speculative_config, path,
                                           (lines or {}).get(("variants", name, "speculative_config")),
                                           f"variants.{name}.speculative_config")
-        _native_server_args(v.server_args, f"{path}: variants.{name}.server_args",
-                            "the variant's 'speculative_config' mapping (it is typed and checked there), "
-                            "not in server_args")
+        vargs = _native_server_args(v.server_args, f"{path}: variants.{name}.server_args",
+                                    "the variant's 'speculative_config' mapping (it is typed and checked "
+                                    "there), not in server_args")
+        warns += doubt_warnings(vargs, path, (lines or {}).get(("variants", name, "server_args")))
         if v.fault is not None and v.fault not in known_faults():
             near = difflib.get_close_matches(v.fault, known_faults(), n=1)
             hint = f"; did you mean '{near[0]}'?" if near else ""
@@ -1065,7 +1087,7 @@ def _native_server_args(raw: Any, where: str, put_it: str) -> list[str]:
     refuse_owned_flags(args, where)
     _, spec = pop_speculative_config(args, where)
     if spec is not None:
-        raise ConfigError(f"{where}: put --speculative-config in {put_it}")
+        raise ConfigError(f"{where}: put --speculative-config (or its shorthands) in {put_it}")
     return args
 
 
@@ -1079,7 +1101,8 @@ def _from_native(c: NativeConfig, path: Path, sha: str, lines: dict | None = Non
     _check_native_names(c, path)
     common = _native_server_args(c.server_args, f"{path}: server_args",
                                  "a variant's 'speculative_config', not in the common server_args")
-    warns = _native_variant_warnings(c, path, lines)
+    warns = doubt_warnings(common, path, (lines or {}).get(("server_args",)))
+    warns += _native_variant_warnings(c, path, lines)
     return ModelConfig(
         name=c.name or path.stem,
         path=path.resolve(),
@@ -1289,6 +1312,7 @@ def _from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict | None = No
     argv = split_args(c.server_args, f"{path}: server_args")
     refuse_owned_flags(argv, f"{at}: server_args")
     argv, raw_spec = pop_speculative_config(argv, f"{at}: server_args")
+    warns += doubt_warnings(argv, path, line)
     spec = typed_speculative_config(raw_spec, f"{at}: server_args") if raw_spec is not None else None
     if spec is not None:
         warns += speculative_warnings(spec, path, line, f"server_args.{SPEC_FLAG}")

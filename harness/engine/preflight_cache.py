@@ -96,8 +96,8 @@ def cache_key(commands: Sequence[ServerCommand], timeout: float = 30) -> str | N
                 return None
             ids[py] = got
     body = {"interpreters": ids,
-            "commands": [{"variant": c.variant_id, "argv": list(c.argv), "env": dict(sorted(c.env.items()))}
-                         for c in commands]}
+            "commands": [{"variant": c.variant_id, "argv": list(c.argv), "env": dict(sorted(c.env.items())),
+                          "speculates": c.speculates} for c in commands]}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 

@@ -359,6 +359,7 @@ def render_plan(plan: Plan, only: Sequence[str] | None = None,
     )
     if plan.list_path:
         lines.append(f"model list read: {plan.list_path}")
+    lines.append(f"server_args read with {plan.server_args_read_with}")
     lines.append("")
     for cp in plan.configs:
         c = cp.config

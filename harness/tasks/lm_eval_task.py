@@ -52,7 +52,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness.config.loader import TaskSpec
-from harness.config.vllm_args import flag_name  # every spelling vLLM's parser accepts
+from harness.config.vllm_args import hits_of  # every spelling vLLM's parser accepts
 from harness.records.samples import Sample
 from harness.tasks.base import PreparedTask, Task, TaskContext, TaskRun, TaskSession, check_enough
 from harness.tasks.gsm8k import DataUnavailableError, prompt_hash
@@ -421,16 +421,11 @@ def _greedy(resp: Any) -> bool | None:
 
 
 def tokenizer_of(argv: Sequence[str], model_ref: str) -> str:
-    """The tokenizer the server uses: its ``--tokenizer`` argument, else the model
-    (folder or hub id); what lm-eval's prompt-scoring tasks count tokens with."""
-    for i, a in enumerate(argv):
-        if flag_name(a) != "--tokenizer":
-            continue
-        if "=" in a:
-            return a.split("=", 1)[1]
-        if i + 1 < len(argv):
-            return argv[i + 1]
-    return model_ref
+    """The tokenizer the server uses: the last flag that sets vLLM's ``tokenizer`` (any
+    spelling its parser accepts), else the model (folder or hub id); what lm-eval's
+    prompt-scoring tasks count tokens with."""
+    found = [h.value for h in hits_of(argv, "tokenizer") if h.value is not None]
+    return found[-1] if found else model_ref
 
 
 class LmEvalTaskKind(Task):
