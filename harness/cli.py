@@ -121,6 +121,10 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="the GPUs evalrun may hand to its servers: a comma list of device ids (0,1,4) or a count "
                         "(4: the first four); default: CUDA_VISIBLE_DEVICES when set, else every GPU found. On a "
                         "GPU host variants run side by side on disjoint device sets, longest first")
+    p.add_argument("--v1-runner-variants", action="store_true",
+                   help="also run every variant on vLLM's V1 model runner (<variant>_v1, VLLM_USE_V2_MODEL_RUNNER=0) "
+                        "with the same comparisons among the twins: one more pass of every task per variant; "
+                        "default: the engine's default runner only (--dry-run states what the twins would cost)")
     p.add_argument("--max-servers", type=int, default=None, metavar="N",
                    help="at most N vLLM servers alive at once (default: as many as the GPUs hold; 1 = one at a time)")
     return p
@@ -245,6 +249,10 @@ def _selected_plan(args: argparse.Namespace):
         list_path = resolve_list_path(args.config)
     except ConfigError as e:
         raise _Refused(f"config error:\n{e}") from None
+    if args.v1_runner_variants:
+        from harness.config.loader import with_v1_runner_variants
+
+        configs = [with_v1_runner_variants(c) for c in configs]
     plan = build_plan(configs, python=args.python, list_path=str(list_path))
     shard = None
     if args.shard:
@@ -278,22 +286,46 @@ def _dry_run(args: argparse.Namespace, plan) -> int:
         _Refused: the cost cannot be estimated (a malformed earlier record).
     """
     from harness.report.cost import plan_cost
+    from harness.report.cost import render_twin_cost
     from harness.report.dry_run import data_counts, plan_json, render_plan, render_schedule
 
     counts = data_counts(plan, args.data_dir)
     try:
-        cost = plan_cost(plan, args.results_dir, only=args.variant)
+        cost = plan_cost(plan, args.results_dir, only=args.variant, gpus=args.gpus, max_servers=args.max_servers,
+                         assume_devices=True)
+        twins = None if args.v1_runner_variants else _twin_cost(args, plan, cost)
     except ValueError as e:
         raise _Refused(str(e)) from None
     if args.json:
-        print(json.dumps(plan_json(plan, args.variant, counts, cost), indent=2))
+        out = plan_json(plan, args.variant, counts, cost)
+        for entry in out:
+            entry.setdefault("cost", {}).setdefault("list", {})["v1_runner_twins"] = twins
+        print(json.dumps(out, indent=2))
     else:
         print(render_plan(plan, args.variant, counts))
         print(render_schedule(cost))
+        if twins is not None:
+            print(render_twin_cost(twins))
     refused = [r["refused"] for r in counts.values() if r["refused"]]
     for msg in refused:
         print(f"evalrun: {msg}", file=sys.stderr)
     return 2 if refused else 0  # the run would refuse it before any server starts
+
+
+def _twin_cost(args: argparse.Namespace, plan, cost) -> dict | None:
+    """What ``--v1-runner-variants`` would add to this plan (:func:`harness.report.cost.twin_cost`),
+    None when no variant would get a twin."""
+    from harness.config.loader import with_v1_runner_variants
+    from harness.config.plan import build_plan
+    from harness.report.cost import plan_cost, twin_cost
+
+    configs = [with_v1_runner_variants(cp.config) for cp in plan.configs]
+    twin_plan = build_plan(configs, python=plan.python, list_path=plan.list_path)
+    if sum(len(cp.variants) for cp in twin_plan.configs) == sum(len(cp.variants) for cp in plan.configs):
+        return None
+    with_twins = plan_cost(twin_plan, args.results_dir, only=None, gpus=args.gpus, max_servers=args.max_servers,
+                           assume_devices=True)
+    return twin_cost(cost, with_twins)
 
 
 def _after_run(args: argparse.Namespace, record, run_dir: Path, baseline_dir: Path) -> int:

@@ -11,6 +11,7 @@ from harness.analysis.divergence import UNEXPLAINED, carries_logprobs, classify_
 from harness.analysis.measurements import Measurements
 from harness.analysis.noise import output_noise_rerun, output_noise_stored
 from harness.analysis.scoring import answer_agreement, is_truncated, output_match
+from harness.config.gates import greedy_output_match
 from harness.config.plan import ConfigPlan
 from harness.records.results import comparison_result
 from harness.records.run_record import ComparisonResult
@@ -24,7 +25,7 @@ def noise_variants(cp: ConfigPlan) -> set[str]:
     with ``noise_runs_when: unexplained`` reruns its baseline later, only when needed
     (:func:`rerun_needs`)."""
     return {comp.baseline for comp in cp.config.comparisons
-            if comp.noise_runs > 1 and comp.noise_runs_when == "always"}
+            if comp.noise_runs > 1 and comp.noise_runs_when == "always" and greedy_output_match(cp.config, comp)}
 
 
 def reference_variant(c, m: Measurements, baseline: str, task: str) -> str | None:
@@ -52,7 +53,7 @@ def rerun_needs(c, m: Measurements, reruns: dict) -> dict[str, list[str]]:
         for tname in comp.tasks or c.tasks:
             cm = m.comparison(comp.baseline, comp.candidate, tname)
             om = cm.match
-            if om is None or (comp.baseline, tname) in reruns or tname in m.prompt_only:
+            if om is None or (comp.baseline, tname) in reruns or tname in m.prompt_only or c.tasks[tname].samples:
                 continue
             dv = cm.divergences
             left = (len(om.mismatches) if dv is None else

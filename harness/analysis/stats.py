@@ -47,6 +47,8 @@ __all__ = [
     "ratio_bootstrap_ci",
     "floor_margin",
     "EXACT_MCNEMAR_BELOW",
+    "two_proportion_p",
+    "two_proportion_power",
 ]
 
 #: Paired comparisons with fewer discordant pairs than this use the exact McNemar test.
@@ -320,6 +322,52 @@ def min_detectable_drop(
         else:
             hi = mid
     return (lo + hi) / 2
+
+
+# --------------------------------------------------------------------------- two proportions
+
+
+def two_proportion_p(x1: float, n1: float, x2: float, n2: float) -> float | None:
+    """One-sided p-value that proportion 2 is below proportion 1: the pooled two-proportion
+    z test (Fleiss, Levin & Paik, Statistical Methods for Rates and Proportions, 3rd ed.,
+    sec. 2.5 / 4.2): ``z = (x1/n1 - x2/n2) / sqrt(pbar (1 - pbar) (1/n1 + 1/n2))`` with
+    ``pbar = (x1 + x2) / (n1 + n2)``, ``p = 1 - Phi(z)``.
+
+    Used on speculative-decoding counts: x = accepted_per_pos[i], n = drafts. Drafts of one
+    request are not independent, so with clustered acceptance the test is anti-conservative
+    (docs/gates.md); the gates pair it with a relative tolerance for that reason.
+
+    Returns:
+        The p-value in [0, 1]; 1.0 when both proportions are 0 or both 1 (no variance,
+        no evidence of a drop); None when n1 or n2 is not positive.
+    """
+    if n1 <= 0 or n2 <= 0:
+        return None
+    pbar = (x1 + x2) / (n1 + n2)
+    var = pbar * (1.0 - pbar) * (1.0 / n1 + 1.0 / n2)
+    if var <= 0.0:
+        return 1.0
+    z = (x1 / n1 - x2 / n2) / math.sqrt(var)
+    return NormalDist().cdf(-z)
+
+
+def two_proportion_power(p1: float, rel_drop: float, n: float, alpha: float) -> float:
+    """Power of :func:`two_proportion_p` at one-sided level ``alpha`` to detect a true drop
+    from ``p1`` to ``p2 = p1 (1 - rel_drop)`` with ``n`` trials on each side (normal
+    approximation, Fleiss, Levin & Paik sec. 4.2): ``Phi((p1 - p2 - z_{1-alpha} sqrt(2
+    pbar (1 - pbar) / n)) / sqrt((p1 (1 - p1) + p2 (1 - p2)) / n))``, pbar = (p1 + p2) / 2.
+
+    Raises:
+        ValueError: p1 outside (0, 1), rel_drop outside (0, 1], n < 1, alpha outside (0, 0.5).
+    """
+    if not 0.0 < p1 < 1.0 or not 0.0 < rel_drop <= 1.0 or n < 1 or not 0.0 < alpha < 0.5:
+        raise ValueError(f"two_proportion_power: p1={p1}, rel_drop={rel_drop}, n={n}, alpha={alpha} out of range")
+    p2 = p1 * (1.0 - rel_drop)
+    pbar = (p1 + p2) / 2
+    z_a = NormalDist().inv_cdf(1.0 - alpha)
+    se1 = math.sqrt(2 * pbar * (1 - pbar) / n)
+    se = math.sqrt((p1 * (1 - p1) + p2 * (1 - p2)) / n)
+    return NormalDist().cdf((p1 - p2 - z_a * se1) / se)
 
 
 # --------------------------------------------------------------------------- bootstrap

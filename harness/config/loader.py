@@ -136,8 +136,13 @@ class TaskSpec(_Frozen):
         num_questions_up_to: ``num_questions`` is a maximum, not a count.
         num_fewshot: few-shot examples prepended to each prompt.
         max_tokens: completion budget per request, in tokens.
-        temperature: sampling temperature (0 = greedy; output match needs greedy).
-        seed: per-request sampling seed sent to the server.
+        temperature: sampling temperature (0 = greedy). None: not sent, the server's
+            default applies (the model's generation config; vLLM's ``gsm8k_eval.py``
+            omits a None temperature). A task that samples (temperature > 0 or None,
+            :attr:`samples`) gets no token-sequence output-match gate.
+        seed: per-request sampling seed sent to the server (``seed`` of the request
+            body); None: no seed is sent, as vLLM's ``gsm8k_eval.py`` does for
+            ``seed: null`` (for engines that refuse per-request seeds).
         required: when False, a task whose data cannot be had is reported as
             ``not run`` (loudly, and never as passed) instead of stopping the run.
         lm_eval_task: kind ``lm_eval`` only: the lm-eval task name (``gsm8k_cot``,
@@ -163,8 +168,8 @@ class TaskSpec(_Frozen):
     num_questions_up_to: bool = False
     num_fewshot: int = Field(default=5, ge=0)
     max_tokens: int = Field(default=256, ge=1)
-    temperature: float = Field(default=0.0, ge=0.0)
-    seed: int = 42
+    temperature: float | None = Field(default=0.0, ge=0.0)
+    seed: int | None = 42
     required: bool = True
     gates: "GateSpec | None" = None
     lm_eval_task: str | None = None
@@ -176,11 +181,21 @@ class TaskSpec(_Frozen):
     def _lm_eval_needs_a_task(self) -> "TaskSpec":
         if self.kind != "gsm8k" and (self.gen_prefix or self.use_chat_completions):
             raise ValueError("gen_prefix / use_chat_completions are only for kind gsm8k")
+        if self.kind == "lm_eval" and (self.seed is None or self.temperature is None):
+            raise ValueError("kind lm_eval needs a seed and a temperature (lm-eval seeds its own sampling "
+                             "with them); seed: null / temperature: null are for kinds gsm8k and synthetic")
         if self.kind == "lm_eval" and not self.lm_eval_task:
             raise ValueError("kind lm_eval needs lm_eval_task (an lm-eval task name, e.g. gsm8k_cot)")
         if self.kind != "lm_eval" and (self.lm_eval_task or self.lm_eval_include_path):
             raise ValueError("lm_eval_task / lm_eval_include_path are only for kind lm_eval")
         return self
+
+    @property
+    def samples(self) -> bool:
+        """The task samples: temperature above 0, or not sent (None: the server's default,
+        which may sample). Two correct samplers draw different tokens, so a sampling task
+        gets no token-sequence output-match gate (:func:`harness.config.gates.plan_gates`)."""
+        return self.temperature is None or self.temperature > 0
 
 
 class GateSpec(_Frozen):
@@ -214,6 +229,16 @@ class GateSpec(_Frozen):
         max_truncation_rate: largest allowed share of successful completions cut by
             ``max_tokens`` (``finish_reason: length``), per variant and task; None
             (default) disables the gate (the share is recorded and shown either way).
+        position_acceptance_rtol: relative tolerance of the per-position acceptance
+            gates (``max_position_acceptance_drop`` between two speculative variants with
+            the same speculative config, ``baseline_position_acceptance_drop`` against the
+            stored baseline): a draft position fails when its acceptance rate
+            (accepted_per_pos[i] / drafts) is below ``(1 - rtol)`` times the other side's
+            and the drop is significant; default 0.05, vLLM's own spec-decode acceptance
+            tests' ``DEFAULT_RTOL``. None disables both gates.
+        position_acceptance_alpha: one-sided level of the per-position test (pooled
+            two-proportion z test on the counts, Holm-corrected across the positions of
+            one gate).
     """
 
     accuracy_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
@@ -227,6 +252,8 @@ class GateSpec(_Frozen):
     baseline_alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
     multiple_testing: Literal["none", "holm"] = "none"
     max_truncation_rate: float | None = Field(default=None, ge=0.0, le=1.0)
+    position_acceptance_rtol: float | None = Field(default=0.05, ge=0.0, lt=1.0)
+    position_acceptance_alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
 
 
 TaskSpec.model_rebuild()
@@ -488,6 +515,9 @@ class EvalrunBlock(_Frozen):
             same three comparisons among them, beside the default-runner variants (on
             CUDA vLLM defaults to V2): covers the V1 path where it remains in use, at
             the cost of three more passes of every task.
+        position_acceptance_rtol, position_acceptance_alpha: the per-position acceptance
+            gates' relative tolerance (default 0.05; None: off) and level (see
+            :class:`GateSpec`).
         model_runner: ``v1`` / ``v2`` for every derived variant (see
             :class:`VariantSpec`): e.g. ``v1`` where vLLM's V2 runner lacks the drafter
             (``ngram`` on vLLM's main branch), so that the reference does not run V2
@@ -508,6 +538,8 @@ class EvalrunBlock(_Frozen):
     near_tie_nats: float | None = Field(default=DEFAULT_NEAR_TIE_NATS, ge=0.0)
     v1_runner_variants: bool = False
     model_runner: Literal["v1", "v2"] | None = None
+    position_acceptance_rtol: float | None = Field(default=0.05, ge=0.0, lt=1.0)
+    position_acceptance_alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
 
     def effective_noise_runs(self) -> int:
         """2 unless a stored ``noise_mismatch_rate`` replaces the rerun (or 1 is written)."""
@@ -520,7 +552,8 @@ class VllmGsm8kConfig(_Frozen):
     """vLLM's GSM8K config form (``tests/evals/gsm8k/configs/*.yaml``), read unchanged.
 
     Every key vLLM's current ``test_gsm8k_correctness.py`` reads, with its defaults:
-    tolerance 0.08 (absolute), max_tokens 256, temperature 0, seed 42,
+    tolerance 0.08 (absolute), max_tokens 256, temperature 0, seed 42 (``seed: null``: no
+    per-request seed is sent; ``temperature: null``: none is sent, the server's default applies),
     ``use_chat_completions`` false, ``gen_prefix`` "", ``max_concurrency`` none (aiohttp's
     limit of 100), ``request_timeout_seconds`` 600, ``rocm_request_timeout_seconds``
     (used instead on ROCm only, as vLLM's test does), ``startup_max_wait_seconds`` 1200
@@ -540,8 +573,8 @@ class VllmGsm8kConfig(_Frozen):
     startup_max_wait_seconds: float = Field(default=DEFAULT_STARTUP_MAX_WAIT_SECONDS, gt=0)
     min_acceptance_length: float | None = Field(default=None, ge=1.0)
     max_tokens: int = Field(default=256, ge=1)
-    temperature: float = Field(default=0.0, ge=0.0)
-    seed: int = 42
+    temperature: float | None = Field(default=0.0, ge=0.0)
+    seed: int | None = 42
     use_chat_completions: bool = False
     gen_prefix: str = ""
     max_concurrency: int | None = Field(default=None, ge=1)
@@ -1277,12 +1310,36 @@ def _vllm_variants(c: VllmGsm8kConfig, argv: list[str], spec: SpeculativeConfigS
         if ev.model_runner is not None:
             variants = {k: v.model_copy(update={"model_runner": ev.model_runner}) for k, v in variants.items()}
         if ev.v1_runner_variants:  # the same variants and comparisons on vLLM's V1 model runner
-            for name in [n for n in ("reference", "spec_sync", "spec_async") if n in variants]:
-                variants[f"{name}_v1"] = variants[name].model_copy(update={"model_runner": "v1"})
-            comparisons += tuple(
-                x.model_copy(update={"baseline": x.baseline + "_v1", "candidate": x.candidate + "_v1"})
-                for x in comparisons)
+            variants, comparisons = v1_twins(variants, comparisons)
     return argv, variants, comparisons
+
+
+#: Suffix of a variant's V1-runner twin (:func:`v1_twins`).
+V1_TWIN_SUFFIX = "_v1"
+
+
+def v1_twins(variants: dict[str, VariantSpec], comparisons: tuple[ComparisonSpec, ...]
+             ) -> tuple[dict[str, VariantSpec], tuple[ComparisonSpec, ...]]:
+    """``variants`` and ``comparisons`` plus the V1-runner twin of every variant that does
+    not already ask for V1 (``<name>_v1``, ``model_runner: v1``, otherwise the same) and
+    of every comparison between two twinned variants (between their twins). A variant
+    that already has a twin of that name keeps it."""
+    out = dict(variants)
+    twinned = [n for n, v in variants.items() if v.model_runner != "v1" and n + V1_TWIN_SUFFIX not in variants]
+    for name in twinned:
+        out[name + V1_TWIN_SUFFIX] = variants[name].model_copy(update={"model_runner": "v1"})
+    extra = tuple(x.model_copy(update={"baseline": x.baseline + V1_TWIN_SUFFIX,
+                                       "candidate": x.candidate + V1_TWIN_SUFFIX})
+                  for x in comparisons if x.baseline in twinned and x.candidate in twinned)
+    return out, comparisons + extra
+
+
+def with_v1_runner_variants(config: ModelConfig) -> ModelConfig:
+    """``config`` with the V1-runner twins of :func:`v1_twins` (``--v1-runner-variants``):
+    the nightly runs the engine's default model runner, and covering vLLM's V1 runner too
+    is an opt-in that costs one more pass of every task per twin."""
+    variants, comparisons = v1_twins(dict(config.variants), config.comparisons)
+    return config.model_copy(update={"variants": variants, "comparisons": comparisons})
 
 
 def _from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict | None = None,
@@ -1322,6 +1379,8 @@ def _from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict | None = No
         calibration_questions=c.calibration_questions,
         min_acceptance_length=c.min_acceptance_length,
         multiple_testing=ev.multiple_testing,
+        position_acceptance_rtol=ev.position_acceptance_rtol,
+        position_acceptance_alpha=ev.position_acceptance_alpha,
     )
     argv, variants, comparisons = _vllm_variants(c, argv, spec, raw_spec, path, line, warns)
     return ModelConfig(

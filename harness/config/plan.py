@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from harness.config.gates import Gate, plan_baseline_gates, plan_gates
+from harness.config.gates import Gate, greedy_output_match, plan_baseline_gates, plan_gates
 from harness.config.loader import ModelConfig, TaskSpec, split_args
 from harness.config.vllm_args import has_flag
 from harness.config.vllm_parser import current_table
@@ -296,7 +296,7 @@ def reference_logprobs(config: ModelConfig, variant_name: str) -> int | None:
     (``near_tie_nats`` set), else None. Only non-speculative variants ask: older vLLM
     releases turned speculation off for requests with logprobs."""
     v = config.variants[variant_name]
-    wants = any(c.min_output_match is not None and c.near_tie_nats is not None for c in config.comparisons)
+    wants = any(greedy_output_match(config, c) and c.near_tie_nats is not None for c in config.comparisons)
     return REFERENCE_TOP_LOGPROBS if wants and v.speculative_config is None else None
 
 

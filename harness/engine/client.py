@@ -259,7 +259,7 @@ class AsyncCompletionClient:
         request_id: str,
         prompt: str,
         max_tokens: int,
-        temperature: float = 0.0,
+        temperature: float | None = 0.0,
         seed: int | None = None,
         stop: Sequence[str] = (),
         logprobs: int | None = None,
@@ -267,6 +267,8 @@ class AsyncCompletionClient:
         """Send one completion request (``return_token_ids`` on).
 
         Args:
+            temperature, seed: sent when not None (a None one is left out of the body, so
+                the server's default applies, as vLLM's ``gsm8k_eval.py`` does).
             logprobs: ask for the top-``logprobs`` log-probabilities of every generated
                 token (OpenAI ``logprobs: k`` with vLLM's ``return_tokens_as_token_ids``,
                 so tokens come back as ``"token_id:N"``); None asks for none. A
@@ -280,10 +282,11 @@ class AsyncCompletionClient:
             "model": self.model,
             "prompt": prompt,
             "max_tokens": max_tokens,
-            "temperature": temperature,
             "stop": list(stop),
             "return_token_ids": True,
         }
+        if temperature is not None:
+            body["temperature"] = temperature
         if seed is not None:
             body["seed"] = seed
         if logprobs is not None:
@@ -323,7 +326,7 @@ async def chat_complete(
     request_id: str,
     prompt: str,
     max_tokens: int,
-    temperature: float = 0.0,
+    temperature: float | None = 0.0,
     seed: int | None = None,
 ) -> Completion:
     """Send one prompt as a single user message to ``/v1/chat/completions``, as vLLM's
@@ -352,9 +355,10 @@ async def chat_complete(
         "model": client.model,
         "messages": [{"role": "user", "content": prompt}],
         "max_tokens": max_tokens,
-        "temperature": temperature,
         "return_token_ids": True,
     }
+    if temperature is not None:
+        body["temperature"] = temperature
     if seed is not None:
         body["seed"] = seed
     got = await client._post(client.base_url + "/v1/chat/completions", body, request_id)

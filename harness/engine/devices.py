@@ -137,13 +137,19 @@ def cap_devices(devices: Sequence[str], gpus: str | None) -> tuple[str, ...]:
             were detected; on a host where none were, the list is taken as given).
 
     Raises:
-        DeviceError: a count below 0, or a listed device that is not available
-            (names ``--gpus`` and the device).
+        DeviceError: a count below 0 or above the devices detected (``--gpus 8`` on a host
+            with fewer: only the dry run plans devices that are not there,
+            :func:`dry_run_devices`), or a listed device that is not available (names
+            ``--gpus`` and the device).
     """
     if gpus is None:
         return tuple(devices)
     text = gpus.strip()
     if "," not in text and text.isdigit():
+        if int(text) > len(devices):
+            raise DeviceError(f"--gpus {gpus}: asks for {int(text)} device(s), this host has {len(devices)} ("
+                              + (", ".join(devices) if devices else "none: a CPU host, or no GPU visible")
+                              + "); only --dry-run plans devices that are not there")
         return tuple(devices)[:int(text)]
     wanted = tuple(d.strip() for d in text.split(",") if d.strip())
     missing = [d for d in wanted if devices and d not in devices]
@@ -159,3 +165,24 @@ def available_devices(gpus: str | None = None, env: Mapping[str, str] | None = N
     """The device ids evalrun may hand to its servers: :func:`detected_devices`
     capped by ``--gpus`` (:func:`cap_devices`). Empty on a CPU host."""
     return cap_devices(detected_devices(env), gpus)
+
+
+def dry_run_devices(detected: Sequence[str], gpus: str | None) -> tuple[tuple[str, ...], str | None]:
+    """The devices the dry run plans on: :func:`cap_devices` of ``detected``, except that a
+    ``--gpus`` count above the devices detected plans that many devices that are not there
+    (``0..N-1``), so a node's schedule and cost can be previewed from any host (a real run
+    refuses that, :func:`cap_devices`).
+
+    Returns:
+        ``(device ids, note)``; the note says the devices are assumed (None when they exist).
+
+    Raises:
+        DeviceError: as :func:`cap_devices` for anything but a count above the devices.
+    """
+    text = (gpus or "").strip()
+    if "," not in text and text.isdigit() and int(text) > len(detected):
+        n = int(text)
+        return tuple(str(i) for i in range(n)), (
+            f"planned on {n} device(s) from --gpus {gpus}, although this host has {len(detected)}: a preview "
+            "of that node's schedule and cost (a run with --gpus here refuses)")
+    return cap_devices(detected, gpus), None

@@ -16,6 +16,10 @@ by :mod:`harness.analysis.gates`):
 * ``baseline_acceptance_length_drop`` (per speculative variant and task): fails when
   mean acceptance length dropped since the baseline by more than
   ``gates.baseline_max_acceptance_length_drop`` tokens.
+* ``baseline_position_acceptance_drop`` (per speculative variant and task): fails when a
+  draft position's acceptance rate (accepted_per_pos[i] / drafts, from the stored
+  ``spec_decode``) fell below ``(1 - gates.position_acceptance_rtol)`` times the baseline's
+  and significantly (docs/gates.md, "Per-position acceptance").
 
 The file is a :class:`BaselineDoc` (``schema`` :data:`BASELINE_SCHEMA`).
 """

@@ -475,12 +475,13 @@ class LmEvalTaskKind(Task):
         summary for the record (``task``: the resolved task, lm-eval's aggregated
         ``results``, ``pipelines``, ``error``) and its pipelines."""
         info, s = pt.lm_eval, ctx.spec
+        seed = s.seed if s.seed is not None else 0  # never None: the loader refuses seed null for lm_eval
         ctx.log(f"{ctx.variant_id} {ctx.task}: lm-eval task {info.lm_eval_task} ({info.num_docs} documents) "
                 "through lm-eval's local-completions model")
         outcome, (samples, summary) = session.measured(lambda: run_lm_eval_task(
             info, base_url=session.base_url, served_model=session.model,  # type: ignore[arg-type]
             config=ctx.config, variant=ctx.variant, num_fewshot=s.num_fewshot, max_tokens=s.max_tokens,
-            seed=s.seed, max_concurrency=ctx.max_concurrency, timeout_s=ctx.request_timeout,
+            seed=seed, max_concurrency=ctx.max_concurrency, timeout_s=ctx.request_timeout,
             tokenizer=tokenizer_of(ctx.server_argv, ctx.model_ref),
         ))
         if summary["error"]:
