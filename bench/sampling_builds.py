@@ -205,10 +205,13 @@ def run_setting(base: str, proc: subprocess.Popen, reqs: list, a: argparse.Names
 
 
 def error_lines(log: Path, limit: int = 3) -> list[str]:
-    """The first ``limit`` distinct error lines of a server log (Error/Exception lines)."""
+    """The first ``limit`` distinct exception lines of a server log (``NameError: ...``,
+    ``NameException: ...``), outside WARNING lines."""
     seen: list[str] = []
     for line in log.read_text(errors="replace").splitlines():
-        if re.search(r"(Error|Exception)\b", line) and line.strip() not in seen:
+        if " WARNING " in line:
+            continue
+        if re.search(r"\w+(Error|Exception): ", line) and line.strip() not in seen:
             seen.append(line.strip())
     return seen[:limit]
 
