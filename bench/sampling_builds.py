@@ -91,6 +91,8 @@ class Cell:
 
     def text(self) -> str:
         """The table cell: accuracy (mean acceptance length), or the failure."""
+        if self.errors == ["not sent: the server had died"]:
+            return "not sent (server dead)"
         if self.errors:
             dead = "server dead after" if not self.alive_after else "server alive after"
             return f"{len(self.errors)} requests failed ({self.errors[0]}; {dead})"
@@ -204,11 +206,14 @@ def run_setting(base: str, proc: subprocess.Popen, reqs: list, a: argparse.Names
     return cell
 
 
-def error_lines(log: Path, limit: int = 3) -> list[str]:
-    """The first ``limit`` distinct exception lines of a server log (``NameError: ...``,
-    ``NameException: ...``), outside WARNING lines."""
+def error_lines(log: Path, upto: int, limit: int = 3) -> list[str]:
+    """The first ``limit`` distinct exception lines (``NameError: ...``,
+    ``NameException: ...``, outside WARNING lines) of a server log's first ``upto``
+    bytes: what was logged before this script stopped the server, not shutdown noise."""
     seen: list[str] = []
-    for line in log.read_text(errors="replace").splitlines():
+    with log.open("rb") as fh:
+        head = fh.read(upto).decode(errors="replace")
+    for line in head.splitlines():
         if " WARNING " in line:
             continue
         if re.search(r"\w+(Error|Exception): ", line) and line.strip() not in seen:
@@ -237,13 +242,14 @@ def run_server(a: argparse.Namespace, model: Path, reqs: list, spec: bool, log_d
             return out
         for s in samplings(a.seed):
             if proc.poll() is not None:
-                out["cells"][s.label] = Cell(errors=["not sent"], alive_after=False)
+                out["cells"][s.label] = Cell(errors=["not sent: the server had died"], alive_after=False)
                 continue
             print(f"[{label}] {s.label}", file=sys.stderr)
             out["cells"][s.label] = run_setting(base, proc, reqs, a, s)
     finally:
+        upto = log.stat().st_size
         stop(proc)
-        out["errors"] = error_lines(log)
+        out["errors"] = error_lines(log, upto)
     return out
 
 
