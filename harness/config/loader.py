@@ -27,6 +27,7 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from harness.config.checks import ConfigCheckError, check_config  # names that become paths, limits that cannot fail
+from harness.config.yaml_load import YamlCostError, load_yaml
 from harness.config.vllm_args import (
     ASYNC_FLAG,
     ArgsError,
@@ -68,22 +69,38 @@ DEFAULT_MAX_CONCURRENCY = 100
 DEFAULT_NEAR_TIE_NATS = 0.5
 
 
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
 def _env_to_str(v: Any) -> Any:
-    """YAML gives numbers and booleans; environment values are strings."""
+    """Environment values are strings: an integer (YAML's plain ``1``) becomes its text;
+    any other non-string (a list, a mapping, a float, a boolean, null) is left for the
+    ``str`` type to refuse, naming the key (:func:`check_yaml` refuses them first, with
+    their line)."""
     if isinstance(v, dict):
-        return {str(k): str(x) for k, x in v.items()}
+        return {str(k): str(x) if _is_int(x) else x for k, x in v.items()}
     return v
 
 
-#: An environment mapping; values written as plain decimal integers in YAML become
-#: their text (other non-strings are refused earlier by :func:`check_yaml`).
+#: An environment mapping of strings; values written as plain decimal integers in YAML
+#: become their text (other non-strings are refused).
 EnvDict = Annotated[dict[str, str], BeforeValidator(_env_to_str)]
 
 
 def _args_to_str(v: Any) -> Any:
     """``server_args`` may be a shell-like string or a list of arguments; a list is
-    joined with :func:`shlex.join`, so it splits back into exactly its items."""
+    joined with :func:`shlex.join`, so it splits back into exactly its items. An item
+    must be a string or an integer (its text).
+
+    Raises:
+        ValueError: an item of another type (a list, a mapping, a float, a boolean, null).
+    """
     if isinstance(v, list):
+        bad = [(i, x) for i, x in enumerate(v) if not (isinstance(x, str) or _is_int(x))]
+        if bad:
+            i, x = bad[0]
+            raise ValueError(f"item {i} is {type(x).__name__} {x!r}: each argument must be a string or an integer")
         return shlex.join(str(x) for x in v)
     return v
 
@@ -97,7 +114,11 @@ class ConfigError(ValueError):
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Frozen, unknown keys refused, and strict: a value of the wrong type is refused, never
+    converted (``accuracy_threshold: "0.9"`` or ``true``, ``num_questions: 5.5``); an integer
+    is accepted where a float is asked."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 # --------------------------------------------------------------------------- native form
@@ -328,7 +349,8 @@ class SpeculativeConfigSpec(BaseModel):
         synthetic_acceptance_rates, synthetic_acceptance_length: sampling of drafts.
     """
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    # lax as vLLM's own pydantic SpeculativeConfig, which receives this JSON unchanged
+    model_config = ConfigDict(extra="allow", frozen=True, strict=False)
 
     method: str | None = None
     num_speculative_tokens: int | None = Field(default=None, ge=1)
@@ -781,7 +803,29 @@ def check_yaml(node: yaml.Node | None, path: Path) -> None:
     _walk_yaml(node, (), path)
 
 
+def _check_string_shape(node: yaml.Node, path: tuple, file: Path) -> None:
+    """Where the engine takes a string (:data:`STRING_PATHS`), a mapping is refused, and
+    a list everywhere except as ``server_args`` itself (a list of arguments, whose items
+    are scalars); the message names the file, line and key path."""
+    if isinstance(node, yaml.ScalarNode):
+        return
+    arg_item = bool(path) and isinstance(path[-1], int) and path[-2:-1] == ("server_args",)
+    if not (_path_matches(path, STRING_PATHS) or arg_item):
+        return
+    if isinstance(node, yaml.SequenceNode) and path[-1] == "server_args":
+        return
+    shape = "a mapping" if isinstance(node, yaml.MappingNode) else "a list"
+    dotted = ".".join(str(x) for x in path)
+    takes = ("one argument (a string or a plain integer) per list item" if arg_item
+             else "a string or a plain integer" if "env" in path else "a string")
+    raise ConfigError(
+        f"{file}:{node.start_mark.line + 1}: key '{dotted}': {shape} is not a value the engine can take "
+        f"here; write {takes}"
+    )
+
+
 def _walk_yaml(node: yaml.Node, prefix: tuple, file: Path) -> None:
+    _check_string_shape(node, prefix, file)
     if isinstance(node, yaml.MappingNode):
         seen: dict[Any, int] = {}
         for k, v in node.value:
@@ -955,10 +999,12 @@ def load_config(path: str | Path) -> ModelConfig:
         raise ConfigError(f"{path}: cannot read config: {e.strerror}") from e
     text = raw_bytes.decode("utf-8", errors="replace")
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        loaded = load_yaml(text, str(path))  # aliases expanded beyond a bound are refused here
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from e
+    except YamlCostError as e:
+        raise ConfigError(str(e)) from None
+    node, data = loaded.node, loaded.data
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a config must be a YAML mapping of keys, got {type(data).__name__}")
     check_yaml(node, path)
@@ -1241,7 +1287,7 @@ def _vllm_variants(c: VllmGsm8kConfig, argv: list[str], spec: SpeculativeConfigS
                 message=(f"{at}: server_args pins {' '.join(pin_items)}: only {kept} is derived beside "
                          f"reference (no {dropped}, and no comparison with it); the reference keeps the pin"),
             ))
-        common = dict(
+        common: dict[str, Any] = dict(
             min_output_match=ev.min_output_match, alpha=ev.alpha, output_match_alpha=ev.output_match_alpha,
             expected_discordance=ev.expected_discordance,
             noise_runs=ev.effective_noise_runs(), noise_mismatch_rate=ev.noise_mismatch_rate,

@@ -37,7 +37,7 @@ import httpx
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
-from harness.records.completions import Completion
+from harness.records.completions import Completion, unfinished_error
 
 if TYPE_CHECKING:  # aiohttp is imported on first use (start-up time of --help / --dry-run)
     import aiohttp
@@ -313,6 +313,7 @@ class AsyncCompletionClient:
             choice.text,
             token_ids=tuple(choice.token_ids) if choice.token_ids is not None else None,
             finish_reason=choice.finish_reason,
+            error=unfinished_error(request_id, choice.finish_reason),  # abort, error, ...: a request error
             attempts=attempts,
             latency_s=latency,
             stop_reason=choice.stop_reason,
@@ -373,7 +374,8 @@ async def chat_complete(
     return Completion(
         request_id, choice.message.content or "",
         token_ids=tuple(choice.token_ids) if choice.token_ids is not None else None,
-        finish_reason=choice.finish_reason, attempts=attempts, latency_s=latency,
+        finish_reason=choice.finish_reason, error=unfinished_error(request_id, choice.finish_reason),
+        attempts=attempts, latency_s=latency,
         stop_reason=choice.stop_reason,
     )
 

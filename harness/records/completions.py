@@ -15,6 +15,33 @@ from pathlib import Path
 from typing import Iterable
 
 
+#: Finish reasons of a request the engine finished normally: vLLM's ``FinishReason``
+#: (``vllm/v1/engine/__init__.py``) has ``stop`` (a stop string or token, or end of
+#: sequence) and ``length`` (``max_tokens`` or the model length), and also ``abort``
+#: (aborted), ``error`` (a request-level internal error) and ``repetition`` (a repetitive
+#: pattern detected), which are not answers. Any reason other than these two, or none on
+#: a successful response, makes the request an error (:func:`unfinished_error`).
+NORMAL_FINISH_REASONS = ("stop", "length")
+
+
+def unfinished_error(request_id: str, finish_reason: str | None) -> str | None:
+    """The error of a request the engine did not finish normally, or None.
+
+    Args:
+        request_id: the request's id (named in the message).
+        finish_reason: the response's ``finish_reason`` (None: not reported).
+
+    Returns:
+        None for :data:`NORMAL_FINISH_REASONS`; else a message naming the request and
+        the finish reason: such a completion is never judged as an answer.
+    """
+    if finish_reason in NORMAL_FINISH_REASONS:
+        return None
+    said = "no finish reason" if finish_reason is None else f"finish_reason {finish_reason!r}"
+    return (f"request {request_id}: the engine did not finish it normally ({said}; only "
+            f"{' / '.join(NORMAL_FINISH_REASONS)} are answers): a request error, never scored")
+
+
 @dataclass(frozen=True, kw_only=True)
 class EngineReply:
     """What the engine returned for one request, as both the raw :class:`Completion`
@@ -23,7 +50,10 @@ class EngineReply:
     Attributes:
         token_ids: completion token ids (``return_token_ids``); None on error or when
             the server did not return them.
-        finish_reason: ``stop`` / ``length`` / ... as returned; None on error.
+        finish_reason: ``stop`` / ``length`` / ... as returned; None when the request got no
+            answer. Kept on an error too: a finish reason outside
+            :data:`NORMAL_FINISH_REASONS` (``abort``, ``error``) is itself a request error
+            (:func:`unfinished_error`), never scored.
         error: None on success, else a message naming the request and the failure
             (HTTP status and body, transport error, timeout, malformed response).
         attempts: HTTP attempts made (>= 1).
@@ -57,8 +87,10 @@ class EngineReply:
 
     @property
     def ok(self) -> bool:
-        """True when the request succeeded (a judged sample may still be a wrong answer)."""
-        return self.error is None
+        """True when the request succeeded (a judged sample may still be a wrong answer): no
+        error, and no finish reason outside :data:`NORMAL_FINISH_REASONS` (None is allowed:
+        prompt-scoring tasks generate nothing)."""
+        return self.error is None and (self.finish_reason is None or self.finish_reason in NORMAL_FINISH_REASONS)
 
 
 @dataclass(frozen=True)

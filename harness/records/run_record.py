@@ -37,7 +37,7 @@ import platform
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, computed_field, model_validator
 
@@ -45,6 +45,7 @@ from harness import __version__
 from harness.records.measures import (
     AnswerAgreementRecord, DivergenceReportRecord, EffectivenessRecord, EngineFactsRecord, Interval,
     ModelRunnerRecord, NoiseRecord, OutputMatchRecord, PairedRecord, SpecDecodeCountersRecord, SpecDecodeRecord,
+    bound_problems,
 )
 import secrets
 from importlib import metadata
@@ -62,9 +63,21 @@ class RunRecordError(ValueError):
 
 
 class _Model(BaseModel):
-    """Every record type: unknown fields are errors (a foreign or newer file is refused)."""
+    """Every record type: unknown fields are errors (a foreign or newer file is refused),
+    no number is NaN or infinite, and the shares (``_RATES``) and counts bounded by totals
+    (``_WITHIN``) a type names are checked (:func:`harness.records.measures.bound_problems`),
+    so every reader of ``run.json`` refuses an impossible record, naming the field."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    _RATES: ClassVar[tuple[str, ...]] = ()
+    _WITHIN: ClassVar[tuple[tuple[str, str], ...]] = ()
+
+    @model_validator(mode="after")
+    def _within_bounds(self) -> "_Model":
+        problems = bound_problems(self, self._RATES, self._WITHIN)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
 
 # --------------------------------------------------------------------------- provenance
@@ -248,6 +261,10 @@ class TaskResult(_Model):
     rerun: RerunRecord | None = None
     lm_eval: "LmEvalTaskRecord | None" = None
     samples_sha256: str | None = None
+
+    _RATES = ("error_rate", "accuracy", "accuracy_ci", "invalid_rate", "truncated_rate")
+    _WITHIN = (("error_count", "num_requests"), ("correct", "scored"), ("scored", "num_requests"),
+               ("truncated", "num_requests"), ("finish_reasons", "num_requests"))
 
 
 class LmEvalTaskRecord(_Model):
@@ -818,6 +835,21 @@ def parse_run(text: str, source: str | Path) -> RunRecord:
         return RunRecord.model_validate(doc)
     except ValidationError as e:
         raise RunRecordError(f"{source}: not a valid run record: {_first_error(e)}") from e
+
+
+def run_folders(root: str | Path) -> list[Path]:
+    """The run folders directly under a results folder (those holding ``run.json``), each
+    once: a symlink is followed, and a folder reached twice (a link beside its target, two
+    links to one run) is listed once, by its resolved path, in the order of the first name
+    that reaches it (names sorted).
+
+    Returns:
+        Resolved folder paths.
+    """
+    out: dict[Path, None] = {}
+    for p in sorted(Path(root).glob(f"*/{RUN_FILE}")):
+        out.setdefault(p.resolve().parent, None)  # a linked run.json too: its target's folder
+    return list(out)
 
 
 def load_run(path: str | Path) -> RunRecord:

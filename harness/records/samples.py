@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -127,21 +128,42 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def _non_finite(text: str) -> float:
+    raise ValueError(f"non-finite number {text} (a sample holds finite numbers only)")
+
+
+def _finite(text: str) -> float:
+    x = float(text)
+    if not math.isfinite(x):
+        _non_finite(text)
+    return x
+
+
 def read_jsonl(path: Path) -> list[Sample]:
     """Read samples written by :func:`write_jsonl`.
 
     Raises:
-        ValueError: naming the file and line when a line is not a valid sample.
+        ValueError: naming the file and line when a line is not a valid sample (a
+            non-finite number such as ``NaN`` included), or when a
+            question appears twice (the same config, variant, task and question id: one
+            request has one sample; the message names both lines).
     """
     out: list[Sample] = []
+    seen: dict[tuple[str, str, str, str], int] = {}
     with Path(path).open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
-                out.append(Sample.from_json(json.loads(line)))
-            except (json.JSONDecodeError, TypeError) as e:
+                s = Sample.from_json(json.loads(line, parse_constant=_non_finite, parse_float=_finite))
+            except (json.JSONDecodeError, TypeError, ValueError) as e:
                 raise ValueError(f"{path}:{lineno}: not a sample record: {e}") from e
+            key = (s.config, s.variant, s.task, s.question_id)
+            if key in seen:
+                raise ValueError(f"{path}:{lineno}: field 'question_id': {s.question_id!r} is also the sample of "
+                                 f"line {seen[key]} (one request has one sample): the file is not valid")
+            seen[key] = lineno
+            out.append(s)
     return out
 
 

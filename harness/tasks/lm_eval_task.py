@@ -36,7 +36,9 @@ Per sample:
   ``"[not greedy]"``. ``gold`` is the gold choice's text. Output match and the
   acceptance gates of such a task are NOT RUN (:data:`PROMPT_ONLY_REASON`).
 * A failed lm-eval run (lm-eval retries a request and then raises) makes every sample
-  of the task an error: never scored as wrong answers.
+  of the task an error: never scored as wrong answers. A generated completion whose
+  finish reason is not ``stop`` / ``length`` (``abort``, ``error``: the engine did not
+  finish it) makes that document's sample an error with its finish reason.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from typing import Any
 
 from harness.config.loader import TaskSpec
 from harness.config.vllm_args import hits_of  # every spelling vLLM's parser accepts
+from harness.records.completions import NORMAL_FINISH_REASONS, unfinished_error
 from harness.records.samples import Sample
 from harness.tasks.base import PreparedTask, Task, TaskContext, TaskRun, TaskSession, check_enough
 from harness.tasks.gsm8k import DataUnavailableError, prompt_hash
@@ -320,13 +323,18 @@ def _map_results(task: LmEvalTask, res: dict, lm: Any, config: str, variant: str
         resp = first["resps"][0][0] if first["resps"] and first["resps"][0] else None
         text = resp if isinstance(resp, str) else None
         ids, finish = lm.evalrun_outputs.get(ctx, (None, None)) if isinstance(ctx, str) else (None, None)
+        ph = prompt_hash(ctx if isinstance(ctx, str) else json.dumps(ctx))
+        if finish is not None and finish not in NORMAL_FINISH_REASONS:  # abort, error, ...: never scored
+            out.append(Sample(config, variant, task.name, qid(d), ph, str(first["target"]), finish_reason=finish,
+                              error=unfinished_error(qid(d), finish)))
+            continue
         answers, correct = {}, {}
         for f, m, p in pipes:
             fr = rows[f]["filtered_resps"][0] if rows[f]["filtered_resps"] else None
             answers[p] = None if fr in (None, "[invalid]") else str(fr)
             correct[p] = float(rows[f][m]) == 1.0
         out.append(Sample(
-            config, variant, task.name, qid(d), prompt_hash(ctx if isinstance(ctx, str) else json.dumps(ctx)),
+            config, variant, task.name, qid(d), ph,
             str(first["target"]), completion=text, token_ids=ids, finish_reason=finish,
             answers=answers, correct=correct,
         ))
