@@ -22,7 +22,6 @@ ALLOWED = {
     ("models/training.py", "ensure_trained_model"): "a lock file's handle, nothing is written to it",
     ("config/vllm_parser.py", "main"): "the parser snapshot shipped in the package (--write), not a run folder",
     ("report/figures.py", "write_figures"): "docs/*.md of the repository, not a run folder",
-    ("merge.py", "cli_main"): "summary.md copies of the merged run: still direct, to move to write_atomic",
 }
 
 
