@@ -90,6 +90,8 @@ import hashlib
 import json
 import os
 import random
+import signal
+import subprocess
 import sys
 import threading
 import time
@@ -112,9 +114,6 @@ if args and args[0] == "-c":  # the pre-launch argument check
     print("EVALRUN_PREFLIGHT " + json.dumps({"python": sys.executable, "version": "0.0.fake",
                                               "import_error": None, "results": results}), flush=True)
     sys.exit(0)
-
-import signal
-import subprocess
 
 port = int(args[args.index("--port") + 1])
 spec = "--speculative-config" in args

@@ -160,7 +160,7 @@ def test_every_variant_ran_on_real_engine_with_effective_facts(cpu_run):
 def test_accuracy_recomputed_from_samples(cpu_run):
     _, rec, run_dir = cpu_run
     for v in rec["configs"][0]["variants"].values():
-        for tname, t in v["tasks"].items():
+        for t in v["tasks"].values():
             if t["status"] != "ran":
                 continue
             samples = load_samples(run_dir, t["samples"])

@@ -16,12 +16,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import lm_eval  # noqa: F401, TID253 - a base dependency of evalrun: its absence is a failure, not a skip
 import pytest
 
 from ..conftest import vllm_available
 
 pytestmark = pytest.mark.engine
-import lm_eval  # noqa: F401 - a base dependency of evalrun: its absence is a failure, not a skip
 
 REPO = Path(__file__).resolve().parents[2]
 N = 20

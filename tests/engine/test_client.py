@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from aiohttp import web
-from aiohttp.test_utils import TestServer
+from aiohttp import web  # noqa: TID253 - the test serves with aiohttp, as the client's server does
+from aiohttp.test_utils import TestServer  # noqa: TID253 - the test serves with aiohttp, as the client's server does
 
 from harness.engine.client import AsyncCompletionClient
 from harness.engine.session import run_coroutine

@@ -107,7 +107,8 @@ def test_wellformed_completion_keeps_every_field():
         parse_completion(b"<html>502</html>")
 
 
-def test_two_malformed_answers_of_twenty_fail_the_error_rate_gate_and_the_run_goes_on(tmp_path, capsys):
+@pytest.mark.usefixtures("capsys")  # the run's output is captured, not shown
+def test_two_malformed_answers_of_twenty_fail_the_error_rate_gate_and_the_run_goes_on(tmp_path):
     cfg = config(tmp_path, spec_env={"FAKE_MODE": "ok", "FAKE_MALFORMED": "4,11"}, n=20)
     code = run_cli(tmp_path, cfg)
     rec = load_run(tmp_path / "results" / "r")

@@ -256,7 +256,7 @@ def _start_evalrun(tmp_path: Path, spec_mode: str) -> tuple[subprocess.Popen, Pa
     return proc, pid_file
 
 
-def test_a_signal_ignored_at_start_stays_ignored(tmp_path):
+def test_a_signal_ignored_at_start_stays_ignored():
     """``nohup evalrun ...`` must survive a closed terminal: SIGHUP ignored by the caller
     is not turned into a stop."""
     import harness.runner as runner

@@ -189,7 +189,7 @@ def test_an_interrupt_while_two_servers_start_leaves_none_alive(tmp_path, sig):
          "--results-dir", str(tmp_path / "results"), "--run-id", "r", "--quiet", "--no-baseline"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": EIGHT},
-        preexec_fn=default_signals,  # noqa: PLW1509 - as tests/test_ci_signals.py: default signals in evalrun
+        preexec_fn=default_signals,
     )
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and (not log.exists() or len(log.read_text().splitlines()) < 2):

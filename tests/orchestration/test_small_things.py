@@ -42,7 +42,8 @@ def fake_dirs(tmp_path, monkeypatch):
     return configs, lists
 
 
-def test_config_not_found_lists_the_nearest_names(fake_dirs):
+@pytest.mark.usefixtures("fake_dirs")
+def test_config_not_found_lists_the_nearest_names():
     with pytest.raises(ConfigError) as e:
         resolve_list_path("Big-Model-120B-A12B-BF16")
     msg = str(e.value)

@@ -31,7 +31,7 @@ def _direct_writes() -> set[tuple[str, str]]:
         rel = path.relative_to(PKG).as_posix()
         stack: list[str] = []
 
-        def visit(node: ast.AST) -> None:
+        def visit(node: ast.AST, rel: str = rel, stack: list[str] = stack) -> None:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 stack.append(node.name)
                 for child in ast.iter_child_nodes(node):

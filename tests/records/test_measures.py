@@ -10,8 +10,8 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from harness.analysis import divergence, scoring, stats
-from harness.engine import info, metrics
+from harness.analysis import scoring, stats
+from harness.engine import metrics
 from harness.records import run_record
 from harness.records.measures import DivergenceReportRecord, PairedRecord, SpecDecodeCountersRecord
 

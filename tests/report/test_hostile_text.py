@@ -10,7 +10,6 @@ import shutil
 import subprocess
 import tempfile
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-import lm_eval  # noqa: F401 - a base dependency of evalrun: its absence is a failure, not a skip
+import lm_eval  # noqa: F401, TID253 - a base dependency of evalrun: its absence is a failure, not a skip
 
 from harness.analysis.gates import evaluate_gates
 from harness.analysis.measurements import Measurements

@@ -80,7 +80,7 @@ def test_the_dry_run_shows_the_questions_available_and_refuses(tmp_path, short_d
     assert (data["asked"], data["available"]) == (1319, 20) and "holds 20 questions" in data["refused"]
 
 
-def test_a_synthetic_task_asking_more_than_it_has_is_refused(tmp_path):
+def test_a_synthetic_task_asking_more_than_it_has_is_refused():
     from harness.config.loader import TaskSpec
     from harness.tasks import ShortDataError, prepare_task
     from harness.tasks.synthetic import DEFAULT_NUM_TEST
