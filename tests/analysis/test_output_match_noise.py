@@ -124,7 +124,6 @@ def test_holm_adjust_matches_the_step_down_definition():
 def test_hub_weights_are_fetched_before_startup(monkeypatch, tmp_path):
     import huggingface_hub
 
-
     calls = []
     monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda repo_id: calls.append(repo_id) or str(tmp_path))
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)

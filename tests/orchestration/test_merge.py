@@ -148,7 +148,6 @@ def _shard_with_task(tmp: Path, i: int, engine: str = "0.32.0", git: str = "rev1
     spath = d / "samples" / f"c{i}" / "reference" / "t.jsonl"
     spath.write_text('{"question_id": "t/test/0"}\n')
 
-
     digest = hashlib.sha256(spath.read_bytes()).hexdigest()     # computed here, not by evalrun
     rec.configs[0].variants["reference"] = typed({"run_id": "x", "configs": [{"name": "x", "variants": {
         "reference": {"tasks": {"t": {"samples": f"samples/c{i}/reference/t.jsonl", "samples_sha256": digest}}}}}]}
