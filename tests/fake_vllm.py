@@ -90,8 +90,6 @@ import hashlib
 import json
 import os
 import random
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -114,6 +112,10 @@ if args and args[0] == "-c":  # the pre-launch argument check
     print("EVALRUN_PREFLIGHT " + json.dumps({"python": sys.executable, "version": "0.0.fake",
                                               "import_error": None, "results": results}), flush=True)
     sys.exit(0)
+
+# the pre-launch check above exits without them
+import signal  # noqa: E402
+import subprocess  # noqa: E402
 
 port = int(args[args.index("--port") + 1])
 spec = "--speculative-config" in args
