@@ -255,10 +255,15 @@ def _new_record(plan: Plan, opts: RunOptions, run_id: str) -> tuple[RunRecord, C
     record = RunRecord(run_id=run_id, provenance=provenance(opts.argv, refs, started), shard=opts.shard)
     import threading
 
+    from harness.engine.builds import identity_or_none
     from harness.tasks.lm_eval_gsm8k import lm_eval_info
 
     def _lm_eval() -> None:  # version and task version of lm-eval's pipelines (never raises)
         record.provenance.lm_eval = LmEvalInfo(**lm_eval_info())
+        build = identity_or_none(plan.python)  # the servers' engine build (never raises)
+        if build is not None and build.package:
+            record.provenance.build = build
+            record.provenance.vllm_version = f"{build.package} {build.version}"
 
     # lm-eval's task takes seconds to build: built beside data preparation and the pre-launch
     # check, joined (lm_eval_done) before any server starts and before every final write of the record

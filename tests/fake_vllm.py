@@ -84,6 +84,10 @@ Pre-launch argument check: evalrun runs ``<python> -c SCRIPT`` with the commands
 stdin (harness/engine/preflight.py). Here the fake stands in for vLLM's parser: it
 accepts every command whose environment does not say ``FAKE_MODE=reject_args``, and
 rejects that one as vLLM's parser words an unknown flag.
+
+The engine-build probe (``harness.engine.builds.read_identity``) is answered with package
+``FAKE_BUILD_PACKAGE`` (default ``vllm``), version ``FAKE_BUILD_VERSION`` (``0.0.fake``)
+and commit ``FAKE_BUILD_COMMIT`` (none), evalrun's plugin not registered.
 """
 
 import hashlib
@@ -96,6 +100,12 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 args = sys.argv[1:]
+if len(args) > 1 and args[0] == "-c" and args[1].startswith("# EVALRUN-BUILD-PROBE"):  # a build's identity
+    print("EVALRUN-BUILD " + json.dumps({
+        "python": sys.executable, "package": os.environ.get("FAKE_BUILD_PACKAGE", "vllm"),
+        "version": os.environ.get("FAKE_BUILD_VERSION", "0.0.fake"), "commit": os.environ.get("FAKE_BUILD_COMMIT"),
+        "evalrun_plugin": False}), flush=True)
+    sys.exit(0)
 if args and args[0] == "-c":  # the pre-launch argument check
     items = json.load(sys.stdin)
     results = []
