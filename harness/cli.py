@@ -22,6 +22,8 @@ subcommands:
   evalrun train-tiny [--compare]      retrain the shipped tiny model from its recipe
   evalrun doctor                      check engine import, torch build, data, cache, ports; say how to mend
   evalrun merge RUN...                combine the run folders of the shards of one list (--shard i/n)
+  evalrun bisect --config FILE --build OLD ... --build NEW [run options]
+                                      the first bad engine build of an ordered range (docs/builds.md)
   evalrun history RESULTS_DIR [--config NAME] [--last N] [--csv F] [--parquet F]
                                       every run as one table (pandas), and drift across nights
 
@@ -348,6 +350,7 @@ SUBCOMMANDS = {
     "train-tiny": _lazy("harness.models.training:cli_main"),
     "doctor": _lazy("harness.doctor:cli_main"),
     "merge": _lazy("harness.merge:cli_main"),
+    "bisect": _lazy("harness.bisect:cli_main"),
     "history": _lazy("harness.report.history:cli_main"),
 }
 
