@@ -243,7 +243,9 @@ def _run_claimed(plan: Plan, opts: RunOptions, run_id: str, run_dir: Path,
 def _new_record(plan: Plan, opts: RunOptions, run_id: str) -> tuple[RunRecord, Callable[..., None]]:
     """The run's record at its start (status ``running``): provenance, and servers an
     earlier run left in ``opts.results_dir`` (each named with the command to end it).
-    lm-eval's version and task version are filled in by a thread; the second item joins
+    lm-eval's version and task version, and the servers' engine build
+    (``provenance.build``, :func:`harness.engine.builds.identity_or_none` of ``plan.python``),
+    are filled in by a thread; the second item joins
     it (``lm_eval_done(timeout=None)``), called before any server starts and before
     every final write of the record."""
     p = opts.progress
