@@ -112,6 +112,8 @@ class BisectRecord(BaseModel):
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="evalrun bisect", allow_abbrev=False,
+        usage="evalrun bisect --config FILE [-k EXPR] --build OLDEST ... --build NEWEST [--build-index-template URL] "
+              "[--build-package NAME] [--bisect-id ID] [run options]",
         description="Find the first bad engine build of an ordered range (oldest first): the newest must fail, "
                     "the oldest pass; every step is a normal evalrun run on that build, judged by the gates that "
                     "failed at the newest. Every other option is passed to each run (see evalrun --help).",
