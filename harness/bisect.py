@@ -37,7 +37,7 @@ from harness.records.atomic import write_atomic
 from harness.records.run_record import EngineBuild, RunRecordError, load_run, new_run_id, utc_now
 
 #: run options a bisection sets itself or that would be overwritten by every step.
-REFUSED = {"python": "--python", "run_id": "--run-id", "dry_run": "--dry-run", "json": "--json",
+REFUSED = {"python": "--python", "build": "--build", "run_id": "--run-id", "dry_run": "--dry-run", "json": "--json",
            "shard": "--shard", "update_baseline": "--update-baseline", "markdown": "--markdown",
            "junit": "--junit"}
 

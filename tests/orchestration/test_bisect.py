@@ -84,3 +84,21 @@ def test_bisect_refuses_run_options_it_sets_itself(tmp_path, capsys):
     assert code == 2 and "--python" in capsys.readouterr().err
     code = main(["bisect", "--config", str(cfg), "--build", sys.executable])
     assert code == 2 and "at least two" in capsys.readouterr().err
+
+
+def test_a_run_takes_its_engine_as_a_build(tmp_path, gsm8k_dir, capsys):
+    cfg = write_fake_spec_config(tmp_path, num_questions=4)
+    build = _fake_builds(tmp_path, 1, first_bad=99)[0]
+    results = tmp_path / "results"
+    common = ["--config", str(cfg), "--data-dir", str(gsm8k_dir), "--results-dir", str(results), "--quiet",
+              "--no-baseline"]
+    assert main([*common, "--build", build, "--run-id", "r"]) == 0
+    run = json.loads((results / "r" / "run.json").read_text())
+    assert run["provenance"]["build"] == {"python": build, "package": "vllm", "version": "0.0.1", "commit": None,
+                                          "evalrun_plugin": False}
+    assert run["provenance"]["vllm_version"] == "vllm 0.0.1"  # the servers' engine, not evalrun's own
+    capsys.readouterr()
+    assert main([*common, "--build", build, "--python", build]) == 2
+    assert "name the engine twice" in capsys.readouterr().err
+    assert main([*common, "--build", "0123abcd"]) == 2
+    assert "--build-index-template" in capsys.readouterr().err
