@@ -63,6 +63,7 @@ the real engine never produces on demand):
   hidden in the sum)
 
 * ``garbage``          not Prometheus text at all (a proxy's error page)
+* ``low``              as ``ok`` with 1 accepted per request (mean acceptance length 1.25)
 
 ``FAKE_MALFORMED=N,M,...`` answers the completion requests with those arrival numbers
 (1-based) with HTTP 200 and a body evalrun cannot read (what proxies, version skew and
@@ -309,7 +310,7 @@ class H(BaseHTTPRequestHandler):
             seen[prompt] = seen.get(prompt, 0) + 1
             npass = seen[prompt]
             drafts += 4
-            accepted += 2
+            accepted += 1 if metrics_mode == "low" else 2
             if k == 2 and reset_at is None:
                 reset_at = drafts
         if mode.startswith("crash_after:") and k > int(mode.split(":")[1]):

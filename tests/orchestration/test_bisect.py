@@ -17,12 +17,14 @@ from harness.cli import main
 from tests.conftest import FAKE_VLLM, write_fake_spec_config
 
 
-def _fake_builds(folder: Path, n: int, first_bad: int) -> list[str]:
-    """``n`` fake builds (1-based ``first_bad`` onward corrupt); their interpreter paths."""
+def _fake_builds(folder: Path, n: int, first_bad: int, low_acceptance: int | None = None) -> list[str]:
+    """``n`` fake builds (1-based ``first_bad`` onward corrupt; build ``low_acceptance``
+    with a mean acceptance length of 1.25, an unrelated failure); their interpreter paths."""
     out = []
     for i in range(1, n + 1):
         p = folder / f"build-{i}"
         bad = "export FAKE_SPEC_MODE=corrupt\n" if i >= first_bad else ""
+        bad += "export FAKE_METRICS=low\n" if i == low_acceptance else ""
         p.write_text(f"#!/bin/sh\nexport FAKE_BUILD_VERSION=0.0.{i}\n{bad}exec {sys.executable} {FAKE_VLLM} \"$@\"\n")
         p.chmod(0o755)
         out.append(str(p))
@@ -31,6 +33,8 @@ def _fake_builds(folder: Path, n: int, first_bad: int) -> list[str]:
 
 def _bisect(tmp_path, builds, gsm8k_dir, capsys):
     cfg = write_fake_spec_config(tmp_path, num_questions=4)
+    # mean acceptance length: 1.5 on every fake build but the low one (1.25)
+    cfg.write_text(cfg.read_text() + "gates: {min_acceptance_length: 1.4}\n")
     argv = ["bisect", "--config", str(cfg), "--data-dir", str(gsm8k_dir), "--results-dir", str(tmp_path / "results"),
             "--quiet", "--no-baseline", "--bisect-id", "bs"]
     for b in builds:
@@ -42,7 +46,9 @@ def _bisect(tmp_path, builds, gsm8k_dir, capsys):
 
 
 def test_bisect_names_the_first_bad_of_six_builds(tmp_path, gsm8k_dir, capsys):
-    builds = _fake_builds(tmp_path, 6, first_bad=4)
+    # build 3 (the first midpoint) also fails a gate the newest build passes: it must not
+    # steer the search (judged good, its failure listed as unrelated)
+    builds = _fake_builds(tmp_path, 6, first_bad=4, low_acceptance=3)
     code, out, rec = _bisect(tmp_path, builds, gsm8k_dir, capsys)
     assert code == 0, rec.get("message")
     assert builds[3] in out[-1] and "first bad build: 4" in out[-1]
@@ -62,6 +68,10 @@ def test_bisect_names_the_first_bad_of_six_builds(tmp_path, gsm8k_dir, capsys):
         assert s["run_id"] == f"bs-b{s['index']}-vllm-0.0.{s['index']}"  # named by its build
         assert run["provenance"]["build"]["version"] == f"0.0.{s['index']}"
         assert run["provenance"]["build"]["python"] == builds[s["index"] - 1]
+    three = next(s for s in rec["steps"] if s["index"] == 3)
+    assert three["exit_code"] == 1 and three["verdict"] == "good"
+    assert three["other_failures"] and all(g.endswith("min_acceptance_length") for g in three["other_failures"])
+    assert not set(three["other_failures"]) & set(failed)
     four = next(s for s in rec["steps"] if s["index"] == 4)
     assert four["failed"] and set(four["failed"]) <= set(failed)
     assert all(f.endswith("PASS -> FAIL") for f in four["flipped"]) and four["flipped"]
