@@ -262,7 +262,9 @@ def _new_record(plan: Plan, opts: RunOptions, run_id: str) -> tuple[RunRecord, C
 
     def _lm_eval() -> None:  # version and task version of lm-eval's pipelines (never raises)
         record.provenance.lm_eval = LmEvalInfo(**lm_eval_info())
-        build = identity_or_none(plan.python)  # the servers' engine build (never raises)
+
+    def _build() -> None:  # the servers' engine build, a subprocess of plan.python (never raises)
+        build = identity_or_none(plan.python)
         if build is not None and build.package:
             record.provenance.build = build
             record.provenance.vllm_version = f"{build.package} {build.version}"
@@ -271,12 +273,18 @@ def _new_record(plan: Plan, opts: RunOptions, run_id: str) -> tuple[RunRecord, C
     # check, joined (lm_eval_done) before any server starts and before every final write of the record
     lm_thread = threading.Thread(target=_lm_eval, name="evalrun-lm-eval-info", daemon=True)
     lm_thread.start()
+    build_thread = threading.Thread(target=_build, name="evalrun-engine-build", daemon=True)
+    build_thread.start()
+
+    def provenance_done(timeout: float | None = None) -> None:
+        lm_thread.join(timeout)
+        build_thread.join(timeout)
     record.provenance.allow_contamination = opts.allow_contamination
     record.leftover_servers = [
         LeftoverServerRecord(pid=lo.pid, pid_file=str(lo.pid_file), command=lo.command, kill_command=lo.kill_command)
         for lo in leftovers
     ]
-    return record, lm_thread.join
+    return record, provenance_done
 
 
 def _run_plan(plan: Plan, opts: RunOptions, run_dir: Path, record: RunRecord, recorder: RunRecorder,
