@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+from harness.records.atomic import write_atomic
 from harness.report.calibration import render_calibration_markdown, summarize
 
 
@@ -59,12 +60,12 @@ def _write_summary(args: argparse.Namespace, runs: list, out_dir: Path) -> None:
     summary = summarize(runs, k=args.sigmas)
     md = render_calibration_markdown(summary)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "calibration.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    (out_dir / "calibration.md").write_text(md, encoding="utf-8")
+    write_atomic(out_dir / "calibration.json", json.dumps(summary, indent=2) + "\n")
+    write_atomic(out_dir / "calibration.md", md)
     for path, text in ((args.output, md), (args.json, json.dumps(summary, indent=2) + "\n")):
         if path:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
+            write_atomic(path, text)
     sys.stdout.write(md)
     print(f"evalrun calibrate: summary in {out_dir / 'calibration.md'} and calibration.json", file=sys.stderr)
 
@@ -112,6 +113,9 @@ def cli_main(argv: list[str]) -> int:
             from harness.runner import say_interrupted
 
             say_interrupted(e, "evalrun calibrate")
+            if getattr(e, "kept", None):  # that repeat's record kept its verdict; the calibration did not end
+                print(f"evalrun calibrate: interrupted ({e}) in run {i} of {args.repeat}; INTERRUPTED (exit 2)",
+                      file=sys.stderr, flush=True)
             return 2
         except OSError as e:  # RunFolderExistsError (never mix runs), ResultsFolderError (cannot write)
             print(f"evalrun calibrate: {e}", file=sys.stderr)

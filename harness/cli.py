@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.config.loader import PROJECT_ROOT, ConfigError
@@ -52,7 +53,8 @@ outcomes and exit codes (the same word in the terminal, summary.md, HTML, JUnit,
   2  INCOMPLETE   no gate failed, but something required could not run (data, short data,
                   server arguments, a server that did not start or died)
   2  ERROR        an unexpected error stopped the run (the record is kept)
-  2  INTERRUPTED  SIGINT/SIGTERM/SIGHUP/SIGQUIT stopped the run (record written first)
+  2  INTERRUPTED  SIGINT/SIGTERM/SIGHUP/SIGQUIT stopped the run (record written first); a signal
+                  after the verdict is on disk keeps it and its exit code
   2  refused before running: config error, run id already claimed, short data (--dry-run too)
 """
 
@@ -127,6 +129,10 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="the GPUs evalrun may hand to its servers: a comma list of device ids (0,1,4) or a count "
                         "(4: the first four); default: CUDA_VISIBLE_DEVICES when set, else every GPU found. On a "
                         "GPU host variants run side by side on disjoint device sets, longest first")
+    p.add_argument("--v1-runner-variants", action="store_true",
+                   help="also run every variant on vLLM's V1 model runner (<variant>_v1, VLLM_USE_V2_MODEL_RUNNER=0) "
+                        "with the same comparisons among the twins: one more pass of every task per variant; "
+                        "default: the engine's default runner only (--dry-run states what the twins would cost)")
     p.add_argument("--max-servers", type=int, default=None, metavar="N",
                    help="at most N vLLM servers alive at once (default: as many as the GPUs hold; 1 = one at a time)")
     return p
@@ -178,7 +184,7 @@ def cmd_run(argv: list[str]) -> int:
     from harness.engine.devices import DeviceError
     from harness.records.atomic import ResultsFolderError
     from harness.report.progress import Progress
-    from harness.runner import RunFolderExistsError, RunOptions, run, say_interrupted, terminate_as_interrupt
+    from harness.runner import RunFolderExistsError, RunOptions, run, terminate_as_interrupt
 
     terminate_as_interrupt()
     progress = Progress(quiet=args.quiet)
@@ -191,18 +197,44 @@ def cmd_run(argv: list[str]) -> int:
         gpus=args.gpus, max_servers=args.max_servers, estimates=_gpu_estimates(plan, args),
         preflight_cache=not args.no_preflight_cache,
     )
+    from harness.records.recorder import LAST_FINAL
+
+    LAST_FINAL.clear()
     try:
-        record, run_dir = run(plan, opts)
-    except (RunFolderExistsError, ResultsFolderError, DeviceError) as e:
-        print(f"evalrun: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt as e:  # RunInterrupted, or a signal before the run folder existed
-        say_interrupted(e, "evalrun")
-        return 2
-    if record.status == "error":
-        say_error(record, run_dir)
-        return record.exit_code if record.exit_code is not None else 2
-    return _after_run(args, record, run_dir, baseline_dir)
+        try:
+            record, run_dir = run(plan, opts)
+        except (RunFolderExistsError, ResultsFolderError, DeviceError) as e:
+            print(f"evalrun: {e}", file=sys.stderr)
+            return 2
+        if record.status == "error":
+            say_error(record, run_dir)
+            return record.exit_code if record.exit_code is not None else 2
+        return _after_run(args, record, run_dir, baseline_dir)
+    except KeyboardInterrupt as e:  # at any moment: the record's outcome, said last
+        return _signal_exit(e, args)
+
+
+def _signal_exit(e: KeyboardInterrupt, args: argparse.Namespace) -> int:
+    """The exit code after a stopping signal in ``evalrun --config``, with the last line
+    said (:func:`harness.runner.say_interrupted`) and the ``--markdown``/``--junit``
+    copies written from the record: the record's exit code when its final word was on
+    disk before the signal (it keeps its outcome), else 2 (``INTERRUPTED``, or no record)."""
+    from harness.records.recorder import LAST_FINAL
+    from harness.records.run_record import outcome_word
+    from harness.runner import RunInterrupted, say_interrupted
+
+    if not isinstance(e, RunInterrupted) and LAST_FINAL:  # after run() returned: its record is final
+        final = LAST_FINAL[-1]
+        sig = str(e.args[0]) if e.args else "KeyboardInterrupt"
+        code = final.record.exit_code if final.record.exit_code is not None else 2
+        e = RunInterrupted(final.run_dir, sig, [], exit_code=code, kept=outcome_word(final.record.outcome),
+                           record=final.record)
+    record = getattr(e, "record", None)
+    if record is not None:  # the copies CI reads say what the record says
+        for what, write in _copies(args, record):
+            _report_or_warn(what, write)
+    say_interrupted(e, "evalrun")
+    return int(getattr(e, "exit_code", 2))
 
 
 def _resolve_build(args: argparse.Namespace) -> None:
@@ -252,6 +284,10 @@ def _selected_plan(args: argparse.Namespace):
         list_path = resolve_list_path(args.config)
     except ConfigError as e:
         raise _Refused(f"config error:\n{e}") from None
+    if args.v1_runner_variants:
+        from harness.config.loader import with_v1_runner_variants
+
+        configs = [with_v1_runner_variants(c) for c in configs]
     plan = build_plan(configs, python=args.python, list_path=str(list_path))
     shard = None
     if args.shard:
@@ -285,48 +321,88 @@ def _dry_run(args: argparse.Namespace, plan) -> int:
         _Refused: the cost cannot be estimated (a malformed earlier record).
     """
     from harness.report.cost import plan_cost
+    from harness.report.cost import render_twin_cost
     from harness.report.dry_run import data_counts, plan_json, render_plan, render_schedule
 
     counts = data_counts(plan, args.data_dir)
     try:
-        cost = plan_cost(plan, args.results_dir, only=args.variant)
+        cost = plan_cost(plan, args.results_dir, only=args.variant, gpus=args.gpus, max_servers=args.max_servers,
+                         assume_devices=True)
+        twins = None if args.v1_runner_variants else _twin_cost(args, plan, cost)
     except ValueError as e:
         raise _Refused(str(e)) from None
     if args.json:
-        print(json.dumps(plan_json(plan, args.variant, counts, cost), indent=2))
+        out = plan_json(plan, args.variant, counts, cost)
+        for entry in out:
+            entry.setdefault("cost", {}).setdefault("list", {})["v1_runner_twins"] = twins
+        print(json.dumps(out, indent=2))
     else:
         print(render_plan(plan, args.variant, counts))
         print(render_schedule(cost))
+        if twins is not None:
+            print(render_twin_cost(twins))
     refused = [r["refused"] for r in counts.values() if r["refused"]]
     for msg in refused:
         print(f"evalrun: {msg}", file=sys.stderr)
     return 2 if refused else 0  # the run would refuse it before any server starts
 
 
+def _twin_cost(args: argparse.Namespace, plan, cost) -> dict | None:
+    """What ``--v1-runner-variants`` would add to this plan (:func:`harness.report.cost.twin_cost`),
+    None when no variant would get a twin."""
+    from harness.config.loader import with_v1_runner_variants
+    from harness.config.plan import build_plan
+    from harness.report.cost import plan_cost, twin_cost
+
+    configs = [with_v1_runner_variants(cp.config) for cp in plan.configs]
+    twin_plan = build_plan(configs, python=plan.python, list_path=plan.list_path)
+    if sum(len(cp.variants) for cp in twin_plan.configs) == sum(len(cp.variants) for cp in plan.configs):
+        return None
+    with_twins = plan_cost(twin_plan, args.results_dir, only=None, gpus=args.gpus, max_servers=args.max_servers,
+                           assume_devices=True)
+    return twin_cost(cost, with_twins)
+
+
 def _after_run(args: argparse.Namespace, record, run_dir: Path, baseline_dir: Path) -> int:
-    """The terminal tables, ``--markdown`` / ``--junit`` copies and ``--update-baseline``
-    after a run that ended; returns the exit code (at least 2 when a baseline asked
-    for cannot be written)."""
-    from harness.report.summary import render_markdown, render_terminal
+    """The ``--markdown`` / ``--junit`` copies, the terminal tables and ``--update-baseline``
+    after a run whose record is final; returns the exit code (at least 2 when a baseline
+    asked for cannot be written). A stopping signal here keeps the record's outcome
+    (:func:`_signal_exit`)."""
+    from harness.report.summary import render_terminal
 
+    for what, write in _copies(args, record):
+        _report_or_warn(what, write)
     _report_or_warn("terminal tables", lambda: render_terminal(record))
-    if args.markdown:
-        from harness.records.atomic import write_atomic
-
-        _report_or_warn(str(args.markdown), lambda: write_atomic(args.markdown, render_markdown(record)))
-    if args.junit:
-        from harness.report.junit import write_junit
-
-        _report_or_warn(str(args.junit), lambda: write_junit(record, args.junit))
     if args.update_baseline:
-        from harness.records.baselines import BaselineError, write_baselines
+        return _update_baseline(record, run_dir, baseline_dir)
+    return int(record.exit_code)
 
-        try:
-            for _, _, msg in write_baselines(record, run_dir, baseline_dir):
-                print(f"evalrun: {msg}", file=sys.stderr)
-        except (BaselineError, OSError) as e:
-            print(f"evalrun: baseline not written: {e}", file=sys.stderr)
-            return max(int(record.exit_code), 2)
+
+def _copies(args: argparse.Namespace, record) -> list[tuple[str, Callable[[], object]]]:
+    """The ``--markdown`` and ``--junit`` copies asked for: ``[(path, write)]``."""
+    from harness.records.atomic import write_atomic
+    from harness.report.junit import write_junit
+    from harness.report.summary import render_markdown
+
+    out: list[tuple[str, Callable[[], object]]] = []
+    if args.markdown:
+        out.append((str(args.markdown), lambda: write_atomic(args.markdown, render_markdown(record))))
+    if args.junit:
+        out.append((str(args.junit), lambda: write_junit(record, args.junit)))
+    return out
+
+
+def _update_baseline(record, run_dir: Path, baseline_dir: Path) -> int:
+    """``--update-baseline``: a baseline for every config whose gates all passed; the
+    exit code (the record's, at least 2 when a baseline cannot be written)."""
+    from harness.records.baselines import BaselineError, write_baselines
+
+    try:
+        for _, _, msg in write_baselines(record, run_dir, baseline_dir):
+            print(f"evalrun: {msg}", file=sys.stderr)
+    except (BaselineError, OSError) as e:
+        print(f"evalrun: baseline not written: {e}", file=sys.stderr)
+        return max(int(record.exit_code), 2)
     return int(record.exit_code)
 
 
@@ -377,7 +453,7 @@ def _lazy(target: str):
 
 #: ``evalrun <subcommand> ...``; each module owns its own argument parser.
 SUBCOMMANDS = {
-    "diff": _lazy("harness.report.diff:cli_main"),
+    "diff": _lazy("harness.report.diff_cli:cli_main"),
     "calibrate": _lazy("harness.calibrate:cli_main"),
     "selfcheck": _lazy("harness.selfcheck:cli_main"),
     "train-tiny": _lazy("harness.models.training:cli_main"),
@@ -391,11 +467,22 @@ SUBCOMMANDS = {
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``evalrun`` console script. Returns (and exits with) the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    sub = argv[0] if argv and argv[0] in SUBCOMMANDS else None
+    from harness.engine.server import install_stop_handlers
+
+    # every command: a stopping signal is a KeyboardInterrupt, said in one line below (the
+    # run commands install their own handler, which writes the record first)
+    install_stop_handlers(lambda _name: None)
     try:
-        if argv and argv[0] in SUBCOMMANDS:
-            code = SUBCOMMANDS[argv[0]](argv[1:])
-        else:
-            code = cmd_run(argv)
+        code = SUBCOMMANDS[sub](argv[1:]) if sub else cmd_run(argv)
+    except KeyboardInterrupt as e:  # a signal outside a run's own handling: no record is final
+        sig = str(e.args[0]) if e.args else "KeyboardInterrupt"
+        try:
+            print(f"evalrun{' ' + sub if sub else ''}: interrupted ({sig}); INTERRUPTED (exit 2)",
+                  file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            pass
+        return 2
     except Exception as e:  # noqa: BLE001 - exit 1 means "a gate failed"; an unexpected error is 2
         import traceback
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from harness.config.plan import ConfigPlan
-from harness.records.run_record import MergedShard, RunRecord, ShardInfo, ShardListRef
+from harness.records.run_record import MergedShard, RunRecord, ShardInfo, ShardListRef, outcome_word
 from harness.records.samples import sha256_file
 from harness.tasks import task_size
 
@@ -283,7 +283,7 @@ def cli_main(argv: list[str]) -> int:
     """
     from harness.config.loader import PROJECT_ROOT
     from harness.records.run_record import RunRecordError, load_run, new_run_id, write_run
-    from harness.report.summary import render_markdown, render_terminal
+    from harness.report.summary import render_terminal
 
     p = argparse.ArgumentParser(prog="evalrun merge", description=(
         "Combine the run folders of the shards of one list (evalrun --shard i/n) into one run: "
@@ -331,16 +331,43 @@ def cli_main(argv: list[str]) -> int:
             if src is not None and src.is_dir():
                 shutil.copytree(src, out / sub, dirs_exist_ok=True)
     write_run(out, rec)
-    md = render_markdown(rec)
-    (out / "summary.md").write_text(md, encoding="utf-8")
-    if a.markdown:
-        a.markdown.write_text(md, encoding="utf-8")
-    _write_junit(rec, out, a.junit)
-    from harness.report.html import write_html
+    code = rec.exit_code if rec.exit_code is not None else 2
+    try:
+        _write_reports(rec, out, a.markdown, a.junit)
+        from harness.report.html import write_html
 
-    write_html(rec, out)
-    render_terminal(rec)
-    return rec.exit_code if rec.exit_code is not None else 2
+        write_html(rec, out)
+        render_terminal(rec)
+    except KeyboardInterrupt as e:  # the merged record is final: its outcome is kept
+        return _kept_after_signal(rec, out, a.markdown, a.junit, e, code)
+    return code
+
+
+def _write_reports(rec: RunRecord, out: Path, markdown: Path | None, junit: Path | None) -> None:
+    """``summary.md`` and ``junit.xml`` of the merged run (and their copies), atomically."""
+    from harness.records.atomic import write_atomic
+    from harness.report.summary import render_markdown
+
+    md = render_markdown(rec)
+    write_atomic(out / "summary.md", md)
+    if markdown:
+        write_atomic(markdown, md)
+    _write_junit(rec, out, junit)
+
+
+def _kept_after_signal(rec: RunRecord, out: Path, markdown: Path | None, junit: Path | None,
+                       e: KeyboardInterrupt, code: int) -> int:
+    """A stopping signal after the merged ``run.json`` was written: the record's outcome
+    is kept (the same rule as a run's), ``summary.md`` and JUnit are rewritten from it so
+    the files agree, HTML and tables are skipped. Returns the record's exit code."""
+    sig = str(e.args[0]) if e.args else "KeyboardInterrupt"
+    try:
+        _write_reports(rec, out, markdown, junit)
+    except KeyboardInterrupt:
+        pass
+    print(f"evalrun merge: {sig} after the merged outcome was recorded: {outcome_word(rec.outcome)} kept (exit {code}); "
+          f"record: {out / 'run.json'}", file=sys.stderr)
+    return code
 
 
 def _write_junit(rec: RunRecord, out: Path, extra: Path | None) -> None:

@@ -8,14 +8,15 @@ the same command line works on evalrun's test module::
         --config-list-file=models-h200.txt -k Nemotron-3-Super-120B-A12B-BF16 \\
         --junitxml=results/junit.xml
 
-Each config of the list becomes one test item named as vLLM's conftest names it, by the
-config's file stem and ``--tp-size`` (default 1):
-``test_gsm8k_correctness[Nemotron-3-Super-120B-A12B-BF16-tp1]``, so ``-k``, node ids,
-JUnit names and ``--deselect`` lines written for vLLM's test carry over. ``--tp-size N``
-is honoured only where it agrees with the config: a config whose ``server_args`` set
-``--tensor-parallel-size`` (any spelling, or ``-tp``) to another value, or that sets
-none while N > 1, is refused with a usage error naming the config (evalrun does not
-rewrite a config's parallelism). An item runs its config through the same runner as ``evalrun --config`` and
+Each config of the list becomes one test item named as vLLM's current conftest
+(``tests/evals/gsm8k/conftest.py``, as of December 2025, "Generalize gsm8k test args")
+names it, by the bare config file stem:
+``test_gsm8k_correctness[Nemotron-3-Super-120B-A12B-BF16]``, so ``-k``, node ids, JUnit
+names and ``--deselect`` lines written for vLLM's test carry over. That conftest has no
+``--tp-size`` any more (a config's parallelism is its ``server_args``); evalrun keeps
+the option only to refuse it with a usage error saying so, because a silently ignored
+``--tp-size 4`` in a migrated CI script would name runs that do not happen.
+An item runs its config through the same runner as ``evalrun --config`` and
 writes the run record as usual (``<results>/<run id>-<stem>/``); a failing gate fails
 the test with the gate table as the message, and a config that could not be judged
 fails too (fail closed). The list is resolved as evalrun resolves lists (a path, else
@@ -49,14 +50,16 @@ def _add_options(parser: pytest.Parser) -> None:
          "GSM8K folder with test.jsonl and train.jsonl (default: $EVALRUN_DATA_DIR, else the hub)"),
         ("--evalrun-python", "PYTHON", "interpreter with vLLM installed, for the server command (default: this one)"),
         ("--evalrun-baseline-dir", "DIR", "folder of stored baselines to gate against (default: none)"),
-        ("--tp-size", "N", "tensor parallel size, as vLLM's conftest: test ids end in -tp<N> (default 1); "
-                           "refused when a config's --tensor-parallel-size differs"),
+        ("--tp-size", "N", "refused: vLLM's GSM8K conftest removed it in December 2025; set "
+                           "--tensor-parallel-size in the config's server_args"),
     ]
     for name, metavar, text in options:
         try:
             g.addoption(name, default=None, metavar=metavar, help=text)
         except ValueError:  # already defined by a conftest: both read it as a string
-            pass
+            continue
+        if name == "--tp-size":
+            TP_SIZE_OWNER["evalrun"] = True
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -86,47 +89,28 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     except ConfigError as e:
         raise pytest.UsageError(f"--config-list-file={lst}: {e}") from None
     raw_tp = metafunc.config.getoption("--tp-size")
-    try:
-        tp = int(raw_tp) if raw_tp is not None else 1
-    except ValueError:
-        raise pytest.UsageError(f"--tp-size={raw_tp}: not an integer") from None
-    if raw_tp is not None:
-        for p in paths:
-            why = tp_size_conflict(p, tp)
-            if why:
-                raise pytest.UsageError(f"--tp-size={tp}: {why}")
-    metafunc.parametrize(FIXTURE, paths, ids=[test_id(p, tp) for p in paths])
+    if raw_tp is not None and TP_SIZE_OWNER.get("evalrun"):
+        raise pytest.UsageError(TP_SIZE_REMOVED.format(value=raw_tp))
+    metafunc.parametrize(FIXTURE, paths, ids=[test_id(p) for p in paths])
 
 
-def test_id(path: Path, tp_size: int = 1) -> str:
-    """The test id vLLM's conftest gives a config: ``<config stem>-tp<N>``."""
-    return f"{path.stem}-tp{tp_size}"
+#: The usage error for ``--tp-size``: vLLM's conftest no longer has it.
+TP_SIZE_REMOVED = (
+    "--tp-size={value}: vLLM's GSM8K conftest removed --tp-size in December 2025 "
+    "(\"Generalize gsm8k test args\"), and evalrun follows that conftest: tests are named by the "
+    "bare config stem (test_gsm8k_correctness[<stem>]) and each server runs with the "
+    "--tensor-parallel-size written in its config's server_args. Drop --tp-size (and any "
+    "-tp<N> suffix in -k, --deselect or node ids); to run at another tensor parallel size, "
+    "write a config with that --tensor-parallel-size."
+)
+#: Whether evalrun registered ``--tp-size`` itself (an older conftest of vLLM loaded in the
+#: same session may define it, with a default; then it is that conftest's option).
+TP_SIZE_OWNER: dict[str, bool] = {}
 
 
-def tp_size_conflict(path: Path, tp_size: int) -> str | None:
-    """Why ``--tp-size`` cannot be honoured for the config at ``path``, or None.
-
-    The config's own ``--tensor-parallel-size`` (``--tensor_parallel_size``, ``=N``, or
-    ``-tp N``) is what its server runs with; ``--tp-size`` must equal it (or be 1 when the
-    config sets none, vLLM's default).
-    """
-    from harness.config.loader import ConfigError, load_config
-    from harness.config.vllm_args import flag_name
-
-    try:
-        argv = list(load_config(path).server_args)
-    except ConfigError as e:
-        return str(e)
-    set_to = None
-    for i, a in enumerate(argv):
-        if flag_name(a) == "--tensor-parallel-size" or a == "-tp":
-            set_to = a.split("=", 1)[1] if "=" in a else (argv[i + 1] if i + 1 < len(argv) else None)
-    have = int(set_to) if set_to and set_to.isdigit() else 1
-    if have != tp_size:
-        where = f"--tensor-parallel-size {set_to}" if set_to else "no --tensor-parallel-size (vLLM's default 1)"
-        return (f"{path}: server_args set {where}; evalrun runs each config as written and does not "
-                f"rewrite its parallelism, so --tp-size {tp_size} would name a run that does not happen")
-    return None
+def test_id(path: Path) -> str:
+    """The test id vLLM's current conftest gives a config: its bare file stem."""
+    return path.stem
 
 
 def gate_table(record: RunRecord) -> str:

@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.analysis.acceptance import ACCEPTANCE_CI_CONCURRENT, ACCEPTANCE_CI_METHOD, acceptance_intervals
-from harness.analysis.comparison import compare, noise_variants, output_match_noise, reference_variant, rerun_needs
-from harness.analysis.gates import Measurements, baseline_notes, evaluate_gates, judged_baseline_gates
+from harness.analysis.acceptance import acceptance_intervals
+from harness.analysis.comparison import compare, noise_variants, rerun_needs
+from harness.analysis.gates import baseline_notes, evaluate_gates, judged_baseline_gates
+from harness.analysis.measurements import Measurements
 from harness.analysis.scoring import output_match, score_task
 from harness.config.plan import PORT_PLACEHOLDER, ConfigPlan, Plan, VariantPlan, shell_line
 from harness.engine import server as engine_server
@@ -37,13 +38,14 @@ from harness.engine.info import EngineInfoError, check_effective, model_runner_f
 from harness.engine.preflight import ASYNC_NOT_SUPPORTED, ServerCommand, check_server_commands
 from harness.engine.preflight_cache import CACHE_NAME, cache_key, cached_all_clear, store_all_clear
 from harness.engine.pool import DevicePool, Job, ServerPlan, new_pool, run_jobs, server_plan
-from harness.engine.server import STOP_SIGNALS, ServerStartError, find_leftover_servers, interrupting, unstopped
+from harness.engine.leftovers import find_leftover_servers
+from harness.engine.server import ServerStartError, interrupting, unstopped
 from harness.engine.session import VariantSession, counter_problem
 from harness.faults.plugin import REPORT_ENV
 from harness.models.resolve import resolve_model
 from harness.records.atomic import ResultsFolderError, check_results_folder, write_atomic
 from harness.records.recorder import (
-    EXIT_COULD_NOT_RUN, EXIT_GATE_FAILED, EXIT_PASSED, RECORDERS, RunRecorder, checkpoint, finish_all, interrupt_all,
+    EXIT_COULD_NOT_RUN, EXIT_GATE_FAILED, EXIT_PASSED, RECORDERS, RunRecorder, checkpoint, interrupt_all, write_final,
 )
 from harness.records.results import (
     config_result, plugin_dir, plugin_report, reject_counters, rel, requested, rerun_record,
@@ -54,7 +56,7 @@ from harness.records.run_record import (
     BaselineInfo, ConfigRef, ConfigResult, ConfigWarningRecord, DatasetRef,
     LeftoverServerRecord, LmEvalInfo, LmEvalTaskRecord, PreflightProblemRecord, PreflightRecord,
     RerunRecord, RunErrorRecord, RunRecord, ServerRecord, SubsetWarning, VariantResult, new_run_id, provenance,
-    utc_now, write_run,
+    outcome_word, utc_now,
 )
 from harness.records.samples import Sample, write_jsonl
 from harness.report.dry_run import subset_warnings
@@ -67,13 +69,9 @@ from harness.tasks import (
     check_enough, prepare_task, task_for,
 )
 
-#: Names other modules and tests import from the runner (each lives in its stage).
 __all__ = [
     "run", "RunOptions", "RunInterrupted", "RunFolderExistsError", "PLACE", "Place", "record_error",
-    "write_reports", "mark_not_applicable", "terminate_as_interrupt", "say_interrupted", "STOP_SIGNALS",
-    "EXIT_PASSED", "EXIT_GATE_FAILED", "EXIT_COULD_NOT_RUN", "RunRecorder", "checkpoint", "resolve_model",
-    "acceptance_intervals", "ACCEPTANCE_CI_CONCURRENT", "ACCEPTANCE_CI_METHOD", "noise_variants",
-    "reference_variant", "rerun_needs", "output_match_noise", "plugin_dir", "plugin_report",
+    "write_reports", "mark_not_applicable", "terminate_as_interrupt", "say_interrupted", "run_variant", "VariantRun",
 ]
 
 
@@ -109,20 +107,30 @@ ERROR_LOG = "logs/evalrun-error.log"
 
 class RunInterrupted(KeyboardInterrupt):
     """A stopping signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT) ended the run; every server
-    was torn down first and the partial record written.
+    was torn down first and the record written.
 
     Attributes:
-        run_dir: the run folder holding the partial ``run.json``.
+        run_dir: the run folder holding ``run.json``.
         signal_name: e.g. ``SIGHUP`` (or ``KeyboardInterrupt``).
         leftover_pids: processes of evalrun's servers still alive after teardown
             (empty when the check found none).
+        exit_code: the exit code the record says: 2 (``interrupted``), or the final
+            verdict's when the signal came after it was on disk.
+        kept: the outcome word (``PASSED``, ``FAILED``, ...) when the record was final
+            before the signal and keeps its outcome, else None (``INTERRUPTED``).
+        record: the record as written (None when none was).
     """
 
-    def __init__(self, run_dir: Path, signal_name: str, leftover_pids: list[int]) -> None:
+    def __init__(self, run_dir: Path, signal_name: str, leftover_pids: list[int],
+                 exit_code: int = EXIT_COULD_NOT_RUN, kept: str | None = None,
+                 record: RunRecord | None = None) -> None:
         super().__init__(signal_name)
+        self.record = record
         self.run_dir = run_dir
         self.signal_name = signal_name
         self.leftover_pids = leftover_pids
+        self.exit_code = exit_code
+        self.kept = kept
 
 
 @dataclass
@@ -229,24 +237,26 @@ def _run_claimed(plan: Plan, opts: RunOptions, run_id: str, run_dir: Path,
     record, lm_eval_done = _new_record(plan, opts, run_id)
     recorder = RunRecorder(record, run_dir)
     RECORDERS[:] = [recorder]
-    recorder.save()  # the record exists from the start: status running
     try:
-        return _run_plan(plan, opts, run_dir, record, recorder, lm_eval_done, sp), run_dir
-    except KeyboardInterrupt as e:
+        try:
+            recorder.save()  # the record exists from the start: status running
+            return _run_plan(plan, opts, run_dir, record, recorder, lm_eval_done, sp), run_dir
+        except Exception as e:  # noqa: BLE001 - an unexpected error is data: the record keeps it
+            recorder.done = True  # the error record is the final word: a signal's handler writes nothing
+            lm_eval_done(timeout=5.0)
+            return record_error(record, run_dir, e, PLACE, opts.progress), run_dir
+    except KeyboardInterrupt as e:  # also one arriving while the verdict or the error is written
         raise _interrupted(e, recorder, lm_eval_done) from None
-    except Exception as e:  # noqa: BLE001 - an unexpected error is data: the record keeps it
-        recorder.done = True  # the error record is the final word: a later signal leaves it alone
-        lm_eval_done(timeout=5.0)
-        return record_error(record, run_dir, e, PLACE, opts.progress), run_dir
 
 
 def _new_record(plan: Plan, opts: RunOptions, run_id: str) -> tuple[RunRecord, Callable[..., None]]:
     """The run's record at its start (status ``running``): provenance, and servers an
-    earlier run left in ``opts.results_dir`` (each named with the command to end it).
+    earlier run left in ``opts.results_dir`` (:mod:`harness.engine.leftovers`: only an identified
+    one is named with the command to end it).
     lm-eval's version and task version, and the servers' engine build
     (``provenance.build``, :func:`harness.engine.builds.identity_or_none` of ``plan.python``),
-    are filled in by a thread; the second item joins
-    it (``lm_eval_done(timeout=None)``), called before any server starts and before
+    are filled in by threads; the second item joins them
+    (``lm_eval_done(timeout=None)``), called before any server starts and before
     every final write of the record."""
     p = opts.progress
     leftovers = find_leftover_servers(Path(opts.results_dir))
@@ -281,7 +291,8 @@ def _new_record(plan: Plan, opts: RunOptions, run_id: str) -> tuple[RunRecord, C
         build_thread.join(timeout)
     record.provenance.allow_contamination = opts.allow_contamination
     record.leftover_servers = [
-        LeftoverServerRecord(pid=lo.pid, pid_file=str(lo.pid_file), command=lo.command, kill_command=lo.kill_command)
+        LeftoverServerRecord(verdict=lo.verdict, pid=lo.pid, pid_file=str(lo.pid_file), command=lo.command,
+                             reason=lo.reason, kill_command=lo.kill_command)
         for lo in leftovers
     ]
     return record, provenance_done
@@ -331,22 +342,26 @@ def _warm_imports() -> None:
 def _interrupted(e: KeyboardInterrupt, recorder: RunRecorder, lm_eval_done: Callable[..., None]) -> RunInterrupted:
     """After a stopping signal: the signal handler wrote the record (interrupted) before
     any server was stopped; every server's context manager has now stopped its process
-    group. Check, rewrite the record and its reports; the :class:`RunInterrupted` to raise."""
+    group. Check, rewrite the record and its reports; the :class:`RunInterrupted` to raise.
+
+    A record whose final word (verdict or error) was on disk before the signal keeps it:
+    only ``summary.md`` and ``junit.xml`` are written again (the signal may have cut them
+    short), ``summary.html`` is left, and the exit code is the record's."""
     # (variants side by side: every job thread has ended, :func:`harness.engine.pool.run_jobs`)
     record, run_dir = recorder.record, recorder.run_dir
     leftover = sorted({pid for pids in unstopped().values() for pid in pids})
     sig = str(e.args[0]) if e.args else "KeyboardInterrupt"
-    recorder.mark_interrupted(sig)
-    recorder.done = True
-    lm_eval_done(timeout=5.0)
-    recorder.final()
-    try:  # CI's test-report step shows INTERRUPTED, not an absent or green file
-        write_junit(record, run_dir / "junit.xml")
-        write_atomic(run_dir / "summary.md", render_markdown(record, run_dir))
-    except Exception as err:  # noqa: BLE001 - a report must never hide the interrupt
-        print(f"evalrun: warning: reports of the interrupted run not written: {type(err).__name__}: {err}",
-              file=sys.stderr)
-    return RunInterrupted(run_dir, sig, leftover)
+    kept = recorder.final_written and record.status != "interrupted"
+    if not kept:
+        recorder.mark_interrupted(sig)
+        recorder.done = True
+        lm_eval_done(timeout=5.0)
+        recorder.final()
+    # CI's test-report step shows the record's outcome, not an absent or stale file
+    write_reports(record, run_dir, html=False)
+    code = record.exit_code if kept and record.exit_code is not None else EXIT_COULD_NOT_RUN
+    return RunInterrupted(run_dir, sig, leftover, exit_code=code, kept=outcome_word(record.outcome) if kept else None,
+                          record=record)
 
 
 def record_error(record: RunRecord, run_dir: Path, exc: BaseException, place: Place,
@@ -387,7 +402,7 @@ def record_error(record: RunRecord, run_dir: Path, exc: BaseException, place: Pl
         if progress is not None:
             progress.warn(f"{run_dir / ERROR_LOG}: traceback not written: {e}")
     try:
-        write_run(run_dir, record)
+        write_final(run_dir, record)  # from here on a signal keeps the error outcome
     except OSError as e:
         raise ResultsFolderError(
             f"run folder {run_dir}: the record cannot be written: {e.strerror or e} "
@@ -415,26 +430,26 @@ def _finish(record: RunRecord, run_dir: Path, could_not_run: bool) -> RunRecord:
     record.status = "completed" if not could_not_run else "incomplete"
     record.passed, record.exit_code = passed, code
     record.provenance.ended_at = utc_now()
-    write_run(run_dir, record)
-    finish_all()  # the verdict is on disk: a later signal must not turn it into "interrupted"
+    write_final(run_dir, record)  # from here on a signal keeps this verdict
     write_reports(record, run_dir)
     return record
 
 
-def write_reports(record: RunRecord, run_dir: Path) -> list[str]:
-    """Write ``summary.md``, ``junit.xml`` and ``summary.html`` into ``run_dir`` (each
-    atomically). A report that fails to render or write is a warning on stderr naming
-    the file and the error, never the run's verdict.
+def write_reports(record: RunRecord, run_dir: Path, html: bool = True) -> list[str]:
+    """Write ``summary.md``, ``junit.xml`` and (``html``) ``summary.html`` into
+    ``run_dir`` (each atomically). A report that fails to render or write is a warning
+    on stderr naming the file and the error, never the run's verdict.
 
     Returns:
         the warnings (empty when every report was written).
     """
     warnings: list[str] = []
-    writers = (
+    writers = [
         ("summary.md", lambda: write_atomic(run_dir / "summary.md", render_markdown(record, run_dir))),
         ("junit.xml", lambda: write_junit(record, run_dir / "junit.xml")),
-        ("summary.html", lambda: write_html(record, run_dir)),
-    )
+    ]
+    if html:
+        writers.append(("summary.html", lambda: write_html(record, run_dir)))
     for name, write in writers:
         try:
             write()
@@ -474,7 +489,7 @@ def _short_data(plan: Plan, opts: RunOptions, record: RunRecord) -> bool:
         crec = config_result(cp.config, error=("; ".join(said) if said else
                                                "not started: another config's data holds fewer questions than it asks"))
         for vp in cp.variants:
-            m.not_run[(vp.name, None)] = "short data: refused before any server started"
+            m.variant_record(vp.name).not_run = "short data: refused before any server started"
         crec.gates = evaluate_gates(cp.gates, m)
         record.configs.append(crec)
     return True
@@ -510,7 +525,8 @@ def _preflight(plan: Plan, opts: RunOptions, record: RunRecord) -> tuple[bool, d
     p = opts.progress
     cmds = [
         ServerCommand(vp.id, cp.config.path, tuple(a.replace("{port}", "8000") for a in vp.argv),
-                      {k: v for k, v in vp.env.items() if not k.startswith("EVALRUN_")})  # no fault in a check
+                      {k: v for k, v in vp.env.items() if not k.startswith("EVALRUN_")},  # no fault in a check
+                      speculates=vp.speculative_config is not None)
         for cp in plan.configs for vp in cp.variants
         if (opts.variants is None or vp.name in opts.variants) and not vp.not_applicable
     ]
@@ -559,7 +575,7 @@ def _refused_before_launch(plan: Plan, bad: dict[str, Any], record: RunRecord) -
                 reason = "not started: another variant's server command was rejected before launch"
                 vrec = unstarted_variant(vp, "not_started", reason)
             crec.variants[vp.name] = vrec
-            m.not_run[(vp.name, None)] = reason
+            m.variant_record(vp.name).not_run = reason
         crec.gates = evaluate_gates(cp.gates, m)
         record.configs.append(crec)
 
@@ -630,7 +646,7 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
         return crec, True
     # 3. variants
     reruns: dict[tuple[str, str], tuple[Sample, ...]] = {}
-    m.runners = {}
+    m.runners_collected = True  # every variant's model runner is read (_run_and_report_variant)
     def one_variant(vp: VariantPlan, devices: tuple[str, ...] = ()) -> bool:
         return _run_and_report_variant(cp, vp, model_ref, prepared, opts, run_dir, m, reruns, crec, pool, devices)
 
@@ -659,9 +675,9 @@ def _select_variants(cp: ConfigPlan, opts: RunOptions, crec: ConfigResult, m: Me
         p.warn(w.message)
     variants = [v for v in cp.variants if opts.variants is None or v.name in opts.variants]
     for name in [v.name for v in cp.variants if v not in variants]:
-        m.not_run[(name, None)] = "variant not selected (--variant)"
+        m.variant_record(name).not_run = "variant not selected (--variant)"
     for v in [v for v in variants if v.not_applicable]:  # the engine cannot run it: never a pass
-        m.not_run[(v.name, None)] = f"not applicable: {v.not_applicable}"
+        m.variant_record(v.name).not_run = f"not applicable: {v.not_applicable}"
         crec.variants[v.name] = unstarted_variant(v, "not_started", f"not applicable: {v.not_applicable}")
     return [v for v in variants if not v.not_applicable]
 
@@ -709,7 +725,7 @@ def _prepare_tasks(cp: ConfigPlan, opts: RunOptions, record: RunRecord, m: Measu
             reason = f"data not available ({'required' if t.spec.required else 'optional'} task)"
         if reason is not None:
             for v in cp.variants:
-                m.not_run[(v.name, t.name)] = reason
+                m.task_record(v.name, t.name).not_run = reason
     return prepared, could_not_run
 
 
@@ -726,7 +742,7 @@ def _prepare_model(cp: ConfigPlan, crec: ConfigResult, m: Measurements, p: Progr
         crec.error = f"model {c.model}: cannot be prepared: {type(e).__name__}: {e}"
         p.error(f"{c.name}: {crec.error}")
         for v in cp.variants:
-            m.not_run[(v.name, None)] = "model not available"
+            m.variant_record(v.name).not_run = "model not available"
         return None
 
 
@@ -759,7 +775,7 @@ def _run_and_report_variant(cp: ConfigPlan, vp: VariantPlan, model_ref: str, pre
     crec.variants[vp.name].plugin = plugin
     fact = model_runner_fact(plugin.model_runners, _read_log(run_dir, c.name, vp.name))
     crec.variants[vp.name].model_runner = fact
-    m.runners[vp.name] = fact  # type: ignore[index]  # set to {} by _run_config before any variant runs
+    m.variant_record(vp.name).runner = fact
     return out.ok
 
 
@@ -856,7 +872,7 @@ def _rerun_when_needed(cp: ConfigPlan, vp: VariantPlan, model_ref: str, tasks: d
     try:
         with session:
             for tname, pt in tasks.items():
-                first = m.samples.get((vp.name, tname))
+                first = m.task(vp.name, tname).samples
                 if first is None or tname not in vrec.tasks or not task_for(tplans[tname].spec.kind).reruns_for_noise:
                     continue
                 PLACE.at("client", task=tname)  # the noise rerun's requests
@@ -871,7 +887,7 @@ def _rerun_when_needed(cp: ConfigPlan, vp: VariantPlan, model_ref: str, tasks: d
     for tname, (ctx, st) in sent.items():
         PLACE.at("client", config=c.name, variant=vp.name, task=tname)  # the rerun's judging and samples file
         vrec.tasks[tname].rerun = _judge_rerun(c, vp, tplans[tname], tasks[tname], run_dir,
-                                               tuple(m.samples[(vp.name, tname)]), reruns, p, ctx, st)
+                                               tuple(m.task(vp.name, tname).samples or ()), reruns, p, ctx, st)
         checkpoint()
 
 
@@ -884,29 +900,21 @@ class VariantRun:
     Attributes:
         record: the variant's record.
         ok: False when its server failed (start-up, or died mid-task).
-        scores, samples, spec, spec_errors: per ``(variant, task)``: the task's score,
-            samples, acceptance figures (counters that passed the check) and metrics error.
-        not_run: ``(variant, task | None)`` -> why it did not run.
-        effectiveness, engine_facts_errors: per variant: the effective-config check, or
-            why the engine facts could not be read.
+        measured: the variant's own records (:class:`Measurements`): per task its score,
+            samples, acceptance figures (counters that passed the check), metrics error
+            or why it did not run; per variant the effective-config check, why the
+            engine facts could not be read or why it did not run.
         reruns: ``(variant, task)`` -> samples of the inline noise rerun.
     """
 
     record: VariantResult
     ok: bool = True
-    scores: dict = field(default_factory=dict)
-    samples: dict = field(default_factory=dict)
-    spec: dict = field(default_factory=dict)
-    spec_errors: dict = field(default_factory=dict)
-    not_run: dict = field(default_factory=dict)
-    effectiveness: dict = field(default_factory=dict)
-    engine_facts_errors: dict = field(default_factory=dict)
-    reruns: dict = field(default_factory=dict)
+    measured: Measurements = field(default_factory=Measurements)
+    reruns: dict[tuple[str, str], tuple[Sample, ...]] = field(default_factory=dict)
 
-    def merge_into(self, m: Measurements, reruns: dict) -> None:
+    def merge_into(self, m: Measurements, reruns: dict[tuple[str, str], tuple[Sample, ...]]) -> None:
         """Add what this variant measured to the config's measurements and reruns."""
-        for name in ("scores", "samples", "spec", "spec_errors", "not_run", "effectiveness", "engine_facts_errors"):
-            getattr(m, name).update(getattr(self, name))
+        m.absorb(self.measured)
         reruns.update(self.reruns)
 
 
@@ -946,7 +954,7 @@ def run_variant(cp: ConfigPlan, vp: VariantPlan, model_ref: str, prepared: dict[
     todo = [t for t in cp.tasks if t.name in prepared]
     if not todo:
         vrec.error = "no task of this config can run"
-        out.not_run[(vp.name, None)] = vrec.error
+        out.measured.variant_record(vp.name).not_run = vrec.error
         return out
     env = {**vp.env, REPORT_ENV: str(plugin_dir(run_dir, c.name, vp.name))}
     session = _variant_session(cp, vp, argv, env, log_path, opts.progress)
@@ -1021,13 +1029,13 @@ def _server_ready(session: VariantSession, cp: ConfigPlan, vp: VariantPlan, out:
             raise EngineInfoError(f"{vp.id}: cannot read the engine's version from /version")
         eff = check_effective(facts, vp.speculative_config, vp.async_scheduling, vp.expected_effective)
         vrec.effective = eff
-        out.effectiveness[vp.name] = eff
+        out.measured.variant_record(vp.name).effectiveness = eff
         if not eff.effective:
             p.warn(f"{vp.id}: not effective as asked: {eff.mismatches}"
                    + (" (declared expected on this platform)" if eff.expected_on_platform else ""))
     except EngineInfoError as e:
         vrec.engine_error = str(e)
-        out.engine_facts_errors[vp.name] = str(e)
+        out.measured.variant_record(vp.name).engine_facts_error = str(e)
         p.error(f"{e} (variant_effective cannot pass without it)")
 
 
@@ -1119,8 +1127,8 @@ def _judge_task(cp: ConfigPlan, vp: VariantPlan, item: _Sent, opts: RunOptions, 
     write_jsonl(spath, samples)
     PLACE.at("scoring")
     sc = score_task(samples, tr.pipelines)
-    out.scores[(vp.name, t.name)] = sc
-    out.samples[(vp.name, t.name)] = samples
+    tm = out.measured.task_record(vp.name, t.name)
+    tm.score, tm.samples = sc, samples
     PLACE.at("statistics")  # acceptance intervals (bootstrap) and counter checks
     trec = task_result(spath, run_dir, outcome, sc, acceptance_intervals(samples, vp.speculative_config is not None))
     if tr.lm_eval is not None:
@@ -1131,9 +1139,9 @@ def _judge_task(cp: ConfigPlan, vp: VariantPlan, item: _Sent, opts: RunOptions, 
         metrics_error, spec_metrics = bad, None
         reject_counters(trec, bad)
     if spec_metrics is not None:
-        out.spec[(vp.name, t.name)] = spec_metrics
+        tm.spec = spec_metrics
     if metrics_error:
-        out.spec_errors[(vp.name, t.name)] = metrics_error
+        tm.spec_error = metrics_error
         p.error(f"{vp.id} {t.name}: metrics error: {metrics_error}")
     vrec.tasks[t.name] = trec
     checkpoint()  # the task's result is on disk before the next one is judged
@@ -1171,9 +1179,9 @@ def _server_failed(e: ServerStartError, session: VariantSession, vp: VariantPlan
     p.error(vrec.error)
     for t in todo:
         if t.name not in vrec.tasks:
-            out.not_run[(vp.name, t.name)] = "server failed"
+            out.measured.task_record(vp.name, t.name).not_run = "server failed"
     if not vrec.tasks:
-        out.not_run[(vp.name, None)] = "server failed to start"
+        out.measured.variant_record(vp.name).not_run = "server failed to start"
 
 
 def _send_rerun(session: VariantSession, c: Any, vp: VariantPlan, t: Any, pt: PreparedTask, p: Progress,
@@ -1204,7 +1212,7 @@ def _f(x: float | None) -> str:
 
 
 def terminate_as_interrupt() -> None:
-    """Make every stopping signal (:data:`STOP_SIGNALS`) stop every server and keep the
+    """Make every stopping signal (:data:`harness.engine.server.STOP_SIGNALS`) stop every server and keep the
     partial record (:func:`harness.engine.server.install_stop_handlers`).
 
     First signal: the run record is written with ``status: interrupted`` (so a SIGKILL
@@ -1235,15 +1243,22 @@ def say_interrupted(e: BaseException, prog: str = "evalrun") -> None:
     """
     sig = getattr(e, "signal_name", None) or (str(e.args[0]) if e.args else "KeyboardInterrupt")
     run_dir = getattr(e, "run_dir", None)
+    kept = getattr(e, "kept", None)
     left = unstopped()
     pids = sorted(set(getattr(e, "leftover_pids", None) or []) | {p for v in left.values() for p in v})
-    where = f"; partial record: {Path(run_dir) / 'run.json'}" if run_dir else ""
+    if kept:
+        what = (f"{prog}: {sig} after the run's outcome was recorded: {kept} kept (exit "
+                f"{getattr(e, 'exit_code', 2)}); summary.md and junit.xml say it, what was left of the reports "
+                "(terminal tables, summary.html, baseline update) skipped")
+        where = f"; record: {Path(run_dir) / 'run.json'}" if run_dir else ""
+    else:
+        what = f"{prog}: interrupted ({sig}); INTERRUPTED (exit 2)"
+        where = f"; partial record: {Path(run_dir) / 'run.json'}" if run_dir else "; no run record was written"
     if pids:
-        msg = (f"{prog}: interrupted ({sig}); WARNING: server processes are still alive: {pids} "
+        msg = (f"{what}; WARNING: server processes are still alive: {pids} "
                f"({', '.join(left) or 'evalrun servers'}); end them with: kill -KILL {' '.join(map(str, pids))}{where}")
     else:
-        msg = (f"{prog}: interrupted ({sig}); every server evalrun started was stopped "
-               f"(checked: none of their processes remains){where}")
+        msg = f"{what}; every server evalrun started was stopped (checked: none of their processes remains){where}"
     try:
         print(msg, file=sys.stderr, flush=True)
     except (OSError, ValueError):

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.loader import CONFIGS_DIR, ConfigError, load_config
+from harness.records.atomic import write_atomic
 from harness.records.run_record import PluginReport, RunRecord, VariantResult
 
 #: What each fault must do in its own scheduling mode: gate kinds that must fail / must
@@ -206,6 +207,9 @@ def _one_run(cfg, faults: dict[str, str | None], args, run_id: str | None, argv:
         from harness.runner import say_interrupted
 
         say_interrupted(e, "evalrun selfcheck")
+        if getattr(e, "kept", None):  # the run's record kept its verdict; the self-check was not judged
+            print(f"evalrun selfcheck: interrupted ({e}) before its checks were judged; INTERRUPTED (exit 2)",
+                  file=sys.stderr, flush=True)
         return 2
     if record.status == "error":  # an unexpected exception: nothing to judge the faults by
         print(f"evalrun selfcheck: {record.error.describe() if record.error else 'status error'}; "
@@ -217,8 +221,8 @@ def _one_run(cfg, faults: dict[str, str | None], args, run_id: str | None, argv:
         print(f"evalrun selfcheck: {e}", file=sys.stderr)
         return 2
     md = render_checks(checks, record)
-    (run_dir / "selfcheck.md").write_text(md, encoding="utf-8")
-    (run_dir / "selfcheck.json").write_text(json.dumps([asdict(c) for c in checks], indent=2), encoding="utf-8")
+    write_atomic(run_dir / "selfcheck.md", md)
+    write_atomic(run_dir / "selfcheck.json", json.dumps([asdict(c) for c in checks], indent=2) + "\n")
     print(json.dumps([asdict(c) for c in checks], indent=2) if args.json else md)
     print(f"run folder: {run_dir}", file=sys.stderr)
     return run_dir, checks

@@ -44,8 +44,9 @@ def complete_record(rec: dict[str, Any]) -> dict[str, Any]:
             for t in v.setdefault("tasks", {}).values():
                 t.setdefault("samples", "samples/test.jsonl")
                 t.setdefault("seconds", 0.0)
-                t.setdefault("num_requests", 0)
                 t.setdefault("error_count", 0)
+                # as many requests as the scored ones and the errors (a record's counts fit its total)
+                t.setdefault("num_requests", max((t.get("scored") or {}).values(), default=0) + t["error_count"])
                 t.setdefault("error_rate", 0.0)
                 for k in ("accuracy", "accuracy_ci", "correct", "scored", "invalid_rate"):
                     t.setdefault(k, {})

@@ -1,6 +1,6 @@
 """Comparisons between variants: output match, answer agreement, paired tests, noise
 and divergences per comparison and task, and which baseline reruns for noise are needed
-and why. Pure functions over :class:`harness.analysis.gates.Measurements`; the rerun
+and why. Pure functions over :class:`harness.analysis.measurements.Measurements`; the rerun
 itself is a step of the runner."""
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from harness.analysis.divergence import UNEXPLAINED, carries_logprobs, classify_divergences
-from harness.analysis.gates import Measurements
+from harness.analysis.measurements import Measurements
 from harness.analysis.noise import output_noise_rerun, output_noise_stored
 from harness.analysis.scoring import answer_agreement, is_truncated, output_match
+from harness.config.gates import greedy_output_match
 from harness.config.plan import ConfigPlan
 from harness.records.results import comparison_result
 from harness.records.run_record import ComparisonResult
@@ -24,7 +25,7 @@ def noise_variants(cp: ConfigPlan) -> set[str]:
     with ``noise_runs_when: unexplained`` reruns its baseline later, only when needed
     (:func:`rerun_needs`)."""
     return {comp.baseline for comp in cp.config.comparisons
-            if comp.noise_runs > 1 and comp.noise_runs_when == "always"}
+            if comp.noise_runs > 1 and comp.noise_runs_when == "always" and greedy_output_match(cp.config, comp)}
 
 
 def reference_variant(c, m: Measurements, baseline: str, task: str) -> str | None:
@@ -32,11 +33,11 @@ def reference_variant(c, m: Measurements, baseline: str, task: str) -> str | Non
     ``task``: the baseline when its samples carry them, else a variant of the config
     without speculative decoding whose samples do, one asking for the baseline's
     ``model_runner`` first (then config order); None when none does."""
-    if carries_logprobs(m.samples.get((baseline, task))):
+    if carries_logprobs(m.task(baseline, task).samples):
         return baseline
     runner = c.variants[baseline].model_runner
     refs = [v for v, spec in c.variants.items()
-            if spec.speculative_config is None and carries_logprobs(m.samples.get((v, task)))]
+            if spec.speculative_config is None and carries_logprobs(m.task(v, task).samples)]
     return min(refs, key=lambda v: c.variants[v].model_runner != runner) if refs else None
 
 
@@ -50,11 +51,11 @@ def rerun_needs(c, m: Measurements, reruns: dict) -> dict[str, list[str]]:
         if comp.noise_runs < 2 or comp.noise_runs_when != "unexplained":
             continue
         for tname in comp.tasks or c.tasks:
-            key = (comp.baseline, comp.candidate, tname)
-            om = m.matches.get(key)
-            if om is None or (comp.baseline, tname) in reruns or tname in m.prompt_only:
+            cm = m.comparison(comp.baseline, comp.candidate, tname)
+            om = cm.match
+            if om is None or (comp.baseline, tname) in reruns or tname in m.prompt_only or c.tasks[tname].samples:
                 continue
-            dv = m.divergences.get(key)
+            dv = cm.divergences
             left = (len(om.mismatches) if dv is None else
                     sum(1 for d in dv.divergences if d.verdict == UNEXPLAINED and d.source == "none"))
             if left and tname not in out.setdefault(comp.baseline, []):
@@ -65,7 +66,8 @@ def rerun_needs(c, m: Measurements, reruns: dict) -> dict[str, list[str]]:
 def rerun_reason(comp, key, m: Measurements, reruns: dict, asked: dict[str, list[str]] | None) -> str:
     """Why the baseline was (not) rerun for this comparison and task, for the record."""
     base, _, tname = key
-    om, dv = m.matches.get(key), m.divergences.get(key)
+    cm = m.comparison(*key)
+    om, dv = cm.match, cm.divergences
     if comp.noise_runs < 2:
         return "not run: not asked (noise_runs 1)"
     if comp.tasks and tname not in comp.tasks and (base, tname) not in reruns:
@@ -104,16 +106,15 @@ def compare(c, m: Measurements, reruns: dict, asked: dict[str, list[str]] | None
         for tname in c.tasks:
             if at is not None:
                 at("statistics", config=c.name, variant=f"{comp.baseline}->{comp.candidate}", task=tname)
-            a = m.samples.get((comp.baseline, tname))
-            b = m.samples.get((comp.candidate, tname))
+            a = m.task(comp.baseline, tname).samples
+            b = m.task(comp.candidate, tname).samples
             if a is None or b is None:
                 continue
             key = (comp.baseline, comp.candidate, tname)
+            cm = m.comparison_record(*key)
             pipeline = c.gates_for(tname).accuracy_pipeline
-            om = output_match(a, b)
-            m.matches[key] = om
-            ag = answer_agreement(a, b, pipeline)
-            m.answers[key] = ag
+            om = cm.match = output_match(a, b)
+            ag = cm.answers = answer_agreement(a, b, pipeline)
             pc = m.paired(comp.baseline, comp.candidate, tname, pipeline)
             nz = None
             rerun = reruns.get((comp.baseline, tname)) if comp.noise_runs > 1 else None
@@ -122,18 +123,16 @@ def compare(c, m: Measurements, reruns: dict, asked: dict[str, list[str]] | None
             elif comp.noise_mismatch_rate is not None:
                 nz = output_noise_stored(om, comp.noise_mismatch_rate)
             if nz is not None:
-                m.noise[key] = nz
+                cm.noise = nz
             dv = None
             ref = reference_variant(c, m, comp.baseline, tname) if comp.near_tie_nats is not None else None
             if ref is not None:
                 noise_ids = None
                 if rerun is not None:
                     noise_ids = {q for q, _ in output_match_noise(a, rerun)}
-                dv = classify_divergences(a, b, m.samples.get((ref, tname)), ref, comp.near_tie_nats,
+                dv = classify_divergences(a, b, m.task(ref, tname).samples, ref, comp.near_tie_nats,
                                           baseline_is_reference=(ref == comp.baseline), noise_ids=noise_ids)
-                m.divergences[key] = dv
-            else:
-                m.divergences.pop(key, None)
+            cm.divergences = dv
             out.append(comparison_result(comp, tname, pipeline, a, b, om, pc, nz, ag, dv,
                                          rerun_reason(comp, key, m, reruns, asked), is_truncated))
     return out

@@ -39,12 +39,16 @@ __all__ = [
     "wilson_interval",
     "PairedRecord",
     "paired_comparison",
+    "newcombe_interval",
+    "fisher_p_values",
     "mcnemar_exact",
     "min_detectable_drop",
     "bootstrap_ci",
     "ratio_bootstrap_ci",
     "floor_margin",
     "EXACT_MCNEMAR_BELOW",
+    "two_proportion_p",
+    "two_proportion_power",
 ]
 
 #: Paired comparisons with fewer discordant pairs than this use the exact McNemar test.
@@ -213,6 +217,40 @@ def paired_comparison(
     )
 
 
+def newcombe_interval(x_a: int, n_a: int, x_b: int, n_b: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Interval for ``p_b - p_a`` of two independent proportions (x/n each).
+
+    Newcombe's hybrid score interval (Newcombe 1998, "Interval estimation for the
+    difference between independent proportions: comparison of eleven methods",
+    Stat. Med. 17:873-890, method 10), from the Wilson intervals (l, u) of each::
+
+        d = p_b - p_a
+        low  = d - sqrt((p_b - l_b)^2 + (u_a - p_a)^2)
+        high = d + sqrt((u_b - p_b)^2 + (p_a - l_a)^2)
+
+    Raises:
+        ValueError: n_a or n_b is 0, or counts out of range (from the Wilson interval).
+    """
+    if n_a <= 0 or n_b <= 0:
+        raise ValueError("newcombe_interval needs n_a > 0 and n_b > 0")
+    pa, pb = x_a / n_a, x_b / n_b
+    la, ua = wilson_interval(x_a, n_a, confidence)
+    lb, ub = wilson_interval(x_b, n_b, confidence)
+    d = pb - pa
+    return (d - math.sqrt((pb - lb) ** 2 + (ua - pa) ** 2), d + math.sqrt((ub - pb) ** 2 + (pa - la) ** 2))
+
+
+def fisher_p_values(x_a: int, n_a: int, x_b: int, n_b: int) -> tuple[float, float]:
+    """Fisher's exact test of two independent proportions (x/n each) on the 2x2 table
+    ``[[x_a, n_a - x_a], [x_b, n_b - x_b]]`` (``scipy.stats.fisher_exact``).
+
+    Returns:
+        (two-sided p, one-sided p for "B lower than A", i.e. ``alternative="greater"``).
+    """
+    table = [[x_a, n_a - x_a], [x_b, n_b - x_b]]
+    return (float(stats.fisher_exact(table)[1]), float(stats.fisher_exact(table, alternative="greater")[1]))
+
+
 # --------------------------------------------------------------------------- power
 
 
@@ -284,6 +322,52 @@ def min_detectable_drop(
         else:
             hi = mid
     return (lo + hi) / 2
+
+
+# --------------------------------------------------------------------------- two proportions
+
+
+def two_proportion_p(x1: float, n1: float, x2: float, n2: float) -> float | None:
+    """One-sided p-value that proportion 2 is below proportion 1: the pooled two-proportion
+    z test (Fleiss, Levin & Paik, Statistical Methods for Rates and Proportions, 3rd ed.,
+    sec. 2.5 / 4.2): ``z = (x1/n1 - x2/n2) / sqrt(pbar (1 - pbar) (1/n1 + 1/n2))`` with
+    ``pbar = (x1 + x2) / (n1 + n2)``, ``p = 1 - Phi(z)``.
+
+    Used on speculative-decoding counts: x = accepted_per_pos[i], n = drafts. Drafts of one
+    request are not independent, so with clustered acceptance the test is anti-conservative
+    (docs/gates.md); the gates pair it with a relative tolerance for that reason.
+
+    Returns:
+        The p-value in [0, 1]; 1.0 when both proportions are 0 or both 1 (no variance,
+        no evidence of a drop); None when n1 or n2 is not positive.
+    """
+    if n1 <= 0 or n2 <= 0:
+        return None
+    pbar = (x1 + x2) / (n1 + n2)
+    var = pbar * (1.0 - pbar) * (1.0 / n1 + 1.0 / n2)
+    if var <= 0.0:
+        return 1.0
+    z = (x1 / n1 - x2 / n2) / math.sqrt(var)
+    return NormalDist().cdf(-z)
+
+
+def two_proportion_power(p1: float, rel_drop: float, n: float, alpha: float) -> float:
+    """Power of :func:`two_proportion_p` at one-sided level ``alpha`` to detect a true drop
+    from ``p1`` to ``p2 = p1 (1 - rel_drop)`` with ``n`` trials on each side (normal
+    approximation, Fleiss, Levin & Paik sec. 4.2): ``Phi((p1 - p2 - z_{1-alpha} sqrt(2
+    pbar (1 - pbar) / n)) / sqrt((p1 (1 - p1) + p2 (1 - p2)) / n))``, pbar = (p1 + p2) / 2.
+
+    Raises:
+        ValueError: p1 outside (0, 1), rel_drop outside (0, 1], n < 1, alpha outside (0, 0.5).
+    """
+    if not 0.0 < p1 < 1.0 or not 0.0 < rel_drop <= 1.0 or n < 1 or not 0.0 < alpha < 0.5:
+        raise ValueError(f"two_proportion_power: p1={p1}, rel_drop={rel_drop}, n={n}, alpha={alpha} out of range")
+    p2 = p1 * (1.0 - rel_drop)
+    pbar = (p1 + p2) / 2
+    z_a = NormalDist().inv_cdf(1.0 - alpha)
+    se1 = math.sqrt(2 * pbar * (1 - pbar) / n)
+    se = math.sqrt((p1 * (1 - p1) + p2 * (1 - p2)) / n)
+    return NormalDist().cdf((p1 - p2 - z_a * se1) / se)
 
 
 # --------------------------------------------------------------------------- bootstrap

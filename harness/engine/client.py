@@ -37,7 +37,7 @@ import httpx
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
-from harness.records.completions import Completion
+from harness.records.completions import Completion, unfinished_error
 
 if TYPE_CHECKING:  # aiohttp is imported on first use (start-up time of --help / --dry-run)
     import aiohttp
@@ -247,19 +247,19 @@ class AsyncCompletionClient:
                 continue
             if status != 200:
                 return Completion(
-                    request_id, None, None, None,
-                    f"request {request_id}: HTTP {status}: {raw[:500].decode('utf-8', 'replace')}",
-                    attempts, latency,
+                    request_id, None,
+                    error=f"request {request_id}: HTTP {status}: {raw[:500].decode('utf-8', 'replace')}",
+                    attempts=attempts, latency_s=latency,
                 )
             return raw, attempts, latency
-        return Completion(request_id, None, None, None, last_err, attempts, latency)
+        return Completion(request_id, None, error=last_err, attempts=attempts, latency_s=latency)
 
     async def complete(
         self,
         request_id: str,
         prompt: str,
         max_tokens: int,
-        temperature: float = 0.0,
+        temperature: float | None = 0.0,
         seed: int | None = None,
         stop: Sequence[str] = (),
         logprobs: int | None = None,
@@ -267,6 +267,8 @@ class AsyncCompletionClient:
         """Send one completion request (``return_token_ids`` on).
 
         Args:
+            temperature, seed: sent when not None (a None one is left out of the body, so
+                the server's default applies, as vLLM's ``gsm8k_eval.py`` does).
             logprobs: ask for the top-``logprobs`` log-probabilities of every generated
                 token (OpenAI ``logprobs: k`` with vLLM's ``return_tokens_as_token_ids``,
                 so tokens come back as ``"token_id:N"``); None asks for none. A
@@ -280,10 +282,11 @@ class AsyncCompletionClient:
             "model": self.model,
             "prompt": prompt,
             "max_tokens": max_tokens,
-            "temperature": temperature,
             "stop": list(stop),
             "return_token_ids": True,
         }
+        if temperature is not None:
+            body["temperature"] = temperature
         if seed is not None:
             body["seed"] = seed
         if logprobs is not None:
@@ -301,18 +304,18 @@ class AsyncCompletionClient:
         except (ValueError, TypeError,
                 AttributeError) as e:  # a malformed answer is this request's error, never a wrong answer
             return Completion(
-                request_id, None, None, None,
-                f"request {request_id}: malformed response: {e}: {raw[:300].decode('utf-8', 'replace')}",
-                attempts, latency,
+                request_id, None,
+                error=f"request {request_id}: malformed response: {e}: {raw[:300].decode('utf-8', 'replace')}",
+                attempts=attempts, latency_s=latency,
             )
         return Completion(
             request_id,
             choice.text,
-            tuple(choice.token_ids) if choice.token_ids is not None else None,
-            choice.finish_reason,
-            None,
-            attempts,
-            latency,
+            token_ids=tuple(choice.token_ids) if choice.token_ids is not None else None,
+            finish_reason=choice.finish_reason,
+            error=unfinished_error(request_id, choice.finish_reason),  # abort, error, ...: a request error
+            attempts=attempts,
+            latency_s=latency,
             stop_reason=choice.stop_reason,
             top_logprobs=top,
         )
@@ -323,7 +326,7 @@ async def chat_complete(
     request_id: str,
     prompt: str,
     max_tokens: int,
-    temperature: float = 0.0,
+    temperature: float | None = 0.0,
     seed: int | None = None,
 ) -> Completion:
     """Send one prompt as a single user message to ``/v1/chat/completions``, as vLLM's
@@ -352,9 +355,10 @@ async def chat_complete(
         "model": client.model,
         "messages": [{"role": "user", "content": prompt}],
         "max_tokens": max_tokens,
-        "temperature": temperature,
         "return_token_ids": True,
     }
+    if temperature is not None:
+        body["temperature"] = temperature
     if seed is not None:
         body["seed"] = seed
     got = await client._post(client.base_url + "/v1/chat/completions", body, request_id)
@@ -364,13 +368,14 @@ async def chat_complete(
     try:
         choice = parse_chat_completion(raw)
     except ValueError as e:  # a malformed answer is this request's error, never a wrong answer
-        return Completion(request_id, None, None, None,
-                          f"request {request_id}: malformed chat response: {e}: "
-                          f"{raw[:300].decode('utf-8', 'replace')}", attempts, latency)
+        return Completion(request_id, None,
+                          error=f"request {request_id}: malformed chat response: {e}: "
+                                f"{raw[:300].decode('utf-8', 'replace')}", attempts=attempts, latency_s=latency)
     return Completion(
         request_id, choice.message.content or "",
-        tuple(choice.token_ids) if choice.token_ids is not None else None,
-        choice.finish_reason, None, attempts, latency,
+        token_ids=tuple(choice.token_ids) if choice.token_ids is not None else None,
+        finish_reason=choice.finish_reason, error=unfinished_error(request_id, choice.finish_reason),
+        attempts=attempts, latency_s=latency,
         stop_reason=choice.stop_reason,
     )
 

@@ -8,9 +8,10 @@
   (``vllm/config/parallel.py`` of vllm 0.32: ``world_size = pipeline_parallel_size x
   tensor_parallel_size x prefill_context_parallel_size``, and one such world per
   data-parallel rank on this node: ``--data-parallel-size-local``, which defaults to
-  ``--data-parallel-size``). Flags are read in every spelling vLLM's parser accepts:
-  ``--tensor-parallel-size 4``, ``--tensor_parallel_size=4``, ``-tp 4``, ``-tp=4``; the
-  last occurrence wins, as with argparse.
+  ``--data-parallel-size``). Each factor is found by its destination in vLLM's parser
+  (:mod:`harness.config.vllm_parser`), so every spelling the parser accepts counts:
+  ``--tensor-parallel-size 4``, ``--tensor_parallel_size=4``, ``-tp 4``, ``-tp=4``,
+  ``-pc 2`` (a unique prefix of ``-pcp``); the last occurrence wins, as with argparse.
 """
 
 from __future__ import annotations
@@ -18,16 +19,17 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
-from harness.config.vllm_args import flag_name
+from harness.config.vllm_args import hits_of
+from harness.config.vllm_parser import current_table
 
-#: ``(long flag, short flag)`` of each factor of a server's device count (vllm 0.32
+#: The destination in vLLM's parser of each factor of a server's device count (vllm 0.32
 #: ``vllm/engine/arg_utils.py``).
-PARALLEL_FLAGS = {
-    "tensor": ("--tensor-parallel-size", "-tp"),
-    "pipeline": ("--pipeline-parallel-size", "-pp"),
-    "prefill_context": ("--prefill-context-parallel-size", "-pcp"),
-    "data": ("--data-parallel-size", "-dp"),
-    "data_local": ("--data-parallel-size-local", "-dpl"),
+PARALLEL_DESTS = {
+    "tensor": "tensor_parallel_size",
+    "pipeline": "pipeline_parallel_size",
+    "prefill_context": "prefill_context_parallel_size",
+    "data": "data_parallel_size",
+    "data_local": "data_parallel_size_local",
 }
 
 
@@ -37,27 +39,21 @@ class DeviceError(ValueError):
     option, flag or variant."""
 
 
-def _flag_value(argv: Sequence[str], long: str, short: str, where: str) -> int | None:
-    """The integer value of the last ``long``/``short`` flag in ``argv``, or None."""
-    value: str | None = None
-    for i, a in enumerate(argv):
-        name = flag_name(a) if a.startswith("--") else a.split("=", 1)[0]
-        if name not in (long, short):
-            continue
-        if "=" in a:
-            value = a.split("=", 1)[1]
-        elif i + 1 < len(argv):
-            value = argv[i + 1]
-        else:
-            raise DeviceError(f"{where}: {a} has no value")
-    if value is None:
+def _flag_value(argv: Sequence[str], dest: str, where: str) -> int | None:
+    """The integer value of the last flag that sets ``dest`` in ``argv``, or None."""
+    found = hits_of(argv, dest)
+    if not found:
         return None
+    h = found[-1]
+    long = (current_table().options_of(dest) or [h.option])[0]
+    if h.value is None:
+        raise DeviceError(f"{where}: {h.spelled} has no value")
     try:
-        n = int(value)
+        n = int(h.value)
     except ValueError:
-        raise DeviceError(f"{where}: {long} {value!r} is not an integer") from None
-    if n < 1 and long != "--data-parallel-size-local":
-        raise DeviceError(f"{where}: {long} {n} must be at least 1")
+        raise DeviceError(f"{where}: {long} {h.value!r} is not an integer (written {h.spelled})") from None
+    if n < 1 and dest != "data_parallel_size_local":
+        raise DeviceError(f"{where}: {long} {n} must be at least 1 (written {h.spelled})")
     return n
 
 
@@ -76,7 +72,7 @@ def variant_need(argv: Sequence[str], where: str = "server command") -> int:
         DeviceError: a parallel-size flag without a value or with a non-integer or
             non-positive one (names it and ``where``).
     """
-    v = {k: _flag_value(argv, long, short, where) for k, (long, short) in PARALLEL_FLAGS.items()}
+    v = {k: _flag_value(argv, dest, where) for k, dest in PARALLEL_DESTS.items()}
     world = (v["tensor"] or 1) * (v["pipeline"] or 1) * (v["prefill_context"] or 1)
     dp_local = v["data_local"] if v["data_local"] is not None else (v["data"] or 1)
     return max(1, world * max(1, dp_local))
@@ -141,13 +137,19 @@ def cap_devices(devices: Sequence[str], gpus: str | None) -> tuple[str, ...]:
             were detected; on a host where none were, the list is taken as given).
 
     Raises:
-        DeviceError: a count below 0, or a listed device that is not available
-            (names ``--gpus`` and the device).
+        DeviceError: a count below 0 or above the devices detected (``--gpus 8`` on a host
+            with fewer: only the dry run plans devices that are not there,
+            :func:`dry_run_devices`), or a listed device that is not available (names
+            ``--gpus`` and the device).
     """
     if gpus is None:
         return tuple(devices)
     text = gpus.strip()
     if "," not in text and text.isdigit():
+        if int(text) > len(devices):
+            raise DeviceError(f"--gpus {gpus}: asks for {int(text)} device(s), this host has {len(devices)} ("
+                              + (", ".join(devices) if devices else "none: a CPU host, or no GPU visible")
+                              + "); only --dry-run plans devices that are not there")
         return tuple(devices)[:int(text)]
     wanted = tuple(d.strip() for d in text.split(",") if d.strip())
     missing = [d for d in wanted if devices and d not in devices]
@@ -163,3 +165,24 @@ def available_devices(gpus: str | None = None, env: Mapping[str, str] | None = N
     """The device ids evalrun may hand to its servers: :func:`detected_devices`
     capped by ``--gpus`` (:func:`cap_devices`). Empty on a CPU host."""
     return cap_devices(detected_devices(env), gpus)
+
+
+def dry_run_devices(detected: Sequence[str], gpus: str | None) -> tuple[tuple[str, ...], str | None]:
+    """The devices the dry run plans on: :func:`cap_devices` of ``detected``, except that a
+    ``--gpus`` count above the devices detected plans that many devices that are not there
+    (``0..N-1``), so a node's schedule and cost can be previewed from any host (a real run
+    refuses that, :func:`cap_devices`).
+
+    Returns:
+        ``(device ids, note)``; the note says the devices are assumed (None when they exist).
+
+    Raises:
+        DeviceError: as :func:`cap_devices` for anything but a count above the devices.
+    """
+    text = (gpus or "").strip()
+    if "," not in text and text.isdigit() and int(text) > len(detected):
+        n = int(text)
+        return tuple(str(i) for i in range(n)), (
+            f"planned on {n} device(s) from --gpus {gpus}, although this host has {len(detected)}: a preview "
+            "of that node's schedule and cost (a run with --gpus here refuses)")
+    return cap_devices(detected, gpus), None

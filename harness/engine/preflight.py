@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from harness.config.vllm_parser import current_table
+
 #: Marks the script's one JSON result line on stdout (vLLM may print other lines).
 MARKER = "EVALRUN_PREFLIGHT "
 #: Problem kind: vLLM's own rule refuses explicit async scheduling with the drafter.
@@ -107,6 +109,15 @@ def _async_rule(ns):
         return next((m for m in msgs if "padded" in m), "async scheduling with disable_padded_drafter_batch=True")
     return None
 
+def _speculative(ns):
+    """The speculative settings vLLM's parser stored: its speculative_config and every
+    destination EngineArgs.create_speculative_config merges into it (read from its source)."""
+    import inspect, re
+    from vllm.engine.arg_utils import EngineArgs
+    src = inspect.getsource(EngineArgs.create_speculative_config)
+    dests = ["speculative_config"] + [d for _, d in re.findall(r'\(\s*"--[\w-]+"\s*,\s*"(\w+)"\s*,\s*self\.(\w+)', src)]
+    return {d: getattr(ns, d) for d in dests if getattr(ns, d, None) is not None}
+
 uvloop.run = _stop
 import asyncio
 asyncio.run = _stop  # a release that starts its server with asyncio.run stops here too
@@ -126,6 +137,10 @@ for it in items:
             res["async_refused"] = _async_rule(_parsed.get("args"))
         except Exception as e:  # the rule could not be read: recorded, the launch decides
             res["rule_error"] = f"{type(e).__name__}: {e}"
+        try:
+            res["speculative"] = json.loads(json.dumps(_speculative(_parsed.get("args")), default=str))
+        except Exception as e:  # cannot be read: a variant planned without speculation is refused
+            res["speculative"] = {"(unreadable)": f"{type(e).__name__}: {e}"}
     except SystemExit as e:
         lines = [x for x in err.getvalue().strip().splitlines() if x.strip()]
         msg = "; ".join(x for x in lines if "error:" in x) or (lines[-1] if lines else "")
@@ -150,12 +165,16 @@ class ServerCommand:
         config_path: the config file the command comes from (for messages).
         argv: the full command, ``[python, "-m", module, *args]``.
         env: the environment the variant adds for its server.
+        speculates: whether the plan runs the variant with speculative decoding (False:
+            the check refuses arguments that speculate under the installed vLLM's parser;
+            None: not checked).
     """
 
     variant_id: str
     config_path: Path
     argv: tuple[str, ...]
     env: dict[str, str]
+    speculates: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -249,6 +268,11 @@ def _check_one_python(python: str, cmds: list[ServerCommand], timeout: float) ->
                 c.variant_id, c.config_path, python, "args_rejected",
                 f"vLLM {out.get('version') or ''} rejects the server arguments: {r['error']}".replace("  ", " "),
             ))
+        elif c.speculates is False and r.get("speculative"):
+            problems.append(PreflightProblem(
+                c.variant_id, c.config_path, python, "args_rejected",
+                unplanned_speculation(out.get("version"), r["speculative"]),
+            ))
         elif r.get("async_refused"):
             problems.append(PreflightProblem(
                 c.variant_id, c.config_path, python, ASYNC_NOT_SUPPORTED,
@@ -256,3 +280,14 @@ def _check_one_python(python: str, cmds: list[ServerCommand], timeout: float) ->
                 f"start-up (VllmConfig.__post_init__): {r['async_refused']}".replace("  ", " "),
             ))
     return problems
+
+
+def unplanned_speculation(version: str | None, settings: dict) -> str:
+    """The message for a variant planned without speculation whose arguments speculate
+    under the installed vLLM's parser (``settings``: destination -> parsed value)."""
+    got = ", ".join(f"{k}={json.dumps(v)}" for k, v in settings.items())
+    return (f"vLLM {version or ''}'s parser reads speculative settings from these arguments ({got}), but "
+            f"evalrun planned this variant without speculation: a spelling the table it read "
+            f"server_args with does not know ({current_table().describe()}). Regenerate the table "
+            f"with `python -m harness.config.vllm_parser --write` under this vLLM, or write the "
+            f"setting as --speculative-config JSON").replace("  ", " ")

@@ -20,7 +20,6 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.engine.preflight import ServerCommand
+from harness.records.atomic import write_atomic
 
 #: the cache file's name in the results folder.
 CACHE_NAME = ".preflight-cache.json"
@@ -96,8 +96,8 @@ def cache_key(commands: Sequence[ServerCommand], timeout: float = 30) -> str | N
                 return None
             ids[py] = got
     body = {"interpreters": ids,
-            "commands": [{"variant": c.variant_id, "argv": list(c.argv), "env": dict(sorted(c.env.items()))}
-                         for c in commands]}
+            "commands": [{"variant": c.variant_id, "argv": list(c.argv), "env": dict(sorted(c.env.items())),
+                          "speculates": c.speculates} for c in commands]}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
@@ -131,10 +131,8 @@ def store_all_clear(results_dir: Path, key: str | None, checked: int) -> str | N
     keys.pop(key, None)
     keys[key] = {"checked": checked, "written_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
     keys = dict(list(keys.items())[-MAX_KEYS:])
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
     try:
-        tmp.write_text(json.dumps({"version": 1, "keys": keys}, indent=1), encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps({"version": 1, "keys": keys}, indent=1))
     except OSError as e:
         return f"{path}: {e}"
     return None

@@ -12,9 +12,9 @@ Fail-closed additions (docs/fail-closed.md):
   (the command cannot be executed), ``exited_early`` (with exit code and seconds;
   seen at once: the wait for ``/health`` is a wait on the process), ``not_ready_timeout``,
   ``ready``; the runner adds ``died_mid_task``;
-* the PID, process group and command of each server are written beside its log
-  (``<variant>.pid.json``) so a later run can find a server an earlier one left
-  (:func:`find_leftover_servers`);
+* the pid, process group, start time and command line of each server are written
+  beside its log (``<variant>.pid.json``, atomically) so a later run can identify a
+  server an earlier one left (:mod:`harness.engine.leftovers`);
 * teardown cannot be skipped by a second signal: :func:`hurry` (the second Ctrl-C)
   sends SIGKILL to every live group, and :meth:`VllmServer.stop` finishes its work
   even when interrupted, then checks that no process of the group remains.
@@ -22,7 +22,6 @@ Fail-closed additions (docs/fail-closed.md):
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import signal
@@ -32,11 +31,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import psutil
+
+from harness.engine.leftovers import process_identity, write_pid_file
 
 #: Start-up outcomes recorded per variant (``vrec["server"]["status"]``).
 STARTUP_STATUSES = ("launch_failed", "exited_early", "not_ready_timeout", "ready", "died_mid_task")
@@ -156,76 +156,6 @@ def _group_members(pgid: int) -> list[psutil.Process]:
                 out.append(proc)
         except (ProcessLookupError, PermissionError, psutil.Error, OSError):
             continue
-    return out
-
-
-# ---------------------------------------------------------------- leftover servers
-
-
-@dataclass(frozen=True)
-class LeftoverServer:
-    """A server an earlier evalrun run started and did not stop.
-
-    Attributes:
-        pid: the server's process id (also its process group id).
-        pid_file: the ``<variant>.pid.json`` that recorded it.
-        command: its command line.
-        kill_command: a shell command that ends it and its process group.
-    """
-
-    pid: int
-    pid_file: Path
-    command: str
-    kill_command: str
-
-    def describe(self) -> str:
-        """One line: pid, the run folder's record, the command, how to end it."""
-        return (f"a vLLM server started by an earlier evalrun run is still running: pid {self.pid} "
-                f"(recorded in {self.pid_file}): {self.command[:160]}; end it with: {self.kill_command}")
-
-
-def _same_process(pid: int | None, create_time: float | None) -> bool:
-    """True when ``pid`` is alive and is the process created at ``create_time``
-    (not a later process that reuses the number)."""
-    if not pid:
-        return False
-    try:
-        proc = psutil.Process(int(pid))
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return False
-        return create_time is None or abs(proc.create_time() - float(create_time)) < 1.0
-    except (psutil.Error, ValueError):
-        return False
-
-
-def find_leftover_servers(results_dir: Path) -> list[LeftoverServer]:
-    """Servers recorded in ``results_dir/*/logs/*/*.pid.json`` that still run although
-    the evalrun process that started them is gone (a server of a run in progress is
-    not a leftover).
-
-    Args:
-        results_dir: the parent of run folders.
-
-    Returns:
-        One :class:`LeftoverServer` per live leftover, in file order.
-    """
-    out = []
-    for f in sorted(Path(results_dir).glob("*/logs/*/*.pid.json")):
-        try:
-            info = json.loads(f.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if info.get("stopped"):
-            continue
-        if not _same_process(info.get("pid"), info.get("create_time")):
-            continue
-        if _same_process(info.get("owner_pid"), info.get("owner_create_time")):
-            continue  # its evalrun still runs: a concurrent run, not a leftover
-        pgid = int(info.get("pgid") or info["pid"])
-        out.append(LeftoverServer(
-            pid=int(info["pid"]), pid_file=f, command=" ".join(info.get("argv") or []),
-            kill_command=f"kill -TERM -- -{pgid}; sleep 5; kill -KILL -- -{pgid}",
-        ))
     return out
 
 
@@ -424,6 +354,8 @@ class VllmServer:
         self.leftover_pids: list[int] = []
         self._t0: float | None = None
         self._watchdog: tuple[subprocess.Popen, int] | None = None
+        self._identity: dict | None = None  # psutil's view of the server, taken once while it runs
+        self._owner: dict | None = None
 
     @property
     def base_url(self) -> str:
@@ -483,6 +415,7 @@ class VllmServer:
         log.close()
         self._write_pid_file()
         self._wait_for_health()
+        self._refresh_identity()
         self.startup_seconds = self.seconds()
         self.status = "ready"
 
@@ -523,32 +456,46 @@ class VllmServer:
                     )
                 if self.on_wait:
                     self.on_wait(now - self._t0)
+                self._refresh_identity()
                 try:
                     self.proc.wait(timeout=1.0)  # returns at once when the server exits
                 except subprocess.TimeoutExpired:
                     pass
 
+    def _refresh_identity(self) -> None:
+        """Rewrite the pid file when the server's command line changed since it was
+        recorded (a wrapper such as ``/usr/bin/env`` or a pyenv shim execs the real
+        interpreter after launch; the start time and pid stay)."""
+        if self.proc is None or self._identity is None:
+            return
+        now = process_identity(self.proc.pid)
+        if now is not None and now["cmdline"] != self._identity.get("cmdline"):
+            self._identity = now
+            self._write_pid_file()
+
     def _write_pid_file(self, **extra) -> None:
-        """Record pid, process group, command and owner beside the log (best effort)."""
+        """Record the server's identity (pid, process group, start time and command line
+        as psutil sees them, taken once while it runs) and its owner's beside the log,
+        atomically (:mod:`harness.engine.leftovers`). A file that cannot be written is
+        said (a server this run leaves could not be found by a later run)."""
         if self.proc is None:
             return
-        try:
-            ctime = psutil.Process(self.proc.pid).create_time()
-        except psutil.Error:
-            ctime = None
-        try:
-            owner_ctime = psutil.Process(os.getpid()).create_time()
-        except psutil.Error:
-            owner_ctime = None
+        if self._identity is None:
+            self._identity = process_identity(self.proc.pid)
+        if self._owner is None:
+            self._owner = process_identity(os.getpid())
+        ident, owner = self._identity or {}, self._owner or {}
         info = {
-            "pid": self.proc.pid, "pgid": self.proc.pid, "create_time": ctime,
-            "owner_pid": os.getpid(), "owner_create_time": owner_ctime,
+            "pid": self.proc.pid, "pgid": ident.get("pgid", self.proc.pid), "create_time": ident.get("create_time"),
+            "cmdline": ident.get("cmdline"),
+            "owner_pid": os.getpid(), "owner_create_time": owner.get("create_time"),
             "variant": self.name, "argv": self.argv, "stopped": False, **extra,
         }
         try:
-            self.pid_file.write_text(json.dumps(info, indent=1), encoding="utf-8")
-        except OSError:
-            pass
+            write_pid_file(self.pid_file, info)
+        except OSError as e:
+            event(f"{self.name}: pid file {self.pid_file} not written ({e.strerror or e}); "
+                  "a server left running by this run could not be found by a later one")
 
     @property
     def pid(self) -> int | None:
@@ -729,7 +676,9 @@ def install_stop_handlers(on_first: Callable[[str], None]) -> None:
     group at once (so in-flight requests end), and KeyboardInterrupt is raised in the
     main thread; each server's context manager then waits for its group to exit (up to
     :func:`stop_grace`, saying what it waits for). Any further signal never interrupts
-    that teardown: it speeds it up, sending SIGKILL to every live group (:func:`hurry`).
+    that teardown: it speeds it up, sending SIGKILL to every live group (:func:`hurry`),
+    and never interrupts what follows (the record and its reports). Called again, it
+    replaces the handlers (and starts counting anew).
     A signal that is ignored when this is called (``nohup``) stays ignored.
     """
     state = {"count": 0}
@@ -742,6 +691,9 @@ def install_stop_handlers(on_first: Callable[[str], None]) -> None:
             on_first(name)
             signal_all(signal.SIGTERM)
             raise KeyboardInterrupt(name)
+        if not live_servers():  # nothing to speed up: the record is being finished, say nothing
+            _HURRY.set()
+            return
         hurry()
         event(f"{name} again: sending SIGKILL to every server's process group; still waiting until they are gone")
 

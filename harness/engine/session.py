@@ -273,8 +273,8 @@ class VariantSession:
         self,
         requests: Sequence[Request],
         max_tokens: int,
-        temperature: float,
-        seed: int,
+        temperature: float | None,
+        seed: int | None,
         stop: Sequence[str],
         on_done: Callable[[Completion], None] | None = None,
         per_request: bool = False,
@@ -324,7 +324,7 @@ class VariantSession:
         return TaskOutcome(completions, counters, metrics, metrics_error, time.monotonic() - t0)
 
     async def _send_all(
-        self, requests: Sequence[Request], max_tokens: int, temperature: float, seed: int,
+        self, requests: Sequence[Request], max_tokens: int, temperature: float | None, seed: int | None,
         stop: Sequence[str], on_done: Callable[[Completion], None] | None, per_request: bool,
         before: SpecDecodeCountersRecord | None, metrics_error: str | None, chat: bool = False,
         logprobs: int | None = None,

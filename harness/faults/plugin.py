@@ -402,8 +402,10 @@ def flush_report() -> str | None:
         }
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
+        with open(tmp, "w", encoding="utf-8") as f:  # the atomic writer's steps (this module imports no evalrun)
             json.dump(doc, f, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     return path
 

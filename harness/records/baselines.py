@@ -16,6 +16,10 @@ by :mod:`harness.analysis.gates`):
 * ``baseline_acceptance_length_drop`` (per speculative variant and task): fails when
   mean acceptance length dropped since the baseline by more than
   ``gates.baseline_max_acceptance_length_drop`` tokens.
+* ``baseline_position_acceptance_drop`` (per speculative variant and task): fails when a
+  draft position's acceptance rate (accepted_per_pos[i] / drafts, from the stored
+  ``spec_decode``) fell below ``(1 - gates.position_acceptance_rtol)`` times the baseline's
+  and significantly (docs/gates.md, "Per-position acceptance").
 
 The file is a :class:`BaselineDoc` (``schema`` :data:`BASELINE_SCHEMA`).
 """
@@ -25,19 +29,12 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Final, Literal, Sequence
+from typing import ClassVar, Final, Literal, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
-from harness.records.run_record import (
-    EngineFactsRecord,
-    Interval,
-    RunRecord,
-    SpecDecodeRecord,
-    _first_error,
-    rename_v1_pipelines,
-    utc_now,
-)
+from harness.records.run_record import RunRecord, _first_error, rename_v1_pipelines, utc_now
+from harness.records.measures import EngineFactsRecord, Interval, SpecDecodeRecord, bound_problems
 from harness.records.samples import Sample, read_jsonl
 
 __all__ = [
@@ -56,7 +53,20 @@ class BaselineError(ValueError):
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    """Every baseline type: unknown fields refused, no NaN or infinite number, and the
+    shares and bounded counts a type names checked
+    (:func:`harness.records.measures.bound_problems`)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
+    _RATES: ClassVar[tuple[str, ...]] = ()
+    _WITHIN: ClassVar[tuple[tuple[str, str], ...]] = ()
+
+    @model_validator(mode="after")
+    def _within_bounds(self) -> "_Model":
+        problems = bound_problems(self, self._RATES, self._WITHIN)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
 
 class BaselineQuestion(_Model):
@@ -87,6 +97,9 @@ class BaselineTask(_Model):
     per_position_acceptance_ci: list[Interval | None] | None = None
     questions: dict[str, BaselineQuestion] = {}
 
+    _RATES = ("accuracy", "accuracy_ci")
+    _WITHIN = (("error_count", "num_requests"), ("correct", "scored"), ("scored", "num_requests"))
+
     def correctness(self, pipeline: str) -> dict[str, tuple[str, bool]]:
         """Question id -> (prompt hash, verdict of ``pipeline``) for the successful
         questions (empty when the baseline stores no questions)."""
@@ -107,6 +120,9 @@ class BaselineComparison(_Model):
     compared: int | None = None
     matched: int | None = None
     mismatched: list[str] = []
+
+    _RATES = ("output_match_rate",)
+    _WITHIN = (("matched", "compared"),)
 
 
 class SourceRun(_Model):

@@ -15,38 +15,67 @@ from pathlib import Path
 from typing import Iterable
 
 
-@dataclass(frozen=True)
-class Completion:
-    """The engine's answer to one ``/v1/completions`` request, unjudged.
+#: Finish reasons of a request the engine finished normally: vLLM's ``FinishReason``
+#: (``vllm/v1/engine/__init__.py``) has ``stop`` (a stop string or token, or end of
+#: sequence) and ``length`` (``max_tokens`` or the model length), and also ``abort``
+#: (aborted), ``error`` (a request-level internal error) and ``repetition`` (a repetitive
+#: pattern detected), which are not answers. Any reason other than these two, or none on
+#: a successful response, makes the request an error (:func:`unfinished_error`).
+NORMAL_FINISH_REASONS = ("stop", "length")
+
+
+def unfinished_error(request_id: str, finish_reason: str | None) -> str | None:
+    """The error of a request the engine did not finish normally, or None.
+
+    Args:
+        request_id: the request's id (named in the message).
+        finish_reason: the response's ``finish_reason`` (None: not reported).
+
+    Returns:
+        None for :data:`NORMAL_FINISH_REASONS`; else a message naming the request and
+        the finish reason: such a completion is never judged as an answer.
+    """
+    if finish_reason in NORMAL_FINISH_REASONS:
+        return None
+    said = "no finish reason" if finish_reason is None else f"finish_reason {finish_reason!r}"
+    return (f"request {request_id}: the engine did not finish it normally ({said}; only "
+            f"{' / '.join(NORMAL_FINISH_REASONS)} are answers): a request error, never scored")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineReply:
+    """What the engine returned for one request, as both the raw :class:`Completion`
+    and the judged :class:`~harness.records.samples.Sample` carry it (keyword fields).
 
     Attributes:
-        request_id: the caller's id (the question id, e.g. ``gsm8k/test/17``).
-        text: completion text; None when the request failed.
         token_ids: completion token ids (``return_token_ids``); None on error or when
             the server did not return them.
-        finish_reason: ``stop`` / ``length`` / ... as returned; None on error.
-        stop_reason: what ended a ``stop`` completion, as vLLM reports it: the stop
-            string that matched, a stop token id, or None (end-of-sequence token,
-            ``length``, an error, or a server that does not report it).
+        finish_reason: ``stop`` / ``length`` / ... as returned; None when the request got no
+            answer. Kept on an error too: a finish reason outside
+            :data:`NORMAL_FINISH_REASONS` (``abort``, ``error``) is itself a request error
+            (:func:`unfinished_error`), never scored.
         error: None on success, else a message naming the request and the failure
             (HTTP status and body, transport error, timeout, malformed response).
         attempts: HTTP attempts made (>= 1).
-        latency_s: seconds of the last attempt.
+        latency_s: seconds of the successful (or last) attempt.
         spec_drafts, spec_draft_tokens, spec_accepted_tokens: this request's share of
-            the engine's cumulative speculative-decoding counters (counts), when the
-            session read ``/metrics`` around it (sequential requests only); else None.
+            the engine's cumulative speculative-decoding counters (drafts, draft tokens,
+            accepted draft tokens; counts), measured by reading ``/metrics`` before and
+            after the request when requests are sent one at a time
+            (``per_request_metrics``); else None.
         spec_accepted_per_pos: accepted tokens per draft position (counts), or None.
+        stop_reason: what ended a ``stop`` completion, as vLLM reports it: the stop
+            string that matched, a stop token id, or None (end-of-sequence token,
+            ``length``, an error, or a server that does not report it).
         top_logprobs: per completion token, the engine's top-k ``(token id, log-probability
             in nats)`` pairs, most likely first (the sampled token is included even when
             outside the top k); asked only of a non-speculative reference
             (``logprobs: k``); None otherwise. See :func:`harness.engine.client.parse_top_logprobs`.
     """
 
-    request_id: str
-    text: str | None
-    token_ids: tuple[int, ...] | None
-    finish_reason: str | None
-    error: str | None
+    token_ids: tuple[int, ...] | None = None
+    finish_reason: str | None = None
+    error: str | None = None
     attempts: int = 1
     latency_s: float = 0.0
     spec_drafts: float | None = None
@@ -58,8 +87,29 @@ class Completion:
 
     @property
     def ok(self) -> bool:
-        """True when the request succeeded."""
-        return self.error is None
+        """True when the request succeeded (a judged sample may still be a wrong answer): no
+        error, and no finish reason outside :data:`NORMAL_FINISH_REASONS` (None is allowed:
+        prompt-scoring tasks generate nothing)."""
+        return self.error is None and (self.finish_reason is None or self.finish_reason in NORMAL_FINISH_REASONS)
+
+
+@dataclass(frozen=True)
+class Completion(EngineReply):
+    """The engine's answer to one ``/v1/completions`` request, unjudged: the request's
+    id and text beside the :class:`EngineReply` fields (keywords).
+
+    Attributes:
+        request_id: the caller's id (the question id, e.g. ``gsm8k/test/17``).
+        text: completion text; None when the request failed.
+    """
+
+    request_id: str
+    text: str | None
+
+    def to_json(self) -> dict:
+        """Every field, the request's id and text first (the ``<task>.raw.jsonl`` line)."""
+        d = dataclasses.asdict(self)
+        return {"request_id": d.pop("request_id"), "text": d.pop("text"), **d}
 
 
 def write_raw_jsonl(path: Path, completions: Iterable[Completion]) -> int:
@@ -73,6 +123,6 @@ def write_raw_jsonl(path: Path, completions: Iterable[Completion]) -> int:
     from harness.records.atomic import write_atomic  # noqa: PLC0415 - looked up per call (tests replace it)
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    lines = [json.dumps(dataclasses.asdict(c), ensure_ascii=False) + "\n" for c in completions]
+    lines = [json.dumps(c.to_json(), ensure_ascii=False) + "\n" for c in completions]
     write_atomic(path, "".join(lines))
     return len(lines)

@@ -10,7 +10,7 @@ Every type takes its fields by keyword, or positionally in declaration order.
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from typing import Any, ClassVar, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, model_serializer, model_validator
 
@@ -36,15 +36,73 @@ class MetricsError(Exception):
     or a snapshot difference is negative (the counter was reset)."""
 
 
+def _values(x: Any) -> list[Any]:
+    """The numbers of a field's value: itself, a mapping's values, an interval's ends."""
+    if isinstance(x, dict):
+        return [v for item in x.values() for v in _values(item)]
+    if isinstance(x, (tuple, list)):
+        return [v for item in x for v in _values(item)]
+    return [] if x is None else [x]
+
+
+def bound_problems(obj: BaseModel, rates: tuple[str, ...] = (),
+                   within: tuple[tuple[str, str], ...] = ()) -> list[str]:
+    """What makes a measured value impossible: a share outside [0, 1], or a count below 0
+    or above its total.
+
+    Args:
+        obj: the record.
+        rates: fields that are shares (a number, a mapping of numbers or intervals; None
+            allowed).
+        within: ``(count, total)`` field pairs: ``0 <= count <= total``; either may be a
+            mapping (pipeline -> count), compared key by key, or a number every value of
+            the other is compared with.
+
+    Returns:
+        One message per problem, naming the field and the numbers (empty when none).
+    """
+    out = []
+    for name in rates:
+        bad = [v for v in _values(getattr(obj, name)) if not 0.0 <= v <= 1.0]
+        if bad:
+            out.append(f"{name} {bad[0]!r} is not a share in [0, 1]")
+    for count, total in within:
+        c, t = getattr(obj, count), getattr(obj, total)
+        pairs = ([(k, v, t.get(k) if isinstance(t, dict) else t) for k, v in c.items()] if isinstance(c, dict)
+                 else [(k, c, v) for k, v in t.items()] if isinstance(t, dict) else [(None, c, t)])
+        for key, cv, tv in pairs:
+            at = f"[{key!r}]" if key is not None else ""
+            if cv is not None and cv < 0:
+                out.append(f"{count}{at if isinstance(c, dict) else ''} {cv!r} is negative")
+            elif cv is not None and tv is not None and cv > tv:
+                out.append(f"{count}{at if isinstance(c, dict) else ''} {cv!r} is larger than "
+                           f"{total}{at if isinstance(t, dict) else ''} {tv!r}")
+    return out
+
+
 class Measure(BaseModel):
     """Base of every measured type: frozen, unknown fields are errors (a foreign or newer
-    file is refused), fields by keyword or positionally in declaration order.
+    file is refused), no number is NaN or infinite, fields by keyword or positionally in
+    declaration order. A subclass names its shares (``_RATES``) and its counts bounded by
+    totals (``_WITHIN``): a value outside them is refused wherever the type is built or
+    read (:func:`bound_problems`).
 
     Raises:
         TypeError: more positional arguments than fields, or a field given twice.
+        pydantic.ValidationError: a non-finite number, a share outside [0, 1], a count
+            above its total.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    _RATES: ClassVar[tuple[str, ...]] = ()
+    _WITHIN: ClassVar[tuple[tuple[str, str], ...]] = ()
+
+    @model_validator(mode="after")
+    def _within_bounds(self) -> "Measure":
+        problems = bound_problems(self, self._RATES, self._WITHIN)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
     def __init__(self, *args: Any, **data: Any) -> None:
         if args:
@@ -312,6 +370,9 @@ class PipelineScore(Measure):
     accuracy_ci: Interval | None
     invalid_rate: float | None
 
+    _RATES = ("accuracy", "accuracy_ci", "invalid_rate")
+    _WITHIN = (("correct", "scored"),)
+
 
 class TaskScore(Measure):
     """Scores of one task on one variant (:func:`harness.analysis.scoring.score_task`).
@@ -338,6 +399,9 @@ class TaskScore(Measure):
     truncated_rate: float | None = None
     truncated_ids: tuple[str, ...] = ()
     stop_reasons: dict[str, int] = {}
+
+    _RATES = ("error_rate", "truncated_rate")
+    _WITHIN = (("error_count", "num_requests"), ("truncated", "num_requests"), ("finish_reasons", "num_requests"))
 
     def result_fields(self) -> dict[str, Any]:
         """These scores as the keys of :class:`harness.records.run_record.TaskResult`:
@@ -407,6 +471,9 @@ class OutputMatchRecord(Measure):
     compared: int
     matched: int
     output_match_rate: float | None = None
+
+    _RATES = ("output_match_rate",)
+    _WITHIN = (("matched", "compared"),)
     mismatches: tuple[MismatchRecord, ...] = ()
     skipped: tuple[str, ...] = ()
     past_stop: tuple[PastStopRecord, ...] = ()
@@ -452,6 +519,9 @@ class NoiseRecord(Measure):
     test: str
     p_value: float
 
+    _RATES = ("noise_rate", "candidate_rate", "p_value")
+    _WITHIN = (("noise_mismatched", "noise_compared"), ("candidate_mismatched", "compared"))
+
 
 class PairedRecord(Measure):
     """Paired comparison of two variants on the same questions
@@ -487,6 +557,9 @@ class PairedRecord(Measure):
     one_sided_p_value: float
     confidence: float
 
+    _RATES = ("accuracy_a", "accuracy_b", "p_value", "one_sided_p_value", "confidence")
+    _WITHIN = (("both_correct", "n"), ("both_wrong", "n"))
+
 
 class AnswerAgreementRecord(Measure):
     """Answer-level agreement between two variants: same extracted answer, whatever the
@@ -505,6 +578,9 @@ class AnswerAgreementRecord(Measure):
     compared: int
     agreed: int
     agreement_rate: float | None
+
+    _RATES = ("agreement_rate",)
+    _WITHIN = (("agreed", "compared"),)
     disagreements: tuple[str, ...] = ()
 
 

@@ -21,13 +21,17 @@ class RunRecorder:
     Attributes:
         record: the record being filled in place.
         run_dir: its run folder.
-        done: set once the final verdict is written (a later signal leaves it alone).
+        done: set when the final word (verdict, error or interrupt) starts being
+            written: from then on a signal's handler writes nothing (the runner decides).
+        final_written: set once that final word is on disk: a later signal keeps it
+            (the run's outcome and exit code stay what the record says).
     """
 
     def __init__(self, record: RunRecord, run_dir: Path) -> None:
         self.record = record
         self.run_dir = Path(run_dir)
         self.done = False
+        self.final_written = False
         self._writing = False
         self._lock = threading.Lock()  # variants side by side checkpoint from their own threads
         self._writer: int | None = None
@@ -62,6 +66,8 @@ class RunRecorder:
         """
         self.done = True
         write_run(self.run_dir, self.record)
+        self.final_written = True
+        LAST_FINAL[:] = [self]
 
     def mark_interrupted(self, signal_name: str) -> None:
         """Set status ``interrupted`` (exit code 2, ``interrupted_by``, end time) in the record."""
@@ -88,6 +94,9 @@ class RunRecorder:
 
 #: The recorder of the run in progress (at most one), for checkpoints and the signal handler.
 RECORDERS: list[RunRecorder] = []
+#: The recorder whose final word was written last in this process; kept after the run
+#: ends, so a signal that comes later (while the command prints its tables) keeps it.
+LAST_FINAL: list[RunRecorder] = []
 
 
 def checkpoint() -> None:
@@ -102,8 +111,19 @@ def interrupt_all(signal_name: str) -> None:
         rec.interrupt(signal_name)
 
 
-def finish_all() -> None:
-    """Mark every run in progress done: its verdict is on disk, a later signal must not
-    turn it into ``interrupted``."""
+def write_final(run_dir: Path, record: RunRecord) -> None:
+    """Write a run's final word (verdict or error) to ``run_dir/run.json``: every run in
+    progress is marked done first (a signal during the write writes nothing itself; the
+    runner's interrupt path then decides, :attr:`RunRecorder.final_written` still
+    False), and ``final_written`` once the record is on disk, so a later signal keeps
+    its outcome.
+
+    Raises:
+        OSError: the record cannot be written (the previous ``run.json`` stays).
+    """
     for rec in RECORDERS:
         rec.done = True
+    write_run(run_dir, record)
+    for rec in RECORDERS:
+        rec.final_written = True
+    LAST_FINAL[:] = RECORDERS[-1:]

@@ -37,15 +37,15 @@ import platform
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, computed_field, model_validator
 
 from harness import __version__
-from harness.records.measures import (  # noqa: F401  # the measured types, re-exported: readers import them here
-    AnswerAgreementRecord, DivergenceRecord, DivergenceReportRecord, EffectivenessRecord, EngineFactsRecord,
-    Interval, MismatchRecord, ModelRunnerRecord, NoiseRecord, OutputMatchRecord, PairedRecord, PastStopRecord,
-    SpecDecodeCountersRecord, SpecDecodeRecord,
+from harness.records.measures import (
+    AnswerAgreementRecord, DivergenceReportRecord, EffectivenessRecord, EngineFactsRecord, Interval,
+    ModelRunnerRecord, NoiseRecord, OutputMatchRecord, PairedRecord, SpecDecodeCountersRecord, SpecDecodeRecord,
+    bound_problems,
 )
 import secrets
 from importlib import metadata
@@ -63,9 +63,21 @@ class RunRecordError(ValueError):
 
 
 class _Model(BaseModel):
-    """Every record type: unknown fields are errors (a foreign or newer file is refused)."""
+    """Every record type: unknown fields are errors (a foreign or newer file is refused),
+    no number is NaN or infinite, and the shares (``_RATES``) and counts bounded by totals
+    (``_WITHIN``) a type names are checked (:func:`harness.records.measures.bound_problems`),
+    so every reader of ``run.json`` refuses an impossible record, naming the field."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    _RATES: ClassVar[tuple[str, ...]] = ()
+    _WITHIN: ClassVar[tuple[tuple[str, str], ...]] = ()
+
+    @model_validator(mode="after")
+    def _within_bounds(self) -> "_Model":
+        problems = bound_problems(self, self._RATES, self._WITHIN)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
 
 # --------------------------------------------------------------------------- provenance
@@ -281,6 +293,10 @@ class TaskResult(_Model):
     lm_eval: "LmEvalTaskRecord | None" = None
     samples_sha256: str | None = None
 
+    _RATES = ("error_rate", "accuracy", "accuracy_ci", "invalid_rate", "truncated_rate")
+    _WITHIN = (("error_count", "num_requests"), ("correct", "scored"), ("scored", "num_requests"),
+               ("truncated", "num_requests"), ("finish_reasons", "num_requests"))
+
 
 class LmEvalTaskRecord(_Model):
     """A ``kind: lm_eval`` task as lm-eval ran it (:mod:`harness.tasks.lm_eval_task`):
@@ -338,13 +354,26 @@ class PreflightRecord(_Model):
 
 
 class LeftoverServerRecord(_Model):
-    """A vLLM server an earlier evalrun run started and left running (found before this
-    run launched anything), with the shell command that ends it."""
+    """A pid file of an earlier run whose process may still run (found before this run
+    launched anything; :mod:`harness.engine.leftovers`).
 
-    pid: int
+    Attributes:
+        verdict: ``leftover`` (pid, start time and command line match the record and
+            its run is gone), ``cannot_tell`` (the file lacks what it takes to be sure)
+            or ``invalid`` (the file cannot be the record of an evalrun server).
+        pid: the recorded pid (None when the file names no usable one).
+        pid_file: the file read.
+        command: the server's command line (live for a leftover, else as recorded).
+        reason: why this verdict.
+        kill_command: the shell command that ends its process group; only for a leftover.
+    """
+
+    verdict: Literal["leftover", "cannot_tell", "invalid"] = "leftover"
+    pid: int | None = None
     pid_file: str
-    command: str
-    kill_command: str
+    command: str = ""
+    reason: str = ""
+    kill_command: str | None = None
 
 
 class PluginReport(_Model):
@@ -837,6 +866,21 @@ def parse_run(text: str, source: str | Path) -> RunRecord:
         return RunRecord.model_validate(doc)
     except ValidationError as e:
         raise RunRecordError(f"{source}: not a valid run record: {_first_error(e)}") from e
+
+
+def run_folders(root: str | Path) -> list[Path]:
+    """The run folders directly under a results folder (those holding ``run.json``), each
+    once: a symlink is followed, and a folder reached twice (a link beside its target, two
+    links to one run) is listed once, by its resolved path, in the order of the first name
+    that reaches it (names sorted).
+
+    Returns:
+        Resolved folder paths.
+    """
+    out: dict[Path, None] = {}
+    for p in sorted(Path(root).glob(f"*/{RUN_FILE}")):
+        out.setdefault(p.resolve().parent, None)  # a linked run.json too: its target's folder
+    return list(out)
 
 
 def load_run(path: str | Path) -> RunRecord:

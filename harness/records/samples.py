@@ -10,16 +10,22 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from harness.records.completions import EngineReply
 from harness.records.text import clean_json
 
 
 @dataclass(frozen=True)
-class Sample:
-    """One request of one task on one variant.
+class Sample(EngineReply):
+    """One request of one task on one variant: where it belongs, its prompt and gold
+    answer, the completion and its verdicts, beside the engine's
+    :class:`~harness.records.completions.EngineReply` fields (keywords: token ids,
+    finish and stop reason, error, attempts, latency, per-request counters, top-k
+    log-probabilities).
 
     Attributes:
         config: config name (the YAML file's stem).
@@ -29,30 +35,12 @@ class Sample:
         prompt_hash: first 16 hex digits of the SHA-256 of the UTF-8 prompt text.
         gold: the gold answer as written in the data set (e.g. ``"5,600"``).
         completion: the completion text, ``None`` when the request failed.
-        token_ids: completion token ids (from ``return_token_ids``), ``None`` on error.
-        finish_reason: ``"stop"``, ``"length"``, ... as returned by the server.
         answers: extracted answer per pipeline name (``strict-numeric``,
             ``flexible-numeric``); a value is ``None`` when the pipeline found nothing.
         correct: verdict per pipeline name; empty when the request failed.
-        error: error text naming the request when it failed, else ``None``.
-        attempts: number of HTTP attempts made (1 without retries).
-        latency_s: wall-clock seconds of the successful (or last) attempt.
-        spec_drafts, spec_draft_tokens, spec_accepted_tokens: this request's share of
-            the engine's cumulative speculative-decoding counters (drafts, draft
-            tokens, accepted draft tokens; counts), measured by reading ``/metrics``
-            before and after the request when requests are sent one at a time
-            (``per_request_metrics``); ``None`` otherwise.
-        spec_accepted_per_pos: accepted tokens per draft position for this request
-            (counts), or ``None``.
-        stop_reason: what ended a completion with ``finish_reason == "stop"``, as
-            vLLM reports it: the stop string that matched, a stop token id, or
-            ``None`` (end-of-sequence token, ``length``, or not reported).
 
-        top_logprobs: per completion token, the top-k ``(token id, log-probability in
-            nats)`` pairs, most likely first, the sampled token always among them; only
-            a non-speculative variant asked with ``logprobs: k`` (the output-match
-            reference, :mod:`harness.analysis.divergence`) carries them, else ``None``.
-
+    ``top_logprobs`` is carried only by a non-speculative variant asked with
+    ``logprobs: k`` (the output-match reference, :mod:`harness.analysis.divergence`).
     The four ``spec_*`` fields, ``stop_reason`` and ``top_logprobs`` are optional: they are left out of the JSON when
     ``None``, so JSONL files written without them read back unchanged.
     """
@@ -64,28 +52,14 @@ class Sample:
     prompt_hash: str
     gold: str
     completion: str | None = None
-    token_ids: tuple[int, ...] | None = None
-    finish_reason: str | None = None
     answers: dict[str, str | None] = dataclasses.field(default_factory=dict)
     correct: dict[str, bool] = dataclasses.field(default_factory=dict)
-    error: str | None = None
-    attempts: int = 1
-    latency_s: float = 0.0
-    spec_drafts: float | None = None
-    spec_draft_tokens: float | None = None
-    spec_accepted_tokens: float | None = None
-    spec_accepted_per_pos: tuple[float, ...] | None = None
-    stop_reason: str | int | None = None
-    top_logprobs: tuple[tuple[tuple[int, float], ...], ...] | None = None
-
-    @property
-    def ok(self) -> bool:
-        """True when the request succeeded (it may still be a wrong answer)."""
-        return self.error is None
 
     def to_json(self) -> dict:
         """Return a JSON-serialisable dict (token ids as a list)."""
-        d = dataclasses.asdict(self)
+        fields = dataclasses.asdict(self)
+        d = {k: fields.pop(k) for k in _JSON_HEAD}
+        d.update(fields)
         d["token_ids"] = list(self.token_ids) if self.token_ids is not None else None
         for k in _OPTIONAL:
             if d[k] is None:
@@ -112,6 +86,11 @@ class Sample:
             d["top_logprobs"] = tuple(tuple((int(t), float(lp)) for t, lp in pos) for pos in d["top_logprobs"])
         return cls(**d)
 
+
+#: The first keys of a sample's JSON line, in this order; the other fields follow in
+#: :class:`~harness.records.completions.EngineReply`'s order.
+_JSON_HEAD = ("config", "variant", "task", "question_id", "prompt_hash", "gold", "completion", "token_ids",
+              "finish_reason", "answers", "correct")
 
 #: Fields left out of :meth:`Sample.to_json` when None (added after the first format).
 _OPTIONAL = ("spec_drafts", "spec_draft_tokens", "spec_accepted_tokens", "spec_accepted_per_pos", "stop_reason",
@@ -149,21 +128,42 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def _non_finite(text: str) -> float:
+    raise ValueError(f"non-finite number {text} (a sample holds finite numbers only)")
+
+
+def _finite(text: str) -> float:
+    x = float(text)
+    if not math.isfinite(x):
+        _non_finite(text)
+    return x
+
+
 def read_jsonl(path: Path) -> list[Sample]:
     """Read samples written by :func:`write_jsonl`.
 
     Raises:
-        ValueError: naming the file and line when a line is not a valid sample.
+        ValueError: naming the file and line when a line is not a valid sample (a
+            non-finite number such as ``NaN`` included), or when a
+            question appears twice (the same config, variant, task and question id: one
+            request has one sample; the message names both lines).
     """
     out: list[Sample] = []
+    seen: dict[tuple[str, str, str, str], int] = {}
     with Path(path).open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
-                out.append(Sample.from_json(json.loads(line)))
-            except (json.JSONDecodeError, TypeError) as e:
+                s = Sample.from_json(json.loads(line, parse_constant=_non_finite, parse_float=_finite))
+            except (json.JSONDecodeError, TypeError, ValueError) as e:
                 raise ValueError(f"{path}:{lineno}: not a sample record: {e}") from e
+            key = (s.config, s.variant, s.task, s.question_id)
+            if key in seen:
+                raise ValueError(f"{path}:{lineno}: field 'question_id': {s.question_id!r} is also the sample of "
+                                 f"line {seen[key]} (one request has one sample): the file is not valid")
+            seen[key] = lineno
+            out.append(s)
     return out
 
 

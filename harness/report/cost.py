@@ -39,7 +39,7 @@ from typing import Any
 
 from harness.config.plan import ConfigPlan, Plan, VariantPlan
 from harness.config.schedule import Item, simulate
-from harness.engine.devices import _nvml_count, cap_devices, detected_devices, variant_need
+from harness.engine.devices import _nvml_count, cap_devices, detected_devices, dry_run_devices, variant_need
 from harness.records.run_record import RunRecord, VariantResult
 from harness.tasks import task_size
 
@@ -263,18 +263,29 @@ def schedule(costs: Sequence[VariantCost], devices: Sequence[str],
     return slots, ("packed" if devices else "sequential")
 
 
-def host_devices(env: Mapping[str, str], python: str, gpus: str | None = None) -> tuple[str, ...]:
+def host_devices(env: Mapping[str, str], python: str, gpus: str | None = None,
+                 assume: bool = False) -> tuple[str, ...]:
     """The devices a run would use, found without importing torch into this process (the
     dry run imports no engine): ``CUDA_VISIBLE_DEVICES`` when set, else NVML's count, else
     ``torch.cuda.device_count()`` asked of ``python`` (the servers' interpreter) in a
     subprocess (none when that fails); capped by ``--gpus``
-    (:func:`harness.engine.devices.cap_devices`).
+    (:func:`harness.engine.devices.cap_devices`); with ``assume`` (the dry run), a
+    ``--gpus`` count above them plans that many (:func:`harness.engine.devices.dry_run_devices`).
 
     Raises:
         ValueError: a bad ``--gpus`` (names it).
     """
+    return _cap(_detected(env, python), gpus, assume)[0]
+
+
+def _cap(detected: tuple[str, ...], gpus: str | None, assume: bool) -> tuple[tuple[str, ...], str | None]:
+    return dry_run_devices(detected, gpus) if assume else (cap_devices(detected, gpus), None)
+
+
+def _detected(env: Mapping[str, str], python: str) -> tuple[str, ...]:
+    """The devices found (:func:`host_devices` before the ``--gpus`` cap)."""
     if "CUDA_VISIBLE_DEVICES" in env:
-        return cap_devices(detected_devices(env), gpus)
+        return detected_devices(env)
     n = _nvml_count()
     if n is None:
         probe = "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"
@@ -283,16 +294,18 @@ def host_devices(env: Mapping[str, str], python: str, gpus: str | None = None) -
             n = int(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 and r.stdout.strip() else 0
         except (OSError, subprocess.TimeoutExpired, ValueError):
             n = 0
-    return cap_devices(tuple(str(i) for i in range(n)), gpus)
+    return tuple(str(i) for i in range(n))
 
 
 def plan_cost(plan: Plan, results_dir: str | Path | None, env: Mapping[str, str] | None = None,
               only: Sequence[str] | None = None, gpus: str | None = None,
-              max_servers: int | None = None) -> PlanCost:
+              max_servers: int | None = None, assume_devices: bool = False) -> PlanCost:
     """The list's estimate: variant costs from ``results_dir``'s records, scheduled
     (:func:`schedule`) on the devices evalrun may use
     (:func:`harness.engine.devices.available_devices` of ``env``, default ``os.environ``,
-    capped by ``gpus``, the ``--gpus`` option) with at most ``max_servers`` alive.
+    capped by ``gpus``, the ``--gpus`` option) with at most ``max_servers`` alive. With
+    ``assume_devices`` (the dry run only) a ``--gpus`` count above the devices found
+    plans that many devices that are not there, and a note says so.
 
     Raises:
         ValueError: a bad ``--gpus``, a malformed parallel size, or a variant needing more
@@ -301,9 +314,9 @@ def plan_cost(plan: Plan, results_dir: str | Path | None, env: Mapping[str, str]
     A missing or unreadable results folder means no history (said in ``notes``), never an
     error: the estimate then comes from the defaults.
     """
-    devices = host_devices(os.environ if env is None else env, plan.python, gpus)
+    devices, assumed = _cap(_detected(os.environ if env is None else env, plan.python), gpus, assume_devices)
     records: list[RunRecord] = []
-    notes: list[str] = []
+    notes: list[str] = [assumed] if assumed else []
     if results_dir is not None and Path(results_dir).is_dir():
         from harness.report.history import load_records  # noqa: PLC0415 - history loads pandas
 
@@ -390,3 +403,21 @@ def config_cost_weights(configs: Iterable[ConfigPlan], records: Sequence[RunReco
     for v in estimate_plan(plan, records, gpus=True):
         totals[v.config] += v.seconds * max(1, v.need)
     return {name: max(1, math.ceil(w)) for name, w in totals.items()}
+
+
+def twin_cost(default: PlanCost, with_twins: PlanCost) -> dict[str, Any]:
+    """What the V1-runner twins (``--v1-runner-variants``) add to a list: ``{"variants":
+    [twin ids], "passes": int, "wall_seconds": extra wall time, "gpu_seconds": extra
+    GPU-seconds}`` (estimates, the difference of the two schedules)."""
+    have = {(v.config, v.variant) for v in default.variants}
+    added = [f"{v.config}/{v.variant}" for v in with_twins.variants if (v.config, v.variant) not in have]
+    return {"variants": added, "passes": len(added),
+            "wall_seconds": with_twins.wall_seconds - default.wall_seconds,
+            "gpu_seconds": with_twins.gpu_seconds - default.gpu_seconds}
+
+
+def render_twin_cost(t: dict[str, Any]) -> str:
+    """The dry run's line on the V1-runner twins that are not run (:func:`twin_cost`)."""
+    return (f"  V1-runner twins: not run (every variant runs the engine's default model runner); "
+            f"--v1-runner-variants adds {t['passes']} variant(s) ({', '.join(t['variants'])}): "
+            f"+{_s(t['wall_seconds'])} wall, +{t['gpu_seconds']:,.0f} GPU-seconds (estimated)")

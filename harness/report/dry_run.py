@@ -7,6 +7,7 @@ from typing import Any, Sequence
 
 from harness.analysis.familywise import family_false_fail
 from harness.analysis.stats import floor_margin, min_detectable_drop
+from harness.config.gates import MaxPositionAcceptanceDrop, plan_gates, sampling_notes
 from harness.config.loader import GateSpec, ModelConfig
 from harness.config.plan import Plan
 from harness.report.cost import cost_json, render_cost
@@ -216,14 +217,18 @@ def family_false_fail_of(config: ModelConfig) -> dict[str, Any]:
     limit and alpha; Holm when the task's gates ask for ``multiple_testing: holm``),
     computed exactly by :func:`harness.analysis.familywise.family_false_fail`; and
     every ``min_output_match`` gate judged against noise, whose exact test fails a
-    build with noise-level mismatches with probability at most its alpha.
+    build with noise-level mismatches with probability at most its alpha; and every
+    ``max_position_acceptance_drop`` gate, which fails an unchanged build with
+    probability at most its alpha (its positions are Holm-corrected, and a failure also
+    needs a drop beyond the relative tolerance; under the binomial model of the counts).
     Gates against a stored baseline (``--baseline``) are not in the plan and not counted.
 
     Returns:
         ``{"accuracy_drop_gates": int, "holm": bool, "accuracy_drop_false_fail": float,
         "output_match_gates": int, "output_match_alpha_sum_bound": float,
+        "position_gates": int, "position_alpha_sum_bound": float,
         "false_fail": float}``; ``false_fail`` = 1 - (1 - accuracy-drop part) *
-        prod(1 - alpha_i) over the output-match gates (independence).
+        prod(1 - alpha_i) over the output-match and position gates (independence).
     """
     drops: list[tuple[int, float, float | None, float]] = []
     holm = False
@@ -234,21 +239,24 @@ def family_false_fail_of(config: ModelConfig) -> dict[str, Any]:
             if comp.max_accuracy_drop is not None:
                 drops.append((n, comp.expected_discordance, comp.max_accuracy_drop, comp.alpha))
                 holm |= config.gates_for(tname).multiple_testing == "holm"
-            if comp.min_output_match is not None and (comp.noise_runs > 1 or comp.noise_mismatch_rate is not None):
+            if (comp.min_output_match is not None and not config.tasks[tname].samples
+                    and (comp.noise_runs > 1 or comp.noise_mismatch_rate is not None)):
                 om_alphas.append(comp.output_match_alpha or comp.alpha)
+    pos_alphas = [g.alpha for g in plan_gates(config) if isinstance(g, MaxPositionAcceptanceDrop)]
     acc = family_false_fail(drops, holm=holm) if drops else 0.0
     keep = 1.0 - acc
-    for a in om_alphas:
+    for a in om_alphas + pos_alphas:
         keep *= 1.0 - a
     return {"accuracy_drop_gates": len(drops), "holm": holm, "accuracy_drop_false_fail": acc,
             "output_match_gates": len(om_alphas), "output_match_alpha_sum_bound": sum(om_alphas),
+            "position_gates": len(pos_alphas), "position_alpha_sum_bound": sum(pos_alphas),
             "false_fail": 1.0 - keep}
 
 
 def render_family(config: ModelConfig) -> list[str]:
     """Lines for ``--dry-run`` stating :func:`family_false_fail_of`."""
     f = family_false_fail_of(config)
-    if not f["accuracy_drop_gates"] and not f["output_match_gates"]:
+    if not f["accuracy_drop_gates"] and not f["output_match_gates"] and not f["position_gates"]:
         return []
     disc = sorted({c.expected_discordance for c in config.comparisons if c.max_accuracy_drop is not None})
     return [
@@ -260,6 +268,9 @@ def render_family(config: ModelConfig) -> list[str]:
         f"    {f['output_match_gates']} output-match gate(s): where a question falls to the noise rule "
         f"(no reference distribution judges it), at most {f['output_match_alpha_sum_bound']:.3f} together "
         "(each at most its alpha); a divergence the reference was confident about fails by design",
+        f"    {f['position_gates']} per-position acceptance gate(s) between variants: at most "
+        f"{f['position_alpha_sum_bound']:.3f} together (each at most its alpha: Holm across its positions, and a "
+        "failure also needs a drop beyond the relative tolerance; drafts taken as independent)",
     ]
 
 
@@ -348,6 +359,7 @@ def render_plan(plan: Plan, only: Sequence[str] | None = None,
     )
     if plan.list_path:
         lines.append(f"model list read: {plan.list_path}")
+    lines.append(f"server_args read with {plan.server_args_read_with}")
     lines.append("")
     for cp in plan.configs:
         c = cp.config
@@ -383,7 +395,9 @@ def render_plan(plan: Plan, only: Sequence[str] | None = None,
             s = t.spec
             lines.append(
                 f"  task {t.name}: {s.kind}, questions={s.num_questions or 'all'}, "
-                f"fewshot={s.num_fewshot}, max_tokens={s.max_tokens}, temperature={s.temperature}"
+                f"fewshot={s.num_fewshot}, max_tokens={s.max_tokens}, "
+                + ("temperature not sent (server default)" if s.temperature is None else f"temperature={s.temperature}")
+                + (", seed not sent" if s.seed is None else f", seed={s.seed}")
                 + (", /v1/chat/completions (one user message, no stop strings)" if s.use_chat_completions else "")
                 + (f", gen_prefix={s.gen_prefix!r}" if s.gen_prefix else "")
                 + ("" if s.required else ", optional (reported as not run when data is missing)")
@@ -392,6 +406,7 @@ def render_plan(plan: Plan, only: Sequence[str] | None = None,
             row = (counts or {}).get(t.id)
             if row and row["refused"]:
                 lines.append(f"    REFUSED: {row['refused']}")
+        lines += [f"  note: {n}" for n in sampling_notes(c)]
         lines += render_runner_cost(c)
         lines += render_detectable_drops(c, only=only)
         lines += render_family(c)
@@ -433,6 +448,7 @@ def plan_json(plan: Plan, only: Sequence[str] | None = None,
     for entry, cp in zip(out, plan.configs):
         entry["detectable_drops"] = detectable_drops(cp.config, only=only)
         entry["family_false_fail"] = family_false_fail_of(cp.config)
+        entry["sampling_notes"] = sampling_notes(cp.config)
         if counts is not None:
             entry["data"] = {t.id: counts.get(t.id) for t in cp.tasks}
         if cost is not None:

@@ -28,7 +28,7 @@ from typing import Iterable
 
 import pandas as pd
 
-from harness.records.run_record import GateResult, RunRecord, RunRecordError, load_run, outcome_word
+from harness.records.run_record import GateResult, RunRecord, RunRecordError, load_run, outcome_word, run_folders
 from harness.report.summary import task_pipeline
 
 __all__ = ["load_records", "history_frame", "cost_frame", "drift_table", "DRIFT_METHOD", "cli_main"]
@@ -42,7 +42,8 @@ MIN_RUNS = 4
 
 
 def load_records(results_dir: str | Path, config: str | None = None) -> tuple[list[RunRecord], list[str]]:
-    """Every readable run record under ``results_dir`` (``*/run.json``), oldest first.
+    """Every readable run record under ``results_dir`` (``*/run.json``; a symlinked run
+    once, :func:`harness.records.run_record.run_folders`), oldest first.
 
     Args:
         results_dir: a results folder (``results/``).
@@ -59,9 +60,9 @@ def load_records(results_dir: str | Path, config: str | None = None) -> tuple[li
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: not a folder of run records")
     out, problems = [], []
-    for p in sorted(root.glob("*/run.json")):
+    for folder in run_folders(root):  # a symlinked run is counted once, by its resolved folder
         try:
-            rec = load_run(p.parent)
+            rec = load_run(folder)
         except RunRecordError as e:
             problems.append(str(e))
             continue

@@ -438,7 +438,13 @@ def server_lines(record: RunRecord) -> list[str]:
                        + (f"; model runner {mr.runner}" + (f" ({mr.source})" if mr.source else f": {mr.detail}")
                           if mr is not None else ""))
     for lo in record.leftover_servers:
-        out.append(f"left by an earlier run and still running: pid {lo.pid}; end it with `{lo.kill_command}`")
+        if lo.verdict == "leftover" and lo.kill_command:
+            out.append(f"left by an earlier run and still running: pid {lo.pid}; end it with `{lo.kill_command}`")
+        elif lo.verdict == "cannot_tell":
+            out.append(f"{lo.pid_file}: cannot tell whether live process {lo.pid} is the server it records "
+                       f"({lo.reason}); no command suggested")
+        else:
+            out.append(f"{lo.pid_file}: ignored ({lo.reason}); no command suggested")
     if record.interrupted_by:
         out.append(f"run interrupted by {record.interrupted_by}; "
                    "every server was stopped before the record was written")

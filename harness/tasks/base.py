@@ -89,7 +89,7 @@ class TaskSession(Protocol):
     @property
     def base_url(self) -> str: ...
 
-    def run_task(self, requests: Sequence[Request], max_tokens: int, temperature: float, seed: int,
+    def run_task(self, requests: Sequence[Request], max_tokens: int, temperature: float | None, seed: int | None,
                  stop: Sequence[str], on_done: Callable[[Any], None] | None = None, per_request: bool = False,
                  chat: bool = False, logprobs: int | None = None) -> Any: ...
 

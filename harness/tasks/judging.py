@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from harness.records.completions import Completion
+from harness.records.completions import Completion, unfinished_error
 from harness.records.samples import Sample
 from harness.tasks.gsm8k import Request, judge
 
@@ -45,8 +45,9 @@ def judge_completion(config: str, variant: str, task: str, request: Request, c: 
         prompt_hash=request.prompt_hash, gold=request.gold, attempts=c.attempts,
         latency_s=round(c.latency_s, 4), **spec,
     )
-    if c.error is not None:
-        return Sample(error=c.error, **common)
+    error = c.error or unfinished_error(c.request_id, c.finish_reason)
+    if error is not None:  # the finish reason is kept: abort / error say why
+        return Sample(error=error, finish_reason=c.finish_reason, stop_reason=c.stop_reason, **common)
     answers, correct = judge(c.text or "", request.gold)
     return Sample(
         completion=c.text, token_ids=c.token_ids, finish_reason=c.finish_reason,

@@ -36,7 +36,9 @@ Per sample:
   ``"[not greedy]"``. ``gold`` is the gold choice's text. Output match and the
   acceptance gates of such a task are NOT RUN (:data:`PROMPT_ONLY_REASON`).
 * A failed lm-eval run (lm-eval retries a request and then raises) makes every sample
-  of the task an error: never scored as wrong answers.
+  of the task an error: never scored as wrong answers. A generated completion whose
+  finish reason is not ``stop`` / ``length`` (``abort``, ``error``: the engine did not
+  finish it) makes that document's sample an error with its finish reason.
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness.config.loader import TaskSpec
-from harness.config.vllm_args import flag_name  # every spelling vLLM's parser accepts
+from harness.config.vllm_args import hits_of  # every spelling vLLM's parser accepts
+from harness.records.completions import NORMAL_FINISH_REASONS, unfinished_error
 from harness.records.samples import Sample
 from harness.tasks.base import PreparedTask, Task, TaskContext, TaskRun, TaskSession, check_enough
 from harness.tasks.gsm8k import DataUnavailableError, prompt_hash
@@ -320,13 +323,18 @@ def _map_results(task: LmEvalTask, res: dict, lm: Any, config: str, variant: str
         resp = first["resps"][0][0] if first["resps"] and first["resps"][0] else None
         text = resp if isinstance(resp, str) else None
         ids, finish = lm.evalrun_outputs.get(ctx, (None, None)) if isinstance(ctx, str) else (None, None)
+        ph = prompt_hash(ctx if isinstance(ctx, str) else json.dumps(ctx))
+        if finish is not None and finish not in NORMAL_FINISH_REASONS:  # abort, error, ...: never scored
+            out.append(Sample(config, variant, task.name, qid(d), ph, str(first["target"]), finish_reason=finish,
+                              error=unfinished_error(qid(d), finish)))
+            continue
         answers, correct = {}, {}
         for f, m, p in pipes:
             fr = rows[f]["filtered_resps"][0] if rows[f]["filtered_resps"] else None
             answers[p] = None if fr in (None, "[invalid]") else str(fr)
             correct[p] = float(rows[f][m]) == 1.0
         out.append(Sample(
-            config, variant, task.name, qid(d), prompt_hash(ctx if isinstance(ctx, str) else json.dumps(ctx)),
+            config, variant, task.name, qid(d), ph,
             str(first["target"]), completion=text, token_ids=ids, finish_reason=finish,
             answers=answers, correct=correct,
         ))
@@ -421,16 +429,11 @@ def _greedy(resp: Any) -> bool | None:
 
 
 def tokenizer_of(argv: Sequence[str], model_ref: str) -> str:
-    """The tokenizer the server uses: its ``--tokenizer`` argument, else the model
-    (folder or hub id); what lm-eval's prompt-scoring tasks count tokens with."""
-    for i, a in enumerate(argv):
-        if flag_name(a) != "--tokenizer":
-            continue
-        if "=" in a:
-            return a.split("=", 1)[1]
-        if i + 1 < len(argv):
-            return argv[i + 1]
-    return model_ref
+    """The tokenizer the server uses: the last flag that sets vLLM's ``tokenizer`` (any
+    spelling its parser accepts), else the model (folder or hub id); what lm-eval's
+    prompt-scoring tasks count tokens with."""
+    found = [h.value for h in hits_of(argv, "tokenizer") if h.value is not None]
+    return found[-1] if found else model_ref
 
 
 class LmEvalTaskKind(Task):
@@ -472,12 +475,13 @@ class LmEvalTaskKind(Task):
         summary for the record (``task``: the resolved task, lm-eval's aggregated
         ``results``, ``pipelines``, ``error``) and its pipelines."""
         info, s = pt.lm_eval, ctx.spec
+        seed = s.seed if s.seed is not None else 0  # never None: the loader refuses seed null for lm_eval
         ctx.log(f"{ctx.variant_id} {ctx.task}: lm-eval task {info.lm_eval_task} ({info.num_docs} documents) "
                 "through lm-eval's local-completions model")
         outcome, (samples, summary) = session.measured(lambda: run_lm_eval_task(
             info, base_url=session.base_url, served_model=session.model,  # type: ignore[arg-type]
             config=ctx.config, variant=ctx.variant, num_fewshot=s.num_fewshot, max_tokens=s.max_tokens,
-            seed=s.seed, max_concurrency=ctx.max_concurrency, timeout_s=ctx.request_timeout,
+            seed=seed, max_concurrency=ctx.max_concurrency, timeout_s=ctx.request_timeout,
             tokenizer=tokenizer_of(ctx.server_argv, ctx.model_ref),
         ))
         if summary["error"]:

@@ -368,8 +368,8 @@ def test_vllm_form_model_runner_applies_to_every_derived_variant(tmp_path):
 def test_the_reference_of_a_speculative_baseline_is_one_on_the_same_runner():
     from types import SimpleNamespace as NS
 
-    from harness.analysis.gates import Measurements
-    from harness.runner import reference_variant
+    from harness.analysis.measurements import Measurements
+    from harness.analysis.comparison import reference_variant
 
     with_lp = [S("q", [1], (dist((1, -0.1)),))]
     c = NS(variants={"reference": NS(speculative_config=None, model_runner=None),
@@ -377,10 +377,10 @@ def test_the_reference_of_a_speculative_baseline_is_one_on_the_same_runner():
                      "reference_v1": NS(speculative_config=None, model_runner="v1"),
                      "spec_v1": NS(speculative_config={"method": "mtp"}, model_runner="v1")})
     m = Measurements()
-    m.samples = {("reference", "t"): with_lp, ("reference_v1", "t"): with_lp, ("spec", "t"): [S("q", [1])],
-                 ("spec_v1", "t"): [S("q", [1])]}
+    for v, xs in {"reference": with_lp, "reference_v1": with_lp, "spec": [S("q", [1])], "spec_v1": [S("q", [1])]}.items():
+        m.task_record(v, "t").samples = xs
     assert reference_variant(c, m, "spec_v1", "t") == "reference_v1"
     assert reference_variant(c, m, "spec", "t") == "reference"
     assert reference_variant(c, m, "reference_v1", "t") == "reference_v1"  # the baseline itself
-    m.samples[("reference", "t")] = m.samples[("reference_v1", "t")] = [S("q", [1])]  # nobody asked for logprobs
+    m.task_record("reference", "t").samples = m.task_record("reference_v1", "t").samples = [S("q", [1])]  # nobody asked for logprobs
     assert reference_variant(c, m, "spec", "t") is None

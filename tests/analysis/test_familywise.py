@@ -70,7 +70,8 @@ def _samples(variant, right):
 def test_holm_changes_the_verdict_of_a_marginal_accuracy_drop():
     from scipy import stats as st
 
-    from harness.analysis.gates import Measurements, evaluate_gates
+    from harness.analysis.gates import evaluate_gates
+    from harness.analysis.measurements import Measurements, TaskMeasurement
     from harness.config.gates import MaxAccuracyDrop
 
     # 200 questions; candidate A loses 12 and gains 4 (one-sided McNemar p = P(Bin(16,1/2) >= 12)),
@@ -90,8 +91,9 @@ def test_holm_changes_the_verdict_of_a_marginal_accuracy_drop():
         b[i] = True
     p_a = float(st.binom.sf(11, 16, 0.5))
     assert p_a < 0.05 and 2 * p_a >= 0.05
-    m = Measurements(samples={("ref", "t"): _samples("ref", ref), ("A", "t"): _samples("A", a),
-                              ("B", "t"): _samples("B", b)})
+    m = Measurements(tasks={("ref", "t"): TaskMeasurement(samples=_samples("ref", ref)),
+                            ("A", "t"): TaskMeasurement(samples=_samples("A", a)),
+                            ("B", "t"): TaskMeasurement(samples=_samples("B", b))})
 
     def gates(mt):
         return [MaxAccuracyDrop(id=f"c/ref->{v}/t/max_accuracy_drop", config="c", variant=v, task="t",

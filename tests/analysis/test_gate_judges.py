@@ -1,8 +1,8 @@
 """The gate judges' registry, the shared drop verdict, and the typed measurements.
 
 Every class of the ``Gate`` union of ``harness.config.gates`` must have exactly one
-judge; a gate class without one is an error, never a skipped gate. The keyed spellings
-the runner writes (``m.scores[(v, t)]``, ``m.not_run[(v, None)]``, ...) land in the typed
+judge; a gate class without one is an error, never a skipped gate. The writers
+(``m.task_record(v, t).score = ...``, ``m.variant_record(v).not_run = ...``) fill the typed
 per-(variant, task), per-variant and per-comparison records the judges read.
 """
 
@@ -57,7 +57,7 @@ def test_a_gate_class_without_a_judge_is_an_error_not_a_skip():
 
     g = Unjudged(id="c/v/t/unjudged", config="c", variant="v", task="t", limit=0.1)
     m = Measurements()
-    m.not_run[("v", None)] = "variant not selected"  # even a not-run gate is refused
+    m.variant_record("v").not_run = "variant not selected"  # even a not-run gate is refused
     with pytest.raises(TypeError, match=r"c/v/t/unjudged.*no judge for gate class Unjudged"):
         AG.evaluate_gate(g, m)
     with pytest.raises(TypeError, match="no judge"):
@@ -94,53 +94,41 @@ def test_drop_verdict_without_a_test_and_p_without_alpha():
         AG.drop_verdict(0.0, 0.1, 0.01)
 
 
-def test_keyed_writers_land_in_the_typed_records():
+def test_writers_create_and_address_the_typed_records():
     m = Measurements()
-    m.scores[("v", "t")] = "score"
-    m.samples[("v", "t")] = ["s"]
-    m.spec_errors[("v", "t")] = "no metrics"
-    m.not_run[("v", "t2")] = "data missing"
-    m.not_run[("w", None)] = "server failed"
-    m.effectiveness["v"] = "eff"
-    m.engine_facts_errors["w"] = "unreadable"
-    m.matches[("v", "w", "t")] = "om"
-    m.divergences[("v", "w", "t")] = "dv"
+    m.task_record("v", "t").score = "score"
+    m.task_record("v", "t").samples = ["s"]
+    m.task_record("v", "t").spec_error = "no metrics"
+    m.task_record("v", "t2").not_run = "data missing"
+    m.variant_record("w").not_run = "server failed"
+    m.variant_record("v").effectiveness = "eff"
+    m.variant_record("w").engine_facts_error = "unreadable"
+    m.comparison_record("v", "w", "t").match = "om"
+    m.comparison_record("v", "w", "t").divergences = "dv"
     assert m.tasks[("v", "t")] == TaskMeasurement(score="score", samples=["s"], spec_error="no metrics")
     assert m.task("v", "t2").not_run == "data missing" and m.variant("w").not_run == "server failed"
     assert m.variant("v").effectiveness == "eff" and m.variant("w").engine_facts_error == "unreadable"
     assert m.comparison("v", "w", "t") == ComparisonMeasurement(match="om", divergences="dv")
-    # dict behaviour of the views: membership, get, pop, iteration, len
-    assert ("v", "t") in m.scores and ("v", "t") not in m.spec and m.spec.get(("v", "t")) is None
-    assert dict(m.not_run) == {("w", None): "server failed", ("v", "t2"): "data missing"}
-    assert m.divergences.pop(("v", "w", "t")) == "dv" and m.divergences.pop(("v", "w", "t"), None) is None
-    assert m.comparison("v", "w", "t").divergences is None and len(m.matches) == 1
-    with pytest.raises(KeyError):
-        m.scores[("x", "t")]
-    # the record writers address the same records
-    m.task_record("v", "t").spec = "metrics"
-    m.variant_record("x").not_run = "not selected"
-    m.comparison_record("v", "w", "t").noise = "nz"
-    assert m.spec[("v", "t")] == "metrics" and m.not_run[("x", None)] == "not selected"
-    assert m.noise[("v", "w", "t")] == "nz" and m.task_record("v", "t") is m.tasks[("v", "t")]
-    # nothing measured: empty records, not stored
+    # a writer returns the stored record; a reader of nothing measured an empty one, not stored
+    assert m.task_record("v", "t") is m.tasks[("v", "t")] and m.comparison_record("v", "w", "t") is m.comparisons[
+        ("v", "w", "t")]
     assert m.task("y", "t") == TaskMeasurement() and ("y", "t") not in m.tasks
+    assert m.comparison("v", "x", "t") == ComparisonMeasurement() and ("v", "x", "t") not in m.comparisons
 
 
-def test_whole_assignment_constructor_and_runners():
-    m = Measurements(samples={("a", "t"): [1]}, scores={("a", "t"): "sc"}, not_run={("b", None): "why"})
-    assert m.task("a", "t").samples == [1] and m.task("a", "t").score == "sc" and m.variant("b").not_run == "why"
-    m.samples = {("c", "t"): [2]}
-    assert dict(m.samples) == {("c", "t"): [2]} and m.task("a", "t").samples is None
-    assert m.task("a", "t").score == "sc"  # other fields of the record are kept
-    assert m.runners is None and not m.runners_collected
-    m.runners = {}
-    assert m.runners is not None and dict(m.runners) == {} and m.runners_collected
-    m.runners["a"] = "fact"
-    assert m.variant("a").runner == "fact" and dict(m.runners) == {"a": "fact"}
-    m.runners = None
-    assert m.runners is None and m.variant("a").runner is None
-    with pytest.raises(TypeError, match="unknown measurement"):
-        Measurements(score={})
+def test_absorb_copies_the_fields_measured_apart():
+    m = Measurements(runners_collected=True)
+    m.task_record("a", "t").score = "sc"
+    m.variant_record("b").not_run = "why"
+    part = Measurements()  # one variant's records, measured apart (the runner's VariantRun)
+    part.task_record("a", "t").samples = [1]
+    part.variant_record("a").effectiveness = "eff"
+    part.comparison_record("a", "b", "t").noise = "nz"
+    m.absorb(part)
+    assert m.task("a", "t") == TaskMeasurement(score="sc", samples=[1])  # the field it left None is kept
+    assert m.variant("a").effectiveness == "eff" and m.variant("b").not_run == "why"
+    assert m.comparison("a", "b", "t").noise == "nz" and m.runners_collected
+    assert m.tasks[("a", "t")] is not part.tasks[("a", "t")]  # copied, not shared
 
 
 def _s(qid, right, variant="v"):
@@ -172,8 +160,8 @@ def test_both_accuracy_drop_judges_use_the_one_drop_verdict(monkeypatch):
     base = {"config": "c", "variant": "v", "task": "t", "limit": 0.1, "pipeline": "strict-numeric", "alpha": 0.05}
     drop = G.MaxAccuracyDrop(id="c/r->v/t/max_accuracy_drop", baseline="r", **base)
     m = Measurements()
-    m.samples[("r", "t")] = [_s(f"q{i}", True, "r") for i in range(10)]
-    m.samples[("v", "t")] = [_s(f"q{i}", i < 5) for i in range(10)]
+    m.task_record("r", "t").samples = [_s(f"q{i}", True, "r") for i in range(10)]
+    m.task_record("v", "t").samples = [_s(f"q{i}", i < 5) for i in range(10)]
     r = AG.evaluate_gate(drop, m)
     # 5 right only in r, 0 only in v: drop 0.5 > 0.1; exact one-sided McNemar p = 0.5**5
     assert r.passed is False and r.observed == pytest.approx(0.5)
@@ -189,7 +177,7 @@ def test_both_accuracy_drop_judges_use_the_one_drop_verdict(monkeypatch):
                       for i in range(10)},
     })
     bg = G.BaselineAccuracyDrop(id="c/v/t/baseline_accuracy_drop", **base)
-    r = AG._baseline_accuracy(bg, bt, m.samples[("v", "t")], "baseline:good")
+    r = AG._baseline_accuracy(bg, bt, m.task("v", "t").samples, "baseline:good")
     assert r.passed is False and r.observed == pytest.approx(0.5) and r.baseline == "baseline:good"
     assert f"; FAILED: drop 0.5000 > 0.1; significantly lower (p={0.5 ** 5:.4g} < alpha 0.05)" in r.detail
     assert calls == ["significantly worse", "significantly lower"]

@@ -123,7 +123,7 @@ def test_hub_weights_are_fetched_before_startup(monkeypatch, tmp_path):
     import huggingface_hub
 
     from harness.report.progress import Progress
-    from harness.runner import resolve_model
+    from harness.models.resolve import resolve_model
 
     calls = []
     monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda repo_id: calls.append(repo_id) or str(tmp_path))

@@ -10,7 +10,8 @@ from harness.config.loader import load_config
 from harness.records.measures import EngineFactsRecord
 from harness.engine.info import check_effective
 from harness.records.measures import SpecDecodeCountersRecord, SpecDecodeRecord
-from harness.analysis.gates import Measurements, evaluate_gates
+from harness.analysis.gates import evaluate_gates
+from harness.analysis.measurements import Measurements
 from harness.config.plan import build_plan
 from harness.records.samples import Sample, read_jsonl, write_jsonl
 from harness.analysis.scoring import first_divergence, output_match, score_task
@@ -105,15 +106,15 @@ def test_gates_end_to_end_on_constructed_measurements(tmp_path):
     ref = [s(f"q{i}", i < 9) for i in range(10)]                 # 0.9
     spec = [s(f"q{i}", i < 7, ids=(1, 2, 3) if i else (1, 2, 4)) for i in range(10)]  # 0.7, q0 diverges
     for v, xs in (("reference", ref), ("spec", spec), ("spec2", spec)):
-        m.scores[(v, "t")] = score_task(xs)
-    m.spec[("spec", "t")] = SpecDecodeRecord.from_counters(SpecDecodeCountersRecord(100, 200, 80, (50, 30)))
-    m.spec[("spec2", "t")] = SpecDecodeRecord.from_counters(SpecDecodeCountersRecord(100, 200, 60, (40, 20)))
-    m.effectiveness["reference"] = check_effective(facts(False, None, None), None, None, {})
-    m.effectiveness["spec"] = check_effective(facts(False), {"method": "mtp", "num_speculative_tokens": 2}, True,
+        m.task_record(v, "t").score = score_task(xs)
+    m.task_record("spec", "t").spec = SpecDecodeRecord.from_counters(SpecDecodeCountersRecord(100, 200, 80, (50, 30)))
+    m.task_record("spec2", "t").spec = SpecDecodeRecord.from_counters(SpecDecodeCountersRecord(100, 200, 60, (40, 20)))
+    m.variant_record("reference").effectiveness = check_effective(facts(False, None, None), None, None, {})
+    m.variant_record("spec").effectiveness = check_effective(facts(False), {"method": "mtp", "num_speculative_tokens": 2}, True,
                                               {"cpu": {"async_scheduling": False}})
-    m.effectiveness["spec2"] = check_effective(facts(False), {"method": "mtp", "num_speculative_tokens": 2}, True, {})
-    m.samples[("reference", "t")], m.samples[("spec", "t")] = ref, spec
-    m.matches[("reference", "spec", "t")] = output_match(ref, spec)
+    m.variant_record("spec2").effectiveness = check_effective(facts(False), {"method": "mtp", "num_speculative_tokens": 2}, True, {})
+    m.task_record("reference", "t").samples, m.task_record("spec", "t").samples = ref, spec
+    m.comparison_record("reference", "spec", "t").match = output_match(ref, spec)
     res = {g.id.split("/", 1)[1]: g for g in evaluate_gates(cp.gates, m)}
 
     assert res["reference/t/accuracy_floor"].passed is True        # 0.9 >= 0.7
@@ -140,7 +141,7 @@ def test_zero_drafts_fails_with_message(tmp_path):
     p.write_text(CFG)
     cp = build_plan([load_config(p)]).configs[0]
     m = Measurements()
-    m.spec[("spec", "t")] = SpecDecodeRecord.from_counters(SpecDecodeCountersRecord(0, 0, 0, ()))
+    m.task_record("spec", "t").spec = SpecDecodeRecord.from_counters(SpecDecodeCountersRecord(0, 0, 0, ()))
     res = {g.id.split("/", 1)[1]: g for g in evaluate_gates(cp.gates, m)}
     for k in ("spec/t/drafts_observed", "spec/t/min_acceptance_length"):
         assert res[k].passed is False and "no drafts observed" in res[k].detail
@@ -151,7 +152,7 @@ def test_not_run_is_never_passed(tmp_path):
     p.write_text(CFG)
     cp = build_plan([load_config(p)]).configs[0]
     m = Measurements()
-    m.not_run[("spec", None)] = "server failed to start"
+    m.variant_record("spec").not_run = "server failed to start"
     res = {g.id.split("/", 1)[1]: g for g in evaluate_gates(cp.gates, m)}
     assert res["spec/t/accuracy_floor"].passed is None
     assert res["spec/t/accuracy_floor"].verdict == "NOT RUN"
@@ -164,7 +165,7 @@ def test_floor_widened_for_smaller_run_than_calibration(tmp_path):
     p.write_text(text)
     cp = build_plan([load_config(p)]).configs[0]
     m = Measurements()
-    m.scores[("reference", "t")] = score_task([s(f"q{i}", i < 7) for i in range(10)])  # 0.7
+    m.task_record("reference", "t").score = score_task([s(f"q{i}", i < 7) for i in range(10)])  # 0.7
     g = next(x for x in evaluate_gates(cp.gates, m) if x.id.endswith("reference/t/accuracy_floor"))
     # one-sided 95%: 1.6449 * sqrt(0.8*0.2*(1319-10)/(10*1318)) = 0.2074 -> floor 0.5926
     margin = 1.6448536269514722 * math.sqrt(0.8 * 0.2 * (1319 - 10) / (10 * 1318))

@@ -177,7 +177,7 @@ def test_paired_comparison_identical():
     assert r.p_value == 1.0 and r.one_sided_p_value == 1.0
     assert r.test == "none"
     assert r.diff == 0.0 and r.diff_ci == (0.0, 0.0)
-    from harness.records.run_record import PairedRecord
+    from harness.records.measures import PairedRecord
 
     assert PairedRecord.model_validate(r, from_attributes=True).diff_ci == (0.0, 0.0)
 

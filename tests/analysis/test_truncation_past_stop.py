@@ -9,7 +9,8 @@ import textwrap
 
 import pytest
 
-from harness.analysis.gates import Measurements, evaluate_gates
+from harness.analysis.gates import evaluate_gates
+from harness.analysis.measurements import Measurements
 from harness.analysis.noise import output_noise_rerun
 from harness.analysis.scoring import output_match, score_task
 from harness.config.loader import load_config
@@ -112,10 +113,10 @@ def test_max_truncation_rate_gate_and_truncation_named_in_accuracy_gates(tmp_pat
     # spec: q0..q2 cut by max_tokens and wrong; q3 wrong but finished
     spec = [smp(f"q{i}", variant="spec", finish="length" if i < 3 else "stop", right=i > 3) for i in range(10)]
     m = Measurements()
-    m.scores[("reference", "t")] = score_task(ref)
-    m.scores[("spec", "t")] = score_task(spec)
-    m.samples[("reference", "t")] = ref
-    m.samples[("spec", "t")] = spec
+    m.task_record("reference", "t").score = score_task(ref)
+    m.task_record("spec", "t").score = score_task(spec)
+    m.task_record("reference", "t").samples = ref
+    m.task_record("spec", "t").samples = spec
     res = {g.id.split("/", 1)[1]: g for g in evaluate_gates(cp.gates, m)}
     tr = res["spec/t/max_truncation_rate"]
     assert tr.observed == pytest.approx(0.3) and tr.limit == 0.1 and tr.passed is False

@@ -5,7 +5,6 @@ engine starts; the comparison needs vLLM importable (skipped otherwise)."""
 
 from __future__ import annotations
 
-import json
 import shlex
 from argparse import ArgumentParser
 from pathlib import Path
@@ -16,6 +15,8 @@ import yaml
 from harness.config.vllm_args import (
     SPEC_FLAG, ArgsError, flag_name, human_readable_int, pinned_async_scheduling, pop_json_flag,
 )
+
+from tests.config.test_vllm_parser import vllm_parser, vllm_speculative  # noqa: F401 - the fixture
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "vllm_gsm8k"
 
@@ -76,23 +77,14 @@ def vllm_preprocess():
     return run
 
 
-def vllm_spec(processed: list[str]) -> dict | None:
-    """The speculative config argparse would store: the last ``--speculative-config X``
-    (``=`` form too) of the processed argv."""
-    value = None
-    for i, a in enumerate(processed):
-        if a == SPEC_FLAG:
-            value = processed[i + 1]
-        elif a.startswith(SPEC_FLAG + "="):
-            value = a.split("=", 1)[1]
-    return None if value is None else json.loads(value)
-
-
 @pytest.mark.parametrize("argv", SPELLINGS + real_argvs(), ids=lambda a: " ".join(a)[:60])
-def test_speculative_config_read_as_vllms_parser_reads_it(argv, vllm_preprocess):
-    processed = vllm_preprocess(argv)
+def test_speculative_config_read_as_vllms_parser_reads_it(argv, vllm_parser):
     _, ours, _ = pop_json_flag(argv, SPEC_FLAG, "test")
-    assert ours == vllm_spec(processed)
+    make, engine_args = vllm_parser
+    # the whole of vLLM's reading: its parser, then EngineArgs.create_speculative_config
+    # (-sc, prefixes and the --spec-* shorthands included)
+    assert ours == vllm_speculative(make(), engine_args, argv)
+
 
 
 @pytest.mark.parametrize("argv, pin", PINS, ids=lambda a: str(a))

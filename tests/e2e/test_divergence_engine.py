@@ -147,7 +147,7 @@ def test_logprobs_do_not_change_greedy_token_ids(tmp_path, gsm8k_dir):
     from harness.config.plan import build_plan
     from harness.engine.session import VariantSession
     from harness.report.progress import Progress
-    from harness.runner import resolve_model
+    from harness.models.resolve import resolve_model
     from harness.tasks import prepare_task
 
     cfg = load_config(REPO / "configs" / "tiny-qwen3next-mtp-cpu.yaml")

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis.gates import Measurements, evaluate_gates
+from harness.analysis.gates import evaluate_gates
+from harness.analysis.measurements import Measurements
 from harness.config.loader import ConfigError, load_config
 from harness.config.plan import build_plan
 from harness.records.measures import EngineFactsRecord
@@ -94,8 +95,8 @@ def gates_for(tmp_path: Path, engine_facts: str | None):
 
 def test_unreadable_engine_facts_fail_variant_effective(tmp_path):
     m = Measurements()
-    m.effectiveness["reference"] = check_effective(facts(None, None), None, None, {})
-    m.engine_facts_errors["spec"] = "c/spec: cannot read /server_info: 404 Not Found"
+    m.variant_record("reference").effectiveness = check_effective(facts(None, None), None, None, {})
+    m.variant_record("spec").engine_facts_error = "c/spec: cannot read /server_info: 404 Not Found"
     res = {g.id: g for g in evaluate_gates(gates_for(tmp_path, None), m)}
     g = res["c/spec/variant_effective"]
     assert g.passed is False and "404 Not Found" in g.detail
@@ -109,7 +110,7 @@ def test_facts_never_read_fail_too(tmp_path):
 
 def test_declared_not_reported_is_not_run_never_passed(tmp_path):
     m = Measurements()
-    m.engine_facts_errors["spec"] = "c/spec: cannot read /server_info: 404 Not Found"
+    m.variant_record("spec").engine_facts_error = "c/spec: cannot read /server_info: 404 Not Found"
     res = {g.id: g for g in evaluate_gates(gates_for(tmp_path, "not_reported"), m)}
     g = res["c/spec/variant_effective"]
     assert g.passed is None and "engine_facts: not_reported" in g.detail

@@ -179,24 +179,46 @@ def test_a_reset_on_one_engine_is_a_metrics_error_naming_it(tmp_path):
 # ------------------------------------------------------------------ kind 7: leftovers, diff
 
 
-def test_a_server_left_by_an_earlier_run_is_named_with_the_command_to_end_it(tmp_path):
+def test_a_server_left_by_an_earlier_run_is_named_with_the_command_to_end_it(tmp_path, capsys):
+    """One identified leftover (pid, start time and command line as psutil sees them),
+    beside a forged pid 1 file and a sleep recorded with vLLM's command line: only the
+    first gets a kill command, in the record, the terminal and summary.md."""
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True)
+    impostor = subprocess.Popen(["sleep", "300"], start_new_session=True)
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     try:
         old = tmp_path / "results" / "old" / "logs" / "cfg"
         old.mkdir(parents=True)
+        p = psutil.Process(sleeper.pid)
         (old / "spec.pid.json").write_text(json.dumps({
-            "pid": sleeper.pid, "pgid": sleeper.pid, "create_time": psutil.Process(sleeper.pid).create_time(),
+            "pid": sleeper.pid, "pgid": sleeper.pid, "create_time": p.create_time(), "cmdline": p.cmdline(),
             "owner_pid": gone.pid, "owner_create_time": 1.0, "argv": ["python", "-m", "vllm.x"], "stopped": False,
         }))
-        code, rec, _ = run(tmp_path, config(tmp_path, {}, {}))
-        (lo,) = rec["leftover_servers"]
-        assert lo["pid"] == sleeper.pid and f"kill -TERM -- -{sleeper.pid}" in lo["kill_command"]
+        (old / "forged.pid.json").write_text(json.dumps(
+            {"pid": 1, "pgid": 1, "create_time": None, "stopped": False, "argv": ["python", "-m", "vllm.x"]}))
+        (old / "impostor.pid.json").write_text(json.dumps({
+            "pid": impostor.pid, "pgid": impostor.pid, "create_time": psutil.Process(impostor.pid).create_time(),
+            "cmdline": [sys.executable, "-m", "vllm.entrypoints.openai.api_server"], "owner_pid": gone.pid,
+            "owner_create_time": 1.0, "stopped": False,
+        }))
+        code, rec, run_dir = run(tmp_path, config(tmp_path, {}, {}))
+        err = capsys.readouterr().err.replace("\n", "")
+        by_file = {Path(lo["pid_file"]).name: lo for lo in rec["leftover_servers"]}
+        assert set(by_file) == {"spec.pid.json", "forged.pid.json"}      # the impostor is not named
+        lo = by_file["spec.pid.json"]
+        assert lo["verdict"] == "leftover" and lo["pid"] == sleeper.pid
+        assert lo["kill_command"] == f"kill -TERM -- -{sleeper.pid}; sleep 5; kill -KILL -- -{sleeper.pid}"
+        assert by_file["forged.pid.json"]["verdict"] == "invalid" and by_file["forged.pid.json"]["kill_command"] is None
+        summary = (run_dir / "summary.md").read_text()
+        for text in (err, summary):
+            assert f"kill -TERM -- -{sleeper.pid}" in text
+            assert "-- -1;" not in text and f"-{impostor.pid}" not in text and f"pid {impostor.pid}" not in text
         assert code == 0
     finally:
-        sleeper.kill()
-        sleeper.wait()
+        for proc in (sleeper, impostor):
+            proc.kill()
+            proc.wait()
 
 
 def test_diff_of_an_interrupted_run_says_so_and_exits_2(tmp_path, capsys):

@@ -144,7 +144,7 @@ def _shard_with_task(tmp: Path, i: int, engine: str = "0.32.0", git: str = "rev1
     spath.write_text('{"question_id": "t/test/0"}\n')
     import hashlib
 
-    from harness.records.run_record import EngineFactsRecord
+    from harness.records.measures import EngineFactsRecord
 
     digest = hashlib.sha256(spath.read_bytes()).hexdigest()     # computed here, not by evalrun
     rec.configs[0].variants["reference"] = typed({"run_id": "x", "configs": [{"name": "x", "variants": {
@@ -197,3 +197,41 @@ def test_a_record_without_sample_hashes_cannot_be_verified_and_is_refused(tmp_pa
     write_run(b, rec)
     with pytest.raises(MergeError, match="no content hash in run.json"):
         merge_records([a, load_run(b)], "m")
+
+
+@pytest.mark.parametrize("passed, code", [(True, 0), (False, 1)])
+def test_a_signal_after_the_merged_record_is_written_keeps_its_outcome(tmp_path, capsys, monkeypatch, passed, code):
+    """SIGTERM (real, through evalrun's handlers) while the merged tables print: the exit
+    code is the merged record's, the last line says it was kept, summary.md and JUnit
+    agree with run.json, and no traceback."""
+    import os
+    import signal
+
+    import harness.report.summary as summary_mod
+
+    olds = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    real = summary_mod.render_terminal
+
+    def tables(*a, **k):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real(*a, **k)
+
+    monkeypatch.setattr(summary_mod, "render_terminal", tables)
+    a = _shard(tmp_path, 1, 2, ["b-cfg"])
+    b = _shard(tmp_path, 2, 2, ["a-cfg"], passed=passed)
+    out = tmp_path / "out"
+    try:
+        got = main(["merge", str(a), str(b), "--results-dir", str(out), "--run-id", "m"])
+    finally:
+        for s, h in olds.items():
+            signal.signal(s, h)
+    err = capsys.readouterr().err
+    rec = load_run(out / "m")
+    assert got == code == rec.exit_code
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    word = "PASSED" if passed else "FAILED"
+    last = err.strip().splitlines()[-1]
+    assert "SIGTERM" in last and f"{word} kept (exit {code})" in last, last
+    assert f": {word}" in (out / "m" / "summary.md").read_text()
+    suites = (out / "m" / "junit.xml").read_text().split("<testsuites ", 1)[1].split(">", 1)[0]
+    assert f'failures="{0 if passed else 1}" errors="0"' in suites, suites

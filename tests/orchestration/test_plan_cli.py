@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 
 from harness.cli import main
 
@@ -24,8 +25,8 @@ def test_h200_dry_run_json_three_variants_with_flags(capsys):
     assert len(names) == 3
     super_ = next(c for c in plan if "Super-120B" in c["name"])
     by = {v["name"]: v["argv"] for v in super_["variants"]}
-    # the three variants on vLLM's default runner, and the same three on V1
-    assert list(by) == ["reference", "spec_sync", "spec_async", "reference_v1", "spec_sync_v1", "spec_async_v1"]
+    # the three variants on the engine's default runner (V1 twins are an opt-in, below)
+    assert list(by) == ["reference", "spec_sync", "spec_async"]
     ref, sync, asyn = by["reference"], by["spec_sync"], by["spec_async"]
     assert ref[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
     assert "--speculative-config" not in ref
@@ -44,7 +45,12 @@ def test_h200_dry_run_json_three_variants_with_flags(capsys):
     # the variants differ only by the speculative flags
     assert [a for a in sync if a not in ("--speculative-config", sync[i + 1], "--no-async-scheduling")] == ref
     for c in plan:
-        v1 = "Nano" not in c["name"]  # Super and Qwen3-Next also cover V1 (evalrun.v1_runner_variants)
+        assert [v["name"] for v in c["variants"]] == ["reference", "spec_sync", "spec_async"]
+        assert all(v["model_runner"] is None for v in c["variants"])
+    twins = dry_run_json(capsys, "models-h200.txt", "--v1-runner-variants")
+    assert all(c["cost"]["list"]["v1_runner_twins"] is None for c in twins)  # asked for: nothing left to state
+    for c in twins:
+        v1 = True  # --v1-runner-variants: every config's three variants also on V1
         names = ["reference", "spec_sync", "spec_async"]
         assert [v["name"] for v in c["variants"]] == names + ([n + "_v1" for n in names] if v1 else [])
         for v in c["variants"]:
@@ -58,6 +64,17 @@ def test_h200_dry_run_json_three_variants_with_flags(capsys):
         comps = {(g["baseline"], g["variant"]) for g in c["gates"] if g["kind"] == "min_output_match"}
         if v1:
             assert {("reference_v1", "spec_async_v1"), ("spec_sync_v1", "spec_async_v1")} <= comps
+
+
+def test_h200_dry_run_states_what_v1_twins_would_cost(capsys):
+    [first, *_] = plan = dry_run_json(capsys, "models-h200.txt")
+    t = first["cost"]["list"]["v1_runner_twins"]
+    assert t["passes"] == 9 == len(t["variants"]) and all(v.endswith("_v1") for v in t["variants"])
+    # each twin costs what its default-runner variant costs (same command, same questions)
+    assert t["gpu_seconds"] == pytest.approx(first["cost"]["list"]["gpu_seconds"])
+    assert all(c["cost"]["list"]["v1_runner_twins"] == t for c in plan)
+    assert main(["--config", "models-h200.txt", "--dry-run"]) == 0
+    assert "V1-runner twins: not run" in capsys.readouterr().out
 
 
 def test_h200_dry_run_text_shows_gates_and_tasks(capsys):

@@ -62,7 +62,7 @@ def cases(root):
 def test_k_selects_one_config_by_stem_and_it_passes(tmp_path, model_list, gsm8k_dir):
     p, root = pytest_run(tmp_path, model_list, gsm8k_dir, "-k", "Good-Model-8B-BF16")
     assert p.returncode == 0, p.stdout[-3000:]
-    assert list(cases(root)) == ["test_gsm8k_correctness[Good-Model-8B-BF16-tp1]"]
+    assert list(cases(root)) == ["test_gsm8k_correctness[Good-Model-8B-BF16]"]
     runs = list((tmp_path / "results").glob("*-Good-Model-8B-BF16/run.json"))
     assert len(runs) == 1
 
@@ -71,9 +71,9 @@ def test_failing_gate_fails_the_item_with_the_gate_table(tmp_path, model_list, g
     p, root = pytest_run(tmp_path, model_list, gsm8k_dir)
     assert p.returncode == 1
     cs = cases(root)
-    assert set(cs) == {"test_gsm8k_correctness[Good-Model-8B-BF16-tp1]", "test_gsm8k_correctness[Broken-Model-8B-BF16-tp1]"}
-    assert cs["test_gsm8k_correctness[Good-Model-8B-BF16-tp1]"].find("failure") is None
-    fail = cs["test_gsm8k_correctness[Broken-Model-8B-BF16-tp1]"].find("failure")
+    assert set(cs) == {"test_gsm8k_correctness[Good-Model-8B-BF16]", "test_gsm8k_correctness[Broken-Model-8B-BF16]"}
+    assert cs["test_gsm8k_correctness[Good-Model-8B-BF16]"].find("failure") is None
+    fail = cs["test_gsm8k_correctness[Broken-Model-8B-BF16]"].find("failure")
     text = (fail.get("message") or "") + (fail.text or "")
     assert "a gate failed" in text
     assert "FAIL" in text and "Broken-Model-8B-BF16/reference->spec_async/gsm8k/min_output_match" in text
@@ -110,23 +110,48 @@ def collect(tmp_path, lst, *extra):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
 
 
-def test_ids_are_vllm_conftest_ids_and_tp_size_is_honoured(tmp_path):
-    # vLLM's real lists: models-h200.txt (TP 8 and DP 8 configs) and the default small list
-    data = Path(__file__).resolve().parents[1] / "data" / "vllm_gsm8k" / "configs"
-    p = collect(tmp_path, data / "models-small.txt")
+VLLM_DATA = Path(__file__).resolve().parents[1] / "data" / "vllm_gsm8k"
+
+
+def vllm_conftest_ids(lst: Path) -> list[str]:
+    """The ids vLLM's own current conftest (tests/data/vllm_gsm8k/test/conftest.py.txt, a
+    copy of vLLM's tests/evals/gsm8k/conftest.py) gives the configs of ``lst``: its
+    ``pytest_generate_tests`` run on a stand-in metafunc that records the parametrize call."""
+    ns: dict = {"__file__": str(VLLM_DATA / "test" / "conftest.py")}
+    exec(compile((VLLM_DATA / "test" / "conftest.py.txt").read_text(encoding="utf-8"), "vllm_conftest", "exec"), ns)
+    seen: dict = {}
+
+    class Metafunc:
+        fixturenames = ["config_filename"]
+
+        class config:  # noqa: N801 - pytest's attribute name
+            @staticmethod
+            def getoption(name):
+                assert name == "--config-list-file"
+                return str(lst)
+
+        @staticmethod
+        def parametrize(name, values, ids):
+            seen["ids"] = ids
+
+    ns["pytest_generate_tests"](Metafunc)
+    return [f"test_gsm8k_correctness[{i}]" for i in seen["ids"]]
+
+
+@pytest.mark.parametrize("lst", ["models-small.txt", "models-h200.txt", "models-spec-decode.txt"])
+def test_ids_are_vllm_current_conftest_ids(tmp_path, lst):
+    # vLLM's real lists (TP 8 and DP 8 configs among them), collected by evalrun's plugin and
+    # by vLLM's own conftest: the same ids, in the same order
+    p = collect(tmp_path, VLLM_DATA / "configs" / lst)
     assert p.returncode == 0, p.stdout + p.stderr
     ids = [x.split("::", 1)[1] for x in p.stdout.splitlines() if "::" in x]
-    assert ids == [f"test_gsm8k_correctness[{s}-tp1]" for s in (
-        "Qwen3-0.6B-FP8", "Llama-3.2-1B-Instruct-INT8-CT", "Llama-3-8B-Instruct-nonuniform-CT",
-        "Qwen2.5-VL-3B-Instruct-FP8-dynamic", "Qwen1.5-MoE-W4A16-CT", "DeepSeek-V2-Lite-Instruct-FP8")]
-    p = collect(tmp_path, data / "models-spec-decode.txt", "--tp-size=4")
-    assert p.returncode == 0, p.stdout + p.stderr
-    assert "test_gsm8k_correctness[DeepSeek-V4-Flash-DSpark-confidence-TP4-tp4]" in p.stdout
+    want = vllm_conftest_ids(VLLM_DATA / "configs" / lst)
+    assert ids == want and want
+    assert not any("-tp" in i for i in ids)
 
 
-def test_tp_size_that_disagrees_with_the_config_is_refused_naming_it(tmp_path):
-    data = Path(__file__).resolve().parents[1] / "data" / "vllm_gsm8k" / "configs"
-    p = collect(tmp_path, data / "models-h200.txt", "--tp-size=2")
+def test_tp_size_is_refused_saying_vllm_removed_it(tmp_path):
+    p = collect(tmp_path, VLLM_DATA / "configs" / "models-small.txt", "--tp-size=1")
     assert p.returncode != 0
     out = p.stdout + p.stderr
-    assert "--tp-size=2" in out and "DeepSeek-R1-TP.yaml" in out and "--tensor-parallel-size 8" in out
+    assert "--tp-size=1" in out and "removed --tp-size" in out and "--tensor-parallel-size" in out

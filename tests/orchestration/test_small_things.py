@@ -15,13 +15,14 @@ import pytest
 
 import harness.config.loader as loader
 from harness.records.baselines import write_baselines
-from harness.analysis.gates import Measurements, evaluate_gates
+from harness.analysis.gates import evaluate_gates
+from harness.analysis.measurements import Measurements
 from harness.cli import main
 from harness.config.loader import ConfigError, load_config, nearest_names, read_model_list, resolve_list_path
 from harness.config.plan import build_plan
 from harness.records.measures import SpecDecodeCountersRecord, SpecDecodeRecord
 from harness.records.samples import Sample, write_jsonl
-from harness.report.diff import DiffError, resolve_side
+from harness.report.diff_sides import DiffError, resolve_side
 from harness.report.summary import render_markdown
 from tests.record_factory import typed
 
@@ -118,7 +119,7 @@ def test_counts_print_as_integers(tmp_path):
                  "tasks:\n  t: {kind: synthetic}\n")
     cp = build_plan([load_config(p)]).configs[0]
     m = Measurements()
-    m.spec[("spec", "t")] = SpecDecodeRecord.from_counters(SpecDecodeCountersRecord(935.0, 1870.0, 900.0, (500.0, 400.0)))
+    m.task_record("spec", "t").spec = SpecDecodeRecord.from_counters(SpecDecodeCountersRecord(935.0, 1870.0, 900.0, (500.0, 400.0)))
     res = [g for g in evaluate_gates(cp.gates, m) if g.kind == "drafts_observed"][0]
     assert res.observed == 935 and isinstance(res.observed, int)
     rec = typed({"run_id": "r", "passed": True, "exit_code": 0, "status": "completed",

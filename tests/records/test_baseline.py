@@ -17,9 +17,9 @@ from harness.records.baselines import BASELINE_SCHEMA, BaselineDoc, load_baselin
 from harness.cli import main
 from harness.config.loader import load_config
 from harness.records.measures import SpecDecodeCountersRecord, SpecDecodeRecord
-from harness.analysis.gates import (
-    Measurements, baseline_notes, evaluate_gate, judged_baseline_gates, output_noise_rerun, output_noise_stored,
-)
+from harness.analysis.gates import baseline_notes, evaluate_gate, judged_baseline_gates
+from harness.analysis.measurements import Measurements
+from harness.analysis.noise import output_noise_rerun, output_noise_stored
 from harness.config.plan import build_plan
 from harness.records.samples import Sample
 from harness.analysis.scoring import output_match
@@ -63,6 +63,7 @@ def baseline_doc(questions_by_variant: dict, mal: float | None = 2.0, store_ques
         task = {
             "correct": {"flexible-numeric": sum(x.correct["flexible-numeric"] for x in ok)},
             "scored": {"flexible-numeric": len(ok)},
+            # no per-position counts: the per-position gate is not judged (a note says so)
             "spec_decode": {"mean_acceptance_length": mal} if v == "spec" and mal is not None else None,
             "mean_acceptance_length_ci": None,
         }
@@ -97,7 +98,8 @@ def evaluate_baseline_gates(doc: dict, cfg, samples_by: dict, m: Measurements):
     """The planned baseline gates of ``cfg`` judged against ``doc`` (as the runner does)."""
     (cp,) = build_plan([cfg]).configs
     m.baseline = BaselineDoc.model_validate(_complete(doc))
-    m.samples.update(samples_by)
+    for (v, t), xs in samples_by.items():
+        m.task_record(v, t).samples = xs
     return judged_baseline_gates(cp.baseline_gates, m), baseline_notes(cp.baseline_gates, m)
 
 
@@ -117,7 +119,7 @@ def binom_tail_ge(k, n):
 def measurements(mal_now=2.0):
     m = Measurements()
     c = SpecDecodeCountersRecord(100, 200, (mal_now - 1) * 100, ((mal_now - 1) * 100, 0))
-    m.spec[("spec", "gsm8k")] = SpecDecodeRecord.from_counters(c)
+    m.task_record("spec", "gsm8k").spec = SpecDecodeRecord.from_counters(c)
     return m
 
 
@@ -134,7 +136,7 @@ def test_same_results_pass_and_drop_fails_with_the_lost_questions(tmp_path):
         ("c/reference/gsm8k/baseline_accuracy_drop", True),
         ("c/spec/gsm8k/baseline_accuracy_drop", True),
         ("c/spec/gsm8k/baseline_acceptance_length_drop", True),
-    ] and notes == []
+    ] and notes == ["spec/gsm8k: the baseline has no per-position acceptance, not gated"]
     now = [s(f"q{i}", i >= 3, variant="spec") for i in range(10)]          # q0..q2 lost
     results, _ = evaluate_baseline_gates(doc, cfg, {("reference", "gsm8k"): base["reference"],
                                                     ("spec", "gsm8k"): now}, measurements(mal_now=1.85))
@@ -186,7 +188,7 @@ def test_prompt_changes_are_not_paired_and_not_run_is_not_run(tmp_path):
     (g,), _ = evaluate_baseline_gates(baseline_doc({"reference": base}), cfg, {("reference", "gsm8k"): now}, measurements())
     assert "paired on 6 questions" in g.detail and "4 question(s) have a different prompt" in g.detail
     m = measurements()
-    m.not_run[("reference", None)] = "server failed to start"
+    m.variant_record("reference").not_run = "server failed to start"
     (g,), _ = evaluate_baseline_gates(baseline_doc({"reference": base}), cfg, {}, m)
     assert g.passed is None and g.verdict == "NOT RUN"
 
@@ -251,7 +253,8 @@ def test_update_baseline_then_gate_against_it(tmp_path, gsm8k_dir):
     c = rec["configs"][0]
     assert code == 0 and c["baseline"]["found"] and c["baseline"]["source_run_id"] == "good"
     kinds = sorted(g["kind"] for g in c["gates"] if g["kind"].startswith("baseline"))
-    assert kinds == ["baseline_acceptance_length_drop", "baseline_accuracy_drop", "baseline_accuracy_drop"]
+    assert kinds == ["baseline_acceptance_length_drop", "baseline_accuracy_drop", "baseline_accuracy_drop",
+                     "baseline_position_acceptance_drop"]
     assert all(g["passed"] for g in c["gates"])
     assert "gated against baseline" in (tmp_path / "res/next/summary.md").read_text()
 
@@ -328,8 +331,8 @@ def test_output_match_gate_judged_against_noise(tmp_path):
 
     def judge(cand):
         m = Measurements()
-        m.matches[key] = output_match(base, cand)
-        m.noise[key] = output_noise_rerun(base, rerun, cand)
+        m.comparison_record(*key).match = output_match(base, cand)
+        m.comparison_record(*key).noise = output_noise_rerun(base, rerun, cand)
         return evaluate_gate(g, m)
 
     # candidate differs exactly where the reference differs from itself: noise, passes
@@ -345,8 +348,8 @@ def test_output_match_gate_judged_against_noise(tmp_path):
     # zero noise: exact equality is required (limit 1.0), one mismatch fails
     m = Measurements()
     one = [s(f"q{i}", True, ids=(1, 2, 5) if i == 0 else (1, 2, 3)) for i in range(20)]
-    m.matches[key] = output_match(base, one)
-    m.noise[key] = output_noise_rerun(base, base, one)
+    m.comparison_record(*key).match = output_match(base, one)
+    m.comparison_record(*key).noise = output_noise_rerun(base, base, one)
     r = evaluate_gate(g, m)
     assert r.passed is False and r.limit == 1.0 and "exact limit 1.0 applies" in r.detail
 

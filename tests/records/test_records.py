@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from harness.analysis.gates import Measurements, evaluate_gates, judged_baseline_gates
+from harness.analysis.gates import evaluate_gates, judged_baseline_gates
+from harness.analysis.measurements import Measurements
 from harness.config.gates import AccuracyFloor, BaselineAccuracyDrop, MaxAccuracyDrop
 from harness.config.loader import load_config
 from harness.config.plan import build_plan
@@ -52,8 +53,8 @@ def test_task_pipeline_reaches_floor_paired_and_baseline_gates(tmp_path):
     m = Measurements()
     for v, by in (("reference", ref), ("spec", spec)):
         for t, xs in by.items():
-            m.samples[(v, t)] = xs
-            m.scores[(v, t)] = score_task(xs)
+            m.task_record(v, t).samples = xs
+            m.task_record(v, t).score = score_task(xs)
     res = {g.id: g for g in evaluate_gates(cp.gates, m)}
     # the planned gates carry the task's pipeline
     floors = {g.task: g.pipeline for g in cp.gates if isinstance(g, AccuracyFloor)}

@@ -18,7 +18,9 @@ from tests.record_factory import complete_record
 from ..conftest import vllm_available
 
 from harness.cli import main
-from harness.report.diff import diff_runs, newcombe_interval, render_diff_markdown
+from harness.analysis.stats import newcombe_interval
+from harness.report.diff import diff_runs
+from harness.report.diff_render import render_diff_markdown
 
 N = 40
 Z = 1.959963984540054
@@ -157,7 +159,8 @@ def read_samples(path: Path):
 
 def test_diff_numbers_agree_with_independent_recomputation(two_runs):
     a, b = two_runs
-    d = diff_runs(a, b)
+    res = diff_runs(a, b)
+    d = res.to_json()
     sa = read_samples(a / "samples/cfg/spec_async/gsm8k.jsonl")
     sb = read_samples(b / "samples/cfg/spec_async/gsm8k.jsonl")
     t = next(x for x in d["tasks"] if x["variant"] == "spec_async")
@@ -222,8 +225,9 @@ def test_diff_numbers_agree_with_independent_recomputation(two_runs):
 
 def test_markdown_shows_every_number(two_runs):
     a, b = two_runs
-    d = diff_runs(a, b)
-    md = render_diff_markdown(d)
+    res = diff_runs(a, b)
+    d = res.to_json()
+    md = render_diff_markdown(res)
     acc = next(x for x in d["tasks"] if x["variant"] == "spec_async")["accuracy"]["flexible-numeric"]
     lo, hi = wilson(24, 39)
     assert f"0.615 [{lo:.3f}, {hi:.3f}] (24/39)" in md
@@ -247,7 +251,7 @@ def test_unpaired_when_prompts_differ(tmp_path):
     sa = [sample("cfg", "spec_async", f"q{i}", True, ids[i]) for i in range(20)]
     a = write_run(tmp_path, "a", {"reference": ra, "spec_async": sa}, 2.0, [], True)
     b = write_run(tmp_path, "b", {"reference": rb, "spec_async": sa}, 2.0, [], True)
-    acc = next(x for x in diff_runs(a, b)["tasks"] if x["variant"] == "reference")["accuracy"]["flexible-numeric"]
+    acc = next(x for x in diff_runs(a, b).to_json()["tasks"] if x["variant"] == "reference")["accuracy"]["flexible-numeric"]
     assert not acc["paired"] and len(acc["prompt_changed"]) == 20
     # Newcombe hybrid score interval from textbook Wilson limits
     la, ua = wilson(15, 20)
@@ -272,8 +276,8 @@ def test_diff_against_a_baseline_file(two_runs, tmp_path):
     written = write_baselines(load_run(a), a, tmp_path / "baselines")
     path = written[0][1]
     assert path == tmp_path / "baselines" / "cfg.json"
-    d_file = diff_runs(path, b)
-    d_run = diff_runs(a, b)
+    d_file = diff_runs(path, b).to_json()
+    d_run = diff_runs(a, b).to_json()
     ta = next(x for x in d_file["tasks"] if x["variant"] == "spec_async")
     tr = next(x for x in d_run["tasks"] if x["variant"] == "spec_async")
     for k in ("a", "b", "change", "change_ci", "p_value", "lost", "gained", "n_paired"):
@@ -311,13 +315,14 @@ def test_diff_of_two_fake_server_runs(tmp_path, gsm8k_dir):
     for rid in ("x", "y"):
         assert main(["--config", str(cfg), "--python", str(FAKE), "--data-dir", str(gsm8k_dir),
                      "--results-dir", str(tmp_path / "res"), "--run-id", rid, "--quiet"]) == 0
-    d = diff_runs(tmp_path / "res" / "x", tmp_path / "res" / "y" / "run.json")
+    res = diff_runs(tmp_path / "res" / "x", tmp_path / "res" / "y" / "run.json")
+    d = res.to_json()
     spec = next(t for t in d["tasks"] if t["variant"] == "spec")
     assert spec["accuracy"]["flexible-numeric"]["n_paired"] == 5
     assert spec["outputs"] == {"compared": 5, "changed": 0, "changes": []}
     assert spec["acceptance"]["mean_acceptance_length"]["change"] == 0
     assert d["gates"]["failing_in_b"] == [] and d["gates"]["changed"] == []
-    assert "intervals: not available: concurrent requests share cumulative counters" in render_diff_markdown(d)
+    assert "intervals: not available: concurrent requests share cumulative counters" in render_diff_markdown(res)
 
 
 # ----------------------------------------------------------------- a real injected fault
@@ -351,7 +356,8 @@ def test_diff_explains_an_injected_fault_on_the_real_cpu_engine(tmp_path, gsm8k_
                      "--run-id", rid, "--quiet", "--no-baseline"])
         assert code in (0, 1), f"run {rid} could not run"
     a, b = tmp_path / "res" / "clean", tmp_path / "res" / "faulty"
-    d = diff_runs(a, b)
+    res = diff_runs(a, b)
+    d = res.to_json()
     rec_b = json.loads((b / "run.json").read_text())
     spec = next(t for t in d["tasks"] if t["variant"] == "spec_sync")
     sa = read_samples(a / "samples/tiny-qwen3next-mtp-cpu/spec_sync/arith.jsonl")
@@ -384,7 +390,7 @@ def test_diff_explains_an_injected_fault_on_the_real_cpu_engine(tmp_path, gsm8k_
     failed = [g for g in rec_b["configs"][0]["gates"] if g["passed"] is False]
     assert [(g["id"], g["observed"], g["questions"]) for g in failed] == [
         (g["id"], g["observed"], g["questions"]) for g in d["gates"]["failing_in_b"]]
-    md = render_diff_markdown(d)
+    md = render_diff_markdown(res)
     for g in failed:
         assert f"**{g['id']}**" in md
     for q, i in changed.items():

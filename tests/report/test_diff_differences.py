@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from harness.report.diff import diff_runs, render_diff_markdown
+from harness.report.diff import diff_runs
+from harness.report.diff_render import render_diff_markdown
 from tests.report.test_diff import sample, write_run
 
 
@@ -33,16 +34,18 @@ def test_like_for_like_runs_list_no_difference(tmp_path):
     a, b = _runs(tmp_path)
     _edit(a)
     _edit(b)
-    d = diff_runs(a, b)
+    res = diff_runs(a, b)
+    d = res.to_json()
     assert d["differences"] == []
-    assert "Read first" not in render_diff_markdown(d)
+    assert "Read first" not in render_diff_markdown(res)
 
 
 def test_prompt_config_and_engine_differences_come_first_and_explain_the_unpaired_change(tmp_path):
     a, b = _runs(tmp_path, b_phash="other")
     _edit(a)
     _edit(b, sha="f" * 64, fewshot=3, data="e" * 64, vllm="0.33.0")
-    d = diff_runs(a, b)
+    res = diff_runs(a, b)
+    d = res.to_json()
     got = {(x["kind"], x["where"], x["field"]): (x["a"], x["b"], x["unpairs"]) for x in d["differences"]}
     assert got[("prompts", "task gsm8k", "num_fewshot")] == (5, 3, True)
     assert got[("prompts", "task gsm8k", "data hash (questions and few-shot items)")] == ("d" * 12, "e" * 12, True)
@@ -53,7 +56,7 @@ def test_prompt_config_and_engine_differences_come_first_and_explain_the_unpaire
     # it still shows what it can: the unpaired accuracy change of reference
     acc = next(x for x in d["tasks"] if x["variant"] == "reference")["accuracy"]["flexible-numeric"]
     assert acc["paired"] is False and acc["change"] == 12 / 20 - 15 / 20
-    md = render_diff_markdown(d)
+    md = render_diff_markdown(res)
     first = md.index("Read first")
     assert first < md.index("## Gates failing in B") < md.index("## Accuracy")
     assert "questions cannot be paired" in md and "unpaired" in md and "num_fewshot | 5 | 3" in md

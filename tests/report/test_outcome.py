@@ -8,7 +8,9 @@ import re
 import pytest
 
 from harness.records.run_record import new_run_id
-from harness.report.diff import render_diff_markdown
+from harness.report.diff import DiffResult
+from harness.report.diff_render import render_diff_markdown
+from harness.report.diff_sides import SideHead
 from harness.report.html import render_html
 from harness.report.junit import render_junit
 from harness.report.summary import render_markdown
@@ -40,9 +42,8 @@ def test_the_same_word_everywhere(fields, word):
     assert render_markdown(rec).startswith(f"# evalrun run r: {word}\n")
     assert f"<title>evalrun r: {word}</title>" in render_html(rec)
     assert f'<property name="evalrun.outcome" value="{word}" />' in render_junit(rec)
-    side = {"path": "p", "kind": "run", "id": "r", "passed": rec.passed, "status": rec.status, "outcome": rec.outcome}
-    md = render_diff_markdown({"a": side, "b": side, "tasks": [], "comparisons": [], "differences": [],
-                               "gates": {"failing_in_b": [], "changed": [], "only_in_a": [], "only_in_b": []}})
+    side = SideHead(path="p", kind="run", id="r", passed=rec.passed, status=rec.status, outcome=rec.outcome)
+    md = render_diff_markdown(DiffResult(a=side, b=side))
     assert f"(run r, {word})" in md
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.analysis.gates import Measurements, evaluate_gates
+from harness.analysis.gates import evaluate_gates
+from harness.analysis.measurements import Measurements
 from harness.analysis.scoring import correctness, score_task
 from harness.config.loader import load_config
 from harness.config.plan import build_plan
@@ -82,12 +83,12 @@ def test_missing_pipeline_is_left_out_and_its_gate_not_run(tmp_path):
                  "gates: {accuracy_threshold: 0.5, accuracy_pipeline: strict-match}\n")
     cp = build_plan([load_config(p)]).configs[0]
     m = Measurements()
-    m.scores[("reference", "t")] = sc
+    m.task_record("reference", "t").score = sc
     res = {g.id.split("/", 1)[1]: g for g in evaluate_gates(cp.gates, m)}
     floor = res["reference/t/accuracy_floor"]
     assert floor.passed is None and "strict-match was not computed" in floor.detail
     # with lm-eval's verdicts present the same gate is judged: 3/4 >= 0.5 - 0.08
-    m.scores[("reference", "t")] = score_task([_sample(f"q{i}", i < 3, with_lm_eval=True) for i in range(4)])
+    m.task_record("reference", "t").score = score_task([_sample(f"q{i}", i < 3, with_lm_eval=True) for i in range(4)])
     res = {g.id.split("/", 1)[1]: g for g in evaluate_gates(cp.gates, m)}
     assert res["reference/t/accuracy_floor"].passed is True
     assert res["reference/t/accuracy_floor"].observed == pytest.approx(0.75)

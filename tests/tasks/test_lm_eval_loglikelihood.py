@@ -20,7 +20,8 @@ import pytest
 
 import lm_eval  # noqa: F401 - a base dependency of evalrun: its absence is a failure, not a skip
 
-from harness.analysis.gates import Measurements, evaluate_gates
+from harness.analysis.gates import evaluate_gates
+from harness.analysis.measurements import Measurements
 from harness.analysis.scoring import answer_agreement, output_match, score_task
 from harness.config import gates as G
 from harness.tasks.lm_eval_task import load_lm_eval_task, run_lm_eval_task
@@ -197,12 +198,12 @@ def test_output_match_and_acceptance_gates_not_run_on_prompt_only_task(tmp_path,
     m = Measurements()
     m.prompt_only["mc"] = info.prompt_only_reason()
     for v, s in (("reference", a), ("spec", b)):
-        m.scores[(v, "mc")] = score_task(s, summary["pipelines"])
-        m.samples[(v, "mc")] = s
+        m.task_record(v, "mc").score = score_task(s, summary["pipelines"])
+        m.task_record(v, "mc").samples = s
     zero = SpecDecodeRecord.from_counters(_zero_counters())
-    m.spec[("spec", "mc")] = zero  # the engine drafted nothing: prompt scoring only
-    m.matches[("reference", "spec", "mc")] = output_match(a, b)
-    m.answers[("reference", "spec", "mc")] = answer_agreement(a, b, "acc")
+    m.task_record("spec", "mc").spec = zero  # the engine drafted nothing: prompt scoring only
+    m.comparison_record("reference", "spec", "mc").match = output_match(a, b)
+    m.comparison_record("reference", "spec", "mc").answers = answer_agreement(a, b, "acc")
     base = {"config": "c", "task": "mc"}
     gates = [
         G.DraftsObserved(id="d", variant="spec", **base),
