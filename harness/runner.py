@@ -253,8 +253,10 @@ def _new_record(plan: Plan, opts: RunOptions, run_id: str) -> tuple[RunRecord, C
     """The run's record at its start (status ``running``): provenance, and servers an
     earlier run left in ``opts.results_dir`` (:mod:`harness.engine.leftovers`: only an identified
     one is named with the command to end it).
-    lm-eval's version and task version are filled in by a thread; the second item joins
-    it (``lm_eval_done(timeout=None)``), called before any server starts and before
+    lm-eval's version and task version, and the servers' engine build
+    (``provenance.build``, :func:`harness.engine.builds.identity_or_none` of ``plan.python``),
+    are filled in by threads; the second item joins them
+    (``lm_eval_done(timeout=None)``), called before any server starts and before
     every final write of the record."""
     p = opts.progress
     leftovers = find_leftover_servers(Path(opts.results_dir))
@@ -265,22 +267,35 @@ def _new_record(plan: Plan, opts: RunOptions, run_id: str) -> tuple[RunRecord, C
     record = RunRecord(run_id=run_id, provenance=provenance(opts.argv, refs, started), shard=opts.shard)
     import threading
 
+    from harness.engine.builds import identity_or_none
     from harness.tasks.lm_eval_gsm8k import lm_eval_info
 
     def _lm_eval() -> None:  # version and task version of lm-eval's pipelines (never raises)
         record.provenance.lm_eval = LmEvalInfo(**lm_eval_info())
 
+    def _build() -> None:  # the servers' engine build, a subprocess of plan.python (never raises)
+        build = identity_or_none(plan.python)
+        if build is not None and build.package:
+            record.provenance.build = build
+            record.provenance.vllm_version = f"{build.package} {build.version}"
+
     # lm-eval's task takes seconds to build: built beside data preparation and the pre-launch
     # check, joined (lm_eval_done) before any server starts and before every final write of the record
     lm_thread = threading.Thread(target=_lm_eval, name="evalrun-lm-eval-info", daemon=True)
     lm_thread.start()
+    build_thread = threading.Thread(target=_build, name="evalrun-engine-build", daemon=True)
+    build_thread.start()
+
+    def provenance_done(timeout: float | None = None) -> None:
+        lm_thread.join(timeout)
+        build_thread.join(timeout)
     record.provenance.allow_contamination = opts.allow_contamination
     record.leftover_servers = [
         LeftoverServerRecord(verdict=lo.verdict, pid=lo.pid, pid_file=str(lo.pid_file), command=lo.command,
                              reason=lo.reason, kill_command=lo.kill_command)
         for lo in leftovers
     ]
-    return record, lm_thread.join
+    return record, provenance_done
 
 
 def _run_plan(plan: Plan, opts: RunOptions, run_dir: Path, record: RunRecord, recorder: RunRecorder,

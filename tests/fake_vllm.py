@@ -63,6 +63,7 @@ the real engine never produces on demand):
   hidden in the sum)
 
 * ``garbage``          not Prometheus text at all (a proxy's error page)
+* ``low``              as ``ok`` with 1 accepted per request (mean acceptance length 1.25)
 
 ``FAKE_MALFORMED=N,M,...`` answers the completion requests with those arrival numbers
 (1-based) with HTTP 200 and a body evalrun cannot read (what proxies, version skew and
@@ -84,6 +85,10 @@ Pre-launch argument check: evalrun runs ``<python> -c SCRIPT`` with the commands
 stdin (harness/engine/preflight.py). Here the fake stands in for vLLM's parser: it
 accepts every command whose environment does not say ``FAKE_MODE=reject_args``, and
 rejects that one as vLLM's parser words an unknown flag.
+
+The engine-build probe (``harness.engine.builds.read_identity``) is answered with package
+``FAKE_BUILD_PACKAGE`` (default ``vllm``), version ``FAKE_BUILD_VERSION`` (``0.0.fake``)
+and commit ``FAKE_BUILD_COMMIT`` (none), evalrun's plugin not registered.
 """
 
 import hashlib
@@ -96,6 +101,12 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 args = sys.argv[1:]
+if len(args) > 1 and args[0] == "-c" and args[1].startswith("# EVALRUN-BUILD-PROBE"):  # a build's identity
+    print("EVALRUN-BUILD " + json.dumps({
+        "python": sys.executable, "package": os.environ.get("FAKE_BUILD_PACKAGE", "vllm"),
+        "version": os.environ.get("FAKE_BUILD_VERSION", "0.0.fake"), "commit": os.environ.get("FAKE_BUILD_COMMIT"),
+        "evalrun_plugin": False}), flush=True)
+    sys.exit(0)
 if args and args[0] == "-c":  # the pre-launch argument check
     items = json.load(sys.stdin)
     results = []
@@ -303,7 +314,7 @@ class H(BaseHTTPRequestHandler):
             seen[prompt] = seen.get(prompt, 0) + 1
             npass = seen[prompt]
             drafts += 4
-            accepted += 2
+            accepted += 1 if metrics_mode == "low" else 2
             if k == 2 and reset_at is None:
                 reset_at = drafts
         if mode.startswith("crash_after:") and k > int(mode.split(":")[1]):

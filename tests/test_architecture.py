@@ -21,7 +21,7 @@ STAGES = {
     "__init__": 0, "faults": 0,
     "config": 1, "records": 2, "tasks": 3, "models": 4, "engine": 5,
     "analysis": 6, "report": 7,
-    "runner": 8, "selfcheck": 8, "calibrate": 8, "cli": 8, "doctor": 8, "merge": 8,
+    "runner": 8, "selfcheck": 8, "calibrate": 8, "cli": 8, "doctor": 8, "merge": 8, "bisect": 8,
     "pytest_plugin": 8, "test_gsm8k_correctness": 8,
 }
 

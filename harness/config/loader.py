@@ -158,9 +158,9 @@ class TaskSpec(_Frozen):
             few-shot example and in the question (vLLM's ``gen_prefix``, e.g. an empty
             thinking block to skip reasoning); default none.
         use_chat_completions: kind ``gsm8k`` only: send the same few-shot prompt as one
-            user message to ``/v1/chat/completions`` without stop strings (the chat
-            template delimits the turn), as vLLM's ``gsm8k_eval.py`` does; default
-            ``/v1/completions`` with the stop strings.
+            user message to ``/v1/chat/completions`` with vLLM's stop strings
+            (``Question``, ``Assistant:``, ``<|separator|>``), as vLLM's ``gsm8k_eval.py``
+            does; default ``/v1/completions`` with evalrun's few-shot delimiter.
     """
 
     kind: Literal["gsm8k", "synthetic", "lm_eval"] = "gsm8k"

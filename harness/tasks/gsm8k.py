@@ -9,7 +9,8 @@ Conventions and their sources:
   (``_build_gsm8k_prompts``): the first ``num_fewshot`` train items as
   ``Question: {q}\\nAnswer: {a}\\n\\n``, then ``Question: {q}\\nAnswer:``; one stop
   sequence, the blank line before the next ``Question:`` (:data:`STOP_SEQUENCES`;
-  vLLM's script also stops at the bare word ``Question``).
+  vLLM's script also stops at the bare word ``Question``). The chat path sends vLLM's
+  list (:data:`VLLM_GSM8K_STOP_SEQUENCES`).
 * Reasoning blocks (``<think>...</think>``) are not answer text, and LaTeX number
   forms (``\\boxed{}``, ``\\text{}``, ``\\$``, ``{,}``, ``\\frac{a}{b}``) are read as
   numbers (:func:`answer_text`, :func:`normalize_latex`).
@@ -96,7 +97,8 @@ many ...?" restated in the working does), and ``Assistant:`` cuts a chat-style
 restatement. The stop list is recorded with each task in the run record."""
 
 VLLM_GSM8K_STOP_SEQUENCES: tuple[str, ...] = ("Question", "Assistant:", "<|separator|>")
-"""The stop strings of vLLM's gsm8k_eval.py, for reference (not used)."""
+"""The stop strings of vLLM's gsm8k_eval.py (``get_answer``, both modes): evalrun sends
+them on the chat path (``use_chat_completions``), as vLLM does."""
 
 NUMERIC_PIPELINES: tuple[str, ...] = ("strict-numeric", "flexible-numeric")
 """evalrun's own number-aware answer pipelines (always computed)."""

@@ -8,7 +8,7 @@ from pathlib import Path
 from harness.config.loader import TaskSpec
 from harness.tasks.base import PreparedTask, RequestTask, check_enough
 from harness.tasks.contamination import ContaminationError, find_overlaps
-from harness.tasks.gsm8k import STOP_SEQUENCES, build_requests, dataset_hash, load_gsm8k
+from harness.tasks.gsm8k import STOP_SEQUENCES, VLLM_GSM8K_STOP_SEQUENCES, build_requests, dataset_hash, load_gsm8k
 
 #: Questions in a GSM8K task whose ``num_questions`` is None (all): the test split's size.
 GSM8K_TEST_SIZE = 1319
@@ -38,8 +38,9 @@ class Gsm8kTask(RequestTask):
                 "solutions are in front of it. Remove them from the data (test.jsonl / train.jsonl), "
                 "or pass --allow-contamination to run anyway (recorded in the run record)."
             )
-        # chat completions: no stop strings, as vLLM's gsm8k_eval.py (the chat template ends the turn)
-        stop = () if spec.use_chat_completions else tuple(STOP_SEQUENCES)
+        # chat completions: vLLM's gsm8k_eval.py stop list, as it sends it; completions keep
+        # evalrun's few-shot delimiter (a deliberate difference, docs/configuration.md)
+        stop = VLLM_GSM8K_STOP_SEQUENCES if spec.use_chat_completions else tuple(STOP_SEQUENCES)
         return PreparedTask(tuple(reqs), stop, dataset_hash(used), src,
                             contamination=ov.to_json() if ov.any else None)
 

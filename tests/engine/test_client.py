@@ -122,7 +122,8 @@ def _serve_chat(handler):
         await server.start_server()
         try:
             async with AsyncCompletionClient(f"http://127.0.0.1:{server.port}", "m", timeout_s=5) as client:
-                return await chat_complete(client, "q/1", "Question: 2+2?\nAnswer:", 16, seed=7)
+                return await chat_complete(client, "q/1", "Question: 2+2?\nAnswer:", 16, seed=7,
+                                           stop=("Question", "Assistant:"))
         finally:
             await server.close()
 
@@ -137,7 +138,8 @@ def test_chat_sends_one_user_message_and_keeps_content_and_token_ids():
     c, seen = _serve_chat(ok)
     assert c.ok and c.text == " 4" and c.token_ids == (5, 6) and c.finish_reason == "stop"
     assert seen == [{"model": "m", "messages": [{"role": "user", "content": "Question: 2+2?\nAnswer:"}],
-                     "max_tokens": 16, "temperature": 0.0, "return_token_ids": True, "seed": 7}]
+                     "max_tokens": 16, "stop": ["Question", "Assistant:"], "temperature": 0.0,
+                     "return_token_ids": True, "seed": 7}]
 
 
 def test_chat_5xx_is_retried_and_a_malformed_answer_is_an_error_value():

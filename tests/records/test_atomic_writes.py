@@ -22,6 +22,8 @@ ALLOWED = {
     ("models/training.py", "ensure_trained_model"): "a lock file's handle, nothing is written to it",
     ("config/vllm_parser.py", "main"): "the parser snapshot shipped in the package (--write), not a run folder",
     ("report/figures.py", "write_figures"): "docs/*.md of the repository, not a run folder",
+    ("engine/builds.py", "_locked"): "a lock file's handle, nothing is written to it",
+    ("engine/builds.py", "_run"): "an installer step's log in the build cache, appended to as the step runs",
 }
 
 

