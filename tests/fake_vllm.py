@@ -124,8 +124,9 @@ if args and args[0] == "-c":  # the pre-launch argument check
                                               "import_error": None, "results": results}), flush=True)
     sys.exit(0)
 
-import signal
-import subprocess
+# the pre-launch check above exits without them
+import signal  # noqa: E402
+import subprocess  # noqa: E402
 
 port = int(args[args.index("--port") + 1])
 spec = "--speculative-config" in args
@@ -183,7 +184,8 @@ if mode == "exit_on_start":
 if mode == "ignore_sigterm":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # a helper process in the same group (like vLLM's resource tracker), also deaf to SIGTERM
-    subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(3600)"])
+    subprocess.Popen([sys.executable, "-c",
+                      "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(3600)"])
     print(f"fake vllm: ignoring SIGTERM (pid {os.getpid()})", flush=True)
 
 #: The completion text of ``FAKE_HOSTILE=1``.
@@ -248,7 +250,8 @@ def metrics_text():
     text += "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter\n"
     for r in rows:
         for i, v in enumerate(r[4]):
-            text += f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="{r[0]}",model_name="fake",position="{i}"}} {v}\n'
+            text += (f'vllm:spec_decode_num_accepted_tokens_per_pos_total'
+                     f'{{engine="{r[0]}",model_name="fake",position="{i}"}} {v}\n')
     return text
 
 
@@ -267,7 +270,8 @@ class H(BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path == "/health":
             if mode == "ignore_sigterm" or (
-                    mode.startswith("slow_start:") and time.monotonic() - t_start < float(mode.split(":")[1])):
+                mode.startswith("slow_start:") and time.monotonic() - t_start < float(mode.split(":")[1])
+            ):
                 return self._send(503, {})
             return self._send(200, {})
         if self.path == "/v1/models":

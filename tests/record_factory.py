@@ -11,6 +11,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from harness.records.run_record import RunRecord
+
 PROVENANCE = {
     "evalrun_version": "0+test", "vllm_version": None, "python": "3.11", "platform": "test",
     "machine": "x86_64", "hostname": "test", "command_line": ["evalrun"], "git_revision": None,
@@ -70,6 +72,4 @@ def complete_record(rec: dict[str, Any]) -> dict[str, Any]:
 
 def typed(rec: dict[str, Any]):
     """:func:`complete_record` validated into a :class:`RunRecord`."""
-    from harness.records.run_record import RunRecord
-
     return RunRecord.model_validate(complete_record(rec))

@@ -9,6 +9,7 @@ evalrun, so it loads cheaply in every vLLM process.
 from __future__ import annotations
 
 import ast
+import os
 from pathlib import Path
 
 import pytest
@@ -137,8 +138,6 @@ def test_the_walker_sees_a_circle_and_a_backward_import():
 
 def test_the_walker_reads_the_whole_package():
     """GRAPH holds every module of harness/, counted here with os.walk (not rglob)."""
-    import os
-
     assert (PKG / "__init__.py").is_file(), f"{PKG}: the package is not where the walker looks"
     files = [os.path.join(d, f) for d, _, fs in os.walk(PKG) for f in fs if f.endswith(".py")]
     assert len(files) == len(GRAPH) and len(files) > 30, (len(files), len(GRAPH))

@@ -13,14 +13,20 @@ import json
 import math
 import random
 from pathlib import Path
+from types import SimpleNamespace as NS
 
 import pytest
 
+from harness.analysis.comparison import reference_variant
 from harness.analysis.divergence import classify_divergences
+from harness.analysis.measurements import Measurements
 from harness.cli import main
+from harness.config.loader import load_config
+from harness.config.plan import build_plan
 from harness.engine.client import parse_top_logprobs
 from harness.engine.info import model_runner_fact, runner_of_class
-from harness.records.samples import Sample
+from harness.records.samples import Sample, read_jsonl, write_jsonl
+from harness.tasks import prepare_task
 
 from ..conftest import (
     FAKE_VLLM,
@@ -53,9 +59,6 @@ def gates_of(rec, kind):
 def chosen_share(tmp_path, gsm8k_dir, share) -> int:
     """How many prompts the fake picks (the same rule as tests/fake_vllm.py ``chosen``),
     computed from the prompts the run sent (the request log is not kept, so rebuild them)."""
-    from harness.config.loader import load_config
-    from harness.tasks import prepare_task
-
     c = load_config(tmp_path / "Fake-Model-BF16.yaml")
     pt = prepare_task("gsm8k", c.tasks["gsm8k"], gsm8k_dir)
     return sum(random.Random(hashlib.sha256(r.prompt.encode()).hexdigest()).random() < share for r in pt.requests)
@@ -157,7 +160,8 @@ def test_mixed_runners_fail_variant_effective_naming_both(tmp_path, gsm8k_dir, m
     ve = gates_of(rec, "variant_effective")
     g = ve["reference/variant_effective"]
     assert g["passed"] is False
-    assert "reference ran v1" in g["detail"] and "spec_async ran v2" in g["detail"] and "spec_sync ran v2" in g["detail"]
+    assert "reference ran v1" in g["detail"] and "spec_async ran v2" in g["detail"]
+    assert "spec_sync ran v2" in g["detail"]
     # the two speculative variants ran the same runner as each other, but each is compared with the reference
     assert ve["spec_sync/variant_effective"]["passed"] is False
     assert "reference ran v1" in ve["spec_sync/variant_effective"]["detail"]
@@ -221,7 +225,8 @@ def test_runner_facts_from_plugin_classes_and_log_lines():
     # the plugin wins over the log
     f = model_runner_fact([v1], "INFO Using V2 Model Runner")
     assert (f.runner, f.source) == ("v1", "evalrun plugin")
-    f = model_runner_fact([], "x\nWARNING Model Runner V2 does not yet support ngram; using the V1 model runner instead.\n")
+    f = model_runner_fact(
+        [], "x\nWARNING Model Runner V2 does not yet support ngram; using the V1 model runner instead.\n")
     assert (f.runner, f.source) == ("v1", "server log") and "ngram" in f.detail
     assert model_runner_fact([], "INFO [gpu_worker.py:518] Using V2 Model Runner").runner == "v2"
     assert model_runner_fact([], "nothing here").runner == "unknown"
@@ -256,7 +261,8 @@ def test_classification_by_the_references_gap():
     assert r.compared == 5
     by = {d.question_id: d for d in r.divergences}
     assert set(by) == {"tie", "far", "out", "ends"}
-    assert by["tie"].verdict == "explained" and by["tie"].gap_nats == pytest.approx(0.2) and by["tie"].candidate_rank == 2
+    assert by["tie"].verdict == "explained" and by["tie"].gap_nats == pytest.approx(0.2)
+    assert by["tie"].candidate_rank == 2
     assert by["far"].verdict == "unexplained" and by["far"].gap_nats == pytest.approx(2.5)
     # outside the top 3: at least top-1 minus the 3rd (-0.10 - -3.0 = 2.9 nats)
     assert by["out"].verdict == "unexplained" and not by["out"].in_top_k and by["out"].gap_nats == pytest.approx(2.9)
@@ -322,8 +328,6 @@ def test_parse_top_logprobs_fails_closed_naming_the_request(bad, msg):
 
 
 def test_top_logprobs_round_trip_in_jsonl_and_are_left_out_when_absent(tmp_path):
-    from harness.records.samples import read_jsonl, write_jsonl
-
     a = S("q", [1, 2], (dist((1, -0.01), (3, -5.0)), dist((2, -0.2), (4, -0.3))))
     b = S("r", [1, 2])
     write_jsonl(tmp_path / "s.jsonl", [a, b])
@@ -351,11 +355,9 @@ def test_calibrate_recommends_near_tie_nats_from_a_good_builds_gaps(tmp_path, gs
 
 
 def test_vllm_form_model_runner_applies_to_every_derived_variant(tmp_path):
-    from harness.config.loader import load_config
-    from harness.config.plan import build_plan
-
     c = load_config(vllm_form(tmp_path, "evalrun:\n  model_runner: v1\n"))
-    assert {n: v.model_runner for n, v in c.variants.items()} == dict.fromkeys(["reference", "spec_sync", "spec_async"], "v1")
+    runners = {n: v.model_runner for n, v in c.variants.items()}
+    assert runners == dict.fromkeys(["reference", "spec_sync", "spec_async"], "v1")
     assert {v.env["VLLM_USE_V2_MODEL_RUNNER"] for v in build_plan([c]).configs[0].variants} == {"0"}
     both = load_config(vllm_form(tmp_path, "evalrun:\n  v1_runner_variants: true\n"))
     assert [n for n in both.variants] == ["reference", "spec_sync", "spec_async", "reference_v1", "spec_sync_v1",
@@ -366,21 +368,19 @@ def test_vllm_form_model_runner_applies_to_every_derived_variant(tmp_path):
 
 
 def test_the_reference_of_a_speculative_baseline_is_one_on_the_same_runner():
-    from types import SimpleNamespace as NS
-
-    from harness.analysis.measurements import Measurements
-    from harness.analysis.comparison import reference_variant
-
     with_lp = [S("q", [1], (dist((1, -0.1)),))]
     c = NS(variants={"reference": NS(speculative_config=None, model_runner=None),
                      "spec": NS(speculative_config={"method": "mtp"}, model_runner=None),
                      "reference_v1": NS(speculative_config=None, model_runner="v1"),
                      "spec_v1": NS(speculative_config={"method": "mtp"}, model_runner="v1")})
     m = Measurements()
-    for v, xs in {"reference": with_lp, "reference_v1": with_lp, "spec": [S("q", [1])], "spec_v1": [S("q", [1])]}.items():
+    for v, xs in {"reference": with_lp, "reference_v1": with_lp,
+                  "spec": [S("q", [1])], "spec_v1": [S("q", [1])]}.items():
         m.task_record(v, "t").samples = xs
     assert reference_variant(c, m, "spec_v1", "t") == "reference_v1"
     assert reference_variant(c, m, "spec", "t") == "reference"
     assert reference_variant(c, m, "reference_v1", "t") == "reference_v1"  # the baseline itself
-    m.task_record("reference", "t").samples = m.task_record("reference_v1", "t").samples = [S("q", [1])]  # nobody asked for logprobs
+    m.task_record("reference", "t").samples = m.task_record("reference_v1", "t").samples = [
+        S("q", [1])
+    ]  # nobody asked for logprobs
     assert reference_variant(c, m, "spec", "t") is None

@@ -3,12 +3,16 @@ uses the gate's own test (scipy's exact binomial test), not the code under test.
 
 from __future__ import annotations
 
-import numpy as np
+import numpy as np  # noqa: TID253 - the test's own reference; a cost of this file's collection only
 import pytest
-from scipy import stats
+from scipy import stats  # noqa: TID253 - the test's own reference; a cost of this file's collection only
 
 from harness.analysis.familywise import drop_gate_false_fail, family_false_fail
+from harness.analysis.gates import evaluate_gates
+from harness.analysis.measurements import Measurements, TaskMeasurement
+from harness.config.gates import MaxAccuracyDrop
 from harness.config.loader import load_config
+from harness.records.samples import Sample
 from harness.report.dry_run import family_false_fail_of
 
 
@@ -59,8 +63,6 @@ def test_holm_lowers_the_family_figure_in_the_dry_run(tmp_path):
 
 
 def _samples(variant, right):
-    from harness.records.samples import Sample
-
     return tuple(Sample(config="c", variant=variant, task="t", question_id=f"q{i}", prompt_hash="h", gold="1",
                         completion="#### 1", token_ids=(1,), finish_reason="stop",
                         answers={"strict-numeric": "1", "flexible-numeric": "1"},
@@ -68,12 +70,6 @@ def _samples(variant, right):
 
 
 def test_holm_changes_the_verdict_of_a_marginal_accuracy_drop():
-    from scipy import stats as st
-
-    from harness.analysis.gates import evaluate_gates
-    from harness.analysis.measurements import Measurements, TaskMeasurement
-    from harness.config.gates import MaxAccuracyDrop
-
     # 200 questions; candidate A loses 12 and gains 4 (one-sided McNemar p = P(Bin(16,1/2) >= 12)),
     # candidate B loses 6 and gains 6 (p about 0.61): A alone is significant at 0.05, A with
     # Holm over two gates needs 2p < 0.05
@@ -89,7 +85,7 @@ def test_holm_changes_the_verdict_of_a_marginal_accuracy_drop():
         b[i] = False
     for i in range(100, 106):
         b[i] = True
-    p_a = float(st.binom.sf(11, 16, 0.5))
+    p_a = float(stats.binom.sf(11, 16, 0.5))
     assert p_a < 0.05 and 2 * p_a >= 0.05
     m = Measurements(tasks={("ref", "t"): TaskMeasurement(samples=_samples("ref", ref)),
                             ("A", "t"): TaskMeasurement(samples=_samples("A", a)),

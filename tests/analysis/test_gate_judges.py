@@ -20,6 +20,7 @@ from harness.analysis.measurements import (
 )
 from harness.analysis.scoring import score_task
 from harness.config import gates as G
+from harness.records.baselines import BaselineTask
 from harness.records.samples import Sample
 
 
@@ -168,7 +169,6 @@ def test_both_accuracy_drop_judges_use_the_one_drop_verdict(monkeypatch):
     assert f"significantly worse (one-sided McNemar p={0.5 ** 5:.4g} < alpha 0.05)" in r.detail
     assert calls == ["significantly worse"]
     # the stored-baseline accuracy judge words its failure through the same verdict
-    from harness.records.baselines import BaselineTask
 
     bt = BaselineTask.model_validate({
         "num_requests": 10, "error_count": 0, "accuracy": {}, "accuracy_ci": {},

@@ -15,6 +15,8 @@ import pytest
 
 from harness.analysis.gates import holm_adjust
 from harness.config.loader import ConfigError, load_config
+from harness.models.resolve import resolve_model
+from harness.report.progress import Progress
 
 from ..conftest import run_with_fake, write_fake_vllm_form
 
@@ -121,9 +123,6 @@ def test_holm_adjust_matches_the_step_down_definition():
 
 def test_hub_weights_are_fetched_before_startup(monkeypatch, tmp_path):
     import huggingface_hub
-
-    from harness.report.progress import Progress
-    from harness.models.resolve import resolve_model
 
     calls = []
     monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda repo_id: calls.append(repo_id) or str(tmp_path))

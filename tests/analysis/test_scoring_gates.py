@@ -110,9 +110,10 @@ def test_gates_end_to_end_on_constructed_measurements(tmp_path):
     m.task_record("spec", "t").spec = SpecDecodeRecord.from_counters(SpecDecodeCountersRecord(100, 200, 80, (50, 30)))
     m.task_record("spec2", "t").spec = SpecDecodeRecord.from_counters(SpecDecodeCountersRecord(100, 200, 60, (40, 20)))
     m.variant_record("reference").effectiveness = check_effective(facts(False, None, None), None, None, {})
-    m.variant_record("spec").effectiveness = check_effective(facts(False), {"method": "mtp", "num_speculative_tokens": 2}, True,
+    mtp2 = {"method": "mtp", "num_speculative_tokens": 2}
+    m.variant_record("spec").effectiveness = check_effective(facts(False), mtp2, True,
                                               {"cpu": {"async_scheduling": False}})
-    m.variant_record("spec2").effectiveness = check_effective(facts(False), {"method": "mtp", "num_speculative_tokens": 2}, True, {})
+    m.variant_record("spec2").effectiveness = check_effective(facts(False), dict(mtp2), True, {})
     m.task_record("reference", "t").samples, m.task_record("spec", "t").samples = ref, spec
     m.comparison_record("reference", "spec", "t").match = output_match(ref, spec)
     res = {g.id.split("/", 1)[1]: g for g in evaluate_gates(cp.gates, m)}

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
+import numpy as np  # noqa: TID253 - the test's own reference; a cost of this file's collection only
 import pytest
-from scipy import stats as sps
+from scipy import stats as sps  # noqa: TID253 - the test's own reference; a cost of this file's collection only
 
 from harness.analysis.stats import (
     bootstrap_ci,
@@ -21,6 +21,7 @@ from harness.analysis.stats import (
     ratio_bootstrap_ci,
     wilson_interval,
 )
+from harness.records.measures import PairedRecord
 
 Z95 = 1.959963984540054  # z_{0.975}
 Z95_ONE_SIDED = 1.6448536269514722  # z_{0.95}
@@ -65,7 +66,8 @@ def test_wilson_other_confidence():
 
 
 def test_wilson_statsmodels():
-    from statsmodels.stats import proportion  # the test extra installs it: this check must run, not skip
+    # the test extra installs it: this check must run, not skip; only this test loads it
+    from statsmodels.stats import proportion  # noqa: PLC0415
     for k, n in [(7, 20), (0, 10), (50, 100)]:
         assert wilson_interval(k, n) == pytest.approx(
             proportion.proportion_confint(k, n, alpha=0.05, method="wilson"), abs=1e-10
@@ -116,7 +118,8 @@ def test_mcnemar_no_discordance():
 def make_pairs(both_right, a_only, b_only, both_wrong):
     a, b = {}, {}
     i = 0
-    for count, va, vb in ((both_right, True, True), (a_only, True, False), (b_only, False, True), (both_wrong, False, False)):
+    for count, va, vb in ((both_right, True, True), (a_only, True, False),
+                          (b_only, False, True), (both_wrong, False, False)):
         for _ in range(count):
             qid = f"gsm8k/test/{i:04d}"
             a[qid], b[qid] = va, vb
@@ -177,7 +180,6 @@ def test_paired_comparison_identical():
     assert r.p_value == 1.0 and r.one_sided_p_value == 1.0
     assert r.test == "none"
     assert r.diff == 0.0 and r.diff_ci == (0.0, 0.0)
-    from harness.records.measures import PairedRecord
 
     assert PairedRecord.model_validate(r, from_attributes=True).diff_ci == (0.0, 0.0)
 

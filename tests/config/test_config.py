@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.loader import ConfigError, load_config, load_model_list, read_model_list
+from harness.config.loader import ConfigError, load_config, load_model_list, read_model_list, resolve_list_path
+from harness.config.plan import build_plan
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -49,7 +50,8 @@ def test_vllm_form_derives_three_variants(tmp_path):
 
 
 def test_vllm_form_without_speculation_has_one_variant(tmp_path):
-    c = load_config(write(tmp_path, "m.yaml", 'model_name: a/b\naccuracy_threshold: 0.5\nserver_args: "--max-model-len 1024"\n'))
+    c = load_config(write(tmp_path, "m.yaml",
+                          'model_name: a/b\naccuracy_threshold: 0.5\nserver_args: "--max-model-len 1024"\n'))
     assert list(c.variants) == ["reference"]
     assert c.comparisons == ()
 
@@ -89,7 +91,8 @@ def test_unbalanced_quotes_in_server_args(tmp_path):
 
 
 def test_bad_speculative_json(tmp_path):
-    p = write(tmp_path, "bad.yaml", "model_name: a\naccuracy_threshold: 0.5\nserver_args: \"--speculative-config '{oops'\"\n")
+    p = write(tmp_path, "bad.yaml",
+              "model_name: a\naccuracy_threshold: 0.5\nserver_args: \"--speculative-config '{oops'\"\n")
     with pytest.raises(ConfigError, match="not JSON"):
         load_config(p)
 
@@ -188,7 +191,6 @@ def test_task_gate_overrides_and_comparison_tasks(tmp_path):
     assert c.gates_for("arith").accuracy_threshold == 0.8
     assert c.gates_for("gsm8k").accuracy_threshold is None
     assert c.gates_for("gsm8k").min_acceptance_length == 1.5      # not overridden: inherited
-    from harness.config.plan import build_plan
 
     ids = {g.id for g in build_plan([c]).configs[0].gates}
     assert "n/spec/arith/accuracy_floor" in ids and "n/spec/gsm8k/accuracy_floor" not in ids
@@ -198,10 +200,9 @@ def test_task_gate_overrides_and_comparison_tasks(tmp_path):
     with pytest.raises(ConfigError, match="no task named 'arihm'"):
         load_config(write(tmp_path, "b.yaml", bad))
     with pytest.raises(ConfigError, match="did you mean 'accuracy_threshold'"):
-        load_config(write(tmp_path, "c.yaml", text.replace("gates: {accuracy_threshold: null}", "gates: {accuracy_treshold: null}")))
+        misspelt = text.replace("gates: {accuracy_threshold: null}", "gates: {accuracy_treshold: null}")
+        load_config(write(tmp_path, "c.yaml", misspelt))
 
 
 def test_single_config_by_name_resolves_in_configs_dir():
-    from harness.config.loader import resolve_list_path
-
     assert resolve_list_path("tiny-qwen3next-mtp-cpu.yaml") == REPO / "configs" / "tiny-qwen3next-mtp-cpu.yaml"

@@ -133,11 +133,14 @@ def test_env_lists_and_mappings_are_refused_with_file_line_and_key(tmp_path, for
     if form == "vllm":
         text, key, at = HEAD + f"env:\n  OK: x\n  FOO: {value}\n", "env.FOO", 5
     elif form == "native":
-        text = f"model: m/x\nenv:\n  OK: x\n  FOO: {value}\nvariants: {{reference: {{}}}}\ntasks: {{t: {{kind: synthetic}}}}\n"
+        text = (f"model: m/x\nenv:\n  OK: x\n  FOO: {value}\n"
+                "variants: {reference: {}}\ntasks: {t: {kind: synthetic}}\n")
         key, at = "env.FOO", 4
     else:
-        text = (f"model: m/x\nvariants:\n  reference:\n    env:\n      FOO: {value.replace(chr(10), chr(10) + '    ')}\n"
-                "tasks: {t: {kind: synthetic}}\n")
+        text = (
+            f"model: m/x\nvariants:\n  reference:\n    env:\n      FOO: {value.replace(chr(10), chr(10) + '    ')}\n"
+            "tasks: {t: {kind: synthetic}}\n"
+        )
         key, at = "variants.reference.env.FOO", 5
     at += 1 if line else 0
     msg = err(write(tmp_path, text))

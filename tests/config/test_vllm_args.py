@@ -78,7 +78,7 @@ def vllm_preprocess():
 
 
 @pytest.mark.parametrize("argv", SPELLINGS + real_argvs(), ids=lambda a: " ".join(a)[:60])
-def test_speculative_config_read_as_vllms_parser_reads_it(argv, vllm_parser):
+def test_speculative_config_read_as_vllms_parser_reads_it(argv, vllm_parser):  # noqa: F811 - the imported fixture
     _, ours, _ = pop_json_flag(argv, SPEC_FLAG, "test")
     make, engine_args = vllm_parser
     # the whole of vLLM's reading: its parser, then EngineArgs.create_speculative_config

@@ -26,6 +26,7 @@ from harness.cli import main
 from harness.config.loader import ConfigError, load_config, load_model_list
 from harness.config.plan import CPU_ASYNC_ENV, build_plan
 from harness.config.vllm_parser import scan, snapshot_table
+from harness.tasks import prepare_task
 from harness.tasks.gsm8k import GsmItem, build_requests
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "vllm_gsm8k"
@@ -272,8 +273,6 @@ def test_gen_prefix_prompt_is_vllms():
 
 
 def test_chat_task_sends_vllms_stop_strings(gsm8k_dir):
-    from harness.tasks import prepare_task
-
     t = load_config(GEN / "Chat-GenPrefix-Thinking.yaml").tasks["gsm8k"]
     pt = prepare_task("gsm8k", t.model_copy(update={"num_questions": 2}), gsm8k_dir)
     assert pt.stop == ("Question", "Assistant:", "<|separator|>")  # vLLM's get_answer, both modes

@@ -114,7 +114,8 @@ def test_one_generated_config_per_speculative_spelling_the_parser_accepts(vllm_p
     assert spellings <= used, sorted(spellings - used)
 
 
-def test_the_snapshot_is_the_installed_parsers_table(vllm_parser):  # noqa: ARG001 - skips without vLLM
+@pytest.mark.usefixtures("vllm_parser")  # skips without vLLM
+def test_the_snapshot_is_the_installed_parsers_table():
     # the same release: the whole table; another (vLLM's nightly): every spelling of every
     # setting evalrun reads or rewrites must still be the snapshot's, or the snapshot is stale
     import vllm
@@ -185,7 +186,8 @@ def test_a_shorthand_and_the_same_key_in_the_json_are_refused_as_vllm_refuses_th
         load_config(cfg)
 
 
-def test_the_plan_can_read_server_args_with_the_installed_parser(vllm_parser, monkeypatch):  # noqa: ARG001
+@pytest.mark.usefixtures("vllm_parser")  # skips without vLLM
+def test_the_plan_can_read_server_args_with_the_installed_parser(monkeypatch):
     import vllm
 
     monkeypatch.setenv("EVALRUN_SERVER_PARSER", "installed")

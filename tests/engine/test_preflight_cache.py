@@ -9,6 +9,8 @@ import stat
 import sys
 from pathlib import Path
 
+from harness import runner
+from harness.cli import main
 from harness.engine import preflight_cache as pc
 from harness.engine.preflight import ServerCommand
 
@@ -68,9 +70,6 @@ def _wrapper(tmp_path: Path) -> Path:
 
 
 def test_a_second_identical_run_takes_the_all_clear_from_the_cache(tmp_path, monkeypatch):
-    from harness import runner
-    from harness.cli import main
-
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     calls = []
     real = runner.check_server_commands

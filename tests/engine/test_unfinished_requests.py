@@ -11,7 +11,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-from aiohttp import web
+from aiohttp import web  # noqa: TID253 - the test serves with aiohttp, as the client's server does
 
 from harness.analysis.scoring import output_match, score_task
 from harness.records.completions import Completion

@@ -18,6 +18,9 @@ import types
 import pytest
 
 import harness.faults.plugin as faults
+from harness.config.loader import load_config
+from harness.config.plan import CPU_ASYNC_ENV, build_plan
+from harness.config.plan import FAULT_ENV as PLAN_ENV
 from harness.faults.plugin import FAULT_ENV, FAULTS, FaultConfigError
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
@@ -43,8 +46,6 @@ def _clean(monkeypatch):
 
 
 def test_fault_env_matches_plan():
-    from harness.config.plan import FAULT_ENV as PLAN_ENV
-
     assert FAULT_ENV == PLAN_ENV == "EVALRUN_FAULT"
 
 
@@ -357,9 +358,6 @@ def test_missing_report_folder_reads_as_no_process(tmp_path):
 
 
 def test_plan_sets_cpu_async_env_only_for_async_variants():
-    from harness.config.loader import load_config
-    from harness.config.plan import CPU_ASYNC_ENV, build_plan
-
     assert CPU_ASYNC_ENV == faults.CPU_ASYNC_ENV
     repo = os.path.join(os.path.dirname(__file__), "..", "..")
     plan = build_plan([load_config(os.path.join(repo, "configs", "tiny-qwen3next-mtp-cpu.yaml"))])
@@ -485,10 +483,9 @@ def test_placeholder_token_wrapper_on_vllms_own_function():
     # looked up at the optimistic sequence length, i.e. a placeholder slot (-1 -> 0).
     import numpy as np
     import torch
+    from vllm.platforms.cpu import CpuPlatform
     from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
     from vllm.v1.utils import CpuGpuBuffer
-
-    from vllm.platforms.cpu import CpuPlatform
 
     CpuPlatform.register_triton_kernel_overrides()  # the CPU engine's kernels, as in a server
     original = inspect.unwrap(SpecDecodeBaseProposer.__dict__["prepare_next_token_ids_padded"])

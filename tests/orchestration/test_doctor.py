@@ -33,7 +33,8 @@ def broken_torchvision(tmp_path, monkeypatch) -> Path:
     return site
 
 
-def test_broken_companion_wheel_is_named_with_the_fix(broken_torchvision):
+@pytest.mark.usefixtures("broken_torchvision")
+def test_broken_companion_wheel_is_named_with_the_fix():
     t0 = time.monotonic()
     found = {f.check: f for f in check_engine(sys.executable, with_vllm=False)}
     assert time.monotonic() - t0 < 30
@@ -43,7 +44,8 @@ def test_broken_companion_wheel_is_named_with_the_fix(broken_torchvision):
     assert found["torch build"].ok is True and "+cpu" in found["torch build"].detail
 
 
-def test_server_log_diagnosis_names_the_broken_wheel(broken_torchvision):
+@pytest.mark.usefixtures("broken_torchvision")
+def test_server_log_diagnosis_names_the_broken_wheel():
     log = ("INFO ... Resolved architecture: Qwen3NextForCausalLM\n"
            "ERROR ... ValueError: Could not import module 'Qwen3NextForCausalLM'\n")
     why = diagnose_server_log(log, sys.executable)

@@ -23,12 +23,14 @@ import harness.analysis.comparison as comparison_mod
 import harness.engine.client as client_mod
 import harness.runner as runner_mod
 import harness.tasks.judging as judging_mod
+from harness.calibrate import describe_error_runs
 from harness.cli import main
 from harness.engine.client import parse_completion
 from harness.engine.info import EngineInfoError, read_engine_facts
 from harness.engine.server import live_servers, unstopped
 from harness.records import atomic
 from harness.records.run_record import load_run
+from harness.report.calibration import render_calibration_markdown, summarize
 
 FAKE = Path(__file__).resolve().parents[1] / "fake_vllm.py"
 REPO = Path(__file__).resolve().parents[2]
@@ -107,7 +109,8 @@ def test_wellformed_completion_keeps_every_field():
         parse_completion(b"<html>502</html>")
 
 
-def test_two_malformed_answers_of_twenty_fail_the_error_rate_gate_and_the_run_goes_on(tmp_path, capsys):
+@pytest.mark.usefixtures("capsys")  # the run's output is captured, not shown
+def test_two_malformed_answers_of_twenty_fail_the_error_rate_gate_and_the_run_goes_on(tmp_path):
     cfg = config(tmp_path, spec_env={"FAKE_MODE": "ok", "FAKE_MALFORMED": "4,11"}, n=20)
     code = run_cli(tmp_path, cfg)
     rec = load_run(tmp_path / "results" / "r")
@@ -244,7 +247,8 @@ def test_unexpected_exception_in_each_stage_is_a_kept_error_record(tmp_path, mon
     assert "ERROR" in err and str(run_dir / "run.json") in err and e.message in err
     assert f"stage {stage}" in err and "Traceback" not in err   # the traceback is in the record, not the terminal
     if stage == "judging":  # the engine's answers of the task whose judging raised are kept, unjudged
-        raw = [json.loads(x) for x in (run_dir / "samples" / "fake" / "spec" / "gsm8k.raw.jsonl").read_text().splitlines()]
+        raw_file = run_dir / "samples" / "fake" / "spec" / "gsm8k.raw.jsonl"
+        raw = [json.loads(x) for x in raw_file.read_text().splitlines()]
         assert len(raw) == 6 and all(r["text"] == " 2 + 3 = 5 #### 5" and r["token_ids"] == [5, 6, 7, 8] for r in raw)
     md = (run_dir / "summary.md").read_text()
     assert md.startswith("# evalrun run r: ERROR") and e.describe() in md
@@ -269,8 +273,6 @@ def test_error_record_is_read_by_diff_history_merge_calibrate(tmp_path, monkeypa
     assert main(["history", str(tmp_path / "merged")]) == 0
     out = capsys.readouterr()
     assert line in out.err and "| ERROR" in out.out and "reference" in out.out   # the kept task, verdict ERROR
-    from harness.calibrate import describe_error_runs
-    from harness.report.calibration import render_calibration_markdown, summarize
 
     rec = load_run(run_dir)
     lines = describe_error_runs([rec])
@@ -309,7 +311,8 @@ def test_full_disk_mid_run_keeps_the_good_record_and_no_partial_file(tmp_path, m
         runs["n"] += 1
         if not runs["measured"]:
             doc = json.loads(data)
-            runs["measured"] = any("gsm8k" in v.get("tasks", {}) for c in doc["configs"] for v in c["variants"].values())
+            runs["measured"] = any("gsm8k" in v.get("tasks", {})
+                                   for c in doc["configs"] for v in c["variants"].values())
             return real(path, data, encoding)
 
         def no_space(fd):

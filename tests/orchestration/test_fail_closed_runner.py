@@ -17,11 +17,12 @@ from pathlib import Path
 import psutil
 import pytest
 
+import harness.runner as runner
 from harness.cli import main
 from harness.engine.server import ServerStartError, VllmServer
 
-from .test_runner_fake_server import FAKE, config, run
 from ..conftest import default_signals
+from .test_runner_fake_server import FAKE, config, run
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -103,7 +104,8 @@ def test_not_ready_before_the_deadline_is_not_ready_timeout(tmp_path):
     assert s["status"] == "not_ready_timeout" and 3 <= s["seconds"] < 15
     assert code == 2
     pid = json.loads((run_dir / "logs" / "fake" / "spec.pid.json").read_text())
-    assert pid["stopped"] is True and not psutil.pid_exists(pid["pid"]) or psutil.Process(pid["pid"]).status() == psutil.STATUS_ZOMBIE
+    assert (pid["stopped"] is True and not psutil.pid_exists(pid["pid"])
+            or psutil.Process(pid["pid"]).status() == psutil.STATUS_ZOMBIE)
 
 
 def test_death_during_a_task_is_died_mid_task(tmp_path):
@@ -256,11 +258,9 @@ def _start_evalrun(tmp_path: Path, spec_mode: str) -> tuple[subprocess.Popen, Pa
     return proc, pid_file
 
 
-def test_a_signal_ignored_at_start_stays_ignored(tmp_path):
+def test_a_signal_ignored_at_start_stays_ignored():
     """``nohup evalrun ...`` must survive a closed terminal: SIGHUP ignored by the caller
     is not turned into a stop."""
-    import harness.runner as runner
-
     old = signal.signal(signal.SIGHUP, signal.SIG_IGN)
     olds = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT)}
     try:

@@ -21,9 +21,11 @@ import psutil
 import pytest
 
 from harness.cli import main
+from harness.engine.server import unstopped
+from harness.tasks import judging
 
-from .test_runner_fake_server import FAKE
 from ..conftest import alive, default_signals
+from .test_runner_fake_server import FAKE
 
 REPO = Path(__file__).resolve().parents[2]
 EIGHT = "0,1,2,3,4,5,6,7"
@@ -189,7 +191,7 @@ def test_an_interrupt_while_two_servers_start_leaves_none_alive(tmp_path, sig):
          "--results-dir", str(tmp_path / "results"), "--run-id", "r", "--quiet", "--no-baseline"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": EIGHT},
-        preexec_fn=default_signals,  # noqa: PLW1509 - as tests/test_ci_signals.py: default signals in evalrun
+        preexec_fn=default_signals,
     )
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and (not log.exists() or len(log.read_text().splitlines()) < 2):
@@ -217,9 +219,6 @@ def test_an_unexpected_error_in_one_variant_stops_every_server_and_names_its_pla
     """An exception evalrun did not expect, raised in one variant's thread while the
     variant beside it is starting: every live server is stopped, the record says
     ``error`` with the stage, config and variant of the thread it happened in."""
-    from harness.engine.server import unstopped
-    from harness.tasks import judging
-
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", EIGHT)
     log = tmp_path / "devices.jsonl"
     real = judging.judge_completions
@@ -265,8 +264,6 @@ def test_a_rerun_for_noise_on_demand_gets_its_own_devices(tmp_path, monkeypatch)
 def _judging_recorder(monkeypatch, pause: float = 0.0) -> list[dict]:
     """Patch the request tasks' judging to note, per call, the variant and the wall time
     it started and ended (``pause`` seconds of CPU work in between)."""
-    from harness.tasks import judging
-
     real = judging.judge_completions
     calls: list[dict] = []
 

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import random
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+import harness.report.summary as summary_mod
 from harness.cli import main
+from harness.config.loader import load_config
+from harness.config.plan import build_plan
 from harness.merge import MergeError, assign_shards, config_weight, merge_records, parse_shard
+from harness.records.measures import EngineFactsRecord
 from harness.records.run_record import load_run, write_run
 
 from ..record_factory import typed
@@ -39,9 +46,6 @@ def test_assignment_longest_first_by_hand():
 
 
 def test_weight_is_variants_times_questions(tmp_path):
-    from harness.config.loader import load_config
-    from harness.config.plan import build_plan
-
     p = tmp_path / "m.yaml"
     p.write_text("model_name: org/m\naccuracy_threshold: 0.5\nnum_questions: 100\n"
                  "server_args: --speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":2}'\n")
@@ -99,7 +103,8 @@ def test_merge_combines_and_recomputes_the_exit_code(tmp_path):
     rec = load_run(out / "m")
     assert [c.name for c in rec.configs] == ["a-cfg", "b-cfg"]
     assert rec.passed is True and rec.status == "completed"
-    assert rec.provenance.started_at.startswith("2026-11-30T01") and rec.provenance.ended_at.startswith("2026-11-30T02:30")
+    assert rec.provenance.started_at.startswith("2026-11-30T01")
+    assert rec.provenance.ended_at.startswith("2026-11-30T02:30")
     assert [m.shard for m in rec.merged_from] == [1, 2]
     assert sorted(rec.provenance.datasets) == ["a-cfg/t", "b-cfg/t"]
     assert (out / "m" / "junit.xml").is_file() and (out / "m" / "summary.html").is_file()
@@ -142,9 +147,6 @@ def _shard_with_task(tmp: Path, i: int, engine: str = "0.32.0", git: str = "rev1
     rec.provenance.git_revision = git
     spath = d / "samples" / f"c{i}" / "reference" / "t.jsonl"
     spath.write_text('{"question_id": "t/test/0"}\n')
-    import hashlib
-
-    from harness.records.measures import EngineFactsRecord
 
     digest = hashlib.sha256(spath.read_bytes()).hexdigest()     # computed here, not by evalrun
     rec.configs[0].variants["reference"] = typed({"run_id": "x", "configs": [{"name": "x", "variants": {
@@ -204,11 +206,6 @@ def test_a_signal_after_the_merged_record_is_written_keeps_its_outcome(tmp_path,
     """SIGTERM (real, through evalrun's handlers) while the merged tables print: the exit
     code is the merged record's, the last line says it was kept, summary.md and JUnit
     agree with run.json, and no traceback."""
-    import os
-    import signal
-
-    import harness.report.summary as summary_mod
-
     olds = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     real = summary_mod.render_terminal
 

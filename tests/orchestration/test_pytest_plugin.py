@@ -10,6 +10,7 @@ import sys
 import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -122,9 +123,9 @@ def vllm_conftest_ids(lst: Path) -> list[str]:
     seen: dict = {}
 
     class Metafunc:
-        fixturenames = ["config_filename"]
+        fixturenames: ClassVar[list[str]] = ["config_filename"]
 
-        class config:  # noqa: N801 - pytest's attribute name
+        class config:
             @staticmethod
             def getoption(name):
                 assert name == "--config-list-file"

@@ -14,15 +14,25 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+import harness.calibrate as calibrate
+import harness.cli as cli
+import harness.config.select as select
+import harness.records.baselines as baselines
 import harness.records.recorder as recorder_mod
+import harness.records.run_folder as run_folder
 import harness.report.summary as summary_mod
 import harness.runner as runner
+import harness.selfcheck as selfcheck
+import harness.tasks.lm_eval_gsm8k as lm
 from harness.cli import main
 
+from ..conftest import default_signals
 from .test_runner_fake_server import FAKE, config
 
 #: the word each record state must be said with (the README's table of outcomes)
@@ -37,7 +47,6 @@ def _no_servers(monkeypatch):
     monkeypatch.setattr(runner, "_preflight", lambda *a, **k: (False, {}))
     monkeypatch.setattr(runner, "_warm_imports", lambda: None)
     monkeypatch.setattr(runner, "_config_results", lambda *a, **k: iter(()))
-    import harness.tasks.lm_eval_gsm8k as lm
 
     monkeypatch.setattr(lm, "lm_eval_info", lambda: {"version": None, "gsm8k_task_version": None,
                                                      "gsm8k_config": None, "pipelines": [], "error": "stub"})
@@ -142,8 +151,6 @@ def test_a_signal_while_an_error_is_reported_keeps_the_error(tmp_path, capsys, m
 
 
 def test_a_signal_during_the_baseline_update_keeps_the_verdict(tmp_path, capsys, monkeypatch):
-    import harness.records.baselines as baselines
-
     _signal_at(monkeypatch, baselines, "write_baselines")
     code, rec, err, _ = _run(tmp_path, capsys, "--update-baseline")
     assert _agree(code, rec, err) == "PASSED"
@@ -151,8 +158,6 @@ def test_a_signal_during_the_baseline_update_keeps_the_verdict(tmp_path, capsys,
 
 
 def test_a_signal_before_any_run_folder_exists_is_interrupted_without_a_record(tmp_path, capsys, monkeypatch):
-    import harness.config.select as select
-
     _signal_at(monkeypatch, select, "load_selected")
     code = main(["--config", str(config(tmp_path, {}, {})), "--results-dir", str(tmp_path / "results")])
     err = capsys.readouterr().err
@@ -162,8 +167,6 @@ def test_a_signal_before_any_run_folder_exists_is_interrupted_without_a_record(t
 
 
 def test_a_signal_at_the_end_of_calibrate_is_interrupted_without_a_traceback(tmp_path, capsys, monkeypatch):
-    import harness.calibrate as calibrate
-
     _signal_at(monkeypatch, calibrate, "_write_summary")
     code = main(["calibrate", "--config", str(config(tmp_path, {}, {})), "--repeat", "2",
                  "--results-dir", str(tmp_path / "results"), "--run-id", "cal", "--quiet"])
@@ -181,12 +184,12 @@ def test_a_signal_after_a_repeat_verdict_still_ends_calibrate_as_interrupted(tmp
     err = capsys.readouterr().err
     rec = json.loads((tmp_path / "results" / "cal" / "run1" / "run.json").read_text())
     assert code == 2 and "Traceback" not in err and rec["status"] == "completed" and rec["exit_code"] == 0
-    assert err.strip().splitlines()[-1] == "evalrun calibrate: interrupted (SIGTERM) in run 1 of 2; INTERRUPTED (exit 2)"
+    assert err.strip().splitlines()[-1] == (
+        "evalrun calibrate: interrupted (SIGTERM) in run 1 of 2; INTERRUPTED (exit 2)")
 
 
 def test_a_signal_as_the_run_folder_is_released_keeps_the_verdict(tmp_path, capsys, monkeypatch):
     # after the reports, in run()'s own cleanup: the record is final, the command has not returned
-    import harness.records.run_folder as run_folder
 
     _signal_at(monkeypatch, run_folder.RunFolderClaim, "release")
     code, rec, err, _ = _run(tmp_path, capsys)
@@ -194,8 +197,6 @@ def test_a_signal_as_the_run_folder_is_released_keeps_the_verdict(tmp_path, caps
 
 
 def test_a_signal_while_the_error_screen_prints_keeps_the_error(tmp_path, capsys, monkeypatch):
-    import harness.cli as cli
-
     def boom(*a, **k):
         raise RuntimeError("a bug in a stage")
 
@@ -206,8 +207,6 @@ def test_a_signal_while_the_error_screen_prints_keeps_the_error(tmp_path, capsys
 
 
 def test_a_signal_while_selfcheck_judges_is_interrupted_without_a_traceback(tmp_path, capsys, monkeypatch):
-    import harness.selfcheck as selfcheck
-
     _signal_at(monkeypatch, selfcheck, "judge_selfcheck")
     code = main(["selfcheck", "--results-dir", str(tmp_path / "results"), "--run-id", "sc"])
     err = capsys.readouterr().err
@@ -238,11 +237,6 @@ sys.exit(main(sys.argv[1:]))
 def test_sigterm_during_the_final_tables_exits_with_the_records_code_in_a_real_process(tmp_path):
     """The same stubs in a process of its own: its real exit status (a KeyboardInterrupt
     escaping to the interpreter would make it 130 / -SIGINT with a traceback)."""
-    import subprocess
-    import sys
-
-    from ..conftest import default_signals
-
     repo = Path(__file__).resolve().parents[2]
     proc = subprocess.run(
         [sys.executable, "-c", DRIVER, "--config", str(config(tmp_path, {}, {})), "--results-dir",

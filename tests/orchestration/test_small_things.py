@@ -42,7 +42,8 @@ def fake_dirs(tmp_path, monkeypatch):
     return configs, lists
 
 
-def test_config_not_found_lists_the_nearest_names(fake_dirs):
+@pytest.mark.usefixtures("fake_dirs")
+def test_config_not_found_lists_the_nearest_names():
     with pytest.raises(ConfigError) as e:
         resolve_list_path("Big-Model-120B-A12B-BF16")
     msg = str(e.value)
@@ -119,7 +120,8 @@ def test_counts_print_as_integers(tmp_path):
                  "tasks:\n  t: {kind: synthetic}\n")
     cp = build_plan([load_config(p)]).configs[0]
     m = Measurements()
-    m.task_record("spec", "t").spec = SpecDecodeRecord.from_counters(SpecDecodeCountersRecord(935.0, 1870.0, 900.0, (500.0, 400.0)))
+    m.task_record("spec", "t").spec = SpecDecodeRecord.from_counters(
+        SpecDecodeCountersRecord(935.0, 1870.0, 900.0, (500.0, 400.0)))
     res = [g for g in evaluate_gates(cp.gates, m) if g.kind == "drafts_observed"][0]
     assert res.observed == 935 and isinstance(res.observed, int)
     rec = typed({"run_id": "r", "passed": True, "exit_code": 0, "status": "completed",
@@ -175,6 +177,7 @@ def test_diff_accepts_run_ids(tmp_path):
 def test_skip_reasons_are_shown(tmp_path):
     t = tmp_path / "test_x.py"
     t.write_text("import pytest\n\n@pytest.mark.skip(reason='needs the moon')\ndef test_a():\n    pass\n")
-    out = subprocess.run([sys.executable, "-m", "pytest", "-c", str(REPO / "pyproject.toml"), "--rootdir", str(tmp_path),
+    out = subprocess.run([sys.executable, "-m", "pytest", "-c", str(REPO / "pyproject.toml"),
+                          "--rootdir", str(tmp_path),
                           str(t), "-p", "no:cacheprovider"], capture_output=True, text=True, cwd=tmp_path).stdout
     assert "SKIPPED [1]" in out and "needs the moon" in out

@@ -33,7 +33,7 @@ def _direct_writes() -> set[tuple[str, str]]:
         rel = path.relative_to(PKG).as_posix()
         stack: list[str] = []
 
-        def visit(node: ast.AST) -> None:
+        def visit(node: ast.AST, rel: str = rel, stack: list[str] = stack) -> None:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 stack.append(node.name)
                 for child in ast.iter_child_nodes(node):
@@ -57,7 +57,11 @@ def _writes(call: ast.Call) -> bool:
     if name not in ("open", "fdopen"):
         return False
     # open(path, mode) / os.fdopen(fd, mode); Path(...).open(mode)
-    method = isinstance(f, ast.Attribute) and name == "open" and not (isinstance(f.value, ast.Name) and f.value.id in ("os", "io"))
+    method = (
+        isinstance(f, ast.Attribute)
+        and name == "open"
+        and not (isinstance(f.value, ast.Name) and f.value.id in ("os", "io"))
+    )
     modes = list(call.args[0:1] if method else call.args[1:2]) + [k.value for k in call.keywords if k.arg == "mode"]
     return any(isinstance(m, ast.Constant) and isinstance(m.value, str) and set(m.value) & set("wax+") for m in modes)
 

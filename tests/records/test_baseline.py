@@ -13,16 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from harness.records.baselines import BASELINE_SCHEMA, BaselineDoc, load_baseline, token_ids_hash
-from harness.cli import main
-from harness.config.loader import load_config
-from harness.records.measures import SpecDecodeCountersRecord, SpecDecodeRecord
 from harness.analysis.gates import baseline_notes, evaluate_gate, judged_baseline_gates
 from harness.analysis.measurements import Measurements
 from harness.analysis.noise import output_noise_rerun, output_noise_stored
-from harness.config.plan import build_plan
-from harness.records.samples import Sample
 from harness.analysis.scoring import output_match
+from harness.cli import main
+from harness.config.loader import load_config
+from harness.config.plan import build_plan
+from harness.records.baselines import BASELINE_SCHEMA, BaselineDoc, load_baseline, token_ids_hash
+from harness.records.measures import SpecDecodeCountersRecord, SpecDecodeRecord
+from harness.records.samples import Sample
+from harness.runner import _load_baseline
 
 FAKE = Path(__file__).resolve().parents[1] / "fake_vllm.py"
 
@@ -88,7 +89,8 @@ def _complete(doc: dict) -> dict:
             t.setdefault("accuracy", {})
             t.setdefault("accuracy_ci", {})
             if t.get("spec_decode"):
-                t["spec_decode"] = dict({"drafts": 1.0, "draft_tokens": 2.0, "accepted_tokens": 1.0}, **t["spec_decode"])
+                t["spec_decode"] = dict({"drafts": 1.0, "draft_tokens": 2.0, "accepted_tokens": 1.0},
+                                         **t["spec_decode"])
             for q in t.get("questions", {}).values():
                 q.setdefault("gold", "5")
     return doc
@@ -105,8 +107,6 @@ def evaluate_baseline_gates(doc: dict, cfg, samples_by: dict, m: Measurements):
 
 def baseline_gates_for_run(bdir: Path, cfg, m: Measurements):
     """The runner's baseline step for one config: (info as JSON, gate results)."""
-    from harness.runner import _load_baseline
-
     (cp,) = build_plan([cfg]).configs
     info = _load_baseline(bdir, cfg.name, m)
     return info.model_dump(exclude_defaults=True), judged_baseline_gates(cp.baseline_gates, m)
@@ -165,7 +165,8 @@ def test_improvement_never_fails(tmp_path):
     cfg = load_config(native_config(tmp_path))
     base = [s(f"q{i}", i < 2, variant="reference") for i in range(40)]
     now = [s(f"q{i}", True, variant="reference") for i in range(40)]
-    (g,), _ = evaluate_baseline_gates(baseline_doc({"reference": base}), cfg, {("reference", "gsm8k"): now}, measurements())
+    (g,), _ = evaluate_baseline_gates(baseline_doc({"reference": base}), cfg, {("reference", "gsm8k"): now},
+                                      measurements())
     assert g.passed is True and g.observed == pytest.approx(-38 / 40)
 
 
@@ -185,7 +186,8 @@ def test_prompt_changes_are_not_paired_and_not_run_is_not_run(tmp_path):
     cfg = load_config(native_config(tmp_path))
     base = [s(f"q{i}", True, variant="reference") for i in range(10)]
     now = [s(f"q{i}", True, variant="reference", phash="new" if i < 4 else None) for i in range(10)]
-    (g,), _ = evaluate_baseline_gates(baseline_doc({"reference": base}), cfg, {("reference", "gsm8k"): now}, measurements())
+    (g,), _ = evaluate_baseline_gates(baseline_doc({"reference": base}), cfg, {("reference", "gsm8k"): now},
+                                      measurements())
     assert "paired on 6 questions" in g.detail and "4 question(s) have a different prompt" in g.detail
     m = measurements()
     m.variant_record("reference").not_run = "server failed to start"

@@ -5,28 +5,26 @@ Expected values are written out by hand from the inputs.
 
 from __future__ import annotations
 
+import importlib
 import json
+import pkgutil
 
 import pytest
 from pydantic import ValidationError
 
-from harness.analysis import divergence, scoring, stats
-from harness.engine import info, metrics
-from harness.records import run_record
+import harness.analysis
+import harness.engine
+from harness.analysis import scoring, stats
+from harness.engine import metrics
+from harness.records import measures, run_record
 from harness.records.measures import DivergenceReportRecord, PairedRecord, SpecDecodeCountersRecord
 
 
 def test_analysis_and_engine_return_the_record_types():
     """One name per measured noun: every record type the analysis and engine stages hold is
     the records' class under its own name (no second name, no twin class)."""
-    import importlib
-    import pkgutil
-
-    import harness.analysis
-    import harness.engine
-    from harness.records import measures
-
-    record_types = {obj for obj in vars(measures).values() if isinstance(obj, type) and obj.__module__ == measures.__name__}
+    record_types = {obj for obj in vars(measures).values()
+                    if isinstance(obj, type) and obj.__module__ == measures.__name__}
     seen = 0
     for pkg in (harness.analysis, harness.engine):
         for info_ in pkgutil.iter_modules(pkg.__path__):

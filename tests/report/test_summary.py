@@ -37,24 +37,29 @@ def make_run(tmp_path):
     task = lambda v, acc: {"status": "ran", "samples": samples[v], "num_requests": 4, "error_count": 0,  # noqa: E731
                            "accuracy": {P: acc}, "accuracy_ci": {P: [0.2, 1.0]}, "seconds": 1.0,
                            "spec_decode": None if v == "reference" else
-                           {"acceptance_rate": 0.29, "mean_acceptance_length": 1.584, "per_position_acceptance": [0.4, 0.18]}}
+                           {"acceptance_rate": 0.29, "mean_acceptance_length": 1.584,
+                            "per_position_acceptance": [0.4, 0.18]}}
     rec = typed({
         "run_id": "r", "status": "completed", "passed": False, "exit_code": 1,
         "provenance": {"evalrun_version": "0.1.0", "command_line": ["evalrun"], "started_at": "t0", "ended_at": "t1"},
         "configs": [{
             "name": CFG, "pipeline": P,
-            "variants": {"reference": {"engine": {"async_scheduling": False}, "tasks": {"arith": task("reference", 1.0)}},
+            "variants": {"reference": {"engine": {"async_scheduling": False},
+                                       "tasks": {"arith": task("reference", 1.0)}},
                          "spec_state_rollback": {"engine": {"async_scheduling": False},
                                                  "tasks": {"arith": task("spec_state_rollback", 0.25)}}},
-            "comparisons": [{"baseline": "reference", "candidate": "spec_state_rollback", "task": "arith", "pipeline": P,
+            "comparisons": [{"baseline": "reference", "candidate": "spec_state_rollback", "task": "arith",
+                             "pipeline": P,
                              "compared": 4, "matched": 1, "output_match_rate": 0.25, "mismatches": [],
                              "paired": {"n": 4, "accuracy_a": 1.0, "accuracy_b": 0.25,
                                         "a_only": ["arith/test/1", "arith/test/2", "arith/test/3"], "b_only": [],
                                         "diff": -0.75, "diff_ci": [-1.0, -0.3], "p_value": 0.25}}],
             "gates": [
-                gate(f"{CFG}/reference/arith/max_error_rate", "max_error_rate", "reference", "arith", True, "0 of 4 requests failed"),
+                gate(f"{CFG}/reference/arith/max_error_rate", "max_error_rate", "reference", "arith", True,
+                     "0 of 4 requests failed"),
                 gate(f"{CFG}/reference->spec_state_rollback/arith/max_accuracy_drop", "max_accuracy_drop",
-                     "spec_state_rollback", "arith", False, "reference 1.0000 -> spec_state_rollback 0.2500 on 4 paired questions",
+                     "spec_state_rollback", "arith", False,
+                     "reference 1.0000 -> spec_state_rollback 0.2500 on 4 paired questions",
                      baseline="reference", questions=["arith/test/1", "arith/test/2", "arith/test/3"], observed=0.75),
                 gate(f"{CFG}/spec_state_rollback/arith/min_acceptance_length", "min_acceptance_length",
                      "spec_state_rollback", "arith", None, "not run: speculative metrics missing"),
@@ -73,11 +78,15 @@ def test_markdown_failing_first_flipped_side_by_side_passing_folded(tmp_path):
     # the three lost questions, each with both completions in one table row
     for i in (1, 2, 3):
         row = next(x for x in fail_block.splitlines() if x.startswith(f"| arith/test/{i} |"))
-        assert f"reference answer {i} #### {i}" in row and "spec_state_rollback answer 9 #### 9" in row and "| lost |" in row
-    details = md[md.index("<details>"):md.index("</details>")]
+        assert (
+            f"reference answer {i} #### {i}" in row
+            and "spec_state_rollback answer 9 #### 9" in row
+            and "| lost |" in row
+        )
+    details = md[md.index("<details>") : md.index("</details>")]
     assert "1 passing gate(s)" in details and "reference/arith/max_error_rate" in details
     assert "max_accuracy_drop" not in details
-    assert "not run: speculative metrics missing" in md[md.index("## Not run"):md.index("## Scores")]
+    assert "not run: speculative metrics missing" in md[md.index("## Not run") : md.index("## Scores")]
 
 
 def test_terminal_fits_100_columns_and_never_cuts(tmp_path):
@@ -86,7 +95,11 @@ def test_terminal_fits_100_columns_and_never_cuts(tmp_path):
     render_terminal(rec, Console(file=buf, width=100, force_terminal=False, color_system=None))
     out = buf.getvalue()
     assert "…" not in out
-    table_lines = [x for x in out.splitlines() if x and not x.startswith(("FAIL", "NOT RUN", "    ", "acceptance", "flipped", "1 of", "gates"))]
+    table_lines = [
+        x
+        for x in out.splitlines()
+        if x and not x.startswith(("FAIL", "NOT RUN", "    ", "acceptance", "flipped", "1 of", "gates"))
+    ]
     assert max(len(x) for x in table_lines) <= 100
     assert "spec_state_rollback" in out and CFG in out
 

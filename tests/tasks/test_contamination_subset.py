@@ -56,7 +56,8 @@ def test_question_among_its_own_fewshot_examples_is_refused(tmp_path):
 def test_train_split_overlapping_the_test_split_is_refused(tmp_path):
     # train item 2 is test item 1; it is not a few-shot example (num_fewshot 1)
     d = data_dir(tmp_path, ["Q one?", "Q two?", TEST[1]])
-    with pytest.raises(ContaminationError, match=r"1 test question\(s\) are in the train split: gsm8k/test/1 = train item 2"):
+    with pytest.raises(ContaminationError,
+                       match=r"1 test question\(s\) are in the train split: gsm8k/test/1 = train item 2"):
         prepare_task("gsm8k", TaskSpec(kind="gsm8k", num_questions=4, num_fewshot=1), d)
     # a question not asked (num_questions 1) is not reported
     assert prepare_task("gsm8k", TaskSpec(kind="gsm8k", num_questions=1, num_fewshot=1), d).contamination is None

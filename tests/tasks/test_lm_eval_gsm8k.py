@@ -11,6 +11,7 @@ from __future__ import annotations
 from importlib import metadata
 from pathlib import Path
 
+import lm_eval  # noqa: TID253 - a base dependency of evalrun: its absence is a failure, not a skip
 import pytest
 import yaml
 
@@ -21,8 +22,7 @@ from harness.config.loader import load_config
 from harness.config.plan import build_plan
 from harness.records.samples import Sample
 from harness.tasks.gsm8k import judge
-
-import lm_eval  # a base dependency of evalrun: its absence is a failure, not a skip
+from harness.tasks.lm_eval_gsm8k import lm_eval_info
 
 SM, FE, SN, FN = "strict-match", "flexible-extract", "strict-numeric", "flexible-numeric"
 
@@ -51,8 +51,6 @@ def test_lm_eval_filters_and_evalrun_pipelines_side_by_side(completion, gold, lm
 
 
 def test_provenance_names_lm_eval_version_and_task_version():
-    from harness.tasks.lm_eval_gsm8k import lm_eval_info
-
     info = lm_eval_info()
     yml = Path(lm_eval.__file__).parent / "tasks" / "gsm8k" / "gsm8k.yaml"
     want = yaml.safe_load(yml.read_text())["metadata"]["version"]

@@ -16,15 +16,19 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import lm_eval  # noqa: F401, TID253 - a base dependency of evalrun: its absence is a failure, not a skip
 import pytest
-
-import lm_eval  # noqa: F401 - a base dependency of evalrun: its absence is a failure, not a skip
 
 from harness.analysis.gates import evaluate_gates
 from harness.analysis.measurements import Measurements
 from harness.analysis.scoring import answer_agreement, output_match, score_task
 from harness.config import gates as G
-from harness.tasks.lm_eval_task import load_lm_eval_task, run_lm_eval_task
+from harness.config.loader import TaskSpec
+from harness.records.measures import SpecDecodeCountersRecord, SpecDecodeRecord
+from harness.tasks import task_for
+from harness.tasks.base import TaskContext
+from harness.tasks.gsm8k import DataUnavailableError
+from harness.tasks.lm_eval_task import load_lm_eval_task, run_lm_eval_task, tokenizer_of
 
 REPO = Path(__file__).resolve().parents[2]
 TOKENIZER = str(REPO / "harness" / "models" / "data" / "tiny-qwen3next-mtp-arith")
@@ -193,7 +197,6 @@ def test_output_match_and_acceptance_gates_not_run_on_prompt_only_task(tmp_path,
     info = _task(tmp_path, MC_YAML, "evalrun_mc")
     a, summary = _run(info, fake_url, "reference")
     b, _ = _run(info, fake_url, "spec")
-    from harness.records.measures import SpecDecodeRecord
 
     m = Measurements()
     m.prompt_only["mc"] = info.prompt_only_reason()
@@ -227,14 +230,10 @@ def test_output_match_and_acceptance_gates_not_run_on_prompt_only_task(tmp_path,
 
 
 def _zero_counters():
-    from harness.records.measures import SpecDecodeCountersRecord
-
     return SpecDecodeCountersRecord(drafts=0.0, draft_tokens=0.0, accepted_tokens=0.0)
 
 
 def test_a_group_is_refused_naming_its_tasks(tmp_path):
-    from harness.tasks.gsm8k import DataUnavailableError
-
     (tmp_path / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in DOCS))
     (tmp_path / "evalrun_mc.yaml").write_text(MC_YAML.format(data=tmp_path / "docs.jsonl"))
     (tmp_path / "grp.yaml").write_text("group: evalrun_grp\ntask: [evalrun_mc]\nmetadata: {version: 1.0}\n")
@@ -257,11 +256,6 @@ class _Session:
 
 
 def test_the_lm_eval_task_kind_runs_on_a_session_and_generates_no_text_when_it_scores_prompts(tmp_path, fake_url):
-    from harness.config.loader import TaskSpec
-    from harness.tasks import task_for
-    from harness.tasks.base import TaskContext
-    from harness.tasks.lm_eval_task import tokenizer_of
-
     info = _task(tmp_path, MC_YAML, "evalrun_mc")
     kind = task_for("lm_eval")
     pt = kind.prepare("mc", TaskSpec(kind="lm_eval", lm_eval_task="evalrun_mc",

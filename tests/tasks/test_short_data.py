@@ -9,12 +9,15 @@ import json
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from harness.cli import main
+from harness.config.loader import TaskSpec
+from harness.tasks import ShortDataError, prepare_task
+from harness.tasks.synthetic import DEFAULT_NUM_TEST
 
 from ..conftest import SHARED_GSM8K
 from ..orchestration.test_runner_fake_server import FAKE
-
-import pytest
 
 
 @pytest.fixture()
@@ -72,7 +75,9 @@ def test_the_dry_run_shows_the_questions_available_and_refuses(tmp_path, short_d
     out = capsys.readouterr().out
     assert code == 2
     assert f"available: 20 in {short_dir / 'test.jsonl'} (asks 20) -- REFUSED" in out
-    code = main(["--config", str(cfg(tmp_path, ", num_questions_up_to: true")), "--dry-run", "--data-dir", str(short_dir)])
+    code = main(
+        ["--config", str(cfg(tmp_path, ", num_questions_up_to: true")), "--dry-run", "--data-dir", str(short_dir)]
+    )
     out = capsys.readouterr().out
     assert code == 0 and "available: 20 in" in out and "REFUSED" not in out
     code = main(["--config", str(cfg(tmp_path)), "--dry-run", "--json", "--data-dir", str(short_dir)])
@@ -80,14 +85,15 @@ def test_the_dry_run_shows_the_questions_available_and_refuses(tmp_path, short_d
     assert (data["asked"], data["available"]) == (1319, 20) and "holds 20 questions" in data["refused"]
 
 
-def test_a_synthetic_task_asking_more_than_it_has_is_refused(tmp_path):
-    from harness.config.loader import TaskSpec
-    from harness.tasks import ShortDataError, prepare_task
-    from harness.tasks.synthetic import DEFAULT_NUM_TEST
-
+def test_a_synthetic_task_asking_more_than_it_has_is_refused():
     with pytest.raises(ShortDataError) as e:
         prepare_task("t", TaskSpec(kind="synthetic", num_questions=DEFAULT_NUM_TEST + 1, num_fewshot=1), None)
-    assert f"holds {DEFAULT_NUM_TEST} questions" in str(e.value) and f"num_questions: {DEFAULT_NUM_TEST + 1}" in str(e.value)
-    pt = prepare_task("t", TaskSpec(kind="synthetic", num_questions=DEFAULT_NUM_TEST + 1, num_fewshot=1,
-                                    num_questions_up_to=True), None)
+    assert f"holds {DEFAULT_NUM_TEST} questions" in str(e.value) and f"num_questions: {DEFAULT_NUM_TEST + 1}" in str(
+        e.value
+    )
+    pt = prepare_task(
+        "t",
+        TaskSpec(kind="synthetic", num_questions=DEFAULT_NUM_TEST + 1, num_fewshot=1, num_questions_up_to=True),
+        None,
+    )
     assert len(pt.requests) == DEFAULT_NUM_TEST

@@ -76,7 +76,10 @@ def test_judge_gives_full_marks_on_gold(splits):
     for it in splits.test + splits.fewshot:
         # the completion a perfect model would send back: " <answer>\n\n" before "Question"
         _, correct = judge(" " + it.answer + "\n\n", it.gold)
-        assert {k: correct[k] for k in ("strict-numeric", "flexible-numeric")} == {"strict-numeric": True, "flexible-numeric": True}
+        assert {k: correct[k] for k in ("strict-numeric", "flexible-numeric")} == {
+            "strict-numeric": True,
+            "flexible-numeric": True,
+        }
 
 
 def test_template_coverage(splits):
