@@ -142,7 +142,8 @@ def run_config(path: Path, config: pytest.Config) -> tuple[RunRecord, Path]:
     from harness.config.loader import PROJECT_ROOT, load_config, resolve_list_path
     from harness.config.plan import build_plan
     from harness.records.run_record import new_run_id
-    from harness.runner import RunOptions, run
+    from harness.run_context import RunOptions
+    from harness.runner import run
 
     opt = config.getoption
     plan = build_plan([load_config(path)], python=opt("--evalrun-python"),
