@@ -3,8 +3,10 @@ the FAKE server (tests/fake_vllm.py) once with each tree's ``harness`` and compa
 ``run.json`` and samples file of the two run folders.
 
 The CLI has no option to fix the clock, so what a clock or the operating system chooses
-is replaced before the second comparison: timestamps (``*_at``), durations (``seconds``
-and ``*_seconds``), process ids, ports and the run's temporary paths. Everything else
+is replaced before the second comparison: timestamps (``*_at``), durations (``seconds``,
+``*_seconds``) and request latencies (``latency_s``), process ids, ports, the source
+revision (``git_revision``), the samples files' hashes (``samples_sha256``: the files
+hold the latencies) and the run's temporary paths. Everything else
 must match byte for byte. The fake server, config files, run id and results folder are
 the same for both trees (the config and results paths are identical; each tree's run
 folder is moved aside before the other runs).
@@ -42,7 +44,9 @@ SCENARIOS = {
     "crash_mid_task": ({"FAKE_MODE": "ok"}, {"FAKE_MODE": "crash_after:3"}, ""),
 }
 
-_VOLATILE_KEY = re.compile(r"(^|_)(at|seconds|pid|port)$")
+#: keys whose values a clock, the OS or the commit chooses: timestamps, durations, latencies (``*_s``),
+#: pids, ports, the source revision, and the hash of a samples file (its latencies differ)
+_VOLATILE_KEY = re.compile(r"(^|_)(at|seconds|s|pid|port)$|^(git_revision|samples_sha256)$")
 _PORT = re.compile(r"(--port[ =]|127\.0\.0\.1:|localhost:)\d+")
 _PID = re.compile(r"\bpid \d+\b")
 
@@ -108,21 +112,31 @@ def compared_files(run_dir: Path) -> list[Path]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ref", type=Path, required=True, help="the tree to compare against (a git worktree)")
+    ap.add_argument("--ref", type=Path, default=None, help="the tree to compare against (a git worktree)")
     ap.add_argument("--new", type=Path, default=HERE, help="the tree under test (default: this one)")
+    ap.add_argument("--compare-only", type=Path, default=None,
+                    help="compare the run folders a previous invocation kept in this folder, running nothing")
     args = ap.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="record-identity-"))
+    if args.ref is None and args.compare_only is None:
+        ap.error("--ref is required unless --compare-only is given")
+    root = args.compare_only or Path(tempfile.mkdtemp(prefix="record-identity-"))
     total = raw_same = norm_same = mismatched_codes = 0
     for name, (ref_env, spec_env, extra) in SCENARIOS.items():
         work = root / name
-        work.mkdir()
-        cfg = work / "fake.yaml"
-        cfg.write_text(config_text(ref_env, spec_env, extra))
-        codes, dirs = [], []
-        for label, tree in (("ref", args.ref), ("new", args.new)):
-            codes.append(run_tree(tree.resolve(), cfg, work / "results"))
-            dirs.append(work / f"results-{label}")
-            shutil.move(work / "results", dirs[-1])
+        dirs = [work / "results-ref", work / "results-new"]
+        if args.compare_only and not all((d / "r" / "run.json").is_file() for d in dirs):
+            print(f"{name}: not in {root}, skipped")
+            continue
+        if args.compare_only:
+            codes = [json.loads((d / "r" / "run.json").read_text())["exit_code"] for d in dirs]
+        else:
+            work.mkdir()
+            cfg = work / "fake.yaml"
+            cfg.write_text(config_text(ref_env, spec_env, extra))
+            codes = []
+            for tree, folder in zip((args.ref, args.new), dirs):
+                codes.append(run_tree(tree.resolve(), cfg, work / "results"))
+                shutil.move(work / "results", folder)
         a, b = (d / "r" for d in dirs)
         names = sorted(set(compared_files(a)) | set(compared_files(b)))
         diffs = []
@@ -135,8 +149,8 @@ def main() -> int:
                 norm_same += 1
                 continue
             if ta is not None and tb is not None:
-                na = normalise(ta.decode(), a.parent)
-                nb = normalise(tb.decode(), b.parent)
+                na = normalise(ta.decode(), root)
+                nb = normalise(tb.decode(), root)
                 if na == nb:
                     norm_same += 1
                     continue

@@ -42,6 +42,8 @@ class RunOptions:
         preflight_cache: take the check's all-clear from the results folder's cache when
             the same commands passed it on the same installation before
             (:mod:`harness.engine.preflight_cache`; ``--no-preflight-cache``: False).
+        shard: ``--shard i/n``: which shard of a list this run is (``record.shard``;
+            :mod:`harness.merge` joins the shards), None for a whole run.
         gpus: ``--gpus``: the devices evalrun may use (a count or a comma list; None =
             every device found, :func:`harness.engine.devices.available_devices`).
         max_servers: ``--max-servers``: at most this many servers alive at once.

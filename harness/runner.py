@@ -1,7 +1,10 @@
 """The runner: executes a plan, config by config and variant by variant, and writes the record.
 
-This is the one module that imports from every stage; it only sequences their steps
-(and keeps :data:`PLACE`, where an unexpected exception is recorded). Data flows one way::
+It reads as the run's table of contents: each function is a sequence of calls into the
+stages and the steps beside it (:mod:`harness.config_steps` for a config's steps,
+:mod:`harness.variant_steps` for a variant's, :mod:`harness.run_outcome` for the verdict,
+an error or a signal); one config's run travels in one
+:class:`harness.run_context.ConfigRun`. Data flows one way::
 
     plan -> tasks (prepare) -> session (per variant) -> task.send; server stopped -> task.judge -> samples
          -> scoring / engine counter checks / analysis.acceptance -> analysis.comparison
@@ -50,7 +53,6 @@ __all__ = ["run", "RunFolderExistsError", "mark_not_applicable"]
 
 class RunFolderExistsError(FileExistsError):
     """The run folder already holds a record; names the folder."""
-
 
 
 def run(plan: Plan, opts: RunOptions) -> tuple[RunRecord, Path]:
