@@ -47,7 +47,7 @@ SCENARIOS = {
 #: keys whose values a clock, the OS or the commit chooses: timestamps, durations, latencies (``*_s``),
 #: pids, ports, the source revision, and the hash of a samples file (its latencies differ)
 _VOLATILE_KEY = re.compile(r"(^|_)(at|seconds|s|pid|port)$|^(git_revision|samples_sha256)$")
-_PORT = re.compile(r"(--port[ =]|127\.0\.0\.1:|localhost:)\d+")
+_PORT = re.compile(r"(--port[ =]|127\.0\.0\.1:|localhost:|'127\.0\.0\.1', )\d+")
 _PID = re.compile(r"\bpid \d+\b")
 
 
