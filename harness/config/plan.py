@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from harness.config.gates import Gate, greedy_output_match, plan_baseline_gates, plan_gates
-from harness.config.loader import ModelConfig, TaskSpec, split_args
+from harness.config.schema import ModelConfig, TaskSpec
+from harness.config.server_args import split_args
 from harness.config.vllm_args import has_flag
 from harness.config.vllm_parser import current_table
 
@@ -145,7 +146,7 @@ class Plan:
     """The whole run: one :class:`ConfigPlan` per config of the list, in list order.
 
     ``list_path`` is the model list (or single config) file that was read, resolved
-    (:func:`harness.config.loader.resolve_list_path`), or None when the plan was built
+    (:func:`harness.config.model_list.resolve_list_path`), or None when the plan was built
     from configs directly.
     """
 

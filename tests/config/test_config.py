@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.loader import ConfigError, load_config, load_model_list, read_model_list, resolve_list_path
+from harness.config.loader import load_config
+from harness.config.model_list import load_model_list, read_model_list, resolve_list_path
+from harness.config.schema import ConfigError
 from harness.config.plan import build_plan
 
 REPO = Path(__file__).resolve().parents[2]

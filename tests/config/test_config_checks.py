@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.loader import ConfigError, load_config
+from harness.config.loader import load_config
+from harness.config.schema import ConfigError
 
 NATIVE = """\
 model: fake

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.loader import ConfigError, load_config
+from harness.config.loader import load_config
+from harness.config.schema import ConfigError
 from harness.config.plan import build_plan
 from harness.config.yaml_load import MAX_ALIAS_NODES
 
