@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from harness.config.gates import Gate, greedy_output_match, plan_baseline_gates, plan_gates
-from harness.config.schema import ModelConfig, TaskSpec
+from harness.config.schema import JsonValue, ModelConfig, TaskSpec
 from harness.config.server_args import split_args
 from harness.config.vllm_args import has_flag
 from harness.config.vllm_parser import current_table
@@ -157,7 +157,7 @@ class Plan:
     #: vLLM release: :meth:`harness.config.vllm_parser.ParserTable.describe`).
     server_args_read_with: str = field(default_factory=lambda: current_table().describe())
 
-    def to_json(self) -> list[dict[str, Any]]:
+    def to_json(self) -> list[dict[str, JsonValue]]:
         """JSON form used by ``--dry-run --json``.
 
         Returns:

@@ -425,7 +425,8 @@ class VariantSpec(StrictModel):
 
 class ConfigWarning(StrictModel):
     """Something in a config that evalrun reads but does not refuse (vLLM's form only:
-    its test never refuses a key), recorded in the plan and the run record.
+    its test never refuses a key), recorded in the plan and, as it is, in the run record
+    (``ConfigResult.config_warnings`` of :mod:`harness.records.run_record`).
 
     Attributes:
         file: the config file.

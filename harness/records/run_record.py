@@ -526,7 +526,8 @@ class ConfigResult(_Model):
     """One config of the run: what was asked (name, file, model, form), the variants,
     comparisons and gate verdicts. ``pipeline`` is the config-level answer pipeline;
     a task may override it (its gates say which they used). ``config_warnings`` are the
-    loader's warnings; ``list_path`` the model list file the config was read from."""
+    loader's warnings (:class:`~harness.config.schema.ConfigWarning`); ``list_path`` the
+    model list file the config was read from."""
 
     name: str
     path: str
