@@ -9,7 +9,6 @@ from harness.config.schema import ConfigError
 from tests.config.texts import NATIVE, write
 
 
-
 def test_unknown_key_names_file_line_and_nearest(tmp_path):
     p = write(tmp_path, "bad.yaml", "model_name: a\naccuracy_treshold: 0.9\n")
     with pytest.raises(ConfigError) as e:
@@ -30,7 +29,6 @@ def test_wrong_type_names_key_and_line(tmp_path):
     with pytest.raises(ConfigError) as e:
         load_config(p)
     assert f"{p}:3" in str(e.value) and "num_questions" in str(e.value)
-
 
 
 def test_native_unknown_nested_key_suggests(tmp_path):

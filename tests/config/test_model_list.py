@@ -13,7 +13,6 @@ from tests.config.texts import VLLM_FORM, write
 REPO = Path(__file__).resolve().parents[2]
 
 
-
 def test_model_list_resolution_and_comments(tmp_path):
     write(tmp_path, "a.yaml", VLLM_FORM)
     lst = write(tmp_path, "models.txt", "# comment\n\na.yaml  # trailing comment\n")

@@ -10,7 +10,6 @@ from harness.config.schema import ConfigError
 from tests.config.texts import NATIVE, write
 
 
-
 def test_native_form(tmp_path):
     c = load_config(write(tmp_path, "n.yaml", NATIVE))
     assert c.form == "native"

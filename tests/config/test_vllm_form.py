@@ -6,7 +6,6 @@ from harness.config.loader import load_config
 from tests.config.texts import VLLM_FORM, write
 
 
-
 def test_vllm_form_derives_three_variants(tmp_path):
     c = load_config(write(tmp_path, "m.yaml", VLLM_FORM))
     assert c.form == "vllm-gsm8k"

@@ -13,6 +13,7 @@ import pytest
 
 from harness.config.loader import load_config
 from harness.config.schema import ConfigError
+from tests.config.texts import HEAD
 
 
 def write(tmp_path: Path, text: str, name: str = "c.yaml") -> Path:
@@ -140,3 +141,38 @@ def test_server_args_list_items(tmp_path):
 def test_server_args_scalar_read_as_float(tmp_path):
     p = write(tmp_path, "model_name: a/b\naccuracy_threshold: 0.9\nserver_args: 1.0\n")
     assert 'server_args: "1.0"' in err(p)
+
+
+# ------------------------------------------------------------------ shapes
+
+
+@pytest.mark.parametrize("form", ["vllm", "native", "variant"])
+@pytest.mark.parametrize("value, shape, line", [("[a, b]", "a list", None), ("{x: 1}", "a mapping", None),
+                                                ("\n    - a\n    - b", "a list", "+1")])
+def test_env_lists_and_mappings_are_refused_with_file_line_and_key(tmp_path, form, value, shape, line):
+    if form == "vllm":
+        text, key, at = HEAD + f"env:\n  OK: x\n  FOO: {value}\n", "env.FOO", 5
+    elif form == "native":
+        text = (f"model: m/x\nenv:\n  OK: x\n  FOO: {value}\n"
+                "variants: {reference: {}}\ntasks: {t: {kind: synthetic}}\n")
+        key, at = "env.FOO", 4
+    else:
+        text = (
+            f"model: m/x\nvariants:\n  reference:\n    env:\n      FOO: {value.replace(chr(10), chr(10) + '    ')}\n"
+            "tasks: {t: {kind: synthetic}}\n"
+        )
+        key, at = "variants.reference.env.FOO", 5
+    at += 1 if line else 0
+    msg = err(write(tmp_path, text))
+    assert f"c.yaml:{at}: key '{key}': {shape}" in msg
+
+
+@pytest.mark.parametrize("item, line", [("[--a, b]", 5), ("{--dtype: float32}", 5)])
+def test_server_args_items_must_be_scalars(tmp_path, item, line):
+    msg = err(write(tmp_path, HEAD + f"server_args:\n  - --enforce-eager\n  - {item}\n"))
+    assert f"c.yaml:{line}: key 'server_args.1'" in msg
+
+
+def test_server_args_as_a_mapping_is_refused(tmp_path):
+    msg = err(write(tmp_path, HEAD + "server_args: {--dtype: float32}\n"))
+    assert "c.yaml:3: key 'server_args': a mapping" in msg

@@ -28,6 +28,10 @@ def err(p: Path) -> str:
     return str(e.value)
 
 
+#: The two keys a vLLM-form config needs (lines 1 and 2).
+HEAD = "model_name: m/x\naccuracy_threshold: 0.5\n"
+
+
 #: A vLLM-form config with a speculative config (three variants).
 VLLM_FORM = """\
 model_name: "org/model"
