@@ -3,8 +3,8 @@
 :class:`ModelConfig` is what the loader returns (:func:`harness.config.loader.load_config`):
 frozen pydantic models of the variants (:class:`VariantSpec`, with its
 :class:`SpeculativeConfigSpec`), tasks (:class:`TaskSpec`), gates (:class:`GateSpec`)
-and comparisons (:class:`ComparisonSpec`), and the :class:`ConfigWarning`\\ s the loader
-flagged. Every error of a config, model list or key is a :class:`ConfigError`.
+and comparisons (:class:`ComparisonSpec`), and the warnings the loader flagged
+(:class:`ConfigWarning`). Every error of a config, model list or key is a :class:`ConfigError`.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 variant matrix derived from it (:func:`from_vllm`): ``reference`` without the
 ``--speculative-config`` of ``server_args``, ``spec_sync`` (``--no-async-scheduling``) and
 ``spec_async`` (``--async-scheduling``) with it, and on request their V1-runner twins
-(:func:`v1_twins`). Unknown top-level keys are :class:`~harness.config.schema.ConfigWarning`\\ s,
-as vLLM's test ignores them.
+(:func:`v1_twins`). An unknown top-level key is a warning
+(:class:`~harness.config.schema.ConfigWarning`), as vLLM's test ignores it.
 """
 
 from __future__ import annotations
