@@ -14,7 +14,7 @@ from harness.config.plan import VariantPlan
 from harness.models.resolve import resolve_model
 from harness.records.baselines import BaselineError, baseline_path, load_baseline
 from harness.records.results import unstarted_variant
-from harness.records.run_record import BaselineInfo, ConfigWarningRecord, DatasetRef
+from harness.records.run_record import BaselineInfo, DatasetRef
 from harness.run_context import ConfigRun
 from harness.run_outcome import PLACE
 from harness.tasks import ContaminationError, DataUnavailableError, ShortDataError, prepare_task, task_for
@@ -27,7 +27,7 @@ def select_variants(run: ConfigRun) -> list[VariantPlan]:
     with ``--variant`` and applicable). Unselected ones are NOT RUN; not applicable ones
     get a record naming why (never a pass)."""
     p, cp, m, crec = run.progress, run.plan, run.measured, run.result
-    crec.config_warnings = [ConfigWarningRecord(**w.model_dump()) for w in cp.config.warnings]
+    crec.config_warnings = list(cp.config.warnings)
     for w in cp.config.warnings:
         p.warn(w.message)
     variants = [v for v in cp.variants if run.opts.variants is None or v.name in run.opts.variants]
