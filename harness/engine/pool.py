@@ -252,7 +252,7 @@ class Job:
 
 def _stop_servers() -> None:
 
-    _server.signal_all(signal.SIGTERM)
+    _server.processes().signal_all(signal.SIGTERM)
 
 
 def run_jobs(jobs: Sequence[Job], pool: DevicePool) -> list[Any]:
