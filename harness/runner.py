@@ -958,7 +958,7 @@ def run_variant(cp: ConfigPlan, vp: VariantPlan, model_ref: str, prepared: dict[
     env = {**vp.env, REPORT_ENV: str(plugin_dir(run_dir, c.name, vp.name))}
     session = _variant_session(cp, vp, argv, env, log_path, opts.progress)
     srv = session.server
-    from harness.report.cost import given_devices
+    from harness.engine.devices import given_devices
 
     vrec.devices = given_devices({**os.environ, **env})
     sent: list[_Sent] = []  # sent while the server is up, judged once it is stopped
