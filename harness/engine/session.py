@@ -12,7 +12,6 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,6 +25,7 @@ from harness.engine.metrics import (
 )
 from harness.engine.server import ServerStartError, VllmServer
 from harness.records.completions import Completion
+from harness.records.task_outcome import TaskOutcome
 from harness.tasks.gsm8k import Request
 from harness.engine.client import chat_complete
 
@@ -45,26 +45,6 @@ def run_coroutine(coro):
     except ImportError:  # e.g. Windows, where uvloop does not build
         return asyncio.run(coro)
     return uvloop.run(coro)
-
-
-@dataclass(frozen=True)
-class TaskOutcome:
-    """What one task produced on one variant.
-
-    Attributes:
-        completions: one raw completion per request, in request order.
-        spec_counters: counter difference over the task (None when the variant does
-            not speculate).
-        spec_metrics: ratios derived from ``spec_counters`` (None likewise).
-        metrics_error: why speculative metrics could not be read, else None.
-        seconds: wall-clock seconds of the task.
-    """
-
-    completions: tuple[Completion, ...]
-    spec_counters: SpecDecodeCountersRecord | None
-    spec_metrics: SpecDecodeRecord | None
-    metrics_error: str | None
-    seconds: float
 
 
 def counter_problem(outcome: TaskOutcome, speculative_config: dict[str, Any] | None, where: str) -> str | None:

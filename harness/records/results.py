@@ -18,6 +18,7 @@ from harness.records.run_record import (
     VariantResult,
 )
 from harness.records.samples import sha256_file
+from harness.records.task_outcome import TaskOutcome
 
 #: Why acceptance intervals are dropped when a task's counters failed the consistency check.
 COUNTERS_REJECTED = "not available: the counters failed the consistency check"
@@ -50,13 +51,13 @@ def unstarted_variant(vp: VariantPlan, status: str, error: str | None) -> Varian
                          server=ServerRecord(status=status), error=error)
 
 
-def task_result(spath: Path, run_dir: Path, outcome: Any, sc: Any, intervals: dict[str, Any]) -> TaskResult:
+def task_result(spath: Path, run_dir: Path, outcome: TaskOutcome, sc: Any, intervals: dict[str, Any]) -> TaskResult:
     """A task's record entry.
 
     Args:
         spath: the task's samples file (stored relative to ``run_dir``, with its SHA-256).
         run_dir: the run folder.
-        outcome: the engine's :class:`harness.engine.session.TaskOutcome` (seconds,
+        outcome: the engine's :class:`harness.records.task_outcome.TaskOutcome` (seconds,
             speculative-decoding counters, metrics and error).
         sc: the task's score (:func:`harness.analysis.scoring.score_task`).
         intervals: acceptance intervals
@@ -85,7 +86,7 @@ def reject_counters(trec: TaskResult, error: str) -> None:
     trec.acceptance_ci_reason = COUNTERS_REJECTED
 
 
-def rerun_record(spath: Path, run_dir: Path, outcome: Any, samples: Any, om: Any) -> RerunRecord:
+def rerun_record(spath: Path, run_dir: Path, outcome: TaskOutcome, samples: Any, om: Any) -> RerunRecord:
     """A task's noise-rerun entry: its samples file, seconds, errors, acceptance and
     the output match of the rerun against the first pass (``om``)."""
     return RerunRecord(
