@@ -13,12 +13,12 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import httpx
 
 from harness.engine.client import AsyncCompletionClient, served_model
-from harness.engine.info import EngineInfoError, read_engine_facts
+from harness.engine.info import EngineInfoError, SpeculativeConfig, read_engine_facts
 from harness.records.measures import EngineFactsRecord, SpecDecodeCountersRecord, SpecDecodeRecord
 from harness.engine.metrics import (
     MetricsError, counter_violations, has_spec_decode_counters, parse_spec_decode_counters,
@@ -47,7 +47,7 @@ def run_coroutine(coro):
     return uvloop.run(coro)
 
 
-def counter_problem(outcome: TaskOutcome, speculative_config: dict[str, Any] | None, where: str) -> str | None:
+def counter_problem(outcome: TaskOutcome, speculative_config: SpeculativeConfig | None, where: str) -> str | None:
     """Why a task's speculative-decoding counters cannot be read as acceptance figures
     (:func:`harness.engine.metrics.counter_violations`: impossible values for the
     variant's ``num_speculative_tokens``), or None when they pass or there are none.
