@@ -8,6 +8,7 @@ stored as they are), so this module imports no later stage.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,7 @@ def unstarted_variant(vp: VariantPlan, status: str, error: str | None) -> Varian
                          server=ServerRecord(status=status), error=error)
 
 
-def task_result(spath: Path, run_dir: Path, outcome: TaskOutcome, sc: Any, intervals: dict[str, Any]) -> TaskResult:
+def task_result(spath: Path, run_dir: Path, outcome: TaskOutcome, sc: Any, intervals: Mapping[str, Any]) -> TaskResult:
     """A task's record entry.
 
     Args:
