@@ -12,8 +12,12 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.config.loader import PROJECT_ROOT, ConfigError
+
+if TYPE_CHECKING:  # imported where used: the cost module loads the plan's stages
+    from harness.report.cost import TwinCost
 
 EXAMPLES = """\
 subcommands:
@@ -348,7 +352,7 @@ def _dry_run(args: argparse.Namespace, plan) -> int:
     return 2 if refused else 0  # the run would refuse it before any server starts
 
 
-def _twin_cost(args: argparse.Namespace, plan, cost) -> dict | None:
+def _twin_cost(args: argparse.Namespace, plan, cost) -> TwinCost | None:
     """What ``--v1-runner-variants`` would add to this plan (:func:`harness.report.cost.twin_cost`),
     None when no variant would get a twin."""
     from harness.config.loader import with_v1_runner_variants

@@ -34,7 +34,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from harness.config.plan import ConfigPlan, Plan, VariantPlan
 from harness.config.schedule import Item, simulate
@@ -349,10 +349,20 @@ def config_cost_weights(configs: Iterable[ConfigPlan], records: Sequence[RunReco
     return {name: max(1, math.ceil(w)) for name, w in totals.items()}
 
 
-def twin_cost(default: PlanCost, with_twins: PlanCost) -> dict[str, Any]:
-    """What the V1-runner twins (``--v1-runner-variants``) add to a list: ``{"variants":
-    [twin ids], "passes": int, "wall_seconds": extra wall time, "gpu_seconds": extra
-    GPU-seconds}`` (estimates, the difference of the two schedules)."""
+class TwinCost(TypedDict):
+    """What the V1-runner twins add to a list (:func:`twin_cost`; the dry run's JSON
+    ``v1_runner_twins``): the twins' variant ids, their count (``passes``), and the extra
+    wall time and GPU-seconds (estimates)."""
+
+    variants: list[str]
+    passes: int
+    wall_seconds: float
+    gpu_seconds: float
+
+
+def twin_cost(default: PlanCost, with_twins: PlanCost) -> TwinCost:
+    """What the V1-runner twins (``--v1-runner-variants``) add to a list (:class:`TwinCost`:
+    estimates, the difference of the two schedules)."""
     have = {(v.config, v.variant) for v in default.variants}
     added = [f"{v.config}/{v.variant}" for v in with_twins.variants if (v.config, v.variant) not in have]
     return {"variants": added, "passes": len(added),
@@ -360,7 +370,7 @@ def twin_cost(default: PlanCost, with_twins: PlanCost) -> dict[str, Any]:
             "gpu_seconds": with_twins.gpu_seconds - default.gpu_seconds}
 
 
-def render_twin_cost(t: dict[str, Any]) -> str:
+def render_twin_cost(t: TwinCost) -> str:
     """The dry run's line on the V1-runner twins that are not run (:func:`twin_cost`)."""
     return (f"  V1-runner twins: not run (every variant runs the engine's default model runner); "
             f"--v1-runner-variants adds {t['passes']} variant(s) ({', '.join(t['variants'])}): "
