@@ -23,7 +23,7 @@ from harness.records.measures import EngineFactsRecord, SpecDecodeCountersRecord
 from harness.engine.metrics import (
     MetricsError, counter_violations, has_spec_decode_counters, parse_spec_decode_counters,
 )
-from harness.engine.server import ServerStartError, VllmServer
+from harness.engine.server import EngineProcesses, ServerStartError, VllmServer
 from harness.records.completions import Completion
 from harness.records.task_outcome import TaskOutcome
 from harness.tasks.gsm8k import Request
@@ -78,6 +78,8 @@ class VariantSession:
             connections).
         speculative: whether the variant asked for speculative decoding.
         on_wait: progress callback while the server starts (elapsed seconds).
+        processes: the registry the server enters (default: the process-wide one,
+            :func:`harness.engine.server.processes`).
 
     Raises:
         harness.engine.server.ServerStartError: from ``__enter__``.
@@ -94,11 +96,12 @@ class VariantSession:
         max_concurrency: int,
         speculative: bool,
         on_wait: Callable[[float], None] | None = None,
+        processes: EngineProcesses | None = None,
     ) -> None:
         self.variant_id = variant_id
         self.server = VllmServer(
             list(argv), env, log_path, name=variant_id,
-            startup_timeout=startup_timeout, on_wait=on_wait,
+            startup_timeout=startup_timeout, on_wait=on_wait, processes=processes,
         )
         self.request_timeout = request_timeout
         self.max_concurrency = max_concurrency
