@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from harness.config.plan import ConfigPlan
-from harness.records.run_record import MergedShard, RunRecord, ShardInfo, ShardListRef, outcome_word
+from harness.records.run_record import RunRecord, outcome_word
+from harness.records.shards import MergedShard, ShardInfo, ShardListRef
 from harness.records.samples import sha256_file
 from harness.tasks import task_size
 
@@ -282,7 +283,8 @@ def cli_main(argv: list[str]) -> int:
     folder). Returns the merged exit code (0 / 1 / 2), or 2 when the shards do not merge.
     """
     from harness.config.loader import PROJECT_ROOT
-    from harness.records.run_record import RunRecordError, load_run, new_run_id, write_run
+    from harness.records.provenance import new_run_id
+    from harness.records.run_record import RunRecordError, load_run, write_run
     from harness.report.summary import render_terminal
 
     p = argparse.ArgumentParser(prog="evalrun merge", description=(

@@ -52,11 +52,11 @@ from harness.records.results import (
     task_result, unstarted_variant,
 )
 from harness.records.run_folder import RunFolderTaken, claim_run_folder
+from harness.records.provenance import ConfigRef, DatasetRef, LmEvalInfo, new_run_id, provenance, utc_now
 from harness.records.run_record import (
-    BaselineInfo, ConfigRef, ConfigResult, ConfigWarningRecord, DatasetRef,
-    LeftoverServerRecord, LmEvalInfo, LmEvalTaskRecord, PreflightProblemRecord, PreflightRecord,
-    RerunRecord, RunErrorRecord, RunRecord, ServerRecord, SubsetWarning, VariantResult, new_run_id, provenance,
-    outcome_word, utc_now,
+    BaselineInfo, ConfigResult, ConfigWarningRecord, LeftoverServerRecord, LmEvalTaskRecord,
+    PreflightProblemRecord, PreflightRecord, RerunRecord, RunErrorRecord, RunRecord, ServerRecord,
+    SubsetWarning, VariantResult, outcome_word,
 )
 from harness.records.samples import Sample, write_jsonl
 from harness.report.dry_run import subset_warnings
