@@ -225,13 +225,29 @@ class ServerRecord(_Model):
 
 
 class PreflightProblemRecord(_Model):
-    """A server command rejected before launch (:mod:`harness.engine.preflight`)."""
+    """A server command rejected before launch (:mod:`harness.engine.preflight`).
+
+    Attributes:
+        variant: ``<config>/<variant>``.
+        config_path: its config file.
+        python: the interpreter of the command.
+        kind: ``launch_failed`` (the interpreter cannot be executed or has no vLLM),
+            ``args_rejected`` (vLLM's parser or validation rejected the arguments) or
+            ``async_not_supported`` (the arguments parse, but vLLM's
+            ``VllmConfig.__post_init__`` would refuse explicit async scheduling with this
+            drafter at start-up; the runner then runs the variant as not applicable).
+        message: what failed, naming the flag (vLLM's own error text).
+    """
 
     variant: str
     config_path: str
     python: str
     kind: Literal["launch_failed", "args_rejected", "async_not_supported"]
     message: str
+
+    def describe(self) -> str:
+        """One paragraph naming the variant, the config, the interpreter and the error."""
+        return f"{self.variant} (config {self.config_path}, python {self.python}): {self.message}"
 
 
 class PreflightRecord(_Model):
@@ -244,6 +260,10 @@ class PreflightRecord(_Model):
     seconds: float
     problems: list[PreflightProblemRecord] = []
     cached: bool = False
+
+
+#: The verdicts on a pid file of an earlier run (:func:`harness.engine.leftovers.judge_pid_file`).
+LeftoverVerdict = Literal["leftover", "cannot_tell", "invalid"]
 
 
 class LeftoverServerRecord(_Model):
@@ -261,12 +281,23 @@ class LeftoverServerRecord(_Model):
         kill_command: the shell command that ends its process group; only for a leftover.
     """
 
-    verdict: Literal["leftover", "cannot_tell", "invalid"] = "leftover"
+    verdict: LeftoverVerdict = "leftover"
     pid: int | None = None
     pid_file: str
     command: str = ""
     reason: str = ""
     kill_command: str | None = None
+
+    def describe(self) -> str:
+        """One line for the terminal: what was found and, only for a leftover, how to end it."""
+        cmd = self.command[:160]
+        if self.verdict == "leftover" and self.kill_command:
+            return (f"a vLLM server started by an earlier evalrun run is still running: pid {self.pid} "
+                    f"(recorded in {self.pid_file}): {cmd}; end it with: {self.kill_command}")
+        if self.verdict == "cannot_tell":
+            return (f"cannot tell whether live process {self.pid} is the vLLM server recorded in {self.pid_file}: "
+                    f"{self.reason}; no command suggested (check it with: ps -o pid,pgid,lstart,args -p {self.pid})")
+        return f"pid file {self.pid_file} ignored: {self.reason}; no command suggested"
 
 
 class PluginReport(_Model):
