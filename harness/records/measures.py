@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr, model_serializer, model_validator
+from pydantic import (
+    BaseModel, ConfigDict, PrivateAttr, SerializerFunctionWrapHandler, model_serializer, model_validator,
+)
 
 from harness.records.bounds import Bounded
+from harness.records.text import JsonValue
 
 #: A two-sided interval ``[low, high]`` (fractions or tokens, as the field says).
 Interval = tuple[float, float]
@@ -53,7 +56,7 @@ class Measure(Bounded, BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    def __init__(self, *args: Any, **data: Any) -> None:
+    def __init__(self, *args: object, **data: object) -> None:
         if args:
             names = list(type(self).model_fields)
             if len(args) > len(names):
@@ -235,18 +238,6 @@ class SpecDecodeCountersRecord(Measure):
 
     __hash__ = None  # type: ignore[assignment]  # mutable per_engine; equality by the sums
 
-    def to_json(self) -> dict[str, Any]:
-        """JSON-serialisable dict: ``drafts``, ``draft_tokens``, ``accepted_tokens``
-        (floats) and ``accepted_per_pos`` (list of floats)."""
-        return self.model_dump(mode="json")
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "SpecDecodeCountersRecord":
-        """Inverse of :meth:`to_json`. Raises KeyError on a missing key."""
-        return cls(drafts=float(data["drafts"]), draft_tokens=float(data["draft_tokens"]),
-                   accepted_tokens=float(data["accepted_tokens"]),
-                   accepted_per_pos=tuple(float(v) for v in data["accepted_per_pos"]))
-
 
 def _ratio(num: float, den: float) -> float | None:
     return num / den if den > 0 else None
@@ -292,11 +283,6 @@ class SpecDecodeRecord(Measure):
             mean_acceptance_length=1.0 + delta.accepted_tokens / delta.drafts if delta.drafts > 0 else None,
             per_position_acceptance=tuple(_ratio(a, delta.drafts) for a in delta.accepted_per_pos),
         )
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON-serialisable dict of every field (``per_position_acceptance`` a list;
-        None entries become JSON null)."""
-        return self.model_dump(mode="json")
 
 
 # --------------------------------------------------------------------------- scores
@@ -352,7 +338,7 @@ class TaskScore(Measure):
     _RATES = ("error_rate", "truncated_rate")
     _WITHIN = (("error_count", "num_requests"), ("truncated", "num_requests"), ("finish_reasons", "num_requests"))
 
-    def result_fields(self) -> dict[str, Any]:
+    def result_fields(self) -> dict[str, object]:
         """These scores as the keys of :class:`harness.records.run_record.TaskResult`:
         the counts, and ``accuracy`` / ``accuracy_ci`` / ``correct`` / ``scored`` /
         ``invalid_rate`` each a map pipeline -> value."""
@@ -597,7 +583,7 @@ class DivergenceReportRecord(Measure):
 
     @model_validator(mode="before")
     @classmethod
-    def _drop_counts(cls, data: Any) -> Any:
+    def _drop_counts(cls, data: JsonValue) -> JsonValue:
         """Accept the stored counts, each equal to the number of divergences with that verdict."""
         if not isinstance(data, dict) or not any(k in data for k in _VERDICT_COUNTS):
             return data
@@ -611,7 +597,7 @@ class DivergenceReportRecord(Measure):
         return data
 
     @model_serializer(mode="wrap")
-    def _with_counts(self, handler: Any) -> dict[str, Any]:
+    def _with_counts(self, handler: SerializerFunctionWrapHandler) -> dict[str, JsonValue]:
         out = handler(self)
         counts = {k: len(self.of(k)) for k in _VERDICT_COUNTS}
         keys = list(out)
