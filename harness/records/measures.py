@@ -10,7 +10,8 @@ Every type takes its fields by keyword, or positionally in declaration order.
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from collections.abc import Mapping
+from typing import Any, Final, Literal, TypedDict
 
 from pydantic import (
     BaseModel, ConfigDict, PrivateAttr, SerializerFunctionWrapHandler, model_serializer, model_validator,
@@ -34,6 +35,28 @@ DRAFTS = "vllm:spec_decode_num_drafts"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
 ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens"
 ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+
+
+class CountersJson(TypedDict):
+    """:meth:`SpecDecodeCountersRecord.to_json`: counter differences (counts, as floats)."""
+
+    drafts: float
+    draft_tokens: float
+    accepted_tokens: float
+    accepted_per_pos: list[float]
+
+
+class SpecDecodeJson(TypedDict):
+    """:meth:`SpecDecodeRecord.to_json`: counts (floats), acceptance rate (fraction),
+    mean acceptance length (tokens), per-position acceptance (fractions); None when
+    there were no drafts."""
+
+    drafts: float
+    draft_tokens: float
+    accepted_tokens: float
+    acceptance_rate: float | None
+    mean_acceptance_length: float | None
+    per_position_acceptance: list[float | None]
 
 
 class MetricsError(Exception):
@@ -238,6 +261,19 @@ class SpecDecodeCountersRecord(Measure):
 
     __hash__ = None  # type: ignore[assignment]  # mutable per_engine; equality by the sums
 
+    def to_json(self) -> CountersJson:
+        """JSON-serialisable dict: ``drafts``, ``draft_tokens``, ``accepted_tokens``
+        (floats) and ``accepted_per_pos`` (list of floats)."""
+        return CountersJson(drafts=self.drafts, draft_tokens=self.draft_tokens, accepted_tokens=self.accepted_tokens,
+                            accepted_per_pos=list(self.accepted_per_pos))
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, JsonValue]) -> "SpecDecodeCountersRecord":
+        """Inverse of :meth:`to_json`. Raises KeyError on a missing key."""
+        return cls(drafts=float(data["drafts"]), draft_tokens=float(data["draft_tokens"]),
+                   accepted_tokens=float(data["accepted_tokens"]),
+                   accepted_per_pos=tuple(float(v) for v in data["accepted_per_pos"]))
+
 
 def _ratio(num: float, den: float) -> float | None:
     return num / den if den > 0 else None
@@ -283,6 +319,14 @@ class SpecDecodeRecord(Measure):
             mean_acceptance_length=1.0 + delta.accepted_tokens / delta.drafts if delta.drafts > 0 else None,
             per_position_acceptance=tuple(_ratio(a, delta.drafts) for a in delta.accepted_per_pos),
         )
+
+    def to_json(self) -> SpecDecodeJson:
+        """JSON-serialisable dict of every field (``per_position_acceptance`` a list;
+        None entries become JSON null)."""
+        return SpecDecodeJson(drafts=self.drafts, draft_tokens=self.draft_tokens,
+                              accepted_tokens=self.accepted_tokens, acceptance_rate=self.acceptance_rate,
+                              mean_acceptance_length=self.mean_acceptance_length,
+                              per_position_acceptance=list(self.per_position_acceptance))
 
 
 # --------------------------------------------------------------------------- scores

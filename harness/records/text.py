@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["REPLACEMENT", "strip_ansi", "clean_text", "valid_unicode", "clean_json", "clip"]
+__all__ = ["REPLACEMENT", "JsonValue", "strip_ansi", "clean_text", "valid_unicode", "clean_json", "clip"]
 
 REPLACEMENT = "\ufffd"
 

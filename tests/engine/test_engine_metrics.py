@@ -193,7 +193,7 @@ def test_zero_drafts_give_none_ratios():
     assert m.acceptance_rate is None
     assert m.mean_acceptance_length is None
     assert m.per_position_acceptance == (None, None)
-    j = m.model_dump(mode="json")
+    j = m.to_json()
     assert j == {
         "drafts": 0.0,
         "draft_tokens": 0.0,
