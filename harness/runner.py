@@ -54,9 +54,8 @@ from harness.records.results import (
 from harness.records.run_folder import RunFolderTaken, claim_run_folder
 from harness.records.provenance import ConfigRef, DatasetRef, LmEvalInfo, new_run_id, provenance, utc_now
 from harness.records.run_record import (
-    BaselineInfo, ConfigResult, ConfigWarningRecord, LmEvalTaskRecord,
-    PreflightRecord, RerunRecord, RunErrorRecord, RunRecord, ServerRecord,
-    SubsetWarning, VariantResult, outcome_word,
+    BaselineInfo, ConfigResult, LmEvalTaskRecord, PreflightRecord, RerunRecord, RunErrorRecord, RunRecord,
+    ServerRecord, SubsetWarning, VariantResult, outcome_word,
 )
 from harness.records.samples import Sample, write_jsonl
 from harness.report.dry_run import subset_warnings
@@ -665,7 +664,7 @@ def _select_variants(cp: ConfigPlan, opts: RunOptions, crec: ConfigResult, m: Me
     with ``--variant`` and applicable). Unselected ones are NOT RUN; not applicable ones
     get a record naming why (never a pass)."""
     p = opts.progress
-    crec.config_warnings = [ConfigWarningRecord(**w.model_dump()) for w in cp.config.warnings]
+    crec.config_warnings = list(cp.config.warnings)
     for w in cp.config.warnings:
         p.warn(w.message)
     variants = [v for v in cp.variants if opts.variants is None or v.name in opts.variants]
