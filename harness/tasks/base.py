@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, TypeVar
 
-from harness.config.loader import TaskSpec
+from harness.config.schema import TaskSpec
 from harness.records.completions import Completion, write_raw_jsonl
 from harness.records.samples import Sample
 from harness.records.task_outcome import TaskOutcome

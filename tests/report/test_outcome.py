@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from harness.records.run_record import new_run_id
+from harness.records.provenance import new_run_id
 from harness.report.diff import DiffResult
 from harness.report.diff_render import render_diff_markdown
 from harness.report.diff_sides import SideHead
