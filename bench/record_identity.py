@@ -49,6 +49,8 @@ SCENARIOS = {
 _VOLATILE_KEY = re.compile(r"(^|_)(at|seconds|s|pid|port)$|^(git_revision|samples_sha256)$")
 _PORT = re.compile(r"(--port[ =]|127\.0\.0\.1:|localhost:|'127\.0\.0\.1', )\d+")
 _PID = re.compile(r"\bpid \d+\b")
+#: a duration inside a message, e.g. "exited with code 3 during start-up after 0.5s"
+_AFTER = re.compile(r"\bafter \d+(\.\d+)?s\b")
 
 
 def config_text(ref_env: dict[str, str], spec_env: dict[str, str], comparison_extra: str) -> str:
@@ -99,7 +101,7 @@ def _normalise_doc(doc: object) -> str:
         if _VOLATILE_KEY.search(key) and x is not None:
             return "<volatile>"
         if isinstance(x, str):
-            return _PID.sub("pid <n>", _PORT.sub(r"\1<port>", x))
+            return _AFTER.sub("after <n>s", _PID.sub("pid <n>", _PORT.sub(r"\1<port>", x)))
         return x
 
     return json.dumps(walk(doc), indent=1)

@@ -14,7 +14,8 @@ from harness.config.plan import VariantPlan
 from harness.models.resolve import resolve_model
 from harness.records.baselines import BaselineError, baseline_path, load_baseline
 from harness.records.results import unstarted_variant
-from harness.records.run_record import BaselineInfo, DatasetRef
+from harness.records.provenance import DatasetRef
+from harness.records.run_record import BaselineInfo
 from harness.run_context import ConfigRun
 from harness.run_outcome import PLACE
 from harness.tasks import ContaminationError, DataUnavailableError, ShortDataError, prepare_task, task_for

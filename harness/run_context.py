@@ -12,7 +12,8 @@ from pathlib import Path
 from harness.analysis.measurements import Measurements
 from harness.config.plan import ConfigPlan
 from harness.engine.pool import DevicePool, ServerPlan
-from harness.records.run_record import ConfigResult, RunRecord, ShardInfo
+from harness.records.run_record import ConfigResult, RunRecord
+from harness.records.shards import ShardInfo
 from harness.records.samples import Sample
 from harness.report.progress import Progress
 from harness.tasks import PreparedTask

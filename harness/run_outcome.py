@@ -16,13 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.engine import server as engine_server
-from harness.engine.server import unstopped
+from harness.engine.server import processes
 from harness.records.atomic import ResultsFolderError, write_atomic
 from harness.records.recorder import (
     EXIT_COULD_NOT_RUN, EXIT_GATE_FAILED, EXIT_PASSED, RunRecorder, interrupt_all, write_final,
 )
-from harness.records.run_record import RunErrorRecord, RunRecord, outcome_word, utc_now
+from harness.records.provenance import utc_now
+from harness.records.run_record import RunErrorRecord, RunRecord, outcome_word
 from harness.report.html import write_html
 from harness.report.junit import write_junit
 from harness.report.progress import Progress
@@ -110,7 +110,7 @@ def interrupted(e: KeyboardInterrupt, recorder: RunRecorder, lm_eval_done: Calla
     short), ``summary.html`` is left, and the exit code is the record's."""
     # (variants side by side: every job thread has ended, :func:`harness.engine.pool.run_jobs`)
     record, run_dir = recorder.record, recorder.run_dir
-    leftover = sorted({pid for pids in unstopped().values() for pid in pids})
+    leftover = sorted({pid for pids in processes().unstopped().values() for pid in pids})
     sig = str(e.args[0]) if e.args else "KeyboardInterrupt"
     kept = recorder.final_written and record.status != "interrupted"
     if not kept:
@@ -144,8 +144,8 @@ def record_error(record: RunRecord, run_dir: Path, exc: BaseException, place: Pl
             any, is left as it was); names the run folder, the write error and the
             original exception.
     """
-    if unstopped():
-        engine_server.hurry()  # SIGKILL to every live group; the context managers already waited
+    if processes().unstopped():
+        processes().hurry()  # SIGKILL to every live group; the context managers already waited
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     record.status, record.passed, record.exit_code = "error", None, EXIT_COULD_NOT_RUN
     record.error = RunErrorRecord(
@@ -221,21 +221,21 @@ def write_reports(record: RunRecord, run_dir: Path, html: bool = True) -> list[s
 
 def terminate_as_interrupt() -> None:
     """Make every stopping signal (:data:`harness.engine.server.STOP_SIGNALS`) stop every server and keep the
-    partial record (:func:`harness.engine.server.install_stop_handlers`).
+    partial record (:meth:`harness.engine.server.EngineProcesses.install_stop_handlers`).
 
     First signal: the run record is written with ``status: interrupted`` (so a SIGKILL
     after the CI's grace still leaves it), then SIGTERM goes to every live server's
     process group at once (so in-flight requests end), and KeyboardInterrupt is raised
     in the main thread; each server's context manager then waits for its group to exit
-    (up to the stop grace, :func:`harness.engine.server.stop_grace`, saying what it
+    (up to the stop grace, :meth:`harness.engine.server.EngineProcesses.stop_grace`, saying what it
     waits for) and the runner rewrites the record with the servers' fate.
     Any further signal never interrupts that teardown: it speeds it up, sending SIGKILL
-    to every live group (:func:`harness.engine.server.hurry`).
+    to every live group (:meth:`harness.engine.server.EngineProcesses.hurry`).
     Without this, SIGHUP (terminal closed) would end evalrun and leave the vLLM server
     running with parent 1. A signal that is ignored when evalrun starts (``nohup``)
     stays ignored.
     """
-    engine_server.install_stop_handlers(interrupt_all)  # the record first: a SIGKILL may follow at any moment
+    processes().install_stop_handlers(interrupt_all)  # the record first: a SIGKILL may follow at any moment
 
 
 def say_interrupted(e: BaseException, prog: str = "evalrun") -> None:
@@ -252,7 +252,7 @@ def say_interrupted(e: BaseException, prog: str = "evalrun") -> None:
     sig = getattr(e, "signal_name", None) or (str(e.args[0]) if e.args else "KeyboardInterrupt")
     run_dir = getattr(e, "run_dir", None)
     kept = getattr(e, "kept", None)
-    left = unstopped()
+    left = processes().unstopped()
     pids = sorted(set(getattr(e, "leftover_pids", None) or []) | {p for v in left.values() for p in v})
     if kept:
         what = (f"{prog}: {sig} after the run's outcome was recorded: {kept} kept (exit "

@@ -32,16 +32,14 @@ from harness.config.plan import ConfigPlan, Plan, VariantPlan
 from harness.config_steps import judge_gates, prepare_model, prepare_tasks, select_variants
 from harness.engine.leftovers import find_leftover_servers
 from harness.engine.pool import DevicePool, Job, ServerPlan, new_pool, run_jobs, server_plan
-from harness.engine.preflight import ASYNC_NOT_SUPPORTED, PreflightProblem, ServerCommand, check_server_commands
+from harness.engine.preflight import ASYNC_NOT_SUPPORTED, ServerCommand, check_server_commands
 from harness.engine.preflight_cache import CACHE_NAME, cache_key, cached_all_clear, store_all_clear
 from harness.records.atomic import ResultsFolderError, check_results_folder
 from harness.records.recorder import RECORDERS, RunRecorder, checkpoint
 from harness.records.results import config_result, unstarted_variant
 from harness.records.run_folder import RunFolderTaken, claim_run_folder
-from harness.records.run_record import (
-    ConfigRef, ConfigResult, LeftoverServerRecord, LmEvalInfo, PreflightProblemRecord, PreflightRecord, RunRecord,
-    SubsetWarning, new_run_id, provenance, utc_now,
-)
+from harness.records.provenance import ConfigRef, LmEvalInfo, new_run_id, provenance, utc_now
+from harness.records.run_record import ConfigResult, PreflightProblemRecord, PreflightRecord, RunRecord, SubsetWarning
 from harness.report.dry_run import subset_warnings
 from harness.run_context import ConfigRun, RunOptions
 from harness.run_outcome import PLACE, finish, interrupted, record_error
@@ -165,11 +163,7 @@ def _new_record(plan: Plan, opts: RunOptions, run_id: str) -> tuple[RunRecord, C
         lm_thread.join(timeout)
         build_thread.join(timeout)
     record.provenance.allow_contamination = opts.allow_contamination
-    record.leftover_servers = [
-        LeftoverServerRecord(verdict=lo.verdict, pid=lo.pid, pid_file=str(lo.pid_file), command=lo.command,
-                             reason=lo.reason, kill_command=lo.kill_command)
-        for lo in leftovers
-    ]
+    record.leftover_servers = leftovers
     return record, provenance_done
 
 
@@ -296,24 +290,23 @@ def _preflight(plan: Plan, opts: RunOptions, record: RunRecord) -> tuple[bool, d
         why = store_all_clear(opts.results_dir, key, len(cmds))
         if why:
             p.warn(f"the pre-launch check's cache was not written: {why}")
-    not_applicable = {pr.variant_id: pr.message for pr in found if pr.kind == ASYNC_NOT_SUPPORTED}
+    not_applicable = {pr.variant: pr.message for pr in found if pr.kind == ASYNC_NOT_SUPPORTED}
     for vid, why in not_applicable.items():
         p.warn(f"{vid}: not applicable on this engine: {why}")
     problems = [pr for pr in found if pr.kind != ASYNC_NOT_SUPPORTED]
     record.preflight = PreflightRecord(
         checked=len(cmds), seconds=round(time.monotonic() - t0, 1),
-        problems=[PreflightProblemRecord(variant=pr.variant_id, config_path=str(pr.config_path), python=pr.python,
-                                         kind=pr.kind, message=pr.message) for pr in found],
+        problems=found,
     )
     if not problems:
         return False, not_applicable
     for pr in problems:
         p.error(f"server command rejected before launch: {pr.describe()}")
-    _refused_before_launch(plan, {pr.variant_id: pr for pr in problems}, record)
+    _refused_before_launch(plan, {pr.variant: pr for pr in problems}, record)
     return True, not_applicable
 
 
-def _refused_before_launch(plan: Plan, bad: dict[str, PreflightProblem], record: RunRecord) -> None:
+def _refused_before_launch(plan: Plan, bad: dict[str, PreflightProblemRecord], record: RunRecord) -> None:
     """Fill ``record.configs`` with every variant NOT RUN because server commands were
     rejected before launch (``bad``: variant id -> the preflight problem)."""
     for cp in plan.configs:

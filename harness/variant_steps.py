@@ -30,7 +30,8 @@ from harness.analysis.scoring import output_match, score_task
 from harness.doctor import diagnose_server_log
 from harness.config.plan import PORT_PLACEHOLDER, TaskPlan, VariantPlan, shell_line
 from harness.engine.info import EngineInfoError, check_effective, model_runner_fact
-from harness.engine.server import ServerStartError, interrupting
+from harness.engine.devices import given_devices
+from harness.engine.server import ServerStartError, processes
 from harness.engine.session import VariantSession, counter_problem
 from harness.faults.plugin import REPORT_ENV
 from harness.records.recorder import checkpoint
@@ -39,7 +40,6 @@ from harness.records.results import (
 )
 from harness.records.run_record import LmEvalTaskRecord, RerunRecord, ServerRecord, VariantResult
 from harness.records.samples import Sample, write_jsonl
-from harness.report.cost import given_devices
 from harness.run_context import ConfigRun
 from harness.run_outcome import PLACE
 from harness.tasks import SentTask, TaskContext, task_for
@@ -109,7 +109,7 @@ def run_variant(run: ConfigRun, vp: VariantPlan, devices: tuple[str, ...] = ()) 
     if pool is not None:  # released when its server stopped (before judging); here too if it never started
         pool.release(vp.id)
     vr = run.result.variants[vp.name]
-    if pool is not None and pool.cancelled.is_set() and interrupting():  # its server was stopped by the signal
+    if pool is not None and pool.cancelled.is_set() and processes().interrupting():  # stopped by the signal
         vr.server = ServerRecord(status="interrupted", exit_code=vr.server.exit_code, seconds=vr.server.seconds,
                                  pid=vr.server.pid)
         vr.error = "interrupted by a signal" + (f" ({vr.error})" if vr.error else "")
