@@ -55,7 +55,7 @@ from harness.records.run_folder import RunFolderTaken, claim_run_folder
 from harness.records.run_record import (
     BaselineInfo, ConfigRef, ConfigResult, ConfigWarningRecord, DatasetRef,
     LeftoverServerRecord, LmEvalInfo, LmEvalTaskRecord, PreflightProblemRecord, PreflightRecord,
-    RerunRecord, RunErrorRecord, RunRecord, ServerRecord, SubsetWarning, VariantResult, new_run_id, provenance,
+    RerunRecord, RunErrorRecord, RunRecord, ServerRecord, VariantResult, new_run_id, provenance,
     outcome_word, utc_now,
 )
 from harness.records.samples import Sample, write_jsonl
@@ -636,7 +636,7 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
     # 1. tasks: data first, so a missing data set stops before minutes of server start-up.
     prepared, could_not_run = _prepare_tasks(cp, opts, record, m)
     # 1b. a run smaller than the set its threshold was measured on: say so now
-    crec.subset_warnings = [SubsetWarning(**w) for w in subset_warnings(c)]
+    crec.subset_warnings = subset_warnings(c)
     for w in crec.subset_warnings:
         opts.progress.warn(f"{c.name}: {w.message}")
     # 2. the model
