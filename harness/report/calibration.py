@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from harness.report.summary import fmt
+from harness.records.measures import Interval
 from harness.records.run_record import RunRecord, TaskResult
 from harness.records.samples import read_jsonl
 from harness.analysis.scoring import first_divergence
@@ -144,7 +145,7 @@ def _mean(xs: Sequence[float | None]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
-def _ci_se(ci: Any) -> float | None:
+def _ci_se(ci: Interval | None) -> float | None:
     return (ci[1] - ci[0]) / (2 * Z95) if ci else None
 
 
@@ -413,11 +414,11 @@ def _recommend(cs: Mapping[str, Any], k: float) -> tuple[dict[str, Any], dict[st
     return rec, why
 
 
-def _f(x: Any, d: int = 4) -> str:
+def _f(x: object, d: int = 4) -> str:
     return fmt(x, d)
 
 
-def _vals(xs: Sequence[Any], d: int = 4) -> str:
+def _vals(xs: Sequence[object], d: int = 4) -> str:
     return ", ".join(_f(x, d) for x in xs)
 
 

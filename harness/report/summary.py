@@ -21,7 +21,7 @@ from __future__ import annotations
 import html
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from rich import box
 from rich.console import Console
@@ -43,7 +43,7 @@ OUTCOME_MEANING = {
 }
 
 
-def fmt(x: Any, digits: int = 3) -> str:
+def fmt(x: object, digits: int = 3) -> str:
     """A value for a table: ``-`` for None, floats with ``digits`` decimals."""
     if x is None:
         return "-"
@@ -52,7 +52,7 @@ def fmt(x: Any, digits: int = 3) -> str:
     return str(x)
 
 
-def _ci(ci: Any) -> str:
+def _ci(ci: Sequence[float] | None) -> str:
     if not ci:
         return ""
     return f" [{ci[0]:.3f}, {ci[1]:.3f}]"
