@@ -56,11 +56,18 @@ Json = Union[None, bool, int, float, str, list["Json"], dict[str, "Json"]]
 
 def _plain(x: object) -> Json:
     """The JSON form of a result value: a result type by its ``to_json()``, a record by
-    ``model_dump(mode="json")``, lists, tuples and dicts element by element."""
+    ``model_dump(mode="json")``, another dataclass field by field, lists, tuples and dicts
+    element by element.
+
+    Raises:
+        TypeError: a value with no JSON form (a bug in a result type's fields).
+    """
     if isinstance(x, _Result):
         return x.to_json()
     if isinstance(x, BaseModel):
         return x.model_dump(mode="json")
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return _plain(dataclasses.asdict(x))
     if isinstance(x, (list, tuple)):
         return [_plain(v) for v in x]
     if isinstance(x, dict):

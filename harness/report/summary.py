@@ -21,7 +21,7 @@ from __future__ import annotations
 import html
 import shlex
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, TypedDict
 
 from rich import box
 from rich.console import Console
@@ -194,10 +194,26 @@ def divergence_rows(record: RunRecord) -> list[dict[str, str]]:
     return rows
 
 
-def comparison_rows(record: RunRecord) -> list[dict[str, Any]]:
+class ComparisonRow(TypedDict):
+    """A row of :func:`comparison_rows`: ``pair`` ``"baseline -> candidate"``; the
+    question ids right only in the baseline (``lost_ids``) or the candidate
+    (``gained_ids``), `` (truncated)`` marked; the other cells formatted for a table."""
+
+    config: str
+    pair: str
+    task: str
+    lost_ids: list[str]
+    gained_ids: list[str]
+    output_match: str
+    diff: str
+    flipped: str
+    p: str
+
+
+def comparison_rows(record: RunRecord) -> list[ComparisonRow]:
     """One row per comparison and task: output match (with the noise it is judged
     against, when any), paired accuracy difference, p-value, flipped question ids."""
-    rows = []
+    rows: list[ComparisonRow] = []
     for c in record.configs:
         for comp in c.comparisons:
             p = comp.paired
@@ -228,15 +244,28 @@ def comparison_rows(record: RunRecord) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------ flipped questions
 
 
+class FlippedExample(TypedDict):
+    """A question right in one variant of a comparison and wrong in the other
+    (:func:`flipped_examples`): ``direction`` ``lost`` (right only in the baseline) or
+    ``gained``; the answers are those of the comparison's pipeline."""
+
+    question_id: str
+    direction: str
+    gold: str | None
+    baseline_answer: str | None
+    candidate_answer: str | None
+    baseline_completion: str
+    candidate_completion: str
+
+
 def flipped_examples(record: RunRecord, config: str, comp: ComparisonResult, limit: int = 10,
-                     run_dir: str | Path | None = None) -> list[dict[str, Any]]:
+                     run_dir: str | Path | None = None) -> list[FlippedExample]:
     """Questions right in one variant of a comparison and wrong in the other, with both
     completions, read from the samples beside the record.
 
     Returns:
-        Up to ``limit`` dicts ``{"question_id", "direction": "lost" | "gained", "gold",
-        "baseline_answer", "candidate_answer", "baseline_completion",
-        "candidate_completion"}``, lost first; ``[]`` when the samples cannot be read.
+        Up to ``limit`` :class:`FlippedExample`, lost first; ``[]`` when the samples
+        cannot be read.
     """
     p = comp.paired
     ids = ([("lost", q) for q in p.a_only] + [("gained", q) for q in p.b_only]) if p else []
@@ -254,7 +283,7 @@ def flipped_examples(record: RunRecord, config: str, comp: ComparisonResult, lim
     except (KeyError, AttributeError, OSError, ValueError):
         return []
     pipe = comp.pipeline
-    out = []
+    out: list[FlippedExample] = []
     for direction, q in ids[:limit]:
         a, b = side["baseline"].get(q), side["candidate"].get(q)
         out.append({
@@ -336,10 +365,10 @@ def render_terminal(record: RunRecord, console: Console | None = None) -> None:
         if mine:
             title("comparisons (paired over the same questions)")
             ct = _table(["pair", "task", "output match", "accuracy diff\n[95% CI]", "lost /\ngained", "McNemar p"])
-            for r in mine:
-                ct.add_row(r["pair"].replace(" -> ", " ->\n"), r["task"], r["output_match"],
-                           r["diff"].replace(" [", "\n[", 1),
-                           r["flipped"], r["p"])
+            for cr in mine:
+                ct.add_row(cr["pair"].replace(" -> ", " ->\n"), cr["task"], cr["output_match"],
+                           cr["diff"].replace(" [", "\n[", 1),
+                           cr["flipped"], cr["p"])
             console.print(ct)
             for line in _flipped_lines(mine):
                 console.print(line, markup=False, soft_wrap=True)
@@ -392,7 +421,7 @@ def run_warnings(record: RunRecord) -> list[str]:
     return out
 
 
-def _flipped_lines(crow: list[dict[str, Any]], limit: int = 50) -> list[str]:
+def _flipped_lines(crow: list[ComparisonRow], limit: int = 50) -> list[str]:
     def ids(x: list[str]) -> str:
         return ", ".join(x[:limit]) + (f" ... ({len(x)} in all)" if len(x) > limit else "")
 
