@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, TypedDict
 
 from harness.report.summary import fmt
 from harness.records.measures import Interval
@@ -72,7 +72,33 @@ __all__ = ["spread", "per_draft_se", "binomial_variance", "summarize", "render_c
 Z95 = 1.959963984540054
 
 
-def spread(values: Sequence[float | None]) -> dict[str, Any]:
+class Spread(TypedDict):
+    """One figure over the runs (:func:`spread`): the values (None = not measured in
+    that run), how many were measured, and their mean, sample standard deviation, its
+    one-sided 95% upper bound, min and max (None when not computable)."""
+
+    values: list[float | None]
+    n_runs: int
+    mean: float | None
+    sd: float | None
+    sd_upper95: float | None
+    min: float | None
+    max: float | None
+
+
+class OutputNoise(TypedDict):
+    """Run ``run``'s greedy completions against run 1's of the same variant and task:
+    questions compared, how many differ, their share, and ``[question id, first
+    divergent token]`` of each."""
+
+    run: int
+    compared: int
+    mismatched: int
+    rate: float | None
+    first_divergences: list[list[str | int]]
+
+
+def spread(values: Sequence[float | None]) -> Spread:
     """Mean and spread of one figure over the runs.
 
     Args:
@@ -89,13 +115,13 @@ def spread(values: Sequence[float | None]) -> dict[str, Any]:
     from scipy import stats as _st
 
     xs = [float(v) for v in values if v is not None]
-    out: dict[str, Any] = {"values": list(values), "n_runs": len(xs), "mean": None, "sd": None,
-                           "sd_upper95": None, "min": None, "max": None}
+    out: Spread = {"values": list(values), "n_runs": len(xs), "mean": None, "sd": None,
+                   "sd_upper95": None, "min": None, "max": None}
     if not xs:
         return out
     n = len(xs)
     mean = sum(xs) / n
-    out.update(mean=mean, min=min(xs), max=max(xs))
+    out["mean"], out["min"], out["max"] = mean, min(xs), max(xs)
     if n >= 2:
         sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
         out["sd"] = sd
@@ -156,7 +182,7 @@ def _task(rec: RunRecord, cname: str, vname: str, tname: str) -> TaskResult | No
 
 
 def _noise_vs_first(runs: Sequence[tuple[RunRecord, Path]], cname: str, vname: str, tname: str
-                    ) -> list[dict[str, Any]]:
+                    ) -> list[OutputNoise]:
     """Output mismatch of run i (i >= 2) against run 1 of the same variant and task."""
     def samples(rec, run_dir):
         t = _task(rec, cname, vname, tname)
@@ -165,14 +191,15 @@ def _noise_vs_first(runs: Sequence[tuple[RunRecord, Path]], cname: str, vname: s
         return {s.question_id: s for s in read_jsonl(Path(run_dir) / t.samples)}
 
     first = samples(*runs[0])
-    out: list[dict[str, Any]] = []
+    out: list[OutputNoise] = []
     if first is None:
         return out
     for i, (rec, run_dir) in enumerate(runs[1:], 2):
         other = samples(rec, run_dir)
         if other is None:
             continue
-        compared, diverged = 0, []
+        compared = 0
+        diverged: list[list[str | int]] = []
         for q, a in first.items():
             b = other.get(q)
             if b is None or not (a.ok and b.ok) or a.token_ids is None or b.token_ids is None:
@@ -422,7 +449,7 @@ def _vals(xs: Sequence[object], d: int = 4) -> str:
     return ", ".join(_f(x, d) for x in xs)
 
 
-def _row(label: list[str], s: Mapping[str, Any], d: int = 4) -> list[str]:
+def _row(label: list[str], s: Spread, d: int = 4) -> list[str]:
     return label + [_vals(s["values"], d), _f(s["mean"], d), _f(s["sd"], d), _f(s["sd_upper95"], d),
                     _f(s["min"], d), _f(s["max"], d)]
 
