@@ -13,7 +13,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.config.loader import PROJECT_ROOT, ConfigError
+from harness.config.model_list import PROJECT_ROOT
+from harness.config.schema import ConfigError
 
 EXAMPLES = """\
 subcommands:
@@ -273,7 +274,7 @@ def _selected_plan(args: argparse.Namespace):
             ``--variant``.
     """
     from harness.config.checks import check_run_id
-    from harness.config.loader import resolve_list_path
+    from harness.config.model_list import resolve_list_path
     from harness.config.plan import build_plan
     from harness.config.select import load_selected
 
@@ -286,7 +287,7 @@ def _selected_plan(args: argparse.Namespace):
     except ConfigError as e:
         raise _Refused(f"config error:\n{e}") from None
     if args.v1_runner_variants:
-        from harness.config.loader import with_v1_runner_variants
+        from harness.config.vllm_form import with_v1_runner_variants
 
         configs = [with_v1_runner_variants(c) for c in configs]
     plan = build_plan(configs, python=args.python, list_path=str(list_path))
@@ -351,7 +352,7 @@ def _dry_run(args: argparse.Namespace, plan) -> int:
 def _twin_cost(args: argparse.Namespace, plan, cost) -> dict | None:
     """What ``--v1-runner-variants`` would add to this plan (:func:`harness.report.cost.twin_cost`),
     None when no variant would get a twin."""
-    from harness.config.loader import with_v1_runner_variants
+    from harness.config.vllm_form import with_v1_runner_variants
     from harness.config.plan import build_plan
     from harness.report.cost import plan_cost, twin_cost
 

@@ -281,7 +281,7 @@ def cli_main(argv: list[str]) -> int:
     ``summary.html`` and the shards' ``samples/`` and ``logs/`` copied beside it (so diffs and baselines read the merged
     folder). Returns the merged exit code (0 / 1 / 2), or 2 when the shards do not merge.
     """
-    from harness.config.loader import PROJECT_ROOT
+    from harness.config.model_list import PROJECT_ROOT
     from harness.records.run_record import RunRecordError, load_run, new_run_id, write_run
     from harness.report.summary import render_terminal
 

@@ -53,7 +53,7 @@ from harness.records.results import (
 )
 from harness.records.run_folder import RunFolderTaken, claim_run_folder
 from harness.records.run_record import (
-    BaselineInfo, ConfigRef, ConfigResult, ConfigWarningRecord, DatasetRef,
+    BaselineInfo, ConfigRef, ConfigResult, DatasetRef,
     LeftoverServerRecord, LmEvalInfo, LmEvalTaskRecord, PreflightProblemRecord, PreflightRecord,
     RerunRecord, RunErrorRecord, RunRecord, ServerRecord, VariantResult, new_run_id, provenance,
     outcome_word, utc_now,
@@ -670,7 +670,7 @@ def _select_variants(cp: ConfigPlan, opts: RunOptions, crec: ConfigResult, m: Me
     with ``--variant`` and applicable). Unselected ones are NOT RUN; not applicable ones
     get a record naming why (never a pass)."""
     p = opts.progress
-    crec.config_warnings = [ConfigWarningRecord(**w.model_dump()) for w in cp.config.warnings]
+    crec.config_warnings = list(cp.config.warnings)
     for w in cp.config.warnings:
         p.warn(w.message)
     variants = [v for v in cp.variants if opts.variants is None or v.name in opts.variants]

@@ -42,6 +42,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, computed_field, model_validator
 
 from harness import __version__
+from harness.config.schema import ConfigWarning
 from harness.records.measures import (
     AnswerAgreementRecord, DivergenceReportRecord, EffectivenessRecord, EngineFactsRecord, Interval,
     ModelRunnerRecord, NoiseRecord, OutputMatchRecord, PairedRecord, SpecDecodeCountersRecord, SpecDecodeRecord,
@@ -521,23 +522,12 @@ class SubsetWarning(_Model):
     message: str
 
 
-class ConfigWarningRecord(_Model):
-    """A config warning of the loader (:class:`harness.config.loader.ConfigWarning`): an
-    unknown key of vLLM's form ignored, a speculative key passed to vLLM unchanged, a
-    pinned scheduling mode; ``line`` is 1-based, ``nearest`` the nearest known key."""
-
-    file: str
-    line: int | None = None
-    key: str
-    nearest: str | None = None
-    message: str
-
-
 class ConfigResult(_Model):
     """One config of the run: what was asked (name, file, model, form), the variants,
     comparisons and gate verdicts. ``pipeline`` is the config-level answer pipeline;
     a task may override it (its gates say which they used). ``config_warnings`` are the
-    loader's warnings; ``list_path`` the model list file the config was read from."""
+    loader's warnings (:class:`~harness.config.schema.ConfigWarning`); ``list_path`` the
+    model list file the config was read from."""
 
     name: str
     path: str
@@ -553,7 +543,7 @@ class ConfigResult(_Model):
     baseline: BaselineInfo | None = None
     tasks: dict[str, dict[str, Any]] = {}
     subset_warnings: list[SubsetWarning] = []
-    config_warnings: list[ConfigWarningRecord] = []
+    config_warnings: list[ConfigWarning] = []
     list_path: str | None = None
 
     def comparison(self, baseline: str, candidate: str, task: str) -> ComparisonResult | None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from harness.config.loader import TaskSpec
+from harness.config.schema import TaskSpec
 from harness.records.completions import write_raw_jsonl
 from harness.records.samples import Sample
 from harness.tasks import judging  # judging.judge_completions is looked up per call (tests patch it)

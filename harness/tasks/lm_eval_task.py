@@ -53,7 +53,7 @@ from pathlib import Path
 from collections.abc import Sequence
 from typing import Any
 
-from harness.config.loader import TaskSpec
+from harness.config.schema import TaskSpec
 from harness.config.vllm_args import hits_of  # every spelling vLLM's parser accepts
 from harness.records.completions import NORMAL_FINISH_REASONS, unfinished_error
 from harness.records.samples import Sample

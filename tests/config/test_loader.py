@@ -1,52 +1,40 @@
-"""harness.config.loader's model lists and config names: a name without suffix resolves to
-its file, a missing config or list entry names the nearest names."""
+"""Loading one config: errors that name file, key, line and nearest key."""
 
 from __future__ import annotations
 
 import pytest
 
-import harness.config.loader as loader
-from harness.config.loader import ConfigError, nearest_names, read_model_list, resolve_list_path
+from harness.config.loader import load_config
+from harness.config.schema import ConfigError
+from tests.config.texts import NATIVE, write
 
 
-@pytest.fixture
-def fake_dirs(tmp_path, monkeypatch):
-    configs, lists = tmp_path / "configs", tmp_path / "lists"
-    configs.mkdir()
-    lists.mkdir()
-    for n in ("Big-Model-120B-A12B-BF16-MTP.yaml", "Big-Model-30B-A3B-BF16-ngram.yaml", "Other-7B.yaml"):
-        (configs / n).write_text("model_name: a\naccuracy_threshold: 0.5\n")
-    (lists / "models-gpu.txt").write_text("Other-7B.yaml\n")
-    monkeypatch.setattr(loader, "CONFIGS_DIR", configs)
-    monkeypatch.setattr(loader, "MODEL_LISTS_DIR", lists)
-    return configs, lists
-
-
-@pytest.mark.usefixtures("fake_dirs")
-def test_config_not_found_lists_the_nearest_names():
+def test_unknown_key_names_file_line_and_nearest(tmp_path):
+    p = write(tmp_path, "bad.yaml", "model_name: a\naccuracy_treshold: 0.9\n")
     with pytest.raises(ConfigError) as e:
-        resolve_list_path("Big-Model-120B-A12B-BF16")
+        load_config(p)
     msg = str(e.value)
-    assert "nearest names: Big-Model-120B-A12B-BF16-MTP.yaml" in msg      # the -MTP file first
-    with pytest.raises(ConfigError, match="nearest names: models-gpu.txt"):
-        resolve_list_path("models-gpuu.txt")
-    # a name without suffix resolves to the .yaml / .txt of that name
-    assert resolve_list_path("Other-7B").name == "Other-7B.yaml"
-    assert resolve_list_path("models-gpu").name == "models-gpu.txt"
+    assert f"{p}:2" in msg
+    assert "accuracy_treshold" in msg and "did you mean 'accuracy_threshold'" in msg
 
 
-def test_missing_list_entry_lists_the_nearest_names(fake_dirs):
-    _, lists = fake_dirs
-    (lists / "l.txt").write_text("# comment\nBig-Model-30B-A3B-BF16.yaml\n")
+def test_missing_required_key(tmp_path):
+    p = write(tmp_path, "bad.yaml", "model_name: a\n")
+    with pytest.raises(ConfigError, match="missing required key 'accuracy_threshold'"):
+        load_config(p)
+
+
+def test_wrong_type_names_key_and_line(tmp_path):
+    p = write(tmp_path, "bad.yaml", "model_name: a\naccuracy_threshold: 0.5\nnum_questions: many\n")
     with pytest.raises(ConfigError) as e:
-        read_model_list(lists / "l.txt")
-    assert ":2: 'Big-Model-30B-A3B-BF16.yaml'" in str(e.value)
-    assert "nearest names: Big-Model-30B-A3B-BF16-ngram.yaml" in str(e.value)
+        load_config(p)
+    assert f"{p}:3" in str(e.value) and "num_questions" in str(e.value)
 
 
-def test_nearest_names_generic():
-    names = ["Nemotron-3-Super-120B-A12B-BF16-MTP.yaml", "Qwen3-Next-80B-A3B-Instruct-MTP.yaml"]
-    assert nearest_names("Nemotron-3-Super-120B-A12B-BF16", names)[0] == names[0]
-    assert nearest_names("qwen3-next-80b-a3b-instruct", names)[0] == names[1]
-    assert nearest_names("zzz", names) == []
-
+def test_native_unknown_nested_key_suggests(tmp_path):
+    p = write(tmp_path, "n.yaml", NATIVE.replace("async_scheduling: false", "async_schedulin: false"))
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    msg = str(e.value)
+    assert "variants.spec.async_schedulin" in msg and "did you mean 'async_scheduling'" in msg
+    assert f"{p}:8" in msg
