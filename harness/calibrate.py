@@ -82,7 +82,7 @@ def cli_main(argv: list[str]) -> int:
     from harness.config.schema import ConfigError
     from harness.config.plan import build_plan
     from harness.report.progress import Progress
-    from harness.records.run_record import new_run_id
+    from harness.records.provenance import new_run_id
     from harness.runner import RunOptions, run
 
     args = _parser().parse_args(argv)

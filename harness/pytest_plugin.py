@@ -143,7 +143,7 @@ def run_config(path: Path, config: pytest.Config) -> tuple[RunRecord, Path]:
     from harness.config.loader import load_config
     from harness.config.model_list import PROJECT_ROOT, resolve_list_path
     from harness.config.plan import build_plan
-    from harness.records.run_record import new_run_id
+    from harness.records.provenance import new_run_id
     from harness.runner import RunOptions, run
 
     opt = config.getoption

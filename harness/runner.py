@@ -52,11 +52,10 @@ from harness.records.results import (
     task_result, unstarted_variant,
 )
 from harness.records.run_folder import RunFolderTaken, claim_run_folder
+from harness.records.provenance import ConfigRef, DatasetRef, LmEvalInfo, new_run_id, provenance, utc_now
 from harness.records.run_record import (
-    BaselineInfo, ConfigRef, ConfigResult, DatasetRef,
-    LeftoverServerRecord, LmEvalInfo, LmEvalTaskRecord, PreflightProblemRecord, PreflightRecord,
-    RerunRecord, RunErrorRecord, RunRecord, ServerRecord, VariantResult, new_run_id, provenance,
-    outcome_word, utc_now,
+    BaselineInfo, ConfigResult, LmEvalTaskRecord, PreflightRecord, RerunRecord, RunErrorRecord, RunRecord,
+    ServerRecord, VariantResult, outcome_word,
 )
 from harness.records.samples import Sample, write_jsonl
 from harness.report.dry_run import subset_warnings
@@ -290,11 +289,7 @@ def _new_record(plan: Plan, opts: RunOptions, run_id: str) -> tuple[RunRecord, C
         lm_thread.join(timeout)
         build_thread.join(timeout)
     record.provenance.allow_contamination = opts.allow_contamination
-    record.leftover_servers = [
-        LeftoverServerRecord(verdict=lo.verdict, pid=lo.pid, pid_file=str(lo.pid_file), command=lo.command,
-                             reason=lo.reason, kill_command=lo.kill_command)
-        for lo in leftovers
-    ]
+    record.leftover_servers = leftovers
     return record, provenance_done
 
 
@@ -543,20 +538,19 @@ def _preflight(plan: Plan, opts: RunOptions, record: RunRecord) -> tuple[bool, d
         why = store_all_clear(opts.results_dir, key, len(cmds))
         if why:
             p.warn(f"the pre-launch check's cache was not written: {why}")
-    not_applicable = {pr.variant_id: pr.message for pr in found if pr.kind == ASYNC_NOT_SUPPORTED}
+    not_applicable = {pr.variant: pr.message for pr in found if pr.kind == ASYNC_NOT_SUPPORTED}
     for vid, why in not_applicable.items():
         p.warn(f"{vid}: not applicable on this engine: {why}")
     problems = [pr for pr in found if pr.kind != ASYNC_NOT_SUPPORTED]
     record.preflight = PreflightRecord(
         checked=len(cmds), seconds=round(time.monotonic() - t0, 1),
-        problems=[PreflightProblemRecord(variant=pr.variant_id, config_path=str(pr.config_path), python=pr.python,
-                                         kind=pr.kind, message=pr.message) for pr in found],
+        problems=found,
     )
     if not problems:
         return False, not_applicable
     for pr in problems:
         p.error(f"server command rejected before launch: {pr.describe()}")
-    _refused_before_launch(plan, {pr.variant_id: pr for pr in problems}, record)
+    _refused_before_launch(plan, {pr.variant: pr for pr in problems}, record)
     return True, not_applicable
 
 

@@ -30,13 +30,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import httpx
 import psutil
 
-from harness.engine.leftovers import process_identity, write_pid_file
+from harness.engine.leftovers import ProcessIdentity, process_identity, write_pid_file
 
 #: Start-up outcomes recorded per variant (``vrec["server"]["status"]``).
 STARTUP_STATUSES = ("launch_failed", "exited_early", "not_ready_timeout", "ready", "died_mid_task")
@@ -354,8 +354,8 @@ class VllmServer:
         self.leftover_pids: list[int] = []
         self._t0: float | None = None
         self._watchdog: tuple[subprocess.Popen, int] | None = None
-        self._identity: dict | None = None  # psutil's view of the server, taken once while it runs
-        self._owner: dict | None = None
+        self._identity: ProcessIdentity | None = None  # psutil's view of the server, taken once while it runs
+        self._owner: ProcessIdentity | None = None
 
     @property
     def base_url(self) -> str:
@@ -484,7 +484,8 @@ class VllmServer:
             self._identity = process_identity(self.proc.pid)
         if self._owner is None:
             self._owner = process_identity(os.getpid())
-        ident, owner = self._identity or {}, self._owner or {}
+        ident: Mapping[str, object] = self._identity or {}
+        owner: Mapping[str, object] = self._owner or {}
         info = {
             "pid": self.proc.pid, "pgid": ident.get("pgid", self.proc.pid), "create_time": ident.get("create_time"),
             "cmdline": ident.get("cmdline"),

@@ -9,7 +9,7 @@ import pytest
 
 from harness.cli import main
 from harness.engine import server
-from harness.records.run_record import new_run_id
+from harness.records.provenance import new_run_id
 from harness.report.diff import DiffResult
 from harness.report.diff_render import render_diff_markdown
 from harness.report.diff_sides import SideHead
