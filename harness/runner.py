@@ -33,13 +33,12 @@ from harness.analysis.gates import baseline_notes, evaluate_gates, judged_baseli
 from harness.analysis.measurements import Measurements
 from harness.analysis.scoring import output_match, score_task
 from harness.config.plan import PORT_PLACEHOLDER, ConfigPlan, Plan, VariantPlan, shell_line
-from harness.engine import server as engine_server
 from harness.engine.info import EngineInfoError, check_effective, model_runner_fact
 from harness.engine.preflight import ASYNC_NOT_SUPPORTED, ServerCommand, check_server_commands
 from harness.engine.preflight_cache import CACHE_NAME, cache_key, cached_all_clear, store_all_clear
 from harness.engine.pool import DevicePool, Job, ServerPlan, new_pool, run_jobs, server_plan
 from harness.engine.leftovers import find_leftover_servers
-from harness.engine.server import ServerStartError, interrupting, unstopped
+from harness.engine.server import ServerStartError, processes
 from harness.engine.session import VariantSession, counter_problem
 from harness.faults.plugin import REPORT_ENV
 from harness.models.resolve import resolve_model
@@ -344,7 +343,7 @@ def _interrupted(e: KeyboardInterrupt, recorder: RunRecorder, lm_eval_done: Call
     short), ``summary.html`` is left, and the exit code is the record's."""
     # (variants side by side: every job thread has ended, :func:`harness.engine.pool.run_jobs`)
     record, run_dir = recorder.record, recorder.run_dir
-    leftover = sorted({pid for pids in unstopped().values() for pid in pids})
+    leftover = sorted({pid for pids in processes().unstopped().values() for pid in pids})
     sig = str(e.args[0]) if e.args else "KeyboardInterrupt"
     kept = recorder.final_written and record.status != "interrupted"
     if not kept:
@@ -380,8 +379,8 @@ def record_error(record: RunRecord, run_dir: Path, exc: BaseException, place: Pl
     """
     import traceback
 
-    if unstopped():
-        engine_server.hurry()  # SIGKILL to every live group; the context managers already waited
+    if processes().unstopped():
+        processes().hurry()  # SIGKILL to every live group; the context managers already waited
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     record.status, record.passed, record.exit_code = "error", None, EXIT_COULD_NOT_RUN
     record.error = RunErrorRecord(
@@ -758,7 +757,7 @@ def _run_and_report_variant(cp: ConfigPlan, vp: VariantPlan, model_ref: str, pre
     out.merge_into(m, reruns)
     if pool is not None:  # released when its server stopped (before judging); here too if it never started
         pool.release(vp.id)
-    if pool is not None and pool.cancelled.is_set() and interrupting():  # its server was stopped by the signal
+    if pool is not None and pool.cancelled.is_set() and processes().interrupting():  # stopped by the signal
         vr = crec.variants[vp.name]
         vr.server = ServerRecord(status="interrupted", exit_code=vr.server.exit_code, seconds=vr.server.seconds,
                                  pid=vr.server.pid)
@@ -953,7 +952,7 @@ def run_variant(cp: ConfigPlan, vp: VariantPlan, model_ref: str, prepared: dict[
     env = {**vp.env, REPORT_ENV: str(plugin_dir(run_dir, c.name, vp.name))}
     session = _variant_session(cp, vp, argv, env, log_path, opts.progress)
     srv = session.server
-    from harness.report.cost import given_devices
+    from harness.engine.devices import given_devices
 
     vrec.devices = given_devices({**os.environ, **env})
     sent: list[_Sent] = []  # sent while the server is up, judged once it is stopped
@@ -1207,21 +1206,21 @@ def _f(x: float | None) -> str:
 
 def terminate_as_interrupt() -> None:
     """Make every stopping signal (:data:`harness.engine.server.STOP_SIGNALS`) stop every server and keep the
-    partial record (:func:`harness.engine.server.install_stop_handlers`).
+    partial record (:meth:`harness.engine.server.EngineProcesses.install_stop_handlers`).
 
     First signal: the run record is written with ``status: interrupted`` (so a SIGKILL
     after the CI's grace still leaves it), then SIGTERM goes to every live server's
     process group at once (so in-flight requests end), and KeyboardInterrupt is raised
     in the main thread; each server's context manager then waits for its group to exit
-    (up to the stop grace, :func:`harness.engine.server.stop_grace`, saying what it
+    (up to the stop grace, :meth:`harness.engine.server.EngineProcesses.stop_grace`, saying what it
     waits for) and the runner rewrites the record with the servers' fate.
     Any further signal never interrupts that teardown: it speeds it up, sending SIGKILL
-    to every live group (:func:`harness.engine.server.hurry`).
+    to every live group (:meth:`harness.engine.server.EngineProcesses.hurry`).
     Without this, SIGHUP (terminal closed) would end evalrun and leave the vLLM server
     running with parent 1. A signal that is ignored when evalrun starts (``nohup``)
     stays ignored.
     """
-    engine_server.install_stop_handlers(interrupt_all)  # the record first: a SIGKILL may follow at any moment
+    processes().install_stop_handlers(interrupt_all)  # the record first: a SIGKILL may follow at any moment
 
 
 def say_interrupted(e: BaseException, prog: str = "evalrun") -> None:
@@ -1238,7 +1237,7 @@ def say_interrupted(e: BaseException, prog: str = "evalrun") -> None:
     sig = getattr(e, "signal_name", None) or (str(e.args[0]) if e.args else "KeyboardInterrupt")
     run_dir = getattr(e, "run_dir", None)
     kept = getattr(e, "kept", None)
-    left = unstopped()
+    left = processes().unstopped()
     pids = sorted(set(getattr(e, "leftover_pids", None) or []) | {p for v in left.values() for p in v})
     if kept:
         what = (f"{prog}: {sig} after the run's outcome was recorded: {kept} kept (exit "

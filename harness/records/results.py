@@ -15,14 +15,14 @@ from typing import Protocol
 from harness.config.plan import VariantPlan
 from harness.faults.plugin import exercised, read_reports
 from harness.records.measures import (
-    AnswerAgreementRecord, DivergenceReportRecord, NoiseRecord, OutputMatchRecord, PairedRecord,
-    SpecDecodeCountersRecord, SpecDecodeRecord, TaskScore,
+    AnswerAgreementRecord, DivergenceReportRecord, NoiseRecord, OutputMatchRecord, PairedRecord, TaskScore,
 )
 from harness.records.run_record import (
     ComparisonResult, ConfigResult, PluginReport, Requested, RerunRecord, ServerRecord, TaskResult, TruncatedIds,
     VariantResult,
 )
 from harness.records.samples import Sample, sha256_file
+from harness.records.task_outcome import TaskOutcome
 
 #: Why acceptance intervals are dropped when a task's counters failed the consistency check.
 COUNTERS_REJECTED = "not available: the counters failed the consistency check"
@@ -60,19 +60,6 @@ class ComparisonPair(Protocol):
     def candidate(self) -> str: ...
 
 
-class TaskPass(Protocol):
-    """What a task's pass on the engine measured (:class:`harness.engine.session.TaskOutcome`)."""
-
-    @property
-    def seconds(self) -> float: ...
-    @property
-    def spec_counters(self) -> SpecDecodeCountersRecord | None: ...
-    @property
-    def spec_metrics(self) -> SpecDecodeRecord | None: ...
-    @property
-    def metrics_error(self) -> str | None: ...
-
-
 def rel(path: Path, base: Path) -> str:
     """``path`` relative to ``base`` when it lies inside it, else ``path`` as given."""
     try:
@@ -100,14 +87,14 @@ def unstarted_variant(vp: VariantPlan, status: str, error: str | None) -> Varian
                          server=ServerRecord(status=status), error=error)
 
 
-def task_result(spath: Path, run_dir: Path, outcome: TaskPass, sc: TaskScore,
+def task_result(spath: Path, run_dir: Path, outcome: TaskOutcome, sc: TaskScore,
                 intervals: Mapping[str, object]) -> TaskResult:
     """A task's record entry.
 
     Args:
         spath: the task's samples file (stored relative to ``run_dir``, with its SHA-256).
         run_dir: the run folder.
-        outcome: the engine's :class:`harness.engine.session.TaskOutcome` (seconds,
+        outcome: the engine's :class:`harness.records.task_outcome.TaskOutcome` (seconds,
             speculative-decoding counters, metrics and error).
         sc: the task's score (:func:`harness.analysis.scoring.score_task`).
         intervals: acceptance intervals
@@ -136,7 +123,7 @@ def reject_counters(trec: TaskResult, error: str) -> None:
     trec.acceptance_ci_reason = COUNTERS_REJECTED
 
 
-def rerun_record(spath: Path, run_dir: Path, outcome: TaskPass, samples: Sequence[Sample],
+def rerun_record(spath: Path, run_dir: Path, outcome: TaskOutcome, samples: Sequence[Sample],
                  om: OutputMatchRecord) -> RerunRecord:
     """A task's noise-rerun entry: its samples file, seconds, errors, acceptance and
     the output match of the rerun against the first pass (``om``)."""
