@@ -54,7 +54,7 @@ from harness.records.run_folder import RunFolderTaken, claim_run_folder
 from harness.records.provenance import ConfigRef, DatasetRef, LmEvalInfo, new_run_id, provenance, utc_now
 from harness.records.run_record import (
     BaselineInfo, ConfigResult, LmEvalTaskRecord, PreflightRecord, RerunRecord, RunErrorRecord, RunRecord,
-    ServerRecord, SubsetWarning, VariantResult, outcome_word,
+    ServerRecord, VariantResult, outcome_word,
 )
 from harness.records.samples import Sample, write_jsonl
 from harness.report.dry_run import subset_warnings
@@ -629,7 +629,7 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
     # 1. tasks: data first, so a missing data set stops before minutes of server start-up.
     prepared, could_not_run = _prepare_tasks(cp, opts, record, m)
     # 1b. a run smaller than the set its threshold was measured on: say so now
-    crec.subset_warnings = [SubsetWarning(**w) for w in subset_warnings(c)]
+    crec.subset_warnings = subset_warnings(c)
     for w in crec.subset_warnings:
         opts.progress.warn(f"{c.name}: {w.message}")
     # 2. the model
