@@ -26,7 +26,7 @@ fails too (fail closed). The list is resolved as evalrun resolves lists (a path,
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -122,7 +122,7 @@ def gate_table(record: RunRecord) -> str:
     order = {False: 0, None: 1, True: 2}
     rows.sort(key=lambda g: order[g.passed])
 
-    def num(x: Any) -> str:
+    def num(x: float | None) -> str:
         return "-" if x is None else f"{x:.4g}" if isinstance(x, float) else str(x)
 
     verdict = {True: "PASS", False: "FAIL", None: "NOT RUN"}

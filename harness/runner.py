@@ -39,7 +39,7 @@ from harness.records.recorder import RECORDERS, RunRecorder, checkpoint
 from harness.records.results import config_result, unstarted_variant
 from harness.records.run_folder import RunFolderTaken, claim_run_folder
 from harness.records.provenance import ConfigRef, LmEvalInfo, new_run_id, provenance, utc_now
-from harness.records.run_record import ConfigResult, PreflightProblemRecord, PreflightRecord, RunRecord, SubsetWarning
+from harness.records.run_record import ConfigResult, PreflightProblemRecord, PreflightRecord, RunRecord
 from harness.report.dry_run import subset_warnings
 from harness.run_context import ConfigRun, RunOptions
 from harness.run_outcome import PLACE, finish, interrupted, record_error
@@ -379,7 +379,7 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
     # 1. tasks: data first, so a missing data set stops before minutes of server start-up.
     could_not_run = prepare_tasks(run)
     # 1b. a run smaller than the set its threshold was measured on: say so now
-    crec.subset_warnings = [SubsetWarning(**w) for w in subset_warnings(c)]
+    crec.subset_warnings = subset_warnings(c)
     for w in crec.subset_warnings:
         opts.progress.warn(f"{c.name}: {w.message}")
     # 2. the model

@@ -57,10 +57,11 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Mapping, NotRequired, Sequence, TypedDict
 
 from harness.report.summary import fmt
-from harness.records.run_record import RunRecord, TaskResult
+from harness.records.measures import Interval
+from harness.records.run_record import ConfigResult, RunRecord, TaskResult
 from harness.records.samples import read_jsonl
 from harness.analysis.scoring import first_divergence
 from harness.tasks.gsm8k import PIPELINES
@@ -71,7 +72,138 @@ __all__ = ["spread", "per_draft_se", "binomial_variance", "summarize", "render_c
 Z95 = 1.959963984540054
 
 
-def spread(values: Sequence[float | None]) -> dict[str, Any]:
+class Spread(TypedDict):
+    """One figure over the runs (:func:`spread`): the values (None = not measured in
+    that run), how many were measured, and their mean, sample standard deviation, its
+    one-sided 95% upper bound, min and max (None when not computable)."""
+
+    values: list[float | None]
+    n_runs: int
+    mean: float | None
+    sd: float | None
+    sd_upper95: float | None
+    min: float | None
+    max: float | None
+
+
+class OutputNoise(TypedDict):
+    """Run ``run``'s greedy completions against run 1's of the same variant and task:
+    questions compared, how many differ, their share, and ``[question id, first
+    divergent token]`` of each."""
+
+    run: int
+    compared: int
+    mismatched: int
+    rate: float | None
+    first_divergences: list[list[str | int]]
+
+
+class TaskCalibration(TypedDict):
+    """One variant and task over the runs (:func:`summarize`): ``n`` questions scored
+    (mean over runs), accuracy per pipeline, the speculative figures (only for a variant
+    with speculative decoding; the sampling standard error of mean acceptance length and
+    where it came from), the run-to-run output noise against run 1 and the noise the
+    on-demand reruns measured (shares of questions whose completion differs)."""
+
+    variant: str
+    task: str
+    n: int | None
+    accuracy: dict[str, Spread]
+    mean_acceptance_length: NotRequired[Spread]
+    acceptance_rate: NotRequired[Spread]
+    per_position_acceptance: NotRequired[list[Spread]]
+    sampling_se_mean_acceptance_length: NotRequired[float | None]
+    sampling_se_source: NotRequired[str]
+    output_noise: list[OutputNoise]
+    output_noise_rate: Spread
+    rerun_noise_rate: Spread
+
+
+class ComparisonCalibration(TypedDict):
+    """One comparison and task over the runs (:func:`summarize`): output match, paired
+    accuracy drop (baseline - candidate) and discordance (b + c)/n as spreads, the mean
+    paired Wald variance, ``n`` questions, the drop in mean acceptance length (two
+    speculative variants, else None) and the reference's gaps in nats at every judged
+    divergence, sorted."""
+
+    baseline: str
+    candidate: str
+    task: str
+    output_match_rate: Spread
+    accuracy_drop: Spread
+    discordance: Spread
+    wald_variance: float | None
+    n: int | None
+    acceptance_length_drop: Spread | None
+    divergence_gaps: list[float]
+
+
+class RecommendedGates(TypedDict, total=False):
+    """Recommended config-level gate values (:func:`summarize`; the module docstring's rule)."""
+
+    accuracy_threshold: float
+    tolerance: float
+    calibration_questions: int
+    min_acceptance_length: float
+
+
+class RecommendedComparison(TypedDict):
+    """Recommended values of one comparison and task; a key is left out when the runs
+    did not measure what it needs."""
+
+    baseline: str
+    candidate: str
+    task: str
+    max_accuracy_drop: NotRequired[float]
+    expected_discordance: NotRequired[float]
+    max_acceptance_length_drop: NotRequired[float]
+    near_tie_nats: NotRequired[float]
+    noise_mismatch_rate: NotRequired[float]
+    noise_runs: NotRequired[int]
+    min_output_match: NotRequired[float]
+
+
+class Recommended(TypedDict):
+    """The recommended gates of one config (:func:`summarize`)."""
+
+    gates: RecommendedGates
+    comparisons: list[RecommendedComparison]
+
+
+class ConfigCalibration(TypedDict):
+    """One config over the runs (:func:`summarize`): the pipeline its gates read, per
+    variant and task and per comparison the figures, the recommendation and, per
+    recommended key, how it was computed."""
+
+    name: str
+    pipeline: str
+    tasks: list[TaskCalibration]
+    comparisons: list[ComparisonCalibration]
+    recommended: NotRequired[Recommended]
+    explain: NotRequired[dict[str, str]]
+
+
+class RunRef(TypedDict):
+    """One repeat of :func:`summarize`: its run id, folder, exit code, status and error."""
+
+    run_id: str
+    path: str
+    exit_code: int | None
+    status: str
+    error: str | None
+
+
+class CalibrationSummary(TypedDict):
+    """:func:`summarize`'s result (``calibration.json``): the repeats, ``sigmas`` k, the
+    rule in words and one :class:`ConfigCalibration` per config."""
+
+    runs: list[RunRef]
+    sigmas: float
+    rule: str
+    configs: list[ConfigCalibration]
+
+
+def spread(values: Sequence[float | None]) -> Spread:
     """Mean and spread of one figure over the runs.
 
     Args:
@@ -88,13 +220,13 @@ def spread(values: Sequence[float | None]) -> dict[str, Any]:
     from scipy import stats as _st
 
     xs = [float(v) for v in values if v is not None]
-    out: dict[str, Any] = {"values": list(values), "n_runs": len(xs), "mean": None, "sd": None,
-                           "sd_upper95": None, "min": None, "max": None}
+    out: Spread = {"values": list(values), "n_runs": len(xs), "mean": None, "sd": None,
+                   "sd_upper95": None, "min": None, "max": None}
     if not xs:
         return out
     n = len(xs)
     mean = sum(xs) / n
-    out.update(mean=mean, min=min(xs), max=max(xs))
+    out["mean"], out["min"], out["max"] = mean, min(xs), max(xs)
     if n >= 2:
         sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
         out["sd"] = sd
@@ -144,7 +276,7 @@ def _mean(xs: Sequence[float | None]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
-def _ci_se(ci: Any) -> float | None:
+def _ci_se(ci: Interval | None) -> float | None:
     return (ci[1] - ci[0]) / (2 * Z95) if ci else None
 
 
@@ -155,7 +287,7 @@ def _task(rec: RunRecord, cname: str, vname: str, tname: str) -> TaskResult | No
 
 
 def _noise_vs_first(runs: Sequence[tuple[RunRecord, Path]], cname: str, vname: str, tname: str
-                    ) -> list[dict[str, Any]]:
+                    ) -> list[OutputNoise]:
     """Output mismatch of run i (i >= 2) against run 1 of the same variant and task."""
     def samples(rec, run_dir):
         t = _task(rec, cname, vname, tname)
@@ -164,14 +296,15 @@ def _noise_vs_first(runs: Sequence[tuple[RunRecord, Path]], cname: str, vname: s
         return {s.question_id: s for s in read_jsonl(Path(run_dir) / t.samples)}
 
     first = samples(*runs[0])
-    out: list[dict[str, Any]] = []
+    out: list[OutputNoise] = []
     if first is None:
         return out
     for i, (rec, run_dir) in enumerate(runs[1:], 2):
         other = samples(rec, run_dir)
         if other is None:
             continue
-        compared, diverged = 0, []
+        compared = 0
+        diverged: list[list[str | int]] = []
         for q, a in first.items():
             b = other.get(q)
             if b is None or not (a.ok and b.ok) or a.token_ids is None or b.token_ids is None:
@@ -185,7 +318,7 @@ def _noise_vs_first(runs: Sequence[tuple[RunRecord, Path]], cname: str, vname: s
     return out
 
 
-def summarize(runs: Sequence[tuple[RunRecord, Path]], k: float = 3.0) -> dict[str, Any]:
+def summarize(runs: Sequence[tuple[RunRecord, Path]], k: float = 3.0) -> CalibrationSummary:
     """Summarise repeated runs of the same configs and recommend tolerances.
 
     Args:
@@ -194,27 +327,15 @@ def summarize(runs: Sequence[tuple[RunRecord, Path]], k: float = 3.0) -> dict[st
             mean and a recommended limit (module docstring).
 
     Returns:
-        ``{"runs": [...], "sigmas": k, "rule": str, "configs": [{"name", "pipeline",
-        "tasks": [{"variant", "task", "n", "accuracy": {pipeline: spread},
-        "mean_acceptance_length": spread, "acceptance_rate": spread,
-        "per_position_acceptance": [spread], "sampling_se_mean_acceptance_length",
-        "output_noise": [...], "output_noise_rate": spread, "rerun_noise_rate": spread}],
-        "comparisons": [{"baseline", "candidate", "task", "output_match_rate": spread,
-        "accuracy_drop": spread, "discordance": spread, "wald_variance": mean,
-        "acceptance_length_drop": spread | None}], "recommended": {...},
-        "explain": {key: how it was computed}}]}``.
+        a :class:`CalibrationSummary` (accuracies and rates as fractions).
 
     Raises:
         ValueError: ``runs`` is empty.
-
-    Long (about 70 lines) because it builds the summary's nested shape in one reading
-    order (config, variant and task, then comparisons); the figures come from helpers.
     """
-    # long: builds the summary's nested shape in one reading order (see the docstring)
     if not runs:
         raise ValueError("summarize needs at least one run")
     first_rec = runs[0][0]
-    out: dict[str, Any] = {
+    out: CalibrationSummary = {
         "runs": [{"run_id": r.run_id, "path": str(p), "exit_code": r.exit_code,
                   "status": r.status, "error": r.error.describe() if r.error else None}
                  for r, p in runs],
@@ -224,66 +345,102 @@ def summarize(runs: Sequence[tuple[RunRecord, Path]], k: float = 3.0) -> dict[st
         cname = c0.name
         crecs = [r.config(cname) for r, _ in runs]
         pipe = c0.pipeline
-        cs: dict[str, Any] = {"name": cname, "pipeline": pipe, "tasks": [], "comparisons": []}
-        tstats: dict[tuple[str, str], dict[str, Any]] = {}
+        cs: ConfigCalibration = {"name": cname, "pipeline": pipe, "tasks": [], "comparisons": []}
+        tstats: dict[tuple[str, str], TaskCalibration] = {}
         for vname, v in c0.variants.items():
             for tname in v.tasks:
-                ts = [_task(r, cname, vname, tname) for r, _ in runs]
-                e: dict[str, Any] = {"variant": vname, "task": tname}
-                scored = [t.scored[pipe] for t in ts if t]
-                e["n"] = round(_mean(scored) or 0) if scored else None
-                e["accuracy"] = {p: spread([t.accuracy.get(p) if t else None for t in ts]) for p in PIPELINES}
-                sds = [(t.spec_decode if t else None) for t in ts]
-                if any(sds):
-                    e["mean_acceptance_length"] = spread([s.mean_acceptance_length if s else None for s in sds])
-                    e["acceptance_rate"] = spread([s.acceptance_rate if s else None for s in sds])
-                    width = max(len(s.per_position_acceptance) for s in sds if s)
-                    e["per_position_acceptance"] = [
-                        spread([(s.per_position_acceptance or [None] * width)[i] if s else None for s in sds])
-                        for i in range(width)
-                    ]
-                    boot = [_ci_se(t.mean_acceptance_length_ci) for t in ts if t]
-                    draft = [per_draft_se(s.per_position_acceptance, s.drafts) for s in sds if s]
-                    if any(x is not None for x in boot):
-                        e["sampling_se_mean_acceptance_length"] = _mean(boot)
-                        e["sampling_se_source"] = "per-request bootstrap"
-                    else:
-                        e["sampling_se_mean_acceptance_length"] = _mean(draft)
-                        e["sampling_se_source"] = "per-draft (per-position acceptance, independent drafts)"
-                e["output_noise"] = _noise_vs_first(runs, cname, vname, tname)
-                e["output_noise_rate"] = spread([x["rate"] for x in e["output_noise"]])
-                reruns = [t.rerun.output_match_vs_first if t and t.rerun else None for t in ts]
-                e["rerun_noise_rate"] = spread(
-                    [1 - x.output_match_rate if x and x.output_match_rate is not None else None for x in reruns])
+                e = _task_calibration(runs, cname, vname, tname, pipe)
                 cs["tasks"].append(e)
                 tstats[(vname, tname)] = e
         for comp0 in c0.comparisons:
-            key = (comp0.baseline, comp0.candidate, comp0.task)
-            comps = [c.comparison(*key) if c else None for c in crecs]
-            pcs = [x.paired if x else None for x in comps]
-            drops = [p.accuracy_a - p.accuracy_b if p else None for p in pcs]
-            disc = [(len(p.a_only) + len(p.b_only)) / p.n if p and p.n else None for p in pcs]
-            wald = [((len(p.a_only) + len(p.b_only)) / p.n ** 2
-                     - (len(p.a_only) - len(p.b_only)) ** 2 / p.n ** 3) if p and p.n else None for p in pcs]
-            ce: dict[str, Any] = {
-                "baseline": key[0], "candidate": key[1], "task": key[2],
-                "output_match_rate": spread([x.output_match_rate if x else None for x in comps]),
-                "accuracy_drop": spread(drops), "discordance": spread(disc), "wald_variance": _mean(wald),
-                "n": pcs[0].n if pcs and pcs[0] else None,
-                "acceptance_length_drop": None,
-            }
-            # the reference's gap at every judged divergence of this (known-good) build
-            ce["divergence_gaps"] = sorted(d.gap_nats for x in comps if x and x.divergence
-                                           for d in x.divergence.divergences if d.gap_nats is not None)
-            ea, eb = tstats.get((key[0], key[2])), tstats.get((key[1], key[2]))
-            if ea and eb and ea.get("mean_acceptance_length") and eb.get("mean_acceptance_length"):
-                va, vb = ea["mean_acceptance_length"]["values"], eb["mean_acceptance_length"]["values"]
-                ce["acceptance_length_drop"] = spread(
-                    [x - y if x is not None and y is not None else None for x, y in zip(va, vb)])
-            cs["comparisons"].append(ce)
+            cs["comparisons"].append(_comparison_calibration(
+                crecs, comp0.baseline, comp0.candidate, comp0.task, tstats))
         cs["recommended"], cs["explain"] = _recommend(cs, k)
         out["configs"].append(cs)
     return out
+
+
+class SpeculativeSpread(TypedDict, total=False):
+    """The speculative figures of one variant and task over the runs (:func:`summarize`):
+    spreads, and the sampling standard error of mean acceptance length with its source;
+    all keys or none (no run measured speculative decoding)."""
+
+    mean_acceptance_length: Spread
+    acceptance_rate: Spread
+    per_position_acceptance: list[Spread]
+    sampling_se_mean_acceptance_length: float | None
+    sampling_se_source: str
+
+
+def _speculative(ts: Sequence[TaskResult | None]) -> SpeculativeSpread:
+    """:class:`SpeculativeSpread` of one variant and task's results over the runs."""
+    sds = [(t.spec_decode if t else None) for t in ts]
+    if not any(sds):
+        return {}
+    width = max(len(s.per_position_acceptance) for s in sds if s)
+    boot = [_ci_se(t.mean_acceptance_length_ci) for t in ts if t]
+    draft = [per_draft_se(s.per_position_acceptance, s.drafts) for s in sds if s]
+    by_boot = any(x is not None for x in boot)
+    return {
+        "mean_acceptance_length": spread([s.mean_acceptance_length if s else None for s in sds]),
+        "acceptance_rate": spread([s.acceptance_rate if s else None for s in sds]),
+        "per_position_acceptance": [
+            spread([(s.per_position_acceptance or [None] * width)[i] if s else None for s in sds])
+            for i in range(width)
+        ],
+        "sampling_se_mean_acceptance_length": _mean(boot) if by_boot else _mean(draft),
+        "sampling_se_source": ("per-request bootstrap" if by_boot
+                               else "per-draft (per-position acceptance, independent drafts)"),
+    }
+
+
+def _task_calibration(runs: Sequence[tuple[RunRecord, Path]], cname: str, vname: str, tname: str,
+                      pipe: str) -> TaskCalibration:
+    """One variant and task over the runs (:class:`TaskCalibration`); ``pipe`` the pipeline
+    whose scored count is ``n``."""
+    ts = [_task(r, cname, vname, tname) for r, _ in runs]
+    scored = [t.scored[pipe] for t in ts if t]
+    noise = _noise_vs_first(runs, cname, vname, tname)
+    reruns = [t.rerun.output_match_vs_first if t and t.rerun else None for t in ts]
+    e: TaskCalibration = {
+        "variant": vname, "task": tname,
+        "n": round(_mean(scored) or 0) if scored else None,
+        "accuracy": {p: spread([t.accuracy.get(p) if t else None for t in ts]) for p in PIPELINES},
+        **_speculative(ts),
+        "output_noise": noise,
+        "output_noise_rate": spread([x["rate"] for x in noise]),
+        "rerun_noise_rate": spread(
+            [1 - x.output_match_rate if x and x.output_match_rate is not None else None for x in reruns]),
+    }
+    return e
+
+
+def _comparison_calibration(crecs: Sequence[ConfigResult | None], baseline: str, candidate: str, task: str,
+                            tstats: Mapping[tuple[str, str], TaskCalibration]) -> ComparisonCalibration:
+    """One comparison and task over the runs' config results ``crecs``
+    (:class:`ComparisonCalibration`); ``tstats`` the variants' task entries by
+    ``(variant, task)``, for the drop in mean acceptance length."""
+    comps = [c.comparison(baseline, candidate, task) if c else None for c in crecs]
+    pcs = [x.paired if x else None for x in comps]
+    drops = [p.accuracy_a - p.accuracy_b if p else None for p in pcs]
+    disc = [(len(p.a_only) + len(p.b_only)) / p.n if p and p.n else None for p in pcs]
+    wald = [((len(p.a_only) + len(p.b_only)) / p.n ** 2
+             - (len(p.a_only) - len(p.b_only)) ** 2 / p.n ** 3) if p and p.n else None for p in pcs]
+    ea, eb = tstats.get((baseline, task)), tstats.get((candidate, task))
+    al_drop = None
+    if ea and eb and ea.get("mean_acceptance_length") and eb.get("mean_acceptance_length"):
+        va, vb = ea["mean_acceptance_length"]["values"], eb["mean_acceptance_length"]["values"]
+        al_drop = spread([x - y if x is not None and y is not None else None for x, y in zip(va, vb)])
+    return {
+        "baseline": baseline, "candidate": candidate, "task": task,
+        "output_match_rate": spread([x.output_match_rate if x else None for x in comps]),
+        "accuracy_drop": spread(drops), "discordance": spread(disc), "wald_variance": _mean(wald),
+        "n": pcs[0].n if pcs and pcs[0] else None,
+        "acceptance_length_drop": al_drop,
+        # the reference's gap at every judged divergence of this (known-good) build
+        "divergence_gaps": sorted(d.gap_nats for x in comps if x and x.divergence
+                                  for d in x.divergence.divergences if d.gap_nats is not None),
+    }
 
 
 RULE = (
@@ -308,7 +465,7 @@ def _down(x: float, d: int = 4) -> float:
     return math.floor(x * 10**d) / 10**d
 
 
-def _recommend(cs: Mapping[str, Any], k: float) -> tuple[dict[str, Any], dict[str, str]]:
+def _recommend(cs: ConfigCalibration, k: float) -> tuple[Recommended, dict[str, str]]:
     """The recommended gate values of one config summary and why (the module docstring's rule).
 
     Long (about 90 lines) because each gate kind's rule is a few lines of arithmetic
@@ -316,7 +473,7 @@ def _recommend(cs: Mapping[str, Any], k: float) -> tuple[dict[str, Any], dict[st
     """
     # long: each gate kind's rule is a few lines of arithmetic, kept side by side (see the docstring)
     pipe = cs["pipeline"]
-    rec: dict[str, Any] = {"gates": {}, "comparisons": []}
+    rec: Recommended = {"gates": {}, "comparisons": []}
     why: dict[str, str] = {}
     floors = []
     for e in cs["tasks"]:
@@ -329,8 +486,9 @@ def _recommend(cs: Mapping[str, Any], k: float) -> tuple[dict[str, Any], dict[st
     if floors:
         thr = max(f[2] for f in floors)
         tol = max(thr - p + k * sig for _, _, p, sig, _ in floors)
-        rec["gates"].update(accuracy_threshold=round(thr, 4), tolerance=_up(min(tol, 1.0)),
-                            calibration_questions=max(f[4] for f in floors))
+        rec["gates"]["accuracy_threshold"] = round(thr, 4)
+        rec["gates"]["tolerance"] = _up(min(tol, 1.0))
+        rec["gates"]["calibration_questions"] = max(f[4] for f in floors)
         worst = max(floors, key=lambda f: thr - f[2] + k * f[3])
         why["accuracy_threshold"] = f"highest mean {pipe} accuracy over variants and tasks ({thr:.4f})"
         why["tolerance"] = (
@@ -356,18 +514,18 @@ def _recommend(cs: Mapping[str, Any], k: float) -> tuple[dict[str, Any], dict[st
         )
     taskmap = {(e["variant"], e["task"]): e for e in cs["tasks"]}
     for ce in cs["comparisons"]:
-        r: dict[str, Any] = {"baseline": ce["baseline"], "candidate": ce["candidate"], "task": ce["task"]}
+        r: RecommendedComparison = {"baseline": ce["baseline"], "candidate": ce["candidate"], "task": ce["task"]}
         d = ce["accuracy_drop"]
         tag = f"{ce['baseline']}->{ce['candidate']}/{ce['task']}"
-        psi = None
-        if ce["discordance"]["mean"] is not None and ce.get("n"):
-            psi = max(ce["discordance"]["mean"], 1.0 / ce["n"])
+        cn, psi = ce["n"], None
+        if ce["discordance"]["mean"] is not None and cn:
+            psi = max(ce["discordance"]["mean"], 1.0 / cn)
         if d["mean"] is not None:
-            v = max(ce["wald_variance"] or 0.0, psi / ce["n"] if psi else 0.0)
-            r["max_accuracy_drop"] = _up(min(1.0, max(0.0, d["mean"]) + k * math.sqrt((d["sd"] or 0.0) ** 2 + v)))
+            pv = max(ce["wald_variance"] or 0.0, psi / cn if psi and cn else 0.0)
+            r["max_accuracy_drop"] = _up(min(1.0, max(0.0, d["mean"]) + k * math.sqrt((d["sd"] or 0.0) ** 2 + pv)))
             why[f"{tag} max_accuracy_drop"] = (
                 f"max(0, mean drop {d['mean']:.4f}) + {k} * sqrt(s_drop^2 {(d['sd'] or 0.0) ** 2:.2e} + "
-                f"paired variance {v:.2e} = max(mean Wald variance, expected_discordance / n))"
+                f"paired variance {pv:.2e} = max(mean Wald variance, expected_discordance / n))"
             )
         if psi is not None:
             r["expected_discordance"] = round(psi, 4)
@@ -375,8 +533,7 @@ def _recommend(cs: Mapping[str, Any], k: float) -> tuple[dict[str, Any], dict[st
                 f"mean share of questions right in exactly one variant, at least 1/n = 1/{ce['n']}")
         ad = ce.get("acceptance_length_drop")
         if ad and ad["mean"] is not None:
-            sa = (taskmap.get((ce["baseline"], ce["task"])) or {}).get("sampling_se_mean_acceptance_length") or 0.0
-            sb = (taskmap.get((ce["candidate"], ce["task"])) or {}).get("sampling_se_mean_acceptance_length") or 0.0
+            sa, sb = _se(taskmap.get((ce["baseline"], ce["task"]))), _se(taskmap.get((ce["candidate"], ce["task"])))
             r["max_acceptance_length_drop"] = _up(
                 max(0.0, ad["mean"]) + k * math.sqrt((ad["sd"] or 0.0) ** 2 + sa * sa + sb * sb), 3)
             why[f"{tag} max_acceptance_length_drop"] = f"max(0, mean drop) + {k} * sqrt(s_drop^2 + se_a^2 + se_b^2)"
@@ -387,10 +544,9 @@ def _recommend(cs: Mapping[str, Any], k: float) -> tuple[dict[str, Any], dict[st
                 f"{NEAR_TIE_MARGIN} x the largest gap the reference showed at a divergence of this known-good build "
                 f"({max(gaps):.3f} nats over {len(gaps)} divergence(s)): on a good build every divergence is a "
                 "near-tie; keep it below the gaps the self-check's state faults produce")
-        base = taskmap.get((ce["baseline"], ce["task"])) or {}
-        noise = base.get("output_noise_rate") or {}
-        rerun = base.get("rerun_noise_rate") or {}
-        runs_nz = max([x for x in (noise.get("mean"), rerun.get("mean")) if x is not None], default=None)
+        base = taskmap.get((ce["baseline"], ce["task"]))
+        noise = (base["output_noise_rate"]["mean"], base["rerun_noise_rate"]["mean"]) if base else ()
+        runs_nz = max([x for x in noise if x is not None], default=None)
         om = ce["output_match_rate"]
         clean = 1 - om["mean"] if om["mean"] is not None else None
         nz = max([x for x in (runs_nz, clean) if x is not None], default=None)
@@ -413,15 +569,20 @@ def _recommend(cs: Mapping[str, Any], k: float) -> tuple[dict[str, Any], dict[st
     return rec, why
 
 
-def _f(x: Any, d: int = 4) -> str:
+def _se(e: TaskCalibration | None) -> float:
+    """The sampling standard error of mean acceptance length of a task entry, 0 without one."""
+    return (e.get("sampling_se_mean_acceptance_length") if e else None) or 0.0
+
+
+def _f(x: object, d: int = 4) -> str:
     return fmt(x, d)
 
 
-def _vals(xs: Sequence[Any], d: int = 4) -> str:
+def _vals(xs: Sequence[object], d: int = 4) -> str:
     return ", ".join(_f(x, d) for x in xs)
 
 
-def _row(label: list[str], s: Mapping[str, Any], d: int = 4) -> list[str]:
+def _row(label: list[str], s: Spread, d: int = 4) -> list[str]:
     return label + [_vals(s["values"], d), _f(s["mean"], d), _f(s["sd"], d), _f(s["sd_upper95"], d),
                     _f(s["min"], d), _f(s["max"], d)]
 
@@ -435,7 +596,7 @@ def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
 SPREAD_HEAD = ["values (run 1..N)", "mean", "sd", "sd 95% upper", "min", "max"]
 
 
-def render_calibration_markdown(summary: Mapping[str, Any]) -> str:
+def render_calibration_markdown(summary: CalibrationSummary) -> str:
     """The calibration summary (:func:`summarize`) as Markdown.
 
     Long (about 60 lines) because it is one table per section of the summary, in order.
@@ -472,8 +633,9 @@ def render_calibration_markdown(summary: Mapping[str, Any]) -> str:
             rows.append(_row(lab + ["output match rate"], ce["output_match_rate"]))
             rows.append(_row(lab + ["accuracy drop (baseline - candidate)"], ce["accuracy_drop"]))
             rows.append(_row(lab + ["discordance (b + c)/n"], ce["discordance"]))
-            if ce.get("acceptance_length_drop"):
-                rows.append(_row(lab + ["mean acceptance length drop"], ce["acceptance_length_drop"]))
+            al_drop = ce["acceptance_length_drop"]
+            if al_drop:
+                rows.append(_row(lab + ["mean acceptance length drop"], al_drop))
         if rows:
             L += ["", "### Comparisons", ""]
             L += _table(["pair", "task", "figure"] + SPREAD_HEAD, rows)
@@ -493,13 +655,13 @@ def render_calibration_markdown(summary: Mapping[str, Any]) -> str:
             L.append(f"  {key}: {v}")
         if rec["comparisons"]:
             L.append("comparisons:")
-            for r in rec["comparisons"]:
-                L.append(f"  - baseline: {r['baseline']}")
-                L.append(f"    candidate: {r['candidate']}")
-                for key, v in r.items():
+            for rc in rec["comparisons"]:
+                L.append(f"  - baseline: {rc['baseline']}")
+                L.append(f"    candidate: {rc['candidate']}")
+                for key, v in rc.items():
                     if key not in ("baseline", "candidate", "task"):
                         L.append(f"    {key}: {v}")
-                L.append(f"    # task {r['task']}")
+                L.append(f"    # task {rc['task']}")
         L += ["```", ""]
         for key, text in cs["explain"].items():
             L.append(f"- `{key}`: {text}")

@@ -54,18 +54,27 @@ __all__ = ["DiffResult", "differences", "diff_runs"]
 Json = Union[None, bool, int, float, str, list["Json"], dict[str, "Json"]]
 
 
-def _plain(x: Any) -> Json:
+def _plain(x: object) -> Json:
     """The JSON form of a result value: a result type by its ``to_json()``, a record by
-    ``model_dump(mode="json")``, lists, tuples and dicts element by element."""
+    ``model_dump(mode="json")``, another dataclass field by field, lists, tuples and dicts
+    element by element.
+
+    Raises:
+        TypeError: a value with no JSON form (a bug in a result type's fields).
+    """
     if isinstance(x, _Result):
         return x.to_json()
     if isinstance(x, BaseModel):
         return x.model_dump(mode="json")
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return _plain(dataclasses.asdict(x))
     if isinstance(x, (list, tuple)):
         return [_plain(v) for v in x]
     if isinstance(x, dict):
         return {k: _plain(v) for k, v in x.items()}
-    return x
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    raise TypeError(f"no JSON form for a {type(x).__name__} in a diff result")
 
 
 class _Result:
@@ -315,8 +324,8 @@ class Difference(_Result):
     kind: str
     where: str
     field: str
-    a: Any  # a setting's value as the record holds it (JSON)
-    b: Any
+    a: Json  # a setting's value as the record holds it
+    b: Json
     unpairs: bool = False
 
 
@@ -402,7 +411,7 @@ def _outputs_changed(ta: TaskView, tb: TaskView) -> OutputsChanged:
     return OutputsChanged(compared=compared, changed=len(changed), changes=changed)
 
 
-def _num(x: Any) -> float | None:
+def _num(x: object) -> float | None:
     return float(x) if isinstance(x, (int, float)) else None
 
 
@@ -555,7 +564,7 @@ def differences(sa: Side, sb: Side) -> list[Difference]:
     for cname in [c for c in sa.configs if c in sb.configs]:
         ca, cb = sa.configs[cname], sb.configs[cname]
 
-        def add(kind: str, where: str, setting: str, a: Any, b: Any, unpairs: bool = False) -> None:
+        def add(kind: str, where: str, setting: str, a: Json, b: Json, unpairs: bool = False) -> None:
             out.append(Difference(cname, kind, where, setting, a, b, unpairs))  # noqa: B023 - called in this iteration only
 
         if ca.sha256 and cb.sha256 and ca.sha256 != cb.sha256:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Sequence
 
 from harness.records.run_record import outcome_word
 from harness.report.diff import ComparisonEntry, DiffResult, Difference, GateChanges, TaskEntry
@@ -13,11 +13,11 @@ from harness.report.summary import fmt
 __all__ = ["render_diff_markdown"]
 
 
-def _f(x: Any, d: int = 3) -> str:
+def _f(x: object, d: int = 3) -> str:
     return fmt(x, d)
 
 
-def _ci(ci: Any, d: int = 3) -> str:
+def _ci(ci: Sequence[float] | None, d: int = 3) -> str:
     return f" [{ci[0]:.{d}f}, {ci[1]:.{d}f}]" if ci else ""
 
 
@@ -29,11 +29,11 @@ def _p(x: float | None) -> str:
     return "-" if x is None else f"{x:.4g}"
 
 
-def _esc(s: Any) -> str:
+def _esc(s: object) -> str:
     return str(s).replace("|", "\\|").replace("\n", " ")
 
 
-def _table(headers: list[str], rows: list[list[Any]]) -> list[str]:
+def _table(headers: list[str], rows: Sequence[Sequence[object]]) -> list[str]:
     out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     out += ["| " + " | ".join(_esc(c) for c in r) + " |" for r in rows]
     return out

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from statistics import NormalDist
-from typing import Any, Sequence
+from typing import Any, NotRequired, Sequence, TypedDict
 
 from harness.analysis.familywise import family_false_fail
 from harness.analysis.stats import floor_margin, min_detectable_drop
 from harness.config.gates import MaxPositionAcceptanceDrop, plan_gates, sampling_notes
 from harness.config.schema import GateSpec, ModelConfig
 from harness.config.plan import Plan
-from harness.report.cost import cost_json, render_cost
+from harness.records.run_record import SubsetWarning
+from harness.report.cost import PlanCost, cost_json, render_cost
 from harness.tasks import (
     GSM8K_TEST_SIZE,
     DataUnavailableError,
@@ -26,9 +28,73 @@ DEFAULT_POWER = 0.8
 #: One-sided level of the floor gate's sampling margin (:func:`harness.analysis.stats.floor_margin`).
 FLOOR_ALPHA = 0.05
 
+#: One config's entry of ``--dry-run --json``: :meth:`Plan.to_json`'s JSON object with the
+#: dry run's additions; printed as JSON, read by people and CI scripts, not by evalrun.
+PlanEntryJson = dict[str, Any]
+
+
+class FloorDrops(TypedDict):
+    """The floor gate's detectable drops of one task (:func:`detectable_drops`): accuracy
+    fractions; the last three only when the task has an ``accuracy_threshold``."""
+
+    alpha: float
+    test_drop: float
+    gate_drop: float | None
+    tolerance: NotRequired[float]
+    margin: NotRequired[float]
+    calibration_questions: NotRequired[int | None]
+
+
+class PairedDrop(TypedDict):
+    """The paired McNemar test's detectable drop of one comparison and task
+    (:func:`detectable_drops`); ``test_drop`` None when no drop up to the discordance is."""
+
+    baseline: str
+    candidate: str
+    alpha: float
+    expected_discordance: float
+    test_drop: float | None
+    max_accuracy_drop: float
+
+
+class DetectableDrops(TypedDict):
+    """One task's entry of :func:`detectable_drops`: ``n`` questions, accuracy ``p``
+    (``p_assumed``: 0.5 taken for want of a threshold) and the wanted ``power``."""
+
+    task: str
+    n: int
+    p: float
+    p_assumed: bool
+    power: float
+    floor: FloorDrops
+    paired: list[PairedDrop]
+
+
+class FamilyFalseFail(TypedDict):
+    """:func:`family_false_fail_of`: gate counts and false-fail probabilities."""
+
+    accuracy_drop_gates: int
+    holm: bool
+    accuracy_drop_false_fail: float
+    output_match_gates: int
+    output_match_alpha_sum_bound: float
+    position_gates: int
+    position_alpha_sum_bound: float
+    false_fail: float
+
+
+class DataCount(TypedDict):
+    """What one task's data holds (:func:`data_counts`)."""
+
+    asked: int | None
+    available: int | None
+    source: str | None
+    refused: str | None
+    note: str | None
+
 
 def detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER,
-                     only: Sequence[str] | None = None) -> list[dict[str, Any]]:
+                     only: Sequence[str] | None = None) -> list[DetectableDrops]:
     """The smallest accuracy drops the gates of ``config`` can detect, per task.
 
     For each task with n questions (:func:`task_size`) and p = the config's
@@ -62,7 +128,7 @@ def detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER,
         ``[{"task", "n", "p", "p_assumed", "power", "floor": {...} , "paired": [...]}]``;
         drops are accuracy fractions.
     """
-    out = []
+    out: list[DetectableDrops] = []
     for tname, t in config.tasks.items():
         g = config.gates_for(tname)
         n = task_size(t)
@@ -72,9 +138,9 @@ def detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER,
     return out
 
 
-def _floor_drops(g: GateSpec, n: int, p: float, power: float) -> dict[str, Any]:
+def _floor_drops(g: GateSpec, n: int, p: float, power: float) -> FloorDrops:
     """The ``floor`` entry of :func:`detectable_drops` for one task (its gates ``g``)."""
-    floor: dict[str, Any] = {
+    floor: FloorDrops = {
         "alpha": FLOOR_ALPHA,
         "test_drop": min_detectable_drop(n, p, FLOOR_ALPHA, power),
         "gate_drop": None,
@@ -83,18 +149,16 @@ def _floor_drops(g: GateSpec, n: int, p: float, power: float) -> dict[str, Any]:
         cal = g.calibration_questions
         margin = floor_margin(n, cal, p, 1 - FLOOR_ALPHA) if cal is not None and n < cal else 0.0
         z_pow = NormalDist().inv_cdf(power)
-        floor.update(
-            tolerance=g.tolerance, margin=margin, calibration_questions=cal,
-            gate_drop=g.tolerance + margin + z_pow * (p * (1 - p) / n) ** 0.5,
-        )
+        floor["tolerance"], floor["margin"], floor["calibration_questions"] = g.tolerance, margin, cal
+        floor["gate_drop"] = g.tolerance + margin + z_pow * (p * (1 - p) / n) ** 0.5
     return floor
 
 
 def _paired_drops(config: ModelConfig, n: int, p: float, power: float,
-                  only: Sequence[str] | None) -> list[dict[str, Any]]:
+                  only: Sequence[str] | None) -> list[PairedDrop]:
     """The ``paired`` entries of :func:`detectable_drops` for one task: one per comparison
     with a ``max_accuracy_drop`` (among the variants ``only``, when given)."""
-    paired = []
+    paired: list[PairedDrop] = []
     for comp in config.comparisons:
         if comp.max_accuracy_drop is None:
             continue
@@ -119,7 +183,7 @@ def full_test_size(spec) -> int:
     return GSM8K_TEST_SIZE
 
 
-def subset_warnings(config: ModelConfig, confidence: float = 1 - FLOOR_ALPHA) -> list[dict[str, Any]]:
+def subset_warnings(config: ModelConfig, confidence: float = 1 - FLOOR_ALPHA) -> list[SubsetWarning]:
     """Tasks that ask fewer questions than their threshold was presumably measured on.
 
     For every task with an ``accuracy_threshold`` and no ``calibration_questions``,
@@ -131,12 +195,11 @@ def subset_warnings(config: ModelConfig, confidence: float = 1 - FLOOR_ALPHA) ->
     gate does not allow for while ``calibration_questions`` is unset.
 
     Returns:
-        ``[{"task", "questions", "assumed_calibration_questions", "accuracy_threshold",
-        "floor", "margin", "fair_floor", "message"}]``: ``floor`` = threshold -
-        tolerance (what the gate applies), ``fair_floor`` = floor - margin (what the
-        run would need to be fair); accuracy fractions.
+        one :class:`~harness.records.run_record.SubsetWarning` per such task: ``floor`` =
+        threshold - tolerance (what the gate applies), ``fair_floor`` = floor - margin
+        (what the run would need to be fair); accuracy fractions.
     """
-    out = []
+    out: list[SubsetWarning] = []
     for tname, spec in config.tasks.items():
         g = config.gates_for(tname)
         if g.accuracy_threshold is None or g.calibration_questions is not None:
@@ -147,16 +210,16 @@ def subset_warnings(config: ModelConfig, confidence: float = 1 - FLOOR_ALPHA) ->
         margin = floor_margin(n, full, g.accuracy_threshold, confidence)
         floor = round(g.accuracy_threshold - g.tolerance, 6)
         fair = round(floor - margin, 6)
-        out.append({
-            "task": tname, "questions": n, "assumed_calibration_questions": full,
-            "accuracy_threshold": g.accuracy_threshold, "floor": floor, "margin": margin, "fair_floor": fair,
-            "message": (
+        out.append(SubsetWarning(
+            task=tname, questions=n, assumed_calibration_questions=full,
+            accuracy_threshold=g.accuracy_threshold, floor=floor, margin=margin, fair_floor=fair,
+            message=(
                 f"task {tname}: the run asks {n} questions, but accuracy_threshold {g.accuracy_threshold} was "
                 f"presumably measured on all {full} (calibration_questions is not set): sampling alone moves a "
                 f"{n}-question score by up to {margin:.3f} (one-sided {confidence:.0%}), so the floor {floor:.3f} "
                 f"is unfair to this run; a fair floor is {fair:.3f} (set calibration_questions: {full} to apply it)"
             ),
-        })
+        ))
     return out
 
 
@@ -208,7 +271,7 @@ def render_detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER,
     return lines
 
 
-def family_false_fail_of(config: ModelConfig) -> dict[str, Any]:
+def family_false_fail_of(config: ModelConfig) -> FamilyFalseFail:
     """The family-wise false-fail probability of ``config``'s in-run gates that test
     for a difference, on an unchanged build.
 
@@ -279,15 +342,15 @@ def render_family(config: ModelConfig) -> list[str]:
 DRY_RUN_PORT = 8000
 
 
-def data_counts(plan: Plan, data_dir: Any = None) -> dict[str, dict[str, Any]]:
+def data_counts(plan: Plan, data_dir: Path | None = None) -> dict[str, DataCount]:
     """What each task's data holds, for the dry run (no server): ``{task id:
     {"asked": n or None, "available": count or None, "source": str | None,
     "refused": message or None, "note": str | None}}``; a run refuses a task whose
     data holds fewer than it asks (:func:`harness.tasks.check_enough`)."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, DataCount] = {}
     for cp in plan.configs:
         for t in cp.tasks:
-            row: dict[str, Any] = {"asked": t.spec.num_questions, "available": None, "source": None,
+            row: DataCount = {"asked": t.spec.num_questions, "available": None, "source": None,
                                    "refused": None, "note": None}
             try:
                 got = available_questions(t.name, t.spec, data_dir)
@@ -305,7 +368,7 @@ def data_counts(plan: Plan, data_dir: Any = None) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _data_text(row: dict[str, Any] | None) -> str:
+def _data_text(row: DataCount | None) -> str:
     if not row:
         return ""
     if row["available"] is None:
@@ -337,7 +400,7 @@ def render_runner_cost(c) -> list[str]:
 
 
 def render_plan(plan: Plan, only: Sequence[str] | None = None,
-                counts: dict[str, dict[str, Any]] | None = None) -> str:
+                counts: dict[str, DataCount] | None = None) -> str:
     """Human-readable plan for ``--dry-run``: every config, variant command, task and gate.
 
     Args:
@@ -426,7 +489,7 @@ def render_plan(plan: Plan, only: Sequence[str] | None = None,
     return "\n".join(lines)
 
 
-def render_schedule(cost: Any) -> str:
+def render_schedule(cost: PlanCost) -> str:
     """The dry run's schedule and cost section (:func:`harness.report.cost.render_cost`
     of a :class:`~harness.report.cost.PlanCost`): which variants run together, on which
     devices, estimated wall time and GPU-seconds per config and for the list."""
@@ -434,7 +497,7 @@ def render_schedule(cost: Any) -> str:
 
 
 def plan_json(plan: Plan, only: Sequence[str] | None = None,
-              counts: dict[str, dict[str, Any]] | None = None, cost: Any = None) -> list[dict[str, Any]]:
+              counts: dict[str, DataCount] | None = None, cost: PlanCost | None = None) -> list[PlanEntryJson]:
     """``--dry-run --json``: :meth:`Plan.to_json` plus each config's ``detectable_drops``
     and ``family_false_fail`` (:func:`family_false_fail_of`); with ``cost`` (a
     :class:`~harness.report.cost.PlanCost`) each config's ``cost``: its variants'

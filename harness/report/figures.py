@@ -30,7 +30,7 @@ import re
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 from harness.records.run_record import RunRecordError, load_run
 
 if TYPE_CHECKING:
@@ -65,20 +65,43 @@ def _seconds(rec: "RunRecord") -> float | None:
     return (b - a).total_seconds()
 
 
-def variant_rows(rec: "RunRecord", task: str = "arith") -> list[dict[str, Any]]:
-    """One dict per variant of the record's first config: the figures of ``task``.
+VariantRow = TypedDict("VariantRow", {
+    "variant": str, "fault": str | None, "async": bool | None, "strict": float | None,
+    "flexible": float | None, "mal": float | None, "per_pos": list[float | None],
+    "om_ref": tuple[float | None, int, int] | None, "seconds": float, "startup": float | None,
+    "counts": dict[str, int], "exercised": bool | None,
+})
+VariantRow.__doc__ = """One variant's figures of a task (:func:`variant_rows`): ``async`` effective (from
+the engine), ``strict`` / ``flexible`` the two GSM8K pipelines' accuracy, ``mal`` mean
+acceptance length, ``per_pos`` per-position acceptance, ``om_ref`` ``(rate, matched,
+compared)`` of output match vs ``reference``, ``seconds`` the task's, ``startup`` the
+server's start-up seconds, ``counts`` the plugin's counters, ``exercised`` whether the
+fault's patched code ran and changed a value."""
 
-    Keys: ``variant``, ``fault``, ``async`` (effective, from the engine), ``strict``,
-    ``flexible``, ``mal`` (mean acceptance length), ``per_pos`` (list), ``om_ref``
-    (``(rate, matched, compared)`` vs ``reference`` or None), ``seconds`` (task),
-    ``startup`` (server start-up seconds), ``counts`` (plugin counters), ``exercised``.
+
+class SelfcheckEntry(TypedDict):
+    """One check of ``selfcheck.json`` as read from disk (written from
+    ``harness.selfcheck.Check``): the variant and gate judged, the expected and actual
+    verdicts, whether they agree (``held``) and the gate's numbers."""
+
+    variant: str
+    fault: str | None
+    gate: str
+    expected: str
+    actual: str
+    held: bool
+    detail: str
+
+
+def variant_rows(rec: "RunRecord", task: str = "arith") -> list[VariantRow]:
+    """One :class:`VariantRow` per variant of the record's first config: the figures of ``task``.
 
     Raises:
         FiguresError: the task did not run for a variant.
     """
     c = rec.configs[0]
     om = {(x.baseline, x.candidate): x for x in c.comparisons if x.task == task}
-    rows = []
+    rows: list[VariantRow] = []
     for name, v in c.variants.items():
         t = v.tasks.get(task)
         if t is None or t.status != "ran":
@@ -170,7 +193,7 @@ def _short(gate_id: str, variant: str) -> str:
     return rest[len(variant) + 1:] if rest.startswith(variant + "/") else rest
 
 
-def selfcheck_table(rec: "RunRecord", checks: list[dict[str, Any]], task: str = "arith") -> str:
+def selfcheck_table(rec: "RunRecord", checks: list[SelfcheckEntry], task: str = "arith") -> str:
     """Markdown: per self-check variant its figures, the plugin's counters and verdicts.
 
     Args:

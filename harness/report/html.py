@@ -25,12 +25,17 @@ from __future__ import annotations
 import html
 import io
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from harness.records.run_record import ConfigResult, RunRecord, outcome_word
 from harness.records.text import clean_text
 from harness.report.history import history_frame, load_records
 from harness.report.summary import _limit, _pipelines, flipped_examples, fmt, task_pipeline
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
 
 __all__ = ["render_html", "write_html"]
 
@@ -49,7 +54,7 @@ figcaption{font-size:0.85em;color:#555}
 """
 
 
-def _svg(fig: Any) -> str:
+def _svg(fig: Figure) -> str:
     """The figure as inline SVG markup (XML header and DOCTYPE dropped)."""
     import matplotlib.pyplot as plt
 
@@ -60,7 +65,7 @@ def _svg(fig: Any) -> str:
     return text[text.index("<svg"):]
 
 
-def _plt() -> Any:
+def _plt() -> ModuleType:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -161,7 +166,7 @@ def _divergence_fig(c: ConfigResult) -> str | None:
     return _figure("first-divergence", c.name, _svg(fig), f"{c.name}: output match, first divergence of each mismatch")
 
 
-def _trend_fig(c: ConfigResult, history: Any) -> str | None:
+def _trend_fig(c: ConfigResult, history: pd.DataFrame | None) -> str | None:
     if history is None or history.empty:
         return None
     h = history[history["config"] == c.name]
@@ -184,7 +189,7 @@ def _trend_fig(c: ConfigResult, history: Any) -> str | None:
                    f"{c.name}: trend over {h['run_id'].nunique()} runs in the results folder")
 
 
-def _cell(x: Any) -> str:
+def _cell(x: object) -> str:
     return html.escape(str(x))
 
 
@@ -198,7 +203,7 @@ def _verdict_span(v: str) -> str:
     return f'<span class="{v.replace(" ", "")}">{_cell(v)}</span>'
 
 
-def render_html(record: RunRecord, run_dir: str | Path | None = None, history: Any = None) -> str:
+def render_html(record: RunRecord, run_dir: str | Path | None = None, history: pd.DataFrame | None = None) -> str:
     """The run as one self-contained HTML page (inline CSS and SVG, no scripts, no links
     to the network).
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
 
 from harness.records.run_record import GateResult, RunRecord, outcome_word
 from harness.records.text import clean_text
@@ -34,7 +33,7 @@ def testcase_name(g: GateResult) -> str:
     return f"{g.config}/{variant}/{g.task or '*'}/{g.kind}"
 
 
-def _num(x: Any) -> str:
+def _num(x: object) -> str:
     return "-" if x is None else (f"{x:.6g}" if isinstance(x, float) else str(x))
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import html
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence, TypedDict
 
 from rich import box
 from rich.console import Console
@@ -43,7 +43,7 @@ OUTCOME_MEANING = {
 }
 
 
-def fmt(x: Any, digits: int = 3) -> str:
+def fmt(x: object, digits: int = 3) -> str:
     """A value for a table: ``-`` for None, floats with ``digits`` decimals."""
     if x is None:
         return "-"
@@ -52,7 +52,7 @@ def fmt(x: Any, digits: int = 3) -> str:
     return str(x)
 
 
-def _ci(ci: Any) -> str:
+def _ci(ci: Sequence[float] | None) -> str:
     if not ci:
         return ""
     return f" [{ci[0]:.3f}, {ci[1]:.3f}]"
@@ -76,17 +76,39 @@ def _pipelines(record: RunRecord) -> list[str]:
     return [p for p in PIPELINES if p in seen] + [p for p in seen if p not in PIPELINES]
 
 
-def score_rows(record: RunRecord) -> list[dict[str, Any]]:
+class ScoreRow(TypedDict, total=False):
+    """A row of :func:`score_rows`. A variant that did not run has only ``config``,
+    ``variant``, ``task`` (``-``) and ``status``; a task that ran has every key, its cells
+    formatted for a table (``accuracy``: per pipeline ``"0.970 [0.915, 0.990]"``) and
+    ``truncated_count`` / ``speculative`` as values."""
+
+    config: str
+    variant: str
+    task: str
+    status: str
+    pipeline: str
+    async_scheduling: str
+    n: str
+    errors: str
+    truncated: str
+    truncated_count: int
+    speculative: bool
+    acceptance_rate: str
+    mean_acceptance_length: str
+    per_position: str
+    spec_error: str
+    accuracy: dict[str, str]
+
+
+def score_rows(record: RunRecord) -> list[ScoreRow]:
     """One row per config x variant x task: accuracy per pipeline (with 95% Wilson
     interval), errors, acceptance rate, mean acceptance length, per-position acceptance.
 
     Returns:
-        dicts with ``config``, ``variant``, ``task``, ``status`` (``ran`` or ``NOT RUN:
-        reason``), ``pipeline`` (the config's gate pipeline), ``n``, ``errors``,
-        ``async``, one key per pipeline (``"0.970 [0.915, 0.990]"``), ``speculative``
-        (bool), ``acceptance_rate``, ``mean_acceptance_length``, ``per_position``.
+        :class:`ScoreRow` with ``status`` ``ran`` or ``NOT RUN: reason``, ``pipeline``
+        the task's gate pipeline, ``async_scheduling`` the effective one.
     """
-    rows: list[dict[str, Any]] = []
+    rows: list[ScoreRow] = []
     for c in record.configs:
         for vname, v in c.variants.items():
             if v.error and not v.tasks:
@@ -97,10 +119,10 @@ def score_rows(record: RunRecord) -> list[dict[str, Any]]:
                 continue
             for tname, t in v.tasks.items():
                 sd = t.spec_decode
-                row = {
+                rows.append({
                     "config": c.name, "variant": vname, "task": tname, "status": "ran",
                     "pipeline": task_pipeline(c, vname, tname),
-                    "async": fmt(v.engine.async_scheduling if v.engine else None),
+                    "async_scheduling": fmt(v.engine.async_scheduling if v.engine else None),
                     "n": str(t.num_requests), "errors": str(t.error_count),
                     "truncated": "-" if t.truncated_rate is None else f"{t.truncated_rate:.3f} ({t.truncated})",
                     "truncated_count": t.truncated or 0,
@@ -110,10 +132,8 @@ def score_rows(record: RunRecord) -> list[dict[str, Any]]:
                                                + _ci(t.mean_acceptance_length_ci)),
                     "per_position": " ".join(fmt(x, 2) for x in (sd.per_position_acceptance if sd else [])) or "-",
                     "spec_error": t.spec_decode_error or "",
-                }
-                for p in t.accuracy:
-                    row[p] = fmt(t.accuracy.get(p)) + _ci(t.accuracy_ci.get(p))
-                rows.append(row)
+                    "accuracy": {p: fmt(t.accuracy.get(p)) + _ci(t.accuracy_ci.get(p)) for p in t.accuracy},
+                })
     return rows
 
 
@@ -194,10 +214,26 @@ def divergence_rows(record: RunRecord) -> list[dict[str, str]]:
     return rows
 
 
-def comparison_rows(record: RunRecord) -> list[dict[str, Any]]:
+class ComparisonRow(TypedDict):
+    """A row of :func:`comparison_rows`: ``pair`` ``"baseline -> candidate"``; the
+    question ids right only in the baseline (``lost_ids``) or the candidate
+    (``gained_ids``), `` (truncated)`` marked; the other cells formatted for a table."""
+
+    config: str
+    pair: str
+    task: str
+    lost_ids: list[str]
+    gained_ids: list[str]
+    output_match: str
+    diff: str
+    flipped: str
+    p: str
+
+
+def comparison_rows(record: RunRecord) -> list[ComparisonRow]:
     """One row per comparison and task: output match (with the noise it is judged
     against, when any), paired accuracy difference, p-value, flipped question ids."""
-    rows = []
+    rows: list[ComparisonRow] = []
     for c in record.configs:
         for comp in c.comparisons:
             p = comp.paired
@@ -228,15 +264,28 @@ def comparison_rows(record: RunRecord) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------ flipped questions
 
 
+class FlippedExample(TypedDict):
+    """A question right in one variant of a comparison and wrong in the other
+    (:func:`flipped_examples`): ``direction`` ``lost`` (right only in the baseline) or
+    ``gained``; the answers are those of the comparison's pipeline."""
+
+    question_id: str
+    direction: str
+    gold: str | None
+    baseline_answer: str | None
+    candidate_answer: str | None
+    baseline_completion: str
+    candidate_completion: str
+
+
 def flipped_examples(record: RunRecord, config: str, comp: ComparisonResult, limit: int = 10,
-                     run_dir: str | Path | None = None) -> list[dict[str, Any]]:
+                     run_dir: str | Path | None = None) -> list[FlippedExample]:
     """Questions right in one variant of a comparison and wrong in the other, with both
     completions, read from the samples beside the record.
 
     Returns:
-        Up to ``limit`` dicts ``{"question_id", "direction": "lost" | "gained", "gold",
-        "baseline_answer", "candidate_answer", "baseline_completion",
-        "candidate_completion"}``, lost first; ``[]`` when the samples cannot be read.
+        Up to ``limit`` :class:`FlippedExample`, lost first; ``[]`` when the samples
+        cannot be read.
     """
     p = comp.paired
     ids = ([("lost", q) for q in p.a_only] + [("gained", q) for q in p.b_only]) if p else []
@@ -254,7 +303,7 @@ def flipped_examples(record: RunRecord, config: str, comp: ComparisonResult, lim
     except (KeyError, AttributeError, OSError, ValueError):
         return []
     pipe = comp.pipeline
-    out = []
+    out: list[FlippedExample] = []
     for direction, q in ids[:limit]:
         a, b = side["baseline"].get(q), side["candidate"].get(q)
         out.append({
@@ -318,7 +367,7 @@ def render_terminal(record: RunRecord, console: Console | None = None) -> None:
                     continue
                 cells = []
                 for p in pipes:
-                    v = r.get(p, "-")
+                    v = r["accuracy"].get(p, "-")
                     cells.append(v.replace(" [", "\n[", 1) if p == r.get("pipeline") else v.split(" [")[0])
                 n = r["n"] + (f"\n{r['errors']} err" if r["errors"] not in ("0", "None") else "") \
                     + (f"\n{r['truncated_count']} cut" if r.get("truncated_count") else "")
@@ -329,27 +378,27 @@ def render_terminal(record: RunRecord, console: Console | None = None) -> None:
             title("speculative decoding")
             st = _table(["variant", "task", "async", "acceptance rate", "mean acceptance length", "per-position"])
             for r in spec:
-                st.add_row(r["variant"], r["task"], r["async"], r["acceptance_rate"], r["mean_acceptance_length"],
-                           r["per_position"])
+                st.add_row(r["variant"], r["task"], r["async_scheduling"], r["acceptance_rate"],
+                           r["mean_acceptance_length"], r["per_position"])
             console.print(st)
         mine = [r for r in crow if r["config"] == c.name]
         if mine:
             title("comparisons (paired over the same questions)")
             ct = _table(["pair", "task", "output match", "accuracy diff\n[95% CI]", "lost /\ngained", "McNemar p"])
-            for r in mine:
-                ct.add_row(r["pair"].replace(" -> ", " ->\n"), r["task"], r["output_match"],
-                           r["diff"].replace(" [", "\n[", 1),
-                           r["flipped"], r["p"])
+            for cr in mine:
+                ct.add_row(cr["pair"].replace(" -> ", " ->\n"), cr["task"], cr["output_match"],
+                           cr["diff"].replace(" [", "\n[", 1),
+                           cr["flipped"], cr["p"])
             console.print(ct)
             for line in _flipped_lines(mine):
                 console.print(line, markup=False, soft_wrap=True)
-            drows = [r for r in divergence_rows(record) if r["config"] == c.name]
+            drows = [dr for dr in divergence_rows(record) if dr["config"] == c.name]
             if drows:
                 title("divergences judged by the reference's distribution (worst first)")
                 dt = _table(["pair", "task", "question @ token", "tokens", "gap (nats)", "verdict"])
-                for r in drows[:10]:
-                    dt.add_row(r["pair"].replace(" -> ", " ->\n"), r["task"], f"{r['question']} @ {r['position']}",
-                               r["tokens"], r["gap"], r["verdict"])
+                for dr in drows[:10]:
+                    dt.add_row(dr["pair"].replace(" -> ", " ->\n"), dr["task"], f"{dr['question']} @ {dr['position']}",
+                               dr["tokens"], dr["gap"], dr["verdict"])
                 console.print(dt)
                 if len(drows) > 10:
                     console.print(f"  ... {len(drows) - 10} more in summary.md / run.json", markup=False)
@@ -392,7 +441,7 @@ def run_warnings(record: RunRecord) -> list[str]:
     return out
 
 
-def _flipped_lines(crow: list[dict[str, Any]], limit: int = 50) -> list[str]:
+def _flipped_lines(crow: list[ComparisonRow], limit: int = 50) -> list[str]:
     def ids(x: list[str]) -> str:
         return ", ".join(x[:limit]) + (f" ... ({len(x)} in all)" if len(x) > limit else "")
 
@@ -533,7 +582,7 @@ def render_markdown(record: RunRecord, run_dir: str | Path | None = None) -> str
             srows.append([r["config"], r["variant"], r["task"], r["status"], "", ""] + [""] * len(pipes))
         else:
             srows.append([r["config"], r["variant"], r["task"], r["n"], r["errors"], r["truncated"]]
-                         + [r.get(p, "-") for p in pipes])
+                         + [r["accuracy"].get(p, "-") for p in pipes])
     lines.append(_md_table(["config", "variant", "task", "n", "errors", "truncated (max_tokens)"]
                            + [f"{PIPELINE_TITLES.get(p, p)} [95% CI]" for p in pipes], srows))
     spec = [r for r in score_rows(record) if r.get("speculative")]
@@ -541,7 +590,7 @@ def render_markdown(record: RunRecord, run_dir: str | Path | None = None) -> str
         lines += ["", "## Speculative decoding", ""]
         lines.append(_md_table(["config", "variant", "task", "async sched.", "acceptance rate",
                                 "mean acceptance length", "per-position acceptance"],
-                               [[r["config"], r["variant"], r["task"], r["async"], r["acceptance_rate"],
+                               [[r["config"], r["variant"], r["task"], r["async_scheduling"], r["acceptance_rate"],
                                  r["mean_acceptance_length"], r["per_position"]] for r in spec]))
     notes = acceptance_ci_notes(record)
     if notes:

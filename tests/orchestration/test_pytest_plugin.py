@@ -1,6 +1,7 @@
 """The pytest plugin: vLLM's workflow ``pytest ... --config-list-file=LIST -k STEM``
 with evalrun's test module, JUnit from pytest, run records as usual. The server is
-the FAKE one (tests/fake_vllm.py) so that a failing gate can be produced on demand."""
+the FAKE one (tests/fake_vllm.py) so that a failing gate can be produced on demand.
+Also the project's own pytest configuration (pyproject.toml): skip reasons are shown."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from harness.config.select import compile_keyword, select_paths
 from harness.config.schema import ConfigError
 
 FAKE = Path(__file__).resolve().parents[1] / "fake_vllm.py"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def vllm_form(path: Path, env: str) -> Path:
@@ -156,3 +158,12 @@ def test_tp_size_is_refused_saying_vllm_removed_it(tmp_path):
     assert p.returncode != 0
     out = p.stdout + p.stderr
     assert "--tp-size=1" in out and "removed --tp-size" in out and "--tensor-parallel-size" in out
+
+
+def test_skip_reasons_are_shown(tmp_path):
+    t = tmp_path / "test_x.py"
+    t.write_text("import pytest\n\n@pytest.mark.skip(reason='needs the moon')\ndef test_a():\n    pass\n")
+    out = subprocess.run([sys.executable, "-m", "pytest", "-c", str(REPO / "pyproject.toml"),
+                          "--rootdir", str(tmp_path),
+                          str(t), "-p", "no:cacheprovider"], capture_output=True, text=True, cwd=tmp_path).stdout
+    assert "SKIPPED [1]" in out and "needs the moon" in out

@@ -15,7 +15,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from harness.records.run_record import load_run, write_run
-from harness.records.text import REPLACEMENT, clean_json, clean_text, strip_ansi
+from harness.records.text import REPLACEMENT
 from harness.report.html import write_html
 from harness.report.junit import write_junit
 from harness.report.summary import render_markdown
@@ -33,15 +33,6 @@ def no_forbidden(text: str) -> None:
     bad = sorted({hex(ord(ch)) for ch in text if ch in FORBIDDEN or 0xD800 <= ord(ch) <= 0xDFFF})
     assert not bad, f"forbidden characters survived: {bad}"
     assert "\x1b[" not in text
-
-
-def test_clean_text_by_hand():
-    assert strip_ansi("\x1b[1;31mERROR\x1b[0m ok \x1b]0;title\x07") == "ERROR ok "
-    assert clean_text("a\x00b\x07c\td\ne\rf\ud800g\uffffh") == (
-        f"a{REPLACEMENT}b{REPLACEMENT}c\td\ne\rf{REPLACEMENT}g{REPLACEMENT}h")
-    assert clean_text("<b>&</b>") == "<b>&</b>"                 # markup is each writer's to escape
-    assert clean_json({"k\ud800": ["x\ud801", 1, None, "\x00"]}) == (
-        {f"k{REPLACEMENT}": [f"x{REPLACEMENT}", 1, None, "\x00"]})
 
 
 def test_a_server_dying_with_colour_codes_gives_well_formed_junit(tmp_path):

@@ -1,4 +1,4 @@
-"""summary.md and the terminal tables on a constructed run folder (values written by hand)."""
+"""summary.md and the terminal tables on a constructed run folder (values written by hand); counts print as integers."""
 
 from __future__ import annotations
 
@@ -6,6 +6,11 @@ import io
 
 from rich.console import Console
 
+from harness.analysis.gates import evaluate_gates
+from harness.analysis.measurements import Measurements
+from harness.config.loader import load_config
+from harness.config.plan import build_plan
+from harness.records.measures import SpecDecodeCountersRecord, SpecDecodeRecord
 from harness.records.run_record import write_run
 from harness.records.samples import Sample, write_jsonl
 from harness.report.summary import render_markdown, render_terminal
@@ -115,3 +120,21 @@ def test_non_terminal_log_lines_are_not_wrapped(tmp_path):
     detail = [x for x in lines if "x" * 150 in x]
     assert len(detail) == 1 and detail[0].endswith("x" * 150)
     assert max(len(x) for x in lines if "─" in x) <= 100
+
+
+def test_counts_print_as_integers(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("model: m\nvariants:\n  spec: {speculative_config: {method: mtp, num_speculative_tokens: 2}}\n"
+                 "tasks:\n  t: {kind: synthetic}\n")
+    cp = build_plan([load_config(p)]).configs[0]
+    m = Measurements()
+    m.task_record("spec", "t").spec = SpecDecodeRecord.from_counters(
+        SpecDecodeCountersRecord(935.0, 1870.0, 900.0, (500.0, 400.0)))
+    res = [g for g in evaluate_gates(cp.gates, m) if g.kind == "drafts_observed"][0]
+    assert res.observed == 935 and isinstance(res.observed, int)
+    rec = typed({"run_id": "r", "passed": True, "exit_code": 0, "status": "completed",
+                 "configs": [{"name": "c", "variants": {}, "comparisons": [], "gates": [res.model_dump(mode="json")]}]})
+    assert rec.configs[0].gates[0].observed == 935 and isinstance(rec.configs[0].gates[0].observed, int)
+    md = render_markdown(rec)
+    assert "| 935 |" in md and "935.0000" not in md
+

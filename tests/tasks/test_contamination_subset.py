@@ -115,9 +115,9 @@ def test_subset_warning_numbers(tmp_path):
     # one-sided 95% finite-population margin, Cochran 1977 Thm 2.2: z * sqrt(p(1-p)(N-n)/(n(N-1)))
     z = 1.6448536269514722
     margin = z * math.sqrt(0.9 * 0.1 * (1319 - 200) / (200 * 1318))
-    assert w["margin"] == pytest.approx(margin, rel=1e-9)
-    assert w["floor"] == pytest.approx(0.82) and w["fair_floor"] == pytest.approx(0.82 - margin, abs=1e-6)
-    assert "calibration_questions: 1319" in w["message"]
+    assert w.margin == pytest.approx(margin, rel=1e-9)
+    assert w.floor == pytest.approx(0.82) and w.fair_floor == pytest.approx(0.82 - margin, abs=1e-6)
+    assert "calibration_questions: 1319" in w.message
     # no warning when the run covers the set, or when calibration_questions is given
     p.write_text("model_name: a/b\naccuracy_threshold: 0.9\n")
     assert subset_warnings(load_config(p)) == []

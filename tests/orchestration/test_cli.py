@@ -1,4 +1,5 @@
-"""Plan and CLI: the dry run of the H200 list shows the exact commands; errors exit 2."""
+"""harness.cli: the dry run of the H200 list shows the exact commands; arguments refused
+before anything runs exit 2; the console script works without vLLM."""
 
 from __future__ import annotations
 
@@ -108,3 +109,12 @@ def test_console_script_help_and_dry_run_without_vllm():
     assert r.returncode == 0, r.stderr
     h = subprocess.run([sys.executable, "-m", "harness.cli", "--help"], cwd=REPO, capture_output=True, text=True)
     assert "exit codes" in h.stdout and "--dry-run" in h.stdout
+
+
+def test_a_run_id_that_is_not_a_folder_name_is_refused(tmp_path, capsys):
+    for bad in ("../outside", "a/b", "x" * 300):
+        assert main(["--config", "models-cpu.txt", "--run-id", bad, "--results-dir", str(tmp_path)]) == 2
+        assert "--run-id: key '--run-id'" in capsys.readouterr().err
+        assert main(["merge", str(tmp_path), "--run-id", bad, "--results-dir", str(tmp_path)]) == 2
+    assert list(tmp_path.iterdir()) == []
+
