@@ -292,7 +292,7 @@ def render_markdown(rec: BisectRecord) -> str:
 
 def cli_main(argv: list[str]) -> int:
     """``evalrun bisect --config FILE [-k NAME] --build B1 ... --build Bn [run options]``."""
-    from harness.runner import terminate_as_interrupt
+    from harness.run_outcome import terminate_as_interrupt
 
     try:
         args, run_argv, results, builds = _parse(argv)

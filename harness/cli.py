@@ -190,7 +190,9 @@ def cmd_run(argv: list[str]) -> int:
     from harness.engine.devices import DeviceError
     from harness.records.atomic import ResultsFolderError
     from harness.report.progress import Progress
-    from harness.runner import RunFolderExistsError, RunOptions, run, terminate_as_interrupt
+    from harness.run_context import RunOptions
+    from harness.run_outcome import terminate_as_interrupt
+    from harness.runner import RunFolderExistsError, run
 
     terminate_as_interrupt()
     progress = Progress(quiet=args.quiet)
@@ -222,12 +224,12 @@ def cmd_run(argv: list[str]) -> int:
 
 def _signal_exit(e: KeyboardInterrupt, args: argparse.Namespace) -> int:
     """The exit code after a stopping signal in ``evalrun --config``, with the last line
-    said (:func:`harness.runner.say_interrupted`) and the ``--markdown``/``--junit``
+    said (:func:`harness.run_outcome.say_interrupted`) and the ``--markdown``/``--junit``
     copies written from the record: the record's exit code when its final word was on
     disk before the signal (it keeps its outcome), else 2 (``INTERRUPTED``, or no record)."""
     from harness.records.recorder import LAST_FINAL
     from harness.records.run_record import outcome_word
-    from harness.runner import RunInterrupted, say_interrupted
+    from harness.run_outcome import RunInterrupted, say_interrupted
 
     if not isinstance(e, RunInterrupted) and LAST_FINAL:  # after run() returned: its record is final
         final = LAST_FINAL[-1]

@@ -144,7 +144,8 @@ def run_config(path: Path, config: pytest.Config) -> tuple[RunRecord, Path]:
     from harness.config.model_list import PROJECT_ROOT, resolve_list_path
     from harness.config.plan import build_plan
     from harness.records.provenance import new_run_id
-    from harness.runner import RunOptions, run
+    from harness.run_context import RunOptions
+    from harness.runner import run
 
     opt = config.getoption
     plan = build_plan([load_config(path)], python=opt("--evalrun-python"),

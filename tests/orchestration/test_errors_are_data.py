@@ -21,7 +21,9 @@ import pytest
 
 import harness.analysis.comparison as comparison_mod
 import harness.engine.client as client_mod
-import harness.runner as runner_mod
+import harness.config_steps as config_steps_mod
+import harness.run_outcome as run_outcome_mod
+import harness.variant_steps as variant_steps_mod
 import harness.tasks.judging as judging_mod
 from harness.calibrate import describe_error_runs
 from harness.cli import main
@@ -210,17 +212,17 @@ STAGES = {
                                      _raise_on_call(client_mod.AsyncCompletionClient.complete, 8,
                                                     AttributeError("'NoneType' object has no attribute 'post'"))),
                "spec", "gsm8k", "builtins.AttributeError"),
-    "scoring": (lambda mp: mp.setattr(runner_mod, "score_task", _raise_on_call(runner_mod.score_task, 2,
-                                                                               ZeroDivisionError("division by zero"))),
+    "scoring": (lambda mp: mp.setattr(variant_steps_mod, "score_task", _raise_on_call(
+                    variant_steps_mod.score_task, 2, ZeroDivisionError("division by zero"))),
                 "spec", "gsm8k", "builtins.ZeroDivisionError"),
     "statistics": (lambda mp: mp.setattr(comparison_mod, "output_match", _raise_on_call(
                        comparison_mod.output_match, 1, ValueError("math domain error"))),
                    "reference->spec", "gsm8k", "builtins.ValueError"),
-    "gates": (lambda mp: mp.setattr(runner_mod, "evaluate_gates", _raise_on_call(runner_mod.evaluate_gates, 1,
-                                                                                 KeyError("min_output_match"))),
+    "gates": (lambda mp: mp.setattr(config_steps_mod, "evaluate_gates", _raise_on_call(
+                  config_steps_mod.evaluate_gates, 1, KeyError("min_output_match"))),
               None, None, "builtins.KeyError"),
-    "writing": (lambda mp: mp.setattr(runner_mod, "write_jsonl", _raise_on_call(
-                    runner_mod.write_jsonl, 2, OSError(errno.EACCES, "Permission denied"))),
+    "writing": (lambda mp: mp.setattr(variant_steps_mod, "write_jsonl", _raise_on_call(
+                    variant_steps_mod.write_jsonl, 2, OSError(errno.EACCES, "Permission denied"))),
                 "spec", "gsm8k", "builtins.PermissionError"),
 }
 
@@ -285,8 +287,8 @@ def test_report_that_cannot_be_rendered_is_a_warning_never_the_verdict(tmp_path,
     def boom(*a, **kw):
         raise RuntimeError("template broke")
 
-    monkeypatch.setattr(runner_mod, "render_markdown", boom)
-    monkeypatch.setattr(runner_mod, "write_junit", boom)
+    monkeypatch.setattr(run_outcome_mod, "render_markdown", boom)
+    monkeypatch.setattr(run_outcome_mod, "write_junit", boom)
     code = run_cli(tmp_path, config(tmp_path))
     rec = load_run(tmp_path / "results" / "r")
     assert code == 0 and rec.status == "completed" and rec.passed is True

@@ -27,6 +27,7 @@ import harness.records.baselines as baselines
 import harness.records.recorder as recorder_mod
 import harness.records.run_folder as run_folder
 import harness.report.summary as summary_mod
+import harness.run_outcome as run_outcome
 import harness.runner as runner
 import harness.selfcheck as selfcheck
 import harness.tasks.lm_eval_gsm8k as lm
@@ -99,7 +100,7 @@ def test_without_a_signal_the_stubbed_run_passes(tmp_path, capsys):
 @pytest.mark.parametrize("where", ["before", "during"])
 def test_a_signal_before_the_verdict_is_on_disk_is_interrupted(tmp_path, capsys, monkeypatch, where):
     if where == "before":
-        _signal_at(monkeypatch, runner, "write_final")
+        _signal_at(monkeypatch, run_outcome, "write_final")
     else:  # inside the final write, once the recorder is done
         _signal_at(monkeypatch, recorder_mod, "write_run", when=lambda: any(r.done for r in recorder_mod.RECORDERS))
     code, rec, err, run_dir = _run(tmp_path, capsys)
@@ -117,8 +118,8 @@ def test_a_signal_before_the_first_record_is_written_still_leaves_one(tmp_path, 
 
 @pytest.mark.parametrize("stage", ["summary", "junit", "html", "tables"])
 def test_a_signal_after_the_verdict_keeps_it(tmp_path, capsys, monkeypatch, stage):
-    module, name = {"summary": (runner, "render_markdown"), "junit": (runner, "write_junit"),
-                    "html": (runner, "write_html"), "tables": (summary_mod, "render_terminal")}[stage]
+    module, name = {"summary": (run_outcome, "render_markdown"), "junit": (run_outcome, "write_junit"),
+                    "html": (run_outcome, "write_html"), "tables": (summary_mod, "render_terminal")}[stage]
     sent = _signal_at(monkeypatch, module, name)
     code, rec, err, run_dir = _run(tmp_path, capsys, "--junit", str(tmp_path / "copy.xml"))
     assert _agree(code, rec, err) == "PASSED" and code == 0
@@ -145,7 +146,7 @@ def test_a_signal_while_an_error_is_reported_keeps_the_error(tmp_path, capsys, m
         raise RuntimeError("a bug in a stage")
 
     monkeypatch.setattr(runner, "_config_results", boom)
-    _signal_at(monkeypatch, runner, "write_html")
+    _signal_at(monkeypatch, run_outcome, "write_html")
     code, rec, err, _ = _run(tmp_path, capsys)
     assert _agree(code, rec, err) == "ERROR" and rec["error"]["message"] == "a bug in a stage"
 
@@ -178,7 +179,7 @@ def test_a_signal_at_the_end_of_calibrate_is_interrupted_without_a_traceback(tmp
 
 def test_a_signal_after_a_repeat_verdict_still_ends_calibrate_as_interrupted(tmp_path, capsys, monkeypatch):
     # the repeat's record keeps PASSED; calibrate's own outcome (no summary) is INTERRUPTED, said last
-    _signal_at(monkeypatch, runner, "write_html")
+    _signal_at(monkeypatch, run_outcome, "write_html")
     code = main(["calibrate", "--config", str(config(tmp_path, {}, {})), "--repeat", "2",
                  "--results-dir", str(tmp_path / "results"), "--run-id", "cal", "--quiet"])
     err = capsys.readouterr().err

@@ -23,7 +23,7 @@ from harness.config.plan import build_plan
 from harness.records.baselines import BASELINE_SCHEMA, BaselineDoc, load_baseline, token_ids_hash
 from harness.records.measures import SpecDecodeCountersRecord, SpecDecodeRecord
 from harness.records.samples import Sample
-from harness.runner import _load_baseline
+from harness.config_steps import stored_baseline
 
 FAKE = Path(__file__).resolve().parents[1] / "fake_vllm.py"
 
@@ -108,7 +108,7 @@ def evaluate_baseline_gates(doc: dict, cfg, samples_by: dict, m: Measurements):
 def baseline_gates_for_run(bdir: Path, cfg, m: Measurements):
     """The runner's baseline step for one config: (info as JSON, gate results)."""
     (cp,) = build_plan([cfg]).configs
-    info = _load_baseline(bdir, cfg.name, m)
+    info = stored_baseline(bdir, cfg.name, m)
     return info.model_dump(exclude_defaults=True), judged_baseline_gates(cp.baseline_gates, m)
 
 

@@ -1,0 +1,446 @@
+"""One variant's steps on its engine session, each once: start the server, send every
+task, stop the server, judge what was sent, read the engine's reports; and the rerun for
+noise that starts the server again (:func:`run_variant`, :func:`rerun_for_noise`).
+
+An orchestration module beside the runner rather than part of :mod:`harness.engine`:
+judging a task scores it (:mod:`harness.analysis.scoring`), bounds its acceptance
+(:mod:`harness.analysis.acceptance`) and matches a rerun's output
+(:func:`harness.analysis.scoring.output_match`), and a failed server's log is
+diagnosed by :mod:`harness.doctor`; those stages come after the engine's.
+
+Every task's requests are sent while the server is up (:meth:`harness.tasks.base.Task.send`);
+the server is then stopped, its devices handed back, and only then is each task judged,
+scored and recorded (:meth:`harness.tasks.base.Task.judge`), so no device waits on CPU work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.analysis.acceptance import acceptance_intervals
+from harness.analysis.comparison import noise_variants
+from harness.analysis.measurements import Measurements
+from harness.analysis.scoring import output_match, score_task
+from harness.doctor import diagnose_server_log
+from harness.config.plan import PORT_PLACEHOLDER, TaskPlan, VariantPlan, shell_line
+from harness.engine.info import EngineInfoError, check_effective, model_runner_fact
+from harness.engine.devices import given_devices
+from harness.engine.server import ServerStartError, processes
+from harness.engine.session import VariantSession, counter_problem
+from harness.faults.plugin import REPORT_ENV
+from harness.records.recorder import checkpoint
+from harness.records.results import (
+    plugin_dir, plugin_report, reject_counters, rel, requested, rerun_record, task_result,
+)
+from harness.records.run_record import LmEvalTaskRecord, RerunRecord, ServerRecord, VariantResult
+from harness.records.samples import Sample, write_jsonl
+from harness.run_context import ConfigRun
+from harness.run_outcome import PLACE
+from harness.tasks import SentTask, TaskContext, task_for
+
+__all__ = ["VariantRun", "run_variant", "rerun_for_noise"]
+
+
+@dataclass
+class VariantRun:
+    """What serving one variant produced; :func:`run_variant` merges it into the
+    config's measurements (:meth:`merge_into`), so a variant shares no state with the
+    others while it runs.
+
+    Attributes:
+        record: the variant's record.
+        ok: False when its server failed (start-up, or died mid-task).
+        measured: the variant's own records (:class:`Measurements`): per task its score,
+            samples, acceptance figures (counters that passed the check), metrics error
+            or why it did not run; per variant the effective-config check, why the
+            engine facts could not be read or why it did not run.
+        reruns: ``(variant, task)`` -> samples of the inline noise rerun.
+    """
+
+    record: VariantResult
+    ok: bool = True
+    measured: Measurements = field(default_factory=Measurements)
+    reruns: dict[tuple[str, str], tuple[Sample, ...]] = field(default_factory=dict)
+
+    def merge_into(self, m: Measurements, reruns: dict[tuple[str, str], tuple[Sample, ...]]) -> None:
+        """Add what this variant measured to the config's measurements and reruns."""
+        m.absorb(self.measured)
+        reruns.update(self.reruns)
+
+
+@dataclass
+class _Sent:
+    """One task sent on a variant's server, not judged yet: its plan, context and what
+    :meth:`harness.tasks.base.Task.send` returned; ``rerun`` the context and sent result
+    of its inline noise rerun, when one ran."""
+
+    task: TaskPlan
+    ctx: TaskContext
+    sent: SentTask
+    rerun: tuple[TaskContext, SentTask] | None = None
+
+
+def run_variant(run: ConfigRun, vp: VariantPlan, devices: tuple[str, ...] = ()) -> bool:
+    """Run one variant of ``run`` (on ``devices`` of ``run.pool`` when given): serve it
+    (:func:`_serve`), merge what it measured into ``run.measured`` and ``run.reruns``,
+    then read its plugin reports and model runner into its record.
+
+    Returns:
+        False when its server failed.
+
+    Raises:
+        KeyboardInterrupt: a stopping signal (the record says ``interrupted``).
+    """
+    pool = run.pool
+    try:
+        out = _serve(run, _on_devices(vp, devices),
+                     on_stopped=None if pool is None else functools.partial(pool.release, vp.id))
+    except Exception as e:  # the variant's thread knows where it was: keep it for the record
+        if pool is not None:
+            PLACE.stamp(e)
+        raise
+    out.merge_into(run.measured, run.reruns)
+    if pool is not None:  # released when its server stopped (before judging); here too if it never started
+        pool.release(vp.id)
+    vr = run.result.variants[vp.name]
+    if pool is not None and pool.cancelled.is_set() and processes().interrupting():  # stopped by the signal
+        vr.server = ServerRecord(status="interrupted", exit_code=vr.server.exit_code, seconds=vr.server.seconds,
+                                 pid=vr.server.pid)
+        vr.error = "interrupted by a signal" + (f" ({vr.error})" if vr.error else "")
+    c = run.plan.config
+    PLACE.at("server", config=c.name, variant=vp.name, task=None)  # the plugin's per-process reports
+    vr.plugin = plugin_report(run.run_dir, c.name, vp)
+    vr.model_runner = model_runner_fact(vr.plugin.model_runners, _read_log(run.run_dir, c.name, vp.name))
+    run.measured.variant_record(vp.name).runner = vr.model_runner
+    return out.ok
+
+
+def _on_devices(vp: VariantPlan, devices: tuple[str, ...]) -> VariantPlan:
+    """``vp`` with ``CUDA_VISIBLE_DEVICES`` set to its own device set (unchanged without one)."""
+    if not devices:
+        return vp
+    return dataclasses.replace(vp, env={**vp.env, "CUDA_VISIBLE_DEVICES": ",".join(devices)})
+
+
+def _serve(run: ConfigRun, vp: VariantPlan, on_stopped: Callable[[], None] | None = None) -> VariantRun:
+    """Serve one variant: its server, engine facts, tasks. ``run.result.variants[vp.name]``
+    receives the variant record as soon as it exists (so an interrupt keeps it).
+
+    The tasks are sent while the server is up, then the server is stopped, ``on_stopped``
+    called (the device pool takes its devices back), and only then each task judged. An
+    lm-eval task judges inside lm-eval's own loop, i.e. while sending. On a stopping
+    signal the tasks already sent are still judged and recorded.
+
+    The server's fate is ``vrec.server`` (:class:`ServerRecord`: ``ready``,
+    ``exited_early``, ``not_ready_timeout``, ``launch_failed``, ``died_mid_task``,
+    ``interrupted``, with exit code and seconds); ``vrec.engine_error`` says why the
+    effective configuration could not be read (``variant_effective`` then fails).
+    A task whose counters are impossible (:func:`harness.engine.session.counter_problem`)
+    gets ``spec_decode`` None and ``spec_decode_error`` naming the counters, so its
+    acceptance gates fail.
+    """
+    c, p = run.plan.config, run.progress
+    log_path = run.run_dir / "logs" / c.name / f"{vp.name}.log"
+    argv = [run.model_ref if a == c.model else a for a in vp.argv]
+    vrec = VariantResult(argv=argv, env=dict(vp.env), fault=vp.fault, log=rel(log_path, run.run_dir),
+                         requested=requested(vp))
+    out = VariantRun(vrec)
+    run.result.variants[vp.name] = vrec
+    PLACE.at("server", config=c.name, variant=vp.name, task=None)
+    todo = [t for t in run.plan.tasks if t.name in run.prepared]
+    if not todo:
+        vrec.error = "no task of this config can run"
+        out.measured.variant_record(vp.name).not_run = vrec.error
+        return out
+    env = {**vp.env, REPORT_ENV: str(plugin_dir(run.run_dir, c.name, vp.name))}
+    p.log(f"{vp.id}: starting the vLLM server (log: {log_path})")
+    p.log(f"  $ {shell_line(argv, vp.env)}")
+    p.log(f"  ({PORT_PLACEHOLDER} is the free port chosen at start-up; "
+          "the server log's first lines hold the exact command)")
+    session = _session(run, vp, vp.id, argv, env, log_path)
+    srv = session.server
+    vrec.devices = given_devices({**os.environ, **env})
+    sent: list[_Sent] = []  # sent while the server is up, judged once it is stopped
+    try:
+        with session:
+            _server_ready(session, run, vp, out)
+            t_eval = time.monotonic()  # evaluation: first request .. last counter snapshot
+            for t in todo:
+                _send_task(session, run, vp, t, argv, sent)
+            vrec.evaluation_seconds = round(time.monotonic() - t_eval, 2)
+            t_stop = time.monotonic()
+        vrec.teardown_seconds = round(time.monotonic() - t_stop, 2)
+        vrec.server.exit_code = srv.exit_code
+    except KeyboardInterrupt:
+        vrec.server = ServerRecord(status="interrupted", exit_code=srv.exit_code, seconds=vrec.server.seconds,
+                                   pid=srv.pid)
+        vrec.error = "interrupted by a signal"
+        _judge_all_before_interrupt(run, vp, sent, out)
+        raise
+    except ServerStartError as e:
+        if on_stopped is not None:
+            on_stopped()
+        _judge_all(run, vp, sent, out)  # the tasks it finished before it died
+        _server_failed(e, session, vp, todo, argv, out, run)
+        return out
+    if on_stopped is not None:  # its devices are free before judging, statistics and reports
+        on_stopped()
+    _judge_all(run, vp, sent, out)
+    return out
+
+
+def _session(run: ConfigRun, vp: VariantPlan, name: str, argv: list[str], env: dict[str, str],
+             log_path: Path) -> VariantSession:
+    """A session (not started yet) of ``vp``'s server named ``name``, with the config's
+    start-up wait, request timeout and concurrency."""
+    c = run.plan.config
+    return VariantSession(
+        name, argv, env, log_path,
+        startup_timeout=c.startup_max_wait_seconds,
+        request_timeout=c.request_timeout_seconds,
+        max_concurrency=c.max_concurrency,
+        speculative=vp.speculative_config is not None,
+        on_wait=run.progress.waiting(f"{name}: waiting for /health"),
+    )
+
+
+def _server_ready(session: VariantSession, run: ConfigRun, vp: VariantPlan, out: VariantRun) -> None:
+    """The server answered: its start-up in the record, then the engine's facts and
+    whether the variant is effective as asked (:func:`check_effective`)."""
+    c, p, vrec, srv = run.plan.config, run.progress, out.record, session.server
+    vrec.startup_seconds = round(srv.startup_seconds or 0, 1)
+    vrec.server = ServerRecord(status="ready", seconds=vrec.startup_seconds, pid=srv.pid)
+    p.log(f"{vp.id}: server ready in {vrec.startup_seconds}s on {session.base_url}")
+    checkpoint()
+    try:
+        facts = session.engine_facts()
+        vrec.engine = facts
+        if facts.platform == "rocm" and c.rocm_request_timeout_seconds is not None:
+            # vLLM's test reads rocm_request_timeout_seconds on ROCm only; so does evalrun
+            session.request_timeout = c.rocm_request_timeout_seconds
+            p.log(f"{vp.id}: ROCm engine: request timeout {c.rocm_request_timeout_seconds:g} s "
+                  "(rocm_request_timeout_seconds)")
+        if facts.vllm_version is None:  # the session reads /version leniently
+            raise EngineInfoError(f"{vp.id}: cannot read the engine's version from /version")
+        eff = check_effective(facts, vp.speculative_config, vp.async_scheduling, vp.expected_effective)
+        vrec.effective = eff
+        out.measured.variant_record(vp.name).effectiveness = eff
+        if not eff.effective:
+            p.warn(f"{vp.id}: not effective as asked: {eff.mismatches}"
+                   + (" (declared expected on this platform)" if eff.expected_on_platform else ""))
+    except EngineInfoError as e:
+        vrec.engine_error = str(e)
+        out.measured.variant_record(vp.name).engine_facts_error = str(e)
+        p.error(f"{e} (variant_effective cannot pass without it)")
+
+
+def _send(session: VariantSession, run: ConfigRun, vp: VariantPlan, t: TaskPlan, argv: list[str],
+          raw_path: Path | None, label: str, at: Callable[[str], None] | None = None) -> tuple[TaskContext, SentTask]:
+    """Send task ``t``'s requests on the running server (:meth:`harness.tasks.base.Task.send`):
+    the one send path of a first pass and of a noise rerun. ``raw_path`` keeps the
+    engine's answers before judging; ``at`` (default: none) is told each stage."""
+    c, p = run.plan.config, run.progress
+    ctx = TaskContext(
+        config=c.name, variant=vp.name, variant_id=vp.id, task=t.name, spec=t.spec,
+        per_request=c.per_request_metrics, max_concurrency=c.max_concurrency,
+        request_timeout=c.request_timeout_seconds, logprobs=vp.logprobs, server_argv=tuple(argv),
+        model_ref=run.model_ref, raw_path=raw_path, label=label, log=p.log, warn=p.warn, error=p.error, bar=p.bar,
+        **({} if at is None else {"at": at}),
+    )
+    return ctx, task_for(t.spec.kind).send(session, ctx, run.prepared[t.name])
+
+
+def _send_task(session: VariantSession, run: ConfigRun, vp: VariantPlan, t: TaskPlan, argv: list[str],
+               sent: list[_Sent]) -> None:
+    """One task's server work on the variant's running server: its requests and, when
+    the config asks for it, its inline noise rerun; appended to ``sent`` (for
+    :func:`_judge_task`), then a dead server raised.
+
+    Raises:
+        ServerStartError: the server died during the task (``died_mid_task``).
+    """
+    PLACE.at("client", variant=vp.name, task=t.name)
+    kind = task_for(t.spec.kind)
+    raw_path = run.run_dir / "samples" / run.plan.config.name / vp.name / f"{t.name}.raw.jsonl"
+    item = _Sent(t, *_send(session, run, vp, t, argv, raw_path, f"{vp.id} {t.name}", at=PLACE.at))
+    sent.append(item)
+    if vp.name in noise_variants(run.plan) and kind.reruns_for_noise and session.server.alive():
+        PLACE.at("client")  # the noise rerun's requests
+        item.rerun = _send(session, run, vp, t, argv, None, f"{vp.id} {t.name} (rerun for noise)")
+    outcome = item.sent.outcome
+    failures = bool(item.sent.failed_requests or outcome.metrics_error
+                    or counter_problem(outcome, vp.speculative_config, f"{vp.id} {t.name}"))
+    # failed requests: a dying server may still be exiting; let it show
+    session.raise_if_died(t.name, failures)
+
+
+def _judge_all(run: ConfigRun, vp: VariantPlan, sent: list[_Sent], out: VariantRun) -> None:
+    """:func:`_judge_task` for every sent task, in order (the server is stopped)."""
+    for item in sent:
+        _judge_task(run, vp, item, out)
+
+
+def _judge_all_before_interrupt(run: ConfigRun, vp: VariantPlan, sent: list[_Sent], out: VariantRun) -> None:
+    """:func:`_judge_all` on the way out of a stopping signal, so the tasks that were
+    sent are recorded; a judging error is said and left (the signal goes on), the raw
+    completions kept as when judging raises."""
+    try:
+        _judge_all(run, vp, sent, out)
+    except Exception as e:  # noqa: BLE001 - the interrupt is what the run reports; this is said beside it
+        run.progress.error(f"{vp.id}: judging the tasks sent before the signal failed: {e}")
+
+
+def _judge_task(run: ConfigRun, vp: VariantPlan, item: _Sent, out: VariantRun) -> None:
+    """One sent task once its server is stopped: judged (:meth:`harness.tasks.base.Task.judge`),
+    samples written, scored, its result recorded with acceptance intervals and the
+    counter check, and its inline noise rerun judged against it."""
+    c, p, vrec, t = run.plan.config, run.progress, out.record, item.task
+    PLACE.at("client", config=c.name, variant=vp.name, task=t.name)
+    tr = task_for(t.spec.kind).judge(item.sent, item.ctx, run.prepared[t.name])
+    outcome, samples = tr.outcome, tr.samples
+    PLACE.at("writing")
+    spath = run.run_dir / "samples" / c.name / vp.name / f"{t.name}.jsonl"
+    write_jsonl(spath, samples)
+    PLACE.at("scoring")
+    sc = score_task(samples, tr.pipelines)
+    tm = out.measured.task_record(vp.name, t.name)
+    tm.score, tm.samples = sc, samples
+    PLACE.at("statistics")  # acceptance intervals (bootstrap) and counter checks
+    trec = task_result(spath, run.run_dir, outcome, sc,
+                       acceptance_intervals(samples, vp.speculative_config is not None))
+    if tr.lm_eval is not None:
+        trec.lm_eval = LmEvalTaskRecord(**tr.lm_eval)
+    metrics_error, spec_metrics = outcome.metrics_error, outcome.spec_metrics
+    bad = counter_problem(outcome, vp.speculative_config, f"{vp.id} {t.name}")
+    if bad:  # impossible counters: no acceptance gate may read them
+        metrics_error, spec_metrics = bad, None
+        reject_counters(trec, bad)
+    if spec_metrics is not None:
+        tm.spec = spec_metrics
+    if metrics_error:
+        tm.spec_error = metrics_error
+        p.error(f"{vp.id} {t.name}: metrics error: {metrics_error}")
+    vrec.tasks[t.name] = trec
+    checkpoint()  # the task's result is on disk before the next one is judged
+    if item.rerun is not None:
+        PLACE.at("client")  # the noise rerun: judging and its samples file
+        trec.rerun = _judge_rerun(run, vp, t, samples, out.reruns, *item.rerun)
+    sd = spec_metrics
+    p.log(
+        f"{vp.id} {t.name}: "
+        + "".join(f"{k} {_f(v.accuracy)}, " for k, v in sc.accuracy.items())
+        + f"errors {sc.error_count}/{sc.num_requests}"
+        + (f", mean acceptance length {_f(sd.mean_acceptance_length)}" if sd else "")
+        + f" ({outcome.seconds:.1f}s)"
+    )
+
+
+def _server_failed(e: ServerStartError, session: VariantSession, vp: VariantPlan, todo: list[TaskPlan],
+                   argv: list[str], out: VariantRun, run: ConfigRun) -> None:
+    """A server that did not start or died mid-task: the variant's error (with the
+    doctor's diagnosis of its log when one applies), its server record, and its tasks
+    not run."""
+    vrec, srv = out.record, session.server
+    out.ok = False
+    vrec.error = str(e)
+    vrec.server = ServerRecord(status=e.status, exit_code=e.exit_code, seconds=e.seconds, pid=srv.pid)
+    try:
+        why = diagnose_server_log(srv.log_path.read_text(encoding="utf-8", errors="replace"), argv[0])
+    except OSError:
+        why = None
+    if why:
+        vrec.error += f"\ndiagnosis: {why}"
+    run.progress.error(vrec.error)
+    for t in todo:
+        if t.name not in vrec.tasks:
+            out.measured.task_record(vp.name, t.name).not_run = "server failed"
+    if not vrec.tasks:
+        out.measured.variant_record(vp.name).not_run = "server failed to start"
+
+
+def rerun_for_noise(run: ConfigRun, vp: VariantPlan, tasks: list[str]) -> None:
+    """Start ``vp``'s server again and rerun ``tasks`` (prepared task names) for noise
+    (``noise_runs_when: unexplained``), on a device set of its own when ``run`` has a
+    pool: each task's ``rerun`` entry and ``<task>.rerun.jsonl`` as with an inline
+    rerun, the samples in ``run.reruns``; the server log is ``<variant>.rerun.log``.
+    A server that does not start leaves the reruns missing (the comparisons then say
+    so; their fallback questions stay unexplained) and adds to the variant's error.
+    The reruns are sent while the server is up and judged after it is stopped (and
+    its devices released)."""
+    if run.pool is None or run.servers is None:
+        _rerun(run, vp, tasks)
+        return
+    key = vp.id + " (rerun)"
+    with run.pool.lease(key, run.servers.need(vp.id)) as devices:  # a server again: its own devices
+        _rerun(run, _on_devices(vp, devices), tasks, on_stopped=functools.partial(run.pool.release, key))
+
+
+def _rerun(run: ConfigRun, vp: VariantPlan, tasks: list[str], on_stopped: Callable[[], None] | None = None) -> None:
+    """:func:`rerun_for_noise` on the devices ``vp`` names; ``on_stopped`` once its server is stopped."""
+    c, p, m = run.plan.config, run.progress, run.measured
+    vrec = run.result.variants[vp.name]
+    if not tasks or not vrec.tasks:
+        return
+    log_path = run.run_dir / "logs" / c.name / f"{vp.name}.rerun.log"
+    argv = [run.model_ref if a == c.model else a for a in vp.argv]
+    env = {**vp.env, REPORT_ENV: str(plugin_dir(run.run_dir, c.name, vp.name + ".rerun"))}
+    p.log(f"{vp.id}: rerun for noise, needed by divergences no reference distribution judges "
+          f"(tasks {', '.join(tasks)}); starting the server again (log: {log_path})")
+    session = _session(run, vp, vp.id + " (rerun)", argv, env, log_path)
+    tplans = {t.name: t for t in run.plan.tasks}
+    PLACE.at("server", config=c.name, variant=vp.name, task=None)
+    sent: dict[str, tuple[TaskContext, SentTask]] = {}  # sent on the server, judged once it is stopped
+    try:
+        with session:
+            for tname in tasks:
+                first = m.task(vp.name, tname).samples
+                if first is None or tname not in vrec.tasks or not task_for(tplans[tname].spec.kind).reruns_for_noise:
+                    continue
+                PLACE.at("client", task=tname)  # the noise rerun's requests
+                sent[tname] = _send(session, run, vp, tplans[tname], argv, None,
+                                    f"{vp.id} {tname} (rerun for noise)")
+    except ServerStartError as e:
+        p.error(f"{vp.id}: the rerun for noise could not run: {e}")
+        vrec.error = (vrec.error + "\n" if vrec.error else "") + f"rerun for noise could not run: {e}"
+        return
+    finally:
+        if on_stopped is not None:  # its devices are free before judging
+            on_stopped()
+    for tname, (ctx, st) in sent.items():
+        PLACE.at("client", config=c.name, variant=vp.name, task=tname)  # the rerun's judging and samples file
+        vrec.tasks[tname].rerun = _judge_rerun(run, vp, tplans[tname], tuple(m.task(vp.name, tname).samples or ()),
+                                               run.reruns, ctx, st)
+        checkpoint()
+
+
+def _judge_rerun(run: ConfigRun, vp: VariantPlan, t: TaskPlan, first: tuple[Sample, ...],
+                 reruns: dict[tuple[str, str], tuple[Sample, ...]], ctx: TaskContext, sent: SentTask) -> RerunRecord:
+    """Judge a task's second pass (``noise_runs: 2``): the samples go to
+    ``<task>.rerun.jsonl`` and ``reruns``; returns the record entry with the output
+    match of the rerun against the first pass (the noise)."""
+    tr = task_for(t.spec.kind).judge(sent, ctx, run.prepared[t.name])
+    spath = run.run_dir / "samples" / run.plan.config.name / vp.name / f"{t.name}.rerun.jsonl"
+    write_jsonl(spath, tr.samples)
+    reruns[(vp.name, t.name)] = tr.samples
+    om = output_match(first, tr.samples)
+    run.progress.log(f"{vp.id} {t.name}: rerun output match against the first pass {_f(om.output_match_rate)} "
+                     f"({om.matched}/{om.compared}) = the noise")
+    return rerun_record(spath, run.run_dir, tr.outcome, tr.samples, om)
+
+
+def _read_log(run_dir: Path, config: str, variant: str) -> str | None:
+    """The variant's server log (``logs/<config>/<variant>.log``), None when unreadable."""
+    try:
+        return (run_dir / "logs" / config / f"{variant}.log").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def _f(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
