@@ -94,13 +94,31 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def stub_wrapper(tmp: Path) -> Path:
-    """An executable that stands in for the servers' interpreter: ``-c`` (the pre-launch
-    check) goes to this Python, which has vLLM; anything else starts the stub server."""
+#: Answers the pre-launch check at once, every command accepted (``--check instant``):
+#: what the check costs when the servers' interpreter has vLLM already imported.
+INSTANT_CHECK = r'''
+import json, sys
+items = json.load(sys.stdin)
+print("EVALRUN_PREFLIGHT " + json.dumps({"python": sys.executable, "version": "stub", "import_error": None,
+      "results": [{"id": it["id"], "ok": True, "error": None} for it in items]}), flush=True)
+'''
+
+
+def stub_wrapper(tmp: Path, check: str) -> Path:
+    """An executable that stands in for the servers' interpreter: ``-c`` (the engine-build
+    probe; the pre-launch check with ``check`` ``real``) goes to this Python, which has
+    vLLM; with ``check`` ``instant`` the pre-launch check is answered at once
+    (:data:`INSTANT_CHECK`); anything else starts the stub server."""
+    answer = tmp / "instant_check.py"
+    answer.write_text(INSTANT_CHECK)
     w = tmp / "python-stub"
+    instant = (f'case "$2" in "# EVALRUN-BUILD-PROBE"*) ;; *) exec {sys.executable} {answer} ;; esac'
+               if check == "instant" else "")
     w.write_text(textwrap.dedent(f"""\
         #!/bin/sh
-        if [ "$1" = "-c" ]; then exec {sys.executable} "$@"; fi
+        if [ "$1" = "-c" ]; then
+        {instant}
+        exec {sys.executable} "$@"; fi
         exec {sys.executable} {STUB} "$@"
         """))
     w.chmod(0o755)
@@ -123,10 +141,10 @@ def config(tmp: Path, data_dir: Path) -> Path:
 
 
 def run_evalrun(tmp: Path, cfg: Path, wrapper: Path, data_dir: Path, k: int, env: dict,
-                prefix: list[str] | None = None) -> float:
+                prefix: list[str] | None = None, cache: bool = True) -> float:
     cmd = [*(prefix or [sys.executable]), "-m", "harness.cli", "--config", str(cfg), "--python", str(wrapper),
            "--results-dir", str(tmp / "results"), "--data-dir", str(data_dir), "--run-id", f"r{k}",
-           "--quiet", "--no-baseline"]
+           "--quiet", "--no-baseline", *([] if cache else ["--no-preflight-cache"])]
     t0 = time.monotonic()
     r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, check=False)
     wall = time.monotonic() - t0
@@ -157,12 +175,16 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--latency-ms", type=float, default=500.0)
     ap.add_argument("--profile", type=Path, default=None, metavar="DIR")
+    ap.add_argument("--check", choices=("real", "instant"), default="real",
+                    help="the pre-launch check: the installed vLLM's parser (real), or answered at once (instant)")
+    ap.add_argument("--no-preflight-cache", action="store_true",
+                    help="every evalrun run checks (passes --no-preflight-cache): nothing cached")
     a = ap.parse_args()
     data_dir = a.data_dir.resolve()
     env = {**os.environ, "STUB_LATENCY_MS": str(a.latency_ms), "PYTHONPATH": str(REPO)}
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
-        wrapper, cfg = stub_wrapper(tmp), config(tmp, data_dir)
+        wrapper, cfg = stub_wrapper(tmp, a.check), config(tmp, data_dir)
         script = tmp / "gsm8k_like.py"
         script.write_text(VLLM_SCRIPT)
         port = free_port()
@@ -178,11 +200,12 @@ def main() -> None:
             ev, vl = [], []
             for k in range(a.repeats):
                 vl.append(run_vllm(script, url, data_dir, env))
-                ev.append(run_evalrun(tmp, cfg, wrapper, data_dir, k, env))
+                ev.append(run_evalrun(tmp, cfg, wrapper, data_dir, k, env, cache=not a.no_preflight_cache))
             if a.profile:
                 a.profile.mkdir(parents=True, exist_ok=True)
                 run_evalrun(tmp, cfg, wrapper, data_dir, 900, env,
-                            [sys.executable, "-m", "cProfile", "-o", str(a.profile / "evalrun.prof")])
+                            [sys.executable, "-m", "cProfile", "-o", str(a.profile / "evalrun.prof")],
+                            cache=not a.no_preflight_cache)
                 r = subprocess.run([sys.executable, "-X", "importtime", "-c", "import harness.cli, harness.runner"],
                                    cwd=REPO, env=env, capture_output=True, text=True, check=False)
                 (a.profile / "importtime.txt").write_text(r.stderr)
@@ -190,7 +213,8 @@ def main() -> None:
             stub.terminate()
             stub.wait(10)
     e, v = statistics.median(ev), statistics.median(vl)
-    print(f"stub latency {a.latency_ms:g} ms, 1319 GSM8K questions, 5-shot, one variant, {a.repeats} repeat(s)")
+    print(f"stub latency {a.latency_ms:g} ms, 1319 GSM8K questions, 5-shot, one variant, {a.repeats} repeat(s), "
+          f"pre-launch check {a.check}" + (", --no-preflight-cache" if a.no_preflight_cache else ""))
     print(f"evalrun (whole process)     {e:6.2f} s   runs: "
           + ", ".join(f"{x:.2f}" + (" (pre-launch check cached)" if CACHED.get(k) else " (pre-launch check ran)")
                       for k, x in enumerate(ev)))
