@@ -35,7 +35,14 @@ from harness.analysis.scoring import output_match, score_task
 from harness.config.plan import PORT_PLACEHOLDER, ConfigPlan, Plan, VariantPlan, shell_line
 from harness.engine import server as engine_server
 from harness.engine.info import EngineInfoError, check_effective, model_runner_fact
-from harness.engine.preflight import ASYNC_NOT_SUPPORTED, ServerCommand, check_server_commands
+from harness.engine.preflight import (
+    ASYNC_NOT_SUPPORTED,
+    PendingCheck,
+    PreflightRefused,
+    ServerCommand,
+    check_server_commands,
+    start_check,
+)
 from harness.engine.preflight_cache import CACHE_NAME, cache_key, cached_all_clear, store_all_clear
 from harness.engine.pool import DevicePool, Job, ServerPlan, new_pool, run_jobs, server_plan
 from harness.engine.leftovers import find_leftover_servers
@@ -160,6 +167,8 @@ class RunOptions:
         max_servers: ``--max-servers``: at most this many servers alive at once.
         estimates: variant id -> estimated server seconds, the order in which variants
             get devices (longest first; :func:`harness.engine.pool.server_plan`).
+        launch_gate: the pre-launch check still running beside the first server
+            (:class:`harness.engine.preflight.PendingCheck`; set by the runner).
     """
 
     results_dir: Path
@@ -176,6 +185,7 @@ class RunOptions:
     gpus: str | None = None
     max_servers: int | None = None
     estimates: dict[str, float] | None = None
+    launch_gate: PendingCheck | None = None
 
 
 def run(plan: Plan, opts: RunOptions) -> tuple[RunRecord, Path]:
@@ -306,21 +316,41 @@ def _run_plan(plan: Plan, opts: RunOptions, run_dir: Path, record: RunRecord, re
     if _short_data(plan, opts, record):
         lm_eval_done()
         return _finish(record, run_dir, could_not_run=True)
+    gate = None
     if opts.preflight:
-        stop, not_applicable = _preflight(plan, opts, record)
+        stop, not_applicable, gate = _preflight(plan, opts, record)
         if stop:
             lm_eval_done()
             return _finish(record, run_dir, could_not_run=True)
         plan = mark_not_applicable(plan, not_applicable)
     lm_eval_done()
     _warm_imports()
+    try:
+        could_not_run = _configs(plan, dataclasses.replace(opts, launch_gate=gate), run_dir, record, recorder, sp)
+        if gate is not None:
+            gate.settle()
+            _preflight(plan, opts, record, done=gate)  # the all-clear recorded and cached
+    except PreflightRefused as e:  # found beside the first server: the decision taken before any server
+        record.configs.clear()
+        stop, not_applicable, _ = _preflight(plan, opts, record, done=e.check)
+        if stop:
+            return _finish(record, run_dir, could_not_run=True)
+        could_not_run = _configs(mark_not_applicable(plan, not_applicable), opts, run_dir, record, recorder, sp)
+    return _finish(record, run_dir, could_not_run)
+
+
+def _configs(plan: Plan, opts: RunOptions, run_dir: Path, record: RunRecord, recorder: RunRecorder,
+             sp: ServerPlan | None) -> bool:
+    """Run every config (:func:`_config_results`), saving the record after each; whether
+    something required could not run."""
+    could_not_run = False
     for crec, cnr in _config_results(plan, opts, run_dir, record, sp):
         crec.list_path = plan.list_path  # the model list file that was read
         could_not_run |= cnr
         PLACE.at("writing", variant=None, task=None)
         recorder.save()  # keep what is measured so far
     PLACE.at("writing", config=None, variant=None, task=None)
-    return _finish(record, run_dir, could_not_run)
+    return could_not_run
 
 
 def _warm_imports() -> None:
@@ -508,17 +538,20 @@ def mark_not_applicable(plan: Plan, reasons: dict[str, str]) -> Plan:
     return dataclasses.replace(plan, configs=cps)
 
 
-def _preflight(plan: Plan, opts: RunOptions, record: RunRecord) -> tuple[bool, dict[str, str]]:
+def _preflight(plan: Plan, opts: RunOptions, record: RunRecord, done: PendingCheck | None = None
+               ) -> tuple[bool, dict[str, str], PendingCheck | None]:
     """Check every selected variant's server command with vLLM's own parser and its
-    async-scheduling/drafter rule (:func:`harness.engine.preflight.check_server_commands`),
-    recorded in ``record.preflight``.
+    async-scheduling/drafter rule (:func:`harness.engine.preflight.start_check`),
+    recorded in ``record.preflight``; ``done``: the answer of a check started before.
 
     Returns:
-        (stop, not applicable). A variant vLLM would refuse only for async scheduling with
-        its drafter is returned in the second item (variant id -> vLLM's reason) and runs
-        as not applicable. On any other problem, ``record.configs`` is filled with every
-        variant NOT RUN (the rejected ones with their reason and ``server.status``
-        ``args_rejected`` / ``launch_failed``, the others ``not_started``) and stop is True.
+        (stop, not applicable, the check when it still runs after its head start: the
+        first server starts beside it, the caller decides with ``done`` later). A variant
+        vLLM would refuse only for async scheduling with its drafter is returned in the
+        second item (variant id -> vLLM's reason) and runs as not applicable. On any
+        other problem, ``record.configs`` is filled with every variant NOT RUN (the
+        rejected ones with their reason and ``server.status`` ``args_rejected`` /
+        ``launch_failed``, the others ``not_started``) and stop is True.
     """
     import time
 
@@ -532,13 +565,18 @@ def _preflight(plan: Plan, opts: RunOptions, record: RunRecord) -> tuple[bool, d
     ]
     t0 = time.monotonic()
     key = cache_key(cmds) if opts.preflight_cache else None
-    if cached_all_clear(opts.results_dir, key, len(cmds)):
+    if done is None and cached_all_clear(opts.results_dir, key, len(cmds)):
         p.log(f"{len(cmds)} server command(s): the installed vLLM's argument parser accepted these exact "
               f"commands before (cache {Path(opts.results_dir) / CACHE_NAME}; --no-preflight-cache checks again)")
         record.preflight = PreflightRecord(checked=len(cmds), seconds=round(time.monotonic() - t0, 1), cached=True)
-        return False, {}
-    p.log(f"checking {len(cmds)} server command(s) with the installed vLLM's argument parser")
-    found = check_server_commands(cmds)
+        return False, {}, None
+    if done is None:
+        p.log(f"checking {len(cmds)} server command(s) with the installed vLLM's argument parser")
+        done = start_check(cmds, check=check_server_commands)
+        if not done.wait(0):
+            p.log("  the first server starts beside the check; every later one waits for its answer")
+            return False, {}, done
+    found = done.result()
     if not found:
         why = store_all_clear(opts.results_dir, key, len(cmds))
         if why:
@@ -548,16 +586,16 @@ def _preflight(plan: Plan, opts: RunOptions, record: RunRecord) -> tuple[bool, d
         p.warn(f"{vid}: not applicable on this engine: {why}")
     problems = [pr for pr in found if pr.kind != ASYNC_NOT_SUPPORTED]
     record.preflight = PreflightRecord(
-        checked=len(cmds), seconds=round(time.monotonic() - t0, 1),
+        checked=len(cmds), seconds=round(done.seconds, 1),
         problems=[PreflightProblemRecord(variant=pr.variant_id, config_path=str(pr.config_path), python=pr.python,
                                          kind=pr.kind, message=pr.message) for pr in found],
     )
     if not problems:
-        return False, not_applicable
+        return False, not_applicable, None
     for pr in problems:
         p.error(f"server command rejected before launch: {pr.describe()}")
     _refused_before_launch(plan, {pr.variant_id: pr for pr in problems}, record)
-    return True, not_applicable
+    return True, not_applicable, None
 
 
 def _refused_before_launch(plan: Plan, bad: dict[str, Any], record: RunRecord) -> None:
@@ -957,6 +995,8 @@ def run_variant(cp: ConfigPlan, vp: VariantPlan, model_ref: str, prepared: dict[
         out.measured.variant_record(vp.name).not_run = vrec.error
         return out
     env = {**vp.env, REPORT_ENV: str(plugin_dir(run_dir, c.name, vp.name))}
+    if opts.launch_gate is not None:  # a later server waits for the pre-launch check's answer
+        opts.launch_gate.before_launch()
     session = _variant_session(cp, vp, argv, env, log_path, opts.progress)
     srv = session.server
     from harness.report.cost import given_devices
@@ -982,6 +1022,8 @@ def run_variant(cp: ConfigPlan, vp: VariantPlan, model_ref: str, prepared: dict[
     except ServerStartError as e:
         if on_stopped is not None:
             on_stopped()
+        if opts.launch_gate is not None:  # the check's refusal of these arguments, not a crash log
+            opts.launch_gate.settle()
         _judge_all(cp, vp, sent, opts, run_dir, out)  # the tasks it finished before it died
         _server_failed(e, session, vp, todo, argv, out, opts.progress)
         return out
