@@ -29,7 +29,6 @@ from typing import Any
 
 from harness.records.run_record import ConfigResult, RunRecord, outcome_word
 from harness.records.text import clean_text
-from harness.report.history import history_frame, load_records
 from harness.report.summary import _limit, _pipelines, flipped_examples, fmt, task_pipeline
 
 __all__ = ["render_html", "write_html"]
@@ -272,6 +271,7 @@ def write_html(record: RunRecord, run_dir: Path, with_history: bool = True) -> P
     run records of ``run_dir``'s parent folder (unreadable ones are skipped)."""
     history = None
     if with_history:
+        from harness.report.history import history_frame, load_records  # noqa: PLC0415 - pandas, on this path only
 
         try:
             recs, _ = load_records(Path(run_dir).parent)
