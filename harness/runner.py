@@ -354,13 +354,13 @@ def _configs(plan: Plan, opts: RunOptions, run_dir: Path, record: RunRecord, rec
 
 
 def _warm_imports() -> None:
-    """Import what only statistics and reports need (scipy's distributions, matplotlib, pandas)
+    """Import what only statistics and reports need (scipy's distributions, matplotlib)
     in a daemon thread while the first server starts, so their seconds of first import
     overlap the wait instead of following the last request. Never raises: an import that
     fails here fails again, and is reported, where it is used."""
 
     def warm() -> None:
-        for name in ("scipy.stats", "matplotlib", "matplotlib.figure", "pandas"):
+        for name in ("scipy.stats", "matplotlib", "matplotlib.figure"):
             try:
                 importlib.import_module(name)
             except Exception:  # noqa: BLE001 - the real import reports it where it is used
