@@ -5,29 +5,26 @@ measurements and the ratio, never pass/fail.
 
 Run from the repository root with the project's venv::
 
-    .venv/bin/python bench/process_overhead.py --data-dir DATA/gsm8k [--repeats 2] [--latency-ms 500]
+    .venv/bin/python bench/process_overhead.py --data-dir DATA/gsm8k [--repeats 2] [--latency-ms 500] \
+        [--check instant|real] [--no-preflight-cache]
 
 What is timed (wall seconds of the whole process, start to exit, medians over
 ``--repeats`` interleaved runs):
 
 * ``evalrun``: ``python -m harness.cli --config <one variant, GSM8K 1319 questions, 5-shot>
-  --python <stub wrapper>``: the real CLI, pre-launch check (the installed vLLM's own parser,
-  as in every run), the server lifecycle (the stub is started as the server), 1319 requests
-  at once, judging, statistics, the run record and every report.
+  --python <stub wrapper>``: the real CLI, pre-launch check (``--check``), the server
+  lifecycle (the stub is started as the server), 1319 requests at once, judging, statistics, the run record and every report.
 * ``vllm-script``: a script doing what vLLM's ``tests/evals/gsm8k/gsm8k_eval.py`` does in
   its process: import its modules, read the GSM8K test and train files, build the 5-shot
   prompts, send every question at once with aiohttp + ``tqdm.asyncio.gather``, score by the
   last integer, print the accuracy. Its server is started before the clock (the script
   expects a running server), so evalrun's column includes a stub start-up the other does not.
 
-Last results (2 shared cores, load about 1.5; ``--repeats 3``, one results folder):
-evalrun 16.97 s when its pre-launch check ran (a subprocess importing the installed vLLM's
-parser, about 11 s of it), 5.62 s and 5.79 s when the check's all-clear came from the
-results folder's cache (:mod:`harness.engine.preflight_cache`); the vLLM-style script
-7.60-7.68 s. Ratio of the medians 0.76 (goal 1.3); 2.2 for a run that must check (first
-run on an installation, changed commands, ``--no-preflight-cache``). Earlier, before the
-cache and the imports of scipy/matplotlib overlapping the server's start-up: 23.0 s /
-8.1 s (2.84).
+``--check instant`` answers the pre-launch check at once (an interpreter with vLLM
+imported already); ``--check real`` (default) runs it with the installed vLLM's parser
+(about 11 s). ``--no-preflight-cache`` makes every evalrun run check (nothing cached).
+Results and how they were taken: docs/benchmarks.md ("The whole process against vLLM's
+script").
 
 ``--profile DIR`` also writes ``DIR/evalrun.prof`` (cProfile of the evalrun process) and
 ``DIR/importtime.txt`` (``python -X importtime``), to see where the fixed work goes.
