@@ -51,7 +51,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from harness.config.loader import TaskSpec  # noqa: E402
+from harness.config.schema import TaskSpec  # noqa: E402
 from harness.engine.server import free_port  # noqa: E402
 from harness.tasks import prepare_task  # noqa: E402
 

@@ -47,7 +47,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from harness.config.loader import load_model_list
+from harness.config.model_list import load_model_list
 from harness.config.plan import build_plan
 from harness.engine.devices import variant_need
 

@@ -34,7 +34,8 @@ from pydantic import BaseModel, ConfigDict
 from harness.analysis.bisection import Verdict, first_bad, next_probe, step_verdict
 from harness.engine.builds import BuildError, BuildSpec, ensure_build, parse_build
 from harness.records.atomic import write_atomic
-from harness.records.run_record import EngineBuild, RunRecordError, load_run, new_run_id, utc_now
+from harness.records.provenance import EngineBuild, new_run_id, utc_now
+from harness.records.run_record import RunRecordError, load_run
 
 #: run options a bisection sets itself or that would be overwritten by every step.
 REFUSED = {"python": "--python", "build": "--build", "run_id": "--run-id", "dry_run": "--dry-run", "json": "--json",

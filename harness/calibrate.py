@@ -32,7 +32,7 @@ def describe_error_runs(records) -> list[str]:
 
 def _parser() -> argparse.ArgumentParser:
     """The ``evalrun calibrate`` argument parser."""
-    from harness.config.loader import PROJECT_ROOT
+    from harness.config.model_list import PROJECT_ROOT
 
     p = argparse.ArgumentParser(
         prog="evalrun calibrate",
@@ -78,10 +78,11 @@ def cli_main(argv: list[str]) -> int:
         is invalid or a repeat could not run (the summary is still written from the
         repeats that produced numbers).
     """
-    from harness.config.loader import ConfigError, load_model_list
+    from harness.config.model_list import load_model_list
+    from harness.config.schema import ConfigError
     from harness.config.plan import build_plan
     from harness.report.progress import Progress
-    from harness.records.run_record import new_run_id
+    from harness.records.provenance import new_run_id
     from harness.runner import RunOptions, run
 
     args = _parser().parse_args(argv)

@@ -12,8 +12,13 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from harness.config.loader import PROJECT_ROOT, ConfigError
+from harness.config.model_list import PROJECT_ROOT
+from harness.config.schema import ConfigError
+
+if TYPE_CHECKING:  # imported where used: the cost module loads the plan's stages
+    from harness.report.cost import TwinCost
 
 EXAMPLES = """\
 subcommands:
@@ -172,11 +177,11 @@ def cmd_run(argv: list[str]) -> int:
             return _dry_run(args, plan)  # refused inside: its message, exit code 2
         if args.json:
             raise _Refused("--json is only for --dry-run (the run record is JSON: results/<run id>/run.json)")
-        from harness.engine.server import set_stop_grace, stop_grace
+        from harness.engine.server import processes
 
         try:
-            set_stop_grace(args.stop_grace)
-            stop_grace()
+            processes().set_stop_grace(args.stop_grace)
+            processes().stop_grace()
         except ValueError as e:
             raise _Refused(f"--stop-grace: {e}") from None
     except _Refused as e:
@@ -273,7 +278,7 @@ def _selected_plan(args: argparse.Namespace):
             ``--variant``.
     """
     from harness.config.checks import check_run_id
-    from harness.config.loader import resolve_list_path
+    from harness.config.model_list import resolve_list_path
     from harness.config.plan import build_plan
     from harness.config.select import load_selected
 
@@ -286,7 +291,7 @@ def _selected_plan(args: argparse.Namespace):
     except ConfigError as e:
         raise _Refused(f"config error:\n{e}") from None
     if args.v1_runner_variants:
-        from harness.config.loader import with_v1_runner_variants
+        from harness.config.vllm_form import with_v1_runner_variants
 
         configs = [with_v1_runner_variants(c) for c in configs]
     plan = build_plan(configs, python=args.python, list_path=str(list_path))
@@ -348,10 +353,10 @@ def _dry_run(args: argparse.Namespace, plan) -> int:
     return 2 if refused else 0  # the run would refuse it before any server starts
 
 
-def _twin_cost(args: argparse.Namespace, plan, cost) -> dict | None:
+def _twin_cost(args: argparse.Namespace, plan, cost) -> TwinCost | None:
     """What ``--v1-runner-variants`` would add to this plan (:func:`harness.report.cost.twin_cost`),
     None when no variant would get a twin."""
-    from harness.config.loader import with_v1_runner_variants
+    from harness.config.vllm_form import with_v1_runner_variants
     from harness.config.plan import build_plan
     from harness.report.cost import plan_cost, twin_cost
 
@@ -421,10 +426,10 @@ def say_error(record, run_dir: Path, prog: str = "evalrun") -> None:
     """One screen on stderr for a run that ended with ``status: error``: the exception's
     type and message, where (stage, config, variant, task), what was kept, and the
     record's path. The traceback stays in the record and ``logs/evalrun-error.log``."""
-    from harness.engine.server import unstopped
+    from harness.engine.server import processes
 
     err = record.error
-    left = sorted({pid for pids in unstopped().values() for pid in pids})
+    left = sorted({pid for pids in processes().unstopped().values() for pid in pids})
     kept = [f"{c.name}/{v}/{t}" for c in record.configs for v, vr in c.variants.items() for t in vr.tasks]
     lines = [
         f"{prog}: ERROR: the run ended on an unexpected exception (exit 2)",
@@ -469,11 +474,11 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``evalrun`` console script. Returns (and exits with) the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     sub = argv[0] if argv and argv[0] in SUBCOMMANDS else None
-    from harness.engine.server import install_stop_handlers
+    from harness.engine.server import processes
 
     # every command: a stopping signal is a KeyboardInterrupt, said in one line below (the
     # run commands install their own handler, which writes the record first)
-    install_stop_handlers(lambda _name: None)
+    processes().install_stop_handlers(lambda _name: None)
     try:
         code = SUBCOMMANDS[sub](argv[1:]) if sub else cmd_run(argv)
     except KeyboardInterrupt as e:  # a signal outside a run's own handling: no record is final
@@ -499,9 +504,9 @@ def console_main() -> None:
     with its code. After a stopping signal the process ends without the interpreter's
     teardown, once the streams are flushed (the record and reports are on disk already)."""
     code = main()
-    from harness.engine.server import interrupting
+    from harness.engine.server import processes
 
-    if interrupting():
+    if processes().interrupting():
         # A CI's cancel grace is short (GitHub Actions: SIGTERM 7.5 s after SIGINT) and
         # everything is on disk by now: skip the interpreter's teardown (about 1 s with
         # scipy, pandas, matplotlib and lm-eval loaded; evalrun registers no exit hooks).

@@ -30,10 +30,11 @@ import json
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from harness.config.plan import ConfigPlan
-from harness.records.run_record import MergedShard, RunRecord, ShardInfo, ShardListRef, outcome_word
+from harness.records.run_record import ConfigResult, RunRecord, outcome_word
+from harness.records.shards import MergedShard, ShardInfo, ShardListRef
 from harness.records.samples import sha256_file
 from harness.tasks import task_size
 
@@ -116,7 +117,7 @@ def shard_info(configs: Sequence[ConfigPlan], i: int, n: int,
     return names, ShardInfo(index=i, count=n, configs=names, weights=weights, list=list_identity(configs))
 
 
-def _verdict(configs: list[Any], could_not_run: bool) -> tuple[int, bool | None]:
+def _verdict(configs: list[ConfigResult], could_not_run: bool) -> tuple[int, bool | None]:
     """Exit code and ``passed`` from the gates, as the runner decides them."""
     verdicts = [g.passed for c in configs for g in c.gates]
     if any(v is False for v in verdicts):
@@ -128,7 +129,7 @@ def _verdict(configs: list[Any], could_not_run: bool) -> tuple[int, bool | None]
     return 0, True
 
 
-def build_of(rec: RunRecord) -> dict[str, Any]:
+def build_of(rec: RunRecord) -> dict[str, str | list[str] | None]:
     """The build a run ran on, as merge compares it: evalrun version, evalrun's git
     revision, lm-eval version, and the engine versions its variants' servers reported
     on ``/version`` (sorted; empty when no server answered)."""
@@ -177,7 +178,7 @@ def verify_samples(rec: RunRecord) -> list[str]:
     return out
 
 
-def _build_field(key: str) -> Callable[[RunRecord], Any]:
+def _build_field(key: str) -> Callable[[RunRecord], object]:
     """A getter of one field of :func:`build_of` (``key``)."""
     return lambda r: build_of(r)[key]
 
@@ -225,7 +226,7 @@ def merge_records(records: Sequence[RunRecord], run_id: str, allow_mixed: bool =
             raise MergeError(f"{where(r)} and {where(first)}: different shard count "
                              f"({_shard(r).count!r} vs {_shard(first).count!r}); only shards of one split merge")
     warnings: list[str] = []
-    checks: list[tuple[str, Callable[[RunRecord], Any]]] = [("list", lambda r: _shard(r).list.sha256)]
+    checks: list[tuple[str, Callable[[RunRecord], object]]] = [("list", lambda r: _shard(r).list.sha256)]
     checks += [(key, _build_field(key)) for key in build_of(first)]
     for key, get in checks:
         for r in records[1:]:
@@ -281,8 +282,9 @@ def cli_main(argv: list[str]) -> int:
     ``summary.html`` and the shards' ``samples/`` and ``logs/`` copied beside it (so diffs and baselines read the merged
     folder). Returns the merged exit code (0 / 1 / 2), or 2 when the shards do not merge.
     """
-    from harness.config.loader import PROJECT_ROOT
-    from harness.records.run_record import RunRecordError, load_run, new_run_id, write_run
+    from harness.config.model_list import PROJECT_ROOT
+    from harness.records.provenance import new_run_id
+    from harness.records.run_record import RunRecordError, load_run, write_run
     from harness.report.summary import render_terminal
 
     p = argparse.ArgumentParser(prog="evalrun merge", description=(

@@ -82,7 +82,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     lst = metafunc.config.getoption("--config-list-file")
     if not lst:
         raise pytest.UsageError(f"{metafunc.function.__name__}: pass --config-list-file=LIST (a models-*.txt)")
-    from harness.config.loader import ConfigError, read_model_list
+    from harness.config.model_list import read_model_list
+    from harness.config.schema import ConfigError
 
     try:
         paths = read_model_list(lst)
@@ -139,9 +140,10 @@ def run_config(path: Path, config: pytest.Config) -> tuple[RunRecord, Path]:
     Returns:
         (the run record, the run folder).
     """
-    from harness.config.loader import PROJECT_ROOT, load_config, resolve_list_path
+    from harness.config.loader import load_config
+    from harness.config.model_list import PROJECT_ROOT, resolve_list_path
     from harness.config.plan import build_plan
-    from harness.records.run_record import new_run_id
+    from harness.records.provenance import new_run_id
     from harness.runner import RunOptions, run
 
     opt = config.getoption

@@ -33,7 +33,6 @@ from harness.analysis.gates import baseline_notes, evaluate_gates, judged_baseli
 from harness.analysis.measurements import Measurements
 from harness.analysis.scoring import output_match, score_task
 from harness.config.plan import PORT_PLACEHOLDER, ConfigPlan, Plan, VariantPlan, shell_line
-from harness.engine import server as engine_server
 from harness.engine.info import EngineInfoError, check_effective, model_runner_fact
 from harness.engine.preflight import (
     ASYNC_NOT_SUPPORTED,
@@ -46,7 +45,7 @@ from harness.engine.preflight import (
 from harness.engine.preflight_cache import CACHE_NAME, cache_key, cached_all_clear, store_all_clear
 from harness.engine.pool import DevicePool, Job, ServerPlan, new_pool, run_jobs, server_plan
 from harness.engine.leftovers import find_leftover_servers
-from harness.engine.server import ServerStartError, interrupting, unstopped
+from harness.engine.server import ServerStartError, processes
 from harness.engine.session import VariantSession, counter_problem
 from harness.faults.plugin import REPORT_ENV
 from harness.models.resolve import resolve_model
@@ -59,11 +58,10 @@ from harness.records.results import (
     task_result, unstarted_variant,
 )
 from harness.records.run_folder import RunFolderTaken, claim_run_folder
+from harness.records.provenance import ConfigRef, DatasetRef, LmEvalInfo, new_run_id, provenance, utc_now
 from harness.records.run_record import (
-    BaselineInfo, ConfigRef, ConfigResult, ConfigWarningRecord, DatasetRef,
-    LeftoverServerRecord, LmEvalInfo, LmEvalTaskRecord, PreflightProblemRecord, PreflightRecord,
-    RerunRecord, RunErrorRecord, RunRecord, ServerRecord, SubsetWarning, VariantResult, new_run_id, provenance,
-    outcome_word, utc_now,
+    BaselineInfo, ConfigResult, LmEvalTaskRecord, PreflightRecord, RerunRecord, RunErrorRecord, RunRecord,
+    ServerRecord, SubsetWarning, VariantResult, outcome_word,
 )
 from harness.records.samples import Sample, write_jsonl
 from harness.report.dry_run import subset_warnings
@@ -300,11 +298,7 @@ def _new_record(plan: Plan, opts: RunOptions, run_id: str) -> tuple[RunRecord, C
         lm_thread.join(timeout)
         build_thread.join(timeout)
     record.provenance.allow_contamination = opts.allow_contamination
-    record.leftover_servers = [
-        LeftoverServerRecord(verdict=lo.verdict, pid=lo.pid, pid_file=str(lo.pid_file), command=lo.command,
-                             reason=lo.reason, kill_command=lo.kill_command)
-        for lo in leftovers
-    ]
+    record.leftover_servers = leftovers
     return record, provenance_done
 
 
@@ -379,7 +373,7 @@ def _interrupted(e: KeyboardInterrupt, recorder: RunRecorder, lm_eval_done: Call
     short), ``summary.html`` is left, and the exit code is the record's."""
     # (variants side by side: every job thread has ended, :func:`harness.engine.pool.run_jobs`)
     record, run_dir = recorder.record, recorder.run_dir
-    leftover = sorted({pid for pids in unstopped().values() for pid in pids})
+    leftover = sorted({pid for pids in processes().unstopped().values() for pid in pids})
     sig = str(e.args[0]) if e.args else "KeyboardInterrupt"
     kept = recorder.final_written and record.status != "interrupted"
     if not kept:
@@ -415,8 +409,8 @@ def record_error(record: RunRecord, run_dir: Path, exc: BaseException, place: Pl
     """
     import traceback
 
-    if unstopped():
-        engine_server.hurry()  # SIGKILL to every live group; the context managers already waited
+    if processes().unstopped():
+        processes().hurry()  # SIGKILL to every live group; the context managers already waited
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     record.status, record.passed, record.exit_code = "error", None, EXIT_COULD_NOT_RUN
     record.error = RunErrorRecord(
@@ -581,20 +575,19 @@ def _preflight(plan: Plan, opts: RunOptions, record: RunRecord, done: PendingChe
         why = store_all_clear(opts.results_dir, key, len(cmds))
         if why:
             p.warn(f"the pre-launch check's cache was not written: {why}")
-    not_applicable = {pr.variant_id: pr.message for pr in found if pr.kind == ASYNC_NOT_SUPPORTED}
+    not_applicable = {pr.variant: pr.message for pr in found if pr.kind == ASYNC_NOT_SUPPORTED}
     for vid, why in not_applicable.items():
         p.warn(f"{vid}: not applicable on this engine: {why}")
     problems = [pr for pr in found if pr.kind != ASYNC_NOT_SUPPORTED]
     record.preflight = PreflightRecord(
         checked=len(cmds), seconds=round(done.seconds, 1),
-        problems=[PreflightProblemRecord(variant=pr.variant_id, config_path=str(pr.config_path), python=pr.python,
-                                         kind=pr.kind, message=pr.message) for pr in found],
+        problems=found,
     )
     if not problems:
         return False, not_applicable, None
     for pr in problems:
         p.error(f"server command rejected before launch: {pr.describe()}")
-    _refused_before_launch(plan, {pr.variant_id: pr for pr in problems}, record)
+    _refused_before_launch(plan, {pr.variant: pr for pr in problems}, record)
     return True, not_applicable, None
 
 
@@ -708,7 +701,7 @@ def _select_variants(cp: ConfigPlan, opts: RunOptions, crec: ConfigResult, m: Me
     with ``--variant`` and applicable). Unselected ones are NOT RUN; not applicable ones
     get a record naming why (never a pass)."""
     p = opts.progress
-    crec.config_warnings = [ConfigWarningRecord(**w.model_dump()) for w in cp.config.warnings]
+    crec.config_warnings = list(cp.config.warnings)
     for w in cp.config.warnings:
         p.warn(w.message)
     variants = [v for v in cp.variants if opts.variants is None or v.name in opts.variants]
@@ -802,7 +795,7 @@ def _run_and_report_variant(cp: ConfigPlan, vp: VariantPlan, model_ref: str, pre
     out.merge_into(m, reruns)
     if pool is not None:  # released when its server stopped (before judging); here too if it never started
         pool.release(vp.id)
-    if pool is not None and pool.cancelled.is_set() and interrupting():  # its server was stopped by the signal
+    if pool is not None and pool.cancelled.is_set() and processes().interrupting():  # stopped by the signal
         vr = crec.variants[vp.name]
         vr.server = ServerRecord(status="interrupted", exit_code=vr.server.exit_code, seconds=vr.server.seconds,
                                  pid=vr.server.pid)
@@ -999,7 +992,7 @@ def run_variant(cp: ConfigPlan, vp: VariantPlan, model_ref: str, prepared: dict[
         opts.launch_gate.before_launch()
     session = _variant_session(cp, vp, argv, env, log_path, opts.progress)
     srv = session.server
-    from harness.report.cost import given_devices
+    from harness.engine.devices import given_devices
 
     vrec.devices = given_devices({**os.environ, **env})
     sent: list[_Sent] = []  # sent while the server is up, judged once it is stopped
@@ -1255,21 +1248,21 @@ def _f(x: float | None) -> str:
 
 def terminate_as_interrupt() -> None:
     """Make every stopping signal (:data:`harness.engine.server.STOP_SIGNALS`) stop every server and keep the
-    partial record (:func:`harness.engine.server.install_stop_handlers`).
+    partial record (:meth:`harness.engine.server.EngineProcesses.install_stop_handlers`).
 
     First signal: the run record is written with ``status: interrupted`` (so a SIGKILL
     after the CI's grace still leaves it), then SIGTERM goes to every live server's
     process group at once (so in-flight requests end), and KeyboardInterrupt is raised
     in the main thread; each server's context manager then waits for its group to exit
-    (up to the stop grace, :func:`harness.engine.server.stop_grace`, saying what it
+    (up to the stop grace, :meth:`harness.engine.server.EngineProcesses.stop_grace`, saying what it
     waits for) and the runner rewrites the record with the servers' fate.
     Any further signal never interrupts that teardown: it speeds it up, sending SIGKILL
-    to every live group (:func:`harness.engine.server.hurry`).
+    to every live group (:meth:`harness.engine.server.EngineProcesses.hurry`).
     Without this, SIGHUP (terminal closed) would end evalrun and leave the vLLM server
     running with parent 1. A signal that is ignored when evalrun starts (``nohup``)
     stays ignored.
     """
-    engine_server.install_stop_handlers(interrupt_all)  # the record first: a SIGKILL may follow at any moment
+    processes().install_stop_handlers(interrupt_all)  # the record first: a SIGKILL may follow at any moment
 
 
 def say_interrupted(e: BaseException, prog: str = "evalrun") -> None:
@@ -1286,7 +1279,7 @@ def say_interrupted(e: BaseException, prog: str = "evalrun") -> None:
     sig = getattr(e, "signal_name", None) or (str(e.args[0]) if e.args else "KeyboardInterrupt")
     run_dir = getattr(e, "run_dir", None)
     kept = getattr(e, "kept", None)
-    left = unstopped()
+    left = processes().unstopped()
     pids = sorted(set(getattr(e, "leftover_pids", None) or []) | {p for v in left.values() for p in v})
     if kept:
         what = (f"{prog}: {sig} after the run's outcome was recorded: {kept} kept (exit "

@@ -24,7 +24,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.config.loader import CONFIGS_DIR, ConfigError, load_config
+from harness.config.loader import load_config
+from harness.config.model_list import CONFIGS_DIR
+from harness.config.schema import ConfigError
 from harness.records.atomic import write_atomic
 from harness.records.run_record import PluginReport, RunRecord, VariantResult
 
@@ -240,7 +242,7 @@ def _verdict(checks: list[Check]) -> int:
 def cli_main(argv: list[str]) -> int:
     """``evalrun selfcheck [--config YAML] [--results-dir DIR] [--run-id ID] [--variant NAME ...]
     [--repeat N] [--python PY] [--json]``."""
-    from harness.config.loader import PROJECT_ROOT
+    from harness.config.model_list import PROJECT_ROOT
 
     p = argparse.ArgumentParser(
         prog="evalrun selfcheck",

@@ -3,7 +3,7 @@ acceptance figures from per-request counter differences."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence, TypedDict
 
 from harness.analysis.stats import ratio_bootstrap_ci
 from harness.records.samples import Sample
@@ -20,7 +20,30 @@ ACCEPTANCE_CI_METHOD = (
 )
 
 
-def acceptance_intervals(samples: Sequence[Sample], speculative: bool, confidence: float = 0.95) -> dict[str, Any]:
+class PerRequestTotalsDict(TypedDict):
+    """Sums of the per-request counter shares (the record's ``per_request_totals``)."""
+
+    drafts: float
+    draft_tokens: float
+    accepted_tokens: float
+    accepted_per_pos: list[float]
+
+
+class AcceptanceIntervals(TypedDict):
+    """:func:`acceptance_intervals`: the task record's interval fields
+    (:class:`harness.records.run_record.TaskResult`); an interval is ``[lo, hi]``."""
+
+    mean_acceptance_length_ci: list[float] | None
+    acceptance_rate_ci: list[float] | None
+    per_position_acceptance_ci: list[list[float]] | None
+    acceptance_ci_method: str | None
+    acceptance_ci_reason: str | None
+    acceptance_ci_requests: int
+    per_request_totals: PerRequestTotalsDict | None
+
+
+def acceptance_intervals(samples: Sequence[Sample], speculative: bool,
+                         confidence: float = 0.95) -> AcceptanceIntervals:
     """Confidence intervals of the acceptance figures from per-request counts.
 
     Args:
@@ -42,7 +65,7 @@ def acceptance_intervals(samples: Sequence[Sample], speculative: bool, confidenc
         sum(draft tokens), per position i = sum(accepted at i) / sum(drafts).
         Without per-request counts every interval is None and the reason says why.
     """
-    out: dict[str, Any] = {
+    out: AcceptanceIntervals = {
         "mean_acceptance_length_ci": None, "acceptance_rate_ci": None,
         "per_position_acceptance_ci": None, "acceptance_ci_method": None,
         "acceptance_ci_reason": None, "acceptance_ci_requests": 0, "per_request_totals": None,

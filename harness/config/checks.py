@@ -23,28 +23,21 @@ percent scale, ``tolerance: 1`` for one point, is the usual cause):
 * ``max_acceptance_length_drop >= k`` (``num_speculative_tokens`` of the variants it
   compares): mean acceptance length lies in [1, 1 + k], so it cannot drop by k or more.
 
-Each is a :class:`ConfigCheckError`, raised by the loader as its
-:class:`~harness.config.loader.ConfigError`, naming the file, the line when known, and
-the key.
+Also a ``min_acceptance_length`` above ``1 + k``, which no mean acceptance length
+reaches (:func:`check_acceptance_floor`).
+
+Each is a :class:`~harness.config.schema.ConfigError` naming the file, the line when
+known, and the key.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
 
-__all__ = ["NAME_PATTERN", "MAX_NAME_LENGTH", "ConfigCheckError", "check_name", "check_config", "check_run_id"]
+from harness.config.schema import ConfigError, ModelConfig
+from harness.config.yaml_load import KeyPath
 
-#: ``harness.config.loader.ModelConfig`` (not imported: the loader imports this module).
-ModelConfig = Any
-
-
-class ConfigCheckError(ValueError):
-    """A name or limit this module refuses; the loader raises it as its ``ConfigError``
-    (same message: file, line, key)."""
-
-
-ConfigError = ConfigCheckError
+__all__ = ["NAME_PATTERN", "MAX_NAME_LENGTH", "check_name", "check_config", "check_acceptance_floor", "check_run_id"]
 
 #: The character set of a name that becomes a path component.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
@@ -82,12 +75,12 @@ def check_name(name: str, where: str, key: str) -> None:
             f"{MAX_NAME_LENGTH} characters)")
 
 
-def _where(cfg: ModelConfig, lines: dict[tuple, int], keypath: tuple) -> str:
+def _where(cfg: ModelConfig, lines: dict[KeyPath, int], keypath: tuple) -> str:
     line = lines.get(keypath)
     return f"{cfg.path}:{line}" if line else str(cfg.path)
 
 
-def _find_key(lines: dict[tuple, int], field: str, *, under: tuple = (), default: tuple | None = None) -> tuple:
+def _find_key(lines: dict[KeyPath, int], field: str, *, under: tuple = (), default: tuple | None = None) -> tuple:
     """The key path (as written in the file) of ``field``: ``under + (field,)`` when the
     file has it, else any path ending in ``field`` (the first in file order), else
     ``default`` or ``(field,)``."""
@@ -99,20 +92,20 @@ def _find_key(lines: dict[tuple, int], field: str, *, under: tuple = (), default
     return default or (field,)
 
 
-def _gate_key(cfg: ModelConfig, lines: dict[tuple, int], task: str, field: str) -> tuple:
+def _gate_key(cfg: ModelConfig, lines: dict[KeyPath, int], task: str, field: str) -> tuple:
     over = cfg.tasks[task].gates
     if over is not None and field in over.model_fields_set:
         return ("tasks", task, "gates", field)
     return _find_key(lines, field, under=("gates",) if cfg.form == "native" else ())
 
 
-def _refuse(cfg: ModelConfig, lines: dict[tuple, int], keypath: tuple, text: str) -> None:
+def _refuse(cfg: ModelConfig, lines: dict[KeyPath, int], keypath: tuple, text: str) -> None:
     key = ".".join(str(k) for k in keypath)
     raise ConfigError(f"{_where(cfg, lines, keypath)}: key '{key}': {text}; such a gate can never fail "
                       "(limits are fractions: 0.01 is one percentage point)")
 
 
-def check_config(cfg: ModelConfig, lines: dict[tuple, int] | None = None) -> None:
+def check_config(cfg: ModelConfig, lines: dict[KeyPath, int] | None = None) -> None:
     """Every check of this module on one loaded config (module docstring).
 
     Args:
@@ -136,7 +129,7 @@ def check_config(cfg: ModelConfig, lines: dict[tuple, int] | None = None) -> Non
             _refuse(cfg, lines, _gate_key(cfg, lines, t, "tolerance"),
                     f"accuracy floor accuracy_threshold - tolerance = {g.accuracy_threshold} - {g.tolerance} = "
                     f"{g.accuracy_threshold - g.tolerance:.4g} <= 0 (task {t})")
-        limits: list[tuple[str, Any, str]] = [
+        limits: list[tuple[str, float | None, str]] = [
             ("max_error_rate", g.max_error_rate, ">= 1"),
             ("max_truncation_rate", g.max_truncation_rate, ">= 1"),
             ("baseline_max_accuracy_drop", g.baseline_max_accuracy_drop, ">= 1"),
@@ -153,14 +146,46 @@ def check_config(cfg: ModelConfig, lines: dict[tuple, int] | None = None) -> Non
             _refuse(cfg, lines, _find_key(lines, "min_output_match", under=under),
                     f"min_output_match {comp.min_output_match} <= 0 ({comp.baseline} -> {comp.candidate})")
         drop = comp.max_acceptance_length_drop
-        ks = [cfg.variants[n].speculative_config.num_speculative_tokens
-              for n in (comp.baseline, comp.candidate)
-              if n in cfg.variants and cfg.variants[n].speculative_config is not None]
-        ks = [k for k in ks if k]
+        specs = [cfg.variants[n].speculative_config for n in (comp.baseline, comp.candidate) if n in cfg.variants]
+        ks = [s.num_speculative_tokens for s in specs if s is not None and s.num_speculative_tokens]
         if drop is not None and ks and drop >= max(ks):
             _refuse(cfg, lines, _find_key(lines, "max_acceptance_length_drop", under=under),
                     f"max_acceptance_length_drop {drop} >= num_speculative_tokens {max(ks)} "
                     f"({comp.baseline} -> {comp.candidate}: mean acceptance length lies in [1, 1 + {max(ks)}])")
+
+
+def check_acceptance_floor(cfg: ModelConfig, lines: dict[KeyPath, int] | None = None) -> None:
+    """Refuse a ``min_acceptance_length`` no speculative variant can reach.
+
+    Mean acceptance length = 1 + accepted tokens / drafts, and a draft has at most
+    ``num_speculative_tokens`` (k) tokens, so it is at most ``1 + k`` (vLLM's
+    spec-decode metrics, ``vllm/v1/spec_decode/metrics.py``). A floor above
+    that fails on every run, whatever the build.
+
+    Raises:
+        ConfigError: naming the file, the line of the floor, the floor and ``1 + k``.
+    """
+    lines = lines or {}
+    for vname, v in cfg.variants.items():
+        k = v.speculative_config.num_speculative_tokens if v.speculative_config else None
+        if k is None:
+            continue
+        for tname in cfg.tasks:
+            floor = cfg.gates_for(tname).min_acceptance_length
+            if floor is None or floor <= 1 + k:
+                continue
+            over = cfg.tasks[tname].gates
+            keypath = (("tasks", tname, "gates", "min_acceptance_length")
+                       if over is not None and "min_acceptance_length" in over.model_fields_set
+                       else ("gates", "min_acceptance_length") if cfg.form == "native"
+                       else ("min_acceptance_length",))
+            line = lines.get(keypath)
+            where = f"{cfg.path}:{line}" if line else f"{cfg.path}"
+            raise ConfigError(
+                f"{where}: key '{'.'.join(keypath)}': min_acceptance_length {floor} is above "
+                f"1 + num_speculative_tokens = {1 + k} (variant {vname}, task {tname}); a mean "
+                f"acceptance length can never exceed 1 + {k}, so this gate could never pass"
+            )
 
 
 def check_run_id(run_id: str | None) -> str | None:
@@ -170,6 +195,6 @@ def check_run_id(run_id: str | None) -> str | None:
         return None
     try:
         check_name(run_id, "--run-id", "--run-id")
-    except ConfigCheckError as e:
+    except ConfigError as e:
         return str(e).split(": ", 1)[1]
     return None

@@ -4,7 +4,7 @@ The plan (:func:`plan_gates`, :func:`plan_baseline_gates`) is the single source 
 every gate: the evaluator (:mod:`harness.analysis.gates`) reads only a planned gate
 and the measurements, never the config. Per-task settings (``tasks.<name>.gates``:
 pipeline, thresholds, limits) reach every gate of that task because every gate of a
-task is built from :meth:`~harness.config.loader.ModelConfig.gates_for` of that task.
+task is built from :meth:`~harness.config.schema.ModelConfig.gates_for` of that task.
 
 Every gate has a stable ``id`` (``<config>/<variant or baseline->candidate>/<task>/<kind>``),
 the variant it judges (the candidate for comparisons), its task (None for per-variant
@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.config.loader import ComparisonSpec, ModelConfig
+from harness.config.schema import ComparisonSpec, ModelConfig
 
 
 class GateKind(str, Enum):
@@ -338,7 +338,7 @@ def _comparison_gates(config: ModelConfig, comp: ComparisonSpec) -> list[Gate]:
 
 def sampling_notes(config: ModelConfig) -> list[str]:
     """Why the plan has no output-match gate for a task that samples (temperature > 0, or
-    none sent: :attr:`~harness.config.loader.TaskSpec.samples`) although a comparison asks
+    none sent: :attr:`~harness.config.schema.TaskSpec.samples`) although a comparison asks
     for one; one sentence per such task, for the dry run and the record."""
     out = []
     for tname, t in config.tasks.items():

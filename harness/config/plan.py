@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from harness.config.gates import Gate, greedy_output_match, plan_baseline_gates, plan_gates
-from harness.config.loader import ModelConfig, TaskSpec, split_args
+from harness.config.schema import JsonValue, ModelConfig, TaskSpec
+from harness.config.server_args import split_args
 from harness.config.vllm_args import has_flag
 from harness.config.vllm_parser import current_table
 
@@ -145,7 +146,7 @@ class Plan:
     """The whole run: one :class:`ConfigPlan` per config of the list, in list order.
 
     ``list_path`` is the model list (or single config) file that was read, resolved
-    (:func:`harness.config.loader.resolve_list_path`), or None when the plan was built
+    (:func:`harness.config.model_list.resolve_list_path`), or None when the plan was built
     from configs directly.
     """
 
@@ -156,7 +157,7 @@ class Plan:
     #: vLLM release: :meth:`harness.config.vllm_parser.ParserTable.describe`).
     server_args_read_with: str = field(default_factory=lambda: current_table().describe())
 
-    def to_json(self) -> list[dict[str, Any]]:
+    def to_json(self) -> list[dict[str, JsonValue]]:
         """JSON form used by ``--dry-run --json``.
 
         Returns:

@@ -12,7 +12,8 @@ import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from harness.config.loader import ConfigError, ModelConfig, load_configs, load_model_list, read_model_list
+from harness.config.model_list import load_configs, load_model_list, read_model_list
+from harness.config.schema import ConfigError, ModelConfig
 
 _TOKEN = re.compile(r"\s*(\(|\)|[\w:+\-.\[\]\\/]+)")
 

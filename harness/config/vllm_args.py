@@ -28,6 +28,7 @@ import json
 import re
 from typing import Any, Sequence
 
+from harness.config.schema import JsonValue
 from harness.config.vllm_parser import SPEC_DEST, Hit, ParserTable, current_table, scan
 
 SPEC_FLAG = "--speculative-config"
@@ -88,7 +89,7 @@ def human_readable_int(value: str) -> int:
     return int(number) * binary[suffix]
 
 
-def _dotted_value(raw: str) -> Any:
+def _dotted_value(raw: str) -> JsonValue:
     try:
         return json.loads(raw)
     except json.JSONDecodeError:

@@ -25,6 +25,10 @@ import yaml
 #: and walking that many takes milliseconds.
 MAX_ALIAS_NODES = 10_000
 
+#: Where a node sits in a document: its mapping keys (None for a key that is not a
+#: scalar) and list indices from the top, e.g. ``("variants", "spec", "env", "X")``.
+KeyPath = tuple[str | int | None, ...]
+
 
 class YamlCostError(ValueError):
     """A document whose aliases expand beyond :data:`MAX_ALIAS_NODES`, refer to a node
@@ -57,7 +61,7 @@ class _AliasLoader(yaml.SafeLoader):
         super().__init__(stream)
         self.aliases: list[tuple[str, yaml.Node, yaml.Mark]] = []
 
-    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node | None:
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             node = self.anchors.get(event.anchor)
@@ -147,3 +151,20 @@ def load_yaml(text: str, where: str, limit: int = MAX_ALIAS_NODES) -> LoadedYaml
     finally:
         loader.dispose()
     return LoadedYaml(node, data, written, expanded)
+
+
+def key_lines(node: yaml.Node, prefix: KeyPath = ()) -> dict[KeyPath, int]:
+    """Every key path under ``node`` (its mapping keys and list items) mapped to its
+    1-based line, for messages that name where a key is written."""
+    lines: dict[KeyPath, int] = {}
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            path = prefix + (k.value,)
+            lines[path] = k.start_mark.line + 1
+            lines.update(key_lines(v, path))
+    elif isinstance(node, yaml.SequenceNode):
+        for i, v in enumerate(node.value):
+            path = prefix + (i,)
+            lines[path] = v.start_mark.line + 1
+            lines.update(key_lines(v, path))
+    return lines

@@ -24,7 +24,7 @@ uninstalled, and evalrun itself is installed beside it with ``--no-deps`` (a whe
 from this source tree), so its vLLM plugin (:mod:`harness.faults.plugin`, stdlib, torch
 and vLLM only) loads in those servers too; it is reinstalled when the plugin changed.
 
-A build's identity (:class:`~harness.records.run_record.EngineBuild`: package,
+A build's identity (:class:`~harness.records.provenance.EngineBuild`: package,
 version, commit) is read by a subprocess of its interpreter from package metadata,
 without importing vLLM (:func:`read_identity`).
 """
@@ -52,7 +52,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from harness.records.atomic import write_atomic
-from harness.records.run_record import EngineBuild
+from harness.records.provenance import EngineBuild
 
 __all__ = ["BuildError", "BuildSpec", "ResolvedBuild", "parse_build", "cache_root", "cache_key",
            "read_identity", "identity_or_none", "ensure_build", "VLLM_WHEEL_INDEX"]

@@ -31,7 +31,7 @@ import asyncio
 import json
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
 import httpx
 import orjson
@@ -108,19 +108,22 @@ class ChatCompletionResponse(BaseModel):
     choices: list[ChatCompletionChoice] = Field(min_length=1)
 
 
+#: A response model :func:`_parse` validates.
+R = TypeVar("R", bound=BaseModel)
+
 _FIELDS = (frozenset(CompletionChoice.model_fields) | frozenset(CompletionResponse.model_fields)
            | frozenset(ChatCompletionChoice.model_fields) | frozenset(ChatMessage.model_fields))
 
 
-def _parse(raw: bytes, model: type[BaseModel]) -> Any:
-    """Decode ``raw`` and validate it as ``model`` (a response with ``choices``); its
-    first choice. Raises ValueError naming the first bad field and what it held."""
+def _parse(raw: bytes, model: type[R]) -> R:
+    """Decode ``raw`` and validate it as ``model`` (a response with ``choices``). Raises
+    ValueError naming the first bad field and what it held."""
     try:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
         raise ValueError(f"not JSON: {e}") from None
     try:
-        return model.model_validate(doc).choices[0]  # type: ignore[attr-defined]  # every model passed has choices
+        return model.model_validate(doc)
     except ValidationError as e:
         err = e.errors()[0]
         # the path of fields and list indexes (a union's branch tags, such as ``int``, left out)
@@ -139,13 +142,13 @@ def parse_completion(raw: bytes) -> CompletionChoice:
             the message names the first bad field (``choices.0.text: Input should be a
             valid string``) and what it held.
     """
-    return _parse(raw, CompletionResponse)
+    return _parse(raw, CompletionResponse).choices[0]
 
 
 def parse_chat_completion(raw: bytes) -> ChatCompletionChoice:
     """Decode and validate one chat completion answer's body (:class:`ChatCompletionResponse`);
     returns its first choice. Raises ValueError as :func:`parse_completion`."""
-    return _parse(raw, ChatCompletionResponse)
+    return _parse(raw, ChatCompletionResponse).choices[0]
 
 
 def served_model(base_url: str, timeout_s: float = 30) -> str:

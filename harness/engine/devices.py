@@ -4,6 +4,10 @@
   means none), else the devices NVML reports (``pynvml`` from nvidia-ml-py, when
   importable), else the installed torch's ``torch.cuda.device_count()``; none on a CPU
   host. ``--gpus`` (a list ``0,1,4`` or a count ``4``) caps the result.
+* :func:`probed_devices` / :func:`planned_devices`: the same without importing torch
+  into evalrun (the dry run's cost): the servers' interpreter is asked in a subprocess.
+* :func:`given_devices`: the devices one server process was handed (its
+  ``CUDA_VISIBLE_DEVICES``), as the run record stores them.
 * :func:`variant_need`: the devices one vLLM server takes, as vLLM computes them
   (``vllm/config/parallel.py`` of vllm 0.32: ``world_size = pipeline_parallel_size x
   tensor_parallel_size x prefill_context_parallel_size``, and one such world per
@@ -17,6 +21,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Mapping, Sequence
 
 from harness.config.vllm_args import hits_of
@@ -114,13 +119,22 @@ def _torch_count() -> int | None:
         return 0
 
 
+def given_devices(env: Mapping[str, str]) -> list[str]:
+    """The CUDA device ids a process with environment ``env`` is given: the entries of
+    ``CUDA_VISIBLE_DEVICES`` (ids or UUIDs, in order); empty when unset or empty (a CPU
+    host, or no GPU given)."""
+    raw = env.get("CUDA_VISIBLE_DEVICES", "")
+    return [d.strip() for d in raw.split(",") if d.strip()]
+
+
 def detected_devices(env: Mapping[str, str] | None = None) -> tuple[str, ...]:
     """Device ids visible to evalrun before any cap: ``CUDA_VISIBLE_DEVICES`` split on
-    commas when set (empty = none), else ``0..n-1`` for the count NVML, then torch,
-    reports (NVML and torch are imported only here, only when the variable is unset)."""
+    commas when set (empty = none, :func:`given_devices`), else ``0..n-1`` for the count
+    NVML, then torch, reports (NVML and torch are imported only here, only when the
+    variable is unset)."""
     env = os.environ if env is None else env
     if "CUDA_VISIBLE_DEVICES" in env:
-        return tuple(d.strip() for d in env["CUDA_VISIBLE_DEVICES"].split(",") if d.strip())
+        return tuple(given_devices(env))
     n = _nvml_count()
     if n is None:
         n = _torch_count()
@@ -186,3 +200,40 @@ def dry_run_devices(detected: Sequence[str], gpus: str | None) -> tuple[tuple[st
             f"planned on {n} device(s) from --gpus {gpus}, although this host has {len(detected)}: a preview "
             "of that node's schedule and cost (a run with --gpus here refuses)")
     return cap_devices(detected, gpus), None
+
+
+#: What a subprocess of the servers' interpreter prints: its torch's CUDA device count.
+TORCH_PROBE = "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"
+
+
+def probed_devices(env: Mapping[str, str], python: str) -> tuple[str, ...]:
+    """The devices found without importing torch into this process (the dry run imports
+    no engine): ``CUDA_VISIBLE_DEVICES`` of ``env`` when set, else ``0..n-1`` for NVML's
+    count, else for ``torch.cuda.device_count()`` asked of ``python`` (the servers'
+    interpreter) in a subprocess (:data:`TORCH_PROBE`; none when that fails)."""
+    if "CUDA_VISIBLE_DEVICES" in env:
+        return detected_devices(env)
+    n = _nvml_count()
+    if n is None:
+        try:
+            r = subprocess.run([python, "-c", TORCH_PROBE], capture_output=True, text=True, timeout=120, check=False)
+            n = int(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 and r.stdout.strip() else 0
+        except (OSError, subprocess.TimeoutExpired, ValueError):
+            n = 0
+    return tuple(str(i) for i in range(n))
+
+
+def planned_devices(env: Mapping[str, str], python: str, gpus: str | None,
+                    assume: bool = False) -> tuple[tuple[str, ...], str | None]:
+    """The devices a plan is scheduled on: :func:`probed_devices` capped by ``--gpus``
+    (:func:`cap_devices`); with ``assume`` (the dry run) a ``--gpus`` count above them
+    plans that many (:func:`dry_run_devices`).
+
+    Returns:
+        ``(device ids, note)``; the note says the devices are assumed (None when they exist).
+
+    Raises:
+        DeviceError: a bad ``--gpus`` (names it).
+    """
+    found = probed_devices(env, python)
+    return dry_run_devices(found, gpus) if assume else (cap_devices(found, gpus), None)

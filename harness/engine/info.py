@@ -8,11 +8,19 @@ platform forces ``scheduler_config.async_scheduling = False``), and ``GET /versi
 
 from __future__ import annotations
 
-from typing import Any, Literal, cast
+from typing import Any, Literal, TypeAlias, cast
 
 from pydantic import ValidationError
 
 from harness.records.measures import EffectivenessRecord, EngineFactsRecord, ModelRunnerRecord
+
+
+#: A requested ``--speculative-config`` mapping as the config wrote it (JSON handed to
+#: vLLM unchanged; its keys are vLLM's ``SpeculativeConfig`` fields).
+SpeculativeConfig: TypeAlias = dict[str, Any]
+#: ``{platform: {setting: value}}``: settings a config declares the engine overrides on a
+#: platform (JSON from the config, values compared with the engine's effective ones).
+ExpectedEffective: TypeAlias = dict[str, dict[str, Any]]
 
 
 #: The generic name vLLM gives every model-specific MTP method in its effective config.
@@ -127,9 +135,9 @@ def read_engine_facts(info: dict, version: str | None, where: str) -> EngineFact
 
 def check_effective(
     facts: EngineFactsRecord,
-    speculative_config: dict | None,
+    speculative_config: SpeculativeConfig | None,
     async_scheduling: bool | None,
-    expected_effective: dict[str, dict[str, Any]],
+    expected_effective: ExpectedEffective,
 ) -> EffectivenessRecord:
     """Compare the requested settings with the engine's effective ones.
 

@@ -31,21 +31,22 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, get_args
 
 import psutil
 
 from harness.records.atomic import write_atomic
+from harness.records.run_record import LeftoverServerRecord, LeftoverVerdict
+from harness.records.text import JsonValue
 
 __all__ = [
-    "CREATE_TIME_TOLERANCE", "LeftoverServer", "VERDICTS", "find_leftover_servers", "group_kill_command",
+    "CREATE_TIME_TOLERANCE", "ProcessIdentity", "VERDICTS", "find_leftover_servers", "group_kill_command",
     "judge_pid_file", "process_identity", "write_pid_file",
 ]
 
 #: The verdicts of :func:`judge_pid_file` (module docstring).
-VERDICTS = ("leftover", "cannot_tell", "invalid")
+VERDICTS: tuple[str, ...] = get_args(LeftoverVerdict)
 #: Seconds two start times may differ and still be one process. psutil derives a start
 #: time from the boot time (``/proc/stat`` ``btime``, whole seconds, which can step by
 #: one when the clock is adjusted) plus the process's start in clock ticks; with the
@@ -53,10 +54,19 @@ VERDICTS = ("leftover", "cannot_tell", "invalid")
 CREATE_TIME_TOLERANCE = 1.0
 
 
-def process_identity(pid: int) -> dict[str, Any] | None:
-    """What identifies process ``pid`` as psutil sees it now: ``{"pid", "create_time"
-    (seconds since the epoch), "cmdline" (list of str), "pgid"}``; None when it is gone,
-    a zombie, or psutil may not read it."""
+class ProcessIdentity(TypedDict):
+    """What identifies a process as psutil sees it: pid, start time (seconds since the
+    epoch), command line and process group id."""
+
+    pid: int
+    create_time: float
+    cmdline: list[str]
+    pgid: int
+
+
+def process_identity(pid: int) -> ProcessIdentity | None:
+    """What identifies process ``pid`` as psutil sees it now; None when it is gone, a
+    zombie, or psutil may not read it."""
     try:
         proc = psutil.Process(int(pid))
         with proc.oneshot():
@@ -68,7 +78,7 @@ def process_identity(pid: int) -> dict[str, Any] | None:
         return None
 
 
-def write_pid_file(path: Path, info: dict[str, Any]) -> None:
+def write_pid_file(path: Path, info: dict[str, JsonValue]) -> None:
     """Write a pid file atomically (:func:`harness.records.atomic.write_atomic`).
 
     Raises:
@@ -78,37 +88,11 @@ def write_pid_file(path: Path, info: dict[str, Any]) -> None:
     write_atomic(path, json.dumps(info, indent=1) + "\n")
 
 
-@dataclass(frozen=True)
-class LeftoverServer:
-    """One pid file's verdict about a process that may be a server an earlier run left.
-
-    Attributes:
-        verdict: ``leftover``, ``cannot_tell`` or ``invalid`` (:data:`VERDICTS`).
-        pid: the recorded pid (None when the file names none that is usable).
-        pid_file: the ``<variant>.pid.json`` read.
-        command: the live command line (``leftover``) or the recorded one.
-        reason: why this verdict, in words.
-        kill_command: a shell command that ends the server's process group; only for
-            ``leftover`` (:func:`group_kill_command`), else None.
-    """
-
-    verdict: str
-    pid: int | None
-    pid_file: Path
-    command: str
-    reason: str
-    kill_command: str | None = None
-
-    def describe(self) -> str:
-        """One line for the terminal: what was found and, only for a leftover, how to end it."""
-        cmd = self.command[:160]
-        if self.verdict == "leftover" and self.kill_command:
-            return (f"a vLLM server started by an earlier evalrun run is still running: pid {self.pid} "
-                    f"(recorded in {self.pid_file}): {cmd}; end it with: {self.kill_command}")
-        if self.verdict == "cannot_tell":
-            return (f"cannot tell whether live process {self.pid} is the vLLM server recorded in {self.pid_file}: "
-                    f"{self.reason}; no command suggested (check it with: ps -o pid,pgid,lstart,args -p {self.pid})")
-        return f"pid file {self.pid_file} ignored: {self.reason}; no command suggested"
+def _found(verdict: LeftoverVerdict, pid: int | None, path: Path, command: str, reason: str,
+           kill_command: str | None = None) -> LeftoverServerRecord:
+    """The record of one verdict on the pid file ``path``."""
+    return LeftoverServerRecord(verdict=verdict, pid=pid, pid_file=str(path), command=command, reason=reason,
+                                kill_command=kill_command)
 
 
 def group_kill_command(pgid: int) -> str | None:
@@ -122,20 +106,20 @@ def group_kill_command(pgid: int) -> str | None:
     return f"kill -TERM -- -{pgid}; sleep 5; kill -KILL -- -{pgid}"
 
 
-def _usable_pid(value: Any) -> int | None:
+def _usable_pid(value: JsonValue) -> int | None:
     """``value`` when it is an int greater than 1 (bools refused), else None."""
     if isinstance(value, bool) or not isinstance(value, int) or value <= 1:
         return None
     return value
 
 
-def _finite(value: Any) -> float | None:
+def _finite(value: JsonValue) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return float(value)
 
 
-def _owner_state(info: dict[str, Any]) -> str:
+def _owner_state(info: dict[str, JsonValue]) -> str:
     """``gone`` (the evalrun that started the server is not running), ``running`` (it
     is: the server belongs to a run in progress) or ``unknown`` (its pid lives but
     the file has no start time to tell)."""
@@ -159,7 +143,7 @@ def _ancestors() -> set[int]:
     return out
 
 
-def judge_pid_file(path: Path, info: Any) -> LeftoverServer | None:
+def judge_pid_file(path: Path, info: JsonValue) -> LeftoverServerRecord | None:
     """The verdict on one pid file's content (module docstring), or None when it names
     no live process that could be its server (stopped, gone, or another process now).
 
@@ -169,33 +153,33 @@ def judge_pid_file(path: Path, info: Any) -> LeftoverServer | None:
     """
     # long: one check per line, in the order the module docstring gives them
     if not isinstance(info, dict):
-        return LeftoverServer("invalid", None, path, "", "not a JSON object")
+        return _found("invalid", None, path, "", "not a JSON object")
     if info.get("stopped") is True:
         return None
     argv = info.get("cmdline") if isinstance(info.get("cmdline"), list) else info.get("argv")
     recorded_cmd = " ".join(str(a) for a in argv) if isinstance(argv, list) else ""
     pid = _usable_pid(info.get("pid"))
     if pid is None:
-        return LeftoverServer("invalid", None, path, recorded_cmd,
-                              f"pid {info.get('pid')!r} cannot be a server evalrun started (a pid above 1 is)")
+        return _found("invalid", None, path, recorded_cmd,
+                      f"pid {info.get('pid')!r} cannot be a server evalrun started (a pid above 1 is)")
     if info.get("pgid", pid) != pid:
-        return LeftoverServer("invalid", pid, path, recorded_cmd,
-                              f"process group {info.get('pgid')!r} is not the server's own ({pid}); evalrun starts "
-                              "every server as the leader of its own process group")
+        return _found("invalid", pid, path, recorded_cmd,
+                      f"process group {info.get('pgid')!r} is not the server's own ({pid}); evalrun starts "
+                      "every server as the leader of its own process group")
     if pid in _ancestors():
-        return LeftoverServer("invalid", pid, path, recorded_cmd, f"pid {pid} is this evalrun or one of its parents")
+        return _found("invalid", pid, path, recorded_cmd, f"pid {pid} is this evalrun or one of its parents")
     live = process_identity(pid)
     if live is None:
         return None  # gone (or a zombie): nothing to end
     ctime = _finite(info.get("create_time"))
     if ctime is None:
-        return LeftoverServer("cannot_tell", pid, path, recorded_cmd,
-                              "the file records no start time, so a later process with the same number looks the same")
+        return _found("cannot_tell", pid, path, recorded_cmd,
+                      "the file records no start time, so a later process with the same number looks the same")
     if abs(live["create_time"] - ctime) >= CREATE_TIME_TOLERANCE:
         return None  # a later process reuses the number
     cmdline = info.get("cmdline")
     if not (isinstance(cmdline, list) and all(isinstance(a, str) for a in cmdline)):
-        return LeftoverServer("cannot_tell", pid, path, recorded_cmd, "the file records no command line")
+        return _found("cannot_tell", pid, path, recorded_cmd, "the file records no command line")
     if live["cmdline"] != cmdline:
         return None  # not the recorded process
     try:
@@ -203,25 +187,25 @@ def judge_pid_file(path: Path, info: Any) -> LeftoverServer | None:
     except OSError:
         return None
     if live["pgid"] != pid or sid != pid or sid == os.getsid(0) or live["pgid"] == os.getpgrp():
-        return LeftoverServer("invalid", pid, path, recorded_cmd,
-                              f"process {pid} does not lead its own process group and session (group "
-                              f"{live['pgid']}, session {sid}), as every server evalrun starts does")
+        return _found("invalid", pid, path, recorded_cmd,
+                      f"process {pid} does not lead its own process group and session (group "
+                      f"{live['pgid']}, session {sid}), as every server evalrun starts does")
     owner = _owner_state(info)
     if owner == "running":
         return None  # its evalrun still runs: a run in progress, not a leftover
     if owner == "unknown":
-        return LeftoverServer("cannot_tell", pid, path, recorded_cmd,
-                              f"the file records no start time of evalrun process {info.get('owner_pid')}, "
-                              "which is alive, so whether its run still goes on is unknown")
+        return _found("cannot_tell", pid, path, recorded_cmd,
+                      f"the file records no start time of evalrun process {info.get('owner_pid')}, "
+                      "which is alive, so whether its run still goes on is unknown")
     kill = group_kill_command(pid)
     if kill is None:
-        return LeftoverServer("invalid", pid, path, recorded_cmd, f"process group {pid} may not be targeted")
-    return LeftoverServer("leftover", pid, path, " ".join(live["cmdline"]),
-                          "pid, start time and command line match the record; the run that started it is gone",
-                          kill)
+        return _found("invalid", pid, path, recorded_cmd, f"process group {pid} may not be targeted")
+    return _found("leftover", pid, path, " ".join(live["cmdline"]),
+                  "pid, start time and command line match the record; the run that started it is gone",
+                  kill)
 
 
-def find_leftover_servers(results_dir: Path) -> list[LeftoverServer]:
+def find_leftover_servers(results_dir: Path) -> list[LeftoverServerRecord]:
     """The verdicts on every pid file in ``results_dir/*/logs/*/*.pid.json``
     (:func:`judge_pid_file`), in file order; files that name no live process are left
     out.
@@ -234,7 +218,7 @@ def find_leftover_servers(results_dir: Path) -> list[LeftoverServer]:
         try:
             info = json.loads(f.read_text(encoding="utf-8"))
         except (OSError, ValueError, RecursionError) as e:
-            out.append(LeftoverServer("invalid", None, f, "", f"unreadable: {type(e).__name__}: {e}"))
+            out.append(_found("invalid", None, f, "", f"unreadable: {type(e).__name__}: {e}"))
             continue
         verdict = judge_pid_file(f, info)
         if verdict is not None:

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Generic, TypeVar
 
 from harness.config.plan import Plan
 from harness.config.schedule import (
@@ -40,6 +40,8 @@ from harness.config.schedule import (
 )
 from harness.engine.devices import DeviceError, available_devices, variant_need
 from harness.engine import server as _server
+
+T = TypeVar("T")
 
 #: Seconds between two SIGTERM rounds while a cancelled pool waits for its threads.
 RESIGNAL_SECONDS = 0.2
@@ -232,7 +234,7 @@ class DevicePool:
 
 
 @dataclass
-class Job:
+class Job(Generic[T]):
     """One unit of work for :func:`run_jobs`.
 
     Attributes:
@@ -244,18 +246,16 @@ class Job:
     """
 
     key: str
-    run: Callable[[tuple[str, ...]], Any]
+    run: Callable[[tuple[str, ...]], T]
     need: int = 0
-    result: Any = field(default=None, init=False)
     error: BaseException | None = field(default=None, init=False)
 
 
 def _stop_servers() -> None:
+    _server.processes().signal_all(signal.SIGTERM)
 
-    _server.signal_all(signal.SIGTERM)
 
-
-def run_jobs(jobs: Sequence[Job], pool: DevicePool) -> list[Any]:
+def run_jobs(jobs: Sequence[Job[T]], pool: DevicePool) -> list[T]:
     """Run every job in its own thread on ``pool``; return their results in job order.
 
     Raises:
@@ -265,16 +265,17 @@ def run_jobs(jobs: Sequence[Job], pool: DevicePool) -> list[Any]:
         PoolCancelled: the pool was cancelled elsewhere and no job here failed otherwise.
     """
     finished = [threading.Event() for _ in jobs]
+    results: dict[int, T] = {}  # by job index, each written by that job's own thread
 
-    def body(job: Job, done: threading.Event) -> None:
+    def body(i: int, job: Job[T], done: threading.Event) -> None:
         try:
             if job.need:
                 with pool.lease(job.key, job.need) as devices:
-                    job.result = job.run(devices)
+                    results[i] = job.run(devices)
             else:
                 if pool.cancelled.is_set():
                     raise PoolCancelled(job.key)
-                job.result = job.run(())
+                results[i] = job.run(())
         except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
             job.error = e
             if not isinstance(e, PoolCancelled):
@@ -287,8 +288,8 @@ def run_jobs(jobs: Sequence[Job], pool: DevicePool) -> list[Any]:
 
     pool.expect({j.key: j.need for j in jobs if j.need})
 
-    threads = [threading.Thread(target=body, args=(j, d), name=f"evalrun {j.key}", daemon=True)
-               for j, d in zip(jobs, finished)]
+    threads = [threading.Thread(target=body, args=(i, j, d), name=f"evalrun {j.key}", daemon=True)
+               for i, (j, d) in enumerate(zip(jobs, finished))]
     interrupt: BaseException | None = None
     for t, d in zip(threads, finished):
         if interrupt is not None:
@@ -320,7 +321,7 @@ def run_jobs(jobs: Sequence[Job], pool: DevicePool) -> list[Any]:
         raise real[0]
     if errors or pool.cancelled.is_set():
         raise PoolCancelled("the run was stopped")
-    return [j.result for j in jobs]
+    return [results[i] for i in range(len(jobs))]
 
 
 def new_pool(sp: ServerPlan) -> DevicePool:

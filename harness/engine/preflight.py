@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from harness.config.vllm_parser import current_table
+from harness.records.run_record import PreflightProblemRecord
 
 #: Marks the script's one JSON result line on stdout (vLLM may print other lines).
 MARKER = "EVALRUN_PREFLIGHT "
@@ -188,34 +189,7 @@ class ServerCommand:
     speculates: bool | None = None
 
 
-@dataclass(frozen=True)
-class PreflightProblem:
-    """A command that would not start.
-
-    Attributes:
-        variant_id: ``<config>/<variant>``.
-        config_path: its config file.
-        python: the interpreter of the command.
-        kind: ``launch_failed`` (the interpreter cannot be executed or has no vLLM),
-            ``args_rejected`` (vLLM's parser or validation rejected the arguments) or
-            :data:`ASYNC_NOT_SUPPORTED` (the arguments parse, but vLLM's
-            ``VllmConfig.__post_init__`` would refuse explicit async scheduling with this
-            drafter at start-up; the runner then runs the variant as not applicable).
-        message: what failed, naming the flag (vLLM's own error text).
-    """
-
-    variant_id: str
-    config_path: Path
-    python: str
-    kind: str
-    message: str
-
-    def describe(self) -> str:
-        """One paragraph naming the variant, the config, the interpreter and the error."""
-        return f"{self.variant_id} (config {self.config_path}, python {self.python}): {self.message}"
-
-
-def check_server_commands(commands: Sequence[ServerCommand], timeout: float = 600) -> list[PreflightProblem]:
+def check_server_commands(commands: Sequence[ServerCommand], timeout: float = 600) -> list[PreflightProblemRecord]:
     """Check every command with the installed vLLM's argument parser, one subprocess
     per interpreter.
 
@@ -233,16 +207,17 @@ def check_server_commands(commands: Sequence[ServerCommand], timeout: float = 60
     for c in commands:
         if len(c.argv) >= 3 and c.argv[1] == "-m":
             by_python.setdefault(c.argv[0], []).append(c)
-    problems: list[PreflightProblem] = []
+    problems: list[PreflightProblemRecord] = []
     for python, cmds in by_python.items():
         problems += _check_one_python(python, cmds, timeout)
     order = {c.variant_id: i for i, c in enumerate(commands)}
-    return sorted(problems, key=lambda p: order.get(p.variant_id, 0))
+    return sorted(problems, key=lambda p: order.get(p.variant, 0))
 
 
-def _check_one_python(python: str, cmds: list[ServerCommand], timeout: float) -> list[PreflightProblem]:
-    def all_fail(kind: str, msg: str) -> list[PreflightProblem]:
-        return [PreflightProblem(c.variant_id, c.config_path, python, kind, msg) for c in cmds]
+def _check_one_python(python: str, cmds: list[ServerCommand], timeout: float) -> list[PreflightProblemRecord]:
+    def all_fail(kind: str, msg: str) -> list[PreflightProblemRecord]:
+        return [PreflightProblemRecord(variant=c.variant_id, config_path=str(c.config_path), python=python, kind=kind,
+                                  message=msg) for c in cmds]
 
     items = [{"id": str(i), "module": c.argv[2], "args": list(c.argv[3:]), "env": dict(c.env)}
              for i, c in enumerate(cmds)]
@@ -272,22 +247,24 @@ def _check_one_python(python: str, cmds: list[ServerCommand], timeout: float) ->
     for i, c in enumerate(cmds):
         r = found.get(str(i))
         if r is None:
-            problems.append(PreflightProblem(c.variant_id, c.config_path, python, "launch_failed",
-                                             "the argument check gave no result for this command"))
+            problems.append(PreflightProblemRecord(variant=c.variant_id, config_path=str(c.config_path), python=python,
+                                                   kind="launch_failed",
+                                                   message="the argument check gave no result for this command"))
         elif not r["ok"]:
-            problems.append(PreflightProblem(
-                c.variant_id, c.config_path, python, "args_rejected",
-                f"vLLM {out.get('version') or ''} rejects the server arguments: {r['error']}".replace("  ", " "),
+            problems.append(PreflightProblemRecord(
+                variant=c.variant_id, config_path=str(c.config_path), python=python, kind="args_rejected",
+                message=f"vLLM {out.get('version') or ''} rejects the server arguments: "
+                f"{r['error']}".replace("  ", " "),
             ))
         elif c.speculates is False and r.get("speculative"):
-            problems.append(PreflightProblem(
-                c.variant_id, c.config_path, python, "args_rejected",
-                unplanned_speculation(out.get("version"), r["speculative"]),
+            problems.append(PreflightProblemRecord(
+                variant=c.variant_id, config_path=str(c.config_path), python=python, kind="args_rejected",
+                message=unplanned_speculation(out.get("version"), r["speculative"]),
             ))
         elif r.get("async_refused"):
-            problems.append(PreflightProblem(
-                c.variant_id, c.config_path, python, ASYNC_NOT_SUPPORTED,
-                f"vLLM {out.get('version') or ''} refuses explicit async scheduling with this drafter at "
+            problems.append(PreflightProblemRecord(
+                variant=c.variant_id, config_path=str(c.config_path), python=python, kind=ASYNC_NOT_SUPPORTED,
+                message=f"vLLM {out.get('version') or ''} refuses explicit async scheduling with this drafter at "
                 f"start-up (VllmConfig.__post_init__): {r['async_refused']}".replace("  ", " "),
             ))
     return problems
@@ -310,7 +287,7 @@ HEAD_START_SECONDS = 1.5
 
 
 #: A check of server commands: :func:`check_server_commands`'s shape (its default timeout).
-Checker = Callable[[Sequence[ServerCommand]], list[PreflightProblem]]
+Checker = Callable[[Sequence[ServerCommand]], list[PreflightProblemRecord]]
 
 
 class PreflightRefused(Exception):
@@ -337,7 +314,7 @@ class PendingCheck:
 
     def __init__(self, commands: Sequence[ServerCommand], check: Checker | None = None) -> None:
         self.seconds = 0.0
-        self._problems: list[PreflightProblem] = []
+        self._problems: list[PreflightProblemRecord] = []
         self._error: BaseException | None = None
         self._done = threading.Event()
         self._lock = threading.Lock()
@@ -359,7 +336,7 @@ class PendingCheck:
         """Wait at most ``timeout`` seconds (None: until done); whether it is done."""
         return self._done.wait(timeout)
 
-    def result(self) -> list[PreflightProblem]:
+    def result(self) -> list[PreflightProblemRecord]:
         """The problems found, in command order (waits for the check).
 
         Raises:

@@ -24,10 +24,10 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from harness.engine.preflight import ServerCommand
 from harness.records.atomic import write_atomic
+from harness.records.text import JsonValue
 
 #: the cache file's name in the results folder.
 CACHE_NAME = ".preflight-cache.json"
@@ -48,7 +48,7 @@ print("EVALRUN-PROBE" + json.dumps({"version": d.version, "executable": sys.exec
 """
 
 
-def _interpreter_id(python: str, timeout: float) -> dict[str, Any] | None:
+def _interpreter_id(python: str, timeout: float) -> dict[str, JsonValue] | None:
     """What identifies ``python`` and its vLLM, or None when it cannot be told."""
     try:
         path = Path(python)
@@ -101,7 +101,7 @@ def cache_key(commands: Sequence[ServerCommand], timeout: float = 30) -> str | N
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
-def _read(path: Path) -> dict[str, Any]:
+def _read(path: Path) -> dict[str, JsonValue]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):

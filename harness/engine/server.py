@@ -15,7 +15,7 @@ Fail-closed additions (docs/fail-closed.md):
 * the pid, process group, start time and command line of each server are written
   beside its log (``<variant>.pid.json``, atomically) so a later run can identify a
   server an earlier one left (:mod:`harness.engine.leftovers`);
-* teardown cannot be skipped by a second signal: :func:`hurry` (the second Ctrl-C)
+* teardown cannot be skipped by a second signal: :meth:`EngineProcesses.hurry` (the second Ctrl-C)
   sends SIGKILL to every live group, and :meth:`VllmServer.stop` finishes its work
   even when interrupted, then checks that no process of the group remains.
 """
@@ -30,13 +30,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import httpx
 import psutil
 
-from harness.engine.leftovers import process_identity, write_pid_file
+from harness.engine.leftovers import ProcessIdentity, process_identity, write_pid_file
 
 #: Start-up outcomes recorded per variant (``vrec["server"]["status"]``).
 STARTUP_STATUSES = ("launch_failed", "exited_early", "not_ready_timeout", "ready", "died_mid_task")
@@ -77,76 +77,6 @@ def tail(path: Path, n: int = 30) -> str:
     return "\n".join(lines[-n:])
 
 
-# ---------------------------------------------------------------- live servers, hurry
-
-_LIVE: "set[VllmServer]" = set()
-_STARTED: "list[VllmServer]" = []
-_LIVE_LOCK = threading.Lock()
-_HURRY = threading.Event()
-
-
-def _say(msg: str) -> None:
-    """Default sink of teardown messages: stderr, never raising (after SIGHUP the
-    terminal may be gone)."""
-    try:
-        print(f"evalrun: {msg}", file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass
-
-
-#: Where teardown messages go (``set_event_sink`` replaces it, e.g. with the progress log).
-_SINK: list[Callable[[str], None]] = [_say]
-
-
-def set_event_sink(sink: Callable[[str], None]) -> None:
-    """Send teardown messages ("stopping ..., waiting for ...") to ``sink``."""
-    _SINK[0] = sink
-
-
-def event(msg: str) -> None:
-    """Say a teardown message through the sink (:func:`set_event_sink`); never raises."""
-    try:
-        _SINK[0](msg)
-    except Exception:  # noqa: BLE001 - a message must never break a teardown
-        _say(msg)
-
-
-def live_servers() -> list["VllmServer"]:
-    """Servers started by this process whose teardown has not finished."""
-    with _LIVE_LOCK:
-        return list(_LIVE)
-
-
-def unstopped() -> dict[str, list[int]]:
-    """Every server this process started whose processes are not known to be gone:
-    ``{variant id: [pids]}`` (teardown not finished, or processes left after it).
-    Empty means every group was checked and found empty."""
-    out: dict[str, list[int]] = {}
-    for srv in list(_STARTED):
-        with _LIVE_LOCK:
-            live = srv in _LIVE
-        if live:
-            out[srv.name] = [srv.proc.pid] if srv.proc else []
-        elif srv.leftover_pids:
-            out[srv.name] = list(srv.leftover_pids)
-    return out
-
-
-def signal_all(sig: int) -> None:
-    """Send ``sig`` to the process group of every live server, without waiting
-    (safe in a signal handler)."""
-    for srv in live_servers():
-        srv.signal_group(sig)
-
-
-def hurry() -> None:
-    """Speed every teardown up: SIGKILL to every live server's process group now, and
-    make :meth:`VllmServer.stop` skip the rest of its SIGTERM grace period. Called on
-    a second interrupt; never skips a teardown."""
-    _HURRY.set()
-    signal_all(signal.SIGKILL)
-
-
 def _group_members(pgid: int) -> list[psutil.Process]:
     """Live processes whose process group is ``pgid`` (zombies excluded)."""
     out = []
@@ -169,42 +99,6 @@ def _group_members(pgid: int) -> list[psutil.Process]:
 DEFAULT_STOP_GRACE = 5.0
 #: Environment variable overriding :data:`DEFAULT_STOP_GRACE` (seconds, >= 0).
 STOP_GRACE_ENV = "EVALRUN_STOP_GRACE_SECONDS"
-_GRACE: list[float | None] = [None]
-
-
-def set_stop_grace(seconds: float | None) -> None:
-    """Set the SIGTERM -> SIGKILL grace (seconds) of every later :meth:`VllmServer.stop`
-    called without one (``--stop-grace``); None returns to the default.
-
-    Raises:
-        ValueError: a negative or non-finite number.
-    """
-    if seconds is not None and not (0 <= float(seconds) < float("inf")):
-        raise ValueError(f"stop grace {seconds!r}: expected seconds >= 0")
-    _GRACE[0] = None if seconds is None else float(seconds)
-
-
-def stop_grace() -> float:
-    """The SIGTERM -> SIGKILL grace in seconds: :func:`set_stop_grace`, else
-    ``$EVALRUN_STOP_GRACE_SECONDS``, else :data:`DEFAULT_STOP_GRACE`.
-
-    Raises:
-        ValueError: ``$EVALRUN_STOP_GRACE_SECONDS`` is not a number >= 0 (named).
-    """
-    if _GRACE[0] is not None:
-        return _GRACE[0]
-    raw = os.environ.get(STOP_GRACE_ENV)
-    if raw is None or raw.strip() == "":
-        return DEFAULT_STOP_GRACE
-    try:
-        val = float(raw)
-    except ValueError:
-        raise ValueError(f"{STOP_GRACE_ENV}={raw!r}: expected seconds >= 0") from None
-    if not (0 <= val < float("inf")):
-        raise ValueError(f"{STOP_GRACE_ENV}={raw!r}: expected seconds >= 0")
-    return val
-
-
 #: prctl(2) option: the signal a process receives when its parent thread exits.
 PR_SET_PDEATHSIG = 1
 
@@ -315,6 +209,8 @@ class VllmServer:
         startup_timeout: seconds to wait for ``/health`` to answer 200.
         host: the interface the server binds to (loopback).
         on_wait: called about once a second while waiting, with elapsed seconds.
+        processes: the registry the server is entered in while it lives (default: the
+            process-wide one, :func:`processes`).
 
     Attributes (after :meth:`start`):
         status: ``ready`` or the failure status (:data:`STARTUP_STATUSES`).
@@ -337,7 +233,9 @@ class VllmServer:
         startup_timeout: float = 600,
         host: str = "127.0.0.1",
         on_wait: Callable[[float], None] | None = None,
+        processes: EngineProcesses | None = None,
     ) -> None:
+        self.processes = _PROCESSES if processes is None else processes
         self.port = free_port(host)
         self.host = host
         self.argv = [a.replace("{port}", str(self.port)) for a in argv]
@@ -354,8 +252,8 @@ class VllmServer:
         self.leftover_pids: list[int] = []
         self._t0: float | None = None
         self._watchdog: tuple[subprocess.Popen, int] | None = None
-        self._identity: dict | None = None  # psutil's view of the server, taken once while it runs
-        self._owner: dict | None = None
+        self._identity: ProcessIdentity | None = None  # psutil's view of the server, taken once while it runs
+        self._owner: ProcessIdentity | None = None
 
     @property
     def base_url(self) -> str:
@@ -408,9 +306,7 @@ class VllmServer:
                 f"{self.name}: cannot execute the server command {self.argv[0]!r}: "
                 f"{e.strerror or e} (check --python / the interpreter that has vLLM). Log: {self.log_path}",
             ) from None
-        with _LIVE_LOCK:
-            _LIVE.add(self)
-            _STARTED.append(self)
+        self.processes.register(self)
         self._watchdog = start_watchdog(self.proc.pid)  # the group dies with evalrun
         log.close()
         self._write_pid_file()
@@ -485,7 +381,8 @@ class VllmServer:
             self._identity = process_identity(self.proc.pid)
         if self._owner is None:
             self._owner = process_identity(os.getpid())
-        ident, owner = self._identity or {}, self._owner or {}
+        ident: Mapping[str, object] = self._identity or {}
+        owner: Mapping[str, object] = self._owner or {}
         info = {
             "pid": self.proc.pid, "pgid": ident.get("pgid", self.proc.pid), "create_time": ident.get("create_time"),
             "cmdline": ident.get("cmdline"),
@@ -495,7 +392,7 @@ class VllmServer:
         try:
             write_pid_file(self.pid_file, info)
         except OSError as e:
-            event(f"{self.name}: pid file {self.pid_file} not written ({e.strerror or e}); "
+            self.processes.event(f"{self.name}: pid file {self.pid_file} not written ({e.strerror or e}); "
                   "a server left running by this run could not be found by a later one")
 
     @property
@@ -532,18 +429,18 @@ class VllmServer:
 
     def stop(self, grace: float | None = None) -> None:
         """Stop the whole process group: SIGTERM, wait up to ``grace`` s (default
-        :func:`stop_grace`), SIGKILL, sweep children, then check that none of them
+        :meth:`EngineProcesses.stop_grace`), SIGKILL, sweep children, then check that none of them
         remains (:attr:`leftover_pids`), and release the watchdog.
 
         A KeyboardInterrupt (a signal) arriving meanwhile does not cut the teardown
-        short: it turns it into SIGKILL at once (:func:`hurry`), the teardown
+        short: it turns it into SIGKILL at once (:meth:`EngineProcesses.hurry`), the teardown
         finishes, and the interrupt is raised afterwards. While it waits it says
         what for. Safe to call twice; never raises for a process that is already gone.
         """
         if self.proc is None:
             return
         if grace is None:
-            grace = stop_grace()
+            grace = self.processes.stop_grace()
         interrupted: BaseException | None = None
         for _ in range(5):
             try:
@@ -551,10 +448,10 @@ class VllmServer:
                 break
             except KeyboardInterrupt as e:  # a signal during teardown: kill now, then go on
                 interrupted = interrupted or e
-                event(f"{self.name}: interrupted while stopping the server; killing its process group now")
-                hurry()
-        with _LIVE_LOCK:
-            _LIVE.discard(self)
+                self.processes.event(f"{self.name}: interrupted while stopping the server; "
+                                     "killing its process group now")
+                self.processes.hurry()
+        self.processes.release(self)
         self._release_watchdog()
         if interrupted is not None:
             raise interrupted
@@ -581,21 +478,21 @@ class VllmServer:
         proc = self.proc
         if proc is None:  # never started: nothing to stop
             return
-        pid = proc.pid
+        pid, reg = proc.pid, self.processes
         try:
             children = psutil.Process(pid).children(recursive=True)
         except psutil.Error:
             children = []
-        self.signal_group(signal.SIGKILL if _HURRY.is_set() else signal.SIGTERM)
+        self.signal_group(signal.SIGKILL if reg.hurrying() else signal.SIGTERM)
         t0 = time.monotonic()
         told = False
         while proc.poll() is None or _group_members(pid):
             waited = time.monotonic() - t0
-            if _HURRY.is_set() or waited >= grace:
+            if reg.hurrying() or waited >= grace:
                 break
-            if not told and (waited >= 2.0 or bool(live_servers()) and _interrupting()):
+            if not told and (waited >= 2.0 or bool(reg.live_servers()) and reg.interrupting()):
                 members = [p.pid for p in _group_members(pid)]
-                event(
+                self.processes.event(
                     f"{self.name}: stopping the vLLM server (process group {pid}, processes "
                     f"{members}): SIGTERM sent, waiting up to {grace:.0f}s for them to exit; "
                     "press Ctrl-C again to kill them now"
@@ -606,8 +503,8 @@ class VllmServer:
             except subprocess.TimeoutExpired:
                 pass
         if proc.poll() is None or _group_members(pid):
-            if told or _HURRY.is_set():
-                event(f"{self.name}: sending SIGKILL to process group {pid}")
+            if told or reg.hurrying():
+                self.processes.event(f"{self.name}: sending SIGKILL to process group {pid}")
             self.signal_group(signal.SIGKILL)
             try:
                 proc.wait(timeout=10)
@@ -632,7 +529,7 @@ class VllmServer:
         if not self.leftover_pids:
             self._write_pid_file(stopped=True, exit_code=self.exit_code)
         else:
-            event(f"{self.name}: processes still alive after SIGKILL: {self.leftover_pids}")
+            self.processes.event(f"{self.name}: processes still alive after SIGKILL: {self.leftover_pids}")
 
     def __enter__(self) -> "VllmServer":
         try:
@@ -646,61 +543,196 @@ class VllmServer:
         self.stop()
 
 
-#: Set by the runner's signal handler once a stopping signal arrived.
-_INTERRUPTING = threading.Event()
+# ---------------------------------------------------------------- the process-wide registry
 
 
-def _interrupting() -> bool:
-    return _INTERRUPTING.is_set()
-
-
-def interrupting() -> bool:
-    """True once a stopping signal arrived (:func:`mark_interrupting`)."""
-    return _INTERRUPTING.is_set()
-
-
-def mark_interrupting() -> None:
-    """Note that evalrun is stopping because of a signal (teardown messages are then
-    printed at once rather than after 2 s of waiting)."""
-    _INTERRUPTING.set()
+def _say(msg: str) -> None:
+    """Default sink of teardown messages: stderr, never raising (after SIGHUP the
+    terminal may be gone)."""
+    try:
+        print(f"evalrun: {msg}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 #: Signals that stop evalrun: Ctrl-C, ``kill``/CI timeouts, a closed terminal, Ctrl-\\.
 STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
 
 
-def install_stop_handlers(on_first: Callable[[str], None]) -> None:
-    """Make every stopping signal (:data:`STOP_SIGNALS`) stop every server.
+class EngineProcesses:
+    """The vLLM servers one evalrun process started, and the stopping state around them.
 
-    First signal: ``on_first(signal name)`` runs (the caller writes its record: a
-    SIGKILL may follow at any moment), then SIGTERM goes to every live server's process
-    group at once (so in-flight requests end), and KeyboardInterrupt is raised in the
-    main thread; each server's context manager then waits for its group to exit (up to
-    :func:`stop_grace`, saying what it waits for). Any further signal never interrupts
-    that teardown: it speeds it up, sending SIGKILL to every live group (:func:`hurry`),
-    and never interrupts what follows (the record and its reports). Called again, it
-    replaces the handlers (and starts counting anew).
-    A signal that is ignored when this is called (``nohup``) stays ignored.
+    Owns: every :class:`VllmServer` entered in it (in start order) and which of them
+    are live (started, teardown not finished); the *interrupting* flag (a stopping
+    signal arrived: :meth:`mark_interrupting`); the *hurry* flag (a second signal: every
+    teardown sends SIGKILL at once, :meth:`hurry`); the SIGTERM -> SIGKILL grace of a
+    stop (:meth:`set_stop_grace`); the sink of teardown messages (:meth:`event`).
+
+    Signals and process groups belong to the process, so one instance serves a process:
+    :func:`processes` returns it, and a :class:`VllmServer` enters it unless given
+    another (tests give their own to observe one server's bookkeeping).
+
+    Thread-safety: servers start and stop on the pool's job threads while a signal
+    handler runs on the main thread. The set of servers is guarded by a re-entrant
+    lock (a handler interrupting the main thread inside it takes it again rather than
+    waiting for itself); the flags are :class:`threading.Event`; the grace and the
+    sink are single references, replaced whole. Readers take copies.
     """
-    state = {"count": 0}
 
-    def handler(signum, frame):  # noqa: ARG001
-        name = signal.Signals(signum).name
-        state["count"] += 1
-        if state["count"] == 1:
-            mark_interrupting()
-            on_first(name)
-            signal_all(signal.SIGTERM)
-            raise KeyboardInterrupt(name)
-        if not live_servers():  # nothing to speed up: the record is being finished, say nothing
-            _HURRY.set()
-            return
-        hurry()
-        event(f"{name} again: sending SIGKILL to every server's process group; still waiting until they are gone")
+    def __init__(self) -> None:
+        self._started: list[VllmServer] = []
+        self._live: set[VllmServer] = set()
+        self._lock = threading.RLock()
+        self._hurry = threading.Event()
+        self._interrupting = threading.Event()
+        self._grace: float | None = None
+        self._sink: Callable[[str], None] = _say
 
-    for name in STOP_SIGNALS:
-        sig = getattr(signal, name, None)
-        # a signal the caller ignores stays ignored (``nohup evalrun ...`` survives a
-        # closed terminal; a background job of a non-interactive shell ignores SIGINT)
-        if sig is not None and signal.getsignal(sig) is not signal.SIG_IGN:
-            signal.signal(sig, handler)
+    # -- servers
+
+    def register(self, server: VllmServer) -> None:
+        """Enter ``server`` as started and live (its process exists)."""
+        with self._lock:
+            self._live.add(server)
+            self._started.append(server)
+
+    def release(self, server: VllmServer) -> None:
+        """Mark ``server``'s teardown finished (it stays among the started ones)."""
+        with self._lock:
+            self._live.discard(server)
+
+    def live_servers(self) -> list[VllmServer]:
+        """Servers started here whose teardown has not finished."""
+        with self._lock:
+            return list(self._live)
+
+    def unstopped(self) -> dict[str, list[int]]:
+        """Every server started here whose processes are not known to be gone:
+        ``{variant id: [pids]}`` (teardown not finished: the server's pid; processes
+        left after it: theirs). Empty means every group was checked and found empty."""
+        with self._lock:
+            started, live = list(self._started), set(self._live)
+        out: dict[str, list[int]] = {}
+        for srv in started:
+            if srv in live:
+                out[srv.name] = [srv.proc.pid] if srv.proc else []
+            elif srv.leftover_pids:
+                out[srv.name] = list(srv.leftover_pids)
+        return out
+
+    def signal_all(self, sig: int) -> None:
+        """Send ``sig`` to the process group of every live server, without waiting
+        (safe in a signal handler)."""
+        for srv in self.live_servers():
+            srv.signal_group(sig)
+
+    # -- stopping state
+
+    def hurry(self) -> None:
+        """Speed every teardown up: SIGKILL to every live server's process group now, and
+        make :meth:`VllmServer.stop` skip the rest of its SIGTERM grace period. Called on
+        a second interrupt; never skips a teardown."""
+        self._hurry.set()
+        self.signal_all(signal.SIGKILL)
+
+    def hurrying(self) -> bool:
+        """True once :meth:`hurry` was called."""
+        return self._hurry.is_set()
+
+    def mark_interrupting(self) -> None:
+        """Note that evalrun is stopping because of a signal (teardown messages are then
+        printed at once rather than after 2 s of waiting)."""
+        self._interrupting.set()
+
+    def interrupting(self) -> bool:
+        """True once a stopping signal arrived (:meth:`mark_interrupting`)."""
+        return self._interrupting.is_set()
+
+    def set_stop_grace(self, seconds: float | None) -> None:
+        """Set the SIGTERM -> SIGKILL grace (seconds) of every later :meth:`VllmServer.stop`
+        called without one (``--stop-grace``); None returns to the default.
+
+        Raises:
+            ValueError: a negative or non-finite number.
+        """
+        if seconds is not None and not (0 <= float(seconds) < float("inf")):
+            raise ValueError(f"stop grace {seconds!r}: expected seconds >= 0")
+        self._grace = None if seconds is None else float(seconds)
+
+    def stop_grace(self) -> float:
+        """The SIGTERM -> SIGKILL grace in seconds: :meth:`set_stop_grace`, else
+        ``$EVALRUN_STOP_GRACE_SECONDS``, else :data:`DEFAULT_STOP_GRACE`.
+
+        Raises:
+            ValueError: ``$EVALRUN_STOP_GRACE_SECONDS`` is not a number >= 0 (named).
+        """
+        if self._grace is not None:
+            return self._grace
+        raw = os.environ.get(STOP_GRACE_ENV)
+        if raw is None or raw.strip() == "":
+            return DEFAULT_STOP_GRACE
+        try:
+            val = float(raw)
+        except ValueError:
+            raise ValueError(f"{STOP_GRACE_ENV}={raw!r}: expected seconds >= 0") from None
+        if not (0 <= val < float("inf")):
+            raise ValueError(f"{STOP_GRACE_ENV}={raw!r}: expected seconds >= 0")
+        return val
+
+    # -- messages and signals
+
+    def set_event_sink(self, sink: Callable[[str], None]) -> None:
+        """Send teardown messages ("stopping ..., waiting for ...") to ``sink``."""
+        self._sink = sink
+
+    def event(self, msg: str) -> None:
+        """Say a teardown message through the sink (:meth:`set_event_sink`); never raises."""
+        try:
+            self._sink(msg)
+        except Exception:  # noqa: BLE001 - a message must never break a teardown
+            _say(msg)
+
+    def install_stop_handlers(self, on_first: Callable[[str], None]) -> None:
+        """Make every stopping signal (:data:`STOP_SIGNALS`) stop every server.
+
+        First signal: ``on_first(signal name)`` runs (the caller writes its record: a
+        SIGKILL may follow at any moment), then SIGTERM goes to every live server's
+        process group at once (so in-flight requests end), and KeyboardInterrupt is
+        raised in the main thread; each server's context manager then waits for its group
+        to exit (up to :meth:`stop_grace`, saying what it waits for). Any further signal
+        never interrupts that teardown: it speeds it up, sending SIGKILL to every live
+        group (:meth:`hurry`), and never interrupts what follows (the record and its
+        reports). Called again, it replaces the handlers (and starts counting anew).
+        A signal that is ignored when this is called (``nohup``) stays ignored.
+        """
+        state = {"count": 0}
+
+        def handler(signum, frame):  # noqa: ARG001
+            name = signal.Signals(signum).name
+            state["count"] += 1
+            if state["count"] == 1:
+                self.mark_interrupting()
+                on_first(name)
+                self.signal_all(signal.SIGTERM)
+                raise KeyboardInterrupt(name)
+            quiet = not self.live_servers()  # nothing to speed up: the record is being finished, say nothing
+            self.hurry()
+            if not quiet:
+                self.event(f"{name} again: sending SIGKILL to every server's process group; "
+                           "still waiting until they are gone")
+
+        for name in STOP_SIGNALS:
+            sig = getattr(signal, name, None)
+            # a signal the caller ignores stays ignored (``nohup evalrun ...`` survives a
+            # closed terminal; a background job of a non-interactive shell ignores SIGINT)
+            if sig is not None and signal.getsignal(sig) is not signal.SIG_IGN:
+                signal.signal(sig, handler)
+
+
+_PROCESSES = EngineProcesses()
+
+
+def processes() -> EngineProcesses:
+    """The registry of this process's servers and stopping state (one per process,
+    created at import: signals and process groups are the process's)."""
+    return _PROCESSES

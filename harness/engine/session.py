@@ -12,20 +12,20 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import httpx
 
 from harness.engine.client import AsyncCompletionClient, served_model
-from harness.engine.info import EngineInfoError, read_engine_facts
+from harness.engine.info import EngineInfoError, SpeculativeConfig, read_engine_facts
 from harness.records.measures import EngineFactsRecord, SpecDecodeCountersRecord, SpecDecodeRecord
 from harness.engine.metrics import (
     MetricsError, counter_violations, has_spec_decode_counters, parse_spec_decode_counters,
 )
-from harness.engine.server import ServerStartError, VllmServer
+from harness.engine.server import EngineProcesses, ServerStartError, VllmServer
 from harness.records.completions import Completion
+from harness.records.task_outcome import TaskOutcome
 from harness.tasks.gsm8k import Request
 from harness.engine.client import chat_complete
 
@@ -47,27 +47,7 @@ def run_coroutine(coro):
     return uvloop.run(coro)
 
 
-@dataclass(frozen=True)
-class TaskOutcome:
-    """What one task produced on one variant.
-
-    Attributes:
-        completions: one raw completion per request, in request order.
-        spec_counters: counter difference over the task (None when the variant does
-            not speculate).
-        spec_metrics: ratios derived from ``spec_counters`` (None likewise).
-        metrics_error: why speculative metrics could not be read, else None.
-        seconds: wall-clock seconds of the task.
-    """
-
-    completions: tuple[Completion, ...]
-    spec_counters: SpecDecodeCountersRecord | None
-    spec_metrics: SpecDecodeRecord | None
-    metrics_error: str | None
-    seconds: float
-
-
-def counter_problem(outcome: TaskOutcome, speculative_config: dict[str, Any] | None, where: str) -> str | None:
+def counter_problem(outcome: TaskOutcome, speculative_config: SpeculativeConfig | None, where: str) -> str | None:
     """Why a task's speculative-decoding counters cannot be read as acceptance figures
     (:func:`harness.engine.metrics.counter_violations`: impossible values for the
     variant's ``num_speculative_tokens``), or None when they pass or there are none.
@@ -98,6 +78,8 @@ class VariantSession:
             connections).
         speculative: whether the variant asked for speculative decoding.
         on_wait: progress callback while the server starts (elapsed seconds).
+        processes: the registry the server enters (default: the process-wide one,
+            :func:`harness.engine.server.processes`).
 
     Raises:
         harness.engine.server.ServerStartError: from ``__enter__``.
@@ -114,11 +96,12 @@ class VariantSession:
         max_concurrency: int,
         speculative: bool,
         on_wait: Callable[[float], None] | None = None,
+        processes: EngineProcesses | None = None,
     ) -> None:
         self.variant_id = variant_id
         self.server = VllmServer(
             list(argv), env, log_path, name=variant_id,
-            startup_timeout=startup_timeout, on_wait=on_wait,
+            startup_timeout=startup_timeout, on_wait=on_wait, processes=processes,
         )
         self.request_timeout = request_timeout
         self.max_concurrency = max_concurrency

@@ -29,12 +29,14 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import ClassVar, Final, Literal, Sequence
+from typing import Final, Literal, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
-from harness.records.run_record import RunRecord, _first_error, rename_v1_pipelines, utc_now
-from harness.records.measures import EngineFactsRecord, Interval, SpecDecodeRecord, bound_problems
+from harness.records.provenance import utc_now
+from harness.records.run_record import RunRecord, _first_error, rename_v1_pipelines
+from harness.records.bounds import Bounded
+from harness.records.measures import EngineFactsRecord, Interval, SpecDecodeRecord
 from harness.records.samples import Sample, read_jsonl
 
 __all__ = [
@@ -52,21 +54,10 @@ class BaselineError(ValueError):
     """A baseline cannot be written or read; the message names the file or config."""
 
 
-class _Model(BaseModel):
-    """Every baseline type: unknown fields refused, no NaN or infinite number, and the
-    shares and bounded counts a type names checked
-    (:func:`harness.records.measures.bound_problems`)."""
+class _Model(Bounded, BaseModel):
+    """Every baseline type (:class:`harness.records.bounds.Bounded`), fields also by alias."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
-    _RATES: ClassVar[tuple[str, ...]] = ()
-    _WITHIN: ClassVar[tuple[tuple[str, str], ...]] = ()
-
-    @model_validator(mode="after")
-    def _within_bounds(self) -> "_Model":
-        problems = bound_problems(self, self._RATES, self._WITHIN)
-        if problems:
-            raise ValueError("; ".join(problems))
-        return self
+    model_config = ConfigDict(populate_by_name=True)
 
 
 class BaselineQuestion(_Model):

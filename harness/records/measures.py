@@ -10,9 +10,15 @@ Every type takes its fields by keyword, or positionally in declaration order.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Final, Literal
+from collections.abc import Mapping
+from typing import Any, Final, Literal, TypedDict
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr, model_serializer, model_validator
+from pydantic import (
+    BaseModel, ConfigDict, PrivateAttr, SerializerFunctionWrapHandler, model_serializer, model_validator,
+)
+
+from harness.records.bounds import Bounded
+from harness.records.text import JsonValue
 
 #: A two-sided interval ``[low, high]`` (fractions or tokens, as the field says).
 Interval = tuple[float, float]
@@ -31,61 +37,39 @@ ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens"
 ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
 
 
+class CountersJson(TypedDict):
+    """:meth:`SpecDecodeCountersRecord.to_json`: counter differences (counts, as floats)."""
+
+    drafts: float
+    draft_tokens: float
+    accepted_tokens: float
+    accepted_per_pos: list[float]
+
+
+class SpecDecodeJson(TypedDict):
+    """:meth:`SpecDecodeRecord.to_json`: counts (floats), acceptance rate (fraction),
+    mean acceptance length (tokens), per-position acceptance (fractions); None when
+    there were no drafts."""
+
+    drafts: float
+    draft_tokens: float
+    accepted_tokens: float
+    acceptance_rate: float | None
+    mean_acceptance_length: float | None
+    per_position_acceptance: list[float | None]
+
+
 class MetricsError(Exception):
     """The metrics text is unusable: unparsable, a counter is missing or malformed,
     or a snapshot difference is negative (the counter was reset)."""
 
 
-def _values(x: Any) -> list[Any]:
-    """The numbers of a field's value: itself, a mapping's values, an interval's ends."""
-    if isinstance(x, dict):
-        return [v for item in x.values() for v in _values(item)]
-    if isinstance(x, (tuple, list)):
-        return [v for item in x for v in _values(item)]
-    return [] if x is None else [x]
-
-
-def bound_problems(obj: BaseModel, rates: tuple[str, ...] = (),
-                   within: tuple[tuple[str, str], ...] = ()) -> list[str]:
-    """What makes a measured value impossible: a share outside [0, 1], or a count below 0
-    or above its total.
-
-    Args:
-        obj: the record.
-        rates: fields that are shares (a number, a mapping of numbers or intervals; None
-            allowed).
-        within: ``(count, total)`` field pairs: ``0 <= count <= total``; either may be a
-            mapping (pipeline -> count), compared key by key, or a number every value of
-            the other is compared with.
-
-    Returns:
-        One message per problem, naming the field and the numbers (empty when none).
-    """
-    out = []
-    for name in rates:
-        bad = [v for v in _values(getattr(obj, name)) if not 0.0 <= v <= 1.0]
-        if bad:
-            out.append(f"{name} {bad[0]!r} is not a share in [0, 1]")
-    for count, total in within:
-        c, t = getattr(obj, count), getattr(obj, total)
-        pairs = ([(k, v, t.get(k) if isinstance(t, dict) else t) for k, v in c.items()] if isinstance(c, dict)
-                 else [(k, c, v) for k, v in t.items()] if isinstance(t, dict) else [(None, c, t)])
-        for key, cv, tv in pairs:
-            at = f"[{key!r}]" if key is not None else ""
-            if cv is not None and cv < 0:
-                out.append(f"{count}{at if isinstance(c, dict) else ''} {cv!r} is negative")
-            elif cv is not None and tv is not None and cv > tv:
-                out.append(f"{count}{at if isinstance(c, dict) else ''} {cv!r} is larger than "
-                           f"{total}{at if isinstance(t, dict) else ''} {tv!r}")
-    return out
-
-
-class Measure(BaseModel):
+class Measure(Bounded, BaseModel):
     """Base of every measured type: frozen, unknown fields are errors (a foreign or newer
     file is refused), no number is NaN or infinite, fields by keyword or positionally in
     declaration order. A subclass names its shares (``_RATES``) and its counts bounded by
     totals (``_WITHIN``): a value outside them is refused wherever the type is built or
-    read (:func:`bound_problems`).
+    read (:class:`harness.records.bounds.Bounded`).
 
     Raises:
         TypeError: more positional arguments than fields, or a field given twice.
@@ -93,18 +77,9 @@ class Measure(BaseModel):
             above its total.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-    _RATES: ClassVar[tuple[str, ...]] = ()
-    _WITHIN: ClassVar[tuple[tuple[str, str], ...]] = ()
+    model_config = ConfigDict(frozen=True)
 
-    @model_validator(mode="after")
-    def _within_bounds(self) -> "Measure":
-        problems = bound_problems(self, self._RATES, self._WITHIN)
-        if problems:
-            raise ValueError("; ".join(problems))
-        return self
-
-    def __init__(self, *args: Any, **data: Any) -> None:
+    def __init__(self, *args: object, **data: object) -> None:
         if args:
             names = list(type(self).model_fields)
             if len(args) > len(names):
@@ -286,13 +261,14 @@ class SpecDecodeCountersRecord(Measure):
 
     __hash__ = None  # type: ignore[assignment]  # mutable per_engine; equality by the sums
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> CountersJson:
         """JSON-serialisable dict: ``drafts``, ``draft_tokens``, ``accepted_tokens``
         (floats) and ``accepted_per_pos`` (list of floats)."""
-        return self.model_dump(mode="json")
+        return CountersJson(drafts=self.drafts, draft_tokens=self.draft_tokens, accepted_tokens=self.accepted_tokens,
+                            accepted_per_pos=list(self.accepted_per_pos))
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "SpecDecodeCountersRecord":
+    def from_json(cls, data: Mapping[str, JsonValue]) -> "SpecDecodeCountersRecord":
         """Inverse of :meth:`to_json`. Raises KeyError on a missing key."""
         return cls(drafts=float(data["drafts"]), draft_tokens=float(data["draft_tokens"]),
                    accepted_tokens=float(data["accepted_tokens"]),
@@ -344,10 +320,13 @@ class SpecDecodeRecord(Measure):
             per_position_acceptance=tuple(_ratio(a, delta.drafts) for a in delta.accepted_per_pos),
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> SpecDecodeJson:
         """JSON-serialisable dict of every field (``per_position_acceptance`` a list;
         None entries become JSON null)."""
-        return self.model_dump(mode="json")
+        return SpecDecodeJson(drafts=self.drafts, draft_tokens=self.draft_tokens,
+                              accepted_tokens=self.accepted_tokens, acceptance_rate=self.acceptance_rate,
+                              mean_acceptance_length=self.mean_acceptance_length,
+                              per_position_acceptance=list(self.per_position_acceptance))
 
 
 # --------------------------------------------------------------------------- scores
@@ -403,7 +382,7 @@ class TaskScore(Measure):
     _RATES = ("error_rate", "truncated_rate")
     _WITHIN = (("error_count", "num_requests"), ("truncated", "num_requests"), ("finish_reasons", "num_requests"))
 
-    def result_fields(self) -> dict[str, Any]:
+    def result_fields(self) -> dict[str, object]:
         """These scores as the keys of :class:`harness.records.run_record.TaskResult`:
         the counts, and ``accuracy`` / ``accuracy_ci`` / ``correct`` / ``scored`` /
         ``invalid_rate`` each a map pipeline -> value."""
@@ -648,7 +627,7 @@ class DivergenceReportRecord(Measure):
 
     @model_validator(mode="before")
     @classmethod
-    def _drop_counts(cls, data: Any) -> Any:
+    def _drop_counts(cls, data: JsonValue) -> JsonValue:
         """Accept the stored counts, each equal to the number of divergences with that verdict."""
         if not isinstance(data, dict) or not any(k in data for k in _VERDICT_COUNTS):
             return data
@@ -662,7 +641,7 @@ class DivergenceReportRecord(Measure):
         return data
 
     @model_serializer(mode="wrap")
-    def _with_counts(self, handler: Any) -> dict[str, Any]:
+    def _with_counts(self, handler: SerializerFunctionWrapHandler) -> dict[str, JsonValue]:
         out = handler(self)
         counts = {k: len(self.of(k)) for k in _VERDICT_COUNTS}
         keys = list(out)

@@ -6,7 +6,8 @@ import sys
 import threading
 from pathlib import Path
 
-from harness.records.run_record import RunRecord, utc_now, write_run
+from harness.records.provenance import utc_now
+from harness.records.run_record import RunRecord, write_run
 
 #: Exit codes of a run: every gate passed, a gate failed, something could not run.
 EXIT_PASSED, EXIT_GATE_FAILED, EXIT_COULD_NOT_RUN = 0, 1, 2

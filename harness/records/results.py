@@ -8,19 +8,56 @@ stored as they are), so this module imports no later stage.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from harness.config.plan import VariantPlan
 from harness.faults.plugin import exercised, read_reports
+from harness.records.measures import (
+    AnswerAgreementRecord, DivergenceReportRecord, NoiseRecord, OutputMatchRecord, PairedRecord, TaskScore,
+)
 from harness.records.run_record import (
     ComparisonResult, ConfigResult, PluginReport, Requested, RerunRecord, ServerRecord, TaskResult, TruncatedIds,
     VariantResult,
 )
-from harness.records.samples import sha256_file
+from harness.records.samples import Sample, sha256_file
+from harness.records.task_outcome import TaskOutcome
 
 #: Why acceptance intervals are dropped when a task's counters failed the consistency check.
 COUNTERS_REJECTED = "not available: the counters failed the consistency check"
+
+
+class _AccuracyGates(Protocol):
+    @property
+    def accuracy_pipeline(self) -> str: ...
+
+
+class ConfigIdentity(Protocol):
+    """What a config's record entry takes from the loaded config
+    (:class:`harness.config.plan.ConfigPlan`'s ``config``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def path(self) -> Path: ...
+    @property
+    def sha256(self) -> str: ...
+    @property
+    def form(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def gates(self) -> _AccuracyGates: ...
+
+
+class ComparisonPair(Protocol):
+    """A planned comparison's two variants (the config's ``comparisons`` entries)."""
+
+    @property
+    def baseline(self) -> str: ...
+    @property
+    def candidate(self) -> str: ...
 
 
 def rel(path: Path, base: Path) -> str:
@@ -31,7 +68,7 @@ def rel(path: Path, base: Path) -> str:
         return str(path)
 
 
-def config_result(c: Any, **fields: Any) -> ConfigResult:
+def config_result(c: ConfigIdentity, **fields: object) -> ConfigResult:
     """A config's record entry with its identity filled in (name, path, sha256, form,
     model, accuracy pipeline) from the loaded config ``c``; ``fields`` add the rest."""
     return ConfigResult(name=c.name, path=str(c.path), sha256=c.sha256, form=c.form, model=c.model,
@@ -50,13 +87,14 @@ def unstarted_variant(vp: VariantPlan, status: str, error: str | None) -> Varian
                          server=ServerRecord(status=status), error=error)
 
 
-def task_result(spath: Path, run_dir: Path, outcome: Any, sc: Any, intervals: dict[str, Any]) -> TaskResult:
+def task_result(spath: Path, run_dir: Path, outcome: TaskOutcome, sc: TaskScore,
+                intervals: Mapping[str, object]) -> TaskResult:
     """A task's record entry.
 
     Args:
         spath: the task's samples file (stored relative to ``run_dir``, with its SHA-256).
         run_dir: the run folder.
-        outcome: the engine's :class:`harness.engine.session.TaskOutcome` (seconds,
+        outcome: the engine's :class:`harness.records.task_outcome.TaskOutcome` (seconds,
             speculative-decoding counters, metrics and error).
         sc: the task's score (:func:`harness.analysis.scoring.score_task`).
         intervals: acceptance intervals
@@ -85,7 +123,8 @@ def reject_counters(trec: TaskResult, error: str) -> None:
     trec.acceptance_ci_reason = COUNTERS_REJECTED
 
 
-def rerun_record(spath: Path, run_dir: Path, outcome: Any, samples: Any, om: Any) -> RerunRecord:
+def rerun_record(spath: Path, run_dir: Path, outcome: TaskOutcome, samples: Sequence[Sample],
+                 om: OutputMatchRecord) -> RerunRecord:
     """A task's noise-rerun entry: its samples file, seconds, errors, acceptance and
     the output match of the rerun against the first pass (``om``)."""
     return RerunRecord(
@@ -98,8 +137,10 @@ def rerun_record(spath: Path, run_dir: Path, outcome: Any, samples: Any, om: Any
     )
 
 
-def comparison_result(comp: Any, tname: str, pipeline: str, a: Any, b: Any, om: Any, pc: Any, nz: Any, ag: Any,
-                      dv: Any, rerun_reason: str, is_truncated: Any) -> ComparisonResult:
+def comparison_result(comp: ComparisonPair, tname: str, pipeline: str, a: Sequence[Sample], b: Sequence[Sample],
+                      om: OutputMatchRecord, pc: PairedRecord | None, nz: NoiseRecord | None,
+                      ag: AnswerAgreementRecord | None, dv: DivergenceReportRecord | None, rerun_reason: str,
+                      is_truncated: Callable[[Sample], bool]) -> ComparisonResult:
     """One comparison's record entry on one task.
 
     Args:

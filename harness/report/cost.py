@@ -31,15 +31,14 @@ from __future__ import annotations
 import math
 import os
 import statistics
-import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from harness.config.plan import ConfigPlan, Plan, VariantPlan
 from harness.config.schedule import Item, simulate
-from harness.engine.devices import _nvml_count, cap_devices, detected_devices, dry_run_devices, variant_need
+from harness.engine.devices import planned_devices, variant_need
 from harness.records.run_record import RunRecord, VariantResult
 from harness.tasks import task_size
 
@@ -53,10 +52,7 @@ __all__ = [
     "VariantCost",
     "config_cost_weights",
     "cost_json",
-    "device_need",
     "estimate_plan",
-    "given_devices",
-    "host_devices",
     "plan_cost",
     "render_cost",
     "schedule",
@@ -76,31 +72,13 @@ SOURCE_SAME_NAME = "history (same name)"
 SOURCE_DEFAULTS = "defaults"
 
 
-def given_devices(env: Mapping[str, str]) -> list[str]:
-    """The CUDA device ids a process with environment ``env`` is given: the entries of
-    ``CUDA_VISIBLE_DEVICES`` (ids or UUIDs, in order); empty when unset or empty (a CPU
-    host, or no GPU given)."""
-    raw = env.get("CUDA_VISIBLE_DEVICES", "")
-    return [d.strip() for d in raw.split(",") if d.strip()]
-
-
-def device_need(argv: Sequence[str], where: str = "server command") -> int:
-    """Devices one server command needs (:func:`harness.engine.devices.variant_need`:
-    tensor x pipeline x prefill-context x local data parallel size, as vLLM computes it).
-
-    Raises:
-        ValueError: (``DeviceError``) a size that is not a positive integer (names the flag and ``where``).
-    """
-    return variant_need(argv, where)
-
-
 @dataclass(frozen=True)
 class VariantCost:
     """The estimate for one variant (seconds; ``need`` in devices).
 
     Attributes:
         config, variant: names.
-        need: devices its server needs (:func:`device_need`; 0 on a CPU host).
+        need: devices its server needs (:func:`harness.engine.devices.variant_need`; 0 on a CPU host).
         startup, evaluation, teardown: estimated seconds.
         source: ``history (same config)``, ``history (same name)`` or ``defaults``.
         runs: earlier variant results the estimate is the median of (0 for defaults).
@@ -235,7 +213,7 @@ def estimate_plan(plan: Plan, records: Sequence[RunRecord], gpus: bool,
         for vp in cp.variants:
             if (only is not None and vp.name not in only) or vp.not_applicable:
                 continue
-            need = device_need(vp.argv, vp.id) if gpus else 0
+            need = variant_need(vp.argv, vp.id) if gpus else 0
             est = _from_history(cp, vp, need, records)
             if est is None:
                 evaluation = _questions(cp) * DEFAULT_SECONDS_PER_QUESTION * _passes(cp, vp)
@@ -263,46 +241,12 @@ def schedule(costs: Sequence[VariantCost], devices: Sequence[str],
     return slots, ("packed" if devices else "sequential")
 
 
-def host_devices(env: Mapping[str, str], python: str, gpus: str | None = None,
-                 assume: bool = False) -> tuple[str, ...]:
-    """The devices a run would use, found without importing torch into this process (the
-    dry run imports no engine): ``CUDA_VISIBLE_DEVICES`` when set, else NVML's count, else
-    ``torch.cuda.device_count()`` asked of ``python`` (the servers' interpreter) in a
-    subprocess (none when that fails); capped by ``--gpus``
-    (:func:`harness.engine.devices.cap_devices`); with ``assume`` (the dry run), a
-    ``--gpus`` count above them plans that many (:func:`harness.engine.devices.dry_run_devices`).
-
-    Raises:
-        ValueError: a bad ``--gpus`` (names it).
-    """
-    return _cap(_detected(env, python), gpus, assume)[0]
-
-
-def _cap(detected: tuple[str, ...], gpus: str | None, assume: bool) -> tuple[tuple[str, ...], str | None]:
-    return dry_run_devices(detected, gpus) if assume else (cap_devices(detected, gpus), None)
-
-
-def _detected(env: Mapping[str, str], python: str) -> tuple[str, ...]:
-    """The devices found (:func:`host_devices` before the ``--gpus`` cap)."""
-    if "CUDA_VISIBLE_DEVICES" in env:
-        return detected_devices(env)
-    n = _nvml_count()
-    if n is None:
-        probe = "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"
-        try:
-            r = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=120, check=False)
-            n = int(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 and r.stdout.strip() else 0
-        except (OSError, subprocess.TimeoutExpired, ValueError):
-            n = 0
-    return tuple(str(i) for i in range(n))
-
-
 def plan_cost(plan: Plan, results_dir: str | Path | None, env: Mapping[str, str] | None = None,
               only: Sequence[str] | None = None, gpus: str | None = None,
               max_servers: int | None = None, assume_devices: bool = False) -> PlanCost:
     """The list's estimate: variant costs from ``results_dir``'s records, scheduled
     (:func:`schedule`) on the devices evalrun may use
-    (:func:`harness.engine.devices.available_devices` of ``env``, default ``os.environ``,
+    (:func:`harness.engine.devices.planned_devices` of ``env``, default ``os.environ``,
     capped by ``gpus``, the ``--gpus`` option) with at most ``max_servers`` alive. With
     ``assume_devices`` (the dry run only) a ``--gpus`` count above the devices found
     plans that many devices that are not there, and a note says so.
@@ -314,7 +258,7 @@ def plan_cost(plan: Plan, results_dir: str | Path | None, env: Mapping[str, str]
     A missing or unreadable results folder means no history (said in ``notes``), never an
     error: the estimate then comes from the defaults.
     """
-    devices, assumed = _cap(_detected(os.environ if env is None else env, plan.python), gpus, assume_devices)
+    devices, assumed = planned_devices(os.environ if env is None else env, plan.python, gpus, assume_devices)
     records: list[RunRecord] = []
     notes: list[str] = [assumed] if assumed else []
     if results_dir is not None and Path(results_dir).is_dir():
@@ -405,10 +349,20 @@ def config_cost_weights(configs: Iterable[ConfigPlan], records: Sequence[RunReco
     return {name: max(1, math.ceil(w)) for name, w in totals.items()}
 
 
-def twin_cost(default: PlanCost, with_twins: PlanCost) -> dict[str, Any]:
-    """What the V1-runner twins (``--v1-runner-variants``) add to a list: ``{"variants":
-    [twin ids], "passes": int, "wall_seconds": extra wall time, "gpu_seconds": extra
-    GPU-seconds}`` (estimates, the difference of the two schedules)."""
+class TwinCost(TypedDict):
+    """What the V1-runner twins add to a list (:func:`twin_cost`; the dry run's JSON
+    ``v1_runner_twins``): the twins' variant ids, their count (``passes``), and the extra
+    wall time and GPU-seconds (estimates)."""
+
+    variants: list[str]
+    passes: int
+    wall_seconds: float
+    gpu_seconds: float
+
+
+def twin_cost(default: PlanCost, with_twins: PlanCost) -> TwinCost:
+    """What the V1-runner twins (``--v1-runner-variants``) add to a list (:class:`TwinCost`:
+    estimates, the difference of the two schedules)."""
     have = {(v.config, v.variant) for v in default.variants}
     added = [f"{v.config}/{v.variant}" for v in with_twins.variants if (v.config, v.variant) not in have]
     return {"variants": added, "passes": len(added),
@@ -416,7 +370,7 @@ def twin_cost(default: PlanCost, with_twins: PlanCost) -> dict[str, Any]:
             "gpu_seconds": with_twins.gpu_seconds - default.gpu_seconds}
 
 
-def render_twin_cost(t: dict[str, Any]) -> str:
+def render_twin_cost(t: TwinCost) -> str:
     """The dry run's line on the V1-runner twins that are not run (:func:`twin_cost`)."""
     return (f"  V1-runner twins: not run (every variant runs the engine's default model runner); "
             f"--v1-runner-variants adds {t['passes']} variant(s) ({', '.join(t['variants'])}): "

@@ -13,13 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.config.loader import PROJECT_ROOT
+from harness.config.model_list import PROJECT_ROOT
 from harness.records.baselines import BASELINE_SCHEMAS, BaselineDoc, BaselineError, BaselineTask, load_baseline
 from harness.records.baselines import token_ids_hash
 from harness.records.measures import EngineFactsRecord, Interval, NoiseRecord, SpecDecodeRecord
-from harness.records.run_record import (
-    DatasetRef, GateResult, RunErrorRecord, RunRecord, RunRecordError, TaskResult, load_run,
-)
+from harness.records.provenance import DatasetRef
+from harness.records.run_record import GateResult, RunErrorRecord, RunRecord, RunRecordError, TaskResult, load_run
 from harness.records.samples import Sample, read_jsonl
 
 

@@ -8,7 +8,7 @@ from typing import Any, Sequence
 from harness.analysis.familywise import family_false_fail
 from harness.analysis.stats import floor_margin, min_detectable_drop
 from harness.config.gates import MaxPositionAcceptanceDrop, plan_gates, sampling_notes
-from harness.config.loader import GateSpec, ModelConfig
+from harness.config.schema import GateSpec, ModelConfig
 from harness.config.plan import Plan
 from harness.report.cost import cost_json, render_cost
 from harness.tasks import (

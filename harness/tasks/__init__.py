@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from harness.config.loader import TaskSpec
+from harness.config.schema import TaskSpec
 from harness.tasks.base import (
     PreparedTask, SentTask, ShortDataError, Task, TaskContext, TaskRun, check_enough,
 )

@@ -20,13 +20,16 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
-from harness.config.loader import TaskSpec
-from harness.records.completions import write_raw_jsonl
+from harness.config.schema import TaskSpec
+from harness.records.completions import Completion, write_raw_jsonl
 from harness.records.samples import Sample
+from harness.records.task_outcome import TaskOutcome
 from harness.tasks import judging  # judging.judge_completions is looked up per call (tests patch it)
 from harness.tasks.gsm8k import PIPELINES, Request
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -90,10 +93,10 @@ class TaskSession(Protocol):
     def base_url(self) -> str: ...
 
     def run_task(self, requests: Sequence[Request], max_tokens: int, temperature: float | None, seed: int | None,
-                 stop: Sequence[str], on_done: Callable[[Any], None] | None = None, per_request: bool = False,
-                 chat: bool = False, logprobs: int | None = None) -> Any: ...
+                 stop: Sequence[str], on_done: Callable[[Completion], None] | None = None, per_request: bool = False,
+                 chat: bool = False, logprobs: int | None = None) -> TaskOutcome: ...
 
-    def measured(self, work: Callable[[], Any]) -> tuple[Any, Any]: ...
+    def measured(self, work: Callable[[], T]) -> tuple[TaskOutcome, T]: ...
 
 
 def _no_place(stage: str) -> None:  # noqa: ARG001 - the TaskContext.at signature, for contexts without PLACE
@@ -145,7 +148,7 @@ class TaskRun:
     """What one task produced on one variant.
 
     Attributes:
-        outcome: the engine's :class:`harness.engine.session.TaskOutcome` (counters,
+        outcome: the engine's :class:`harness.records.task_outcome.TaskOutcome` (counters,
             metrics, seconds; no completions when someone else sent the requests).
         samples: the judged samples, in question order.
         pipelines: the answer pipelines scoring reads (names, or name -> pipeline).
@@ -154,7 +157,7 @@ class TaskRun:
             ``results``, ``pipelines``, ``error``); None otherwise.
     """
 
-    outcome: Any
+    outcome: TaskOutcome
     samples: tuple[Sample, ...]
     pipelines: Any
     lm_eval: dict[str, Any] | None = None
@@ -167,7 +170,7 @@ class SentTask:
     server is stopped, so no device waits on CPU work.
 
     Attributes:
-        outcome: the engine's :class:`harness.engine.session.TaskOutcome` (raw
+        outcome: the engine's :class:`harness.records.task_outcome.TaskOutcome` (raw
             completions, counter difference, metrics error, seconds).
         failed_requests: requests that came back with an error (a dying server shows
             this way before its process has exited).
@@ -175,7 +178,7 @@ class SentTask:
             :class:`TaskRun`, which :meth:`Task.judge` returns as is; None otherwise.
     """
 
-    outcome: Any
+    outcome: TaskOutcome
     failed_requests: int
     judged: TaskRun | None = None
 
@@ -286,7 +289,7 @@ class RequestTask(Task):
         return TaskRun(outcome, samples, PIPELINES)
 
 
-def keep_raw(path: Path, completions: Any, ctx: TaskContext) -> None:
+def keep_raw(path: Path, completions: Sequence[Completion], ctx: TaskContext) -> None:
     """Write the unjudged completions of a task whose judging raised (best effort)."""
     try:
         n = write_raw_jsonl(path, completions)

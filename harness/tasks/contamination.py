@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Sequence
 
 from harness.tasks.gsm8k import GsmItem
 
@@ -52,7 +52,7 @@ class Overlaps:
         """True when something overlaps."""
         return bool(self.fewshot or self.train)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, list[list[str | int]]]:
         """``{"fewshot": [[qid, index], ...], "train": [[qid, index], ...]}``."""
         return {"fewshot": [list(x) for x in self.fewshot], "train": [list(x) for x in self.train]}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from harness.config.loader import TaskSpec
+from harness.config.schema import TaskSpec
 from harness.tasks.base import PreparedTask, RequestTask, check_enough
 from harness.tasks.contamination import ContaminationError, find_overlaps
 from harness.tasks.gsm8k import STOP_SEQUENCES, VLLM_GSM8K_STOP_SEQUENCES, build_requests, dataset_hash, load_gsm8k

@@ -31,7 +31,11 @@ import threading
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
+
+if TYPE_CHECKING:  # lm-eval and datasets ship no type information: these name what is meant
+    from datasets import DatasetDict
+    from lm_eval.api.task import ConfigurableTask
 
 __all__ = ["LM_EVAL_PIPELINES", "LmEvalUnavailableError", "lm_eval_info", "judge_lm_eval", "lm_eval_version"]
 
@@ -42,6 +46,17 @@ LM_EVAL_PIPELINES: tuple[str, ...] = ("strict-match", "flexible-extract")
 LM_EVAL_INVALID = "[invalid]"
 
 _LOCK = threading.Lock()
+
+
+class LmEvalInfoDict(TypedDict):
+    """The lm-eval pipelines' provenance (:func:`lm_eval_info`), the fields of
+    :class:`harness.records.run_record.LmEvalInfo`."""
+
+    version: str | None
+    gsm8k_task_version: int | str | float | None
+    gsm8k_config: str | None
+    pipelines: list[str]
+    error: str | None
 
 
 class LmEvalUnavailableError(RuntimeError):
@@ -57,7 +72,7 @@ def lm_eval_version() -> str | None:
 
 
 @lru_cache(maxsize=1)
-def _gsm8k_task() -> Any:
+def _gsm8k_task() -> ConfigurableTask:
     """lm-eval's ``ConfigurableTask`` for its installed ``gsm8k.yaml``, built without data.
 
     The config is used unchanged except ``custom_dataset``: a one-row local data set,
@@ -81,7 +96,7 @@ def _gsm8k_task() -> Any:
         entry = tm.task_index["gsm8k"]
         cfg = dict(entry.cfg)
 
-        def local_rows(**_: Any) -> Any:
+        def local_rows(**_: object) -> DatasetDict:
             d = datasets.Dataset.from_list([{"question": "", "answer": "#### 0"}])
             return datasets.DatasetDict(test=d, train=d)
 
@@ -101,7 +116,7 @@ def _gsm8k_task() -> Any:
             f"lm-eval {lm_eval_version()}: cannot build its gsm8k task: {type(e).__name__}: {e}") from e
 
 
-def _memoize_target(task: Any) -> None:
+def _memoize_target(task: ConfigurableTask) -> None:
     """Remember ``task.doc_to_target(doc)`` per document: lm-eval compiles the jinja
     template of gsm8k's ``doc_to_target`` anew on every call (``utils.apply_template``,
     about 1.3 ms), twice per judged answer (once per filter). The template reads only the
@@ -109,10 +124,10 @@ def _memoize_target(task: Any) -> None:
     compute = task.doc_to_target
 
     @lru_cache(maxsize=65536)
-    def by_doc(items: tuple[tuple[str, Any], ...]) -> Any:
+    def by_doc(items: tuple[tuple[str, object], ...]) -> object:
         return compute(dict(items))
 
-    def doc_to_target(doc: Any, doc_to_target: Any = None) -> Any:
+    def doc_to_target(doc: object, doc_to_target: object = None) -> object:
         if doc_to_target is not None or not isinstance(doc, dict):
             return compute(doc, doc_to_target)
         try:
@@ -123,12 +138,12 @@ def _memoize_target(task: Any) -> None:
     task.doc_to_target = doc_to_target
 
 
-def _task() -> Any:
+def _task() -> ConfigurableTask:
     with _LOCK:
         return _gsm8k_task()
 
 
-def lm_eval_info() -> dict[str, Any]:
+def lm_eval_info() -> LmEvalInfoDict:
     """Provenance of the lm-eval pipelines for the run record.
 
     Returns:

@@ -50,16 +50,19 @@ import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypedDict
 
-from harness.config.loader import TaskSpec
+from harness.config.schema import TaskSpec
 from harness.config.vllm_args import hits_of  # every spelling vLLM's parser accepts
 from harness.records.completions import NORMAL_FINISH_REASONS, unfinished_error
 from harness.records.samples import Sample
 from harness.tasks.base import PreparedTask, Task, TaskContext, TaskRun, TaskSession, check_enough
 from harness.tasks.gsm8k import DataUnavailableError, prompt_hash
 from harness.tasks.lm_eval_gsm8k import lm_eval_version
+
+if TYPE_CHECKING:  # lm-eval ships no type information: this names what is meant
+    from lm_eval.tasks import TaskManager
 
 __all__ = ["PROMPT_ONLY_REASON", "LmEvalTask", "load_lm_eval_task", "pipeline_name", "run_lm_eval_task"]
 
@@ -68,6 +71,43 @@ PROMPT_ONLY_REASON = (
     "lm-eval task {lm_eval_task} is {output_type}: it only scores prompts (echo + logprobs, "
     "max_tokens 1), so there are no generated tokens to compare and speculative decoding does not run"
 )
+
+#: lm-eval's aggregated results of one task (``simple_evaluate(...)["results"][task]``):
+#: JSON from outside, stored in the record as lm-eval wrote it.
+LmEvalResults: TypeAlias = dict[str, Any]
+#: One logged response of lm-eval (an entry of a sample's ``resps``): ``[(ll, is_greedy)]``,
+#: ``[ll]`` or a text, as lm-eval writes it (no type of lm-eval's describes it).
+LmEvalResponse: TypeAlias = Any
+
+
+class LmEvalTaskJson(TypedDict):
+    """:meth:`LmEvalTask.to_json`: every field of :class:`LmEvalTask`."""
+
+    name: str
+    lm_eval_task: str
+    include_path: str | None
+    split: str
+    num_docs: int
+    version: int | str | float | None
+    output_type: str
+    lm_eval_version: str
+
+
+class LmEvalSummary(TypedDict):
+    """What :func:`run_lm_eval_task` says beside the samples (the record's
+    :class:`harness.records.run_record.LmEvalTaskRecord` without ``task``)."""
+
+    results: LmEvalResults | None
+    pipelines: list[str]
+    error: str | None
+
+
+class KeptOutputs(Protocol):
+    """evalrun's local-completions model (:func:`_completions_class`): per prompt string,
+    the completion's token ids and finish reason."""
+
+    evalrun_outputs: dict[str, tuple[tuple[int, ...] | None, str | None]]
+
 
 _CURRENT_PROMPTS: contextvars.ContextVar[list | None] = contextvars.ContextVar("evalrun_prompts", default=None)
 
@@ -92,13 +132,15 @@ class LmEvalTask:
     include_path: str | None
     split: str
     num_docs: int
-    version: Any
+    version: int | str | float | None
     output_type: str
     lm_eval_version: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> LmEvalTaskJson:
         """JSON dict of every field."""
-        return dict(self.__dict__)
+        return LmEvalTaskJson(name=self.name, lm_eval_task=self.lm_eval_task, include_path=self.include_path,
+                              split=self.split, num_docs=self.num_docs, version=self.version,
+                              output_type=self.output_type, lm_eval_version=self.lm_eval_version)
 
     @property
     def prompt_only(self) -> bool:
@@ -110,7 +152,7 @@ class LmEvalTask:
         return PROMPT_ONLY_REASON.format(lm_eval_task=self.lm_eval_task, output_type=self.output_type)
 
 
-def _task_manager(include_path: str | None) -> Any:
+def _task_manager(include_path: str | None) -> TaskManager:
     from lm_eval.tasks import TaskManager
 
     logging.getLogger("lm_eval").setLevel(logging.WARNING)
@@ -190,7 +232,7 @@ def _completions_class() -> type:
     from lm_eval.models.openai_completions import LocalCompletionsAPI
 
     class EvalrunLocalCompletions(LocalCompletionsAPI):
-        def __init__(self, **kw: Any) -> None:
+        def __init__(self, **kw: object) -> None:
             super().__init__(**kw)
             self.evalrun_outputs: dict[str, tuple[tuple[int, ...] | None, str | None]] = {}
             self._evalrun_lock = threading.Lock()
@@ -224,7 +266,7 @@ def _completions_class() -> type:
     return EvalrunLocalCompletions
 
 
-def _binary(values: list[Any]) -> bool:
+def _binary(values: Iterable[object]) -> bool:
     return all(isinstance(v, (int, float, bool)) and float(v) in (0.0, 1.0) for v in values)
 
 
@@ -241,7 +283,7 @@ def run_lm_eval_task(
     max_concurrency: int,
     timeout_s: float,
     tokenizer: str | None = None,
-) -> tuple[tuple[Sample, ...], dict[str, Any]]:
+) -> tuple[tuple[Sample, ...], LmEvalSummary]:
     """Run one lm-eval task against a running server and map its samples.
 
     Args:
@@ -294,8 +336,8 @@ def run_lm_eval_task(
     return _map_results(task, res, lm, config, variant, qid)
 
 
-def _map_results(task: LmEvalTask, res: dict, lm: Any, config: str, variant: str,
-                 qid) -> tuple[tuple[Sample, ...], dict[str, Any]]:
+def _map_results(task: LmEvalTask, res: dict, lm: KeptOutputs, config: str, variant: str,
+                 qid: Callable[[int], str]) -> tuple[tuple[Sample, ...], LmEvalSummary]:
     """lm-eval's logged samples -> one :class:`Sample` per document and the summary
     (:func:`run_lm_eval_task`'s return value). Pipelines are the (filter, metric)
     pairs whose per-sample values are all 0/1."""
@@ -311,7 +353,7 @@ def _map_results(task: LmEvalTask, res: dict, lm: Any, config: str, variant: str
         for m in ms:
             if _binary([x.get(m) for x in logged if x["filter"] == f]):
                 pipes.append((f, m, pipeline_name(f, m, len(ms))))
-    summary = {"results": json.loads(json.dumps(res["results"].get(task.lm_eval_task), default=str)),
+    summary: LmEvalSummary = {"results": json.loads(json.dumps(res["results"].get(task.lm_eval_task), default=str)),
                "pipelines": [p for _, _, p in pipes], "error": None}
     if task.prompt_only:
         return _prompt_only_samples(task, by_doc, pipes, config, variant, qid), summary
@@ -341,7 +383,7 @@ def _map_results(task: LmEvalTask, res: dict, lm: Any, config: str, variant: str
     return tuple(out), summary
 
 
-def _choices_of(task: LmEvalTask) -> Any:
+def _choices_of(task: LmEvalTask) -> Callable[[object], Iterable[object]] | None:
     """``doc -> list of choice texts`` of a multiple-choice task (lm-eval's own
     ``doc_to_choice``), or None when the task cannot be reloaded."""
     try:
@@ -415,7 +457,7 @@ def _prompt_only_samples(task: LmEvalTask, by_doc: dict[int, list[dict]], pipes,
     return tuple(samples)
 
 
-def _ll(resp: Any) -> float:
+def _ll(resp: LmEvalResponse) -> float:
     """The log-likelihood of one logged response: ``[(ll, is_greedy)]`` or ``[ll]``."""
     x = resp[0] if isinstance(resp, (list, tuple)) and resp else resp
     if isinstance(x, (list, tuple)):
@@ -423,7 +465,7 @@ def _ll(resp: Any) -> float:
     return float(x)
 
 
-def _greedy(resp: Any) -> bool | None:
+def _greedy(resp: LmEvalResponse) -> bool | None:
     x = resp[0] if isinstance(resp, (list, tuple)) and resp else resp
     return bool(x[1]) if isinstance(x, (list, tuple)) and len(x) > 1 else None
 

@@ -38,7 +38,7 @@ import random
 from dataclasses import dataclass
 from typing import Callable
 
-from harness.config.loader import TaskSpec
+from harness.config.schema import TaskSpec
 from harness.tasks.base import PreparedTask, RequestTask, check_enough
 from harness.tasks.contamination import ContaminationError, find_overlaps
 from harness.tasks.gsm8k import STOP_SEQUENCES, GsmItem, build_requests, dataset_hash

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from harness.analysis.gates import holm_adjust
-from harness.config.loader import ConfigError, load_config
+from harness.config.loader import load_config
+from harness.config.schema import ConfigError
 from harness.models.resolve import resolve_model
 from harness.report.progress import Progress
 

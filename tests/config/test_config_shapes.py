@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.config.loader import (
-    ComparisonSpec, ConfigError, EvalrunBlock, GateSpec, NativeConfig, TaskSpec, VariantSpec, VllmGsm8kConfig,
-    load_config,
-)
+from harness.config.loader import load_config
+from harness.config.native_form import NativeConfig
+from harness.config.schema import ComparisonSpec, ConfigError, GateSpec, TaskSpec, VariantSpec
+from harness.config.vllm_form import EvalrunBlock, VllmGsm8kConfig
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 

@@ -23,7 +23,9 @@ import pytest
 import yaml
 
 from harness.cli import main
-from harness.config.loader import ConfigError, load_config, load_model_list
+from harness.config.loader import load_config
+from harness.config.model_list import load_model_list
+from harness.config.schema import ConfigError
 from harness.config.plan import CPU_ASYNC_ENV, build_plan
 from harness.config.vllm_parser import scan, snapshot_table
 from harness.tasks import prepare_task

@@ -9,7 +9,8 @@ import io
 
 import pytest
 
-from harness.config.loader import CONFIGS_DIR, load_config
+from harness.config.loader import load_config
+from harness.config.model_list import CONFIGS_DIR
 from harness.config.plan import build_plan
 from tests.conftest import vllm_available
 

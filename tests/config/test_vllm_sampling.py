@@ -23,7 +23,8 @@ from aiohttp.test_utils import TestServer  # noqa: TID253 - the test serves with
 from harness.analysis.comparison import noise_variants
 from harness.cli import main
 from harness.config.gates import MinOutputMatch, sampling_notes
-from harness.config.loader import ConfigError, load_config
+from harness.config.loader import load_config
+from harness.config.schema import ConfigError
 from harness.config.plan import build_plan
 from harness.engine.client import AsyncCompletionClient, chat_complete
 from harness.engine.session import run_coroutine

@@ -51,7 +51,7 @@ def test_the_installed_vllm_parser_accepts_the_cpu_config_and_names_an_unknown_f
     problems = check_server_commands(_commands(CPU_CONFIG) + _commands(bad))
     assert time.monotonic() - t0 < 300
     # only the variant with the flag fails; the CPU default config's commands all parse
-    assert [(p.variant_id, p.kind) for p in problems] == [("bad-flag/spec_sync", "args_rejected")]
+    assert [(p.variant, p.kind) for p in problems] == [("bad-flag/spec_sync", "args_rejected")]
     assert "unrecognized arguments: --no-such-flag-from-vllm-main" in problems[0].message
     assert str(bad) in problems[0].describe()
 

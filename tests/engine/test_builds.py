@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from harness.engine.builds import BuildError, _check_asked, cache_key, ensure_build, parse_build, read_identity
-from harness.records.run_record import EngineBuild
+from harness.records.provenance import EngineBuild
 from tests.conftest import vllm_installed
 
 COMMIT_A = "0123456789abcdef0123456789abcdef01234567"

@@ -1,14 +1,22 @@
 """The GPUs evalrun may use and each server's need (harness/engine/devices.py); the
 expected device counts follow vLLM's world-size rule (tp x pp x pcp per data-parallel
-rank on the node), worked out by hand."""
+rank on the node), worked out by hand. The dry run's probe asks an interpreter for its
+torch's device count: here a shell script stands in for that interpreter (this machine
+has no GPU to count)."""
+
+import os
 
 import pytest
 
+from harness.engine import devices as D
 from harness.engine.devices import (
     DeviceError,
     available_devices,
     cap_devices,
     detected_devices,
+    given_devices,
+    planned_devices,
+    probed_devices,
     variant_need,
 )
 
@@ -56,3 +64,43 @@ def test_gpus_caps_by_count_or_list():
     with pytest.raises(DeviceError, match="--gpus 1,9: device.s. 9 not available"):
         cap_devices(eight, "1,9")
     assert available_devices("2", {"CUDA_VISIBLE_DEVICES": "4,5,6"}) == ("4", "5")
+
+
+def test_given_devices_and_variant_need():
+    assert given_devices({"CUDA_VISIBLE_DEVICES": "0,1, 2,GPU-ab"}) == ["0", "1", "2", "GPU-ab"]
+    assert given_devices({}) == [] and given_devices({"CUDA_VISIBLE_DEVICES": ""}) == []
+    assert variant_need(["vllm", "--tensor-parallel-size", "4"]) == 4
+    assert variant_need(["--tensor_parallel_size=2", "-pp", "2", "--data-parallel-size", "3"]) == 12
+    assert variant_need(["serve", "m"]) == 1
+    with pytest.raises(ValueError, match="--tensor-parallel-size"):
+        variant_need(["--tensor-parallel-size", "0"])
+
+
+def interpreter(tmp_path, body: str) -> str:
+    """A stand-in for the servers' interpreter: a shell script running ``body``."""
+    exe = tmp_path / "python"
+    exe.write_text("#!/bin/sh\n" + body + "\n")
+    os.chmod(exe, 0o755)
+    return str(exe)
+
+
+def test_the_probe_asks_the_servers_interpreter_when_nothing_else_says(tmp_path, monkeypatch):
+    monkeypatch.setattr(D, "_nvml_count", lambda: None)
+    four = interpreter(tmp_path, "echo 4")
+    assert probed_devices({}, four) == ("0", "1", "2", "3")
+    assert probed_devices({"CUDA_VISIBLE_DEVICES": "5,7"}, four) == ("5", "7")   # the variable wins
+    assert probed_devices({}, interpreter(tmp_path, "echo no torch >&2; exit 1")) == ()
+    assert probed_devices({}, str(tmp_path / "missing")) == ()
+    monkeypatch.setattr(D, "_nvml_count", lambda: 2)
+    assert probed_devices({}, four) == ("0", "1")   # NVML first: the interpreter is not asked
+
+
+def test_planned_devices_cap_and_only_the_dry_run_assumes(tmp_path, monkeypatch):
+    monkeypatch.setattr(D, "_nvml_count", lambda: None)
+    two = interpreter(tmp_path, "echo 2")
+    assert planned_devices({}, two, None) == (("0", "1"), None)
+    assert planned_devices({}, two, "1") == (("0",), None)
+    with pytest.raises(DeviceError, match="--gpus 3: asks for 3 device.s., this host has 2"):
+        planned_devices({}, two, "3")
+    found, note = planned_devices({}, two, "3", assume=True)
+    assert found == ("0", "1", "2") and note is not None and "although this host has 2" in note

@@ -95,6 +95,6 @@ def test_the_installed_vllms_rule_refuses_async_with_ngram_and_allows_mtp():
         [vp] = [v for v in build_plan([cfg], python=sys.executable).configs[0].variants if v.name == "spec_async"]
         cmds.append(ServerCommand(vp.id, cfg.path, tuple(a.replace("{port}", "8000") for a in vp.argv), {}))
     problems = check_server_commands(cmds)
-    assert [(p.variant_id, p.kind) for p in problems] == [("Ngram-drafter/spec_async", ASYNC_NOT_SUPPORTED)]
+    assert [(p.variant, p.kind) for p in problems] == [("Ngram-drafter/spec_async", ASYNC_NOT_SUPPORTED)]
     assert "only supported with EAGLE/MTP/Draft Model/NGram GPU/DSpark/DFlash" in problems[0].message
     assert "method 'ngram'" in problems[0].message

@@ -28,6 +28,6 @@ def test_a_reference_that_speculates_under_vllms_parser_is_refused_naming_the_se
     cmds = [ServerCommand("cfg/spec_sync", cfg.path, tuple(spec), {}, speculates=True),
             ServerCommand("cfg/leaked", cfg.path, tuple(leaked), {}, speculates=False)]
     problems = check_server_commands(cmds)
-    assert [(p.variant_id, p.kind) for p in problems] == [("cfg/leaked", "args_rejected")], problems
+    assert [(p.variant, p.kind) for p in problems] == [("cfg/leaked", "args_rejected")], problems
     msg = problems[0].message
     assert 'spec_method="mtp"' in msg and "spec_tokens=2" in msg and "planned this variant without speculation" in msg

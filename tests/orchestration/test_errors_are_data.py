@@ -27,7 +27,7 @@ from harness.calibrate import describe_error_runs
 from harness.cli import main
 from harness.engine.client import parse_completion
 from harness.engine.info import EngineInfoError, read_engine_facts
-from harness.engine.server import live_servers, unstopped
+from harness.engine.server import processes
 from harness.records import atomic
 from harness.records.run_record import load_run
 from harness.report.calibration import render_calibration_markdown, summarize
@@ -77,7 +77,7 @@ def servers_gone(rec: dict) -> bool:
                 return False
         except psutil.NoSuchProcess:
             continue
-    return not unstopped() and not [s for s in live_servers() if s.alive()]
+    return not processes().unstopped() and not [s for s in processes().live_servers() if s.alive()]
 
 
 # --------------------------------------------------------------------------- client

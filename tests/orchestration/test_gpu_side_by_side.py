@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from harness.cli import main
-from harness.engine.server import unstopped
+from harness.engine.server import processes
 from harness.tasks import judging
 
 from ..conftest import alive, default_signals
@@ -238,7 +238,7 @@ def test_an_unexpected_error_in_one_variant_stops_every_server_and_names_its_pla
     err = rec["error"]
     assert (err["stage"], err["config"], err["variant"]) == ("judging", "err", "reference")
     assert "judging broke in reference" in err["message"]
-    assert unstopped() == {}
+    assert processes().unstopped() == {}
     servers = events(log)
     assert len(servers) == 2 and all("stop" in s for s in servers.values())
 

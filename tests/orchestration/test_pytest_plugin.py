@@ -15,7 +15,7 @@ from typing import ClassVar
 import pytest
 
 from harness.config.select import compile_keyword, select_paths
-from harness.config.loader import ConfigError
+from harness.config.schema import ConfigError
 
 FAKE = Path(__file__).resolve().parents[1] / "fake_vllm.py"
 

@@ -13,12 +13,14 @@ from pathlib import Path
 
 import pytest
 
-import harness.config.loader as loader
+import harness.config.model_list as model_list
 from harness.records.baselines import write_baselines
 from harness.analysis.gates import evaluate_gates
 from harness.analysis.measurements import Measurements
 from harness.cli import main
-from harness.config.loader import ConfigError, load_config, nearest_names, read_model_list, resolve_list_path
+from harness.config.loader import load_config
+from harness.config.model_list import nearest_names, read_model_list, resolve_list_path
+from harness.config.schema import ConfigError
 from harness.config.plan import build_plan
 from harness.records.measures import SpecDecodeCountersRecord, SpecDecodeRecord
 from harness.records.samples import Sample, write_jsonl
@@ -37,8 +39,8 @@ def fake_dirs(tmp_path, monkeypatch):
     for n in ("Big-Model-120B-A12B-BF16-MTP.yaml", "Big-Model-30B-A3B-BF16-ngram.yaml", "Other-7B.yaml"):
         (configs / n).write_text("model_name: a\naccuracy_threshold: 0.5\n")
     (lists / "models-gpu.txt").write_text("Other-7B.yaml\n")
-    monkeypatch.setattr(loader, "CONFIGS_DIR", configs)
-    monkeypatch.setattr(loader, "MODEL_LISTS_DIR", lists)
+    monkeypatch.setattr(model_list, "CONFIGS_DIR", configs)
+    monkeypatch.setattr(model_list, "MODEL_LISTS_DIR", lists)
     return configs, lists
 
 

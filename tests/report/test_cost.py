@@ -69,16 +69,6 @@ def test_old_records_without_cost_fields_load_and_gpu_seconds_is_derived():
     assert again.configs[0].variants["reference"].gpu_seconds == pytest.approx(184.0)
 
 
-def test_given_devices_and_device_need():
-    assert C.given_devices({"CUDA_VISIBLE_DEVICES": "0,1, 2,GPU-ab"}) == ["0", "1", "2", "GPU-ab"]
-    assert C.given_devices({}) == [] and C.given_devices({"CUDA_VISIBLE_DEVICES": ""}) == []
-    assert C.device_need(["vllm", "--tensor-parallel-size", "4"]) == 4
-    assert C.device_need(["--tensor_parallel_size=2", "-pp", "2", "--data-parallel-size", "3"]) == 12
-    assert C.device_need(["serve", "m"]) == 1
-    with pytest.raises(ValueError, match="--tensor-parallel-size"):
-        C.device_need(["--tensor-parallel-size", "0"])
-
-
 def test_estimate_prefers_same_config_then_same_name_then_defaults(tmp_path):
     plan = _plan(_config(tmp_path, q=200))
     sha = plan.configs[0].config.sha256

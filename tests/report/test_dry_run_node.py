@@ -22,7 +22,6 @@ def cpu_host(monkeypatch):
     """No CUDA_VISIBLE_DEVICES, no NVML: a host without GPUs, whatever this machine is."""
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setattr(D, "_nvml_count", lambda: None)
-    monkeypatch.setattr("harness.report.cost._nvml_count", lambda: None)
 
 
 @pytest.mark.usefixtures("cpu_host")

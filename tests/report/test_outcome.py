@@ -1,5 +1,5 @@
 """One verdict, one name: every report prints the run's outcome with
-the same word; plus the run id and stop-grace settings of point 1 and 2."""
+the same word; plus the form of a default run id."""
 
 from __future__ import annotations
 
@@ -7,9 +7,7 @@ import re
 
 import pytest
 
-from harness.cli import main
-from harness.engine import server
-from harness.records.run_record import new_run_id
+from harness.records.provenance import new_run_id
 from harness.report.diff import DiffResult
 from harness.report.diff_render import render_diff_markdown
 from harness.report.diff_sides import SideHead
@@ -60,28 +58,3 @@ def test_default_run_ids_sort_by_time_and_carry_a_random_part():
     ids = {new_run_id() for _ in range(200)}
     assert len(ids) == 200                                   # same second, same pid: still distinct
     assert all(re.fullmatch(r"\d{8}T\d{6}Z-[0-9a-f]{8}", i) for i in ids)
-
-
-def test_stop_grace_setting(monkeypatch):
-    monkeypatch.setenv(server.STOP_GRACE_ENV, "2.5")
-    assert server.stop_grace() == 2.5
-    server.set_stop_grace(1)
-    try:
-        assert server.stop_grace() == 1.0
-    finally:
-        server.set_stop_grace(None)
-    monkeypatch.delenv(server.STOP_GRACE_ENV)
-    assert server.stop_grace() == server.DEFAULT_STOP_GRACE == 5.0
-    monkeypatch.setenv(server.STOP_GRACE_ENV, "soon")
-    with pytest.raises(ValueError, match="EVALRUN_STOP_GRACE_SECONDS='soon'"):
-        server.stop_grace()
-    monkeypatch.delenv(server.STOP_GRACE_ENV)
-    assert main(["--config", "models-cpu.txt", "--stop-grace", "-1"]) == 2
-
-
-def test_a_run_id_that_is_not_a_folder_name_is_refused(tmp_path, capsys):
-    for bad in ("../outside", "a/b", "x" * 300):
-        assert main(["--config", "models-cpu.txt", "--run-id", bad, "--results-dir", str(tmp_path)]) == 2
-        assert "--run-id: key '--run-id'" in capsys.readouterr().err
-        assert main(["merge", str(tmp_path), "--run-id", bad, "--results-dir", str(tmp_path)]) == 2
-    assert list(tmp_path.iterdir()) == []

@@ -13,7 +13,7 @@ import pytest
 
 from harness.cli import main
 from harness.config.loader import load_config
-from harness.config.loader import TaskSpec
+from harness.config.schema import TaskSpec
 from harness.report.dry_run import subset_warnings
 from harness.tasks import ContaminationError, prepare_task
 from harness.tasks.contamination import normalise_question

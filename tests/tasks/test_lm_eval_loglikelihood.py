@@ -23,7 +23,7 @@ from harness.analysis.gates import evaluate_gates
 from harness.analysis.measurements import Measurements
 from harness.analysis.scoring import answer_agreement, output_match, score_task
 from harness.config import gates as G
-from harness.config.loader import TaskSpec
+from harness.config.schema import TaskSpec
 from harness.records.measures import SpecDecodeCountersRecord, SpecDecodeRecord
 from harness.tasks import task_for
 from harness.tasks.base import TaskContext

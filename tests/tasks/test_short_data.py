@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.config.loader import TaskSpec
+from harness.config.schema import TaskSpec
 from harness.tasks import ShortDataError, prepare_task
 from harness.tasks.synthetic import DEFAULT_NUM_TEST
 

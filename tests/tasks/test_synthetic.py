@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from harness.config.loader import TaskSpec
+from harness.config.schema import TaskSpec
 from harness.tasks import prepare_task
 from harness.tasks import synthetic as syn
 from harness.tasks.gsm8k import STOP_SEQUENCES, build_prompt, judge

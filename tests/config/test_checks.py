@@ -1,14 +1,17 @@
-"""Names that become paths and limits that cannot fail are refused at load.
+"""Names that become paths and limits that cannot fail (:mod:`harness.config.checks`) are refused at load.
 Line numbers are counted by hand from the literal YAML."""
 
 from __future__ import annotations
 
+import shlex
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from harness.config.loader import ConfigError, load_config
+from harness.config.loader import load_config
+from harness.config.schema import ConfigError
+from tests.config.texts import spec_native, write_text
 
 NATIVE = """\
 model: fake
@@ -114,3 +117,21 @@ def test_a_task_override_is_named(tmp_path):
             gates: {max_error_rate: 1}
         """))
     assert "key 'tasks.t.gates.max_error_rate'" in err(p)
+
+
+@pytest.mark.parametrize("k, floor, refused", [(2, "3.5", True), (2, "3.0", False), (1, "2.01", True)])
+def test_min_acceptance_length_above_one_plus_k_is_refused(tmp_path, k, floor, refused):
+    p = spec_native(tmp_path, f"method: mtp, num_speculative_tokens: {k}", floor)
+    if not refused:
+        assert load_config(p).gates.min_acceptance_length == float(floor)
+        return
+    msg = err(p)
+    assert f"{p}:9" in msg and f"min_acceptance_length {float(floor)}" in msg and f"= {1 + k}" in msg
+
+
+def test_min_acceptance_length_refused_in_vllm_form(tmp_path):
+    spec = shlex.quote('{"method":"mtp","num_speculative_tokens":1}')
+    p = write_text(tmp_path, f"model_name: a/b\naccuracy_threshold: 0.9\nmin_acceptance_length: 2.5\n"
+                             f"server_args: --speculative-config {spec}\n")
+    msg = err(p)
+    assert f"{p}:3" in msg and "2.5" in msg and "= 2" in msg

@@ -1,4 +1,4 @@
-"""YAML pitfalls and the typed speculative config.
+"""YAML pitfalls the loader refuses (:mod:`harness.config.yaml_pitfalls`).
 
 Every expected line number below is counted by hand from the literal YAML in the
 test, not taken from the loader.
@@ -6,15 +6,14 @@ test, not taken from the loader.
 
 from __future__ import annotations
 
-import json
-import shlex
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from harness.config.loader import ConfigError, load_config
-from harness.config.plan import build_plan
+from harness.config.loader import load_config
+from harness.config.schema import ConfigError
+from tests.config.texts import HEAD
 
 
 def write(tmp_path: Path, text: str, name: str = "c.yaml") -> Path:
@@ -144,84 +143,36 @@ def test_server_args_scalar_read_as_float(tmp_path):
     assert 'server_args: "1.0"' in err(p)
 
 
-# ------------------------------------------------------------------ typed speculative config
-
-NATIVE = """\
-model: x
-variants:
-  reference: {}
-  spec:
-    speculative_config: {SPEC}
-tasks:
-  t: {kind: synthetic}
-gates:
-  min_acceptance_length: MIN
-"""
+# ------------------------------------------------------------------ shapes
 
 
-def native(tmp_path, spec: str, floor: str = "1.5") -> Path:
-    return write(tmp_path, NATIVE.replace("SPEC", spec).replace("MIN", floor))
+@pytest.mark.parametrize("form", ["vllm", "native", "variant"])
+@pytest.mark.parametrize("value, shape, line", [("[a, b]", "a list", None), ("{x: 1}", "a mapping", None),
+                                                ("\n    - a\n    - b", "a list", "+1")])
+def test_env_lists_and_mappings_are_refused_with_file_line_and_key(tmp_path, form, value, shape, line):
+    if form == "vllm":
+        text, key, at = HEAD + f"env:\n  OK: x\n  FOO: {value}\n", "env.FOO", 5
+    elif form == "native":
+        text = (f"model: m/x\nenv:\n  OK: x\n  FOO: {value}\n"
+                "variants: {reference: {}}\ntasks: {t: {kind: synthetic}}\n")
+        key, at = "env.FOO", 4
+    else:
+        text = (
+            f"model: m/x\nvariants:\n  reference:\n    env:\n      FOO: {value.replace(chr(10), chr(10) + '    ')}\n"
+            "tasks: {t: {kind: synthetic}}\n"
+        )
+        key, at = "variants.reference.env.FOO", 5
+    at += 1 if line else 0
+    msg = err(write(tmp_path, text))
+    assert f"c.yaml:{at}: key '{key}': {shape}" in msg
 
 
-def test_native_misspelt_method_names_line_and_nearest(tmp_path):
-    # no method and no draft model: refused, naming the misspelt key and the nearest one
-    p = native(tmp_path, "methd: mtp, num_speculative_tokens: 2")
-    msg = err(p)
-    assert f"{p}:5" in msg
-    assert "variants.spec.speculative_config" in msg and "'methd'" in msg and "did you mean 'method'" in msg
+@pytest.mark.parametrize("item, line", [("[--a, b]", 5), ("{--dtype: float32}", 5)])
+def test_server_args_items_must_be_scalars(tmp_path, item, line):
+    msg = err(write(tmp_path, HEAD + f"server_args:\n  - --enforce-eager\n  - {item}\n"))
+    assert f"c.yaml:{line}: key 'server_args.1'" in msg
 
 
-def test_native_untyped_speculative_key_is_a_warning_and_passed_on(tmp_path):
-    p = native(tmp_path, "method: mtp, num_speculative_tokens: 2, num_speculative_token: 3")
-    cfg = load_config(p)
-    [w] = cfg.warnings
-    assert w.key == "variants.spec.speculative_config.num_speculative_token"
-    assert w.nearest == "num_speculative_tokens" and w.line == 5
-    argv = list(next(v for v in build_plan([cfg]).configs[0].variants if v.name == "spec").argv)
-    sent = json.loads(argv[argv.index("--speculative-config") + 1])
-    assert sent == {"method": "mtp", "num_speculative_tokens": 2, "num_speculative_token": 3}
-
-
-def test_vllm_form_untyped_speculative_key_inside_json_is_passed_to_vllm(tmp_path):
-    # vLLM's test passes the JSON to vLLM's own parser unchanged; evalrun warns and does the same
-    spec = '{"method":"mtp","num_speculative_token":2}'
-    p = write(tmp_path, f"model_name: a/b\naccuracy_threshold: 0.9\nserver_args: --speculative-config '{spec}'\n")
-    cfg = load_config(p)
-    [w] = cfg.warnings
-    assert w.line == 3 and w.key == "server_args.--speculative-config.num_speculative_token"
-    assert w.nearest == "num_speculative_tokens" and f"{p}:3" in w.message
-    argv = list(next(v for v in build_plan([cfg]).configs[0].variants if v.name == "spec_sync").argv)
-    assert json.loads(argv[argv.index("--speculative-config") + 1]) == json.loads(spec)
-
-
-def test_typed_values_are_checked(tmp_path):
-    assert "num_speculative_tokens" in err(native(tmp_path, "method: mtp, num_speculative_tokens: 0"))
-    assert "prompt_lookup_min (5) is larger than prompt_lookup_max (3)" in err(
-        native(tmp_path, "method: ngram, num_speculative_tokens: 2, prompt_lookup_min: 5, prompt_lookup_max: 3"))
-    assert "set 'method'" in err(native(tmp_path, "num_speculative_tokens: 2"))
-
-
-def test_speculative_keys_reach_the_command_unchanged(tmp_path):
-    p = native(tmp_path, "method: ngram, num_speculative_tokens: 3, prompt_lookup_min: 2, prompt_lookup_max: 4")
-    cp = build_plan([load_config(p)]).configs[0]
-    argv = list(next(v for v in cp.variants if v.name == "spec").argv)
-    sent = json.loads(argv[argv.index("--speculative-config") + 1])
-    assert sent == {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
-
-
-@pytest.mark.parametrize("k, floor, refused", [(2, "3.5", True), (2, "3.0", False), (1, "2.01", True)])
-def test_min_acceptance_length_above_one_plus_k_is_refused(tmp_path, k, floor, refused):
-    p = native(tmp_path, f"method: mtp, num_speculative_tokens: {k}", floor)
-    if not refused:
-        assert load_config(p).gates.min_acceptance_length == float(floor)
-        return
-    msg = err(p)
-    assert f"{p}:9" in msg and f"min_acceptance_length {float(floor)}" in msg and f"= {1 + k}" in msg
-
-
-def test_min_acceptance_length_refused_in_vllm_form(tmp_path):
-    spec = shlex.quote('{"method":"mtp","num_speculative_tokens":1}')
-    p = write(tmp_path, f"model_name: a/b\naccuracy_threshold: 0.9\nmin_acceptance_length: 2.5\n"
-                        f"server_args: --speculative-config {spec}\n")
-    msg = err(p)
-    assert f"{p}:3" in msg and "2.5" in msg and "= 2" in msg
+def test_server_args_as_a_mapping_is_refused(tmp_path):
+    msg = err(write(tmp_path, HEAD + "server_args: {--dtype: float32}\n"))
+    assert "c.yaml:3: key 'server_args': a mapping" in msg

@@ -1,4 +1,4 @@
-"""Hostile config files: alias bombs, recursive aliases, deep nesting, values of the wrong shape.
+"""Hostile YAML (:mod:`harness.config.yaml_load`): alias bombs, recursive aliases, deep nesting.
 
 Expected node counts are computed from the literal YAML by the recurrence written in each
 test, not taken from the loader; line numbers are counted by hand.
@@ -14,11 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.loader import ConfigError, load_config
-from harness.config.plan import build_plan
+from harness.config.loader import load_config
+from harness.config.schema import ConfigError
 from harness.config.yaml_load import MAX_ALIAS_NODES
-
-HEAD = "model_name: m/x\naccuracy_threshold: 0.5\n"
+from tests.config.texts import HEAD
 
 
 def write(tmp_path: Path, text: str, name: str = "c.yaml") -> Path:
@@ -122,44 +121,3 @@ def test_nesting_deeper_than_the_parser_is_a_config_error(tmp_path):
     p = write(tmp_path, HEAD + "x: " + "[" * 5000 + "]" * 5000 + "\n")
     assert "nested deeper" in err(p)
 
-
-# ------------------------------------------------------------------ shapes
-
-
-@pytest.mark.parametrize("form", ["vllm", "native", "variant"])
-@pytest.mark.parametrize("value, shape, line", [("[a, b]", "a list", None), ("{x: 1}", "a mapping", None),
-                                                ("\n    - a\n    - b", "a list", "+1")])
-def test_env_lists_and_mappings_are_refused_with_file_line_and_key(tmp_path, form, value, shape, line):
-    if form == "vllm":
-        text, key, at = HEAD + f"env:\n  OK: x\n  FOO: {value}\n", "env.FOO", 5
-    elif form == "native":
-        text = (f"model: m/x\nenv:\n  OK: x\n  FOO: {value}\n"
-                "variants: {reference: {}}\ntasks: {t: {kind: synthetic}}\n")
-        key, at = "env.FOO", 4
-    else:
-        text = (
-            f"model: m/x\nvariants:\n  reference:\n    env:\n      FOO: {value.replace(chr(10), chr(10) + '    ')}\n"
-            "tasks: {t: {kind: synthetic}}\n"
-        )
-        key, at = "variants.reference.env.FOO", 5
-    at += 1 if line else 0
-    msg = err(write(tmp_path, text))
-    assert f"c.yaml:{at}: key '{key}': {shape}" in msg
-
-
-def test_env_numbers_become_their_text_and_nothing_else_is_converted(tmp_path):
-    cfg = load_config(write(tmp_path, HEAD + "env: {A: 1, B: '2.5', C: 4096}\n"))
-    assert cfg.env == {"A": "1", "B": "2.5", "C": "4096"}
-    plan_env = build_plan([cfg]).configs[0].variants[0].env
-    assert plan_env["A"] == "1" and plan_env["C"] == "4096"
-
-
-@pytest.mark.parametrize("item, line", [("[--a, b]", 5), ("{--dtype: float32}", 5)])
-def test_server_args_items_must_be_scalars(tmp_path, item, line):
-    msg = err(write(tmp_path, HEAD + f"server_args:\n  - --enforce-eager\n  - {item}\n"))
-    assert f"c.yaml:{line}: key 'server_args.1'" in msg
-
-
-def test_server_args_as_a_mapping_is_refused(tmp_path):
-    msg = err(write(tmp_path, HEAD + "server_args: {--dtype: float32}\n"))
-    assert "c.yaml:3: key 'server_args': a mapping" in msg

@@ -1,0 +1,153 @@
+"""Model lists: one config per line (vLLM's ``models-*.txt``), found by name in
+``model_lists/`` or ``configs/`` (:func:`resolve_list_path`), read
+(:func:`read_model_list`) and loaded (:func:`load_model_list`), with the nearest names
+(:func:`nearest_names`) when a list or config is not found.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+from harness.config.loader import load_config
+from harness.config.schema import ConfigError, ModelConfig
+
+#: Folder of the repository that holds ``configs/`` and ``model_lists/``.
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+CONFIGS_DIR = PROJECT_ROOT / "configs"
+MODEL_LISTS_DIR = PROJECT_ROOT / "model_lists"
+
+
+def nearest_names(name: str, candidates: list[str], n: int = 3) -> list[str]:
+    """The candidates closest to ``name``: those whose stem starts with or contains
+    the name's stem first, then :func:`difflib.get_close_matches` (ratio >= 0.6) on
+    the stems, case-insensitive; at most ``n``, no repeats.
+
+    Args:
+        name: what the user typed (a file name or stem).
+        candidates: file names to choose from (e.g. ``Model-MTP.yaml``).
+
+    Returns:
+        Candidate names in order of closeness.
+    """
+    def stem(x: str) -> str:
+        return Path(x).stem.lower() if Path(x).suffix in (".yaml", ".yml", ".txt") else x.lower()
+
+    key = stem(Path(name).name)
+    stems = {stem(c): c for c in candidates}
+    out = [c for c in candidates if key and stem(c).startswith(key)]
+    out += [c for c in candidates if key and key in stem(c) and c not in out]
+    out += [stems[x] for x in difflib.get_close_matches(key, list(stems), n=n) if stems[x] not in out]
+    return out[:n]
+
+
+def _known_files() -> list[str]:
+    return sorted([x.name for x in MODEL_LISTS_DIR.glob("*.txt")]
+                  + [x.name for x in CONFIGS_DIR.glob("*.y*ml")])
+
+
+def resolve_list_path(name: str | Path) -> Path:
+    """Find a model list or a config: as given (absolute or relative to the cwd), else
+    by name in ``model_lists/``, else in ``configs/`` (a name without suffix also
+    tries ``.txt`` and ``.yaml``). A file that exists relative to the working
+    directory always wins over evalrun's built-in list of the same name, so
+    ``--config models-h200.txt`` run inside vLLM's ``tests/evals/gsm8k/configs/`` reads
+    vLLM's list. The path returned is absolute (the plan and the run record name it).
+
+    Raises:
+        ConfigError: naming every place looked in and the nearest list and config
+            names (:func:`nearest_names`) when nothing is found.
+    """
+    p = Path(name)
+    tried = [p]
+    if p.is_file():
+        return p.resolve()
+    if not p.is_absolute():
+        # a list by name in model_lists/, or a single config by name in configs/
+        names = [p] if p.suffix else [p, p.with_name(p.name + ".txt"), p.with_name(p.name + ".yaml")]
+        for q in [d / x for x in names for d in (MODEL_LISTS_DIR, CONFIGS_DIR)]:
+            tried.append(q)
+            if q.is_file():
+                return q.resolve()
+    near = nearest_names(str(name), _known_files())
+    hint = f"; nearest names: {', '.join(near)}" if near else ""
+    raise ConfigError(
+        f"model list or config '{name}' not found (looked in: {', '.join(str(t) for t in tried)}){hint}; "
+        f"available lists: {', '.join(sorted(x.name for x in MODEL_LISTS_DIR.glob('*.txt'))) or 'none'}"
+    )
+
+
+def read_model_list(path: str | Path) -> list[Path]:
+    """Read a model list: one config per line, ``#`` comments and blank lines ignored.
+
+    An entry resolves against the list's own folder first (vLLM keeps configs beside
+    its lists), then against ``configs/``. A ``.yaml``/``.yml`` given as the list is
+    taken as a one-entry list.
+
+    Returns:
+        The config paths, in list order.
+
+    Raises:
+        ConfigError: the list is missing or empty, or names files that do not exist
+            (every missing entry is named, with its line number).
+    """
+    path = resolve_list_path(path)
+    if path.suffix in (".yaml", ".yml"):
+        return [path]
+    entries: list[Path] = []
+    missing: list[str] = []
+    for lineno, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        cands = [path.parent / line, CONFIGS_DIR / line]
+        if Path(line).is_absolute():
+            cands = [Path(line)]
+        found = next((c for c in cands if c.is_file()), None)
+        if found is None:
+            pool = sorted({x.name for d in {c.parent for c in cands} if d.is_dir() for x in d.glob("*.y*ml")})
+            near = nearest_names(line, pool)
+            missing.append(
+                f"  {path}:{lineno}: '{line}' (looked in {', '.join(str(c.parent) for c in cands)})"
+                + (f"; nearest names: {', '.join(near)}" if near else "")
+            )
+        else:
+            entries.append(found)
+    if missing:
+        raise ConfigError(f"{path}: {len(missing)} missing config(s):\n" + "\n".join(missing))
+    if not entries:
+        raise ConfigError(f"{path}: the model list names no config (only comments or blank lines)")
+    return entries
+
+
+def load_model_list(path: str | Path) -> list[ModelConfig]:
+    """Read a model list and load every config in it.
+
+    Raises:
+        ConfigError: from :func:`read_model_list` or :func:`load_config`; all
+            config errors of the list are collected into one message.
+    """
+    return load_configs(read_model_list(path), path)
+
+
+def load_configs(paths: list[Path], list_path: str | Path) -> list[ModelConfig]:
+    """Load the configs at ``paths`` (entries of the model list ``list_path``).
+
+    Raises:
+        ConfigError: every config error collected into one message, or two configs
+            with the same name (naming the list).
+    """
+    configs: list[ModelConfig] = []
+    errors: list[str] = []
+    for p in paths:
+        try:
+            configs.append(load_config(p))
+        except ConfigError as e:
+            errors.append(str(e))
+    if errors:
+        raise ConfigError("\n".join(errors))
+    names = [c.name for c in configs]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigError(f"{list_path}: config names appear twice: {', '.join(dupes)}")
+    return configs

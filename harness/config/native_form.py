@@ -1,0 +1,169 @@
+"""The native config form (recognised by a top-level ``variants`` key): explicit
+variants, tasks, comparisons and gates, validated strictly (:class:`NativeConfig`) and
+turned into a :class:`~harness.config.schema.ModelConfig` (:func:`from_native`).
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+from pydantic import Field
+
+from harness.config.schema import (
+    DEFAULT_MAX_CONCURRENCY,
+    ArgsStr,
+    ComparisonSpec,
+    ConfigError,
+    ConfigWarning,
+    EnvDict,
+    GateSpec,
+    ModelConfig,
+    TaskSpec,
+    VariantSpec,
+    StrictModel,
+)
+from harness.config.server_args import (
+    doubt_warnings,
+    pop_speculative_config,
+    refuse_owned_flags,
+    speculative_warnings,
+    split_args,
+)
+from harness.config.yaml_load import KeyPath
+from harness.faults.plugin import known_faults  # standard library only
+
+
+class NativeConfig(StrictModel):
+    """The native YAML form (recognised by its ``variants`` key).
+
+    ``per_request_metrics: true`` sends a task's requests one at a time and reads the
+    cumulative ``/metrics`` counters around each, so every sample carries its own
+    draft / accepted counts and acceptance figures get per-request bootstrap intervals
+    (slower: no concurrency). Default False.
+
+    ``trust_remote_code: true`` adds ``--trust-remote-code`` to every variant's command,
+    as vLLM's GSM8K test does for every config of its form (default False: a native
+    config runs no model code from the hub unless it says so).
+    """
+
+    name: str | None = None
+    model: str
+    server_args: ArgsStr = ""
+    env: EnvDict = Field(default_factory=dict)
+    startup_max_wait_seconds: float = Field(default=600, gt=0)
+    request_timeout_seconds: float = Field(default=600, gt=0)
+    max_concurrency: int = Field(default=DEFAULT_MAX_CONCURRENCY, ge=1)
+    per_request_metrics: bool = False
+    trust_remote_code: bool = False
+    variants: dict[str, VariantSpec]
+    tasks: dict[str, TaskSpec]
+    gates: GateSpec = Field(default_factory=GateSpec)
+    comparisons: list[ComparisonSpec] = Field(default_factory=list)
+
+
+
+def _check_native_names(c: NativeConfig, path: Path) -> None:
+    """Every comparison of a native config names variants and tasks it defines.
+
+    Raises:
+        ConfigError: no variant or no task, or a comparison naming an unknown one (with
+            the nearest variant name).
+    """
+    if not c.variants:
+        raise ConfigError(f"{path}: 'variants' must name at least one variant")
+    if not c.tasks:
+        raise ConfigError(f"{path}: 'tasks' must name at least one task")
+    for i, comp in enumerate(c.comparisons):
+        for role in ("baseline", "candidate"):
+            v = getattr(comp, role)
+            if v not in c.variants:
+                near = difflib.get_close_matches(v, list(c.variants), n=1)
+                hint = f"; did you mean '{near[0]}'?" if near else ""
+                raise ConfigError(
+                    f"{path}: comparisons.{i}.{role}: no variant named '{v}'{hint} "
+                    f"(variants: {', '.join(c.variants)})"
+                )
+    for i, comp in enumerate(c.comparisons):
+        for t in comp.tasks or []:
+            if t not in c.tasks:
+                raise ConfigError(
+                    f"{path}: comparisons.{i}.tasks: no task named '{t}' (tasks: {', '.join(c.tasks)})"
+                )
+
+
+def _native_variant_warnings(c: NativeConfig, path: Path, lines: dict[KeyPath, int] | None) -> list[ConfigWarning]:
+    """Check each variant of a native config (its server arguments, its fault) and
+    return the warnings of its speculative config.
+
+    Raises:
+        ConfigError: an owned flag or ``--speculative-config`` in a variant's server_args,
+            or an unknown fault (with the nearest name).
+    """
+    warns: list[ConfigWarning] = []
+    for name, v in c.variants.items():
+        if v.speculative_config is not None:
+            warns += speculative_warnings(v.speculative_config, path,
+                                          (lines or {}).get(("variants", name, "speculative_config")),
+                                          f"variants.{name}.speculative_config")
+        vargs = _native_server_args(v.server_args, f"{path}: variants.{name}.server_args",
+                                    "the variant's 'speculative_config' mapping (it is typed and checked "
+                                    "there), not in server_args")
+        warns += doubt_warnings(vargs, path, (lines or {}).get(("variants", name, "server_args")))
+        if v.fault is not None and v.fault not in known_faults():
+            near = difflib.get_close_matches(v.fault, known_faults(), n=1)
+            hint = f"; did you mean '{near[0]}'?" if near else ""
+            raise ConfigError(
+                f"{path}: variants.{name}.fault: unknown fault '{v.fault}'{hint} "
+                f"(known: {', '.join(known_faults())})"
+            )
+    return warns
+
+
+def _native_server_args(raw: str, where: str, put_it: str) -> list[str]:
+    """A native config's ``server_args`` (common or a variant's, at ``where``) split into argv.
+
+    Raises:
+        ConfigError: a flag evalrun sets itself (:func:`refuse_owned_flags`), or
+            ``--speculative-config`` (the message says to put it in ``put_it``).
+    """
+    args = split_args(raw, where)
+    refuse_owned_flags(args, where)
+    _, spec = pop_speculative_config(args, where)
+    if spec is not None:
+        raise ConfigError(f"{where}: put --speculative-config (or its shorthands) in {put_it}")
+    return args
+
+
+def from_native(c: NativeConfig, path: Path, sha: str, lines: dict[KeyPath, int] | None = None) -> ModelConfig:
+    """A native-form config (``c``, read from ``path``) as a :class:`ModelConfig`.
+
+    Raises:
+        ConfigError: see :func:`_check_native_names` and :func:`_native_variant_warnings`;
+            also ``--speculative-config`` in the common server_args.
+    """
+    _check_native_names(c, path)
+    common = _native_server_args(c.server_args, f"{path}: server_args",
+                                 "a variant's 'speculative_config', not in the common server_args")
+    warns = doubt_warnings(common, path, (lines or {}).get(("server_args",)))
+    warns += _native_variant_warnings(c, path, lines)
+    return ModelConfig(
+        name=c.name or path.stem,
+        path=path.resolve(),
+        sha256=sha,
+        form="native",
+        model=c.model,
+        server_args=tuple(common),
+        env=dict(c.env),
+        startup_max_wait_seconds=c.startup_max_wait_seconds,
+        request_timeout_seconds=c.request_timeout_seconds,
+        max_concurrency=c.max_concurrency,
+        per_request_metrics=c.per_request_metrics,
+        trust_remote_code=c.trust_remote_code,
+        warnings=tuple(warns),
+        variants=dict(c.variants),
+        tasks=dict(c.tasks),
+        gates=c.gates,
+        comparisons=tuple(c.comparisons),
+    )
+

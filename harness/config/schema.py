@@ -1,0 +1,497 @@
+"""The validated config types, whichever YAML form they came from.
+
+:class:`ModelConfig` is what the loader returns (:func:`harness.config.loader.load_config`):
+frozen pydantic models of the variants (:class:`VariantSpec`, with its
+:class:`SpeculativeConfigSpec`), tasks (:class:`TaskSpec`), gates (:class:`GateSpec`)
+and comparisons (:class:`ComparisonSpec`), and the warnings the loader flagged
+(:class:`ConfigWarning`). Every error of a config, model list or key is a :class:`ConfigError`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import shlex
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+#: A value as YAML or JSON from outside gives it, before validation (a mapping, a list,
+#: a string, a number, a boolean or None): the input of a field's ``BeforeValidator``.
+RawValue = object
+#: A JSON value whose shape vLLM owns, not evalrun (a speculative-config value passed to
+#: vLLM unchanged, a setting the engine reports): any of JSON's types.
+JsonValue = Any
+
+#: Default of vLLM's GSM8K test (``tests/evals/gsm8k/test_gsm8k_correctness.py``):
+#: absolute tolerance below ``accuracy_threshold``.
+DEFAULT_TOLERANCE = 0.08
+#: Default start-up wait of vLLM's GSM8K test (``DEFAULT_STARTUP_MAX_WAIT_SECONDS`` in
+#: ``tests/evals/gsm8k/test_gsm8k_correctness.py``), in seconds.
+DEFAULT_STARTUP_MAX_WAIT_SECONDS = 1200
+#: Default request timeout of vLLM's GSM8K test and evalrun, in seconds.
+DEFAULT_REQUEST_TIMEOUT_SECONDS = 600
+#: Requests in flight per variant by default: vLLM's gsm8k_eval.py without
+#: ``--max-concurrency`` is bounded only by aiohttp's ``TCPConnector`` limit of 100.
+DEFAULT_MAX_CONCURRENCY = 100
+#: Largest log-probability gap (nats) between the reference's own token and the candidate's
+#: at a first divergence that is still a benign near-tie (harness.analysis.divergence).
+#: 0.5: above the 0.19-nat tie the trained tiny model flips between reference and MTP in
+#: bf16 on the CPU (gsm8k/test/2), with margin below the >= 1.75-nat gaps at every other
+#: position of that completion; a 0.5-nat gap is a probability ratio of e^0.5 = 1.65
+#: between the two tokens, which a kernel's rounding can cross, while a wrong state puts
+#: the candidate's token several nats down. Measure it on a known-good build with
+#: ``evalrun calibrate`` and set ``near_tie_nats`` per comparison.
+DEFAULT_NEAR_TIE_NATS = 0.5
+
+
+def _is_int(x: RawValue) -> bool:
+    """``x`` is an integer and not a boolean (YAML's ``true`` is a Python ``bool``, an ``int``)."""
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _env_to_str(v: RawValue) -> RawValue:
+    """Environment values are strings: an integer (YAML's plain ``1``) becomes its text;
+    any other non-string (a list, a mapping, a float, a boolean, null) is left for the
+    ``str`` type to refuse, naming the key (:func:`harness.config.yaml_pitfalls.check_yaml` refuses them first, with
+    their line)."""
+    if isinstance(v, dict):
+        return {str(k): str(x) if _is_int(x) else x for k, x in v.items()}
+    return v
+
+
+#: An environment mapping of strings; values written as plain decimal integers in YAML
+#: become their text (other non-strings are refused).
+EnvDict = Annotated[dict[str, str], BeforeValidator(_env_to_str)]
+
+
+def _args_to_str(v: RawValue) -> RawValue:
+    """``server_args`` may be a shell-like string or a list of arguments; a list is
+    joined with :func:`shlex.join`, so it splits back into exactly its items. An item
+    must be a string or an integer (its text).
+
+    Raises:
+        ValueError: an item of another type (a list, a mapping, a float, a boolean, null).
+    """
+    if isinstance(v, list):
+        bad = [(i, x) for i, x in enumerate(v) if not (isinstance(x, str) or _is_int(x))]
+        if bad:
+            i, x = bad[0]
+            raise ValueError(f"item {i} is {type(x).__name__} {x!r}: each argument must be a string or an integer")
+        return shlex.join(str(x) for x in v)
+    return v
+
+
+#: Server arguments: a string split like a shell, or a YAML list of arguments.
+ArgsStr = Annotated[str, BeforeValidator(_args_to_str)]
+
+
+class ConfigError(ValueError):
+    """A config, model list or key is invalid. The message names file, key and line."""
+
+
+class StrictModel(BaseModel):
+    """Frozen, unknown keys refused, and strict: a value of the wrong type is refused, never
+    converted (``accuracy_threshold: "0.9"`` or ``true``, ``num_questions: 5.5``); an integer
+    is accepted where a float is asked."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class TaskSpec(StrictModel):
+    """One task of a config.
+
+    Attributes:
+        kind: task implementation; ``gsm8k`` (real GSM8K, test split with few-shot
+            examples from train) or ``synthetic`` (evalrun's generated arithmetic set).
+        num_questions: questions taken from the start of the test split (None = all).
+            Data holding fewer is refused before any server starts, unless
+            ``num_questions_up_to`` is true ("up to N": then all there are are asked).
+        num_questions_up_to: ``num_questions`` is a maximum, not a count.
+        num_fewshot: few-shot examples prepended to each prompt.
+        max_tokens: completion budget per request, in tokens.
+        temperature: sampling temperature (0 = greedy). None: not sent, the server's
+            default applies (the model's generation config; vLLM's ``gsm8k_eval.py``
+            omits a None temperature). A task that samples (temperature > 0 or None,
+            :attr:`samples`) gets no token-sequence output-match gate.
+        seed: per-request sampling seed sent to the server (``seed`` of the request
+            body); None: no seed is sent, as vLLM's ``gsm8k_eval.py`` does for
+            ``seed: null`` (for engines that refuse per-request seeds).
+        required: when False, a task whose data cannot be had is reported as
+            ``not run`` (loudly, and never as passed) instead of stopping the run.
+        lm_eval_task: kind ``lm_eval`` only: the lm-eval task name (``gsm8k_cot``,
+            ``mmlu``, or one defined in ``lm_eval_include_path``); see
+            :mod:`harness.tasks.lm_eval_task`. ``num_questions`` is lm-eval's ``limit``,
+            ``num_fewshot`` its ``num_fewshot``, ``max_tokens`` its ``max_gen_toks``.
+        lm_eval_include_path: kind ``lm_eval`` only: a folder of lm-eval task YAMLs
+            (relative to the config file), searched instead of lm-eval's own tasks.
+        gates: per-task overrides of the config's ``gates`` (only the keys written
+            here change; e.g. ``{accuracy_threshold: null}`` drops the floor for this
+            task). See :meth:`ModelConfig.gates_for`.
+        gen_prefix: kind ``gsm8k`` only: text written right after ``Answer:`` in every
+            few-shot example and in the question (vLLM's ``gen_prefix``, e.g. an empty
+            thinking block to skip reasoning); default none.
+        use_chat_completions: kind ``gsm8k`` only: send the same few-shot prompt as one
+            user message to ``/v1/chat/completions`` with vLLM's stop strings
+            (``Question``, ``Assistant:``, ``<|separator|>``), as vLLM's ``gsm8k_eval.py``
+            does; default ``/v1/completions`` with evalrun's few-shot delimiter.
+    """
+
+    kind: Literal["gsm8k", "synthetic", "lm_eval"] = "gsm8k"
+    num_questions: int | None = Field(default=None, ge=1)
+    num_questions_up_to: bool = False
+    num_fewshot: int = Field(default=5, ge=0)
+    max_tokens: int = Field(default=256, ge=1)
+    temperature: float | None = Field(default=0.0, ge=0.0)
+    seed: int | None = 42
+    required: bool = True
+    gates: "GateSpec | None" = None
+    lm_eval_task: str | None = None
+    lm_eval_include_path: str | None = None
+    gen_prefix: str = ""
+    use_chat_completions: bool = False
+
+    @model_validator(mode="after")
+    def _lm_eval_needs_a_task(self) -> "TaskSpec":
+        if self.kind != "gsm8k" and (self.gen_prefix or self.use_chat_completions):
+            raise ValueError("gen_prefix / use_chat_completions are only for kind gsm8k")
+        if self.kind == "lm_eval" and (self.seed is None or self.temperature is None):
+            raise ValueError("kind lm_eval needs a seed and a temperature (lm-eval seeds its own sampling "
+                             "with them); seed: null / temperature: null are for kinds gsm8k and synthetic")
+        if self.kind == "lm_eval" and not self.lm_eval_task:
+            raise ValueError("kind lm_eval needs lm_eval_task (an lm-eval task name, e.g. gsm8k_cot)")
+        if self.kind != "lm_eval" and (self.lm_eval_task or self.lm_eval_include_path):
+            raise ValueError("lm_eval_task / lm_eval_include_path are only for kind lm_eval")
+        return self
+
+    @property
+    def samples(self) -> bool:
+        """The task samples: temperature above 0, or not sent (None: the server's default,
+        which may sample). Two correct samplers draw different tokens, so a sampling task
+        gets no token-sequence output-match gate (:func:`harness.config.gates.plan_gates`)."""
+        return self.temperature is None or self.temperature > 0
+
+
+class GateSpec(StrictModel):
+    """Per-variant absolute gates (they apply to every variant of the config).
+
+    Attributes:
+        accuracy_threshold: expected accuracy (fraction); floor = threshold - tolerance.
+            None disables the floor gate.
+        tolerance: absolute allowance below the threshold (vLLM default 0.08).
+        calibration_questions: number of questions the threshold was measured on
+            (None = unknown); used by the statistics to widen the floor for smaller runs.
+        accuracy_pipeline: which answer pipeline the accuracy gates read: evalrun's
+            number-aware ``strict-numeric`` / ``flexible-numeric`` (default), or
+            lm-eval's exact ``strict-match`` / ``flexible-extract`` (needs lm-eval), or for
+            a ``kind: lm_eval`` task one of its pipelines (``acc``, ``strict-match``, ...,
+            see :mod:`harness.tasks.lm_eval_task`). A pipeline a task does not compute
+            makes its accuracy gates NOT RUN (never passed).
+        min_acceptance_length: floor of mean acceptance length for speculative
+            variants (None disables).
+        max_error_rate: largest allowed share of failed requests (default 0).
+        baseline_max_accuracy_drop: largest allowed accuracy drop of a variant since
+            the stored baseline (``--baseline``; fraction); None disables.
+        baseline_max_acceptance_length_drop: largest allowed drop of mean acceptance
+            length since the stored baseline (tokens); None disables.
+        baseline_alpha: significance level of the one-sided test (paired McNemar, or
+            Fisher's exact test without per-question data) against the baseline.
+        multiple_testing: ``holm`` judges the significance part of the config's
+            ``max_accuracy_drop`` gates with Holm's step-down correction (Holm 1979,
+            Scand. J. Statist. 6:65-70), so that their family-wise false-fail
+            probability is at most alpha; ``none`` (default) tests each at its alpha.
+        max_truncation_rate: largest allowed share of successful completions cut by
+            ``max_tokens`` (``finish_reason: length``), per variant and task; None
+            (default) disables the gate (the share is recorded and shown either way).
+        position_acceptance_rtol: relative tolerance of the per-position acceptance
+            gates (``max_position_acceptance_drop`` between two speculative variants with
+            the same speculative config, ``baseline_position_acceptance_drop`` against the
+            stored baseline): a draft position fails when its acceptance rate
+            (accepted_per_pos[i] / drafts) is below ``(1 - rtol)`` times the other side's
+            and the drop is significant; default 0.05, vLLM's own spec-decode acceptance
+            tests' ``DEFAULT_RTOL``. None disables both gates.
+        position_acceptance_alpha: one-sided level of the per-position test (pooled
+            two-proportion z test on the counts, Holm-corrected across the positions of
+            one gate).
+    """
+
+    accuracy_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
+    tolerance: float = Field(default=DEFAULT_TOLERANCE, ge=0.0, le=1.0)
+    calibration_questions: int | None = Field(default=None, ge=1)
+    accuracy_pipeline: str = Field(default="flexible-numeric", min_length=1)
+    min_acceptance_length: float | None = Field(default=None, ge=1.0)
+    max_error_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+    baseline_max_accuracy_drop: float | None = Field(default=0.05, ge=0.0, le=1.0)
+    baseline_max_acceptance_length_drop: float | None = Field(default=0.1, ge=0.0)
+    baseline_alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
+    multiple_testing: Literal["none", "holm"] = "none"
+    max_truncation_rate: float | None = Field(default=None, ge=0.0, le=1.0)
+    position_acceptance_rtol: float | None = Field(default=0.05, ge=0.0, lt=1.0)
+    position_acceptance_alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
+
+
+TaskSpec.model_rebuild()
+
+
+class ComparisonSpec(StrictModel):
+    """A gated comparison of a candidate variant against a baseline variant.
+
+    Attributes:
+        baseline: name of the variant compared against (usually ``reference``).
+        candidate: name of the variant under test.
+        tasks: the tasks whose comparison is gated (None = every task); the
+            comparison is recorded for every task either way.
+        max_accuracy_drop: largest allowed accuracy drop (fraction, baseline minus
+            candidate) on the paired questions; None disables.
+        min_output_match: smallest allowed share of questions with identical completion
+            token ids; None disables.
+        max_acceptance_length_drop: largest allowed drop of mean acceptance length
+            (tokens); only for two speculative variants; None disables.
+        alpha: significance level of the one-sided paired test (McNemar) that also
+            fails the accuracy gate when the candidate is significantly worse.
+        expected_discordance: assumed share of questions answered right by exactly
+            one of the two variants, used only by ``--dry-run`` to state the smallest
+            accuracy drop the paired test detects (:func:`harness.analysis.stats.min_detectable_drop`).
+        noise_runs: 2 runs the baseline variant's tasks twice on the same server; the
+            baseline-vs-baseline output mismatches are the noise the candidate's
+            output mismatches are judged against (docs/gates.md). 1 = no rerun.
+        noise_mismatch_rate: a stored baseline-vs-baseline output mismatch rate
+            (fraction of questions, e.g. from ``evalrun calibrate``) used as the noise
+            when the baseline is not rerun in this run; None = none.
+        output_match_alpha: significance level of the output-match test against noise
+            (None = ``alpha``).
+        near_tie_nats: a divergence is explained when the reference ranks the
+            candidate's token at most this many nats below its own
+            (:data:`DEFAULT_NEAR_TIE_NATS`); the output-match gate counts the
+            unexplained ones. None: no classification (every mismatch counts).
+        noise_runs_when: ``always`` reruns the baseline (``noise_runs: 2``) in any case;
+            ``unexplained`` only when divergences are left that the reference's
+            distribution cannot judge (docs/gates.md, "Near ties").
+        allow_mixed_runners: the two variants may run different model runners (V1 /
+            V2); otherwise that fails ``variant_effective``.
+    """
+
+    baseline: str
+    candidate: str
+    tasks: list[str] | None = None
+    max_accuracy_drop: float | None = Field(default=0.05, ge=0.0, le=1.0)
+    min_output_match: float | None = Field(default=1.0, ge=0.0, le=1.0)
+    max_acceptance_length_drop: float | None = Field(default=None, ge=0.0)
+    alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
+    expected_discordance: float = Field(default=0.05, gt=0.0, le=1.0)
+    noise_runs: int = Field(default=1, ge=1, le=2)
+    noise_mismatch_rate: float | None = Field(default=None, ge=0.0, le=1.0)
+    output_match_alpha: float | None = Field(default=None, gt=0.0, lt=1.0)
+    near_tie_nats: float | None = Field(default=DEFAULT_NEAR_TIE_NATS, ge=0.0)
+    noise_runs_when: Literal["always", "unexplained"] = "always"
+    allow_mixed_runners: bool = False
+
+
+class SpeculativeConfigSpec(BaseModel):
+    """A variant's speculative config: the keys of vLLM's ``SpeculativeConfig``
+    (``vllm/config/speculative.py``, vLLM 0.32) that a user sets, typed.
+
+    Sent to the server as ``--speculative-config '<JSON>'`` with only the keys written
+    in the config (:meth:`as_dict`). A key not typed here (vLLM adds fields between
+    releases, e.g. ``dspark_budget_frac``) is passed to vLLM unchanged and checked by
+    vLLM's own parser before launch (:mod:`harness.engine.preflight`); the loader
+    records a warning naming it and the nearest typed key (``methd`` -> ``method``).
+    evalrun itself reads only ``method``, ``model`` and ``num_speculative_tokens``
+    (attributes); the mapping as written is :meth:`as_dict`.
+
+    Attributes (units as in vLLM):
+        method: speculative method, e.g. ``mtp``, ``qwen3_next_mtp``, ``eagle``,
+            ``eagle3``, ``ngram``, ``draft_model``, ``suffix``, ``medusa``; a string,
+            not an enum here, because vLLM adds methods between releases (the engine
+            rejects an unknown one at start-up, and the effective method is checked
+            against ``/server_info``).
+        num_speculative_tokens: draft tokens proposed per step (>= 1).
+        model: draft model (hub id or path) for ``draft_model`` / EAGLE / Medusa.
+        prompt_lookup_min, prompt_lookup_max: n-gram window bounds of ``ngram``
+            (>= 1; min <= max).
+        draft_tensor_parallel_size, tensor_parallel_size: draft model parallelism.
+        quantization, revision, code_revision, max_model_len, enforce_eager,
+        kv_cache_dtype, attention_backend, moe_backend: draft-model settings.
+        disable_padded_drafter_batch, disable_eagle_block_drop, parallel_drafting,
+        use_local_argmax_reduction, use_heterogeneous_vocab,
+        index_share_for_mtp_iteration, enable_adaptive_verification: EAGLE/MTP
+            switches.
+        suffix_decoding_max_tree_depth, suffix_decoding_max_cached_requests,
+        suffix_decoding_max_spec_factor, suffix_decoding_min_token_prob: ``suffix``.
+        num_speculative_tokens_per_batch_size: ``[[min_bs, max_bs, k], ...]``.
+        rejection_sample_method, draft_sample_method, dspark_draft_topk,
+        synthetic_acceptance_rates, synthetic_acceptance_length: sampling of drafts.
+    """
+
+    # lax as vLLM's own pydantic SpeculativeConfig, which receives this JSON unchanged
+    model_config = ConfigDict(extra="allow", frozen=True, strict=False)
+
+    method: str | None = None
+    num_speculative_tokens: int | None = Field(default=None, ge=1)
+    model: str | None = None
+    prompt_lookup_min: int | None = Field(default=None, ge=1)
+    prompt_lookup_max: int | None = Field(default=None, ge=1)
+    draft_tensor_parallel_size: int | None = Field(default=None, ge=1)
+    tensor_parallel_size: int | None = Field(default=None, ge=1)
+    quantization: str | None = None
+    revision: str | None = None
+    code_revision: str | None = None
+    max_model_len: int | None = Field(default=None, ge=1)
+    enforce_eager: bool | None = None
+    kv_cache_dtype: str | None = None
+    attention_backend: str | None = None
+    moe_backend: str | None = None
+    disable_padded_drafter_batch: bool | None = None
+    disable_eagle_block_drop: bool | None = None
+    parallel_drafting: bool | None = None
+    use_local_argmax_reduction: bool | None = None
+    use_heterogeneous_vocab: bool | None = None
+    index_share_for_mtp_iteration: bool | None = None
+    enable_adaptive_verification: bool | None = None
+    suffix_decoding_max_tree_depth: int | None = Field(default=None, ge=1)
+    suffix_decoding_max_cached_requests: int | None = Field(default=None, ge=0)
+    suffix_decoding_max_spec_factor: float | None = Field(default=None, ge=0.0)
+    suffix_decoding_min_token_prob: float | None = Field(default=None, ge=0.0, le=1.0)
+    num_speculative_tokens_per_batch_size: list[tuple[int, int, int]] | None = None
+    rejection_sample_method: Literal["standard", "synthetic", "block"] | None = None
+    draft_sample_method: Literal["greedy", "probabilistic"] | None = None
+    dspark_draft_topk: int | None = Field(default=None, ge=1)
+    synthetic_acceptance_rates: list[float] | None = None
+    synthetic_acceptance_length: float | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "SpeculativeConfigSpec":
+        if self.method is None and self.model is None:
+            near = [k for k in self.untyped_keys()
+                    if difflib.get_close_matches(k, ["method", "model"], n=1, cutoff=0.6)]
+            hint = "".join(f"; '{k}' is not a key: did you mean "
+                           f"'{difflib.get_close_matches(k, ['method', 'model'], n=1, cutoff=0.6)[0]}'?"
+                           for k in near)
+            raise ValueError(f"set 'method' (e.g. mtp, ngram, eagle) or a draft 'model'{hint}")
+        lo, hi = self.prompt_lookup_min, self.prompt_lookup_max
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError(f"prompt_lookup_min ({lo}) is larger than prompt_lookup_max ({hi})")
+        return self
+
+    def as_dict(self) -> dict[str, JsonValue]:
+        """The keys written in the config, as the JSON mapping for ``--speculative-config``
+        (keys evalrun does not type included, unchanged)."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+    def untyped_keys(self) -> list[str]:
+        """The keys written that evalrun does not type (passed to vLLM unchanged)."""
+        return sorted(self.model_extra or {})
+
+
+
+class VariantSpec(StrictModel):
+    """One way to run the model.
+
+    Attributes:
+        speculative_config: the ``--speculative-config`` settings
+            (:class:`SpeculativeConfigSpec`), or None (no speculative decoding).
+        async_scheduling: True adds ``--async-scheduling``, False adds
+            ``--no-async-scheduling``, None leaves the engine default.
+        server_args: extra server arguments for this variant (a shell-like string,
+            split with :func:`shlex.split`, never run through a shell).
+        env: extra environment for this variant's server.
+        fault: name of a fault to inject with evalrun's vLLM plugin (None = clean).
+        expected_effective: per platform (``cpu``, ``cuda``, ...), settings the engine
+            is known to override there, e.g. ``{"cpu": {"async_scheduling": false}}``:
+            the variant is still reported as not effective, but its gate passes.
+        engine_facts: ``required`` (default): the engine's effective configuration
+            (``/server_info``, ``/version``) must be readable, else ``variant_effective``
+            fails; ``not_reported``: this engine cannot report it, so the gate is NOT
+            RUN instead (never passed).
+        not_applicable: a reason this variant cannot run on the engine (e.g. vLLM refuses
+            async scheduling with the config's drafter): the plan shows it, no server
+            starts, and every gate of the variant is NOT RUN with this reason (never
+            passed). Derived by the loader for vLLM-form configs; None = runs.
+        model_runner: ``v1`` / ``v2`` sets ``VLLM_USE_V2_MODEL_RUNNER`` (0 / 1) for this
+            variant's server, and ``variant_effective`` checks the runner the engine
+            used; None leaves vLLM's default (V2 on CUDA with Triton, V1 on the CPU).
+    """
+
+    speculative_config: SpeculativeConfigSpec | None = None
+    async_scheduling: bool | None = None
+    server_args: ArgsStr = ""
+    env: EnvDict = Field(default_factory=dict)
+    fault: str | None = None
+    expected_effective: dict[str, dict[str, JsonValue]] = Field(default_factory=dict)
+    engine_facts: Literal["required", "not_reported"] = "required"
+    not_applicable: str | None = None
+    model_runner: Literal["v1", "v2"] | None = None
+
+
+class ConfigWarning(StrictModel):
+    """Something in a config that evalrun reads but does not refuse (vLLM's form only:
+    its test never refuses a key), recorded in the plan and, as it is, in the run record
+    (``ConfigResult.config_warnings`` of :mod:`harness.records.run_record`).
+
+    Attributes:
+        file: the config file.
+        line: 1-based line of the key (None when unknown).
+        key: dotted key path, e.g. ``max_model_len`` or ``server_args.--speculative-config.foo``.
+        nearest: the nearest key evalrun knows there (None when nothing is close).
+        message: one sentence naming the file, line, key, nearest key and what evalrun does.
+    """
+
+    file: str
+    line: int | None = None
+    key: str
+    nearest: str | None = None
+    message: str
+
+
+class ModelConfig(StrictModel):
+    """A validated config, whichever form it came from.
+
+    Attributes:
+        name: config name (the file stem unless the native form sets ``name``).
+        path: the YAML file it came from.
+        sha256: hex SHA-256 of the file's bytes (provenance).
+        form: ``vllm-gsm8k`` or ``native``.
+        model: model id, local path, or ``builtin:<name>`` (a model evalrun builds).
+        server_args: common server arguments, already split (list of argv items).
+        env: common server environment.
+        variants: variant name -> spec, in run order (``reference`` first).
+        tasks: task name -> spec.
+        gates: absolute per-variant gates.
+        comparisons: gated pairs of variants.
+        per_request_metrics: send requests one at a time and record per-request
+            speculative-decoding counts on each sample (native form only).
+        trust_remote_code: add ``--trust-remote-code`` to every command (always for the
+            vLLM form, as vLLM's test does; the native form opts in).
+        rocm_request_timeout_seconds: request timeout used instead of
+            ``request_timeout_seconds`` when the engine runs on ROCm (vLLM form only,
+            as vLLM's test reads it); None = the same timeout everywhere.
+        warnings: what the loader accepted but flagged (:class:`ConfigWarning`).
+    """
+
+    name: str
+    path: Path
+    sha256: str
+    form: Literal["vllm-gsm8k", "native"]
+    model: str
+    server_args: tuple[str, ...]
+    env: dict[str, str]
+    startup_max_wait_seconds: float
+    request_timeout_seconds: float = 600
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY
+    per_request_metrics: bool = False
+    trust_remote_code: bool = False
+    rocm_request_timeout_seconds: float | None = None
+    warnings: tuple[ConfigWarning, ...] = ()
+    variants: dict[str, VariantSpec]
+    tasks: dict[str, TaskSpec]
+    gates: GateSpec
+    comparisons: tuple[ComparisonSpec, ...]
+
+    def gates_for(self, task: str) -> GateSpec:
+        """The gates of one task: the config's ``gates`` with the keys the task's own
+        ``gates`` sets written over them."""
+        over = self.tasks[task].gates
+        if over is None:
+            return self.gates
+        return self.gates.model_copy(update={k: getattr(over, k) for k in over.model_fields_set})
+

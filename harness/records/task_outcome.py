@@ -1,0 +1,35 @@
+"""What one task produced on one variant's engine, before judging: the raw completions,
+the speculative-decoding counter difference over the task and its seconds.
+
+The engine session builds it (:meth:`harness.engine.session.VariantSession.run_task`),
+the task stage judges its completions (:mod:`harness.tasks.base`), and the record's
+result construction reads its counters and seconds (:mod:`harness.records.results`);
+it lives in the record stage, the earliest of the three.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.records.completions import Completion
+from harness.records.measures import SpecDecodeCountersRecord, SpecDecodeRecord
+
+
+@dataclass(frozen=True)
+class TaskOutcome:
+    """What one task produced on one variant.
+
+    Attributes:
+        completions: one raw completion per request, in request order.
+        spec_counters: counter difference over the task (None when the variant does
+            not speculate).
+        spec_metrics: ratios derived from ``spec_counters`` (None likewise).
+        metrics_error: why speculative metrics could not be read, else None.
+        seconds: wall-clock seconds of the task.
+    """
+
+    completions: tuple[Completion, ...]
+    spec_counters: SpecDecodeCountersRecord | None
+    spec_metrics: SpecDecodeRecord | None
+    metrics_error: str | None
+    seconds: float
