@@ -5,29 +5,26 @@ measurements and the ratio, never pass/fail.
 
 Run from the repository root with the project's venv::
 
-    .venv/bin/python bench/process_overhead.py --data-dir DATA/gsm8k [--repeats 2] [--latency-ms 500]
+    .venv/bin/python bench/process_overhead.py --data-dir DATA/gsm8k [--repeats 2] [--latency-ms 500] \
+        [--check instant|real] [--no-preflight-cache]
 
 What is timed (wall seconds of the whole process, start to exit, medians over
 ``--repeats`` interleaved runs):
 
 * ``evalrun``: ``python -m harness.cli --config <one variant, GSM8K 1319 questions, 5-shot>
-  --python <stub wrapper>``: the real CLI, pre-launch check (the installed vLLM's own parser,
-  as in every run), the server lifecycle (the stub is started as the server), 1319 requests
-  at once, judging, statistics, the run record and every report.
+  --python <stub wrapper>``: the real CLI, pre-launch check (``--check``), the server
+  lifecycle (the stub is started as the server), 1319 requests at once, judging, statistics, the run record and every report.
 * ``vllm-script``: a script doing what vLLM's ``tests/evals/gsm8k/gsm8k_eval.py`` does in
   its process: import its modules, read the GSM8K test and train files, build the 5-shot
   prompts, send every question at once with aiohttp + ``tqdm.asyncio.gather``, score by the
   last integer, print the accuracy. Its server is started before the clock (the script
   expects a running server), so evalrun's column includes a stub start-up the other does not.
 
-Last results (2 shared cores, load about 1.5; ``--repeats 3``, one results folder):
-evalrun 16.97 s when its pre-launch check ran (a subprocess importing the installed vLLM's
-parser, about 11 s of it), 5.62 s and 5.79 s when the check's all-clear came from the
-results folder's cache (:mod:`harness.engine.preflight_cache`); the vLLM-style script
-7.60-7.68 s. Ratio of the medians 0.76 (goal 1.3); 2.2 for a run that must check (first
-run on an installation, changed commands, ``--no-preflight-cache``). Earlier, before the
-cache and the imports of scipy/matplotlib overlapping the server's start-up: 23.0 s /
-8.1 s (2.84).
+``--check instant`` answers the pre-launch check at once (an interpreter with vLLM
+imported already); ``--check real`` (default) runs it with the installed vLLM's parser
+(about 11 s). ``--no-preflight-cache`` makes every evalrun run check (nothing cached).
+Results and how they were taken: docs/benchmarks.md ("The whole process against vLLM's
+script").
 
 ``--profile DIR`` also writes ``DIR/evalrun.prof`` (cProfile of the evalrun process) and
 ``DIR/importtime.txt`` (``python -X importtime``), to see where the fixed work goes.
@@ -94,13 +91,31 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def stub_wrapper(tmp: Path) -> Path:
-    """An executable that stands in for the servers' interpreter: ``-c`` (the pre-launch
-    check) goes to this Python, which has vLLM; anything else starts the stub server."""
+#: Answers the pre-launch check at once, every command accepted (``--check instant``):
+#: what the check costs when the servers' interpreter has vLLM already imported.
+INSTANT_CHECK = r'''
+import json, sys
+items = json.load(sys.stdin)
+print("EVALRUN_PREFLIGHT " + json.dumps({"python": sys.executable, "version": "stub", "import_error": None,
+      "results": [{"id": it["id"], "ok": True, "error": None} for it in items]}), flush=True)
+'''
+
+
+def stub_wrapper(tmp: Path, check: str) -> Path:
+    """An executable that stands in for the servers' interpreter: ``-c`` (the engine-build
+    probe; the pre-launch check with ``check`` ``real``) goes to this Python, which has
+    vLLM; with ``check`` ``instant`` the pre-launch check is answered at once
+    (:data:`INSTANT_CHECK`); anything else starts the stub server."""
+    answer = tmp / "instant_check.py"
+    answer.write_text(INSTANT_CHECK)
     w = tmp / "python-stub"
+    instant = (f'case "$2" in "# EVALRUN-BUILD-PROBE"*) ;; *) exec {sys.executable} {answer} ;; esac'
+               if check == "instant" else "")
     w.write_text(textwrap.dedent(f"""\
         #!/bin/sh
-        if [ "$1" = "-c" ]; then exec {sys.executable} "$@"; fi
+        if [ "$1" = "-c" ]; then
+        {instant}
+        exec {sys.executable} "$@"; fi
         exec {sys.executable} {STUB} "$@"
         """))
     w.chmod(0o755)
@@ -123,10 +138,10 @@ def config(tmp: Path, data_dir: Path) -> Path:
 
 
 def run_evalrun(tmp: Path, cfg: Path, wrapper: Path, data_dir: Path, k: int, env: dict,
-                prefix: list[str] | None = None) -> float:
+                prefix: list[str] | None = None, cache: bool = True) -> float:
     cmd = [*(prefix or [sys.executable]), "-m", "harness.cli", "--config", str(cfg), "--python", str(wrapper),
            "--results-dir", str(tmp / "results"), "--data-dir", str(data_dir), "--run-id", f"r{k}",
-           "--quiet", "--no-baseline"]
+           "--quiet", "--no-baseline", *([] if cache else ["--no-preflight-cache"])]
     t0 = time.monotonic()
     r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, check=False)
     wall = time.monotonic() - t0
@@ -157,12 +172,16 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--latency-ms", type=float, default=500.0)
     ap.add_argument("--profile", type=Path, default=None, metavar="DIR")
+    ap.add_argument("--check", choices=("real", "instant"), default="real",
+                    help="the pre-launch check: the installed vLLM's parser (real), or answered at once (instant)")
+    ap.add_argument("--no-preflight-cache", action="store_true",
+                    help="every evalrun run checks (passes --no-preflight-cache): nothing cached")
     a = ap.parse_args()
     data_dir = a.data_dir.resolve()
     env = {**os.environ, "STUB_LATENCY_MS": str(a.latency_ms), "PYTHONPATH": str(REPO)}
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
-        wrapper, cfg = stub_wrapper(tmp), config(tmp, data_dir)
+        wrapper, cfg = stub_wrapper(tmp, a.check), config(tmp, data_dir)
         script = tmp / "gsm8k_like.py"
         script.write_text(VLLM_SCRIPT)
         port = free_port()
@@ -178,11 +197,12 @@ def main() -> None:
             ev, vl = [], []
             for k in range(a.repeats):
                 vl.append(run_vllm(script, url, data_dir, env))
-                ev.append(run_evalrun(tmp, cfg, wrapper, data_dir, k, env))
+                ev.append(run_evalrun(tmp, cfg, wrapper, data_dir, k, env, cache=not a.no_preflight_cache))
             if a.profile:
                 a.profile.mkdir(parents=True, exist_ok=True)
                 run_evalrun(tmp, cfg, wrapper, data_dir, 900, env,
-                            [sys.executable, "-m", "cProfile", "-o", str(a.profile / "evalrun.prof")])
+                            [sys.executable, "-m", "cProfile", "-o", str(a.profile / "evalrun.prof")],
+                            cache=not a.no_preflight_cache)
                 r = subprocess.run([sys.executable, "-X", "importtime", "-c", "import harness.cli, harness.runner"],
                                    cwd=REPO, env=env, capture_output=True, text=True, check=False)
                 (a.profile / "importtime.txt").write_text(r.stderr)
@@ -190,7 +210,8 @@ def main() -> None:
             stub.terminate()
             stub.wait(10)
     e, v = statistics.median(ev), statistics.median(vl)
-    print(f"stub latency {a.latency_ms:g} ms, 1319 GSM8K questions, 5-shot, one variant, {a.repeats} repeat(s)")
+    print(f"stub latency {a.latency_ms:g} ms, 1319 GSM8K questions, 5-shot, one variant, {a.repeats} repeat(s), "
+          f"pre-launch check {a.check}" + (", --no-preflight-cache" if a.no_preflight_cache else ""))
     print(f"evalrun (whole process)     {e:6.2f} s   runs: "
           + ", ".join(f"{x:.2f}" + (" (pre-launch check cached)" if CACHED.get(k) else " (pre-launch check ran)")
                       for k, x in enumerate(ev)))

@@ -12,6 +12,7 @@ from pathlib import Path
 from harness.analysis.measurements import Measurements
 from harness.config.plan import ConfigPlan
 from harness.engine.pool import DevicePool, ServerPlan
+from harness.engine.preflight import PendingCheck
 from harness.records.run_record import ConfigResult, RunRecord
 from harness.records.shards import ShardInfo
 from harness.records.samples import Sample
@@ -50,6 +51,8 @@ class RunOptions:
         max_servers: ``--max-servers``: at most this many servers alive at once.
         estimates: variant id -> estimated server seconds, the order in which variants
             get devices (longest first; :func:`harness.engine.pool.server_plan`).
+        launch_gate: the pre-launch check still running beside the first server
+            (:class:`harness.engine.preflight.PendingCheck`; set by the runner).
     """
 
     results_dir: Path
@@ -66,6 +69,7 @@ class RunOptions:
     gpus: str | None = None
     max_servers: int | None = None
     estimates: dict[str, float] | None = None
+    launch_gate: PendingCheck | None = None
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,14 @@ from harness.config.plan import ConfigPlan, Plan, VariantPlan
 from harness.config_steps import judge_gates, prepare_model, prepare_tasks, select_variants
 from harness.engine.leftovers import find_leftover_servers
 from harness.engine.pool import DevicePool, Job, ServerPlan, new_pool, run_jobs, server_plan
-from harness.engine.preflight import ASYNC_NOT_SUPPORTED, ServerCommand, check_server_commands
+from harness.engine.preflight import (
+    ASYNC_NOT_SUPPORTED,
+    PendingCheck,
+    PreflightRefused,
+    ServerCommand,
+    check_server_commands,
+    start_check,
+)
 from harness.engine.preflight_cache import CACHE_NAME, cache_key, cached_all_clear, store_all_clear
 from harness.records.atomic import ResultsFolderError, check_results_folder
 from harness.records.recorder import RECORDERS, RunRecorder, checkpoint
@@ -171,25 +178,44 @@ def _run_plan(plan: Plan, opts: RunOptions, run_dir: Path, record: RunRecord, re
               lm_eval_done: Callable[..., None], sp: ServerPlan | None = None) -> RunRecord:
     """The run's steps in order: short data, preflight, every config, the verdict
     (``lm_eval_done`` joins the provenance thread of :func:`_new_record`)."""
-    could_not_run = False
     if _short_data(plan, opts, record):
         lm_eval_done()
         return finish(record, run_dir, could_not_run=True)
+    gate = None
     if opts.preflight:
-        stop, not_applicable = _preflight(plan, opts, record)
+        stop, not_applicable, gate = _preflight(plan, opts, record)
         if stop:
             lm_eval_done()
             return finish(record, run_dir, could_not_run=True)
         plan = mark_not_applicable(plan, not_applicable)
     lm_eval_done()
     _warm_imports()
+    try:
+        could_not_run = _configs(plan, dataclasses.replace(opts, launch_gate=gate), run_dir, record, recorder, sp)
+        if gate is not None:
+            gate.settle()
+            _preflight(plan, opts, record, done=gate)  # the all-clear recorded and cached
+    except PreflightRefused as e:  # found beside the first server: the decision taken before any server
+        record.configs.clear()
+        stop, not_applicable, _ = _preflight(plan, opts, record, done=e.check)
+        if stop:
+            return finish(record, run_dir, could_not_run=True)
+        could_not_run = _configs(mark_not_applicable(plan, not_applicable), opts, run_dir, record, recorder, sp)
+    return finish(record, run_dir, could_not_run)
+
+
+def _configs(plan: Plan, opts: RunOptions, run_dir: Path, record: RunRecord, recorder: RunRecorder,
+             sp: ServerPlan | None) -> bool:
+    """Run every config (:func:`_config_results`), saving the record after each; whether
+    something required could not run."""
+    could_not_run = False
     for crec, cnr in _config_results(plan, opts, run_dir, record, sp):
         crec.list_path = plan.list_path  # the model list file that was read
         could_not_run |= cnr
         PLACE.at("writing", variant=None, task=None)
         recorder.save()  # keep what is measured so far
     PLACE.at("writing", config=None, variant=None, task=None)
-    return finish(record, run_dir, could_not_run)
+    return could_not_run
 
 
 def _warm_imports() -> None:
@@ -255,17 +281,20 @@ def mark_not_applicable(plan: Plan, reasons: dict[str, str]) -> Plan:
     return dataclasses.replace(plan, configs=cps)
 
 
-def _preflight(plan: Plan, opts: RunOptions, record: RunRecord) -> tuple[bool, dict[str, str]]:
+def _preflight(plan: Plan, opts: RunOptions, record: RunRecord, done: PendingCheck | None = None
+               ) -> tuple[bool, dict[str, str], PendingCheck | None]:
     """Check every selected variant's server command with vLLM's own parser and its
-    async-scheduling/drafter rule (:func:`harness.engine.preflight.check_server_commands`),
-    recorded in ``record.preflight``.
+    async-scheduling/drafter rule (:func:`harness.engine.preflight.start_check`),
+    recorded in ``record.preflight``; ``done``: the answer of a check started before.
 
     Returns:
-        (stop, not applicable). A variant vLLM would refuse only for async scheduling with
-        its drafter is returned in the second item (variant id -> vLLM's reason) and runs
-        as not applicable. On any other problem, ``record.configs`` is filled with every
-        variant NOT RUN (the rejected ones with their reason and ``server.status``
-        ``args_rejected`` / ``launch_failed``, the others ``not_started``) and stop is True.
+        (stop, not applicable, the check when it still runs after its head start: the
+        first server starts beside it, the caller decides with ``done`` later). A variant
+        vLLM would refuse only for async scheduling with its drafter is returned in the
+        second item (variant id -> vLLM's reason) and runs as not applicable. On any
+        other problem, ``record.configs`` is filled with every variant NOT RUN (the
+        rejected ones with their reason and ``server.status`` ``args_rejected`` /
+        ``launch_failed``, the others ``not_started``) and stop is True.
     """
     import time
 
@@ -279,13 +308,18 @@ def _preflight(plan: Plan, opts: RunOptions, record: RunRecord) -> tuple[bool, d
     ]
     t0 = time.monotonic()
     key = cache_key(cmds) if opts.preflight_cache else None
-    if cached_all_clear(opts.results_dir, key, len(cmds)):
+    if done is None and cached_all_clear(opts.results_dir, key, len(cmds)):
         p.log(f"{len(cmds)} server command(s): the installed vLLM's argument parser accepted these exact "
               f"commands before (cache {Path(opts.results_dir) / CACHE_NAME}; --no-preflight-cache checks again)")
         record.preflight = PreflightRecord(checked=len(cmds), seconds=round(time.monotonic() - t0, 1), cached=True)
-        return False, {}
-    p.log(f"checking {len(cmds)} server command(s) with the installed vLLM's argument parser")
-    found = check_server_commands(cmds)
+        return False, {}, None
+    if done is None:
+        p.log(f"checking {len(cmds)} server command(s) with the installed vLLM's argument parser")
+        done = start_check(cmds, check=check_server_commands)
+        if not done.wait(0):
+            p.log("  the first server starts beside the check; every later one waits for its answer")
+            return False, {}, done
+    found = done.result()
     if not found:
         why = store_all_clear(opts.results_dir, key, len(cmds))
         if why:
@@ -295,15 +329,15 @@ def _preflight(plan: Plan, opts: RunOptions, record: RunRecord) -> tuple[bool, d
         p.warn(f"{vid}: not applicable on this engine: {why}")
     problems = [pr for pr in found if pr.kind != ASYNC_NOT_SUPPORTED]
     record.preflight = PreflightRecord(
-        checked=len(cmds), seconds=round(time.monotonic() - t0, 1),
+        checked=len(cmds), seconds=round(done.seconds, 1),
         problems=found,
     )
     if not problems:
-        return False, not_applicable
+        return False, not_applicable, None
     for pr in problems:
         p.error(f"server command rejected before launch: {pr.describe()}")
     _refused_before_launch(plan, {pr.variant: pr for pr in problems}, record)
-    return True, not_applicable
+    return True, not_applicable, None
 
 
 def _refused_before_launch(plan: Plan, bad: dict[str, PreflightProblemRecord], record: RunRecord) -> None:

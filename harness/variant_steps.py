@@ -163,6 +163,9 @@ def _serve(run: ConfigRun, vp: VariantPlan, on_stopped: Callable[[], None] | Non
     p.log(f"  $ {shell_line(argv, vp.env)}")
     p.log(f"  ({PORT_PLACEHOLDER} is the free port chosen at start-up; "
           "the server log's first lines hold the exact command)")
+    gate = run.opts.launch_gate
+    if gate is not None:  # a later server waits for the pre-launch check's answer
+        gate.before_launch()
     session = _session(run, vp, vp.id, argv, env, log_path)
     srv = session.server
     vrec.devices = given_devices({**os.environ, **env})
@@ -186,6 +189,8 @@ def _serve(run: ConfigRun, vp: VariantPlan, on_stopped: Callable[[], None] | Non
     except ServerStartError as e:
         if on_stopped is not None:
             on_stopped()
+        if gate is not None:  # the check's refusal of these arguments, not a crash log
+            gate.settle()
         _judge_all(run, vp, sent, out)  # the tasks it finished before it died
         _server_failed(e, session, vp, todo, argv, out, run)
         return out
@@ -392,6 +397,8 @@ def _rerun(run: ConfigRun, vp: VariantPlan, tasks: list[str], on_stopped: Callab
     env = {**vp.env, REPORT_ENV: str(plugin_dir(run.run_dir, c.name, vp.name + ".rerun"))}
     p.log(f"{vp.id}: rerun for noise, needed by divergences no reference distribution judges "
           f"(tasks {', '.join(tasks)}); starting the server again (log: {log_path})")
+    if run.opts.launch_gate is not None:  # never before the pre-launch check's answer
+        run.opts.launch_gate.before_launch()
     session = _session(run, vp, vp.id + " (rerun)", argv, env, log_path)
     tplans = {t.name: t for t in run.plan.tasks}
     PLACE.at("server", config=c.name, variant=vp.name, task=None)

@@ -29,15 +29,26 @@ alone passes it): the allowed methods are read from the installed release's own 
 (``EagleModelTypes``, ``NgramGPUTypes``, ``MTPModelTypes``) and the method comparisons
 in the source of that check, the parsed namespace from the server's own
 ``run_server(args)`` call. No weights or model config are needed.
+
+The check (about 11 s when it imports vLLM on 2 busy cores) can overlap the first
+server's start-up (:func:`start_check`, :class:`PendingCheck`): it runs in a thread; a
+check that answers within :data:`HEAD_START_SECONDS` decides before any server starts;
+otherwise the first server starts beside it (its own parser refuses what the check would
+refuse), every later server waits for the answer
+(:meth:`PendingCheck.before_launch`), and a problem found raises
+:class:`PreflightRefused` so the run goes back to the decision it takes when the answer
+comes before any server.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from harness.config.vllm_parser import current_table
 from harness.records.run_record import PreflightProblemRecord
@@ -268,3 +279,101 @@ def unplanned_speculation(version: str | None, settings: dict) -> str:
             f"server_args with does not know ({current_table().describe()}). Regenerate the table "
             f"with `python -m harness.config.vllm_parser --write` under this vLLM, or write the "
             f"setting as --speculative-config JSON").replace("  ", " ")
+
+
+#: Seconds the check runs alone before the first server may start beside it: a check that
+#: answers sooner (a cached import, a fake interpreter) decides before any server starts.
+HEAD_START_SECONDS = 1.5
+
+
+#: A check of server commands: :func:`check_server_commands`'s shape (its default timeout).
+Checker = Callable[[Sequence[ServerCommand]], list[PreflightProblemRecord]]
+
+
+class PreflightRefused(Exception):
+    """The overlapped check found a problem after the first server started: the caller
+    goes back to the decision it takes when the answer comes before any server.
+
+    Attributes:
+        check: the finished :class:`PendingCheck` (its :meth:`~PendingCheck.result`).
+    """
+
+    def __init__(self, check: "PendingCheck") -> None:
+        super().__init__(f"the pre-launch check found {len(check.result())} problem(s)")
+        self.check = check
+
+
+class PendingCheck:
+    """:func:`check_server_commands` (or ``check``) running in a daemon thread.
+
+    Attributes:
+        seconds: the check's wall seconds (set when it is done).
+
+    Thread-safe: variants side by side call :meth:`before_launch` from their own threads.
+    """
+
+    def __init__(self, commands: Sequence[ServerCommand], check: Checker | None = None) -> None:
+        self.seconds = 0.0
+        self._problems: list[PreflightProblemRecord] = []
+        self._error: BaseException | None = None
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._launched = False
+        t0 = time.monotonic()
+
+        def run() -> None:
+            try:
+                self._problems = list((check or check_server_commands)(commands))
+            except BaseException as e:  # noqa: BLE001 - raised again by result() in the waiting thread
+                self._error = e
+            finally:
+                self.seconds = time.monotonic() - t0
+                self._done.set()
+
+        threading.Thread(target=run, name="evalrun-preflight", daemon=True).start()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait at most ``timeout`` seconds (None: until done); whether it is done."""
+        return self._done.wait(timeout)
+
+    def result(self) -> list[PreflightProblemRecord]:
+        """The problems found, in command order (waits for the check).
+
+        Raises:
+            Exception: what the check raised (:func:`check_server_commands` raises only
+                for an error evalrun did not expect).
+        """
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return list(self._problems)
+
+    def settle(self) -> None:
+        """Wait for the check.
+
+        Raises:
+            PreflightRefused: it found a problem.
+        """
+        if self.result():
+            raise PreflightRefused(self)
+
+    def before_launch(self) -> None:
+        """Call before starting a server: the first call returns at once (that server
+        starts beside the check); every later one waits for the check (:meth:`settle`).
+
+        Raises:
+            PreflightRefused: a later call, when the check found a problem.
+        """
+        with self._lock:
+            first, self._launched = not self._launched, True
+        if not first:
+            self.settle()
+
+
+def start_check(commands: Sequence[ServerCommand], head_start: float = HEAD_START_SECONDS,
+                check: Checker | None = None) -> PendingCheck:
+    """Start ``check`` (default :func:`check_server_commands`) in a thread; return once
+    it is done or ``head_start`` seconds have passed (see :class:`PendingCheck`)."""
+    pending = PendingCheck(commands, check)
+    pending.wait(head_start)
+    return pending

@@ -11,12 +11,15 @@ import dataclasses
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
 from harness.records.completions import EngineReply
 from harness.records.text import clean_json
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,9 @@ class Sample(EngineReply):
 
     def to_json(self) -> dict:
         """Return a JSON-serialisable dict (token ids as a list)."""
-        fields = dataclasses.asdict(self)
+        # shallow (dataclasses.asdict deep-copies every token id: most of a run's record-writing CPU)
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        fields["answers"], fields["correct"] = dict(self.answers), dict(self.correct)
         d = {k: fields.pop(k) for k in _JSON_HEAD}
         d.update(fields)
         d["token_ids"] = list(self.token_ids) if self.token_ids is not None else None
@@ -109,10 +114,19 @@ def write_jsonl(path: Path, samples: Iterable[Sample]) -> int:
     from harness.records.atomic import write_atomic  # noqa: PLC0415 - looked up per call (tests replace it)
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    # lone surrogates -> U+FFFD (clean_json): UTF-8 cannot encode them
-    lines = [json.dumps(clean_json(s.to_json()), ensure_ascii=False) + "\n" for s in samples]
+    lines = [_line(s.to_json()) for s in samples]
     write_atomic(path, "".join(lines))
     return len(lines)
+
+
+def _line(d: dict) -> str:
+    """One JSONL line; lone surrogates -> U+FFFD (:func:`clean_json`: UTF-8 cannot encode
+    them), the copy made only for a line that has one (``ensure_ascii=False`` writes them
+    as they are)."""
+    line = json.dumps(d, ensure_ascii=False)
+    if _SURROGATE.search(line):
+        line = json.dumps(clean_json(d), ensure_ascii=False)
+    return line + "\n"
 
 
 def sha256_file(path: Path) -> str:

@@ -28,9 +28,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from harness.records.run_record import ConfigResult, RunRecord, outcome_word
+from harness.records.run_record import ConfigResult, RunRecord, outcome_word, run_folders
 from harness.records.text import clean_text
-from harness.report.history import history_frame, load_records
 from harness.report.summary import _limit, _pipelines, flipped_examples, fmt, task_pipeline
 
 if TYPE_CHECKING:
@@ -276,7 +275,9 @@ def write_html(record: RunRecord, run_dir: Path, with_history: bool = True) -> P
     """Write ``run_dir/summary.html``; with ``with_history`` the trend plots read the other
     run records of ``run_dir``'s parent folder (unreadable ones are skipped)."""
     history = None
-    if with_history:
+    # a trend needs another run in the folder: pandas (about 0.6 s to import) only then
+    if with_history and any(f != Path(run_dir).resolve() for f in run_folders(Path(run_dir).parent)):
+        from harness.report.history import history_frame, load_records  # noqa: PLC0415 - pandas, on this path only
 
         try:
             recs, _ = load_records(Path(run_dir).parent)

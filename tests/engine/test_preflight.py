@@ -1,0 +1,85 @@
+"""The pre-launch check overlapping the first server's start-up
+(:func:`harness.engine.preflight.start_check`), on the FAKE server (tests/fake_vllm.py):
+the real check answers in about 11 s, always after its head start, but cannot be made to
+refuse one variant while another one's server starts; the fake's check is made slow here
+by an interpreter wrapper that sleeps before answering it.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+import sys
+from pathlib import Path
+
+from harness.engine.preflight import HEAD_START_SECONDS
+
+from ..orchestration.test_runner_fake_server import FAKE, config, run
+
+#: how long the wrapper's check takes: well past the head start, so the first server
+#: starts beside it
+CHECK_SECONDS = HEAD_START_SECONDS + 3
+
+
+def slow_check_python(tmp_path: Path) -> str:
+    """An interpreter whose pre-launch check (``-c``) answers after :data:`CHECK_SECONDS`
+    (the cache's probe goes to the real interpreter, the build probe to the fake at once)
+    and whose server, like vLLM's own parser, exits at start-up with an argument error
+    when the variant's environment says ``FAKE_MODE=reject_args``."""
+    w = tmp_path / "python-slow-check"
+    w.write_text(
+        "#!/bin/sh\n"
+        f'case "$2" in *EVALRUN-PROBE*) exec {sys.executable} "$@";;\n'
+        f'  *EVALRUN-BUILD-PROBE*) exec {sys.executable} {FAKE} "$@";; esac\n'
+        f'if [ "$1" = "-c" ]; then sleep {CHECK_SECONDS}; exec {sys.executable} {FAKE} "$@"; fi\n'
+        'if [ "$FAKE_MODE" = "reject_args" ]; then\n'
+        '  echo "api_server.py: error: unrecognized arguments: --fake-flag-from-main" >&2; exit 2; fi\n'
+        f'exec {sys.executable} {FAKE} "$@"\n')
+    w.chmod(w.stat().st_mode | stat.S_IXUSR)
+    return str(w)
+
+
+def _logs(run_dir: Path) -> set[str]:
+    return {p.name for p in (run_dir / "logs").rglob("*.log")}
+
+
+def test_a_later_variants_bad_argument_is_refused_before_its_server_starts(tmp_path, capsys):
+    cfg = config(tmp_path, {"FAKE_MODE": "ok"}, {"FAKE_MODE": "reject_args"})
+    code, rec, run_dir = run(tmp_path, cfg, python=slow_check_python(tmp_path))
+    err = capsys.readouterr().err.replace("\n", "")  # rich wraps long lines
+    assert code == 2 and rec["status"] == "incomplete" and rec["exit_code"] == 2
+    assert "Traceback" not in err and "server command rejected before launch" in err
+    assert "--fake-flag-from-main" in err and str(cfg) in err
+    (pb,) = rec["preflight"]["problems"]
+    assert pb["variant"] == "fake/spec" and pb["kind"] == "args_rejected" and pb["config_path"] == str(cfg)
+    assert rec["preflight"]["seconds"] >= CHECK_SECONDS - 0.5 and rec["preflight"]["cached"] is False
+    v = rec["configs"][0]["variants"]
+    assert len(rec["configs"]) == 1 and v["spec"]["server"]["status"] == "args_rejected"
+    assert v["reference"]["server"]["status"] == "not_started" and not v["reference"].get("tasks")
+    assert _logs(run_dir) == {"reference.log"}  # the first server started beside the check, the later one never
+    assert all(g["passed"] is None for g in rec["configs"][0]["gates"])
+
+
+def test_the_first_variants_bad_argument_gets_the_checks_message_not_a_crash(tmp_path, capsys):
+    cfg = config(tmp_path, {"FAKE_MODE": "reject_args"}, {"FAKE_MODE": "ok"})
+    code, rec, run_dir = run(tmp_path, cfg, python=slow_check_python(tmp_path))
+    err = capsys.readouterr().err.replace("\n", "")
+    assert code == 2 and rec["status"] == "incomplete" and rec["exit_code"] == 2
+    assert "Traceback" not in err and "server command rejected before launch: fake/reference" in err
+    assert "exited" not in err.lower()  # the server's own exit is not what the run reports
+    (pb,) = rec["preflight"]["problems"]
+    assert pb["variant"] == "fake/reference" and pb["kind"] == "args_rejected"
+    v = rec["configs"][0]["variants"]
+    assert v["reference"]["server"]["status"] == "args_rejected" and "--fake-flag-from-main" in v["reference"]["error"]
+    assert v["spec"]["server"]["status"] == "not_started"
+    assert _logs(run_dir) == {"reference.log"}
+
+
+def test_an_all_clear_beside_the_first_server_is_recorded_and_cached(tmp_path):
+    cfg = config(tmp_path, {"FAKE_MODE": "ok"}, {"FAKE_MODE": "ok"})
+    code, rec, run_dir = run(tmp_path, cfg, python=slow_check_python(tmp_path))
+    assert code == 0 and rec["passed"] is True
+    assert rec["preflight"]["checked"] == 2 and rec["preflight"]["problems"] == []
+    assert rec["preflight"]["cached"] is False and rec["preflight"]["seconds"] >= CHECK_SECONDS - 0.5
+    cache = json.loads((tmp_path / "results" / ".preflight-cache.json").read_text())
+    assert len(cache["keys"]) == 1
