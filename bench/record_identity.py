@@ -14,7 +14,7 @@ folder is moved aside before the other runs).
 Usage (from a worktree root; REF is a checkout of the tree to compare against, e.g.
 ``git worktree add --detach /tmp/ref <commit>``)::
 
-    /work/main/.venv/bin/python bench/record_identity.py --ref /tmp/ref [--new .]
+    .venv/bin/python bench/record_identity.py --ref /tmp/ref [--new .]
 """
 
 from __future__ import annotations

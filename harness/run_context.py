@@ -51,7 +51,8 @@ class RunOptions:
         max_servers: ``--max-servers``: at most this many servers alive at once.
         estimates: variant id -> estimated server seconds, the order in which variants
             get devices (longest first; :func:`harness.engine.pool.server_plan`).
-        launch_gate: the pre-launch check still running beside the first server
+        launch_gate: the pre-launch check still running while the first config is
+            prepared; every server waits for it
             (:class:`harness.engine.preflight.PendingCheck`; set by the runner).
     """
 

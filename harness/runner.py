@@ -195,7 +195,7 @@ def _run_plan(plan: Plan, opts: RunOptions, run_dir: Path, record: RunRecord, re
         if gate is not None:
             gate.settle()
             _preflight(plan, opts, record, done=gate)  # the all-clear recorded and cached
-    except PreflightRefused as e:  # found beside the first server: the decision taken before any server
+    except PreflightRefused as e:  # found while the first config was prepared: no server started
         record.configs.clear()
         stop, not_applicable, _ = _preflight(plan, opts, record, done=e.check)
         if stop:
@@ -289,7 +289,8 @@ def _preflight(plan: Plan, opts: RunOptions, record: RunRecord, done: PendingChe
 
     Returns:
         (stop, not applicable, the check when it still runs after its head start: the
-        first server starts beside it, the caller decides with ``done`` later). A variant
+        run prepares its first config beside it, every server waits for it, the caller
+        decides with ``done`` later). A variant
         vLLM would refuse only for async scheduling with its drafter is returned in the
         second item (variant id -> vLLM's reason) and runs as not applicable. On any
         other problem, ``record.configs`` is filled with every variant NOT RUN (the
@@ -317,7 +318,7 @@ def _preflight(plan: Plan, opts: RunOptions, record: RunRecord, done: PendingChe
         p.log(f"checking {len(cmds)} server command(s) with the installed vLLM's argument parser")
         done = start_check(cmds, check=check_server_commands)
         if not done.wait(0):
-            p.log("  the first server starts beside the check; every later one waits for its answer")
+            p.log("  the first config's tasks and model are prepared beside it; no server starts before its answer")
             return False, {}, done
     found = done.result()
     if not found:

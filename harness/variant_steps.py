@@ -164,7 +164,7 @@ def _serve(run: ConfigRun, vp: VariantPlan, on_stopped: Callable[[], None] | Non
     p.log(f"  ({PORT_PLACEHOLDER} is the free port chosen at start-up; "
           "the server log's first lines hold the exact command)")
     gate = run.opts.launch_gate
-    if gate is not None:  # a later server waits for the pre-launch check's answer
+    if gate is not None:  # no server starts before the pre-launch check's answer
         gate.before_launch()
     session = _session(run, vp, vp.id, argv, env, log_path)
     srv = session.server
@@ -189,8 +189,6 @@ def _serve(run: ConfigRun, vp: VariantPlan, on_stopped: Callable[[], None] | Non
     except ServerStartError as e:
         if on_stopped is not None:
             on_stopped()
-        if gate is not None:  # the check's refusal of these arguments, not a crash log
-            gate.settle()
         _judge_all(run, vp, sent, out)  # the tasks it finished before it died
         _server_failed(e, session, vp, todo, argv, out, run)
         return out

@@ -30,14 +30,14 @@ alone passes it): the allowed methods are read from the installed release's own 
 in the source of that check, the parsed namespace from the server's own
 ``run_server(args)`` call. No weights or model config are needed.
 
-The check (about 11 s when it imports vLLM on 2 busy cores) can overlap the first
-server's start-up (:func:`start_check`, :class:`PendingCheck`): it runs in a thread; a
-check that answers within :data:`HEAD_START_SECONDS` decides before any server starts;
-otherwise the first server starts beside it (its own parser refuses what the check would
-refuse), every later server waits for the answer
+The check (about 11 s when it imports vLLM on 2 busy cores) overlaps the run's work
+before its first server (:func:`start_check`, :class:`PendingCheck`): it runs in a
+thread; a check that answers within :data:`HEAD_START_SECONDS` decides at once;
+otherwise the first config's tasks and model are prepared beside it, every server
+(the first included) waits for its answer before it starts
 (:meth:`PendingCheck.before_launch`), and a problem found raises
-:class:`PreflightRefused` so the run goes back to the decision it takes when the answer
-comes before any server.
+:class:`PreflightRefused` so the run takes the decision it takes when the answer comes
+at once: no server starts for a run the check refuses.
 """
 
 from __future__ import annotations
@@ -317,8 +317,6 @@ class PendingCheck:
         self._problems: list[PreflightProblemRecord] = []
         self._error: BaseException | None = None
         self._done = threading.Event()
-        self._lock = threading.Lock()
-        self._launched = False
         t0 = time.monotonic()
 
         def run() -> None:
@@ -358,16 +356,12 @@ class PendingCheck:
             raise PreflightRefused(self)
 
     def before_launch(self) -> None:
-        """Call before starting a server: the first call returns at once (that server
-        starts beside the check); every later one waits for the check (:meth:`settle`).
+        """Call before starting a server: waits for the check (:meth:`settle`).
 
         Raises:
-            PreflightRefused: a later call, when the check found a problem.
+            PreflightRefused: the check found a problem.
         """
-        with self._lock:
-            first, self._launched = not self._launched, True
-        if not first:
-            self.settle()
+        self.settle()
 
 
 def start_check(commands: Sequence[ServerCommand], head_start: float = HEAD_START_SECONDS,

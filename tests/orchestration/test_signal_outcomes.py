@@ -45,7 +45,7 @@ def _no_servers(monkeypatch):
     """The run without its measuring part: no data check, no pre-launch check, no
     config (so no server), lm-eval's provenance read as absent."""
     monkeypatch.setattr(runner, "_short_data", lambda *a, **k: False)
-    monkeypatch.setattr(runner, "_preflight", lambda *a, **k: (False, {}))
+    monkeypatch.setattr(runner, "_preflight", lambda *a, **k: (False, {}, None))
     monkeypatch.setattr(runner, "_warm_imports", lambda: None)
     monkeypatch.setattr(runner, "_config_results", lambda *a, **k: iter(()))
 
@@ -221,7 +221,7 @@ import os, signal, sys
 import harness.runner as runner, harness.report.summary as summary, harness.tasks.lm_eval_gsm8k as lm
 from harness.cli import main
 runner._short_data = lambda *a, **k: False
-runner._preflight = lambda *a, **k: (False, {})
+runner._preflight = lambda *a, **k: (False, {}, None)
 runner._warm_imports = lambda: None
 runner._config_results = lambda *a, **k: iter(())
 lm.lm_eval_info = lambda: {"version": None, "gsm8k_task_version": None, "gsm8k_config": None,
