@@ -363,7 +363,7 @@ def _refused_before_launch(plan: Plan, bad: dict[str, PreflightProblemRecord], r
 def _config_results(plan: Plan, opts: RunOptions, run_dir: Path, record: RunRecord,
                     sp: ServerPlan | None) -> Iterator[tuple[ConfigResult, bool]]:
     """``(config result, could not run)`` of every config, in plan order. On a CPU host
-    (``sp`` None or without devices) each config runs when asked for, as before. On a
+    (``sp`` None or without devices) each config runs when asked for. On a
     GPU host every config runs in its own thread at once and its variants lease
     disjoint device sets of one pool (:mod:`harness.engine.pool`), so variants of
     different configs share the node; a config's comparisons and gates run when all

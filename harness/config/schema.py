@@ -19,8 +19,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 #: A value as YAML or JSON from outside gives it, before validation (a mapping, a list,
 #: a string, a number, a boolean or None): the input of a field's ``BeforeValidator``.
 RawValue = object
-#: A JSON value whose shape vLLM owns, not evalrun (a speculative-config value passed to
-#: vLLM unchanged, a setting the engine reports): any of JSON's types.
+#: A JSON value whose shape is owned outside evalrun (a speculative-config value passed to
+#: vLLM unchanged, a setting the engine reports, what ``json.loads`` returns for a file,
+#: an engine's answer or lm-eval's results): any of JSON's types, checked where read.
 JsonValue = Any
 
 #: Default of vLLM's GSM8K test (``tests/evals/gsm8k/test_gsm8k_correctness.py``):

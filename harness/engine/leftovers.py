@@ -38,7 +38,7 @@ import psutil
 
 from harness.records.atomic import write_atomic
 from harness.records.run_record import LeftoverServerRecord, LeftoverVerdict
-from harness.records.text import JsonValue
+from harness.config.schema import JsonValue
 
 __all__ = [
     "CREATE_TIME_TOLERANCE", "ProcessIdentity", "VERDICTS", "find_leftover_servers", "group_kill_command",

@@ -17,7 +17,7 @@ error (or the interrupt) is raised again in the waiting thread. A job that retur
 normally after a failed server start-up is not an error: the others go on.
 
 On a CPU host (no devices) the runner does not use this module: variants run one at a
-time in the calling thread, as before.
+time in the calling thread.
 """
 
 from __future__ import annotations

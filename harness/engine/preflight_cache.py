@@ -27,7 +27,7 @@ from pathlib import Path
 
 from harness.engine.preflight import ServerCommand
 from harness.records.atomic import write_atomic
-from harness.records.text import JsonValue
+from harness.config.schema import JsonValue
 
 #: the cache file's name in the results folder.
 CACHE_NAME = ".preflight-cache.json"

@@ -18,7 +18,7 @@ from pydantic import (
 )
 
 from harness.records.bounds import Bounded
-from harness.records.text import JsonValue
+from harness.config.schema import JsonValue
 
 #: A two-sided interval ``[low, high]`` (fractions or tokens, as the field says).
 Interval = tuple[float, float]

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from harness import __version__
 from harness.records.bounds import Bounded
-from harness.records.text import JsonValue
+from harness.config.schema import JsonValue
 
 
 class _Model(Bounded, BaseModel):

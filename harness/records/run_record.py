@@ -45,7 +45,8 @@ from harness.records.measures import (
 )
 from harness.records.provenance import Provenance
 from harness.records.shards import MergedShard, ShardInfo
-from harness.records.text import JsonValue, clean_json
+from harness.config.schema import JsonValue
+from harness.records.text import clean_json
 
 SCHEMA_VERSION = 2
 RUN_FILE = "run.json"

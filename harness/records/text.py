@@ -18,9 +18,10 @@ which cannot be encoded as UTF-8), very long lines and markup.
 from __future__ import annotations
 
 import re
-from typing import Any
 
-__all__ = ["REPLACEMENT", "JsonValue", "strip_ansi", "clean_text", "valid_unicode", "clean_json", "clip"]
+from harness.config.schema import JsonValue
+
+__all__ = ["REPLACEMENT", "strip_ansi", "clean_text", "valid_unicode", "clean_json", "clip"]
 
 REPLACEMENT = "\ufffd"
 
@@ -31,9 +32,6 @@ _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
-#: A JSON value from outside evalrun (what ``json.loads`` returns for a file, an engine's
-#: answer or lm-eval's results): its shape is the writer's, so it is checked where read.
-JsonValue = Any
 
 
 def strip_ansi(text: str) -> str:

@@ -3,8 +3,8 @@
 The engine session returns :class:`~harness.records.completions.Completion` records
 and nothing else; this module pairs each with its request and applies the task's
 answer extraction (:func:`harness.tasks.gsm8k.judge`, the same for the synthetic
-task, whose items use GSM8K's ``#### N`` form). The resulting
-:class:`~harness.records.samples.Sample` has the same fields on disk as before.
+task, whose items use GSM8K's ``#### N`` form), giving one
+:class:`~harness.records.samples.Sample` per completion.
 """
 
 from __future__ import annotations
