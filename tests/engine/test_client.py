@@ -1,16 +1,22 @@
 """The completions client against an in-process aiohttp server: what it sends, and
 every failure returned as a value (HTTP 4xx, 5xx with its retry, malformed body,
-timeout), on the event loop the session uses (uvloop where installed)."""
+timeout), on the event loop the session uses (uvloop where installed); the parsing of an
+answer's body, field by field; and a run whose engine (the FAKE server, tests/fake_vllm.py:
+the real one cannot be made to answer malformed JSON) answers two requests malformed."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 
+import pytest
 from aiohttp import web  # noqa: TID253 - the test serves with aiohttp, as the client's server does
 from aiohttp.test_utils import TestServer  # noqa: TID253 - the test serves with aiohttp, as the client's server does
 
-from harness.engine.client import AsyncCompletionClient, chat_complete
+from harness.engine.client import AsyncCompletionClient, chat_complete, parse_completion
 from harness.engine.session import run_coroutine
+from harness.records.run_record import load_run
+from tests.fake_run import config, run_cli, servers_gone
 
 
 def _serve_and_send(handler, timeout_s: float = 5, prompt: str = "What is 2+2?"):
@@ -151,3 +157,51 @@ def test_chat_5xx_is_retried_and_a_malformed_answer_is_an_error_value():
     c, seen = _serve_chat(flaky_then_bad)
     assert len(seen) == 2 and not c.ok and c.text is None and c.attempts == 2
     assert "malformed chat response" in c.error and "choices.0.message.content" in c.error and "got 4" in c.error
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"choices": [{"text": 5, "token_ids": [1], "finish_reason": "stop"}]}, "choices.0.text"),
+    ({"choices": [{"text": "a", "token_ids": "1 2", "finish_reason": "stop"}]}, "choices.0.token_ids"),
+    ({"choices": [{"text": "a", "token_ids": [1, True]}]}, "choices.0.token_ids.1"),
+    ({"choices": [{"text": "a", "finish_reason": 3}]}, "choices.0.finish_reason"),
+    ({"choices": [{"text": "a", "stop_reason": [1]}]}, "choices.0.stop_reason"),
+    ({"choices": []}, "choices"),
+    ({"choices": [{"token_ids": [1]}]}, "choices.0.text"),
+    ([{"text": "a"}], "body"),
+])
+def test_malformed_completion_names_the_field(body, field):
+    with pytest.raises(ValueError) as e:
+        parse_completion(json.dumps(body).encode())
+    assert str(e.value).startswith(field + ":"), str(e.value)
+
+
+def test_wellformed_completion_keeps_every_field():
+    c = parse_completion(json.dumps({"id": "x", "choices": [{
+        "text": " #### 5", "token_ids": [5, 6], "finish_reason": "stop", "stop_reason": "\n\n", "logprobs": None,
+    }]}).encode())
+    assert (c.text, c.token_ids, c.finish_reason, c.stop_reason) == (" #### 5", [5, 6], "stop", "\n\n")
+    assert parse_completion(b'{"choices": [{"text": "", "stop_reason": 151645}]}').stop_reason == 151645
+    with pytest.raises(ValueError, match="not JSON"):
+        parse_completion(b"<html>502</html>")
+
+
+@pytest.mark.usefixtures("capsys")  # the run's output is captured, not shown
+def test_two_malformed_answers_of_twenty_fail_the_error_rate_gate_and_the_run_goes_on(tmp_path):
+    cfg = config(tmp_path, spec_env={"FAKE_MODE": "ok", "FAKE_MALFORMED": "4,11"}, n=20)
+    code = run_cli(tmp_path, cfg)
+    rec = load_run(tmp_path / "results" / "r")
+    assert code == 1 and rec.exit_code == 1 and rec.status == "completed" and rec.error is None
+    c = rec.configs[0]
+    ref, spec = c.variants["reference"].tasks["gsm8k"], c.variants["spec"].tasks["gsm8k"]
+    assert (ref.num_requests, ref.error_count) == (20, 0)
+    assert (spec.num_requests, spec.error_count, spec.error_rate) == (20, 2, 0.1)
+    assert spec.scored["flexible-numeric"] == 18          # never scored as wrong answers
+    samples = [json.loads(x) for x in (tmp_path / "results" / "r" / spec.samples).read_text().splitlines()]
+    errors = sorted(s["error"] for s in samples if s["error"])
+    assert len(errors) == 2 and all("malformed response" in e for e in errors)
+    assert any("choices.0.text: Input should be a valid string (got 5)" in e for e in errors)
+    assert any("choices.0.token_ids: Input should be a valid list (got '5 6 7 8')" in e for e in errors)
+    failed = [g for g in rec.gates() if g.passed is False]
+    assert [(g.kind, g.variant) for g in failed] == [("max_error_rate", "spec")]   # the only failure
+    assert failed[0].observed == pytest.approx(0.1)
+    assert servers_gone(rec.model_dump(mode="json"))

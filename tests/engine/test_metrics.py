@@ -2,7 +2,9 @@
 
 The texts follow the exposition that prometheus_client's ``generate_latest`` produces
 for vLLM's counters (``# HELP``/``# TYPE`` lines, ``_total`` samples, a ``_created``
-gauge family after each counter). Expected numbers are worked out by hand here.
+gauge family after each counter). Expected numbers are worked out by hand here. A run on
+the FAKE server (tests/fake_vllm.py: the real one cannot be made to answer garbage on
+/metrics) shows unparsable text is the task's metrics error.
 """
 
 from __future__ import annotations
@@ -11,10 +13,12 @@ import json
 
 import pytest
 
-from harness.records.measures import SpecDecodeCountersRecord, SpecDecodeRecord
 from harness.engine.metrics import (
     MetricsError, counter_violations, has_spec_decode_counters, parse_spec_decode_counters,
 )
+from harness.records.measures import SpecDecodeCountersRecord, SpecDecodeRecord
+from harness.records.run_record import load_run
+from tests.fake_run import config, run_cli
 
 # Two engines: engine 0 has drafts 10, draft tokens 20, accepted 12 (8 at pos 0,
 # 4 at pos 1); engine 1 has drafts 20, draft tokens 40, accepted 28 (18 at pos 0,
@@ -333,3 +337,11 @@ def test_each_consistency_rule(counters, k, needle):
         assert v == ()
     else:
         assert any(needle in x for x in v), v
+
+
+def test_garbage_metrics_is_the_tasks_metrics_error(tmp_path):
+    code = run_cli(tmp_path, config(tmp_path, spec_env={"FAKE_MODE": "ok", "FAKE_METRICS": "garbage"}))
+    rec = load_run(tmp_path / "results" / "r")
+    t = rec.configs[0].variants["spec"].tasks["gsm8k"]
+    assert rec.status == "completed" and code == 1
+    assert t.spec_decode is None and "cannot parse Prometheus text" in (t.spec_decode_error or "")
