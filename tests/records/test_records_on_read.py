@@ -23,7 +23,7 @@ from harness.report.history import history_frame, load_records
 
 from ..orchestration.test_merge import _shard_with_task
 from ..report.test_history import NIGHTS, night
-from .test_baseline import _complete, baseline_doc, s
+from .test_baselines import _complete, baseline_doc, s
 
 TASK = ("configs", 0, "variants", "reference", "tasks", "gsm8k")
 
