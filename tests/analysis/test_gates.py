@@ -7,6 +7,7 @@ judge; a gate class without one is an error, never a skipped gate.
 
 from __future__ import annotations
 
+import math
 import typing
 
 import pytest
@@ -16,10 +17,16 @@ from harness.analysis.measurements import (
     Measurements,
     TaskMeasurement,
 )
-from harness.analysis.scoring import score_task
+from harness.analysis.scoring import output_match, score_task
 from harness.config import gates as G
 from harness.records.baselines import BaselineTask
+from harness.analysis.gates import evaluate_gates
+from harness.config.loader import load_config
+from harness.config.plan import build_plan
+from harness.engine.info import check_effective
+from harness.records.measures import EngineFactsRecord, SpecDecodeCountersRecord, SpecDecodeRecord
 from harness.records.samples import Sample
+from tests.sample_factory import constructed_sample as s
 
 
 def _union_classes() -> set[type]:
@@ -142,3 +149,108 @@ def test_both_accuracy_drop_judges_use_the_one_drop_verdict(monkeypatch):
     assert r.passed is False and r.observed == pytest.approx(0.5) and r.baseline == "baseline:good"
     assert f"; FAILED: drop 0.5000 > 0.1; significantly lower (p={0.5 ** 5:.4g} < alpha 0.05)" in r.detail
     assert calls == ["significantly worse", "significantly lower"]
+
+
+# ----------------------------------------------------------------- gates of a planned config
+
+CFG = """\
+model: m
+variants:
+  reference: {}
+  spec:
+    speculative_config: {method: mtp, num_speculative_tokens: 2}
+    async_scheduling: true
+    expected_effective: {cpu: {async_scheduling: false}}
+  spec2:
+    speculative_config: {method: mtp, num_speculative_tokens: 2}
+    async_scheduling: true
+tasks:
+  t: {num_questions: 10}
+gates:
+  accuracy_threshold: 0.8
+  tolerance: 0.1
+  min_acceptance_length: 1.5
+comparisons:
+  - {baseline: reference, candidate: spec, max_accuracy_drop: 0.05, min_output_match: 1.0}
+  - {baseline: spec, candidate: spec2, max_accuracy_drop: null, min_output_match: null, max_acceptance_length_drop: 0.1}
+"""
+
+
+def facts(async_sched, method="mtp", n=2):
+    return EngineFactsRecord("0.32.0", "cpu", "torch.float32", async_sched, method, n, 2048, False)
+
+
+def test_gates_end_to_end_on_constructed_measurements(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text(CFG)
+    cp = build_plan([load_config(p)]).configs[0]
+    m = Measurements()
+    ref = [s(f"q{i}", i < 9) for i in range(10)]                 # 0.9
+    spec = [s(f"q{i}", i < 7, ids=(1, 2, 3) if i else (1, 2, 4)) for i in range(10)]  # 0.7, q0 diverges
+    for v, xs in (("reference", ref), ("spec", spec), ("spec2", spec)):
+        m.task_record(v, "t").score = score_task(xs)
+    m.task_record("spec", "t").spec = SpecDecodeRecord.from_counters(SpecDecodeCountersRecord(100, 200, 80, (50, 30)))
+    m.task_record("spec2", "t").spec = SpecDecodeRecord.from_counters(SpecDecodeCountersRecord(100, 200, 60, (40, 20)))
+    m.variant_record("reference").effectiveness = check_effective(facts(False, None, None), None, None, {})
+    mtp2 = {"method": "mtp", "num_speculative_tokens": 2}
+    m.variant_record("spec").effectiveness = check_effective(facts(False), mtp2, True,
+                                              {"cpu": {"async_scheduling": False}})
+    m.variant_record("spec2").effectiveness = check_effective(facts(False), dict(mtp2), True, {})
+    m.task_record("reference", "t").samples, m.task_record("spec", "t").samples = ref, spec
+    m.comparison_record("reference", "spec", "t").match = output_match(ref, spec)
+    res = {g.id.split("/", 1)[1]: g for g in evaluate_gates(cp.gates, m)}
+
+    assert res["reference/t/accuracy_floor"].passed is True        # 0.9 >= 0.7
+    assert res["spec/t/accuracy_floor"].passed is True             # 0.7 >= 0.7
+    assert res["spec/t/accuracy_floor"].observed == pytest.approx(0.7)
+    assert res["spec/t/min_acceptance_length"].observed == pytest.approx(1.8)   # 1 + 80/100
+    assert res["spec2/t/min_acceptance_length"].observed == pytest.approx(1.6)
+    assert res["spec->spec2/t/max_acceptance_length_drop"].observed == pytest.approx(0.2)
+    assert res["spec->spec2/t/max_acceptance_length_drop"].passed is False
+    drop = res["reference->spec/t/max_accuracy_drop"]
+    assert drop.observed == pytest.approx(0.2) and drop.passed is False
+    assert set(drop.questions) == {"q7", "q8"}                      # right in reference, wrong in spec
+    om = res["reference->spec/t/min_output_match"]
+    assert om.observed == pytest.approx(0.9) and om.passed is False and om.questions == ("q0",)
+    assert res["spec/variant_effective"].passed is True            # declared expected on cpu
+    assert "not effective" in res["spec/variant_effective"].detail
+    assert res["spec2/variant_effective"].passed is False           # async asked, engine ran sync
+    assert res["reference/variant_effective"].passed is True
+    assert res["spec/t/drafts_observed"].passed is True
+
+
+def test_zero_drafts_fails_with_message(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text(CFG)
+    cp = build_plan([load_config(p)]).configs[0]
+    m = Measurements()
+    m.task_record("spec", "t").spec = SpecDecodeRecord.from_counters(SpecDecodeCountersRecord(0, 0, 0, ()))
+    res = {g.id.split("/", 1)[1]: g for g in evaluate_gates(cp.gates, m)}
+    for k in ("spec/t/drafts_observed", "spec/t/min_acceptance_length"):
+        assert res[k].passed is False and "no drafts observed" in res[k].detail
+
+
+def test_not_run_is_never_passed(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text(CFG)
+    cp = build_plan([load_config(p)]).configs[0]
+    m = Measurements()
+    m.variant_record("spec").not_run = "server failed to start"
+    res = {g.id.split("/", 1)[1]: g for g in evaluate_gates(cp.gates, m)}
+    assert res["spec/t/accuracy_floor"].passed is None
+    assert res["spec/t/accuracy_floor"].verdict == "NOT RUN"
+    assert res["reference->spec/t/min_output_match"].passed is None
+
+
+def test_floor_widened_for_smaller_run_than_calibration(tmp_path):
+    text = CFG.replace("tolerance: 0.1", "tolerance: 0.0\n  calibration_questions: 1319")
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    cp = build_plan([load_config(p)]).configs[0]
+    m = Measurements()
+    m.task_record("reference", "t").score = score_task([s(f"q{i}", i < 7) for i in range(10)])  # 0.7
+    g = next(x for x in evaluate_gates(cp.gates, m) if x.id.endswith("reference/t/accuracy_floor"))
+    # one-sided 95%: 1.6449 * sqrt(0.8*0.2*(1319-10)/(10*1318)) = 0.2074 -> floor 0.5926
+    margin = 1.6448536269514722 * math.sqrt(0.8 * 0.2 * (1319 - 10) / (10 * 1318))
+    assert g.limit == pytest.approx(0.8 - margin, abs=1e-6)
+    assert g.passed is True
