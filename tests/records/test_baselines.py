@@ -16,7 +16,7 @@ import pytest
 
 from harness.analysis.gates import baseline_notes, evaluate_gate, judged_baseline_gates
 from harness.analysis.measurements import Measurements
-from harness.analysis.noise import output_noise_rerun, output_noise_stored
+from harness.analysis.noise import output_noise_rerun
 from harness.analysis.scoring import output_match
 from harness.cli import main
 from harness.config.loader import load_config
@@ -26,18 +26,9 @@ from harness.records.measures import SpecDecodeCountersRecord, SpecDecodeRecord
 from harness.records.samples import Sample, write_jsonl
 from harness.config_steps import stored_baseline
 from tests.record_factory import typed
+from tests.sample_factory import binom_tail_ge, gsm8k_sample as s
 
 FAKE = Path(__file__).resolve().parents[1] / "fake_vllm.py"
-
-
-def s(qid, right, ids=(1, 2, 3), variant="spec", phash=None, error=None):
-    if error:
-        return Sample("c", variant, "gsm8k", qid, phash or "h" + qid, "5", error=error)
-    a = "5" if right else "4"
-    return Sample("c", variant, "gsm8k", qid, phash or "h" + qid, "5", completion=f"#### {a}",
-                  token_ids=tuple(ids), finish_reason="stop",
-                  answers={"strict-numeric": a, "flexible-numeric": a},
-                  correct={"strict-numeric": right, "flexible-numeric": right})
 
 
 def native_config(tmp_path, extra_gates="", comparison="{baseline: reference, candidate: spec}") -> Path:
@@ -112,10 +103,6 @@ def baseline_gates_for_run(bdir: Path, cfg, m: Measurements):
     (cp,) = build_plan([cfg]).configs
     info = stored_baseline(bdir, cfg.name, m)
     return info.model_dump(exclude_defaults=True), judged_baseline_gates(cp.baseline_gates, m)
-
-
-def binom_tail_ge(k, n):
-    return sum(math.comb(n, j) for j in range(k, n + 1)) / 2**n
 
 
 def measurements(mal_now=2.0):
@@ -291,35 +278,6 @@ def test_failing_run_does_not_update_the_baseline(tmp_path, gsm8k_dir, capsys):
 # ----------------------------------------------------------------- output match against noise
 
 
-def test_rerun_noise_paired_test_and_first_divergences():
-    base = [s(f"q{i}", True, ids=(1, 2, 3, 4), variant="reference") for i in range(20)]
-    rerun = list(base)
-    rerun[0] = s("q0", True, ids=(1, 2, 9, 4), variant="reference")          # noise on q0, q1
-    rerun[1] = s("q1", True, ids=(1, 9, 3, 4), variant="reference")
-    cand = list(base)
-    for i in (0, 2, 3, 4, 5, 6):                                             # candidate differs on 6
-        cand[i] = s(f"q{i}", True, ids=(1, 2, 3, 7), variant="spec")
-    nz = output_noise_rerun(base, rerun, cand)
-    assert (nz.noise_compared, nz.noise_mismatched, nz.noise_rate) == (20, 2, 0.1)
-    assert nz.noise_first_divergences == (("q0", 2), ("q1", 1))
-    assert nz.candidate_only == ("q2", "q3", "q4", "q5", "q6") and nz.noise_only == ("q1",)
-    assert nz.p_value == pytest.approx(binom_tail_ge(5, 6))                  # P(Bin(6, .5) >= 5)
-    # a failed request on any side leaves the question out
-    cand[7] = s("q7", None, variant="spec", error="boom")
-    assert output_noise_rerun(base, rerun, cand).compared == 19
-
-
-def test_stored_noise_binomial_test():
-    base = [s(f"q{i}", True, ids=(1, 2), variant="reference") for i in range(30)]
-    cand = [s(f"q{i}", True, ids=(1, 3) if i < 4 else (1, 2)) for i in range(30)]
-    nz = output_noise_stored(output_match(base, cand), 0.05)
-    p = sum(math.comb(30, k) * 0.05**k * 0.95 ** (30 - k) for k in range(4, 31))
-    assert nz.p_value == pytest.approx(p) and nz.candidate_mismatched == 4
-    assert output_noise_stored(output_match(base, cand), 0.0).p_value == 0.0
-    with pytest.raises(ValueError):
-        output_noise_stored(output_match(base, cand), 1.5)
-
-
 def _output_gate(tmp_path, comparison):
     cfg = load_config(native_config(tmp_path, comparison=comparison))
     (cp,) = build_plan([cfg]).configs
@@ -408,4 +366,3 @@ def test_update_baseline_writes_what_ran_and_names_what_was_left_out(tmp_path):
     raw["configs"][0]["variants"]["v"]["error"] = "server failed to start"
     [(_, p2, m2)] = write_baselines(typed(raw), run_dir, tmp_path / "b3")
     assert p2 is None and "server failed to start" in m2
-
