@@ -1,6 +1,7 @@
-"""Gates against stored references: baselines (update + gating, on constructed samples
-and with the fake server) and output match judged against noise (a rerun of the
-baseline variant, or a stored noise rate). Expected p-values are computed here from
+"""harness.records.baselines and the gates against them: baselines (update + gating, on
+constructed samples and with the fake server) and the output-match gate judged against
+noise (a rerun of the baseline variant; the noise tests themselves are in
+tests/analysis/test_noise.py). Expected p-values are computed here from
 binomial / hypergeometric sums with math.comb, not with harness code. ``--update-baseline``
 writes what ran and names what was left out.
 """
