@@ -20,7 +20,7 @@ from harness.analysis.measurements import (
 from harness.analysis.scoring import output_match, score_task
 from harness.config import gates as G
 from harness.records.baselines import BaselineTask
-from harness.analysis.gates import evaluate_gates
+from harness.analysis.gates import evaluate_gates, holm_adjust
 from harness.config.loader import load_config
 from harness.config.plan import build_plan
 from harness.engine.info import check_effective
@@ -98,6 +98,14 @@ def test_drop_verdict_without_a_test_and_p_without_alpha():
     assert AG.drop_verdict(0.3, 0.3).passed and not AG.drop_verdict(0.31, 0.3).passed
     with pytest.raises(ValueError, match="alpha"):
         AG.drop_verdict(0.0, 0.1, 0.01)
+
+
+def test_holm_adjust_matches_the_step_down_definition():
+    # Holm 1979 worked by hand: sorted p = .01, .02, .04 with m = 3 ->
+    # 3*.01 = .03, max(.03, 2*.02 = .04) = .04, max(.04, 1*.04) = .04
+    assert holm_adjust([0.04, 0.01, 0.02]) == pytest.approx([0.04, 0.03, 0.04])
+    assert holm_adjust([0.5, 0.6]) == pytest.approx([1.0, 1.0])
+    assert holm_adjust([]) == []
 
 
 def _s(qid, right, variant="v"):
