@@ -13,11 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis.gates import holm_adjust
 from harness.config.loader import load_config
 from harness.config.schema import ConfigError
-from harness.models.resolve import resolve_model
-from harness.report.progress import Progress
 
 from ..conftest import run_with_fake, write_fake_vllm_form
 
@@ -112,27 +109,3 @@ def test_evalrun_block_sets_concurrency_noise_and_holm(tmp_path):
     assert {x.noise_mismatch_rate for x in c.comparisons} == {0.1}
     d = load_config(vllm_form(tmp_path))
     assert d.max_concurrency == 100 and {x.noise_runs for x in d.comparisons} == {2}
-
-
-def test_holm_adjust_matches_the_step_down_definition():
-    # Holm 1979 worked by hand: sorted p = .01, .02, .04 with m = 3 ->
-    # 3*.01 = .03, max(.03, 2*.02 = .04) = .04, max(.04, 1*.04) = .04
-    assert holm_adjust([0.04, 0.01, 0.02]) == pytest.approx([0.04, 0.03, 0.04])
-    assert holm_adjust([0.5, 0.6]) == pytest.approx([1.0, 1.0])
-    assert holm_adjust([]) == []
-
-
-def test_hub_weights_are_fetched_before_startup(monkeypatch, tmp_path):
-    import huggingface_hub
-
-    calls = []
-    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda repo_id: calls.append(repo_id) or str(tmp_path))
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    assert resolve_model("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16", Progress(quiet=True)) == \
-        "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16"
-    assert calls == ["nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16"]
-    # a local folder is used as it is; offline mode trusts the cache
-    assert resolve_model(str(tmp_path), Progress(quiet=True)) == str(tmp_path)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    resolve_model("org/other", Progress(quiet=True))
-    assert calls == ["nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16"]

@@ -20,10 +20,11 @@ from harness.records.run_record import write_run
 from harness.records.samples import Sample, read_jsonl, write_jsonl
 from harness.report.diff_sides import DiffError, load_side
 from harness.report.history import history_frame, load_records
+from tests.sample_factory import gsm8k_sample as s
 
 from ..orchestration.test_merge import _shard_with_task
 from ..report.test_history import NIGHTS, night
-from .test_baseline import _complete, baseline_doc, s
+from .test_baselines import _complete, baseline_doc
 
 TASK = ("configs", 0, "variants", "reference", "tasks", "gsm8k")
 

@@ -2,7 +2,7 @@
 previewed from any host (``--dry-run --gpus 8`` on a host without GPUs plans the 8-device
 node and says the devices are assumed; a real run with ``--gpus 8`` there refuses before
 anything starts), ``--variant`` lists only the chosen variants, commands paste into a
-shell, detectable drops by hand. No engine."""
+shell, detectable drops by hand, the subset-size warning's margin. No engine."""
 
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ from statistics import NormalDist
 import pytest
 
 from harness.cli import main
+from harness.config.loader import load_config
 from harness.engine import devices as D
+from harness.report.dry_run import subset_warnings
 
 REPO = Path(__file__).resolve().parents[2]
 H200 = REPO / "model_lists" / "models-h200.txt"
@@ -151,3 +153,19 @@ def test_dry_run_states_detectable_drops(tmp_path, capsys):
     assert f"detects drops >= {lo:.3f} assuming discordance 0.05" in text
     assert "threshold measured on 1319 questions, this run asks 200" in text
 
+
+def test_subset_warning_numbers(tmp_path):
+    p = tmp_path / "m.yaml"
+    p.write_text("model_name: a/b\naccuracy_threshold: 0.9\nnum_questions: 200\n")
+    [w] = subset_warnings(load_config(p))
+    # one-sided 95% finite-population margin, Cochran 1977 Thm 2.2: z * sqrt(p(1-p)(N-n)/(n(N-1)))
+    z = 1.6448536269514722
+    margin = z * math.sqrt(0.9 * 0.1 * (1319 - 200) / (200 * 1318))
+    assert w.margin == pytest.approx(margin, rel=1e-9)
+    assert w.floor == pytest.approx(0.82) and w.fair_floor == pytest.approx(0.82 - margin, abs=1e-6)
+    assert "calibration_questions: 1319" in w.message
+    # no warning when the run covers the set, or when calibration_questions is given
+    p.write_text("model_name: a/b\naccuracy_threshold: 0.9\n")
+    assert subset_warnings(load_config(p)) == []
+    p.write_text("model_name: a/b\naccuracy_threshold: 0.9\nnum_questions: 200\ncalibration_questions: 1319\n")
+    assert subset_warnings(load_config(p)) == []

@@ -1,4 +1,4 @@
-"""Tests of harness/tasks/gsm8k.py and harness/numbers.py.
+"""Tests of harness/tasks/gsm8k.py (the number parser itself: test_numbers.py).
 
 Expected values are written by hand. The real GSM8K data is read from
 ../shared/data/gsm8k beside the repo and never copied here; the few JSONL lines
@@ -11,18 +11,21 @@ import hashlib
 import json
 import sys
 import types
-from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
-from harness.tasks.numbers import find_numbers, parse_number
+from harness.analysis.scoring import score_task
+from harness.records.samples import Sample
+from harness.tasks.numbers import parse_number
 from harness.tasks.gsm8k import (
     PIPELINES,
     STOP_SEQUENCES,
+    VLLM_GSM8K_STOP_SEQUENCES,
     DataUnavailableError,
     GsmItem,
     Request,
+    answer_text,
     build_prompt,
     build_requests,
     dataset_hash,
@@ -30,6 +33,7 @@ from harness.tasks.gsm8k import (
     extract_strict,
     judge,
     load_gsm8k,
+    normalize_latex,
 )
 
 SHARED = Path(__file__).resolve().parents[3] / "shared/data/gsm8k"
@@ -99,11 +103,6 @@ def test_gold_with_surrounding_whitespace():
     assert num(judge("So 1,234 in all.\n#### 1234", "\t1,234\n")[1]) == {S: True, F: True}
 
 
-def test_millions_with_separators():
-    assert parse_number("1,000,000") == Decimal(1000000)
-    assert parse_number("1,000,000") == 1_000_000
-
-
 def test_fraction_not_equal_to_integer():
     assert parse_number("3.5") != parse_number("3")
     assert num(judge("#### 3.5", "3")[1]) == {S: False, F: False}
@@ -113,46 +112,6 @@ def test_no_number_both_none_both_wrong():
     answers, correct = judge("I do not know how to solve this.", "7")
     assert num(answers) == {S: None, F: None}
     assert num(correct) == {S: False, F: False}
-
-
-# ------------------------------------------------------------------- number parser
-
-
-@pytest.mark.parametrize(
-    "text, expected",
-    [
-        ("5,600", Decimal(5600)),
-        ("$29.00", Decimal(29)),
-        ("50%", Decimal(50)),
-        ("50 %", Decimal(50)),
-        ("72.", Decimal(72)),
-        ("72,", Decimal(72)),
-        ("18.00", Decimal(18)),
-        ("-3", Decimal(-3)),
-        ("+3", Decimal(3)),
-        ("\u22123", Decimal(-3)),  # U+2212 MINUS SIGN
-        ("-$4", Decimal(-4)),
-        ("08", Decimal(8)),
-        ("72 clips", Decimal(72)),
-        ("  42  ", Decimal(42)),
-        ("0.25", Decimal("0.25")),
-        ("$1,000.50", Decimal("1000.5")),
-    ],
-)
-def test_parse_number(text, expected):
-    assert parse_number(text) == expected
-
-
-@pytest.mark.parametrize("text", ["", "   ", "abc", "clips 72", "1,00", None, "#### 5"])
-def test_parse_number_none(text):
-    assert parse_number(text) is None
-
-
-def test_find_numbers_boundaries():
-    # a hyphen between digits is a range, not a minus sign
-    assert [v for _, v in find_numbers("3-4 days")] == [Decimal(3), Decimal(4)]
-    assert [t for t, _ in find_numbers("It was (-5) then $7.")] == ["-5", "$7"]
-    assert find_numbers("nothing here") == []
 
 
 def test_extract_strict_takes_first_marker_only_with_number():
@@ -381,3 +340,87 @@ def test_build_requests_synthetic():
     with pytest.raises(ValueError):
         build_requests(tests, shots, -1, 1)
     assert build_prompt("q", shots, 1) == "Question: Q0?\nAnswer: A0\n#### 0\n\nQuestion: q\nAnswer:"
+
+
+# ------------------------------------------------------------------- reasoning blocks, LaTeX numbers, stop sequences
+# Expected verdicts are what a person reads off each completion; none is copied from the code under test.
+
+#: evalrun's own pipelines (lm-eval's, on the raw completion, are tested in test_lm_eval_gsm8k.py)
+NUM = ("strict-numeric", "flexible-numeric")
+
+
+@pytest.mark.parametrize("completion, gold, strict, flexible", [
+    # the issue's example
+    (r" The total is \boxed{12{,}400}.", "12400", False, True),
+    (r" 12{,}000 + 400 = 12{,}400 #### 12{,}400", "12400", True, True),
+    (r" He pays \$5 per hour, so \boxed{\$1{,}200}", "1200", False, True),
+    (r" \text{Answer: } \boxed{\text{\$}1{,}200}", "1200", False, True),
+    (r" #### \boxed{18}", "18", True, True),
+    (r" Each gets \frac{24}{2} = 12 cookies, so \boxed{\dfrac{24}{2}}", "12", False, True),
+    (r" The share is \frac{3}{4}", "3", False, False),    # 0.75 is not 3
+    (r" \frac{3}{4} of 8 is 6", "6", False, True),
+    (r" 12\,400 dollars", "12400", False, True),        # thin space as thousands separator
+    (r" a rate of 50\% #### 50", "50", True, True),
+])
+def test_latex_numbers(completion, gold, strict, flexible):
+    _, correct = judge(completion, gold)
+    assert {k: correct[k] for k in NUM} == {"strict-numeric": strict, "flexible-numeric": flexible}
+
+
+@pytest.mark.parametrize("completion, gold, strict, flexible", [
+    # the number in the reasoning is not the answer; the one after </think> is
+    ("<think>Maybe 7? No: 3 + 4 = 8, hmm 9</think> 3 + 4 = 7 #### 7", "7", True, True),
+    ("<think>#### 9 is wrong</think>\nSo 3 + 4 = 7.", "7", False, True),
+    # an answer inside the reasoning only: the completion has no answer
+    ("<think>3 + 4 = 7 #### 7</think>", "7", False, False),
+    # unterminated reasoning (cut by max_tokens): no answer, even though it ends in 7
+    ("<think>3 + 4 is 7", "7", False, False),
+    # the chat template opened <think> in the prompt: only the closing tag is seen
+    (" 3 + 4 = 9 ... no, 7</think> #### 7", "7", True, True),
+    ("The answer: <think>not 5</think> 4 #### 4", "4", True, True),
+])
+def test_reasoning_blocks_are_not_answer_text(completion, gold, strict, flexible):
+    _, correct = judge(completion, gold)
+    assert {k: correct[k] for k in NUM} == {"strict-numeric": strict, "flexible-numeric": flexible}
+
+
+def test_reasoning_only_completion_counts_as_invalid():
+    samples = [
+        Sample("c", "v", "t", f"t/test/{i}", "h", "7", completion=text, token_ids=(1,), finish_reason=fr,
+               answers=judge(text, "7")[0], correct=judge(text, "7")[1])
+        for i, (text, fr) in enumerate([
+            ("<think>3 + 4 = 7</think>", "stop"),          # only reasoning
+            ("<think>3 + 4 = 7 and so on", "length"),      # unterminated
+            ("<think>hmm</think> #### 7", "stop"),         # answered
+            ("#### 7", "stop"),                            # answered
+        ])
+    ]
+    sc = score_task(samples)
+    assert sc.accuracy["flexible-numeric"].invalid_rate == 2 / 4
+    assert sc.accuracy["flexible-numeric"].correct == 2
+
+
+def test_answer_text_and_normalize_latex_pieces():
+    assert answer_text("a<think>b</think>c<think>d</think>e") == "a c e"
+    assert answer_text("<think>only") == ""
+    assert normalize_latex("no latex here 1,234") == "no latex here 1,234"
+    assert normalize_latex(r"\frac{10}{0}") != "inf"  # a zero denominator is never a number
+
+
+def _serve(raw: str, stops: tuple[str, ...]) -> str:
+    """What an OpenAI-compatible server returns for a raw generation with ``stop``:
+    the text up to (not including) the earliest stop string."""
+    cut = min((raw.find(s) for s in stops if s in raw), default=-1)
+    return raw if cut < 0 else raw[:cut]
+
+
+def test_stop_at_the_fewshot_delimiter_not_at_the_word_question():
+    raw = (" The question says: Question: how many apples are left? 9 - 4 = 5 apples.\n"
+           "#### 5\n\nQuestion: Ann has 3 pens")
+    ours = _serve(raw, STOP_SEQUENCES)
+    theirs = _serve(raw, VLLM_GSM8K_STOP_SEQUENCES)
+    assert ours.endswith("#### 5")
+    assert {k: judge(ours, "5")[1][k] for k in NUM} == {"strict-numeric": True, "flexible-numeric": True}
+    # vLLM's bare "Question" cuts inside the restated problem: the answer is lost
+    assert theirs == " The question says: "
+    assert {k: judge(theirs, "5")[1][k] for k in NUM} == {"strict-numeric": False, "flexible-numeric": False}

@@ -1,20 +1,17 @@
-"""Few-shot contamination and the run-time subset-size warning
-(kind 7). Data folders are written here (a few made-up items), never copied from
-the shared GSM8K folder.
+"""harness.tasks.contamination: few-shot contamination, refused at run time, and the
+subset-size warning recorded beside it (kind 7). Data folders are written here (a few
+made-up items), never copied from the shared GSM8K folder.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pytest
 
 from harness.cli import main
-from harness.config.loader import load_config
 from harness.config.schema import TaskSpec
-from harness.report.dry_run import subset_warnings
 from harness.tasks import ContaminationError, prepare_task
 from harness.tasks.contamination import normalise_question
 
@@ -106,23 +103,6 @@ def test_runner_refuses_contaminated_task_and_records_the_override(tmp_path, cap
     assert w["questions"] == 4 and w["assumed_calibration_questions"] == 1319
     summary = (tmp_path / "res/allowed/summary.md").read_text()
     assert "## Warnings" in summary and "a fair floor is" in summary and "contaminated data" in summary
-
-
-def test_subset_warning_numbers(tmp_path):
-    p = tmp_path / "m.yaml"
-    p.write_text("model_name: a/b\naccuracy_threshold: 0.9\nnum_questions: 200\n")
-    [w] = subset_warnings(load_config(p))
-    # one-sided 95% finite-population margin, Cochran 1977 Thm 2.2: z * sqrt(p(1-p)(N-n)/(n(N-1)))
-    z = 1.6448536269514722
-    margin = z * math.sqrt(0.9 * 0.1 * (1319 - 200) / (200 * 1318))
-    assert w.margin == pytest.approx(margin, rel=1e-9)
-    assert w.floor == pytest.approx(0.82) and w.fair_floor == pytest.approx(0.82 - margin, abs=1e-6)
-    assert "calibration_questions: 1319" in w.message
-    # no warning when the run covers the set, or when calibration_questions is given
-    p.write_text("model_name: a/b\naccuracy_threshold: 0.9\n")
-    assert subset_warnings(load_config(p)) == []
-    p.write_text("model_name: a/b\naccuracy_threshold: 0.9\nnum_questions: 200\ncalibration_questions: 1319\n")
-    assert subset_warnings(load_config(p)) == []
 
 
 def test_synthetic_splits_pass_the_same_check():

@@ -1,0 +1,264 @@
+"""harness.analysis.gates: the judges' registry, the shared drop verdict, and judges reading
+the typed measurements.
+
+Every class of the ``Gate`` union of ``harness.config.gates`` must have exactly one
+judge; a gate class without one is an error, never a skipped gate.
+"""
+
+from __future__ import annotations
+
+import math
+import typing
+
+import pytest
+
+from harness.analysis import gates as AG
+from harness.analysis.measurements import (
+    Measurements,
+    TaskMeasurement,
+)
+from harness.analysis.scoring import output_match, score_task
+from harness.config import gates as G
+from harness.records.baselines import BaselineTask
+from harness.analysis.gates import evaluate_gates, holm_adjust
+from harness.config.loader import load_config
+from harness.config.plan import build_plan
+from harness.engine.info import check_effective
+from harness.records.measures import EngineFactsRecord, SpecDecodeCountersRecord, SpecDecodeRecord
+from harness.records.samples import Sample
+from tests.sample_factory import constructed_sample as s
+
+
+def _union_classes() -> set[type]:
+    """The classes of ``G.Gate`` (``Annotated[Union[...], Field(...)]``), read from the type."""
+    (union, *_meta) = typing.get_args(G.Gate)
+    classes = set(typing.get_args(union))
+    assert classes and all(isinstance(c, type) for c in classes)
+    return classes
+
+
+def test_every_gate_class_of_the_union_has_exactly_one_judge():
+    classes = _union_classes()
+    missing = sorted(c.__name__ for c in classes - set(AG.JUDGES))
+    extra = sorted(c.__name__ for c in set(AG.JUDGES) - classes)
+    assert not missing, f"gate classes without a judge: {missing}"
+    assert not extra, f"judges of classes outside the Gate union: {extra}"
+    # one judge per class: no function judges two classes
+    assert len(set(AG.JUDGES.values())) == len(AG.JUDGES)
+
+
+def test_every_gate_kind_is_the_kind_of_one_class_of_the_union():
+    kinds = [c.model_fields["kind"].default for c in _union_classes()]
+    assert sorted(k.value for k in kinds) == sorted(k.value for k in G.GateKind)
+
+
+def _gate(**kw):
+    base = {"id": "c/v/t/max_error_rate", "config": "c", "variant": "v", "task": "t", "limit": 0.1}
+    return G.MaxErrorRate(**{**base, **kw})
+
+
+def test_a_gate_class_without_a_judge_is_an_error_not_a_skip():
+    class Unjudged(G.MaxErrorRate):  # a subclass is a different class: exact-type dispatch
+        pass
+
+    g = Unjudged(id="c/v/t/unjudged", config="c", variant="v", task="t", limit=0.1)
+    m = Measurements()
+    m.variant_record("v").not_run = "variant not selected"  # even a not-run gate is refused
+    with pytest.raises(TypeError, match=r"c/v/t/unjudged.*no judge for gate class Unjudged"):
+        AG.evaluate_gate(g, m)
+    with pytest.raises(TypeError, match="no judge"):
+        AG.evaluate_gates([g], Measurements())
+
+
+def test_a_second_judge_for_a_class_is_refused():
+    with pytest.raises(TypeError, match="MaxErrorRate already judged by judge_max_error_rate"):
+        AG.judges(G.MaxErrorRate)(lambda g, m, p=None: None)
+    assert AG.JUDGES[G.MaxErrorRate] is AG.judge_max_error_rate
+
+
+@pytest.mark.parametrize("drop, p, passed, n_reasons", [
+    (0.05, 0.5, True, 0),     # within the limit, not significant
+    (0.10, 0.5, True, 0),     # exactly at the limit passes (<=)
+    (0.11, 0.5, False, 1),    # over the limit
+    (0.01, 0.049, False, 1),  # significant
+    (0.20, 0.001, False, 2),  # both
+    (-0.3, 1.0, True, 0),     # an improvement never fails
+])
+def test_drop_verdict(drop, p, passed, n_reasons):
+    v = AG.drop_verdict(drop, 0.10, p, 0.05, worse="significantly worse", test="one-sided McNemar ")
+    assert v.passed is passed and len(v.reasons) == n_reasons
+    assert (v.failure == "") is passed
+    if drop > 0.10:
+        assert f"drop {drop:.4f} > 0.1" in v.failure
+    if p < 0.05:
+        assert f"significantly worse (one-sided McNemar p={p:.4g} < alpha 0.05)" in v.failure
+
+
+def test_drop_verdict_without_a_test_and_p_without_alpha():
+    assert AG.drop_verdict(0.3, 0.3).passed and not AG.drop_verdict(0.31, 0.3).passed
+    with pytest.raises(ValueError, match="alpha"):
+        AG.drop_verdict(0.0, 0.1, 0.01)
+
+
+def test_holm_adjust_matches_the_step_down_definition():
+    # Holm 1979 worked by hand: sorted p = .01, .02, .04 with m = 3 ->
+    # 3*.01 = .03, max(.03, 2*.02 = .04) = .04, max(.04, 1*.04) = .04
+    assert holm_adjust([0.04, 0.01, 0.02]) == pytest.approx([0.04, 0.03, 0.04])
+    assert holm_adjust([0.5, 0.6]) == pytest.approx([1.0, 1.0])
+    assert holm_adjust([]) == []
+
+
+def _s(qid, right, variant="v"):
+    return Sample("c", variant, "t", qid, "h", "5", completion="x", token_ids=(1,), finish_reason="stop",
+                  answers={"strict-numeric": "5"}, correct={"strict-numeric": right})
+
+
+def test_judges_read_the_typed_records():
+    g = _gate()
+    m = Measurements()
+    m.tasks[("v", "t")] = TaskMeasurement(score=score_task([_s("q1", True), _s("q2", True),
+                                                            Sample("c", "v", "t", "q3", "h", "5", error="HTTP 500")]))
+    r = AG.evaluate_gate(g, m)
+    assert r.observed == pytest.approx(1 / 3) and r.passed is False and "1 of 3 requests failed" in r.detail
+    m.tasks[("v", "t")].not_run = "server failed"
+    r = AG.evaluate_gate(g, m)
+    assert r.passed is None and r.detail == "not run: server failed"
+
+
+def test_both_accuracy_drop_judges_use_the_one_drop_verdict(monkeypatch):
+    calls = []
+    real = AG.drop_verdict
+
+    def spy(*a, **kw):
+        calls.append(kw.get("worse"))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(AG, "drop_verdict", spy)
+    base = {"config": "c", "variant": "v", "task": "t", "limit": 0.1, "pipeline": "strict-numeric", "alpha": 0.05}
+    drop = G.MaxAccuracyDrop(id="c/r->v/t/max_accuracy_drop", baseline="r", **base)
+    m = Measurements()
+    m.task_record("r", "t").samples = [_s(f"q{i}", True, "r") for i in range(10)]
+    m.task_record("v", "t").samples = [_s(f"q{i}", i < 5) for i in range(10)]
+    r = AG.evaluate_gate(drop, m)
+    # 5 right only in r, 0 only in v: drop 0.5 > 0.1; exact one-sided McNemar p = 0.5**5
+    assert r.passed is False and r.observed == pytest.approx(0.5)
+    assert f"significantly worse (one-sided McNemar p={0.5 ** 5:.4g} < alpha 0.05)" in r.detail
+    assert calls == ["significantly worse"]
+    # the stored-baseline accuracy judge words its failure through the same verdict
+
+    bt = BaselineTask.model_validate({
+        "num_requests": 10, "error_count": 0, "accuracy": {}, "accuracy_ci": {},
+        "correct": {"strict-numeric": 10}, "scored": {"strict-numeric": 10},
+        "questions": {f"q{i}": {"prompt_hash": "h", "gold": "5", "correct": {"strict-numeric": True}}
+                      for i in range(10)},
+    })
+    bg = G.BaselineAccuracyDrop(id="c/v/t/baseline_accuracy_drop", **base)
+    r = AG._baseline_accuracy(bg, bt, m.task("v", "t").samples, "baseline:good")
+    assert r.passed is False and r.observed == pytest.approx(0.5) and r.baseline == "baseline:good"
+    assert f"; FAILED: drop 0.5000 > 0.1; significantly lower (p={0.5 ** 5:.4g} < alpha 0.05)" in r.detail
+    assert calls == ["significantly worse", "significantly lower"]
+
+
+# ----------------------------------------------------------------- gates of a planned config
+
+CFG = """\
+model: m
+variants:
+  reference: {}
+  spec:
+    speculative_config: {method: mtp, num_speculative_tokens: 2}
+    async_scheduling: true
+    expected_effective: {cpu: {async_scheduling: false}}
+  spec2:
+    speculative_config: {method: mtp, num_speculative_tokens: 2}
+    async_scheduling: true
+tasks:
+  t: {num_questions: 10}
+gates:
+  accuracy_threshold: 0.8
+  tolerance: 0.1
+  min_acceptance_length: 1.5
+comparisons:
+  - {baseline: reference, candidate: spec, max_accuracy_drop: 0.05, min_output_match: 1.0}
+  - {baseline: spec, candidate: spec2, max_accuracy_drop: null, min_output_match: null, max_acceptance_length_drop: 0.1}
+"""
+
+
+def facts(async_sched, method="mtp", n=2):
+    return EngineFactsRecord("0.32.0", "cpu", "torch.float32", async_sched, method, n, 2048, False)
+
+
+def test_gates_end_to_end_on_constructed_measurements(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text(CFG)
+    cp = build_plan([load_config(p)]).configs[0]
+    m = Measurements()
+    ref = [s(f"q{i}", i < 9) for i in range(10)]                 # 0.9
+    spec = [s(f"q{i}", i < 7, ids=(1, 2, 3) if i else (1, 2, 4)) for i in range(10)]  # 0.7, q0 diverges
+    for v, xs in (("reference", ref), ("spec", spec), ("spec2", spec)):
+        m.task_record(v, "t").score = score_task(xs)
+    m.task_record("spec", "t").spec = SpecDecodeRecord.from_counters(SpecDecodeCountersRecord(100, 200, 80, (50, 30)))
+    m.task_record("spec2", "t").spec = SpecDecodeRecord.from_counters(SpecDecodeCountersRecord(100, 200, 60, (40, 20)))
+    m.variant_record("reference").effectiveness = check_effective(facts(False, None, None), None, None, {})
+    mtp2 = {"method": "mtp", "num_speculative_tokens": 2}
+    m.variant_record("spec").effectiveness = check_effective(facts(False), mtp2, True,
+                                              {"cpu": {"async_scheduling": False}})
+    m.variant_record("spec2").effectiveness = check_effective(facts(False), dict(mtp2), True, {})
+    m.task_record("reference", "t").samples, m.task_record("spec", "t").samples = ref, spec
+    m.comparison_record("reference", "spec", "t").match = output_match(ref, spec)
+    res = {g.id.split("/", 1)[1]: g for g in evaluate_gates(cp.gates, m)}
+
+    assert res["reference/t/accuracy_floor"].passed is True        # 0.9 >= 0.7
+    assert res["spec/t/accuracy_floor"].passed is True             # 0.7 >= 0.7
+    assert res["spec/t/accuracy_floor"].observed == pytest.approx(0.7)
+    assert res["spec/t/min_acceptance_length"].observed == pytest.approx(1.8)   # 1 + 80/100
+    assert res["spec2/t/min_acceptance_length"].observed == pytest.approx(1.6)
+    assert res["spec->spec2/t/max_acceptance_length_drop"].observed == pytest.approx(0.2)
+    assert res["spec->spec2/t/max_acceptance_length_drop"].passed is False
+    drop = res["reference->spec/t/max_accuracy_drop"]
+    assert drop.observed == pytest.approx(0.2) and drop.passed is False
+    assert set(drop.questions) == {"q7", "q8"}                      # right in reference, wrong in spec
+    om = res["reference->spec/t/min_output_match"]
+    assert om.observed == pytest.approx(0.9) and om.passed is False and om.questions == ("q0",)
+    assert res["spec/variant_effective"].passed is True            # declared expected on cpu
+    assert "not effective" in res["spec/variant_effective"].detail
+    assert res["spec2/variant_effective"].passed is False           # async asked, engine ran sync
+    assert res["reference/variant_effective"].passed is True
+    assert res["spec/t/drafts_observed"].passed is True
+
+
+def test_zero_drafts_fails_with_message(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text(CFG)
+    cp = build_plan([load_config(p)]).configs[0]
+    m = Measurements()
+    m.task_record("spec", "t").spec = SpecDecodeRecord.from_counters(SpecDecodeCountersRecord(0, 0, 0, ()))
+    res = {g.id.split("/", 1)[1]: g for g in evaluate_gates(cp.gates, m)}
+    for k in ("spec/t/drafts_observed", "spec/t/min_acceptance_length"):
+        assert res[k].passed is False and "no drafts observed" in res[k].detail
+
+
+def test_not_run_is_never_passed(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text(CFG)
+    cp = build_plan([load_config(p)]).configs[0]
+    m = Measurements()
+    m.variant_record("spec").not_run = "server failed to start"
+    res = {g.id.split("/", 1)[1]: g for g in evaluate_gates(cp.gates, m)}
+    assert res["spec/t/accuracy_floor"].passed is None
+    assert res["spec/t/accuracy_floor"].verdict == "NOT RUN"
+    assert res["reference->spec/t/min_output_match"].passed is None
+
+
+def test_floor_widened_for_smaller_run_than_calibration(tmp_path):
+    text = CFG.replace("tolerance: 0.1", "tolerance: 0.0\n  calibration_questions: 1319")
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    cp = build_plan([load_config(p)]).configs[0]
+    m = Measurements()
+    m.task_record("reference", "t").score = score_task([s(f"q{i}", i < 7) for i in range(10)])  # 0.7
+    g = next(x for x in evaluate_gates(cp.gates, m) if x.id.endswith("reference/t/accuracy_floor"))
+    # one-sided 95%: 1.6449 * sqrt(0.8*0.2*(1319-10)/(10*1318)) = 0.2074 -> floor 0.5926
+    margin = 1.6448536269514722 * math.sqrt(0.8 * 0.2 * (1319 - 10) / (10 * 1318))
+    assert g.limit == pytest.approx(0.8 - margin, abs=1e-6)
+    assert g.passed is True
