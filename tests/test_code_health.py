@@ -1,5 +1,7 @@
 """Code health of ``harness/``: no function longer than ``MAX_CODE_LINES`` lines of code
-without a reason written at its top.
+without a reason written at its top; outside ``faults/`` and ``models/``, no module over
+``MAX_MODULE_LINES`` lines, the runner within ``MAX_RUNNER_LINES``, and ``Any`` (bare or
+through a module-level alias of it) in at most ``MAX_ANY_SIGNATURES`` signatures.
 
 Counted lines: the lines of the function's own body that hold code -- not the docstring,
 not blank lines, not comment-only lines, and not the lines of a function or class defined
@@ -140,3 +142,77 @@ def test_no_function_in_harness_is_long_without_a_reason():
     assert not found, (
         f"functions over {MAX_CODE_LINES} code lines without a '{REASON_PREFIX} <reason>' comment "
         "as the first line after the docstring (split them, or say why):\n  " + "\n  ".join(found))
+
+
+#: stages whose modules may be longer and carry ``Any``: vLLM's plugin and the model code
+#: follow the shapes of the libraries they patch or train with
+EXEMPT_STAGES = ("faults", "models")
+#: the limits of the code-health step: module length, the runner's length, ``Any`` signatures
+MAX_MODULE_LINES = 800
+MAX_RUNNER_LINES = 500
+MAX_ANY_SIGNATURES = 60
+
+
+def any_aliases(trees: list[ast.Module]) -> set[str]:
+    """Names bound at module level to an expression that mentions ``Any`` (``JsonValue =
+    Any``, ``X: TypeAlias = dict[str, Any]``), plus ``Any`` itself."""
+    names = {"Any"}
+    for tree in trees:
+        for node in tree.body:
+            target, value = None, None
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                target, value = node.targets[0].id, node.value
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                target, value = node.target.id, node.value
+            if target and value is not None and target[:1].isupper() and "Any" in _names(value):
+                names.add(target)
+    return names
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | {
+        n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+
+
+def any_signatures(tree: ast.Module, aliases: set[str]) -> list[str]:
+    """Functions whose parameter or return annotations name ``Any`` or one of ``aliases``."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, _DEFS):
+            a = node.args
+            params = (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg)
+            anns = [x.annotation for x in params if x] + [node.returns]
+            if any(ann is not None and _names(ann) & aliases for ann in anns):
+                out.append(node.name)
+    return out
+
+
+def _checked_modules() -> list[Path]:
+    return [p for p in sorted(PKG.rglob("*.py")) if p.relative_to(PKG).parts[0] not in EXEMPT_STAGES]
+
+
+def test_any_counter_sees_bare_any_and_its_aliases():
+    src = ("from typing import Any\nJson = Any\nRows = dict[str, Any]\nN = 3\n"
+           "def a(x: Any) -> int: ...\ndef b(x: Json): ...\ndef c() -> 'Rows': ...\n"
+           "def d(x: int) -> list[int]: ...\ndef e(*args: Any): ...\n")
+    tree = ast.parse(src)
+    aliases = any_aliases([tree])
+    assert aliases == {"Any", "Json", "Rows"}
+    assert any_signatures(tree, aliases) == ["a", "b", "e"]  # a string annotation is not parsed
+
+
+def test_modules_and_the_runner_stay_within_their_length():
+    long = [f"{p.relative_to(PKG.parent)}: {n} lines" for p in _checked_modules()
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES]
+    assert not long, f"modules over {MAX_MODULE_LINES} lines (split by noun):\n  " + "\n  ".join(long)
+    runner = len((PKG / "runner.py").read_text(encoding="utf-8").splitlines())
+    assert runner <= MAX_RUNNER_LINES, f"harness/runner.py: {runner} lines; it only sequences (<= {MAX_RUNNER_LINES})"
+
+
+def test_any_in_at_most_sixty_signatures_aliases_included():
+    trees = {p: ast.parse(p.read_text(encoding="utf-8")) for p in _checked_modules()}
+    aliases = any_aliases(list(trees.values()))
+    found = [f"{p.relative_to(PKG.parent)}: {name}" for p, t in trees.items() for name in any_signatures(t, aliases)]
+    assert len(found) <= MAX_ANY_SIGNATURES, (
+        f"{len(found)} signatures carry Any or an alias of it ({sorted(aliases - {'Any'})}); "
+        f"at most {MAX_ANY_SIGNATURES}, each for JSON from outside or a library's object:\n  " + "\n  ".join(found))
