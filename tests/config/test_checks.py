@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.config.loader import load_config
-from harness.config.schema import ConfigError
-from tests.config.texts import spec_native, write_text
+from tests.config.texts import spec_native, write_text, err
 
 NATIVE = """\
 model: fake
@@ -34,12 +33,6 @@ def native(tmp_path: Path, name: str = "", spec: str = "spec", tol: float = 0.08
     p = tmp_path / file
     p.write_text(NATIVE.format(name=f"name: {name!r}\n" if name else "", spec=spec, tol=tol, drop=drop, extra=extra))
     return p
-
-
-def err(p: Path) -> str:
-    with pytest.raises(ConfigError) as e:
-        load_config(p)
-    return str(e.value)
 
 
 def test_a_good_config_loads(tmp_path):

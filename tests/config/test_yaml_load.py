@@ -8,28 +8,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
 from harness.config.loader import load_config
-from harness.config.schema import ConfigError
 from harness.config.yaml_load import MAX_ALIAS_NODES
-from tests.config.texts import HEAD
-
-
-def write(tmp_path: Path, text: str, name: str = "c.yaml") -> Path:
-    p = tmp_path / name
-    p.write_text(textwrap.dedent(text), encoding="utf-8")
-    return p
-
-
-def err(p: Path) -> str:
-    with pytest.raises(ConfigError) as e:
-        load_config(p)
-    return str(e.value)
+from tests.config.texts import HEAD, write_text as write, err
 
 
 def bomb(levels: int, fan: int) -> str:
