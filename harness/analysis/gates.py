@@ -383,6 +383,23 @@ def judge_drafts_observed(g: G.DraftsObserved, m: Measurements, adjusted_p: floa
     return _result(g, round(sm.drafts), g.limit, True, f"{sm.drafts:.0f} drafts, {sm.draft_tokens:.0f} draft tokens")
 
 
+@judges(G.ShapeProven)
+def judge_shape_proven(g: G.ShapeProven, m: Measurements, adjusted_p: float | None = None) -> GateResult:
+    """``shape_proven``: the task's shape proof exists and names no problem."""
+    proof = m.task(g.variant, g.task).shape
+    if proof is None:
+        return _result(g, None, None, False, "no shape proof recorded: the shape cannot be shown to have happened")
+    c = proof.counters
+    seen = ("" if c is None else
+            f"; engine counters: prompt tokens {c.prompt_tokens}, generation tokens {c.generation_tokens}, "
+            f"preemptions {c.preemptions}, prefix cache hits/queries {c.prefix_cache_hits}/{c.prefix_cache_queries}")
+    edges = ", ".join(f"{k} {v}" for k, v in proof.edges.items())
+    if proof.problems:
+        return _result(g, None, None, False, f"shape {proof.shape} not proven: " + "; ".join(proof.problems) + seen)
+    return _result(g, None, None, True, f"shape {proof.shape} (edges {edges}; {proof.prompt_tokens_sent} prompt "
+                   f"tokens sent){seen}")
+
+
 @judges(G.MinAcceptanceLength)
 def judge_min_acceptance_length(g: G.MinAcceptanceLength, m: Measurements,
                                 adjusted_p: float | None = None) -> GateResult:

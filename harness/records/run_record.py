@@ -40,7 +40,8 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, comput
 from harness.config.schema import ConfigWarning
 from harness.records.bounds import Bounded
 from harness.records.measures import (
-    AnswerAgreementRecord, DivergenceReportRecord, EffectivenessRecord, EngineFactsRecord, Interval,
+    AnswerAgreementRecord, DivergenceReportRecord, EffectivenessRecord, EngineCountersRecord, EngineFactsRecord,
+    Interval, ShapeProofRecord,
     ModelRunnerRecord, NoiseRecord, OutputMatchRecord, PairedRecord, SpecDecodeCountersRecord, SpecDecodeRecord,
 )
 from harness.records.provenance import Provenance
@@ -156,6 +157,9 @@ class TaskResult(_Model):
         rerun: the noise pass, when the task ran twice.
         samples_sha256: SHA-256 of the bytes of the samples file as written (``merge``
             refuses a shard whose file no longer matches); None in older records.
+        engine_counters, engine_counters_error: vLLM's engine counters' difference over
+            the task (prompt / generation tokens, preemptions, prefix cache), or why not.
+        shape: a traffic shape's proof from those counters (``kind: shape``), else None.
     """
 
     status: Literal["ran"] = "ran"
@@ -187,6 +191,9 @@ class TaskResult(_Model):
     rerun: RerunRecord | None = None
     lm_eval: "LmEvalTaskRecord | None" = None
     samples_sha256: str | None = None
+    engine_counters: EngineCountersRecord | None = None
+    engine_counters_error: str | None = None
+    shape: ShapeProofRecord | None = None
 
     _RATES = ("error_rate", "accuracy", "accuracy_ci", "invalid_rate", "truncated_rate")
     _WITHIN = (("error_count", "num_requests"), ("correct", "scored"), ("scored", "num_requests"),
