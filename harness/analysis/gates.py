@@ -23,11 +23,7 @@ from harness.analysis.stats import floor_margin, paired_comparison, two_proporti
 from harness.config import gates as G
 from harness.records.baselines import BaselineTask
 from harness.records.measures import (
-    AnswerAgreementRecord,
-    DivergenceReportRecord,
-    NoiseRecord,
-    OutputMatchRecord,
-    SpecDecodeRecord,
+    AnswerAgreementRecord, DivergenceReportRecord, NoiseRecord, OutputMatchRecord, SpecDecodeRecord,
 )
 from harness.records.run_record import GateResult
 from harness.records.samples import Sample
@@ -389,15 +385,7 @@ def judge_shape_proven(g: G.ShapeProven, m: Measurements, adjusted_p: float | No
     proof = m.task(g.variant, g.task).shape
     if proof is None:
         return _result(g, None, None, False, "no shape proof recorded: the shape cannot be shown to have happened")
-    c = proof.counters
-    seen = ("" if c is None else
-            f"; engine counters: prompt tokens {c.prompt_tokens}, generation tokens {c.generation_tokens}, "
-            f"preemptions {c.preemptions}, prefix cache hits/queries {c.prefix_cache_hits}/{c.prefix_cache_queries}")
-    edges = ", ".join(f"{k} {v}" for k, v in proof.edges.items())
-    if proof.problems:
-        return _result(g, None, None, False, f"shape {proof.shape} not proven: " + "; ".join(proof.problems) + seen)
-    return _result(g, None, None, True, f"shape {proof.shape} (edges {edges}; {proof.prompt_tokens_sent} prompt "
-                   f"tokens sent){seen}")
+    return _result(g, None, None, not proof.problems, proof.describe())
 
 
 @judges(G.MinAcceptanceLength)

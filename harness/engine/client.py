@@ -31,7 +31,7 @@ import asyncio
 import json
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 import orjson
@@ -284,7 +284,7 @@ class AsyncCompletionClient:
         Returns:
             A :class:`Completion`; never raises for HTTP, transport or timeout errors.
         """
-        body = {
+        body: dict[str, Any] = {
             "model": self.model,
             "prompt": prompt if isinstance(prompt, str) else list(prompt),
             "max_tokens": max_tokens,

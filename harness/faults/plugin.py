@@ -1063,10 +1063,15 @@ def _install_state_rollback(fault: Fault) -> None:
 
 def _install_spec_prompt_edge(fault: Fault) -> None:
     """The ``state-rollback`` off-by-one, only for requests whose prompt holds exactly
-    ``num_speculative_tokens + 1`` tokens (:func:`prompt_edge_rows`): the shape of the
-    public reports of garbage output at that one prompt length with MTP on hybrids.
-    The same patch target and mechanism as :func:`_install_state_rollback`; a task
-    whose prompts are all longer (GSM8K, the synthetic task) never triggers it."""
+    ``num_speculative_tokens + 1`` tokens (:func:`prompt_edge_rows`; docs/FAULTS.md,
+    "prompt-length edge"): the shape of the public reports of garbage output at that
+    one prompt length with MTP on hybrids.
+
+    Patches ``GPUModelRunner._update_states_after_model_execute`` exactly as
+    :func:`_install_state_rollback` does, with the rows restricted to those requests
+    (``runner.requests[req_id].num_prompt_tokens``); every other request keeps its true
+    count, so a task whose prompts are all longer (GSM8K, the synthetic task) never
+    triggers it (``spec-prompt-edge.changed`` stays 0: "not exercised")."""
     _patch(fault, _UPDATE_AFTER_EXECUTE, state_rollback_wrapper(fault.name, prompt_edge_rows))
 
 

@@ -347,6 +347,18 @@ class ShapeProofRecord(Measure):
     counters: EngineCountersRecord | None = None
     problems: tuple[str, ...] = ()
 
+    def describe(self) -> str:
+        """One line: proven or the problems, the edges, the tokens sent and the counters."""
+        c = self.counters
+        seen = ("" if c is None else
+                f"; engine counters: prompt tokens {c.prompt_tokens}, generation tokens {c.generation_tokens}, "
+                f"preemptions {c.preemptions}, prefix cache hits/queries {c.prefix_cache_hits}/"
+                f"{c.prefix_cache_queries}")
+        edges = ", ".join(f"{k} {v}" for k, v in self.edges.items())
+        head = (f"shape {self.shape} not proven: " + "; ".join(self.problems) if self.problems
+                else f"shape {self.shape} proven")
+        return f"{head} (edges {edges}; {self.prompt_tokens_sent} prompt tokens sent){seen}"
+
 
 class SpecDecodeRecord(Measure):
     """Acceptance figures for one task, computed from a counter difference.

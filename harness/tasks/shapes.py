@@ -160,7 +160,7 @@ def load_tokenizer(ctx: TaskContext):
     """The served model's tokenizer (``--tokenizer`` of the server command, else the model)."""
     from transformers import AutoTokenizer
 
-    from harness.tasks.lm_eval_task import tokenizer_of
+    from harness.tasks.lm_eval_task import tokenizer_of  # noqa: PLC0415 - the served model's tokenizer, loaded only when a shape is sent
 
     return AutoTokenizer.from_pretrained(tokenizer_of(ctx.server_argv, ctx.model_ref))
 
