@@ -335,6 +335,7 @@ class ShapeProofRecord(Measure):
         shape: the shape's kind (``prompt_edges``).
         edges: edge name -> length in tokens.
         prompt_lengths: length in tokens -> requests sent with it.
+        places: ``edge/off<offset>`` (e.g. ``spec_k2/off+0``) -> requests sent there.
         prompt_tokens_sent: sum of the prompt lengths sent.
         counters: the engine counters' difference over the task, or None.
         problems: why the shape is not proven (empty: proven).
@@ -344,6 +345,7 @@ class ShapeProofRecord(Measure):
     edges: dict[str, int]
     prompt_lengths: dict[str, int]
     prompt_tokens_sent: int
+    places: dict[str, int] = {}
     counters: EngineCountersRecord | None = None
     problems: tuple[str, ...] = ()
 

@@ -50,12 +50,34 @@ class ShapeRequest:
     length: int
 
 
+def place_key(edge: str, offset: int) -> str:
+    """``edge/off<offset>``, e.g. ``spec_k2/off+0``: a request's place in question ids and records."""
+    return f"{edge}/off{offset:+d}"
+
+
+def place_of(question_id: str) -> str | None:
+    """The ``edge/off<offset>`` of a shape's question id (``{task}/{edge}/off{offset}/len{n}/{j}``),
+    None for another task's id."""
+    parts = question_id.split("/")
+    if len(parts) != 5 or not parts[2].startswith("off") or not parts[3].startswith("len"):
+        return None
+    return f"{parts[1]}/{parts[2]}"
+
+
 @dataclass(frozen=True)
 class ShapePlan:
     """A prepared shape: the spec and, per request (in request order), its place."""
 
     spec: ShapeSpec
     places: tuple[ShapeRequest, ...]
+
+    def place_counts(self) -> dict[str, int]:
+        """``edge/off<offset>`` -> requests sent there, in plan order."""
+        out: dict[str, int] = {}
+        for p in self.places:
+            key = place_key(p.edge, p.offset)
+            out[key] = out.get(key, 0) + 1
+        return out
 
     def lengths(self) -> dict[str, int]:
         """Length in tokens (as text) -> requests sent with it."""
@@ -95,7 +117,7 @@ def prepare_shape(name: str, spec: TaskSpec) -> PreparedTask:
     for i, p in enumerate(places):
         j = i % n
         base = src.requests[j]
-        qid = f"{name}/{p.edge}/off{p.offset:+d}/len{p.length}/{j}"
+        qid = f"{name}/{place_key(p.edge, p.offset)}/len{p.length}/{j}"
         digest = hashlib.sha256(f"{p.length}:{base.prompt}".encode()).hexdigest()[:16]
         reqs.append(Request(qid, base.prompt, base.gold, digest))
     used = list(splits.test[:n]) + list(splits.fewshot[:SOURCE_FEWSHOT])
@@ -153,7 +175,8 @@ def shape_proof(plan: ShapePlan, counters: EngineCountersRecord | None, counters
     if failed:
         problems.append(f"{failed} requests failed")
     return ShapeProofRecord(shape=plan.spec.kind, edges=plan.spec.edges(), prompt_lengths=plan.lengths(),
-                            prompt_tokens_sent=sent, counters=counters, problems=tuple(problems))
+                            prompt_tokens_sent=sent, places=plan.place_counts(), counters=counters,
+                            problems=tuple(problems))
 
 
 def load_tokenizer(ctx: TaskContext):
