@@ -180,11 +180,18 @@ def shape_proof(plan: ShapePlan, counters: EngineCountersRecord | None, counters
 
 
 def load_tokenizer(ctx: TaskContext):
-    """The served model's tokenizer (``--tokenizer`` of the server command, else the model)."""
-    from transformers import AutoTokenizer
+    """The served model's tokenizer (``--tokenizer`` of the server command, else the model).
 
-    from harness.tasks.lm_eval_task import tokenizer_of  # noqa: PLC0415 - the served model's tokenizer, loaded only when a shape is sent
+    Raises:
+        RuntimeError: ``transformers`` is not importable in evalrun's interpreter.
+    """
+    from harness.tasks.lm_eval_task import tokenizer_of  # noqa: PLC0415 - lm-eval's module on first use only
 
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as e:
+        raise RuntimeError(f"{ctx.variant_id} {ctx.task}: task kind shape cuts prompts with the model's tokenizer "
+                           f"and needs transformers in evalrun's interpreter (evalrun[models]): {e}") from e
     return AutoTokenizer.from_pretrained(tokenizer_of(ctx.server_argv, ctx.model_ref))
 
 
