@@ -198,6 +198,9 @@ class TaskSpec(StrictModel):
             raise ValueError("kind shape needs a shape (and shape is only for kind shape)")
         if self.kind == "shape" and not self.shape.edges():  # type: ignore[union-attr]
             raise ValueError("shape: no edge (give speculative_tokens, block_size or chunk_size)")
+        if self.kind == "shape" and self.num_questions is not None:
+            raise ValueError("kind shape sends the requests its shape plans (prompts_per_length per length); "
+                             "num_questions does not apply")
         if self.kind != "gsm8k" and (self.gen_prefix or self.use_chat_completions):
             raise ValueError("gen_prefix / use_chat_completions are only for kind gsm8k")
         if self.kind == "lm_eval" and (self.seed is None or self.temperature is None):

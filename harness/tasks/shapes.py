@@ -17,6 +17,9 @@ prompts cannot be answered; the shape's task gates drop the accuracy floor (the
 config says so) and judge greedy output match against the reference under the same
 shape.
 
+A request's ``prompt_hash`` is that of ``"{n}:{source prompt}"`` (the length and the text
+it is cut from), since the token ids exist only once the served tokenizer is known.
+
 Question ids name the edge and the offset: ``{task}/{edge}/off{offset:+d}/len{n}/{j}``,
 so every divergence the summary lists says where it sits relative to its edge.
 

@@ -47,6 +47,8 @@ def test_kind_shape_needs_a_shape_and_an_edge():
         TaskSpec(kind="shape")
     with pytest.raises(ValueError, match="no edge"):
         TaskSpec(kind="shape", shape=ShapeSpec())
+    with pytest.raises(ValueError, match="num_questions does not apply"):
+        TaskSpec(kind="shape", shape=ShapeSpec(block_size=8), num_questions=3)
     with pytest.raises(ValueError, match="only for kind shape"):
         TaskSpec(kind="synthetic", shape=ShapeSpec(block_size=8))
 
