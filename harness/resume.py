@@ -256,23 +256,22 @@ def _command_differences(cp: ConfigPlan, vp: VariantPlan, vrec: VariantResult, c
     return out
 
 
-def set_aside(run_dir: Path, decision: Decision) -> str:
+def set_aside(run_dir: Path, decision: Decision, plan: Plan) -> str:
     """Move the earlier attempt's ``run.json`` and reports, and the files of every variant
-    that runs again (samples, plugin reports, server logs and PID files), to
-    ``attempts/<n>/`` (same relative paths; ``n`` counts the attempts). Returns the kept
-    record's path relative to ``run_dir``."""
+    that runs again (samples, plugin reports, server logs), to ``attempts/<n>/`` (same
+    relative paths; ``n`` counts the attempts). PID files stay where they are, so the
+    run's check for servers left running still finds them. Returns the kept record's
+    path relative to ``run_dir``."""
     n = 1
     while (run_dir / "attempts" / str(n)).exists():
         n += 1
     dest = run_dir / "attempts" / str(n)
     moves = [Path(p) for p in ("run.json", "summary.md", "summary.html", "junit.xml")]
-    for crec in decision.earlier.configs:
-        for v in crec.variants:
-            if (crec.name, v) in decision.reusable:
-                continue
-            c = crec.name
-            moves += [Path("samples", c, v), Path("plugin", c, v), Path("plugin", c, f"{v}.rerun")]
-            moves += [Path("logs", c, f"{v}{s}") for s in (".log", ".pid.json", ".rerun.log", ".rerun.pid.json")]
+    earlier = {(c.name, v) for c in decision.earlier.configs for v in c.variants}
+    for c, v in sorted(earlier | {(cp.name, vp.name) for cp in plan.configs for vp in cp.variants}):
+        if (c, v) not in decision.reusable:
+            moves += [Path("samples", c, v), Path("plugin", c, v), Path("plugin", c, f"{v}.rerun"),
+                      Path("logs", c, f"{v}.log"), Path("logs", c, f"{v}.rerun.log")]
     for rel in moves:
         if (run_dir / rel).exists():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)

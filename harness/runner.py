@@ -114,7 +114,7 @@ def run(plan: Plan, opts: RunOptions) -> tuple[RunRecord, Path]:
         resumed = None
         if opts.resume is not None:  # which variants are reused; the earlier attempt's files set aside
             decision = decide(plan, opts, run_dir)
-            resumed = resumed_record(decision, set_aside(run_dir, decision))
+            resumed = resumed_record(decision, set_aside(run_dir, decision, plan))
             opts = dataclasses.replace(opts, reusable=decision.reusable)
         return _run_claimed(plan, opts, run_id, run_dir, sp, resumed)
     finally:
