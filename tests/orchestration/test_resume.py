@@ -51,13 +51,13 @@ def _starts(work: Path) -> list[str]:
     return ["spec" if "--speculative-config" in r["args"] else "reference" for r in rows if r["event"] == "start"]
 
 
-def _killed(work: Path, cfg: Path, sig: int = signal.SIGKILL) -> Path:
+def _killed(work: Path, cfg: Path, sig: int = signal.SIGKILL, extra: tuple[str, ...] = ()) -> Path:
     """Start evalrun on ``cfg`` in its own process group, wait until the reference's
     samples are on disk and the spec server is held in start-up, send ``sig`` to
     evalrun (the group leader), wait for every server to be gone. Returns the run folder."""
     (work / "hold").touch()
     run_dir = work / "results" / "r"
-    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", *_cmd(cfg, work / "results")], cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", *_cmd(cfg, work / "results", *extra)], cwd=REPO,
                             env=_env(work, hold=True), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=default_signals, start_new_session=True)
     deadline = time.monotonic() + 90
@@ -182,6 +182,23 @@ def test_another_build_is_refused_naming_the_key(tmp_path):
     work, cfg = _killed_passing(tmp_path)
     err = _refused(work, cfg, env={"FAKE_BUILD_VERSION": "0.0.other"})
     assert "build.version: '0.0.fake' -> '0.0.other'" in err
+
+
+def test_other_data_in_the_same_folder_is_refused_naming_the_dataset(tmp_path, gsm8k_dir):
+    data = tmp_path / "gsm8k"
+    data.mkdir()
+    for split in ("test", "train"):  # a small copy of the real files, in the test's own folder
+        lines = (gsm8k_dir / f"{split}.jsonl").read_text().splitlines()[:20]
+        (data / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
+    cfg = _scenario(tmp_path, "passing")
+    cfg.write_text(cfg.read_text().replace("kind: synthetic", "kind: gsm8k"))
+    _killed(tmp_path, cfg, extra=("--data-dir", str(data)))
+    first = json.loads((data / "test.jsonl").read_text().splitlines()[0])
+    rows = (data / "test.jsonl").read_text().splitlines()
+    rows[0] = json.dumps({**first, "question": first["question"] + " (edited)"})
+    (data / "test.jsonl").write_text("\n".join(rows) + "\n")
+    err = _refused(tmp_path, cfg, "--data-dir", str(data))
+    assert "datasets[fake/gsm8k].sha256" in err
 
 
 def test_another_run_id_or_a_dry_run_is_refused(tmp_path):
