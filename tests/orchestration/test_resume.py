@@ -234,3 +234,21 @@ def test_bisect_refuses_resume(tmp_path, capsys):
     cfg = _scenario(tmp_path, "passing")
     code = bisect_main(["--config", str(cfg), "--build", "a", "--build", "b", "--resume", str(tmp_path)])
     assert code == 2 and "--resume" in capsys.readouterr().err
+
+
+def test_a_folder_whose_holder_still_runs_is_not_reclaimed(tmp_path):
+    from harness.records.run_folder import RunFolderTaken, claim_run_folder, reclaim_run_folder
+
+    held = claim_run_folder(tmp_path / "r", ["evalrun", "--config", "x"])  # this process holds its flock
+    try:
+        with pytest.raises(RunFolderTaken, match="still running"):
+            reclaim_run_folder(tmp_path / "r")
+    finally:
+        held.release()
+    taken = reclaim_run_folder(tmp_path / "r", ["evalrun", "--resume", "r"])  # the holder is gone now
+    try:
+        assert json.loads(taken.path.read_text())["command_line"] == ["evalrun", "--resume", "r"]
+    finally:
+        taken.release()
+    with pytest.raises(RunFolderTaken, match="nothing to resume"):
+        reclaim_run_folder(tmp_path / "never-claimed")
