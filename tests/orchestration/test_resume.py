@@ -252,3 +252,16 @@ def test_a_folder_whose_holder_still_runs_is_not_reclaimed(tmp_path):
         taken.release()
     with pytest.raises(RunFolderTaken, match="nothing to resume"):
         reclaim_run_folder(tmp_path / "never-claimed")
+
+
+def test_a_killed_shard_resumes_with_the_same_shard_and_is_refused_with_another(tmp_path):
+    cfg = _scenario(tmp_path, "passing")
+    run_dir = _killed(tmp_path, cfg, extra=("--shard", "1/1"))
+    assert json.loads((run_dir / "run.json").read_text())["shard"]["configs"] == ["fake"]
+    err = _refused(tmp_path, cfg)  # the shard left out
+    assert "--shard: the earlier run had '1/1', this one None" in err
+    done = _resume(tmp_path, cfg, "--shard", "1/1")
+    assert done.returncode == 0, done.stderr
+    rec = json.loads((run_dir / "run.json").read_text())
+    assert rec["shard"]["configs"] == ["fake"] and rec["resumed"]["variants_reused"] == ["fake/reference"]
+    assert _starts(tmp_path) == ["reference", "spec", "spec"]
