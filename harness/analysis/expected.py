@@ -28,6 +28,7 @@ def mark_expected(results: Sequence[GateResult], config: ModelConfig,
         return list(results)
     package = build.package if build is not None else None
     version = build.version if build is not None else None
+    named = build.describe() if build is not None and build.package else None
     out = []
     for g in results:
         found = declaration_for(config.expected_failures, g.id, config.name, package, version)
@@ -37,6 +38,7 @@ def mark_expected(results: Sequence[GateResult], config: ModelConfig,
         spec, applies = found
         rec = ExpectedFailureRecord(
             gates=tuple(spec.gates), builds=tuple(spec.builds), reason=spec.reason, evidence=spec.evidence,
-            strict=spec.strict, applies=applies, build=build.describe() if build is not None and build.package else None)
+            strict=spec.strict, applies=applies, build=named,
+        )
         out.append(g.model_copy(update={"expected_failure": rec}))
     return out

