@@ -646,8 +646,9 @@ class RunRecord(_Model):
         * ``running``: the record of a run still going (or killed without a word);
         * ``interrupted``: a stopping signal ended it (exit code 2);
         * ``error``: an unexpected error ended it (exit code 2);
-        * ``failed``: a gate failed (exit code 1);
-        * ``passed``: every gate was judged and passed (exit code 0);
+        * ``failed``: a gate failed, or a strict declared expected failure passed (exit code 1);
+        * ``passed``: every gate was judged and passed or is a declared expected failure
+          (XFAIL, non-strict XPASS: pytest's xfail rules, :func:`gates_passed`) (exit code 0);
         * ``incomplete``: no gate failed, but not every gate could be judged (exit code
           2 when something required could not run; 0 when only optional tasks or
           engine facts declared ``not_reported`` are missing).
