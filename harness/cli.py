@@ -52,10 +52,11 @@ looked up beside the list first, then in configs/. Run records are written to
 results/<run id>/ (run.json, samples/, logs/, summary.md, junit.xml, summary.html).
 
 outcomes and exit codes (the same word in the terminal, summary.md, HTML, JUnit, diff, history):
-  0  PASSED       every gate was judged and passed
+  0  PASSED       every gate was judged and passed, or is a declared known engine bug
+                  (expected_failures) that failed (XFAIL) or passed (XPASS, not strict)
   0  INCOMPLETE   no gate failed; the only gates not judged belong to an optional task without
                   data, to variants left out with --variant, or to facts declared not_reported
-  1  FAILED       at least one gate failed
+  1  FAILED       at least one gate failed, or a strict declared bug passed (XPASS)
   2  INCOMPLETE   no gate failed, but something required could not run (data, short data,
                   server arguments, a server that did not start or died)
   2  ERROR        an unexpected error stopped the run (the record is kept)

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from harness.config.plan import ConfigPlan
-from harness.records.run_record import ConfigResult, RunRecord, outcome_word
+from harness.records.run_record import ConfigResult, RunRecord, gates_passed, outcome_word
 from harness.records.shards import MergedShard, ShardInfo, ShardListRef
 from harness.records.samples import sha256_file
 from harness.tasks import task_size
@@ -119,14 +119,12 @@ def shard_info(configs: Sequence[ConfigPlan], i: int, n: int,
 
 def _verdict(configs: list[ConfigResult], could_not_run: bool) -> tuple[int, bool | None]:
     """Exit code and ``passed`` from the gates, as the runner decides them."""
-    verdicts = [g.passed for c in configs for g in c.gates]
-    if any(v is False for v in verdicts):
+    joint = gates_passed(g for c in configs for g in c.gates)
+    if joint is False:
         return 1, False
     if could_not_run:
         return 2, None
-    if any(v is None for v in verdicts):
-        return 0, None
-    return 0, True
+    return 0, joint
 
 
 def build_of(rec: RunRecord) -> dict[str, str | list[str] | None]:

@@ -17,6 +17,7 @@ from harness.config.schema import (
     ConfigError,
     ConfigWarning,
     EnvDict,
+    ExpectedFailureSpec,
     GateSpec,
     ModelConfig,
     TaskSpec,
@@ -60,6 +61,7 @@ class NativeConfig(StrictModel):
     tasks: dict[str, TaskSpec]
     gates: GateSpec = Field(default_factory=GateSpec)
     comparisons: list[ComparisonSpec] = Field(default_factory=list)
+    expected_failures: list[ExpectedFailureSpec] = Field(default_factory=list)
 
 
 
@@ -165,5 +167,6 @@ def from_native(c: NativeConfig, path: Path, sha: str, lines: dict[KeyPath, int]
         tasks=dict(c.tasks),
         gates=c.gates,
         comparisons=tuple(c.comparisons),
+        expected_failures=tuple(c.expected_failures),
     )
 

@@ -33,12 +33,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, computed_field, model_validator
 
 from harness.config.schema import ConfigWarning
 from harness.records.bounds import Bounded
+from harness.records.expected import VERDICTS, ExpectedFailureRecord  # noqa: F401 - re-exported
 from harness.records.measures import (
     AnswerAgreementRecord, DivergenceReportRecord, EffectivenessRecord, EngineFactsRecord, Interval,
     ModelRunnerRecord, NoiseRecord, OutputMatchRecord, PairedRecord, SpecDecodeCountersRecord, SpecDecodeRecord,
@@ -415,6 +417,8 @@ class GateResult(_Model):
         passed: True / False, or None when it could not be judged (``NOT RUN``).
         detail: one sentence with the numbers, for the report.
         questions: question ids that explain a failure (flipped or diverged).
+        expected_failure: the declared expected failure that names this gate
+            (:class:`ExpectedFailureRecord`, applied or not), or None.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -431,6 +435,7 @@ class GateResult(_Model):
     passed: bool | None = None
     detail: str
     questions: tuple[str, ...] = ()
+    expected_failure: ExpectedFailureRecord | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -443,8 +448,19 @@ class GateResult(_Model):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def verdict(self) -> str:
-        """``PASS``, ``FAIL`` or ``NOT RUN``."""
+        """``PASS``, ``FAIL`` or ``NOT RUN``; for a gate whose declared expected failure
+        applies to this build, ``XFAIL`` (it failed) or ``XPASS`` (it passed), as pytest's
+        xfail; NOT RUN stays NOT RUN (:data:`VERDICTS`)."""
+        if self.passed is not None and self.expected_failure is not None and self.expected_failure.applies:
+            return "XPASS" if self.passed else "XFAIL"
         return {True: "PASS", False: "FAIL", None: "NOT RUN"}[self.passed]
+
+    @property
+    def fails_run(self) -> bool:
+        """The verdict fails the run (exit code 1), as pytest's rules: FAIL, and XPASS of a
+        ``strict`` declaration; XFAIL and a non-strict XPASS do not."""
+        v = self.verdict
+        return v == "FAIL" or (v == "XPASS" and self.expected_failure is not None and self.expected_failure.strict)
 
 
 class BaselineInfo(_Model):
@@ -541,6 +557,18 @@ Outcome = Literal["passed", "failed", "incomplete", "error", "interrupted", "run
 OUTCOMES: tuple[str, ...] = ("passed", "failed", "incomplete", "error", "interrupted", "running")
 
 
+def gates_passed(gates: "Iterable[GateResult]") -> bool | None:
+    """The gates' joint verdict, as pytest's xfail rules count them: False when one fails
+    the run (:attr:`GateResult.fails_run`: FAIL, strict XPASS), else None when one is
+    NOT RUN, else True (PASS, XFAIL and non-strict XPASS only)."""
+    gs = list(gates)
+    if any(g.fails_run for g in gs):
+        return False
+    if any(g.passed is None for g in gs):
+        return None
+    return True
+
+
 def outcome_word(outcome: str) -> str:
     """The word reports print for an outcome: ``PASSED``, ``FAILED``, ``INCOMPLETE``,
     ``ERROR``, ``INTERRUPTED``, ``RUNNING``."""
@@ -608,8 +636,9 @@ class RunRecord(_Model):
         * ``running``: the record of a run still going (or killed without a word);
         * ``interrupted``: a stopping signal ended it (exit code 2);
         * ``error``: an unexpected error ended it (exit code 2);
-        * ``failed``: a gate failed (exit code 1);
-        * ``passed``: every gate was judged and passed (exit code 0);
+        * ``failed``: a gate failed, or a strict declared expected failure passed (exit code 1);
+        * ``passed``: every gate was judged and passed or is a declared expected failure
+          (XFAIL, non-strict XPASS: pytest's xfail rules, :func:`gates_passed`) (exit code 0);
         * ``incomplete``: no gate failed, but not every gate could be judged (exit code
           2 when something required could not run; 0 when only optional tasks or
           engine facts declared ``not_reported`` are missing).
