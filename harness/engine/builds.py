@@ -442,6 +442,16 @@ def _read_stamp(folder: Path) -> dict:
         return {}
 
 
+def _same_build(a: str, b: str, index_template: str | None) -> bool:
+    """Whether two builds as written name the same build (``.venv/bin/python`` and its
+    absolute path do; text that does not parse is compared as written)."""
+    try:
+        x, y = parse_build(a, index_template), parse_build(b, index_template)
+    except BuildError:
+        return a.strip() == b.strip()
+    return dataclasses.replace(x, text="") == dataclasses.replace(y, text="")
+
+
 def apply_builds(plan: Plan, only: list[str] | None = None, given: str | None = None,
                  index_template: str | None = None, make: bool = True,
                  say: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> Plan:
@@ -463,7 +473,7 @@ def apply_builds(plan: Plan, only: list[str] | None = None, given: str | None = 
     chosen = [(cp, v) for cp in plan.configs for v in cp.variants
               if v.build is not None and (only is None or v.name in only)]
     for cp, v in chosen:
-        if given is not None and given.strip() != v.build.strip():  # type: ignore[union-attr]
+        if given is not None and not _same_build(given, str(v.build), index_template):
             raise BuildError(f"the command line's engine {given!r} contradicts {cp.config.path}: variants.{v.name} "
                              f"build {v.build!r} (a variant that names its build runs on it; drop --build / "
                              "--python, or run the config without its builds)")

@@ -90,16 +90,19 @@ def test_a_build_that_cannot_be_made_is_not_run_and_names_its_log(tmp_path, gsm8
     assert str(log) in variants["spec.candidate"]["error"]
 
 
-def test_command_line_engine_and_variant_builds_precedence(tmp_path, gsm8k_dir, capsys):
+def test_command_line_engine_and_variant_builds_precedence(tmp_path, gsm8k_dir, capsys, monkeypatch):
     b1, b2 = _fake_builds(tmp_path, 2, first_bad=99)
     cfg = write_fake_spec_config(tmp_path, num_questions=4)
     cfg.write_text(cfg.read_text().replace("  reference: {}", f"  reference: {{build: '{b1}'}}"))
     results = tmp_path / "results"
-    # a variant's build names its engine; --python names the others'
-    code, rec = _run(cfg, gsm8k_dir, results, "r1", "--python", b1)
+    # a variant's build names its engine; --python names the others' (the same build written
+    # another way, relative to the working directory, is no contradiction)
+    monkeypatch.chdir(tmp_path)
+    code, rec = _run(cfg, gsm8k_dir, results, "r1", "--python", "./build-1")
     assert code == 0
     v = rec["configs"][0]["variants"]
     assert (v["reference"]["build"]["version"], v["spec"]["build"]["version"]) == ("0.0.1", "0.0.1")
+    assert v["reference"]["argv"][0] == b1
     # another engine on the command line contradicts the variant's build: refused
     capsys.readouterr()
     code, rec = _run(cfg, gsm8k_dir, results, "r2", "--python", b2)
