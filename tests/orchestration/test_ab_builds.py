@@ -54,6 +54,9 @@ def test_equal_builds_pass_and_the_record_names_each_variants_build(tmp_path, gs
               "fake/reference.baseline->reference.candidate/gsm8k/min_output_match",
               "fake/reference.candidate->spec.candidate/gsm8k/min_output_match"):
         assert gates[g] is True, g
+    md = (tmp_path / "results" / "r" / "summary.md").read_text()
+    assert f"`fake/spec.candidate`: vllm 0.0.2 (`{b2}`)" in md
+    assert f"`fake/reference.baseline`: vllm 0.0.1 (`{b1}`)" in md
     # the run-level build stays the run's default interpreter (this one)
     assert rec["provenance"]["build"] is None or rec["provenance"]["build"]["python"] not in (b1, b2)
 
