@@ -265,8 +265,7 @@ def _run(argv: list[str], log: Path, what: str) -> None:
 
 
 def _own_pip() -> bool:
-    """Whether this interpreter has pip (then it installs into the build with ``--python``
-    and the build's venv is made without pip, seconds faster)."""
+    """Whether this interpreter has pip (then it installs into the build with ``--python``)."""
     return importlib.util.find_spec("pip") is not None
 
 
@@ -282,8 +281,10 @@ def _create(spec: BuildSpec, folder: Path, log: Path, say: Callable[[str], None]
     """Make the build's virtual environment in ``folder`` (absent) and install the engine."""
     uv = shutil.which("uv")
     say(f"making build {spec.text} in {folder} with {'uv' if uv else 'pip'} (log {log})")
-    _run([uv, "venv", "--python", sys.executable, str(folder)] if uv else
-         [sys.executable, "-m", "venv", *(["--without-pip"] if _own_pip() else []), str(folder)],
+    # with pip in it (uv: --seed): vLLM's /server_info runs `pip list` (vllm/collect_env.py) and
+    # answers 500 when the server's environment has neither pip nor uv
+    _run([uv, "venv", "--seed", "--python", sys.executable, str(folder)] if uv else
+         [sys.executable, "-m", "venv", str(folder)],
          log, f"build {spec.text}: creating the virtual environment")
     py = _venv_python(folder)
     index: list[str] = []
@@ -362,12 +363,12 @@ def ensure_build(spec: BuildSpec, root: Path | None = None,
     folder, log = _folder(spec, root), root / f"{key[:20]}.log"
     with _locked(root / f"{key[:20]}.lock", say):
         stamp = _read_stamp(folder)
-        if stamp.get("key") != key:
+        if stamp.get("key") != key or not stamp.get("pip"):  # a folder made without pip: made again
             shutil.rmtree(folder, ignore_errors=True)  # absent, or half-made by a run that was killed
             log.unlink(missing_ok=True)
             _create(spec, folder, log, say)
         py = _venv_python(folder)
-        if stamp.get("plugin_sha256") != _plugin_sha() or stamp.get("key") != key:
+        if stamp.get("plugin_sha256") != _plugin_sha() or stamp.get("key") != key or not stamp.get("pip"):
             wheel = _evalrun_wheel(root, log, say)
             uv = shutil.which("uv")
             _run([*_pip(py, uv, "install"), "--no-deps", "--force-reinstall", *([] if uv else ["--no-index"]),
@@ -382,7 +383,7 @@ def ensure_build(spec: BuildSpec, root: Path | None = None,
             shutil.rmtree(folder, ignore_errors=True)
             raise
         doc = {"key": key, "build": spec.text, "requirement": spec.requirement, "index_url": spec.index_url,
-               "identity": ident.model_dump(), "plugin_sha256": _plugin_sha()}
+               "identity": ident.model_dump(), "plugin_sha256": _plugin_sha(), "pip": True}
         write_atomic(folder / STAMP, json.dumps(doc, indent=2) + "\n")
     return ResolvedBuild(spec, str(py), ident, folder)
 

