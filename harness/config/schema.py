@@ -469,6 +469,9 @@ class VariantSpec(StrictModel):
         model_runner: ``v1`` / ``v2`` sets ``VLLM_USE_V2_MODEL_RUNNER`` (0 / 1) for this
             variant's server, and ``variant_effective`` checks the runner the engine
             used; None leaves vLLM's default (V2 on CUDA with Triton, V1 on the CPU).
+        build: the engine build this variant's server runs on, written as for ``--build``
+            (an interpreter, a release, a wheel, a commit; docs/builds.md); None = the
+            run's (``--python`` / ``--build``).
     """
 
     speculative_config: SpeculativeConfigSpec | None = None
@@ -480,6 +483,7 @@ class VariantSpec(StrictModel):
     engine_facts: Literal["required", "not_reported"] = "required"
     not_applicable: str | None = None
     model_runner: Literal["v1", "v2"] | None = None
+    build: str | None = Field(default=None, min_length=1)
 
 
 class ConfigWarning(StrictModel):

@@ -45,7 +45,7 @@ from harness.records.measures import (
     AnswerAgreementRecord, DivergenceReportRecord, EffectivenessRecord, EngineFactsRecord, Interval,
     ModelRunnerRecord, NoiseRecord, OutputMatchRecord, PairedRecord, SpecDecodeCountersRecord, SpecDecodeRecord,
 )
-from harness.records.provenance import Provenance
+from harness.records.provenance import EngineBuild, Provenance
 from harness.records.shards import MergedShard, ShardInfo
 from harness.config.schema import JsonValue
 from harness.records.text import clean_json
@@ -215,14 +215,15 @@ class ServerRecord(_Model):
             ``startup_max_wait_seconds``), ``launch_failed`` (the command could not be
             executed), ``args_rejected`` (vLLM's parser rejected the arguments before
             launch), ``died_mid_task``, ``interrupted`` (a signal stopped the run),
-            ``not_started`` (the run stopped before this variant), or None before start.
+            ``not_started`` (the run stopped before this variant), ``build_failed`` (the
+            engine build the variant names could not be made), or None before start.
         exit_code: the process's exit code (negative: killed by that signal), or None.
         seconds: from launch to ready, or to the failure.
         pid: the server's process id (also its process group id).
     """
 
     status: Literal["ready", "exited_early", "not_ready_timeout", "launch_failed", "args_rejected",
-                    "died_mid_task", "interrupted", "not_started"] | None = None
+                    "died_mid_task", "interrupted", "not_started", "build_failed"] | None = None
     exit_code: int | None = None
     seconds: float | None = None
     pid: int | None = None
@@ -376,9 +377,16 @@ class VariantResult(_Model):
     :attr:`TaskResult.seconds`), ``teardown_seconds`` the server's stop, ``devices`` the
     CUDA device ids the server was given (``CUDA_VISIBLE_DEVICES`` entries; empty on a
     CPU host); :attr:`gpu_seconds` is derived from them.
+
+    ``build`` is the engine build of the variant's interpreter (package, version, commit;
+    beside the run's ``provenance.build``, which names the ``--python`` / ``--build``
+    default) and ``build_spec`` the build the variant names (``build:`` as written, None =
+    the run's).
     """
 
     argv: list[str]
+    build: EngineBuild | None = None
+    build_spec: str | None = None
     env: dict[str, str] = {}
     fault: str | None = None
     requested: Requested = Requested()

@@ -446,6 +446,8 @@ def render_plan(plan: Plan, only: Sequence[str] | None = None,
             lines.append(f"    command: {v.shell_line(DRY_RUN_PORT)}")
             if v.fault:
                 lines.append(f"    fault injected: {v.fault}")
+            lines.append(f"    engine build: {v.build} (interpreter {v.python})" if v.build else
+                         f"    engine build: the run's ({v.python})")
             lines.append("    model runner: " + (f"{v.model_runner} "
                                                  f"(VLLM_USE_V2_MODEL_RUNNER={v.env.get('VLLM_USE_V2_MODEL_RUNNER')})"
                                                if v.model_runner else "vLLM's default (V2 on CUDA with Triton, V1 on "

@@ -593,6 +593,10 @@ def render_markdown(record: RunRecord, run_dir: str | Path | None = None) -> str
         lines.append(f"- lm-eval {lm.version} (gsm8k task version {lm.gsm8k_task_version}): "
                      "`strict-match` / `flexible-extract` are lm-eval's own filters; `strict-numeric` / "
                      "`flexible-numeric` are evalrun's number-aware pipelines")
+    own = [f"`{c.name}/{n}`: {v.build.describe() if v.build else 'unknown'} (`{v.build_spec}`)"
+           for c in record.configs for n, v in c.variants.items() if v.build_spec]
+    if own:
+        lines.append("- engine builds the variants name: " + "; ".join(own))
     if record.merged_from:
         lines.append("- merged from shards: " + ", ".join(f"{m.shard}: `{m.run_id}`" for m in record.merged_from))
     for w in record.merge_warnings:
