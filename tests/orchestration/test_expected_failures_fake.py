@@ -12,6 +12,7 @@ import textwrap
 import xml.etree.ElementTree as ET
 
 import pytest
+import pandas as pd
 
 from harness.cli import main
 from tests.fake_run import FAKE, config
@@ -108,8 +109,6 @@ def test_diff_and_history_show_xfail_distinctly(tmp_path, two_builds, capsys):
     main(["history", str(res), "--json"])
     capsys.readouterr()
     main(["history", str(res), "--csv", str(tmp_path / "h.csv")])
-    import pandas as pd
-
     h = pd.read_csv(tmp_path / "h.csv")
     spec = h[(h.variant == "spec")].set_index("run_id")["verdict"].to_dict()
     assert spec == {"on030": "FAIL", "on032": "XFAIL"}
