@@ -52,10 +52,11 @@ looked up beside the list first, then in configs/. Run records are written to
 results/<run id>/ (run.json, samples/, logs/, summary.md, junit.xml, summary.html).
 
 outcomes and exit codes (the same word in the terminal, summary.md, HTML, JUnit, diff, history):
-  0  PASSED       every gate was judged and passed
+  0  PASSED       every gate was judged and passed, or is a declared known engine bug
+                  (expected_failures) that failed (XFAIL) or passed (XPASS, not strict)
   0  INCOMPLETE   no gate failed; the only gates not judged belong to an optional task without
                   data, to variants left out with --variant, or to facts declared not_reported
-  1  FAILED       at least one gate failed
+  1  FAILED       at least one gate failed, or a strict declared bug passed (XPASS)
   2  INCOMPLETE   no gate failed, but something required could not run (data, short data,
                   server arguments, a server that did not start or died)
   2  ERROR        an unexpected error stopped the run (the record is kept)
@@ -314,9 +315,7 @@ def _resolve_build(args: argparse.Namespace) -> None:
         _Refused: both ``--build`` and ``--python``, or a build that cannot be made.
     """
     if args.build is None:
-        if args.build_index_template:
-            raise _Refused("--build-index-template is only for --build COMMIT")
-        return
+        return  # --build-index-template alone: for the commits variants name (_variant_builds)
     if args.python:
         raise _Refused("--build and --python name the engine twice: give one")
     from harness.engine.builds import BuildError, ensure_build, parse_build
@@ -327,6 +326,26 @@ def _resolve_build(args: argparse.Namespace) -> None:
             raise _Refused(f"--dry-run with --build {args.build}: a dry run installs nothing; pass the "
                            "build's interpreter with --python")
         args.python = ensure_build(spec).python
+    except BuildError as e:
+        raise _Refused(str(e)) from None
+
+
+def _variant_builds(args: argparse.Namespace, plan):
+    """The plan with the builds its variants name made (not for ``--dry-run``), before
+    any server starts (:func:`harness.engine.builds.apply_builds`).
+
+    Raises:
+        _Refused: ``--build`` / ``--python`` contradicting a variant's build.
+    """
+    if not any(v.build for cp in plan.configs for v in cp.variants):
+        if args.build_index_template and args.build is None:
+            raise _Refused("--build-index-template is only for --build COMMIT or a variant's build: COMMIT")
+        return plan
+    from harness.engine.builds import BuildError, apply_builds
+
+    try:
+        return apply_builds(plan, args.variant, args.build or args.python, args.build_index_template,
+                            make=not args.dry_run)
     except BuildError as e:
         raise _Refused(str(e)) from None
 
@@ -378,7 +397,7 @@ def _selected_plan(args: argparse.Namespace):
         bad = [v for v in args.variant if v not in known]
         if bad:
             raise _Refused(f"--variant {', '.join(bad)}: no such variant (known: {', '.join(sorted(known))})")
-    return plan, shard
+    return _variant_builds(args, plan), shard
 
 
 def _dry_run(args: argparse.Namespace, plan) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.analysis.expected import mark_expected
 from harness.analysis.gates import baseline_notes, evaluate_gates, judged_baseline_gates
 from harness.analysis.measurements import Measurements
 from harness.config.plan import VariantPlan
@@ -115,6 +116,8 @@ def judge_gates(run: ConfigRun) -> None:
         crec.gates += judged_baseline_gates(cp.baseline_gates, m)
         if crec.baseline.found and m.baseline is not None:
             crec.baseline.notes = baseline_notes(cp.baseline_gates, m)
+    # known engine bugs the config declares: XFAIL / XPASS on the build that ran
+    crec.gates = mark_expected(crec.gates, cp.config, run.record.provenance.build)
 
 
 def stored_baseline(baseline_dir: Path, config: str, m: Measurements) -> BaselineInfo:

@@ -17,8 +17,10 @@ of the optimum.
 Every shard record carries ``shard``: its index, the count, the configs it ran and the
 identity of the whole list (names and SHA-256 of every config). ``merge`` refuses
 shards of different lists or builds (:func:`build_of`: evalrun version and git revision,
-lm-eval version, the engine's own ``/version``; ``--allow-mixed`` merges them and says
-so), different shard counts, a missing or duplicated shard index, and a shard whose
+lm-eval version, and per variant name the engine build it ran, :func:`variant_engines`,
+so a variant on two builds in two shards is refused while an A/B config's
+``<v>.baseline`` / ``<v>.candidate`` keep their own builds; ``--allow-mixed`` merges them
+and says so), different shard counts, a missing or duplicated shard index, and a shard whose
 samples files do not match the SHA-256 its record holds for them (:func:`verify_samples`).
 """
 
@@ -33,7 +35,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from harness.config.plan import ConfigPlan
-from harness.records.run_record import ConfigResult, RunRecord, outcome_word
+from harness.records.run_record import ConfigResult, RunRecord, gates_passed, outcome_word
 from harness.records.shards import MergedShard, ShardInfo, ShardListRef
 from harness.records.samples import sha256_file
 from harness.tasks import task_size
@@ -119,14 +121,12 @@ def shard_info(configs: Sequence[ConfigPlan], i: int, n: int,
 
 def _verdict(configs: list[ConfigResult], could_not_run: bool) -> tuple[int, bool | None]:
     """Exit code and ``passed`` from the gates, as the runner decides them."""
-    verdicts = [g.passed for c in configs for g in c.gates]
-    if any(v is False for v in verdicts):
+    joint = gates_passed(g for c in configs for g in c.gates)
+    if joint is False:
         return 1, False
     if could_not_run:
         return 2, None
-    if any(v is None for v in verdicts):
-        return 0, None
-    return 0, True
+    return 0, joint
 
 
 def build_of(rec: RunRecord) -> dict[str, str | list[str] | None]:
@@ -138,6 +138,28 @@ def build_of(rec: RunRecord) -> dict[str, str | list[str] | None]:
                       if v.engine is not None and v.engine.vllm_version})
     return {"evalrun version": prov.evalrun_version, "git revision": prov.git_revision,
             "lm-eval version": prov.lm_eval.version if prov.lm_eval else None, "engine version": engines}
+
+
+def variant_engines(rec: RunRecord) -> dict[str, list[str]]:
+    """Per variant name (across the record's configs), the engine builds its servers ran:
+    the version (and ``commit C`` when known) of the variant's recorded build, else the
+    version its server reported on ``/version``; a variant with neither is left out."""
+    out: dict[str, set[str]] = {}
+    for c in rec.configs:
+        for name, v in c.variants.items():
+            version = v.build.version if v.build is not None and v.build.version else (
+                v.engine.vllm_version if v.engine is not None else None)
+            if version:
+                commit = v.build.commit if v.build is not None else None
+                out.setdefault(name, set()).add(version + (f" commit {commit}" if commit else ""))
+    return {k: sorted(x) for k, x in out.items()}
+
+
+def _common_builds(a: dict[str, list[str]], b: dict[str, list[str]]) -> tuple[dict[str, list[str]], ...]:
+    """The two shards' builds of the variant names both ran on a known build (a shard
+    whose servers never answered has nothing to compare)."""
+    both = sorted(set(a) & set(b))
+    return {k: a[k] for k in both}, {k: b[k] for k in both}
 
 
 def verify_samples(rec: RunRecord) -> list[str]:
@@ -231,8 +253,8 @@ def merge_records(records: Sequence[RunRecord], run_id: str, allow_mixed: bool =
     for key, get in checks:
         for r in records[1:]:
             a, b = get(r), get(first)
-            if key == "engine version" and (not a or not b):
-                continue  # a shard whose servers never answered /version: nothing to compare
+            if key == "engine version":  # per variant name: an A/B config's two builds are one variant's each
+                a, b = _common_builds(variant_engines(r), variant_engines(first))
             if a != b:
                 msg = (f"{where(r)} and {where(first)}: different {key} ({a!r} vs {b!r})")
                 if not allow_mixed:

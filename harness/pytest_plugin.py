@@ -118,20 +118,30 @@ def gate_table(record: RunRecord) -> str:
     """The gate verdicts of a run record as a plain-text table (one line per gate:
     verdict, gate id, observed, limit, detail), failed and not-run gates first, then
     the config and variant errors."""
-    rows = [g for c in record.configs for g in c.gates]
-    order = {False: 0, None: 1, True: 2}
-    rows.sort(key=lambda g: order[g.passed])
+    from harness.report.summary import listing_order
+
+    rows = sorted((g for c in record.configs for g in c.gates), key=listing_order)
 
     def num(x: float | None) -> str:
         return "-" if x is None else f"{x:.4g}" if isinstance(x, float) else str(x)
 
-    verdict = {True: "PASS", False: "FAIL", None: "NOT RUN"}
     lines = [f"{'verdict':8} {'gate':60} {'observed':>9} {'limit':>8}  detail"]
     for g in rows:
-        lines.append(f"{verdict[g.passed]:8} {g.id:60} {num(g.observed):>9} {num(g.limit):>8}  {g.detail}")
+        xf = f" [{g.expected_failure.describe()}]" if g.expected_failure is not None else ""
+        lines.append(f"{g.verdict:8} {g.id:60} {num(g.observed):>9} {num(g.limit):>8}  {g.detail}{xf}")
     errs = [f"{c.name}: {c.error}" for c in record.configs if c.error]
     errs += [f"{c.name}/{v}: {vr.error}" for c in record.configs for v, vr in c.variants.items() if vr.error]
     return "\n".join(lines + [f"error: {e}" for e in errs])
+
+
+def expected_reason(record: RunRecord, verdict: str) -> str:
+    """The declared reasons of the run's gates with ``verdict`` (``XFAIL`` / ``XPASS``),
+    each once, with the gates: ``<reason> (<gate id>, ...)``; empty when there is none."""
+    by: dict[str, list[str]] = {}
+    for g in record.gates():
+        if g.verdict == verdict and g.expected_failure is not None:
+            by.setdefault(g.expected_failure.reason, []).append(g.id)
+    return "; ".join(f"{verdict} {why} ({', '.join(ids)})" for why, ids in by.items())
 
 
 def run_config(path: Path, config: pytest.Config) -> tuple[RunRecord, Path]:

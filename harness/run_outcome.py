@@ -22,7 +22,7 @@ from harness.records.recorder import (
     EXIT_COULD_NOT_RUN, EXIT_GATE_FAILED, EXIT_PASSED, RunRecorder, interrupt_all, write_final,
 )
 from harness.records.provenance import utc_now
-from harness.records.run_record import RunErrorRecord, RunRecord, outcome_word
+from harness.records.run_record import RunErrorRecord, RunRecord, gates_passed, outcome_word
 from harness.report.html import write_html
 from harness.report.junit import write_junit
 from harness.report.progress import Progress
@@ -176,10 +176,10 @@ def finish(record: RunRecord, run_dir: Path, could_not_run: bool) -> RunRecord:
     junit.xml and summary.html. A report that cannot be rendered or written is a
     warning on stderr, never the verdict (:func:`write_reports`); ``run.json`` that
     cannot be written raises (OSError, the caller's ``error`` path)."""
-    verdicts = [g.passed for g in record.gates()]
-    if any(v is False for v in verdicts):
+    joint = gates_passed(record.gates())  # pytest's rules: XFAIL and non-strict XPASS do not fail
+    if joint is False:
         code, passed = EXIT_GATE_FAILED, False
-    elif could_not_run or any(v is None for v in verdicts):
+    elif could_not_run or joint is None:
         code, passed = EXIT_COULD_NOT_RUN, None
     else:
         code, passed = EXIT_PASSED, True

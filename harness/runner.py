@@ -318,6 +318,7 @@ def _preflight(plan: Plan, opts: RunOptions, record: RunRecord, done: PendingChe
                       speculates=vp.speculative_config is not None)
         for cp in plan.configs for vp in cp.variants
         if (opts.variants is None or vp.name in opts.variants) and not vp.not_applicable
+        and vp.build_error is None  # no server starts on a build that was not made
     ]
     t0 = time.monotonic()
     key = cache_key(cmds) if opts.preflight_cache else None

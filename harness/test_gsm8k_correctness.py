@@ -4,7 +4,11 @@
 One test per config of the list: the config's variants run on a real vLLM server and
 every gate must pass. A gate failure fails the test with the gate table; a config that
 could not be run or judged (exit code 2) fails as well: what cannot be measured does
-not pass.
+not pass. Declared expected failures (known engine bugs) map to pytest's own xfail: a
+run that passed with an XFAIL gate is an xfailed test (``pytest.xfail`` with the
+declared reasons); one that passed with only non-strict XPASS gates is marked
+``xfail(strict=False)`` and passes, so pytest reports it XPASS; a strict XPASS failed
+the run (exit code 1), so the test fails, as pytest's ``[XPASS(strict)]``.
 """
 
 from __future__ import annotations
@@ -12,12 +16,18 @@ from __future__ import annotations
 import pytest
 
 
-def test_gsm8k_correctness(evalrun_config, evalrun_run):
+def test_gsm8k_correctness(evalrun_config, evalrun_run, request):
     record, run_dir = evalrun_run(evalrun_config)
-    from harness.pytest_plugin import gate_table
+    from harness.pytest_plugin import expected_reason, gate_table
 
     code = record.exit_code
     if code == 0 and record.passed is True:
+        why = expected_reason(record, "XFAIL")
+        if why:
+            pytest.xfail(f"{why} (run record: {run_dir}/run.json)")
+        why = expected_reason(record, "XPASS")
+        if why:  # the run passed: pytest reports a passing test marked xfail as XPASS
+            request.node.add_marker(pytest.mark.xfail(reason=why, strict=False))
         return
     what = {1: "a gate failed", 2: "could not run or judge every gate"}.get(code, f"exit code {code}")
     if code == 0:

@@ -30,14 +30,16 @@ from harness.analysis.scoring import output_match, score_task
 from harness.doctor import diagnose_server_log
 from harness.config.plan import PORT_PLACEHOLDER, TaskPlan, VariantPlan, shell_line
 from harness.engine.info import EngineInfoError, check_effective, model_runner_fact
+from harness.engine.builds import identity_or_none
 from harness.engine.devices import given_devices
 from harness.engine.server import ServerStartError, processes
 from harness.engine.session import VariantSession, counter_problem
 from harness.faults.plugin import REPORT_ENV
 from harness.records.recorder import checkpoint
 from harness.records.results import (
-    plugin_dir, plugin_report, reject_counters, rel, requested, rerun_record, task_result,
+    plugin_dir, plugin_report, reject_counters, rel, requested, rerun_record, task_result, unstarted_variant,
 )
+from harness.records.provenance import EngineBuild
 from harness.records.run_record import LmEvalTaskRecord, RerunRecord, ServerRecord, VariantResult
 from harness.records.samples import Sample, write_jsonl
 from harness.run_context import ConfigRun
@@ -92,11 +94,14 @@ def run_variant(run: ConfigRun, vp: VariantPlan, devices: tuple[str, ...] = ()) 
     then read its plugin reports and model runner into its record.
 
     Returns:
-        False when its server failed.
+        False when its server failed or its engine build could not be made
+        (``vp.build_error``: no server starts, ``server.status`` ``build_failed``).
 
     Raises:
         KeyboardInterrupt: a stopping signal (the record says ``interrupted``).
     """
+    if vp.build_error is not None:
+        return _build_failed(run, vp)
     pool = run.pool
     try:
         out = _serve(run, _on_devices(vp, devices),
@@ -109,6 +114,7 @@ def run_variant(run: ConfigRun, vp: VariantPlan, devices: tuple[str, ...] = ()) 
     if pool is not None:  # released when its server stopped (before judging); here too if it never started
         pool.release(vp.id)
     vr = run.result.variants[vp.name]
+    vr.build, vr.build_spec = engine_build(vp.python), vp.build
     if pool is not None and pool.cancelled.is_set() and processes().interrupting():  # stopped by the signal
         vr.server = ServerRecord(status="interrupted", exit_code=vr.server.exit_code, seconds=vr.server.seconds,
                                  pid=vr.server.pid)
@@ -120,6 +126,27 @@ def run_variant(run: ConfigRun, vp: VariantPlan, devices: tuple[str, ...] = ()) 
     run.measured.variant_record(vp.name).runner = vr.model_runner
     checkpoint()  # the finished variant's whole record on disk before the next server starts
     return out.ok
+
+
+@functools.lru_cache(maxsize=64)
+def engine_build(python: str) -> EngineBuild | None:
+    """The engine build of interpreter ``python``, read once per interpreter
+    (:func:`harness.engine.builds.identity_or_none`; None when it cannot be read)."""
+    return identity_or_none(python)
+
+
+def _build_failed(run: ConfigRun, vp: VariantPlan) -> bool:
+    """A variant whose engine build could not be made: recorded with the build's error
+    (naming the installer's log), every task NOT RUN, no server started. Returns False."""
+    if run.pool is not None:
+        run.pool.release(vp.id)
+    why = f"engine build {vp.build} could not be made: {vp.build_error}"
+    run.progress.error(f"{vp.id}: {why}")
+    vrec = unstarted_variant(vp, "build_failed", why)
+    vrec.build_spec = vp.build
+    run.result.variants[vp.name] = vrec
+    run.measured.variant_record(vp.name).not_run = why
+    return False
 
 
 def _on_devices(vp: VariantPlan, devices: tuple[str, ...]) -> VariantPlan:

@@ -24,6 +24,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from harness.config.checks import check_acceptance_floor, check_config, check_shapes
+from harness.config.expected import check_expected_failures
 from harness.config.native_form import NativeConfig, from_native
 from harness.config.schema import ConfigError, ModelConfig, RawValue
 from harness.config.vllm_form import VllmGsm8kConfig, from_vllm, vllm_form_warnings
@@ -164,4 +165,5 @@ def load_config(path: str | Path) -> ModelConfig:
 
     check_config(cfg, lines)
     check_shapes(cfg, lines)
+    check_expected_failures(cfg)
     return cfg

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pydantic import Field
 
+from harness.config.ab import BuildsSpec, expand_builds
 from harness.config.schema import (
     DEFAULT_MAX_CONCURRENCY,
     ArgsStr,
@@ -17,6 +18,7 @@ from harness.config.schema import (
     ConfigError,
     ConfigWarning,
     EnvDict,
+    ExpectedFailureSpec,
     GateSpec,
     ModelConfig,
     TaskSpec,
@@ -45,6 +47,9 @@ class NativeConfig(StrictModel):
     ``trust_remote_code: true`` adds ``--trust-remote-code`` to every variant's command,
     as vLLM's GSM8K test does for every config of its form (default False: a native
     config runs no model code from the hub unless it says so).
+
+    ``builds: {baseline: X, candidate: Y}`` runs every variant on both engine builds and
+    compares each with itself across them (:mod:`harness.config.ab`).
     """
 
     name: str | None = None
@@ -60,7 +65,8 @@ class NativeConfig(StrictModel):
     tasks: dict[str, TaskSpec]
     gates: GateSpec = Field(default_factory=GateSpec)
     comparisons: list[ComparisonSpec] = Field(default_factory=list)
-
+    expected_failures: list[ExpectedFailureSpec] = Field(default_factory=list)
+    builds: BuildsSpec | None = None
 
 
 def _check_native_names(c: NativeConfig, path: Path) -> None:
@@ -147,6 +153,12 @@ def from_native(c: NativeConfig, path: Path, sha: str, lines: dict[KeyPath, int]
                                  "a variant's 'speculative_config', not in the common server_args")
     warns = doubt_warnings(common, path, (lines or {}).get(("server_args",)))
     warns += _native_variant_warnings(c, path, lines)
+    variants, comparisons = dict(c.variants), list(c.comparisons)
+    if c.builds is not None:
+        for t in c.builds.tasks or []:
+            if t not in c.tasks:
+                raise ConfigError(f"{path}: builds.tasks: no task named '{t}' (tasks: {', '.join(c.tasks)})")
+        variants, comparisons = expand_builds(variants, comparisons, c.builds, path)
     return ModelConfig(
         name=c.name or path.stem,
         path=path.resolve(),
@@ -161,9 +173,10 @@ def from_native(c: NativeConfig, path: Path, sha: str, lines: dict[KeyPath, int]
         per_request_metrics=c.per_request_metrics,
         trust_remote_code=c.trust_remote_code,
         warnings=tuple(warns),
-        variants=dict(c.variants),
+        variants=variants,
         tasks=dict(c.tasks),
         gates=c.gates,
-        comparisons=tuple(c.comparisons),
+        comparisons=tuple(comparisons),
+        expected_failures=tuple(c.expected_failures),
     )
 

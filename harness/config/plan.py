@@ -48,6 +48,9 @@ MODEL_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 #: token (``logprobs: k``; k >= 2 is needed to see a runner-up, 5 shows how far down a
 #: candidate's token is; vLLM's default ``max_logprobs`` is 20).
 REFERENCE_TOP_LOGPROBS = 5
+#: ``build_error`` of a variant whose own build was not made (an entry point that makes
+#: no builds: only ``evalrun --config`` does).
+BUILD_NOT_MADE = "its engine build was not made (only evalrun --config makes a variant's build)"
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,9 @@ class VariantPlan:
             variant of a config whose output-match gates classify divergences,
             :func:`reference_logprobs`), else None.
         model_runner: ``v1`` / ``v2`` when the variant asks for one, else None.
+        build: the engine build the variant names (``build:``, as written), None = the run's.
+        build_error: why that build could not be made (its log named): no server
+            starts and the variant's gates are NOT RUN with it, the run exits 2.
     """
 
     id: str
@@ -82,6 +88,13 @@ class VariantPlan:
     not_applicable: str | None = None
     logprobs: int | None = None
     model_runner: str | None = None
+    build: str | None = None
+    build_error: str | None = None
+
+    @property
+    def python(self) -> str:
+        """The interpreter of the server command."""
+        return self.argv[0]
 
     def command(self, port: int) -> list[str]:
         """The argv with the port filled in."""
@@ -189,6 +202,9 @@ class Plan:
                             "not_applicable": v.not_applicable,
                             "logprobs": v.logprobs,
                             "model_runner": v.model_runner,
+                            "build": v.build,
+                            "python": v.python,
+                            "build_error": v.build_error,
                         }
                         for v in cp.variants
                     ],
@@ -311,7 +327,10 @@ def build_plan(configs: list[ModelConfig], python: str | None = None, list_path:
             and kept in the run record).
 
     Returns:
-        The :class:`Plan`; variant and task ids are ``<config>/<name>``.
+        The :class:`Plan`; variant and task ids are ``<config>/<name>``. A variant that
+        names a build (``build:``) gets :data:`BUILD_NOT_MADE` as its ``build_error``
+        until :func:`harness.engine.builds.apply_builds` makes it, so an entry point
+        that makes no builds never runs it on another engine.
     """
     python = python or sys.executable
     cps = []
@@ -332,6 +351,8 @@ def build_plan(configs: list[ModelConfig], python: str | None = None, list_path:
                     not_applicable=v.not_applicable,
                     logprobs=reference_logprobs(c, vname),
                     model_runner=v.model_runner,
+                    build=v.build,
+                    build_error=BUILD_NOT_MADE if v.build is not None else None,
                 )
             )
         tasks = tuple(TaskPlan(id=f"{c.name}/{t}", name=t, spec=s) for t, s in c.tasks.items())

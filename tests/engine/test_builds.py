@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import http.server
 import os
+import json
 import subprocess
 import sys
 import textwrap
@@ -153,12 +154,21 @@ def test_commit_build_is_made_once_cached_identified_and_checked(tmp_path, local
     # the interpreter imports the wheel the index served for that commit
     out = subprocess.run([rb.python, "-c", "import vllm; print(vllm.BUILT_AT)"], capture_output=True, text=True)
     assert out.stdout.strip() == COMMIT_A
+    # the build has pip of its own: vLLM's /server_info runs `pip list` there (500 without it)
+    assert subprocess.run([rb.python, "-c", "import pip"], capture_output=True).returncode == 0
     # taken from the cache: a file left in the folder survives
     (rb.folder / "sentinel").write_text("x")
     assert ensure_build(spec, cache, said.append).python == rb.python and (rb.folder / "sentinel").exists()
     # a folder without its stamp (a run killed while making it) is made again
     (rb.folder / "evalrun-build.json").unlink()
     assert ensure_build(spec, cache, said.append).identity.commit == COMMIT_A
+    assert not (rb.folder / "sentinel").exists()
+    # so is a folder whose stamp does not say it has pip (made by an earlier evalrun without it)
+    stamp = json.loads((rb.folder / "evalrun-build.json").read_text())
+    stamp.pop("pip")
+    (rb.folder / "evalrun-build.json").write_text(json.dumps(stamp))
+    (rb.folder / "sentinel").write_text("x")
+    ensure_build(spec, cache, said.append)
     assert not (rb.folder / "sentinel").exists()
 
 

@@ -20,6 +20,7 @@ import pytest
 
 from harness.bisect import cli_main as bisect_main
 from harness.cli import main
+from harness.records.run_folder import RunFolderTaken, claim_run_folder, reclaim_run_folder
 
 from ..conftest import default_signals
 
@@ -237,8 +238,6 @@ def test_bisect_refuses_resume(tmp_path, capsys):
 
 
 def test_a_folder_whose_holder_still_runs_is_not_reclaimed(tmp_path):
-    from harness.records.run_folder import RunFolderTaken, claim_run_folder, reclaim_run_folder
-
     held = claim_run_folder(tmp_path / "r", ["evalrun", "--config", "x"])  # this process holds its flock
     try:
         with pytest.raises(RunFolderTaken, match="still running"):
