@@ -321,6 +321,7 @@ def _load(run: ConfigRun, vp: VariantPlan, vrec: VariantResult) -> None:
         tm = m.task_record(vp.name, tname)
         tm.samples, tm.score = samples, score_task(samples, _pipelines(trec))
         tm.spec, tm.spec_error = trec.spec_decode, trec.spec_decode_error or None
+        tm.shape = trec.shape  # a traffic shape's proof, as recorded (its gate is judged again)
         if trec.rerun is not None:
             run.reruns[(vp.name, tname)] = tuple(read_jsonl(run.run_dir / trec.rerun.samples))
     vm = m.variant_record(vp.name)

@@ -31,7 +31,9 @@ from harness.records.atomic import write_atomic
 from harness.records.run_record import PluginReport, RunRecord, VariantResult
 
 #: What each fault must do in its own scheduling mode: gate kinds that must fail / must
-#: pass for its variant (comparison gates are attributed to their candidate variant).
+#: pass for its variant (comparison gates are attributed to their candidate variant). A
+#: bare kind names the gates of that kind on the plain tasks (every kind but ``shape``),
+#: ``shape:<kind>`` on the traffic-shape tasks, ``*`` every gate of the plain tasks.
 #: Measured, not assumed: docs/FAULTS.md ("Measured") holds the run.
 EXPECTATIONS: dict[str, dict[str, tuple[str, ...]]] = {
     "draft-input": {"must_fail": ("min_acceptance_length",), "must_pass": ("min_output_match",)},
@@ -43,6 +45,9 @@ EXPECTATIONS: dict[str, dict[str, tuple[str, ...]]] = {
     "async-placeholder-token": {"must_fail": ("min_acceptance_length", "max_acceptance_length_drop",
                                               "min_output_match"), "must_pass": ()},
     "async-stale-accepted": {"must_fail": ("min_output_match",), "must_pass": ()},
+    # invisible on the plain task, caught by the prompt-edges shape's output match
+    "spec-prompt-edge": {"must_fail": ("shape:min_output_match",),
+                         "must_pass": ("*", "shape:shape_proven", "shape:drafts_observed")},
     "noop": {"must_fail": (), "must_pass": ("min_output_match", "min_acceptance_length")},
 }
 #: An async-path fault (``Fault.scheduling == "async"``) run with synchronous scheduling:
@@ -78,12 +83,14 @@ class Check:
     detail: str
 
 
-def judge_selfcheck(record: RunRecord, faults: dict[str, str | None]) -> list[Check]:
+def judge_selfcheck(record: RunRecord, faults: dict[str, str | None],
+                    shape_tasks: frozenset[str] = frozenset()) -> list[Check]:
     """Check a run record's gates against :data:`EXPECTATIONS`.
 
     Args:
         record: a run record with one config.
         faults: variant name -> fault name (None for clean variants).
+        shape_tasks: the config's ``kind: shape`` tasks (expectations tell them apart).
 
     Returns:
         One :class:`Check` per expectation: every gate of a clean variant (expected
@@ -141,13 +148,20 @@ def judge_selfcheck(record: RunRecord, faults: dict[str, str | None]) -> list[Ch
         exp = EXPECTATIONS[fault]
         for want, kinds in (("FAIL", exp["must_fail"]), ("PASS", exp["must_pass"])):
             for kind in kinds:
-                hits = [g for g in mine if g.kind == kind]
+                hits = _expected_gates(mine, kind, shape_tasks)
                 if not hits:
                     raise ValueError(f"variant {variant} ({fault}): the config defines no {kind} gate; "
                                      "the self-check needs it")
                 for g in hits:
                     checks.append(Check(variant, fault, g.id, want, g.verdict, g.verdict == want, g.detail))
     return checks
+
+
+def _expected_gates(gates: list, want: str, shape_tasks: frozenset[str]) -> list:
+    """The gates an expectation names (:data:`EXPECTATIONS`): ``kind`` and ``*`` on the
+    plain tasks, ``shape:kind`` on the shape tasks."""
+    shape, _, kind = want.rpartition(":")
+    return [g for g in gates if (g.task in shape_tasks) == bool(shape) and kind in ("*", g.kind)]
 
 
 def _async_effective(vrec: VariantResult) -> bool | None:
@@ -219,7 +233,7 @@ def _one_run(cfg, faults: dict[str, str | None], args, run_id: str | None, argv:
               f"record: {run_dir / 'run.json'} (the traceback is in it)", file=sys.stderr)
         return 2
     try:
-        checks = judge_selfcheck(record, faults)
+        checks = judge_selfcheck(record, faults, frozenset(t for t, s in cfg.tasks.items() if s.kind == "shape"))
     except ValueError as e:
         print(f"evalrun selfcheck: {e}", file=sys.stderr)
         return 2

@@ -341,7 +341,7 @@ def _judge_task(run: ConfigRun, vp: VariantPlan, item: _Sent, out: VariantRun) -
     PLACE.at("scoring")
     sc = score_task(samples, tr.pipelines)
     tm = out.measured.task_record(vp.name, t.name)
-    tm.score, tm.samples = sc, samples
+    tm.score, tm.samples, tm.shape = sc, samples, outcome.shape
     PLACE.at("statistics")  # acceptance intervals (bootstrap) and counter checks
     trec = task_result(spath, run.run_dir, outcome, sc,
                        acceptance_intervals(samples, vp.speculative_config is not None))

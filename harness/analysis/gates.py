@@ -23,11 +23,7 @@ from harness.analysis.stats import floor_margin, paired_comparison, two_proporti
 from harness.config import gates as G
 from harness.records.baselines import BaselineTask
 from harness.records.measures import (
-    AnswerAgreementRecord,
-    DivergenceReportRecord,
-    NoiseRecord,
-    OutputMatchRecord,
-    SpecDecodeRecord,
+    AnswerAgreementRecord, DivergenceReportRecord, NoiseRecord, OutputMatchRecord, SpecDecodeRecord,
 )
 from harness.records.run_record import GateResult
 from harness.records.samples import Sample
@@ -381,6 +377,15 @@ def judge_drafts_observed(g: G.DraftsObserved, m: Measurements, adjusted_p: floa
         return failed
     # counters are integral counts (prometheus gives floats): report an integer
     return _result(g, round(sm.drafts), g.limit, True, f"{sm.drafts:.0f} drafts, {sm.draft_tokens:.0f} draft tokens")
+
+
+@judges(G.ShapeProven)
+def judge_shape_proven(g: G.ShapeProven, m: Measurements, adjusted_p: float | None = None) -> GateResult:
+    """``shape_proven``: the task's shape proof exists and names no problem."""
+    proof = m.task(g.variant, g.task).shape
+    if proof is None:
+        return _result(g, None, None, False, "no shape proof recorded: the shape cannot be shown to have happened")
+    return _result(g, None, None, not proof.problems, proof.describe())
 
 
 @judges(G.MinAcceptanceLength)

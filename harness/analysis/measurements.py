@@ -28,7 +28,7 @@ from harness.analysis.scoring import TaskScore, correctness
 from harness.records.measures import PairedRecord
 from harness.analysis.stats import paired_comparison
 from harness.records.measures import EffectivenessRecord, ModelRunnerRecord
-from harness.records.measures import SpecDecodeRecord
+from harness.records.measures import ShapeProofRecord, SpecDecodeRecord
 from harness.records.baselines import BaselineDoc
 from harness.records.samples import Sample
 
@@ -44,6 +44,7 @@ class TaskMeasurement:
         spec: :class:`SpecDecodeRecord` of a speculative variant.
         spec_error: why the speculative-decoding metrics are missing or unusable.
         not_run: why this task did not run for this variant.
+        shape: a traffic shape's proof (``kind: shape``).
     """
 
     score: TaskScore | None = None
@@ -51,6 +52,7 @@ class TaskMeasurement:
     spec: SpecDecodeRecord | None = None
     spec_error: str | None = None
     not_run: str | None = None
+    shape: ShapeProofRecord | None = None
 
 
 @dataclass

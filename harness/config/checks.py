@@ -33,11 +33,13 @@ known, and the key.
 from __future__ import annotations
 
 import re
+import shlex
 
 from harness.config.schema import ConfigError, ModelConfig
 from harness.config.yaml_load import KeyPath
 
-__all__ = ["NAME_PATTERN", "MAX_NAME_LENGTH", "check_name", "check_config", "check_acceptance_floor", "check_run_id"]
+__all__ = ["NAME_PATTERN", "MAX_NAME_LENGTH", "check_name", "check_config", "check_acceptance_floor", "check_run_id",
+           "check_shapes"]
 
 #: The character set of a name that becomes a path component.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
@@ -152,6 +154,37 @@ def check_config(cfg: ModelConfig, lines: dict[KeyPath, int] | None = None) -> N
             _refuse(cfg, lines, _find_key(lines, "max_acceptance_length_drop", under=under),
                     f"max_acceptance_length_drop {drop} >= num_speculative_tokens {max(ks)} "
                     f"({comp.baseline} -> {comp.candidate}: mean acceptance length lies in [1, 1 + {max(ks)}])")
+
+
+def check_shapes(cfg: ModelConfig, lines: dict[KeyPath, int] | None = None) -> None:
+    """Refuse a traffic shape whose edges are not the engine's: a speculative variant whose
+    ``num_speculative_tokens`` is not among the shape's ``speculative_tokens``, or a
+    ``chunk_size`` other than every variant's ``--max-num-batched-tokens`` (any spelling
+    vLLM's parser accepts; the shape's chunk is a server setting applied to every
+    compared variant alike).
+
+    Raises:
+        ConfigError: naming the file, the task's line, the variant and both values.
+    """
+    from harness.config.vllm_args import hits_of  # noqa: PLC0415 - the parser table loads on first use
+
+    lines = lines or {}
+    for tname, t in cfg.tasks.items():
+        if t.shape is None:
+            continue
+        key = ("tasks", tname, "shape") if ("tasks", tname, "shape") in lines else ()
+        for vname, v in cfg.variants.items():
+            k = v.speculative_config.num_speculative_tokens if v.speculative_config else None
+            if k is not None and k not in t.shape.speculative_tokens:
+                _refuse(cfg, lines, key, f"task {tname}: variant {vname} speculates with num_speculative_tokens {k}, "
+                        f"not among the shape's speculative_tokens {list(t.shape.speculative_tokens)}")
+            if t.shape.chunk_size is None:
+                continue
+            found = [h.value for h in hits_of([*cfg.server_args, *shlex.split(v.server_args or "")],
+                                              "max_num_batched_tokens")]
+            if not found or found[-1] != str(t.shape.chunk_size):
+                _refuse(cfg, lines, key, f"task {tname}: shape chunk_size {t.shape.chunk_size} but variant {vname}'s "
+                        f"server sets --max-num-batched-tokens {found[-1] if found else '(not set)'}")
 
 
 def check_acceptance_floor(cfg: ModelConfig, lines: dict[KeyPath, int] | None = None) -> None:

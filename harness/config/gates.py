@@ -39,6 +39,7 @@ class GateKind(str, Enum):
     BASELINE_READABLE = "baseline_readable"
     MAX_POSITION_ACCEPTANCE_DROP = "max_position_acceptance_drop"
     BASELINE_POSITION_ACCEPTANCE_DROP = "baseline_position_acceptance_drop"
+    SHAPE_PROVEN = "shape_proven"
 
 
 class _GateBase(BaseModel):
@@ -117,6 +118,14 @@ class MinAcceptanceLength(_GateBase):
     kind: Literal[GateKind.MIN_ACCEPTANCE_LENGTH] = GateKind.MIN_ACCEPTANCE_LENGTH
     op: Literal[">="] = ">="
     limit: float
+
+
+class ShapeProven(_GateBase):
+    """A traffic shape (``kind: shape`` task) happened, by the engine's own counters
+    (:func:`harness.tasks.shapes.shape_proof`): a shape without its proof fails closed."""
+
+    kind: Literal[GateKind.SHAPE_PROVEN] = GateKind.SHAPE_PROVEN
+    op: Literal["=="] = "=="
 
 
 class MaxAccuracyDrop(_GateBase):
@@ -220,7 +229,7 @@ Gate = Annotated[
         VariantEffective, AccuracyFloor, MaxErrorRate, MaxTruncationRate, DraftsObserved, MinAcceptanceLength,
         MaxAccuracyDrop, MinOutputMatch, MaxAcceptanceLengthDrop,
         BaselineAccuracyDrop, BaselineAcceptanceLengthDrop, BaselineReadable,
-        MaxPositionAcceptanceDrop, BaselinePositionAcceptanceDrop,
+        MaxPositionAcceptanceDrop, BaselinePositionAcceptanceDrop, ShapeProven,
     ],
     Field(discriminator="kind"),
 ]
@@ -277,6 +286,11 @@ def _task_gates(config: ModelConfig, vname: str, tname: str) -> list[Gate]:
         out.append(MaxTruncationRate(
             id=f"{c}/{vname}/{tname}/max_truncation_rate", **base, limit=g.max_truncation_rate,
             description="share of completions cut by max_tokens (finish_reason length)",
+        ))
+    if config.tasks[tname].kind == "shape":
+        out.append(ShapeProven(
+            id=f"{c}/{vname}/{tname}/shape_proven", **base,
+            description="the engine's counters prove the traffic shape happened",
         ))
     if v.speculative_config is not None:
         out.append(DraftsObserved(

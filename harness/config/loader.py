@@ -23,7 +23,7 @@ from typing import TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from harness.config.checks import check_acceptance_floor, check_config
+from harness.config.checks import check_acceptance_floor, check_config, check_shapes
 from harness.config.expected import check_expected_failures
 from harness.config.native_form import NativeConfig, from_native
 from harness.config.schema import ConfigError, ModelConfig, RawValue
@@ -164,5 +164,6 @@ def load_config(path: str | Path) -> ModelConfig:
     check_acceptance_floor(cfg, lines)
 
     check_config(cfg, lines)
+    check_shapes(cfg, lines)
     check_expected_failures(cfg)
     return cfg

@@ -100,12 +100,50 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
+class ShapeSpec(StrictModel):
+    """A traffic shape of a ``kind: shape`` task (docs/configuration.md, "Traffic shapes").
+
+    Attributes:
+        kind: ``prompt_edges``: prompts whose lengths in tokens sit at and around the
+            engine's edges, built with the served model's own tokenizer and sent as token ids.
+        speculative_tokens: the ``num_speculative_tokens`` of the config's speculative
+            variants (each gives the edge ``k + 1``); refused at load when a variant
+            speculates with a count not listed.
+        block_size: the KV-cache block size edge in tokens (None: no block edge).
+        chunk_size: the prefill chunk edge in tokens, i.e. the server's
+            ``--max-num-batched-tokens``, which the config's server arguments must set to
+            this value (refused at load otherwise); None: no chunk edge. Offset ``+1`` is
+            the one-token tail after a full chunk.
+        offsets: lengths tried around every edge, as ``edge + offset`` (lengths below 1
+            are dropped).
+        prompts_per_length: distinct prompts per length (different source questions).
+    """
+
+    kind: Literal["prompt_edges"] = "prompt_edges"
+    speculative_tokens: list[int] = Field(default_factory=list, max_length=8)
+    block_size: int | None = Field(default=None, ge=1)
+    chunk_size: int | None = Field(default=None, ge=1)
+    offsets: list[int] = Field(default_factory=lambda: [-1, 0, 1], min_length=1, max_length=16)
+    prompts_per_length: int = Field(default=3, ge=1, le=50)
+
+    def edges(self) -> dict[str, int]:
+        """Edge name -> length in tokens: ``spec_k{k}`` (``k + 1``) per speculative count,
+        ``block``, ``chunk``."""
+        out = {f"spec_k{k}": k + 1 for k in sorted(set(self.speculative_tokens))}
+        if self.block_size is not None:
+            out["block"] = self.block_size
+        if self.chunk_size is not None:
+            out["chunk"] = self.chunk_size
+        return out
+
+
 class TaskSpec(StrictModel):
     """One task of a config.
 
     Attributes:
         kind: task implementation; ``gsm8k`` (real GSM8K, test split with few-shot
-            examples from train) or ``synthetic`` (evalrun's generated arithmetic set).
+            examples from train), ``synthetic`` (evalrun's generated arithmetic set),
+            ``lm_eval``, or ``shape`` (a traffic shape, :attr:`shape`).
         num_questions: questions taken from the start of the test split (None = all).
             Data holding fewer is refused before any server starts, unless
             ``num_questions_up_to`` is true ("up to N": then all there are are asked).
@@ -137,9 +175,10 @@ class TaskSpec(StrictModel):
             user message to ``/v1/chat/completions`` with vLLM's stop strings
             (``Question``, ``Assistant:``, ``<|separator|>``), as vLLM's ``gsm8k_eval.py``
             does; default ``/v1/completions`` with evalrun's few-shot delimiter.
+        shape: kind ``shape`` only: the traffic shape (:class:`ShapeSpec`).
     """
 
-    kind: Literal["gsm8k", "synthetic", "lm_eval"] = "gsm8k"
+    kind: Literal["gsm8k", "synthetic", "lm_eval", "shape"] = "gsm8k"
     num_questions: int | None = Field(default=None, ge=1)
     num_questions_up_to: bool = False
     num_fewshot: int = Field(default=5, ge=0)
@@ -152,9 +191,17 @@ class TaskSpec(StrictModel):
     lm_eval_include_path: str | None = None
     gen_prefix: str = ""
     use_chat_completions: bool = False
+    shape: ShapeSpec | None = None
 
     @model_validator(mode="after")
     def _lm_eval_needs_a_task(self) -> "TaskSpec":
+        if (self.kind == "shape") != (self.shape is not None):
+            raise ValueError("kind shape needs a shape (and shape is only for kind shape)")
+        if self.kind == "shape" and not self.shape.edges():  # type: ignore[union-attr]
+            raise ValueError("shape: no edge (give speculative_tokens, block_size or chunk_size)")
+        if self.kind == "shape" and self.num_questions is not None:
+            raise ValueError("kind shape sends the requests its shape plans (prompts_per_length per length); "
+                             "num_questions does not apply")
         if self.kind != "gsm8k" and (self.gen_prefix or self.use_chat_completions):
             raise ValueError("gen_prefix / use_chat_completions are only for kind gsm8k")
         if self.kind == "lm_eval" and (self.seed is None or self.temperature is None):

@@ -31,7 +31,7 @@ import asyncio
 import json
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 import orjson
@@ -261,7 +261,7 @@ class AsyncCompletionClient:
     async def complete(
         self,
         request_id: str,
-        prompt: str,
+        prompt: str | Sequence[int],
         max_tokens: int,
         temperature: float | None = 0.0,
         seed: int | None = None,
@@ -271,6 +271,8 @@ class AsyncCompletionClient:
         """Send one completion request (``return_token_ids`` on).
 
         Args:
+            prompt: text, or token ids (sent as a list of integers, which vLLM's
+                completions endpoint takes as the prompt's tokens, untokenised).
             temperature, seed: sent when not None (a None one is left out of the body, so
                 the server's default applies, as vLLM's ``gsm8k_eval.py`` does).
             logprobs: ask for the top-``logprobs`` log-probabilities of every generated
@@ -282,9 +284,9 @@ class AsyncCompletionClient:
         Returns:
             A :class:`Completion`; never raises for HTTP, transport or timeout errors.
         """
-        body = {
+        body: dict[str, Any] = {
             "model": self.model,
-            "prompt": prompt,
+            "prompt": prompt if isinstance(prompt, str) else list(prompt),
             "max_tokens": max_tokens,
             "stop": list(stop),
             "return_token_ids": True,

@@ -35,7 +35,8 @@ from typing import Iterable, Mapping
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness.records.measures import (  # the counter names and MetricsError are the records' (one home)
-    ACCEPTED_PER_POS, ACCEPTED_TOKENS, DRAFT_TOKENS, DRAFTS, MetricsError, SpecDecodeCountersRecord, SpecDecodeRecord,
+    ACCEPTED_PER_POS, ACCEPTED_TOKENS, DRAFT_TOKENS, DRAFTS, ENGINE_COUNTERS, EngineCountersRecord, MetricsError,
+    SpecDecodeCountersRecord, SpecDecodeRecord,
 )
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "SpecDecodeCountersRecord",
     "SpecDecodeRecord",
     "parse_spec_decode_counters",
+    "parse_engine_counters",
     "has_spec_decode_counters",
     "counter_violations",
     "DRAFTS",
@@ -240,3 +242,23 @@ def counter_violations(delta: SpecDecodeCountersRecord, num_speculative_tokens: 
                 f"mean acceptance length 1 + {acc:g}/{d:g} = {1.0 + acc / d:.3f} > 1 + num_speculative_tokens = {1 + k}"
             )
     return tuple(out)
+
+
+def parse_engine_counters(text: str, source: str = "/metrics") -> EngineCountersRecord:
+    """vLLM's engine counters (:data:`harness.records.measures.ENGINE_COUNTERS`) from
+    Prometheus text, each summed over every label (engines, model names); a counter the
+    server does not expose is None.
+
+    Raises:
+        MetricsError: the text cannot be parsed, or a value is negative or not finite.
+    """
+    samples = _samples(text, source)
+    out: dict[str, float | None] = {}
+    for field, base in ENGINE_COUNTERS.items():
+        try:
+            out[field] = sum(_sum_counter(samples, base, source).values())
+        except MetricsError as e:
+            if "missing from" not in str(e):
+                raise
+            out[field] = None
+    return EngineCountersRecord(**out)

@@ -19,9 +19,11 @@ import httpx
 
 from harness.engine.client import AsyncCompletionClient, served_model
 from harness.engine.info import EngineInfoError, SpeculativeConfig, read_engine_facts
-from harness.records.measures import EngineFactsRecord, SpecDecodeCountersRecord, SpecDecodeRecord
+from harness.records.measures import (
+    EngineCountersRecord, EngineFactsRecord, SpecDecodeCountersRecord, SpecDecodeRecord,
+)
 from harness.engine.metrics import (
-    MetricsError, counter_violations, has_spec_decode_counters, parse_spec_decode_counters,
+    MetricsError, counter_violations, has_spec_decode_counters, parse_engine_counters, parse_spec_decode_counters,
 )
 from harness.engine.server import EngineProcesses, ServerStartError, VllmServer
 from harness.records.completions import Completion
@@ -301,12 +303,35 @@ class VariantSession:
         """
         assert self.model is not None, "use VariantSession as a context manager"
         t0 = time.monotonic()
+        engine_before, engine_error = self._engine_counters()
         before, metrics_error = self.counters_before()
         completions, metrics_error = run_coroutine(self._send_all(
             requests, max_tokens, temperature, seed, stop, on_done, per_request, before, metrics_error, chat,
             logprobs))
         counters, metrics, metrics_error = self.counters_since(before, metrics_error)
-        return TaskOutcome(completions, counters, metrics, metrics_error, time.monotonic() - t0)
+        engine_delta = None
+        if engine_before is not None:
+            engine_after, engine_error = self._engine_counters()
+            try:
+                engine_delta = engine_after.minus(engine_before) if engine_after is not None else None
+            except MetricsError as e:
+                engine_error = f"{self.variant_id}: {e}"
+        return TaskOutcome(completions, counters, metrics, metrics_error, time.monotonic() - t0,
+                           engine_counters=engine_delta, engine_counters_error=engine_error)
+
+    def _engine_counters(self) -> tuple[EngineCountersRecord | None, str | None]:
+        """vLLM's engine counters now (prompt / generation tokens, preemptions, prefix
+        cache), or ``(None, why)`` when ``/metrics`` cannot be read or parsed."""
+        assert self._http is not None, "use VariantSession as a context manager"
+        source = f"{self.server.base_url}/metrics ({self.variant_id})"
+        try:
+            r = self._http.get(self.server.base_url + "/metrics")
+            r.raise_for_status()
+            return parse_engine_counters(r.text, source), None
+        except httpx.HTTPError as e:
+            return None, f"{self.variant_id}: cannot read /metrics: {e}"
+        except MetricsError as e:
+            return None, str(e)
 
     async def _send_all(
         self, requests: Sequence[Request], max_tokens: int, temperature: float | None, seed: int | None,
@@ -329,7 +354,8 @@ class VariantSession:
                     return chat_complete(client, r.question_id, r.prompt, max_tokens, temperature, seed, stop)
             else:
                 def send(r: Request):
-                    return client.complete(r.question_id, r.prompt, max_tokens, temperature, seed, stop, logprobs)
+                    prompt = r.prompt if r.prompt_token_ids is None else r.prompt_token_ids
+                    return client.complete(r.question_id, prompt, max_tokens, temperature, seed, stop, logprobs)
             if per_request:
                 prev = before if metrics_error is None else None
                 for i, r in enumerate(requests):

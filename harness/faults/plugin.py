@@ -951,11 +951,23 @@ def off_by_one_counts(counts: list[int], num_drafts: list[int]) -> list[int]:
     return out
 
 
-def state_rollback_wrapper(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def prompt_edge_rows(runner: Any, req_ids: list[str]) -> list[bool]:
+    """Which rows the ``spec-prompt-edge`` fault perturbs: requests whose prompt holds
+    exactly ``num_speculative_tokens + 1`` tokens (``runner.requests[id].num_prompt_tokens``,
+    vLLM's ``CachedRequestState``)."""
+    edge = int(runner.speculative_config.num_speculative_tokens) + 1
+    states = runner.requests
+    return [r in states and int(states[r].num_prompt_tokens) == edge for r in req_ids]
+
+
+def state_rollback_wrapper(
+    name: str, rows: Callable[[Any, list[str]], list[bool]] | None = None,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """``make(original) -> wrapper`` for ``GPUModelRunner._update_states_after_model_execute``.
 
     The wrapper runs the original, then overwrites the accepted counts it recorded
-    with :func:`off_by_one_counts` (see :func:`_install_state_rollback`).
+    with :func:`off_by_one_counts` (see :func:`_install_state_rollback`); with ``rows``
+    (``rows(runner, req_ids) -> mask``) only the rows it selects.
     """
 
     def make(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -988,6 +1000,8 @@ def state_rollback_wrapper(name: str) -> Callable[[Callable[..., Any]], Callable
             req_ids = self.input_batch.req_ids[:num_reqs]
             drafts = [len(spec.get(r, ())) for r in req_ids]
             wrong = off_by_one_counts(counts, drafts)
+            if rows is not None:
+                wrong = [w if keep else k for w, k, keep in zip(wrong, counts, rows(self, list(req_ids)))]
             if wrong == counts:
                 return result
             count(f"{name}.changed", sum(w != k for w, k in zip(wrong, counts)))
@@ -1045,6 +1059,20 @@ def _install_state_rollback(fault: Fault) -> None:
     """
 
     _patch(fault, _UPDATE_AFTER_EXECUTE, state_rollback_wrapper(fault.name))
+
+
+def _install_spec_prompt_edge(fault: Fault) -> None:
+    """The ``state-rollback`` off-by-one, only for requests whose prompt holds exactly
+    ``num_speculative_tokens + 1`` tokens (:func:`prompt_edge_rows`; docs/FAULTS.md,
+    "prompt-length edge"): the shape of the public reports of garbage output at that
+    one prompt length with MTP on hybrids.
+
+    Patches ``GPUModelRunner._update_states_after_model_execute`` exactly as
+    :func:`_install_state_rollback` does, with the rows restricted to those requests
+    (``runner.requests[req_id].num_prompt_tokens``); every other request keeps its true
+    count, so a task whose prompts are all longer (GSM8K, the synthetic task) never
+    triggers it (``spec-prompt-edge.changed`` stays 0: "not exercised")."""
+    _patch(fault, _UPDATE_AFTER_EXECUTE, state_rollback_wrapper(fault.name, prompt_edge_rows))
 
 
 def _install_noop(fault: Fault) -> None:
@@ -1328,6 +1356,17 @@ FAULTS: dict[str, Fault] = {
             expected="greedy outputs diverge from the reference; accuracy down",
             targets=(_UPDATE_AFTER_EXECUTE, _GDN_BUILD),
             install=_install_state_rollback,
+        ),
+        Fault(
+            name="spec-prompt-edge",
+            summary="the state-rollback off-by-one, only for requests whose prompt is exactly "
+            "num_speculative_tokens + 1 tokens long",
+            mirrors="public reports of MTP on hybrid models giving garbage for prompts of exactly "
+            "num_speculative_tokens + 1 tokens (docs/FAULTS.md, prompt-length edge)",
+            expected="every gate of a task without such prompts passes; greedy outputs of the "
+            "edge-length prompts diverge from the reference (the prompt-edges shape catches it)",
+            targets=(_UPDATE_AFTER_EXECUTE, _GDN_BUILD),
+            install=_install_spec_prompt_edge,
         ),
         Fault(
             name="async-placeholder-token",

@@ -279,6 +279,89 @@ def _ratio(num: float, den: float) -> float | None:
     return num / den if den > 0 else None
 
 
+#: vLLM's engine counters a traffic shape proves itself with (``vllm/v1/metrics/loggers.py``,
+#: ``PrometheusStatLogger``): field name -> counter name.
+ENGINE_COUNTERS: dict[str, str] = {
+    "prompt_tokens": "vllm:prompt_tokens",
+    "generation_tokens": "vllm:generation_tokens",
+    "preemptions": "vllm:num_preemptions",
+    "prefix_cache_queries": "vllm:prefix_cache_queries",
+    "prefix_cache_hits": "vllm:prefix_cache_hits",
+}
+
+
+class EngineCountersRecord(Measure):
+    """vLLM's engine counters (:data:`ENGINE_COUNTERS`), summed over engines and labels: a
+    snapshot or the difference over one task (:meth:`minus`). None: the server exposes no
+    such counter.
+
+    Attributes (token / event counts):
+        prompt_tokens: prefill tokens processed (``vllm:prompt_tokens``).
+        generation_tokens: tokens generated (``vllm:generation_tokens``).
+        preemptions: requests preempted (``vllm:num_preemptions``).
+        prefix_cache_queries, prefix_cache_hits: tokens looked up in / found in the
+            prefix cache (``vllm:prefix_cache_queries`` / ``_hits``).
+    """
+
+    prompt_tokens: float | None = None
+    generation_tokens: float | None = None
+    preemptions: float | None = None
+    prefix_cache_queries: float | None = None
+    prefix_cache_hits: float | None = None
+
+    def minus(self, before: "EngineCountersRecord") -> "EngineCountersRecord":
+        """``self - before`` per counter (None where either is None).
+
+        Raises:
+            MetricsError: a counter went down (a restarted server).
+        """
+        out: dict[str, float | None] = {}
+        for f in ENGINE_COUNTERS:
+            a, b = getattr(self, f), getattr(before, f)
+            if a is None or b is None:
+                out[f] = None
+                continue
+            if a < b:
+                raise MetricsError(f"engine counter {ENGINE_COUNTERS[f]} went down: {b} -> {a}")
+            out[f] = a - b
+        return EngineCountersRecord(**out)
+
+
+class ShapeProofRecord(Measure):
+    """What a traffic shape sent and whether the engine's counters prove it happened
+    (:mod:`harness.tasks.shapes`).
+
+    Attributes:
+        shape: the shape's kind (``prompt_edges``).
+        edges: edge name -> length in tokens.
+        prompt_lengths: length in tokens -> requests sent with it.
+        places: ``edge/off<offset>`` (e.g. ``spec_k2/off+0``) -> requests sent there.
+        prompt_tokens_sent: sum of the prompt lengths sent.
+        counters: the engine counters' difference over the task, or None.
+        problems: why the shape is not proven (empty: proven).
+    """
+
+    shape: str
+    edges: dict[str, int]
+    prompt_lengths: dict[str, int]
+    prompt_tokens_sent: int
+    places: dict[str, int] = {}
+    counters: EngineCountersRecord | None = None
+    problems: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """One line: proven or the problems, the edges, the tokens sent and the counters."""
+        c = self.counters
+        seen = ("" if c is None else
+                f"; engine counters: prompt tokens {c.prompt_tokens}, generation tokens {c.generation_tokens}, "
+                f"preemptions {c.preemptions}, prefix cache hits/queries {c.prefix_cache_hits}/"
+                f"{c.prefix_cache_queries}")
+        edges = ", ".join(f"{k} {v}" for k, v in self.edges.items())
+        head = (f"shape {self.shape} not proven: " + "; ".join(self.problems) if self.problems
+                else f"shape {self.shape} proven")
+        return f"{head} (edges {edges}; {self.prompt_tokens_sent} prompt tokens sent){seen}"
+
+
 class SpecDecodeRecord(Measure):
     """Acceptance figures for one task, computed from a counter difference.
 

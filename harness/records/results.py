@@ -107,6 +107,9 @@ def task_result(spath: Path, run_dir: Path, outcome: TaskOutcome, sc: TaskScore,
         spec_decode=outcome.spec_metrics,
         spec_decode_counters=outcome.spec_counters,
         spec_decode_error=outcome.metrics_error,
+        engine_counters=outcome.engine_counters,
+        engine_counters_error=outcome.engine_counters_error,
+        shape=outcome.shape,
         **intervals,
     )
     trec.samples_sha256 = sha256_file(spath)  # merge verifies the file against it

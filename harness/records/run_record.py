@@ -42,8 +42,9 @@ from harness.config.schema import ConfigWarning
 from harness.records.bounds import Bounded
 from harness.records.expected import VERDICTS, ExpectedFailureRecord  # noqa: F401 - re-exported
 from harness.records.measures import (
-    AnswerAgreementRecord, DivergenceReportRecord, EffectivenessRecord, EngineFactsRecord, Interval,
-    ModelRunnerRecord, NoiseRecord, OutputMatchRecord, PairedRecord, SpecDecodeCountersRecord, SpecDecodeRecord,
+    AnswerAgreementRecord, DivergenceReportRecord, EffectivenessRecord, EngineCountersRecord, EngineFactsRecord,
+    Interval, ModelRunnerRecord, NoiseRecord, OutputMatchRecord, PairedRecord, ShapeProofRecord,
+    SpecDecodeCountersRecord, SpecDecodeRecord,
 )
 from harness.records.provenance import EngineBuild, Provenance
 from harness.records.shards import MergedShard, ShardInfo
@@ -148,8 +149,7 @@ class TaskResult(_Model):
         truncated, truncated_rate, truncated_ids: successful requests cut by
             ``max_tokens`` (``finish_reason: length``): count, share of successful
             requests (None when none succeeded), question ids.
-        stop_reasons: what ended each ``stop`` completion -> count (the stop string,
-            ``token <id>``, or ``eos``).
+        stop_reasons: what ended each ``stop`` completion -> count (stop string, ``token <id>``, ``eos``).
         spec_decode, spec_decode_counters: acceptance figures and raw counter
             differences (speculative variants), or None with ``spec_decode_error``.
         mean_acceptance_length_ci, acceptance_rate_ci, per_position_acceptance_ci:
@@ -158,6 +158,7 @@ class TaskResult(_Model):
         rerun: the noise pass, when the task ran twice.
         samples_sha256: SHA-256 of the bytes of the samples file as written (``merge``
             refuses a shard whose file no longer matches); None in older records.
+        engine_counters, engine_counters_error, shape: engine counters (or why not), a shape's proof.
     """
 
     status: Literal["ran"] = "ran"
@@ -189,6 +190,9 @@ class TaskResult(_Model):
     rerun: RerunRecord | None = None
     lm_eval: "LmEvalTaskRecord | None" = None
     samples_sha256: str | None = None
+    engine_counters: EngineCountersRecord | None = None
+    engine_counters_error: str | None = None
+    shape: ShapeProofRecord | None = None
 
     _RATES = ("error_rate", "accuracy", "accuracy_ci", "invalid_rate", "truncated_rate")
     _WITHIN = (("error_count", "num_requests"), ("correct", "scored"), ("scored", "num_requests"),

@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.records.completions import Completion
-from harness.records.measures import SpecDecodeCountersRecord, SpecDecodeRecord
+from harness.records.measures import (
+    EngineCountersRecord, ShapeProofRecord, SpecDecodeCountersRecord, SpecDecodeRecord,
+)
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,10 @@ class TaskOutcome:
         spec_metrics: ratios derived from ``spec_counters`` (None likewise).
         metrics_error: why speculative metrics could not be read, else None.
         seconds: wall-clock seconds of the task.
+        engine_counters: vLLM's engine counters' difference over the task (prompt and
+            generation tokens, preemptions, prefix cache), or None with
+            ``engine_counters_error``.
+        shape: a traffic shape's proof (:mod:`harness.tasks.shapes`); None for other kinds.
     """
 
     completions: tuple[Completion, ...]
@@ -33,3 +39,6 @@ class TaskOutcome:
     spec_metrics: SpecDecodeRecord | None
     metrics_error: str | None
     seconds: float
+    engine_counters: EngineCountersRecord | None = None
+    engine_counters_error: str | None = None
+    shape: ShapeProofRecord | None = None

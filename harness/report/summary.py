@@ -27,6 +27,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from harness.report.shapes import shape_lines
 from harness.records.run_record import ComparisonResult, ConfigResult, GateResult, RunRecord, outcome_word
 from harness.records.samples import read_jsonl
 from harness.records.text import clean_text
@@ -633,6 +634,7 @@ def render_markdown(record: RunRecord, run_dir: str | Path | None = None) -> str
         lines += ["", f"## Not run ({len(notrun)})", ""]
         lines += [f"- {g.id}: {g.detail}" for _, g in notrun]
     lines += _expected_section(expected, unapplied_lines(record))
+    lines += shape_lines(record, _md_table)
     pipes = _pipelines(record)
     lines += ["", "## Scores", ""]
     srows = []

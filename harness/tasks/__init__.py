@@ -26,6 +26,7 @@ TASK_KINDS: dict[str, tuple[str, str]] = {
     "gsm8k": ("harness.tasks.gsm8k_task", "Gsm8kTask"),
     "synthetic": ("harness.tasks.synthetic", "SyntheticTask"),
     "lm_eval": ("harness.tasks.lm_eval_task", "LmEvalTaskKind"),
+    "shape": ("harness.tasks.shapes", "ShapeTask"),
 }
 
 
@@ -80,10 +81,10 @@ def prepare_task(name: str, spec: TaskSpec, data_dir: Path | None,
 
 def task_size(spec: TaskSpec) -> int:
     """Questions a task will ask: ``num_questions``, else the whole test set (GSM8K
-    1319; the synthetic task's default test size)."""
+    1319; the synthetic task's default test size; a shape's planned requests)."""
     if spec.num_questions is not None:
         return spec.num_questions
-    size = task_for(spec.kind).default_size()
+    size = task_for(spec.kind).planned_size(spec)
     return GSM8K_TEST_SIZE if size is None else size
 
 

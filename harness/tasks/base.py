@@ -47,6 +47,7 @@ class PreparedTask:
         contamination: overlaps of test questions with the few-shot examples or the
             train split that the user allowed (``--allow-contamination``), as
             :meth:`harness.tasks.contamination.Overlaps.to_json`; None when none.
+        shape: for ``kind: shape`` its :class:`harness.tasks.shapes.ShapePlan`; None otherwise.
     """
 
     requests: tuple[Request, ...]
@@ -55,6 +56,7 @@ class PreparedTask:
     source: str
     lm_eval: Any = None
     contamination: dict | None = None
+    shape: Any = None
 
 
 class ShortDataError(ValueError):
@@ -247,6 +249,11 @@ class Task(ABC):
     def default_size(self) -> int | None:
         """Questions asked when ``num_questions`` is None, when known without data."""
         return None
+
+    def planned_size(self, spec: TaskSpec) -> int | None:
+        """Questions asked when ``num_questions`` is None, from the spec (default:
+        :meth:`default_size`)."""
+        return self.default_size()
 
 
 class RequestTask(Task):

@@ -163,12 +163,15 @@ class Request:
         gold: the gold answer text of the test item (:attr:`GsmItem.gold`).
         prompt_hash: first 16 hex digits of the SHA-256 of the UTF-8 prompt
             (same convention as :attr:`harness.records.samples.Sample.prompt_hash`).
+        prompt_token_ids: when set, the prompt sent as these token ids instead of
+            ``prompt`` (a traffic shape's exact lengths, :mod:`harness.tasks.shapes`).
     """
 
     question_id: str
     prompt: str
     gold: str
     prompt_hash: str
+    prompt_token_ids: tuple[int, ...] | None = None
 
 
 # --------------------------------------------------------------------------- data

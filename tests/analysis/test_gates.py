@@ -262,3 +262,33 @@ def test_floor_widened_for_smaller_run_than_calibration(tmp_path):
     margin = 1.6448536269514722 * math.sqrt(0.8 * 0.2 * (1319 - 10) / (10 * 1318))
     assert g.limit == pytest.approx(0.8 - margin, abs=1e-6)
     assert g.passed is True
+
+
+def _shape_gate():
+    return G.ShapeProven(id="c/v/edges/shape_proven", config="c", variant="v", task="edges")
+
+
+def test_shape_proven_passes_on_a_proof_without_problems_and_names_the_counters():
+    from harness.records.measures import EngineCountersRecord, ShapeProofRecord
+
+    m = Measurements()
+    m.task_record("v", "edges").shape = ShapeProofRecord(
+        shape="prompt_edges", edges={"spec_k2": 3}, prompt_lengths={"3": 2}, prompt_tokens_sent=6,
+        counters=EngineCountersRecord(prompt_tokens=6, generation_tokens=9, preemptions=0))
+    r = AG.evaluate_gate(_shape_gate(), m)
+    assert r.passed is True and "prompt tokens 6" in r.detail and "preemptions 0" in r.detail
+
+
+@pytest.mark.parametrize("problems", [None, ("chunk edge 64: no prompt longer than the chunk",)])
+def test_shape_proven_fails_closed_without_a_proof_or_with_a_problem(problems):
+    from harness.records.measures import ShapeProofRecord
+
+    m = Measurements()
+    m.task_record("v", "edges").score = None
+    if problems is not None:
+        m.task_record("v", "edges").shape = ShapeProofRecord(
+            shape="prompt_edges", edges={"chunk": 64}, prompt_lengths={"63": 1}, prompt_tokens_sent=63,
+            problems=problems)
+    r = AG.evaluate_gate(_shape_gate(), m)
+    assert r.passed is False
+    assert (problems[0] if problems else "no shape proof recorded") in r.detail

@@ -128,3 +128,41 @@ def test_min_acceptance_length_refused_in_vllm_form(tmp_path):
                              f"server_args: --speculative-config {spec}\n")
     msg = err(p)
     assert f"{p}:3" in msg and "2.5" in msg and "= 2" in msg
+
+
+SHAPED = """\
+model: fake
+server_args: {args}
+variants:
+  reference: {{}}
+  spec:
+    speculative_config: {{method: mtp, num_speculative_tokens: 2}}
+tasks:
+  edges:
+    kind: shape
+    shape: {{speculative_tokens: {ks}, chunk_size: {chunk}}}
+"""
+
+
+def _shaped(tmp_path: Path, ks: str = "[2]", chunk: str = "null", args: str = "''") -> Path:
+    p = tmp_path / "s.yaml"
+    p.write_text(SHAPED.format(ks=ks, chunk=chunk, args=args))
+    return p
+
+
+def test_a_shape_whose_edges_are_the_engines_loads(tmp_path):
+    cfg = load_config(_shaped(tmp_path, ks="[2, 4]", chunk="64", args="'--max-num-batched-tokens 64'"))
+    assert cfg.tasks["edges"].shape.edges() == {"spec_k2": 3, "spec_k4": 5, "chunk": 64}
+    # vLLM's parser's other spelling of the same destination counts too
+    load_config(_shaped(tmp_path, chunk="64", args="'--max-num-batched-tokens=64'"))
+
+
+@pytest.mark.parametrize("ks, chunk, args, why", [
+    ("[4]", "null", "''", "variant spec speculates with num_speculative_tokens 2, not among the shape's "
+                          "speculative_tokens [4]"),
+    ("[2]", "64", "''", "shape chunk_size 64 but variant reference's server sets --max-num-batched-tokens (not set)"),
+    ("[2]", "64", "'--max-num-batched-tokens 128'", "--max-num-batched-tokens 128"),
+])
+def test_a_shape_whose_edges_are_not_the_engines_is_refused(tmp_path, ks, chunk, args, why):
+    p = _shaped(tmp_path, ks=ks, chunk=chunk, args=args)
+    assert why in err(p) and "s.yaml" in err(p)

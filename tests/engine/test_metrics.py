@@ -345,3 +345,38 @@ def test_garbage_metrics_is_the_tasks_metrics_error(tmp_path):
     t = rec.configs[0].variants["spec"].tasks["gsm8k"]
     assert rec.status == "completed" and code == 1
     assert t.spec_decode is None and "cannot parse Prometheus text" in (t.spec_decode_error or "")
+
+
+def _vllm_like_exposition(values: dict[str, dict[str, float]]) -> str:
+    """Prometheus text as vLLM's logger writes it: prometheus_client counters named as in
+    vllm/v1/metrics/loggers.py, labelled ``model_name`` and ``engine``, rendered by
+    ``generate_latest`` (``_total`` and ``_created`` samples)."""
+    from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+    reg = CollectorRegistry()
+    for name, per_engine in values.items():
+        c = Counter(name, "doc", labelnames=["model_name", "engine"], registry=reg)
+        for engine, v in per_engine.items():
+            c.labels(model_name="tiny", engine=engine).inc(v)
+    return generate_latest(reg).decode()
+
+
+def test_engine_counters_summed_over_engines_and_missing_ones_none():
+    from harness.engine.metrics import parse_engine_counters
+
+    text = _vllm_like_exposition({
+        "vllm:prompt_tokens": {"0": 120, "1": 7},
+        "vllm:generation_tokens": {"0": 30},
+        "vllm:num_preemptions": {"0": 0, "1": 2},
+        "vllm:prefix_cache_queries": {"0": 64},
+    })
+    c = parse_engine_counters(text, "test")
+    assert (c.prompt_tokens, c.generation_tokens, c.preemptions) == (127, 30, 2)
+    assert c.prefix_cache_queries == 64 and c.prefix_cache_hits is None  # not exposed: None, never 0
+
+
+def test_engine_counters_refuse_a_negative_value():
+    from harness.engine.metrics import parse_engine_counters
+
+    with pytest.raises(MetricsError, match="invalid value"):
+        parse_engine_counters('vllm:prompt_tokens_total{engine="0"} -3.0\n', "test")

@@ -277,7 +277,7 @@ def test_runner_feeds_the_patched_call_sites():
 
 @needs_vllm
 @pytest.mark.parametrize("name", ["draft-input", "draft-input-placeholder", "state-rollback",
-                                  "async-placeholder-token", "async-stale-accepted"])
+                                  "async-placeholder-token", "async-stale-accepted", "spec-prompt-edge"])
 def test_register_patches_exactly_the_targets_and_unpatches(monkeypatch, name):
     fault = FAULTS[name]
     originals = {t: t.resolve()[2] for t in fault.targets}
@@ -540,3 +540,37 @@ def test_a_missing_observer_target_does_not_stop_the_server(monkeypatch, tmp_pat
     assert faults.counts()["observer_missing"] == 1
     assert "vllm.v1.worker.gpu_input_batch.InputBatch.swap_states" in faults.applied_patches()
     assert faults.read_reports(tmp_path)["processes"] == 1
+
+
+@needs_torch
+def test_spec_prompt_edge_perturbs_only_prompts_of_k_plus_one_tokens():
+    # k = 2: only a request whose prompt has 3 tokens gets the off-by-one; b (4 tokens)
+    # keeps its true count though it verified drafts too.
+    import torch
+
+    wrapped = faults.state_rollback_wrapper("spec-prompt-edge", faults.prompt_edge_rows)(_fake_update)
+    runner = _fake_runner(3, ["a", "b", "c"])
+    runner.speculative_config = types.SimpleNamespace(num_speculative_tokens=2)
+    runner.requests = {r: types.SimpleNamespace(num_prompt_tokens=n) for r, n in (("a", 3), ("b", 4), ("c", 3))}
+    out_ids = torch.tensor([[5, -1, -1], [6, 7, 8], [9, -1, -1]], dtype=torch.int32)
+    sched = types.SimpleNamespace(scheduled_spec_decode_tokens={"a": [1, 2], "b": [3, 4]})
+    before = faults.counts().get("spec-prompt-edge.changed", 0)
+    wrapped(runner, out_ids, sched)
+    # a: 0 of 2 accepted -> 1 + 1 = 2; b: untouched 3; c: no drafts (prefill) -> 1
+    assert runner.input_batch.num_accepted_tokens_cpu_tensor[:3].tolist() == [2, 3, 1]
+    assert faults.counts().get("spec-prompt-edge.changed", 0) - before == 1
+
+
+@needs_torch
+def test_spec_prompt_edge_changes_nothing_for_long_prompts():
+    import torch
+
+    wrapped = faults.state_rollback_wrapper("spec-prompt-edge", faults.prompt_edge_rows)(_fake_update)
+    runner = _fake_runner(2, ["a", "b"])
+    runner.speculative_config = types.SimpleNamespace(num_speculative_tokens=2)
+    runner.requests = {"a": types.SimpleNamespace(num_prompt_tokens=245),
+                       "b": types.SimpleNamespace(num_prompt_tokens=2)}
+    out_ids = torch.tensor([[5, -1, -1], [6, 7, -1]], dtype=torch.int32)
+    sched = types.SimpleNamespace(scheduled_spec_decode_tokens={"a": [1, 2], "b": [3, 4]})
+    wrapped(runner, out_ids, sched)
+    assert runner.input_batch.num_accepted_tokens_cpu_tensor[:2].tolist() == [1, 2]

@@ -187,3 +187,23 @@ def test_selfcheck_on_real_engine(tmp_path):
     assert om["spec_draft_input"]["output_match_rate"] >= 0.95
     assert om["spec_state_rollback"]["output_match_rate"] <= 0.5
     assert acc["spec_state_rollback"] <= acc["reference"] - 0.3
+
+
+def test_a_shape_fault_must_pass_every_plain_gate_and_fail_the_shapes_output_match():
+    # spec-prompt-edge: every gate of the plain task t passes, the shape task's output
+    # match fails; the same verdicts with the roles swapped break both expectations
+    faults = {"reference": None, "pe": "spec-prompt-edge"}
+    vs = {"reference": variant(), "pe": variant("spec-prompt-edge")}
+    gs = [gate("pe", "min_output_match", "PASS", baseline="reference"),
+          gate("pe", "min_acceptance_length", "PASS"),
+          gate("pe", "shape_proven", "PASS", task="edges"), gate("pe", "drafts_observed", "PASS", task="edges"),
+          gate("pe", "min_output_match", "FAIL", baseline="reference", task="edges")]
+    checks = judge_selfcheck(record(gs, vs), faults, frozenset({"edges"}))
+    assert all(c.held for c in checks)
+    assert {(c.gate.split("/", 1)[1], c.expected) for c in checks if c.fault} >= {
+        ("reference->pe/t/min_output_match", "PASS"), ("pe/t/min_acceptance_length", "PASS"),
+        ("reference->pe/edges/min_output_match", "FAIL"), ("pe/edges/shape_proven", "PASS")}
+    caught_on_plain = [gate("pe", g["kind"], "FAIL", baseline=g["baseline"], task=g["task"])
+                       if g["task"] == "t" and g["kind"] == "min_output_match" else g for g in gs]
+    bad = [c for c in judge_selfcheck(record(caught_on_plain, vs), faults, frozenset({"edges"})) if not c.held]
+    assert [c.gate for c in bad] == ["c/reference->pe/t/min_output_match"]

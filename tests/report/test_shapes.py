@@ -1,0 +1,46 @@
+"""Tests for harness.report.shapes: the "Traffic shapes" section of summary.md, on a
+record built by hand (the figures below are the record's, counted here)."""
+
+from __future__ import annotations
+
+from harness.report.summary import render_markdown
+from tests.record_factory import typed
+
+
+def _mm(qid: str, at: int) -> dict:
+    return {"question_id": qid, "first_divergence": at, "baseline_text": "a", "candidate_text": "b",
+            "baseline_tokens": 4, "candidate_tokens": 4}
+
+
+def _record(problems=()):
+    proof = {"shape": "prompt_edges", "edges": {"spec_k2": 3}, "prompt_lengths": {"2": 2, "3": 2},
+             "prompt_tokens_sent": 10, "places": {"spec_k2/off-1": 2, "spec_k2/off+0": 2},
+             "counters": {"prompt_tokens": 10, "generation_tokens": 12, "preemptions": 0,
+                          "prefix_cache_queries": 0, "prefix_cache_hits": 0},
+             "problems": list(problems)}
+    task = {"scored": {"flexible-numeric": 4}, "shape": proof}
+    return typed({"configs": [{
+        "name": "c",
+        "variants": {"reference": {"tasks": {"edges": task}}, "spec": {"tasks": {"edges": task}}},
+        "comparisons": [{"baseline": "reference", "candidate": "spec", "task": "edges", "compared": 4, "matched": 3,
+                         "mismatches": [_mm("edges/spec_k2/off+0/len3/1", 2)]}],
+    }]})
+
+
+def test_the_section_names_each_place_with_what_diverged_there():
+    md = render_markdown(_record(), "/nonexistent")
+    sec = md[md.index("## Traffic shapes"):md.index("## Scores")]
+    assert "prompt_edges (spec_k2 = 3 tokens)" in sec
+    assert "| reference -> spec | spec_k2/off-1 | 0/2 | - |" in sec
+    assert "| reference -> spec | spec_k2/off+0 | 1/2 | edges/spec_k2/off+0/len3/1 @2 - |" in sec
+    assert "| spec | yes | 10 | 10 | 12 | 0 | 0/0 | - |" in sec
+
+
+def test_an_unproven_shape_says_why():
+    md = render_markdown(_record(problems=["vllm:generation_tokens did not grow: nothing was generated"]), "/x")
+    assert "| spec | **NO** | 10 | 10 | 12 | 0 | 0/0 | vllm:generation_tokens did not grow" in md
+
+
+def test_no_section_without_a_shape():
+    rec = typed({"configs": [{"name": "c", "variants": {"reference": {"tasks": {"t": {}}}}}]})
+    assert "## Traffic shapes" not in render_markdown(rec, "/x")
