@@ -51,6 +51,7 @@ from harness.report.dry_run import subset_warnings
 from harness.run_context import ConfigRun, RunOptions
 from harness.run_outcome import PLACE, finish, interrupted, record_error
 from harness.tasks import DataUnavailableError, ShortDataError, available_questions, check_enough
+from harness.sampled_steps import score_sampled
 from harness.variant_steps import rerun_for_noise, run_variant
 
 __all__ = ["run", "RunFolderExistsError", "mark_not_applicable"]
@@ -429,6 +430,8 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
     # 4. comparisons (the record's paired test reads each task's own pipeline); a
     # baseline rerun for noise only where divergences are left that no distribution judges
     _comparisons(run, variants)
+    # 4b. the sampled verdict: every sampled completion scored on a non-speculative server
+    score_sampled(run, variants)
     # 5. gates, 6. gates against the stored baseline (last known good), when there is one
     judge_gates(run)
     return crec, could_not_run

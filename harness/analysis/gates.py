@@ -121,19 +121,27 @@ def holm_adjust(p_values: Sequence[float]) -> list[float]:
 
 
 def holm_p_values(gates: Sequence[G.Gate], m: Measurements) -> dict[str, float]:
-    """Holm-adjusted one-sided McNemar p-values of the ``max_accuracy_drop`` gates that
-    ask for it (``multiple_testing: holm``) and have paired data.
+    """Holm-adjusted p-values of the gates that ask for it (``multiple_testing: holm``):
+    the ``max_accuracy_drop`` gates' one-sided McNemar p-values (with paired data) and
+    the ``sampled_equivalence`` gates' two-sided sign-flip p-values (with a test), one
+    family.
 
     The family is those gates of one config (one call per config). Returns gate id ->
     adjusted p-value; gates outside the family are absent.
     """
-    fam, raw = [], []
+    fam: list[G.Gate] = []
+    raw: list[float] = []
     for g in gates:
         if isinstance(g, G.MaxAccuracyDrop) and g.multiple_testing == "holm":
             pc = m.paired(g.baseline, g.variant, g.task, g.pipeline)
             if pc is not None:
                 fam.append(g)
                 raw.append(pc.one_sided_p_value)
+        elif isinstance(g, G.SampledEquivalence) and g.multiple_testing == "holm" and g.independent:
+            st = m.comparison(g.baseline, g.variant, g.task).sampled
+            if st is not None:
+                fam.append(g)
+                raw.append(st.p_value)
     return {g.id: p for g, p in zip(fam, holm_adjust(raw))}
 
 
@@ -175,7 +183,7 @@ def _not_run(g: G.Gate, m: Measurements) -> str | None:
 #: only scores prompts (:attr:`Measurements.prompt_only`).
 PROMPT_ONLY_KINDS = (G.DraftsObserved, G.MinAcceptanceLength, G.MaxAcceptanceLengthDrop, G.MinOutputMatch,
                      G.BaselineAcceptanceLengthDrop, G.MaxTruncationRate, G.MaxPositionAcceptanceDrop,
-                     G.BaselinePositionAcceptanceDrop)
+                     G.BaselinePositionAcceptanceDrop, G.SampledEquivalence)
 
 
 def _prompt_only(g: G.Gate, m: Measurements) -> GateResult | None:
@@ -601,6 +609,43 @@ def judge_max_position_acceptance_drop(g: G.MaxPositionAcceptanceDrop, m: Measur
         return _result(g, None, g.limit, False, "per-position acceptance missing on one side (no drafts?)")
     observed, ok, detail = position_verdict(a, b, g.limit, g.alpha, (g.baseline or "", g.variant))
     return _result(g, observed, g.limit, ok, detail)
+
+
+@judges(G.SampledEquivalence)
+def judge_sampled_equivalence(g: G.SampledEquivalence, m: Measurements,
+                              adjusted_p: float | None = None) -> GateResult:
+    """``sampled_equivalence``: the two-sided sign-flip p-value of the shift of the target's
+    mean log-probability per token (candidate - baseline; :class:`SampledRecord`) must be
+    >= alpha (the Holm-adjusted p-value when ``adjusted_p`` is given). Dependent draws
+    (``independent`` False): NOT RUN with the reason. No scorer, a scoring error or no
+    question scored on both sides: failed (the verdict it claims cannot be given)."""
+    if not g.independent:
+        return _result(g, None, g.limit, None, f"not run: {g.dependence}")
+    if g.scorer is None:
+        return _result(g, None, g.limit, False, "no non-speculative variant in the config to score the sampled "
+                       "completions on (the candidate's own log-probabilities are not trusted under speculation)")
+    errs = [f"{v}: {e}" for v in (g.baseline, g.variant) if (e := m.task(v, g.task).scoring_error)]
+    st = m.comparison(g.baseline, g.variant, g.task).sampled
+    if st is None:
+        return _result(g, None, g.limit, False, "; ".join(errs) or "no question scored on both sides")
+    p = st.p_value if adjusted_p is None else adjusted_p
+    ok = p >= g.limit
+    how = "exact" if st.resamples == 0 else f"{st.resamples} random flips"
+    detail = (f"target log-probability per token (scored on {st.scorer}): {g.baseline} {st.mean_a:.4f}, "
+              f"{g.variant} {st.mean_b:.4f} nats on {st.n} paired questions; shift {st.shift:+.4f} nats/token "
+              f"(sd {st.sd:.4f}), paired t = {st.t:.2f} (t-test p={st.t_p_value:.3g}); two-sided sign-flip "
+              f"permutation p={st.p_value:.4g} ({how})"
+              + (f", Holm-adjusted {adjusted_p:.4g}" if adjusted_p is not None else "")
+              + f"; mean total log-probability {st.sum_a:.2f} -> {st.sum_b:.2f}")
+    if st.unscored:
+        detail += f"; {len(st.unscored)} question(s) not scored on both sides, left out"
+    if errs:
+        detail += "; scoring errors: " + "; ".join(errs)
+    if not ok:
+        detail += (f"; FAILED: the two variants do not sample from the same distribution (p={p:.4g} < alpha "
+                   f"{g.limit:g}): {g.variant}'s completions are "
+                   + ("less" if st.shift < 0 else "more") + " likely under the target")
+    return _result(g, p, g.limit, ok and not errs, detail, st.worst if not ok else ())
 
 
 # ---------------------------------------------------------------------- against the stored baseline

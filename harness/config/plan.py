@@ -69,6 +69,7 @@ class VariantPlan:
             variant of a config whose output-match gates classify divergences,
             :func:`reference_logprobs`), else None.
         model_runner: ``v1`` / ``v2`` when the variant asks for one, else None.
+        seed_offset: added to every task's seed (:meth:`harness.config.schema.TaskSpec.request_seed`).
     """
 
     id: str
@@ -82,6 +83,7 @@ class VariantPlan:
     not_applicable: str | None = None
     logprobs: int | None = None
     model_runner: str | None = None
+    seed_offset: int = 0
 
     def command(self, port: int) -> list[str]:
         """The argv with the port filled in."""
@@ -332,6 +334,7 @@ def build_plan(configs: list[ModelConfig], python: str | None = None, list_path:
                     not_applicable=v.not_applicable,
                     logprobs=reference_logprobs(c, vname),
                     model_runner=v.model_runner,
+                    seed_offset=v.seed_offset,
                 )
             )
         tasks = tuple(TaskPlan(id=f"{c.name}/{t}", name=t, spec=s) for t, s in c.tasks.items())
