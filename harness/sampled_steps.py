@@ -31,6 +31,7 @@ from harness.faults.plugin import REPORT_ENV
 from harness.records.atomic import write_atomic
 from harness.records.completions import TargetScore
 from harness.records.recorder import checkpoint
+from harness.records.run_record import ScoringRecord
 from harness.records.results import plugin_dir
 from harness.run_context import ConfigRun
 from harness.run_outcome import PLACE
@@ -69,6 +70,9 @@ def score_sampled(run: ConfigRun, variants: list[VariantPlan]) -> None:
             st = sampled_test(a, b, g.scorer or "")
             m.comparison_record(g.baseline, g.variant, g.task).sampled = st
             if st is not None:
+                for rec in run.result.scoring:
+                    if rec.scorer == g.scorer:
+                        rec.sampled[f"{g.baseline}->{g.variant}/{g.task}"] = st.model_dump(mode="json")
                 run.progress.log(f"{g.id}: shift {st.shift:+.4f} nats/token on {st.n} questions, t {st.t:.2f}, "
                                  f"sign-flip p {st.p_value:.4g}")
 
@@ -102,6 +106,8 @@ def _score(run: ConfigRun, vp: VariantPlan, pairs: list[tuple[str, str]],
                              request_timeout=c.request_timeout_seconds, max_concurrency=c.max_concurrency,
                              speculative=False, on_wait=p.waiting(f"{vp.id} (scoring): waiting for /health"))
     got: dict[tuple[str, str], list[tuple[float, int] | str]] = {}
+    rec = ScoringRecord(scorer=vp.name, scored=[f"{v}/{t}" for v, t in pairs])
+    run.result.scoring.append(rec)
     t0 = time.monotonic()
     try:
         with session:
@@ -112,6 +118,7 @@ def _score(run: ConfigRun, vp: VariantPlan, pairs: list[tuple[str, str]],
             t_done = time.monotonic()
     except ServerStartError as e:
         p.error(f"{vp.id}: the scoring server could not run: {e}")
+        rec.error = str(e)
         for v, t in pairs:
             if (v, t) not in got:
                 m.task_record(v, t).scoring_error = f"the scoring server ({vp.id}) could not run: {e}"
@@ -120,6 +127,8 @@ def _score(run: ConfigRun, vp: VariantPlan, pairs: list[tuple[str, str]],
         if on_stopped is not None:
             on_stopped()
     n = sum(len(x) for x in got.values())
+    rec.completions, rec.startup_seconds = n, round(t_ready - t0, 2)
+    rec.scoring_seconds, rec.seconds = round(t_done - t_ready, 2), round(time.monotonic() - t0, 2)
     p.log(f"{vp.id} (scoring): {n} completions scored in {t_done - t_ready:.1f}s; server start-up "
           f"{t_ready - t0:.1f}s, whole step {time.monotonic() - t0:.1f}s")
     for (v, t), answers in got.items():

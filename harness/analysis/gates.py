@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from harness.analysis.measurements import Measurements
+from harness.analysis.sampled import sampled_verdict
 from harness.analysis.scoring import TaskScore, correctness
 from harness.analysis.stats import floor_margin, paired_comparison, two_proportion_p
 from harness.config import gates as G
@@ -121,28 +122,19 @@ def holm_adjust(p_values: Sequence[float]) -> list[float]:
 
 
 def holm_p_values(gates: Sequence[G.Gate], m: Measurements) -> dict[str, float]:
-    """Holm-adjusted p-values of the gates that ask for it (``multiple_testing: holm``):
-    the ``max_accuracy_drop`` gates' one-sided McNemar p-values (with paired data) and
-    the ``sampled_equivalence`` gates' two-sided sign-flip p-values (with a test), one
-    family.
-
-    The family is those gates of one config (one call per config). Returns gate id ->
-    adjusted p-value; gates outside the family are absent.
-    """
-    fam: list[G.Gate] = []
-    raw: list[float] = []
+    """Holm-adjusted p-values of one config's gates that ask for it (``multiple_testing:
+    holm``), one family: ``max_accuracy_drop`` (one-sided McNemar, with paired data) and
+    ``sampled_equivalence`` (two-sided sign-flip, with a test). Returns gate id ->
+    adjusted p-value; gates outside the family are absent."""
+    fam: list[tuple[G.Gate, float]] = []
     for g in gates:
         if isinstance(g, G.MaxAccuracyDrop) and g.multiple_testing == "holm":
             pc = m.paired(g.baseline, g.variant, g.task, g.pipeline)
-            if pc is not None:
-                fam.append(g)
-                raw.append(pc.one_sided_p_value)
+            fam += [(g, pc.one_sided_p_value)] if pc is not None else []
         elif isinstance(g, G.SampledEquivalence) and g.multiple_testing == "holm" and g.independent:
             st = m.comparison(g.baseline, g.variant, g.task).sampled
-            if st is not None:
-                fam.append(g)
-                raw.append(st.p_value)
-    return {g.id: p for g, p in zip(fam, holm_adjust(raw))}
+            fam += [(g, st.p_value)] if st is not None else []
+    return {g.id: p for (g, _), p in zip(fam, holm_adjust([p for _, p in fam]))}
 
 
 #: Share of truncated completions above which a failing accuracy gate says so in its
@@ -614,38 +606,8 @@ def judge_max_position_acceptance_drop(g: G.MaxPositionAcceptanceDrop, m: Measur
 @judges(G.SampledEquivalence)
 def judge_sampled_equivalence(g: G.SampledEquivalence, m: Measurements,
                               adjusted_p: float | None = None) -> GateResult:
-    """``sampled_equivalence``: the two-sided sign-flip p-value of the shift of the target's
-    mean log-probability per token (candidate - baseline; :class:`SampledRecord`) must be
-    >= alpha (the Holm-adjusted p-value when ``adjusted_p`` is given). Dependent draws
-    (``independent`` False): NOT RUN with the reason. No scorer, a scoring error or no
-    question scored on both sides: failed (the verdict it claims cannot be given)."""
-    if not g.independent:
-        return _result(g, None, g.limit, None, f"not run: {g.dependence}")
-    if g.scorer is None:
-        return _result(g, None, g.limit, False, "no non-speculative variant in the config to score the sampled "
-                       "completions on (the candidate's own log-probabilities are not trusted under speculation)")
-    errs = [f"{v}: {e}" for v in (g.baseline, g.variant) if (e := m.task(v, g.task).scoring_error)]
-    st = m.comparison(g.baseline, g.variant, g.task).sampled
-    if st is None:
-        return _result(g, None, g.limit, False, "; ".join(errs) or "no question scored on both sides")
-    p = st.p_value if adjusted_p is None else adjusted_p
-    ok = p >= g.limit
-    how = "exact" if st.resamples == 0 else f"{st.resamples} random flips"
-    detail = (f"target log-probability per token (scored on {st.scorer}): {g.baseline} {st.mean_a:.4f}, "
-              f"{g.variant} {st.mean_b:.4f} nats on {st.n} paired questions; shift {st.shift:+.4f} nats/token "
-              f"(sd {st.sd:.4f}), paired t = {st.t:.2f} (t-test p={st.t_p_value:.3g}); two-sided sign-flip "
-              f"permutation p={st.p_value:.4g} ({how})"
-              + (f", Holm-adjusted {adjusted_p:.4g}" if adjusted_p is not None else "")
-              + f"; mean total log-probability {st.sum_a:.2f} -> {st.sum_b:.2f}")
-    if st.unscored:
-        detail += f"; {len(st.unscored)} question(s) not scored on both sides, left out"
-    if errs:
-        detail += "; scoring errors: " + "; ".join(errs)
-    if not ok:
-        detail += (f"; FAILED: the two variants do not sample from the same distribution (p={p:.4g} < alpha "
-                   f"{g.limit:g}): {g.variant}'s completions are "
-                   + ("less" if st.shift < 0 else "more") + " likely under the target")
-    return _result(g, p, g.limit, ok and not errs, detail, st.worst if not ok else ())
+    """``sampled_equivalence``: :func:`harness.analysis.sampled.sampled_verdict`."""
+    return _result(g, *sampled_verdict(g, m, adjusted_p))
 
 
 # ---------------------------------------------------------------------- against the stored baseline
