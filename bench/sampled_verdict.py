@@ -75,9 +75,8 @@ def _side(n: int, shared: bool, rng: random.Random) -> list[float]:
 
 def simulate(reps: int) -> None:
     """Print the false-alarm rates of the sign-flip test under H0 (see the module doc)."""
-    sys.path.insert(0, str(REPO))
-    from harness.analysis.sampled import sampled_test
-    from harness.records.completions import TargetScore
+    from harness.analysis.sampled import sampled_test  # noqa: PLC0415 - only this command needs evalrun
+    from harness.records.completions import TargetScore  # noqa: PLC0415
 
     def scores(means: list[float]) -> dict[str, TargetScore]:
         return {f"q/{i}": TargetScore(f"q/{i}", 6, 6 * m) for i, m in enumerate(means)}
@@ -165,7 +164,8 @@ def cost(results: Path, sampled_run: Path | None) -> None:
         else:
             rec, wall = _run(cfg, f"cost-{name.split()[0]}-{int(time.time())}", results)
         rows.append((name, _seconds(rec), wall))
-    print("| run | start-up s | evaluation s | teardown s | scoring step s | wall s |\n| --- | --- | --- | --- | --- | --- |")
+    print("| run | start-up s | evaluation s | teardown s | scoring step s | wall s |")
+    print("| --- | --- | --- | --- | --- | --- |")
     for name, s, wall in rows:
         print(f"| {name} | {s['startup']:.1f} | {s['evaluation']:.1f} | {s['teardown']:.1f} | {s['scoring']:.1f} | "
               f"{wall:.1f} |")
@@ -174,7 +174,7 @@ def cost(results: Path, sampled_run: Path | None) -> None:
 
 
 def _when(stamp: str) -> float:
-    from datetime import datetime
+    from datetime import datetime  # noqa: PLC0415
 
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 

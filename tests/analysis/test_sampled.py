@@ -11,7 +11,7 @@ import random
 import statistics
 
 import pytest
-from scipy import stats
+from scipy import stats  # noqa: TID253 - the reference implementation these values are checked against
 
 from harness.analysis.sampled import detectable_shift, sampled_test
 from harness.records.completions import TargetScore
