@@ -40,7 +40,7 @@ from harness.records.run_record import RunRecordError, load_run
 #: run options a bisection sets itself or that would be overwritten by every step.
 REFUSED = {"python": "--python", "build": "--build", "run_id": "--run-id", "dry_run": "--dry-run", "json": "--json",
            "shard": "--shard", "update_baseline": "--update-baseline", "markdown": "--markdown",
-           "junit": "--junit"}
+           "junit": "--junit", "resume": "--resume"}
 
 
 class BisectStep(BaseModel):
@@ -161,7 +161,9 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str], Path, list[B
         builds = [parse_build(b, args.build_index_template, args.build_package) for b in args.build]
     except BuildError as e:
         raise _Refused(str(e)) from None
-    return args, run_argv, Path(run_args.results_dir), builds
+    from harness.config.model_list import PROJECT_ROOT
+
+    return args, run_argv, Path(run_args.results_dir or PROJECT_ROOT / "results"), builds
 
 
 def _label(index: int, ident: EngineBuild) -> str:

@@ -92,11 +92,15 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", type=Path, default=None,
                    help="folder with GSM8K test.jsonl and train.jsonl (default: $EVALRUN_DATA_DIR, else the hub via "
                    "`datasets`)")
-    p.add_argument("--results-dir", type=Path, default=PROJECT_ROOT / "results",
-                   help="where run folders are written (default: %(default)s)")
+    p.add_argument("--results-dir", type=Path, default=None,
+                   help=f"where run folders are written (default: {PROJECT_ROOT / 'results'})")
     p.add_argument("--run-id", default=None,
                    help="name of the run folder (default: UTC time and 8 random hex digits); the folder is claimed "
                         "at start: a second run with the same id is refused with exit 2, naming the holder")
+    p.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
+                   help="continue the killed or interrupted run in RUN_DIR, in that folder: repeat its command with "
+                        "--resume; variants whose results are complete and match are loaded, not run again; anything "
+                        "that differs (options, configs, build, data) is refused with exit 2 (docs/cli.md)")
     p.add_argument("--stop-grace", type=float, default=None, metavar="SECONDS",
                    help="seconds a server gets between SIGTERM and SIGKILL of its process group when evalrun stops "
                         "it (default: $EVALRUN_STOP_GRACE_SECONDS, else 5; keep it under your CI's cancel grace: "
@@ -167,10 +171,65 @@ class _Refused(Exception):
     (after ``evalrun: ``) and the exit code is 2."""
 
 
+#: Options that choose what runs or what it measures: a resumed run must repeat them
+#: (:func:`_check_resume`); the others (output, signals, devices, caches) may differ.
+RESULT_OPTIONS = {"config": "--config", "keyword": "-k", "select": "--select", "variant": "--variant",
+                  "python": "--python", "build": "--build", "build_index_template": "--build-index-template",
+                  "data_dir": "--data-dir", "allow_contamination": "--allow-contamination",
+                  "v1_runner_variants": "--v1-runner-variants", "shard": "--shard", "baseline": "--baseline",
+                  "no_baseline": "--no-baseline"}
+
+
+def _result_options(args: argparse.Namespace) -> dict[str, object]:
+    """``{option: value}`` of :data:`RESULT_OPTIONS` as given (lists sorted, paths as text)."""
+    out: dict[str, object] = {}
+    for dest, flag in RESULT_OPTIONS.items():
+        v = getattr(args, dest)
+        out[flag] = sorted(v) if isinstance(v, list) else (str(v) if isinstance(v, Path) else v)
+    return out
+
+
+def _check_resume(args: argparse.Namespace, argv: list[str]) -> None:
+    """``--resume RUN_DIR``: the run id and results folder taken from ``RUN_DIR``, and the
+    earlier attempt's command line (``provenance.command_line``) parsed and compared on
+    :data:`RESULT_OPTIONS` (:func:`harness.resume.differing_options`).
+
+    Raises:
+        _Refused: with ``--dry-run``, another ``--run-id`` or ``--results-dir``, no
+            readable record, or an option that differs (each named).
+    """
+    from harness.records.run_record import RunRecordError, load_run
+    from harness.resume import differing_options
+
+    rd = args.resume
+    if args.dry_run:
+        raise _Refused("--resume runs: it has no --dry-run")
+    if args.run_id is not None and args.run_id != rd.name:
+        raise _Refused(f"--resume {rd} continues run id {rd.name}; --run-id {args.run_id} names another")
+    if args.results_dir is not None and args.results_dir.resolve() != rd.resolve().parent:
+        raise _Refused(f"--resume {rd} lives in {rd.resolve().parent}; --results-dir {args.results_dir} is another")
+    args.run_id, args.results_dir = rd.name, rd.resolve().parent
+    try:
+        then_argv = load_run(rd).provenance.command_line[1:]
+    except RunRecordError as e:
+        raise _Refused(f"--resume {rd}: {e}") from None
+    try:
+        then = _result_options(_run_parser().parse_args(then_argv))
+    except SystemExit:
+        raise _Refused(f"--resume {rd}: its command line cannot be read by this evalrun: {then_argv}") from None
+    differ = differing_options(then, _result_options(_run_parser().parse_args(argv)))
+    if differ:
+        raise _Refused(f"--resume {rd}: repeat the earlier run's command; these options differ:\n  "
+                       + "\n  ".join(differ))
+
+
 def cmd_run(argv: list[str]) -> int:
     """``evalrun --config ...``: run or dry-run a model list. Returns the exit code."""
     args = _run_parser().parse_args(argv)
     try:
+        if args.resume is not None:
+            _check_resume(args, argv)
+        args.results_dir = args.results_dir or PROJECT_ROOT / "results"
         _resolve_build(args)
         plan, shard = _selected_plan(args)
         if args.dry_run:
@@ -203,15 +262,16 @@ def cmd_run(argv: list[str]) -> int:
         baseline_dir=None if args.no_baseline else baseline_dir,
         allow_contamination=args.allow_contamination, shard=shard,
         gpus=args.gpus, max_servers=args.max_servers, estimates=_gpu_estimates(plan, args),
-        preflight_cache=not args.no_preflight_cache,
+        preflight_cache=not args.no_preflight_cache, resume=args.resume,
     )
     from harness.records.recorder import LAST_FINAL
+    from harness.resume import ResumeRefused
 
     LAST_FINAL.clear()
     try:
         try:
             record, run_dir = run(plan, opts)
-        except (RunFolderExistsError, ResultsFolderError, DeviceError) as e:
+        except (RunFolderExistsError, ResultsFolderError, DeviceError, ResumeRefused) as e:
             print(f"evalrun: {e}", file=sys.stderr)
             return 2
         if record.status == "error":

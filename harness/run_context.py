@@ -13,7 +13,7 @@ from harness.analysis.measurements import Measurements
 from harness.config.plan import ConfigPlan
 from harness.engine.pool import DevicePool, ServerPlan
 from harness.engine.preflight import PendingCheck
-from harness.records.run_record import ConfigResult, RunRecord
+from harness.records.run_record import ConfigResult, RunRecord, VariantResult
 from harness.records.shards import ShardInfo
 from harness.records.samples import Sample
 from harness.report.progress import Progress
@@ -54,6 +54,11 @@ class RunOptions:
         launch_gate: the pre-launch check still running while the first config is
             prepared; every server waits for it
             (:class:`harness.engine.preflight.PendingCheck`; set by the runner).
+        resume: ``--resume``: the run folder of the earlier attempt to continue (its
+            parent is ``results_dir``, its name ``run_id``), None for a new run.
+        reusable: ``(config, variant)`` -> the earlier attempt's record of a variant
+            whose results are complete and match (:func:`harness.resume.decide`; set by
+            the runner): loaded, not run.
     """
 
     results_dir: Path
@@ -71,6 +76,8 @@ class RunOptions:
     max_servers: int | None = None
     estimates: dict[str, float] | None = None
     launch_gate: PendingCheck | None = None
+    resume: Path | None = None
+    reusable: dict[tuple[str, str], VariantResult] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

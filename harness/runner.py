@@ -44,10 +44,13 @@ from harness.engine.preflight_cache import CACHE_NAME, cache_key, cached_all_cle
 from harness.records.atomic import ResultsFolderError, check_results_folder
 from harness.records.recorder import RECORDERS, RunRecorder, checkpoint
 from harness.records.results import config_result, unstarted_variant
-from harness.records.run_folder import RunFolderTaken, claim_run_folder
+from harness.records.run_folder import RunFolderTaken, claim_run_folder, reclaim_run_folder
 from harness.records.provenance import ConfigRef, LmEvalInfo, new_run_id, provenance, utc_now
-from harness.records.run_record import ConfigResult, PreflightProblemRecord, PreflightRecord, RunRecord
+from harness.records.run_record import (
+    ConfigResult, PreflightProblemRecord, PreflightRecord, ResumedRecord, RunRecord,
+)
 from harness.report.dry_run import subset_warnings
+from harness.resume import decide, in_plan_order, resumed_record, reuse_finished, set_aside
 from harness.run_context import ConfigRun, RunOptions
 from harness.run_outcome import PLACE, finish, interrupted, record_error
 from harness.tasks import DataUnavailableError, ShortDataError, available_questions, check_enough
@@ -84,11 +87,14 @@ def run(plan: Plan, opts: RunOptions) -> tuple[RunRecord, Path]:
 
     The results folder is checked first (writable, some free space), then the run folder
     is claimed (:func:`harness.records.run_folder.claim_run_folder`): a folder another run
-    claimed, or one holding an earlier attempt, is refused.
+    claimed, or one holding an earlier attempt, is refused. With ``opts.resume`` the
+    earlier attempt's claim is taken over instead (its holder must be gone) and
+    :func:`harness.resume.decide` says which variants are reused (``record.resumed``).
 
     Raises:
         RunFolderExistsError: the run folder is claimed by another run or holds an
             earlier run (the message names the holder).
+        ResumeRefused: ``opts.resume`` and the earlier attempt differs (nothing started).
         ResultsFolderError: the results folder cannot be created or written or has too
             little free space (checked before any server starts), or the record could
             not be written later (a previous good ``run.json`` is left as it was).
@@ -100,24 +106,30 @@ def run(plan: Plan, opts: RunOptions) -> tuple[RunRecord, Path]:
     sp = server_plan(plan, opts.variants, opts.gpus, opts.max_servers, opts.estimates)  # DeviceError: before all
     check_results_folder(opts.results_dir)  # writable, some free space: before any server starts
     try:
-        claim = claim_run_folder(run_dir, opts.argv)
+        claim = (claim_run_folder if opts.resume is None else reclaim_run_folder)(run_dir, opts.argv)
     except RunFolderTaken as e:
         raise RunFolderExistsError(str(e)) from None
     except OSError as e:
         raise ResultsFolderError(f"run folder {run_dir}: cannot be created: {e.strerror or e}") from e
     try:
-        return _run_claimed(plan, opts, run_id, run_dir, sp)
+        resumed = None
+        if opts.resume is not None:  # which variants are reused; the earlier attempt's files set aside
+            decision = decide(plan, opts, run_dir)
+            resumed = resumed_record(decision, set_aside(run_dir, decision, plan))
+            opts = dataclasses.replace(opts, reusable=decision.reusable)
+        return _run_claimed(plan, opts, run_id, run_dir, sp, resumed)
     finally:
         RECORDERS.clear()
         claim.release()
 
 
 def _run_claimed(plan: Plan, opts: RunOptions, run_id: str, run_dir: Path,
-                 sp: ServerPlan | None = None) -> tuple[RunRecord, Path]:
+                 sp: ServerPlan | None = None, resumed: ResumedRecord | None = None) -> tuple[RunRecord, Path]:
     """:func:`run` once the run folder is claimed: the record is on disk from here on
     (status ``running``), rewritten after every task and variant (:class:`RunRecorder`)."""
     PLACE.at("run", config=None, variant=None, task=None)
     record, lm_eval_done = _new_record(plan, opts, run_id)
+    record.resumed = resumed
     recorder = RunRecorder(record, run_dir)
     RECORDERS[:] = [recorder]
     try:
@@ -426,7 +438,8 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
     run = dataclasses.replace(run, model_ref=model_ref)
     # 3. variants
     run.measured.runners_collected = True  # every variant's model runner is read (run_variant)
-    could_not_run |= not all(_run_variants(run, variants))
+    could_not_run |= not all(_run_variants(run, reuse_finished(run, variants)))  # --resume: reused ones loaded
+    in_plan_order(run)
     # 4. comparisons (the record's paired test reads each task's own pipeline); a
     # baseline rerun for noise only where divergences are left that no distribution judges
     _comparisons(run, variants)

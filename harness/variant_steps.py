@@ -118,6 +118,7 @@ def run_variant(run: ConfigRun, vp: VariantPlan, devices: tuple[str, ...] = ()) 
     vr.plugin = plugin_report(run.run_dir, c.name, vp)
     vr.model_runner = model_runner_fact(vr.plugin.model_runners, _read_log(run.run_dir, c.name, vp.name))
     run.measured.variant_record(vp.name).runner = vr.model_runner
+    checkpoint()  # the finished variant's whole record on disk before the next server starts
     return out.ok
 
 
@@ -334,6 +335,7 @@ def _judge_task(run: ConfigRun, vp: VariantPlan, item: _Sent, out: VariantRun) -
     if item.rerun is not None:
         PLACE.at("client")  # the noise rerun: judging and its samples file
         trec.rerun = _judge_rerun(run, vp, t, samples, out.reruns, *item.rerun)
+        checkpoint()  # its rerun on disk too: a resumed run reuses only what the record holds
     sd = spec_metrics
     p.log(
         f"{vp.id} {t.name}: "

@@ -95,6 +95,8 @@ answer a list with ``FAKE_MALFORMED_VERSION=1``.
 ``CUDA_VISIBLE_DEVICES`` the server was given, ``args``): there are no GPUs on the test
 machine, so the GPU scheduling tests check what each server was handed.
 ``FAKE_LATENCY=S`` makes every completion answer after S seconds.
+``FAKE_HOLD_FILE=PATH`` holds a speculative server's start-up while PATH exists (the
+resume tests kill evalrun there: the real engine cannot be paused at a chosen moment).
 
 Like the real server, ``/server_info`` answers 404 unless ``VLLM_SERVER_DEV_MODE=1``;
 ``FAKE_NO_VERSION=1`` makes ``/version`` answer 404 (the real server always has it).
@@ -296,6 +298,11 @@ if os.environ.get("FAKE_DEVICES_LOG"):  # what a GPU test checks: the devices ea
 latency = float(os.environ.get("FAKE_LATENCY", "0") or 0)
 
 malformed = [int(x) for x in os.environ.get("FAKE_MALFORMED", "").split(",") if x.strip()]
+
+#: ``FAKE_HOLD_FILE=PATH``: a speculative server's start-up waits while PATH exists (a test kills
+#: evalrun at that moment: after the reference finished, before the next variant answers).
+while spec and os.environ.get("FAKE_HOLD_FILE") and os.path.exists(os.environ["FAKE_HOLD_FILE"]):
+    time.sleep(0.05)
 
 
 def metrics_text():

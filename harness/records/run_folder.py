@@ -10,7 +10,9 @@ whether the holder still runs.
 A claim is never released by deleting it: a folder that was claimed once belongs to
 that attempt (its record and logs are never overwritten); a rerun needs another id.
 A folder that already holds files of a run (``run.json``, ``samples/``, ``logs/``)
-without a claim (written by an older evalrun) is refused the same way.
+without a claim (written by an older evalrun) is refused the same way. The one exception
+is ``--resume``: :func:`reclaim_run_folder` takes over the claim of a run whose holder
+no longer runs (its ``flock`` is free), so the same run continues in its own folder.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CLAIM_FILE", "RunFolderTaken", "RunFolderClaim", "claim_run_folder"]
+__all__ = ["CLAIM_FILE", "RunFolderTaken", "RunFolderClaim", "claim_run_folder", "reclaim_run_folder"]
 
 CLAIM_FILE = ".evalrun-claim.json"
 #: Entries that show a folder already holds (part of) a run.
@@ -153,4 +155,34 @@ def claim_run_folder(run_dir: str | Path, command_line: list[str] | None = None)
         raise RunFolderTaken(
             f"{run_dir}: this folder already holds an earlier run ({', '.join(earlier)}); it is kept as it is: "
             "choose another --run-id")
+    return RunFolderClaim(run_dir=run_dir, path=path, fd=fd)
+
+
+def reclaim_run_folder(run_dir: str | Path, command_line: list[str] | None = None) -> RunFolderClaim:
+    """Take over the claim of ``run_dir`` for a resumed run (``--resume``): the folder's
+    claim must exist and its holder must no longer run (its ``flock`` is free); the claim
+    file is then rewritten in place (same inode, still locked) with this process as holder.
+
+    Raises:
+        RunFolderTaken: the folder has no claim (never a run's folder, or written by an
+            evalrun older than claims) or its holder still runs (the message names it).
+        OSError: the claim cannot be opened or written (the caller reports it).
+    """
+    run_dir = Path(run_dir)
+    path = run_dir / CLAIM_FILE
+    if not path.is_file():
+        raise RunFolderTaken(f"{run_dir}: no run claimed this folder ({CLAIM_FILE} missing): nothing to resume")
+    fd = os.open(path, os.O_RDWR)
+    if not _lock(fd):
+        os.close(fd)
+        raise RunFolderTaken(f"{run_dir}: cannot resume: the folder is held by {_holder(path)}")
+    info = {
+        "pid": os.getpid(), "hostname": platform.node(),
+        "started_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "command_line": list(command_line if command_line is not None else sys.argv), "resumed": True,
+    }
+    data = (json.dumps(info, indent=1) + "\n").encode("utf-8")
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, data, 0)
+    os.fsync(fd)
     return RunFolderClaim(run_dir=run_dir, path=path, fd=fd)

@@ -264,6 +264,32 @@ class PreflightRecord(_Model):
     cached: bool = False
 
 
+class ResumedRecord(_Model):
+    """What a run resumed with ``--resume RUN_DIR`` took from the earlier attempt in the
+    same folder (:mod:`harness.resume`).
+
+    Attributes:
+        from_run_id: the earlier attempt's run id (the folder's name, as this run's).
+        from_status: the earlier attempt's status (``running`` when it was killed).
+        from_started_at: when the earlier attempt started.
+        at: when this attempt started.
+        earlier_record: the earlier attempt's ``run.json``, kept (relative to the run folder).
+        variants_reused: ``<config>/<variant>`` whose results were complete and matched:
+            their samples and measurements were loaded, their servers not started.
+        variants_rerun: ``<config>/<variant>`` run again, each with why (``rerun_reasons``).
+        rerun_reasons: ``<config>/<variant>`` -> why it was not reused.
+    """
+
+    from_run_id: str
+    from_status: str
+    from_started_at: str
+    at: str
+    earlier_record: str
+    variants_reused: list[str] = []
+    variants_rerun: list[str] = []
+    rerun_reasons: dict[str, str] = {}
+
+
 #: The verdicts on a pid file of an earlier run (:func:`harness.engine.leftovers.judge_pid_file`).
 LeftoverVerdict = Literal["leftover", "cannot_tell", "invalid"]
 
@@ -571,6 +597,7 @@ class RunRecord(_Model):
             combines (``evalrun merge``).
         merge_warnings: what a merge with ``--allow-mixed`` let through (builds or
             configs that differ between the shards), one sentence each.
+        resumed: what this run took from an earlier attempt (``--resume``), else None.
     """
 
     schema_version: Literal[2] = SCHEMA_VERSION  # type: ignore[assignment]
@@ -587,6 +614,7 @@ class RunRecord(_Model):
     shard: ShardInfo | None = None
     merged_from: list[MergedShard] = []
     merge_warnings: list[str] = []
+    resumed: ResumedRecord | None = None
 
     _path: Path | None = PrivateAttr(default=None)
 

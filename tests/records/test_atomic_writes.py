@@ -15,6 +15,8 @@ PKG = Path(__file__).resolve().parents[2] / "harness"
 ALLOWED = {
     ("records/atomic.py", "write_atomic"): "the atomic writer itself",
     ("records/run_folder.py", "claim_run_folder"): "the claim: a complete temporary file linked with link(2)",
+    ("records/run_folder.py", "reclaim_run_folder"): "a resumed run's claim, rewritten in place under its flock "
+                                                     "(a rename would leave the lock on the old file)",
     ("engine/server.py", "VllmServer.start"): "the server log: a stream the server appends to while it runs",
     ("faults/plugin.py", "flush_report"): "the plugin imports no evalrun; it does the atomic writer's steps itself",
     ("models/tiny.py", "_write_tokenizer"): "the model cache, not a run folder (published by a rename of the folder)",
@@ -52,7 +54,7 @@ def _direct_writes() -> set[tuple[str, str]]:
 def _writes(call: ast.Call) -> bool:
     f = call.func
     name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
-    if name in ("write_text", "write_bytes"):
+    if name in ("write_text", "write_bytes", "pwrite"):
         return True
     if name not in ("open", "fdopen"):
         return False

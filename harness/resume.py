@@ -1,0 +1,343 @@
+"""``--resume RUN_DIR``: whether an earlier attempt in a run folder may be continued, which
+of its variants are reused, and loading them.
+
+The user repeats the command with ``--resume RUN_DIR``; the earlier attempt's record
+(``run.json``, status ``running`` after a SIGKILL, ``interrupted`` or ``error``) says
+what it ran. :func:`decide` refuses (:class:`ResumeRefused`, exit code 2) when anything
+that changes what a variant measures differs, naming the key: the configs (names and
+SHA-256), ``--shard``, ``--allow-contamination``, the engine build (package, version,
+commit, interpreter), the model path, each task's data (SHA-256, number of requests,
+stop strings), or the server command of a variant it would reuse. The command-line
+options that select what runs are compared by the CLI (:func:`differing_options`).
+
+A variant is reused when its results are complete: its server was ready and no error
+was recorded, its engine facts were read, every task of the config was measured with
+its samples file on disk and of the recorded SHA-256 (its noise rerun too when the
+config reruns it inline), and the samples score to the recorded counts. Its samples and
+measurements are then loaded (:func:`reuse_finished`) and its server is not started;
+every comparison, noise rerun and gate is computed over reused and new variants as in a
+fresh run. Every other variant runs again; what it left before is moved, with the
+earlier ``run.json``, to ``attempts/<n>/`` (:func:`set_aside`), so nothing is lost and
+no earlier report is merged into a new one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.analysis.comparison import noise_variants
+from harness.analysis.scoring import score_task
+from harness.config.plan import ConfigPlan, Plan, VariantPlan
+from harness.engine.builds import identity_or_none
+from harness.engine.info import model_runner_fact
+from harness.models.resolve import resolve_model
+from harness.records.provenance import utc_now
+from harness.records.results import plugin_report
+from harness.records.run_record import (
+    ConfigResult, ResumedRecord, RunRecord, RunRecordError, TaskResult, VariantResult, load_run,
+)
+from harness.records.samples import Sample, read_jsonl, sha256_file
+from harness.run_context import ConfigRun, RunOptions
+from harness.tasks import ContaminationError, DataUnavailableError, ShortDataError, prepare_task, task_for
+from harness.tasks.gsm8k import PIPELINES
+
+__all__ = ["ResumeRefused", "Decision", "RESUMABLE", "decide", "differing_options", "set_aside",
+           "resumed_record", "reuse_finished", "in_plan_order"]
+
+#: Statuses of an earlier attempt that may be resumed (a finished run's verdict stands).
+RESUMABLE = ("running", "interrupted", "error")
+#: Environment a server gets from the device pool, not from the config: may differ.
+_POOL_ENV = ("CUDA_VISIBLE_DEVICES",)
+
+
+class ResumeRefused(Exception):
+    """The earlier attempt cannot be resumed; the message names the folder and every key
+    that differs (exit code 2, nothing started)."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What :func:`decide` found.
+
+    Attributes:
+        earlier: the earlier attempt's record.
+        reusable: ``(config, variant)`` -> its earlier record (complete and matching).
+        reasons: ``<config>/<variant>`` -> why a selected variant runs again.
+    """
+
+    earlier: RunRecord
+    reusable: dict[tuple[str, str], VariantResult]
+    reasons: dict[str, str]
+
+
+def differing_options(then: Mapping[str, object], now: Mapping[str, object]) -> list[str]:
+    """The options (``{option: value}`` as the CLI parsed them) whose values differ
+    between the earlier attempt's command line and this one, one phrase each."""
+    return [f"{k}: the earlier run had {then.get(k)!r}, this one {now.get(k)!r}"
+            for k in sorted(set(then) | set(now)) if then.get(k) != now.get(k)]
+
+
+def decide(plan: Plan, opts: RunOptions, run_dir: Path) -> Decision:
+    """Whether the earlier attempt in ``run_dir`` may be resumed with ``plan`` and ``opts``
+    (module docstring), and which selected variants are reused.
+
+    Raises:
+        ResumeRefused: no readable record, a finished or merged run, or a difference
+            (configs, shard, contamination, build, model, data, a reused variant's
+            server command); the message names each.
+    """
+    try:
+        earlier = load_run(run_dir)
+    except RunRecordError as e:
+        raise ResumeRefused(f"{run_dir}: cannot resume: {e}") from None
+    if earlier.status not in RESUMABLE:
+        raise ResumeRefused(f"{run_dir}: cannot resume: the run finished ({earlier.outcome.upper()}, status "
+                            f"{earlier.status}); its verdict stands: start a new run with another --run-id")
+    if earlier.merged_from:
+        raise ResumeRefused(f"{run_dir}: cannot resume a merged run (evalrun merge): resume its shards instead")
+    differ = _run_differences(plan, opts, earlier)
+    reusable: dict[tuple[str, str], VariantResult] = {}
+    reasons: dict[str, str] = {}
+    for cp in plan.configs:
+        crec = earlier.config(cp.name)
+        for vp in cp.variants:
+            if opts.variants is not None and vp.name not in opts.variants:
+                continue
+            vrec = crec.variants.get(vp.name) if crec is not None else None
+            why = _incomplete(cp, vp, vrec, run_dir, earlier)
+            if why is None and crec is not None and vrec is not None:
+                differ += _command_differences(cp, vp, vrec, crec)
+                reusable[(cp.name, vp.name)] = vrec
+            else:
+                reasons[vp.id] = why or "not recorded"
+    if differ:
+        raise ResumeRefused(f"{run_dir}: cannot resume, what this run would measure differs from the earlier "
+                            "attempt:\n  " + "\n  ".join(differ))
+    return Decision(earlier, reusable, reasons)
+
+
+def _run_differences(plan: Plan, opts: RunOptions, earlier: RunRecord) -> list[str]:
+    """What differs for the whole run: configs, shard, contamination, build, model, data."""
+    pv = earlier.provenance
+    out = []
+    then = {c.name: c.sha256 for c in pv.configs}
+    now = {cp.name: cp.config.sha256 for cp in plan.configs}
+    if set(then) != set(now):
+        out.append(f"configs: the earlier run had {sorted(then)}, this one {sorted(now)}")
+    for cp in plan.configs:
+        if cp.name in then and then[cp.name] != now[cp.name]:
+            out.append(f"config {cp.name} ({cp.config.path}): sha256 {then[cp.name][:12]} -> "
+                       f"{now[cp.name][:12]} (the file was edited)")
+    shard = [s.model_dump(exclude={"weights"}) if s else None for s in (earlier.shard, opts.shard)]
+    if shard[0] != shard[1]:
+        out.append(f"shard: the earlier run was {shard[0]}, this one {shard[1]}")
+    if pv.allow_contamination != opts.allow_contamination:
+        out.append(f"allow_contamination: {pv.allow_contamination} -> {opts.allow_contamination}")
+    out += _build_difference(plan, earlier)
+    out += _model_differences(plan, opts, earlier)
+    return out + _data_differences(plan, opts, earlier)
+
+
+def _build_difference(plan: Plan, earlier: RunRecord) -> list[str]:
+    """The engine build of ``plan.python`` against the earlier attempt's (fails closed:
+    a build that cannot be read on either side differs)."""
+    then, now = earlier.provenance.build, identity_or_none(plan.python)
+    if then is None or now is None:
+        return [f"build: cannot compare the engine builds (earlier {then.describe() if then else 'not recorded'}, "
+                f"this run {now.describe() if now else f'unreadable from {plan.python}'})"]
+    keys = ("python", "package", "version", "commit")
+    a, b = then.model_dump(include=set(keys)), now.model_dump(include=set(keys))
+    return [f"build.{k}: {a[k]!r} -> {b[k]!r}" for k in keys if a[k] != b[k]]
+
+
+def _model_differences(plan: Plan, opts: RunOptions, earlier: RunRecord) -> list[str]:
+    """Each config's resolved model path against the earlier attempt's."""
+    out = []
+    for cp in plan.configs:
+        crec = earlier.config(cp.name)
+        if crec is None or crec.model_path is None:
+            continue
+        try:
+            now = resolve_model(cp.config.model, opts.progress)
+        except Exception as e:  # noqa: BLE001 - said as the difference; the run would fail the same way
+            now = f"not available: {type(e).__name__}: {e}"
+        if now != crec.model_path:
+            out.append(f"config {cp.name}: model {cp.config.model}: path {crec.model_path!r} -> {now!r}")
+    return out
+
+
+def _data_differences(plan: Plan, opts: RunOptions, earlier: RunRecord) -> list[str]:
+    """Each task's data (prepared now, :func:`harness.tasks.prepare_task`) against the
+    dataset the earlier attempt recorded (``provenance.datasets``)."""
+    out = []
+    for cp in plan.configs:
+        for t in cp.tasks:
+            then = earlier.provenance.datasets.get(t.id)
+            if then is None:  # never prepared: no variant of it can be reused for this task
+                continue
+            try:
+                pt = prepare_task(t.name, t.spec, opts.data_dir, opts.allow_contamination,
+                                  base_dir=Path(cp.config.path).parent)
+            except (ContaminationError, ShortDataError, DataUnavailableError) as e:
+                out.append(f"datasets[{t.id}]: prepared before, cannot be prepared now: {e}")
+                continue
+            now = {"sha256": pt.dataset_hash, "num_requests": len(pt.requests), "stop": list(pt.stop)}
+            out += [f"datasets[{t.id}].{k}: {getattr(then, k)!r} -> {v!r}" for k, v in now.items()
+                    if getattr(then, k) != v]
+    return out
+
+
+def _incomplete(cp: ConfigPlan, vp: VariantPlan, vrec: VariantResult | None, run_dir: Path,
+                earlier: RunRecord) -> str | None:
+    """Why the earlier attempt's record of ``vp`` is not complete (None: it is)."""
+    if vrec is None:
+        return "not run in the earlier attempt"
+    if vrec.server.status != "ready" or vrec.error:
+        return f"server {vrec.server.status}" + (f": {vrec.error.splitlines()[0]}" if vrec.error else "")
+    if vrec.engine is None and vrec.engine_error is None:
+        return "its engine facts were not read"
+    inline = vp.name in noise_variants(cp)
+    for t in cp.tasks:
+        trec = vrec.tasks.get(t.name)
+        if trec is None or t.id not in earlier.provenance.datasets:
+            return f"task {t.name} not measured"
+        why = _samples_problem(run_dir, trec.samples, trec.samples_sha256)
+        if why is None:
+            why = _score_problem(trec, read_jsonl(run_dir / trec.samples))
+        if why is None and trec.rerun is not None:
+            why = _samples_problem(run_dir, trec.rerun.samples, trec.rerun.samples_sha256)
+        elif why is None and inline and task_for(t.spec.kind).reruns_for_noise:
+            why = "its noise rerun is not recorded"
+        if why is not None:
+            return f"task {t.name}: {why}"
+    return None
+
+
+def _samples_problem(run_dir: Path, rel: str, sha256: str | None) -> str | None:
+    """Why a recorded samples file cannot be reused (missing, unreadable, other bytes)."""
+    try:
+        got = sha256_file(run_dir / rel)
+    except OSError as e:
+        return f"samples file {rel}: {e.strerror or e}"
+    return None if sha256 is not None and got == sha256 else f"samples file {rel}: its SHA-256 is not the recorded one"
+
+
+def _pipelines(trec: TaskResult) -> Sequence[str]:
+    """The answer pipelines the task was scored under (an lm-eval task's own)."""
+    return trec.lm_eval.pipelines if trec.lm_eval is not None else PIPELINES
+
+
+def _score_problem(trec: TaskResult, samples: Sequence[Sample]) -> str | None:
+    """Whether the samples score to the counts recorded for them (None: they do)."""
+    sc = score_task(samples, _pipelines(trec))
+    got = (sc.num_requests, sc.error_count, {p: v.correct for p, v in sc.accuracy.items()})
+    want = (trec.num_requests, trec.error_count, dict(trec.correct))
+    return None if got == want else f"its samples score {got}, the record says {want}"
+
+
+def _command_differences(cp: ConfigPlan, vp: VariantPlan, vrec: VariantResult, crec: ConfigResult) -> list[str]:
+    """How the server command ``vp`` would run differs from the one its reused record ran."""
+    want = [crec.model_path if a == cp.config.model else a for a in vp.argv]
+    out = []
+    if want != vrec.argv:
+        i = next((i for i, (a, b) in enumerate(zip(want, vrec.argv)) if a != b), min(len(want), len(vrec.argv)))
+        a = vrec.argv[i] if i < len(vrec.argv) else None
+        b = want[i] if i < len(want) else None
+        out.append(f"variant {vp.id}: server command, argument {i}: {a!r} -> {b!r}")
+    env_then = {k: v for k, v in vrec.env.items() if k not in _POOL_ENV}
+    env_now = {k: v for k, v in vp.env.items() if k not in _POOL_ENV}
+    out += [f"variant {vp.id}: env {k}: {env_then.get(k)!r} -> {env_now.get(k)!r}"
+            for k in sorted(set(env_then) | set(env_now)) if env_then.get(k) != env_now.get(k)]
+    if vrec.fault != vp.fault:
+        out.append(f"variant {vp.id}: fault {vrec.fault!r} -> {vp.fault!r}")
+    return out
+
+
+def set_aside(run_dir: Path, decision: Decision, plan: Plan) -> str:
+    """Move the earlier attempt's ``run.json`` and reports, and the files of every variant
+    that runs again (samples, plugin reports, server logs), to ``attempts/<n>/`` (same
+    relative paths; ``n`` counts the attempts). PID files stay where they are, so the
+    run's check for servers left running still finds them. Returns the kept record's
+    path relative to ``run_dir``."""
+    n = 1
+    while (run_dir / "attempts" / str(n)).exists():
+        n += 1
+    dest = run_dir / "attempts" / str(n)
+    moves = [Path(p) for p in ("run.json", "summary.md", "summary.html", "junit.xml")]
+    earlier = {(c.name, v) for c in decision.earlier.configs for v in c.variants}
+    for c, v in sorted(earlier | {(cp.name, vp.name) for cp in plan.configs for vp in cp.variants}):
+        if (c, v) not in decision.reusable:
+            moves += [Path("samples", c, v), Path("plugin", c, v), Path("plugin", c, f"{v}.rerun"),
+                      Path("logs", c, f"{v}.log"), Path("logs", c, f"{v}.rerun.log")]
+    for rel in moves:
+        if (run_dir / rel).exists():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(run_dir / rel, dest / rel)
+    return str(Path("attempts", str(n), "run.json"))
+
+
+def resumed_record(decision: Decision, kept: str) -> ResumedRecord:
+    """The record's ``resumed`` entry at the start of the resumed run; the reused and rerun
+    variants are added as each config decides (:func:`reuse_finished`)."""
+    e = decision.earlier
+    return ResumedRecord(from_run_id=e.run_id, from_status=e.status, from_started_at=e.provenance.started_at,
+                         at=utc_now(), earlier_record=kept, rerun_reasons=dict(decision.reasons))
+
+
+def reuse_finished(run: ConfigRun, variants: list[VariantPlan]) -> list[VariantPlan]:
+    """Load every variant of ``variants`` the resume decision reuses (its record, samples,
+    scores, acceptance, noise reruns, engine facts, plugin report and model runner, as
+    :func:`harness.variant_steps.run_variant` would have left them) into ``run``; the
+    variants still to run, in order. Without ``--resume``: ``variants`` unchanged.
+
+    Raises:
+        OSError, ValueError: a samples file :func:`decide` checked cannot be read now
+            (the run then ends with status ``error``).
+    """
+    resumed = run.record.resumed
+    if run.opts.resume is None or resumed is None:
+        return variants
+    todo = []
+    for vp in variants:
+        vrec = run.opts.reusable.get((run.plan.name, vp.name))
+        if vrec is None:
+            todo.append(vp)
+            resumed.variants_rerun.append(vp.id)
+            continue
+        _load(run, vp, vrec)
+        resumed.variants_reused.append(vp.id)
+        run.progress.log(f"{vp.id}: reused from the earlier attempt (complete and matching): no server started")
+    return todo
+
+
+def _load(run: ConfigRun, vp: VariantPlan, vrec: VariantResult) -> None:
+    """One reused variant's record and measurements into ``run`` (:func:`reuse_finished`)."""
+    c, m = run.plan.config, run.measured
+    for tname, trec in vrec.tasks.items():
+        samples = tuple(read_jsonl(run.run_dir / trec.samples))
+        tm = m.task_record(vp.name, tname)
+        tm.samples, tm.score = samples, score_task(samples, _pipelines(trec))
+        tm.spec, tm.spec_error = trec.spec_decode, trec.spec_decode_error or None
+        if trec.rerun is not None:
+            run.reruns[(vp.name, tname)] = tuple(read_jsonl(run.run_dir / trec.rerun.samples))
+    vm = m.variant_record(vp.name)
+    vm.effectiveness, vm.engine_facts_error = vrec.effective, vrec.engine_error
+    vrec.plugin = plugin_report(run.run_dir, c.name, vp)
+    try:
+        log = (run.run_dir / "logs" / c.name / f"{vp.name}.log").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        log = None
+    vrec.model_runner = vm.runner = model_runner_fact(vrec.plugin.model_runners, log)
+    run.result.variants[vp.name] = vrec
+
+
+def in_plan_order(run: ConfigRun) -> None:
+    """The config's variant records in plan order after a resume (reused ones were loaded
+    first); a new run's order is left as it is."""
+    if run.opts.resume is None:
+        return
+    order = {v.name: i for i, v in enumerate(run.plan.variants)}
+    run.result.variants = dict(sorted(run.result.variants.items(), key=lambda kv: order.get(kv[0], len(order))))
