@@ -115,12 +115,13 @@ def _base() -> dict:
     return cfg
 
 
-def null(repeats: int, results: Path) -> None:
-    """The null comparison ``repeats`` times on the real engine (see the module doc)."""
+def null(repeats: int, results: Path, first: int = 0) -> None:
+    """The null comparison ``repeats`` times on the real engine (see the module doc),
+    repeats ``first`` .. ``first + repeats - 1`` (task seed 42 + 1000 k)."""
     passed = 0
     print("| repeat | task seed | verdict | p | shift (nats/token) | sd | t | scoring step s |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for k in range(repeats):
+    for k in range(first, first + repeats):
         cfg = _base()
         cfg["variants"] = {"reference": {}, "reference_reseeded": cfg["variants"]["reference_reseeded"]}
         cfg["tasks"]["arith"]["seed"] = 42 + 1000 * k
@@ -183,14 +184,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("simulate").add_argument("--reps", type=int, default=400)
-    sub.add_parser("null").add_argument("--repeats", type=int, default=5)
+    nl = sub.add_parser("null")
+    nl.add_argument("--repeats", type=int, default=5)
+    nl.add_argument("--first", type=int, default=0)
     sub.add_parser("cost").add_argument("--sampled-run", type=Path, default=None)
     ap.add_argument("--results-dir", type=Path, default=Path(tempfile.gettempdir()) / "evalrun-bench-sampled")
     a = ap.parse_args()
     if a.cmd == "simulate":
         simulate(a.reps)
     elif a.cmd == "null":
-        null(a.repeats, a.results_dir)
+        null(a.repeats, a.results_dir, a.first)
     else:
         cost(a.results_dir, a.sampled_run)
 
