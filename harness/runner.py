@@ -8,7 +8,8 @@ an error or a signal); one config's run travels in one
 
     plan -> tasks (prepare) -> session (per variant) -> task.send; server stopped -> task.judge -> samples
          -> scoring / engine counter checks / analysis.acceptance -> analysis.comparison
-         -> sampled_steps (sampled completions scored on a non-speculative server) -> gates -> records.results (run.json via records.recorder) -> report (summary.md)
+         -> sampled_steps (sampled completions scored on a non-speculative server)
+         -> gates -> records.results (run.json via records.recorder) -> report (summary.md)
 
 Nothing measured is lost: a variant's tasks are judged and their samples written as soon
 as its server is stopped (its devices already back in the pool), a stopping signal still
