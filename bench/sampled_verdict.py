@@ -94,8 +94,7 @@ def simulate(reps: int) -> None:
 
 def _run(cfg: dict, run_id: str, results: Path) -> tuple[dict, float]:
     """Run evalrun on ``cfg`` (written to a temporary file) under the engine lock; the record and wall seconds."""
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=REPO / "configs", delete=False,
-                                     prefix=".bench-") as f:
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False, prefix="bench-sampled-") as f:
         yaml.safe_dump(cfg, f, sort_keys=False)
         path = Path(f.name)
     try:
