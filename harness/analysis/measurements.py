@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
-from harness.records.measures import DivergenceReportRecord
+from harness.records.measures import DivergenceReportRecord, SampledRecord
+from harness.records.completions import TargetScore
 from harness.records.measures import NoiseRecord
 from harness.records.measures import AnswerAgreementRecord, OutputMatchRecord
 from harness.analysis.scoring import TaskScore, correctness
@@ -45,6 +46,9 @@ class TaskMeasurement:
         spec_error: why the speculative-decoding metrics are missing or unusable.
         not_run: why this task did not run for this variant.
         shape: a traffic shape's proof (``kind: shape``).
+        target_scores: question id -> the target's log-likelihood of this variant's
+            sampled completion (:class:`TargetScore`), for the sampled verdict.
+        scoring_error: why this variant's completions could not be scored.
     """
 
     score: TaskScore | None = None
@@ -53,6 +57,8 @@ class TaskMeasurement:
     spec_error: str | None = None
     not_run: str | None = None
     shape: ShapeProofRecord | None = None
+    target_scores: dict[str, TargetScore] | None = None
+    scoring_error: str | None = None
 
 
 @dataclass
@@ -82,12 +88,14 @@ class ComparisonMeasurement:
         answers: same extracted answer (reported beside output match).
         noise: the candidate's mismatches against a noise reference (rerun or stored rate).
         divergences: the divergences judged by a reference's top-k log-probabilities.
+        sampled: the sampled verdict's test (:func:`harness.analysis.sampled.sampled_test`).
     """
 
     match: OutputMatchRecord | None = None
     answers: AnswerAgreementRecord | None = None
     noise: NoiseRecord | None = None
     divergences: DivergenceReportRecord | None = None
+    sampled: SampledRecord | None = None
 
 
 def _fill(into: object, measured: object) -> None:

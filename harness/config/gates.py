@@ -40,6 +40,7 @@ class GateKind(str, Enum):
     MAX_POSITION_ACCEPTANCE_DROP = "max_position_acceptance_drop"
     BASELINE_POSITION_ACCEPTANCE_DROP = "baseline_position_acceptance_drop"
     SHAPE_PROVEN = "shape_proven"
+    SAMPLED_EQUIVALENCE = "sampled_equivalence"
 
 
 class _GateBase(BaseModel):
@@ -215,6 +216,27 @@ class BaselinePositionAcceptanceDrop(_GateBase):
     alpha: float = 0.05
 
 
+class SampledEquivalence(_GateBase):
+    """The distribution-level verdict of a comparison on a task that samples, in place of
+    token-sequence output match: the target model's mean log-probability per token of
+    both variants' sampled completions, scored on the non-speculative ``scorer``
+    variant's server, compared paired by question with a two-sided sign-flip permutation
+    test (:func:`harness.analysis.sampled.sampled_test`). H0: both sample from the
+    target's distribution. Observed is the p-value; it must be >= ``limit`` (= alpha;
+    with ``multiple_testing`` ``holm``, the Holm-adjusted p-value over the config's
+    family). ``independent`` is False when the task's seeding makes the draws dependent
+    (one seed for every request, or the same seeds on both sides): then NOT RUN with
+    ``dependence``, as the test's false-alarm rate would not hold."""
+
+    kind: Literal[GateKind.SAMPLED_EQUIVALENCE] = GateKind.SAMPLED_EQUIVALENCE
+    op: Literal[">="] = ">="
+    limit: float
+    scorer: str | None
+    multiple_testing: Literal["none", "holm"] = "none"
+    independent: bool = True
+    dependence: str = ""
+
+
 class BaselineReadable(_GateBase):
     """The config's stored baseline file exists but cannot be read: a failing gate, so a
     corrupt baseline never passes silently (reported only when that happens)."""
@@ -229,7 +251,7 @@ Gate = Annotated[
         VariantEffective, AccuracyFloor, MaxErrorRate, MaxTruncationRate, DraftsObserved, MinAcceptanceLength,
         MaxAccuracyDrop, MinOutputMatch, MaxAcceptanceLengthDrop,
         BaselineAccuracyDrop, BaselineAcceptanceLengthDrop, BaselineReadable,
-        MaxPositionAcceptanceDrop, BaselinePositionAcceptanceDrop, ShapeProven,
+        MaxPositionAcceptanceDrop, BaselinePositionAcceptanceDrop, ShapeProven, SampledEquivalence,
     ],
     Field(discriminator="kind"),
 ]
@@ -332,6 +354,8 @@ def _comparison_gates(config: ModelConfig, comp: ComparisonSpec) -> list[Gate]:
             ))
         if comp.min_output_match is not None and not config.tasks[tname].samples:
             out.append(_output_match_gate(comp, comp.min_output_match, f"{c}/{pair}/{tname}/min_output_match", base))
+        if config.tasks[tname].samples:
+            out.append(_sampled_gate(config, comp, tname, f"{c}/{pair}/{tname}/sampled_equivalence", base))
         if comp.max_acceptance_length_drop is not None and spec_pair:
             out.append(MaxAcceptanceLengthDrop(
                 id=f"{c}/{pair}/{tname}/max_acceptance_length_drop", **base,
@@ -350,10 +374,48 @@ def _comparison_gates(config: ModelConfig, comp: ComparisonSpec) -> list[Gate]:
     return out
 
 
+def scorer_variant(config: ModelConfig, comp: ComparisonSpec) -> str | None:
+    """The non-speculative variant whose server scores a comparison's sampled completions:
+    its baseline when that does not speculate, else the config's first variant without
+    speculation, fault or ``not_applicable``; None when there is none."""
+    if config.variants[comp.baseline].speculative_config is None:
+        return comp.baseline
+    return next((n for n, v in config.variants.items()
+                 if v.speculative_config is None and v.fault is None and v.not_applicable is None), None)
+
+
+def _sampled_gate(config: ModelConfig, comp: ComparisonSpec, tname: str, gate_id: str,
+                  base: dict[str, Any]) -> SampledEquivalence:
+    """The ``sampled_equivalence`` gate of comparison ``comp`` on sampling task ``tname``."""
+    t = config.tasks[tname]
+    va, vb = config.variants[comp.baseline], config.variants[comp.candidate]
+    why = ""
+    if not t.independent_draws():
+        why = (f"task {tname} sends seed {t.seed} (plus the variant's seed_offset) with every request: every "
+               "question draws the same random numbers, so questions are not independent draws and the test's "
+               "false-alarm rate does not hold (docs/gates.md, \"Seeds\"); set seed_mode: per_question (or seed: null)")
+    elif t.seed is not None and va.seed_offset == vb.seed_offset:
+        why = (f"{comp.baseline} and {comp.candidate} send the same seeds (seed_offset {va.seed_offset}): their "
+               "draws are coupled, not independent; give one of them another seed_offset")
+    alpha = comp.sampled_alpha or comp.alpha
+    g = config.gates_for(tname)
+    scorer = scorer_variant(config, comp)
+    return SampledEquivalence(
+        id=gate_id, **base, limit=alpha, scorer=scorer, multiple_testing=g.multiple_testing,
+        independent=not why, dependence=why,
+        description=(f"the target's mean log-probability per token of both variants' sampled completions (scored "
+                     f"on {scorer or 'no non-speculative variant'}'s server), paired by question: not significantly "
+                     f"different (two-sided sign-flip permutation test, alpha {alpha:g}"
+                     + (", Holm-corrected across the config's family)" if g.multiple_testing == "holm" else ")")
+                     + "; H0: both sample from the target's distribution"),
+    )
+
+
 def sampling_notes(config: ModelConfig) -> list[str]:
     """Why the plan has no output-match gate for a task that samples (temperature > 0, or
     none sent: :attr:`~harness.config.schema.TaskSpec.samples`) although a comparison asks
-    for one; one sentence per such task, for the dry run and the record."""
+    for one, and what judges it instead (``sampled_equivalence``); one sentence per such
+    task, for the dry run and the record."""
     out = []
     for tname, t in config.tasks.items():
         comps = [f"{x.baseline}->{x.candidate}" for x in config.comparisons
@@ -362,11 +424,11 @@ def sampling_notes(config: ModelConfig) -> list[str]:
             continue
         temp = "not sent (the server's default)" if t.temperature is None else f"{t.temperature:g}"
         out.append(
-            f"task {tname} samples (temperature {temp}, seed {'none sent' if t.seed is None else t.seed}): "
-            f"no min_output_match gate (nor its noise rerun or divergence judging) for {', '.join(comps)}: two "
-            "correct samplers draw different tokens, so a token-sequence match would fail a correct engine "
-            "by construction; these comparisons are judged on accuracy (paired) and acceptance until a "
-            "sampling-aware verdict exists")
+            f"task {tname} samples (temperature {temp}, seed {'none sent' if t.seed is None else t.seed}, "
+            f"seed_mode {t.seed_mode}): no min_output_match gate (nor its noise rerun or divergence judging) for "
+            f"{', '.join(comps)}: two correct samplers draw different tokens, so a token-sequence match would fail "
+            "a correct engine by construction; these comparisons are judged by the sampled_equivalence gate "
+            "(distribution level), accuracy (paired) and acceptance")
     return out
 
 

@@ -75,6 +75,7 @@ class VariantPlan:
         build: the engine build the variant names (``build:``, as written), None = the run's.
         build_error: why that build could not be made (its log named): no server
             starts and the variant's gates are NOT RUN with it, the run exits 2.
+        seed_offset: added to every task's seed (:meth:`harness.config.schema.TaskSpec.request_seed`).
     """
 
     id: str
@@ -90,6 +91,7 @@ class VariantPlan:
     model_runner: str | None = None
     build: str | None = None
     build_error: str | None = None
+    seed_offset: int = 0
 
     @property
     def python(self) -> str:
@@ -353,6 +355,7 @@ def build_plan(configs: list[ModelConfig], python: str | None = None, list_path:
                     model_runner=v.model_runner,
                     build=v.build,
                     build_error=BUILD_NOT_MADE if v.build is not None else None,
+                    seed_offset=v.seed_offset,
                 )
             )
         tasks = tuple(TaskPlan(id=f"{c.name}/{t}", name=t, spec=s) for t, s in c.tasks.items())

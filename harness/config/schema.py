@@ -10,6 +10,7 @@ and comparisons (:class:`ComparisonSpec`), and the warnings the loader flagged
 from __future__ import annotations
 
 import difflib
+import hashlib
 import shlex
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -45,6 +46,11 @@ DEFAULT_MAX_CONCURRENCY = 100
 #: the candidate's token several nats down. Measure it on a known-good build with
 #: ``evalrun calibrate`` and set ``near_tie_nats`` per comparison.
 DEFAULT_NEAR_TIE_NATS = 0.5
+#: Assumed standard deviation (nats per token) of the per-question difference of two
+#: correct samplers' mean target log-probability per token, for the dry run's detectable
+#: shift of the sampled verdict; measured on the CPU sampled config's null comparison
+#: (docs/gates.md, "Sampled verdict").
+DEFAULT_EXPECTED_LOGPROB_SD = 0.1
 
 
 def _is_int(x: RawValue) -> bool:
@@ -157,6 +163,12 @@ class TaskSpec(StrictModel):
         seed: per-request sampling seed sent to the server (``seed`` of the request
             body); None: no seed is sent, as vLLM's ``gsm8k_eval.py`` does for
             ``seed: null`` (for engines that refuse per-request seeds).
+        seed_mode: ``same`` (default, what vLLM's ``gsm8k_eval.py`` sends): every request
+            sends ``seed`` (plus the variant's ``seed_offset``), so every question draws
+            the same random numbers; ``per_question``: each request sends its own seed
+            derived from that number and the question id (:meth:`request_seed`), so
+            questions are independent draws, as the sampled verdict needs
+            (docs/gates.md, "Sampled verdict"). The seed sent is kept in each sample.
         required: when False, a task whose data cannot be had is reported as
             ``not run`` (loudly, and never as passed) instead of stopping the run.
         lm_eval_task: kind ``lm_eval`` only: the lm-eval task name (``gsm8k_cot``,
@@ -185,6 +197,7 @@ class TaskSpec(StrictModel):
     max_tokens: int = Field(default=256, ge=1)
     temperature: float | None = Field(default=0.0, ge=0.0)
     seed: int | None = 42
+    seed_mode: Literal["same", "per_question"] = "same"
     required: bool = True
     gates: "GateSpec | None" = None
     lm_eval_task: str | None = None
@@ -219,6 +232,30 @@ class TaskSpec(StrictModel):
         which may sample). Two correct samplers draw different tokens, so a sampling task
         gets no token-sequence output-match gate (:func:`harness.config.gates.plan_gates`)."""
         return self.temperature is None or self.temperature > 0
+
+    def request_seed(self, question_id: str, offset: int = 0) -> int | None:
+        """The ``seed`` one request of this task sends: None when ``seed`` is None (no
+        seed sent); with ``seed_mode: same`` ``seed + offset`` for every request; with
+        ``per_question`` the first 31 bits of SHA-256 of ``"<seed + offset>/<question_id>"``
+        (a non-negative int, distinct streams per question and per offset).
+
+        Args:
+            question_id: the request's question id (e.g. ``arith/test/3``).
+            offset: the variant's ``seed_offset`` (:class:`VariantSpec`).
+        """
+        if self.seed is None:
+            return None
+        base = self.seed + offset
+        if self.seed_mode == "same":
+            return base
+        digest = hashlib.sha256(f"{base}/{question_id}".encode()).digest()
+        return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+    def independent_draws(self) -> bool:
+        """Whether the questions of this task are independent random draws: no seed is
+        sent (the engine's own generator) or each question sends its own
+        (``seed_mode: per_question``). With one seed for every request they are not."""
+        return self.seed is None or self.seed_mode == "per_question"
 
 
 class GateSpec(StrictModel):
@@ -318,6 +355,12 @@ class ComparisonSpec(StrictModel):
             distribution cannot judge (docs/gates.md, "Near ties").
         allow_mixed_runners: the two variants may run different model runners (V1 /
             V2); otherwise that fails ``variant_effective``.
+        sampled_alpha: two-sided level of the sampled verdict (``sampled_equivalence``,
+            every task that samples; None = ``alpha``).
+        expected_logprob_sd: assumed standard deviation (nats per token) of the
+            per-question difference of the target's mean log-probability per completion
+            token between the two variants; used only by ``--dry-run`` to state the
+            smallest shift the sampled verdict detects (docs/gates.md).
     """
 
     baseline: str
@@ -334,6 +377,8 @@ class ComparisonSpec(StrictModel):
     near_tie_nats: float | None = Field(default=DEFAULT_NEAR_TIE_NATS, ge=0.0)
     noise_runs_when: Literal["always", "unexplained"] = "always"
     allow_mixed_runners: bool = False
+    sampled_alpha: float | None = Field(default=None, gt=0.0, lt=1.0)
+    expected_logprob_sd: float = Field(default=DEFAULT_EXPECTED_LOGPROB_SD, gt=0.0)
 
 
 class SpeculativeConfigSpec(BaseModel):
@@ -519,6 +564,9 @@ class VariantSpec(StrictModel):
         build: the engine build this variant's server runs on, written as for ``--build``
             (an interpreter, a release, a wheel, a commit; docs/builds.md); None = the
             run's (``--python`` / ``--build``).
+        seed_offset: added to every task's ``seed`` before the request seed is derived
+            (:meth:`TaskSpec.request_seed`): the same server with other seeds, e.g. a
+            second non-speculative variant as the sampled verdict's null case.
     """
 
     speculative_config: SpeculativeConfigSpec | None = None
@@ -531,6 +579,7 @@ class VariantSpec(StrictModel):
     not_applicable: str | None = None
     model_runner: Literal["v1", "v2"] | None = None
     build: str | None = Field(default=None, min_length=1)
+    seed_offset: int = 0
 
 
 class ConfigWarning(StrictModel):

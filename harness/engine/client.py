@@ -442,3 +442,59 @@ def parse_top_logprobs(choice: dict, request_id: str) -> tuple[tuple[tuple[int, 
             pairs[tid] = float(tlp)
         out.append(tuple(sorted(pairs.items(), key=lambda kv: (-kv[1], kv[0]))))
     return tuple(out)
+
+
+async def target_logprobs(client: AsyncCompletionClient, request_id: str, prompt: str,
+                          completion_ids: Sequence[int], chat: bool = False) -> tuple[float, int] | str:
+    """The served model's log-likelihood of ``completion_ids`` after ``prompt``, read as
+    prompt log-probabilities (the sampled verdict's scoring, on a non-speculative server).
+
+    Two requests: ``POST /tokenize`` (``prompt``, the server's own tokenizer and special
+    tokens, as ``/v1/completions`` tokenizes a text prompt; with ``chat`` the prompt as
+    one user message with the generation prompt, as ``/v1/chat/completions`` renders it), then ``POST /v1/completions``
+    with the prompt's ids followed by ``completion_ids`` as the prompt (a list of token
+    ids), ``max_tokens: 1``, ``temperature: 0`` and ``prompt_logprobs: 0``: vLLM returns
+    ``choices[0].prompt_logprobs``, one ``{token id: {"logprob": ...}}`` per prompt
+    position (None at the first), the position's own token always included
+    (``vllm/entrypoints/openai/completion/protocol.py``). The last
+    ``len(completion_ids)`` positions are the completion's.
+
+    Returns:
+        ``(sum of the completion tokens' log-probabilities in nats, token count)``, or
+        the request's error as a string naming the request (HTTP, transport, a missing
+        or mismatched position); never raises for those.
+    """
+    tok: dict = ({"model": client.model, "messages": [{"role": "user", "content": prompt}],
+                  "add_generation_prompt": True} if chat else {"model": client.model, "prompt": prompt})
+    got = await client._post(client.base_url + "/tokenize", tok, request_id + " (tokenize)")
+    if isinstance(got, Completion):
+        return got.error or f"request {request_id}: tokenize failed"
+    try:
+        ids = orjson.loads(got[0])["tokens"]
+        if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
+            raise ValueError(f"tokens is not a list of ids: {str(ids)[:80]}")
+    except (ValueError, KeyError, TypeError) as e:
+        return f"request {request_id}: malformed /tokenize answer: {e}"
+    comp = [int(t) for t in completion_ids]
+    if not comp:
+        return 0.0, 0
+    body = {"model": client.model, "prompt": ids + comp, "max_tokens": 1, "temperature": 0.0,
+            "prompt_logprobs": 0}
+    got = await client._post(client.url, body, request_id + " (scoring)")
+    if isinstance(got, Completion):
+        return got.error or f"request {request_id}: scoring failed"
+    try:
+        plp = orjson.loads(got[0])["choices"][0]["prompt_logprobs"]
+        if not isinstance(plp, list) or len(plp) != len(ids) + len(comp):
+            raise ValueError(f"{len(plp) if isinstance(plp, list) else plp!r} prompt_logprobs positions for "
+                             f"{len(ids)} prompt + {len(comp)} completion tokens")
+        total = 0.0
+        for i, tid in enumerate(comp):
+            pos = plp[len(ids) + i]
+            entry = pos.get(str(tid)) if isinstance(pos, dict) else None
+            if not isinstance(entry, dict) or not isinstance(entry.get("logprob"), (int, float)):
+                raise ValueError(f"completion position {i}: no log-probability of token {tid}")
+            total += float(entry["logprob"])
+    except (ValueError, KeyError, TypeError, IndexError) as e:
+        return f"request {request_id}: malformed scoring answer: {e}"
+    return total, len(comp)

@@ -29,7 +29,7 @@ from harness.engine.server import EngineProcesses, ServerStartError, VllmServer
 from harness.records.completions import Completion
 from harness.records.task_outcome import TaskOutcome
 from harness.tasks.gsm8k import Request
-from harness.engine.client import chat_complete
+from harness.engine.client import chat_complete, target_logprobs
 
 #: Per-request metrics: seconds between two reads of /metrics that must agree.
 SETTLE_INTERVAL = 0.02
@@ -261,7 +261,7 @@ class VariantSession:
         requests: Sequence[Request],
         max_tokens: int,
         temperature: float | None,
-        seed: int | None,
+        seed: "int | None | Callable[[str], int | None]",
         stop: Sequence[str],
         on_done: Callable[[Completion], None] | None = None,
         per_request: bool = False,
@@ -277,7 +277,9 @@ class VariantSession:
 
         Args:
             requests: the task's requests (``question_id``, ``prompt``).
-            max_tokens, temperature, seed, stop: sampling settings of every request.
+            max_tokens, temperature, stop: sampling settings of every request.
+            seed: the seed every request sends, or a function of the question id giving
+                each request's own (None: no seed sent); kept on each completion.
             on_done: called with each completion as it arrives (progress).
             per_request: send the requests one at a time (no concurrency) and, for a
                 variant exposing speculative-decoding counters, read ``/metrics``
@@ -334,8 +336,9 @@ class VariantSession:
             return None, str(e)
 
     async def _send_all(
-        self, requests: Sequence[Request], max_tokens: int, temperature: float | None, seed: int | None,
-        stop: Sequence[str], on_done: Callable[[Completion], None] | None, per_request: bool,
+        self, requests: Sequence[Request], max_tokens: int, temperature: float | None,
+        seed: "int | None | Callable[[str], int | None]", stop: Sequence[str],
+        on_done: Callable[[Completion], None] | None, per_request: bool,
         before: SpecDecodeCountersRecord | None, metrics_error: str | None, chat: bool = False,
         logprobs: int | None = None,
     ) -> tuple[tuple[Completion, ...], str | None]:
@@ -348,14 +351,21 @@ class VariantSession:
         async with AsyncCompletionClient(
             self.server.base_url, self.model, timeout_s=self.request_timeout, max_connections=width,
         ) as client:
+            def seed_of(r: Request) -> int | None:
+                return seed(r.question_id) if callable(seed) else seed
+
             if chat:  # vLLM's chat path: one user message, the same stop strings
 
-                def send(r: Request):  # no logprobs on this path: divergences fall back to the rerun rule
-                    return chat_complete(client, r.question_id, r.prompt, max_tokens, temperature, seed, stop)
+                async def send(r: Request) -> Completion:  # no logprobs here: divergences fall back to the rerun rule
+                    s = seed_of(r)
+                    c = await chat_complete(client, r.question_id, r.prompt, max_tokens, temperature, s, stop)
+                    return dataclasses.replace(c, seed=s)
             else:
-                def send(r: Request):
+                async def send(r: Request) -> Completion:
+                    s = seed_of(r)
                     prompt = r.prompt if r.prompt_token_ids is None else r.prompt_token_ids
-                    return client.complete(r.question_id, prompt, max_tokens, temperature, seed, stop, logprobs)
+                    c = await client.complete(r.question_id, prompt, max_tokens, temperature, s, stop, logprobs)
+                    return dataclasses.replace(c, seed=s)
             if per_request:
                 prev = before if metrics_error is None else None
                 for i, r in enumerate(requests):
@@ -391,3 +401,29 @@ class VariantSession:
 
                 await asyncio.gather(*(worker() for _ in range(min(width, len(requests)))))
         return tuple(results), metrics_error  # type: ignore[arg-type]
+
+    def score_completions(self, items: Sequence[tuple[str, str, Sequence[int]]],
+                          chat: bool = False) -> list[tuple[float, int] | str]:
+        """The served model's log-likelihood of each ``(request id, prompt, completion
+        token ids)`` (:func:`harness.engine.client.target_logprobs`), at most
+        ``max_concurrency`` in flight; one ``(sum in nats, tokens)`` or error string per
+        item, in order; ``chat``: the prompts were sent as one user message. Used on a
+        non-speculative server only (the sampled verdict)."""
+        if self.model is None:
+            raise RuntimeError("use VariantSession as a context manager (no served model name yet)")
+        model = self.model
+
+        async def all_items() -> list[tuple[float, int] | str]:
+            out: list[tuple[float, int] | str] = ["not scored"] * len(items)
+            async with AsyncCompletionClient(self.server.base_url, model, timeout_s=self.request_timeout,
+                                             max_connections=self.max_concurrency) as client:
+                todo = iter(enumerate(items))
+
+                async def worker() -> None:
+                    for i, (rid, prompt, ids) in todo:
+                        out[i] = await target_logprobs(client, rid, prompt, ids, chat)
+
+                await asyncio.gather(*(worker() for _ in range(max(1, min(self.max_concurrency, len(items))))))
+            return out
+
+        return run_coroutine(all_items())

@@ -71,6 +71,8 @@ class EngineReply:
             in nats)`` pairs, most likely first (the sampled token is included even when
             outside the top k); asked only of a non-speculative reference
             (``logprobs: k``); None otherwise. See :func:`harness.engine.client.parse_top_logprobs`.
+        seed: the ``seed`` the request sent (:meth:`harness.config.schema.TaskSpec.request_seed`);
+            None when none was sent.
     """
 
     token_ids: tuple[int, ...] | None = None
@@ -84,6 +86,7 @@ class EngineReply:
     spec_accepted_per_pos: tuple[float, ...] | None = None
     stop_reason: str | int | None = None
     top_logprobs: tuple[tuple[tuple[int, float], ...], ...] | None = None
+    seed: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -126,3 +129,36 @@ def write_raw_jsonl(path: Path, completions: Iterable[Completion]) -> int:
     lines = [json.dumps(c.to_json(), ensure_ascii=False) + "\n" for c in completions]
     write_atomic(path, "".join(lines))
     return len(lines)
+
+
+@dataclass(frozen=True)
+class TargetScore:
+    """The target model's log-likelihood of one sampled completion, scored on a
+    non-speculative server (:func:`harness.engine.client.target_logprobs`): the sampled
+    verdict's per-question measurement (``<task>.target_logprobs.jsonl``).
+
+    Attributes:
+        question_id: the sample's question id.
+        tokens: completion tokens scored (0: an empty completion).
+        logprob_sum: sum of their log-probabilities under the target (nats); None on error.
+        seed: the seed the sampling request sent (None: none sent).
+        error: why the completion could not be scored (its request or the sample's), else None.
+    """
+
+    question_id: str
+    tokens: int
+    logprob_sum: float | None
+    seed: int | None = None
+    error: str | None = None
+
+    @property
+    def mean_logprob(self) -> float | None:
+        """Mean log-probability per completion token (nats); 0.0 for an empty completion
+        (a fixed function of the completion, as the test needs); None on error."""
+        if self.logprob_sum is None:
+            return None
+        return self.logprob_sum / self.tokens if self.tokens else 0.0
+
+    def to_json(self) -> dict:
+        """Every field, plus ``mean_logprob``."""
+        return {**dataclasses.asdict(self), "mean_logprob": self.mean_logprob}

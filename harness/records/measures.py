@@ -746,3 +746,44 @@ class DivergenceReportRecord(Measure):
     @property
     def noise(self) -> tuple[DivergenceRecord, ...]:
         return self.of(NOISE)
+
+
+class SampledRecord(Measure):
+    """The sampled verdict of one comparison and task: the target's mean log-probability
+    per completion token of both variants' sampled completions, paired by question
+    (:func:`harness.analysis.sampled.sampled_test`, which states the test).
+
+    Attributes:
+        n: questions scored on both sides.
+        mean_a, mean_b: mean over questions of the per-question mean log-probability per
+            token (nats) of the baseline's / the candidate's completions.
+        sum_a, sum_b: mean over questions of the completions' total log-probability (nats).
+        shift: ``mean_b - mean_a`` (nats per token; negative: the target finds the
+            candidate's completions less likely).
+        sd: standard deviation of the per-question difference (nats per token).
+        t: paired t statistic ``shift / (sd / sqrt(n))`` (0 when sd is 0).
+        p_value: two-sided sign-flip permutation p-value of ``shift`` (H0: both variants
+            sample from the target's distribution, so each difference is symmetric about 0).
+        t_p_value: the paired t-test's two-sided p-value, for reference (not gated).
+        resamples: sign flips drawn (0: every flip enumerated, exact).
+        scorer: the non-speculative variant whose server scored both sides.
+        unscored: question ids left out (failed on a side or not scored), sorted.
+        worst: up to 5 question ids with the most negative difference, most negative first.
+    """
+
+    n: int
+    mean_a: float
+    mean_b: float
+    sum_a: float
+    sum_b: float
+    shift: float
+    sd: float
+    t: float
+    p_value: float
+    t_p_value: float
+    resamples: int
+    scorer: str
+    unscored: tuple[str, ...] = ()
+    worst: tuple[str, ...] = ()
+
+    _RATES = ("p_value", "t_p_value")

@@ -501,12 +501,38 @@ class SubsetWarning(_Model):
     message: str
 
 
+class ScoringRecord(_Model):
+    """The sampled verdict's scoring step of one config (:mod:`harness.sampled_steps`):
+    the scorer's server started again after every variant sampled.
+
+    Attributes:
+        scorer: the non-speculative variant whose server scored.
+        scored: ``<variant>/<task>`` entries scored.
+        completions: completions scored (one prompt-only request each, plus ``/tokenize``).
+        startup_seconds, scoring_seconds, seconds: the server's start-up, the scoring
+            requests, the whole step (start-up to stopped), in seconds.
+        error: why the step could not run, else None.
+        sampled: ``<baseline>-><candidate>/<task>`` -> the comparison's test
+            (:class:`~harness.records.measures.SampledRecord` as a mapping).
+    """
+
+    scorer: str
+    scored: list[str] = []
+    completions: int = 0
+    startup_seconds: float | None = None
+    scoring_seconds: float | None = None
+    seconds: float | None = None
+    error: str | None = None
+    sampled: dict[str, dict[str, Any]] = {}
+
+
 class ConfigResult(_Model):
     """One config of the run: what was asked (name, file, model, form), the variants,
     comparisons and gate verdicts. ``pipeline`` is the config-level answer pipeline;
     a task may override it (its gates say which they used). ``config_warnings`` are the
     loader's warnings (:class:`~harness.config.schema.ConfigWarning`); ``list_path`` the
-    model list file the config was read from."""
+    model list file the config was read from; ``scoring`` the sampled verdict's
+    scoring steps, one per scorer (:class:`ScoringRecord`)."""
 
     name: str
     path: str
@@ -524,6 +550,7 @@ class ConfigResult(_Model):
     subset_warnings: list[SubsetWarning] = []
     config_warnings: list[ConfigWarning] = []
     list_path: str | None = None
+    scoring: list[ScoringRecord] = []
 
     def comparison(self, baseline: str, candidate: str, task: str) -> ComparisonResult | None:
         """The comparison of ``baseline -> candidate`` on ``task``, or None."""

@@ -8,8 +8,9 @@ from typing import Any, NotRequired, Sequence, TypedDict
 
 from harness.analysis.familywise import family_false_fail
 from harness.analysis.stats import floor_margin, min_detectable_drop
+from harness.analysis.sampled import detectable_shift
 from harness.config.expected import gate_matches
-from harness.config.gates import MaxPositionAcceptanceDrop, plan_gates, sampling_notes
+from harness.config.gates import MaxPositionAcceptanceDrop, SampledEquivalence, plan_gates, sampling_notes
 from harness.config.schema import GateSpec, ModelConfig
 from harness.config.plan import Plan
 from harness.records.run_record import SubsetWarning
@@ -58,6 +59,18 @@ class PairedDrop(TypedDict):
     max_accuracy_drop: float
 
 
+class SampledShift(TypedDict):
+    """The sampled verdict's detectable shift of one comparison on a sampling task
+    (:func:`detectable_drops`): nats per token of the target's mean log-probability."""
+
+    baseline: str
+    candidate: str
+    alpha: float
+    expected_logprob_sd: float
+    shift: float
+    independent: bool
+
+
 class DetectableDrops(TypedDict):
     """One task's entry of :func:`detectable_drops`: ``n`` questions, accuracy ``p``
     (``p_assumed``: 0.5 taken for want of a threshold) and the wanted ``power``."""
@@ -69,6 +82,7 @@ class DetectableDrops(TypedDict):
     power: float
     floor: FloorDrops
     paired: list[PairedDrop]
+    sampled: list[SampledShift]
 
 
 class FamilyFalseFail(TypedDict):
@@ -81,6 +95,8 @@ class FamilyFalseFail(TypedDict):
     output_match_alpha_sum_bound: float
     position_gates: int
     position_alpha_sum_bound: float
+    sampled_gates: int
+    sampled_alpha_sum_bound: float
     false_fail: float
 
 
@@ -118,6 +134,10 @@ def detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER,
       :func:`harness.analysis.stats.min_detectable_drop` with ``discordance=psi`` (Connor 1987,
       Biometrics 43:207-211); None when not even delta = psi is detectable.
       The gate also fails whenever the observed drop exceeds ``max_accuracy_drop``.
+    * ``sampled[]`` (one per comparison of a task that samples): the shift of the
+      target's mean log-probability per token the two-sided sign-flip test detects,
+      :func:`harness.analysis.sampled.detectable_shift` with the comparison's
+      ``expected_logprob_sd``.
 
     Args:
         config: a validated config.
@@ -135,7 +155,25 @@ def detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER,
         n = task_size(t)
         p = 0.5 if g.accuracy_threshold is None else g.accuracy_threshold
         out.append({"task": tname, "n": n, "p": p, "p_assumed": g.accuracy_threshold is None, "power": power,
-                    "floor": _floor_drops(g, n, p, power), "paired": _paired_drops(config, n, p, power, only)})
+                    "floor": _floor_drops(g, n, p, power), "paired": _paired_drops(config, n, p, power, only),
+                    "sampled": _sampled_shifts(config, tname, n, power, only)})
+    return out
+
+
+def _sampled_shifts(config: ModelConfig, tname: str, n: int, power: float,
+                    only: Sequence[str] | None) -> list[SampledShift]:
+    """The ``sampled`` entries of :func:`detectable_drops` for task ``tname``: one per
+    planned ``sampled_equivalence`` gate (among the variants ``only``, when given)."""
+    comps = {(c.baseline, c.candidate): c for c in config.comparisons}
+    out: list[SampledShift] = []
+    for g in plan_gates(config):
+        if not isinstance(g, SampledEquivalence) or g.task != tname or g.baseline is None:
+            continue
+        if only is not None and not {g.baseline, g.variant} <= set(only):
+            continue
+        sd = comps[(g.baseline, g.variant)].expected_logprob_sd
+        out.append({"baseline": g.baseline, "candidate": g.variant, "alpha": g.limit, "expected_logprob_sd": sd,
+                    "shift": detectable_shift(n, sd, g.limit, power), "independent": g.independent})
     return out
 
 
@@ -269,6 +307,13 @@ def render_detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER,
                 "(expected_discordance; Connor 1987); the gate also fails above max_accuracy_drop "
                 f"{q['max_accuracy_drop']}"
             )
+        for sh in d["sampled"]:
+            lines.append(
+                f"    sampled {sh['baseline']} -> {sh['candidate']}: two-sided sign-flip test alpha={sh['alpha']} "
+                f"detects a shift of the target's mean log-probability per token >= {sh['shift']:.3f} nats "
+                f"[(z_(1-alpha/2) + z_power) * sd / sqrt(n)] assuming sd {sh['expected_logprob_sd']} of the "
+                "per-question difference (expected_logprob_sd)"
+                + ("" if sh["independent"] else "; NOT RUN as planned: the draws are not independent (seeds)"))
     return lines
 
 
@@ -290,9 +335,10 @@ def family_false_fail_of(config: ModelConfig) -> FamilyFalseFail:
     Returns:
         ``{"accuracy_drop_gates": int, "holm": bool, "accuracy_drop_false_fail": float,
         "output_match_gates": int, "output_match_alpha_sum_bound": float,
-        "position_gates": int, "position_alpha_sum_bound": float,
-        "false_fail": float}``; ``false_fail`` = 1 - (1 - accuracy-drop part) *
-        prod(1 - alpha_i) over the output-match and position gates (independence).
+        "position_gates": int, "position_alpha_sum_bound": float, "sampled_gates": int,
+        "sampled_alpha_sum_bound": float, "false_fail": float}``; ``false_fail`` = 1 - (1 -
+        accuracy-drop part) * prod(1 - alpha_i) over the output-match, position and sampled
+        gates (independence).
     """
     drops: list[tuple[int, float, float | None, float]] = []
     holm = False
@@ -307,20 +353,23 @@ def family_false_fail_of(config: ModelConfig) -> FamilyFalseFail:
                     and (comp.noise_runs > 1 or comp.noise_mismatch_rate is not None)):
                 om_alphas.append(comp.output_match_alpha or comp.alpha)
     pos_alphas = [g.alpha for g in plan_gates(config) if isinstance(g, MaxPositionAcceptanceDrop)]
+    sampled_alphas = [g.limit for g in plan_gates(config) if isinstance(g, SampledEquivalence) and g.independent]
     acc = family_false_fail(drops, holm=holm) if drops else 0.0
     keep = 1.0 - acc
-    for a in om_alphas + pos_alphas:
+    for a in om_alphas + pos_alphas + sampled_alphas:
         keep *= 1.0 - a
     return {"accuracy_drop_gates": len(drops), "holm": holm, "accuracy_drop_false_fail": acc,
             "output_match_gates": len(om_alphas), "output_match_alpha_sum_bound": sum(om_alphas),
             "position_gates": len(pos_alphas), "position_alpha_sum_bound": sum(pos_alphas),
+            "sampled_gates": len(sampled_alphas), "sampled_alpha_sum_bound": sum(sampled_alphas),
             "false_fail": 1.0 - keep}
 
 
 def render_family(config: ModelConfig) -> list[str]:
     """Lines for ``--dry-run`` stating :func:`family_false_fail_of`."""
     f = family_false_fail_of(config)
-    if not f["accuracy_drop_gates"] and not f["output_match_gates"] and not f["position_gates"]:
+    if not f["accuracy_drop_gates"] and not f["output_match_gates"] and not f["position_gates"] \
+            and not f["sampled_gates"]:
         return []
     disc = sorted({c.expected_discordance for c in config.comparisons if c.max_accuracy_drop is not None})
     return [
@@ -335,6 +384,8 @@ def render_family(config: ModelConfig) -> list[str]:
         f"    {f['position_gates']} per-position acceptance gate(s) between variants: at most "
         f"{f['position_alpha_sum_bound']:.3f} together (each at most its alpha: Holm across its positions, and a "
         "failure also needs a drop beyond the relative tolerance; drafts taken as independent)",
+        f"    {f['sampled_gates']} sampled-equivalence gate(s): at most {f['sampled_alpha_sum_bound']:.3f} together "
+        "(each exactly at most its alpha: the sign-flip test is exact when questions are independent draws)",
     ]
 
 

@@ -16,6 +16,7 @@ implementations are :class:`harness.tasks.gsm8k_task.Gsm8kTask`,
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -94,7 +95,8 @@ class TaskSession(Protocol):
     @property
     def base_url(self) -> str: ...
 
-    def run_task(self, requests: Sequence[Request], max_tokens: int, temperature: float | None, seed: int | None,
+    def run_task(self, requests: Sequence[Request], max_tokens: int, temperature: float | None,
+                 seed: "int | None | Callable[[str], int | None]",
                  stop: Sequence[str], on_done: Callable[[Completion], None] | None = None, per_request: bool = False,
                  chat: bool = False, logprobs: int | None = None) -> TaskOutcome: ...
 
@@ -123,6 +125,8 @@ class TaskContext:
         log, warn, error: progress messages; ``bar(label, total)`` a progress bar with
             ``advance(ok)`` and ``close()``; ``at(stage)`` enters a stage of the run's
             place (for error records).
+        seed_offset: the variant's ``seed_offset``: each request's seed is
+            ``spec.request_seed(question_id, seed_offset)``.
     """
 
     config: str
@@ -143,6 +147,7 @@ class TaskContext:
     error: Callable[[str], None]
     bar: Callable[[str, int], Any]
     at: Callable[[str], None] = field(default=_no_place)
+    seed_offset: int = 0
 
 
 @dataclass(frozen=True)
@@ -271,7 +276,8 @@ class RequestTask(Task):
         bar = ctx.bar(ctx.label, len(pt.requests))
         outcome = session.run_task(
             pt.requests,
-            max_tokens=s.max_tokens, temperature=s.temperature, seed=s.seed,
+            max_tokens=s.max_tokens, temperature=s.temperature,
+            seed=functools.partial(_seed_of, s, ctx.seed_offset),
             stop=pt.stop, on_done=lambda x: bar.advance(x.ok),
             per_request=ctx.per_request, chat=s.use_chat_completions, logprobs=ctx.logprobs,
         )
@@ -294,6 +300,11 @@ class RequestTask(Task):
                 keep_raw(ctx.raw_path, outcome.completions, ctx)
             raise
         return TaskRun(outcome, samples, PIPELINES)
+
+
+def _seed_of(spec: TaskSpec, offset: int, question_id: str) -> int | None:
+    """The seed request ``question_id`` sends (:meth:`TaskSpec.request_seed`)."""
+    return spec.request_seed(question_id, offset)
 
 
 def keep_raw(path: Path, completions: Sequence[Completion], ctx: TaskContext) -> None:

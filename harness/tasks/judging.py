@@ -43,7 +43,7 @@ def judge_completion(config: str, variant: str, task: str, request: Request, c: 
     common: dict[str, Any] = dict(
         config=config, variant=variant, task=task, question_id=request.question_id,
         prompt_hash=request.prompt_hash, gold=request.gold, attempts=c.attempts,
-        latency_s=round(c.latency_s, 4), **spec,
+        latency_s=round(c.latency_s, 4), seed=c.seed, **spec,
     )
     error = c.error or unfinished_error(c.request_id, c.finish_reason)
     if error is not None:  # the finish reason is kept: abort / error say why

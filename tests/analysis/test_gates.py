@@ -11,6 +11,7 @@ import math
 import typing
 
 import pytest
+from harness.records.measures import EngineCountersRecord, ShapeProofRecord
 
 from harness.analysis import gates as AG
 from harness.analysis.measurements import (
@@ -269,8 +270,6 @@ def _shape_gate():
 
 
 def test_shape_proven_passes_on_a_proof_without_problems_and_names_the_counters():
-    from harness.records.measures import EngineCountersRecord, ShapeProofRecord
-
     m = Measurements()
     m.task_record("v", "edges").shape = ShapeProofRecord(
         shape="prompt_edges", edges={"spec_k2": 3}, prompt_lengths={"3": 2}, prompt_tokens_sent=6,
@@ -281,8 +280,6 @@ def test_shape_proven_passes_on_a_proof_without_problems_and_names_the_counters(
 
 @pytest.mark.parametrize("problems", [None, ("chunk edge 64: no prompt longer than the chunk",)])
 def test_shape_proven_fails_closed_without_a_proof_or_with_a_problem(problems):
-    from harness.records.measures import ShapeProofRecord
-
     m = Measurements()
     m.task_record("v", "edges").score = None
     if problems is not None:

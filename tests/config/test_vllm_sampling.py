@@ -22,7 +22,7 @@ from aiohttp.test_utils import TestServer  # noqa: TID253 - the test serves with
 
 from harness.analysis.comparison import noise_variants
 from harness.cli import main
-from harness.config.gates import MinOutputMatch, sampling_notes
+from harness.config.gates import MinOutputMatch, SampledEquivalence, sampling_notes
 from harness.config.loader import load_config
 from harness.config.schema import ConfigError
 from harness.config.plan import build_plan
@@ -113,6 +113,11 @@ def test_sampling_config_plans_no_token_match_gate_and_says_why(path):
         assert {"max_accuracy_drop", "min_acceptance_length", "max_acceptance_length_drop"} <= kinds
         [note] = sampling_notes(cp.config)
         assert "no min_output_match gate" in note and "reference->spec_async" in note
+        # judged by the sampled verdict instead; vLLM's form sends seed 42 with every request
+        # (as vLLM's test does), so the questions are not independent draws: NOT RUN as planned
+        sampled = [g for g in cp.gates if isinstance(g, SampledEquivalence)]
+        assert len(sampled) == len(cp.config.comparisons)
+        assert all(not g.independent and "not independent draws" in g.dependence for g in sampled)
 
 
 def test_greedy_config_keeps_its_output_match_gates():
@@ -126,7 +131,7 @@ def test_dry_run_states_the_sampling_note(capsys, monkeypatch):
     assert main(["--config", "models-watermark-dspark-tp2.txt", "--dry-run", "--python", PY]) == 0
     out = capsys.readouterr().out
     assert "temperature=1.0, seed=42" in out
-    assert "note: task gsm8k samples (temperature 1, seed 42): no min_output_match gate" in out
+    assert "note: task gsm8k samples (temperature 1, seed 42, seed_mode same): no min_output_match gate" in out
     assert "min_output_match" not in out.split("gates:")[1]
     assert main(["--config", "models-watermark-dspark-tp2.txt", "--dry-run", "--json", "--python", PY]) == 0
     [entry] = json.loads(capsys.readouterr().out)

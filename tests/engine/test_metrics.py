@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+from harness.engine.metrics import parse_engine_counters
 
 from harness.engine.metrics import (
     MetricsError, counter_violations, has_spec_decode_counters, parse_spec_decode_counters,
@@ -351,8 +353,6 @@ def _vllm_like_exposition(values: dict[str, dict[str, float]]) -> str:
     """Prometheus text as vLLM's logger writes it: prometheus_client counters named as in
     vllm/v1/metrics/loggers.py, labelled ``model_name`` and ``engine``, rendered by
     ``generate_latest`` (``_total`` and ``_created`` samples)."""
-    from prometheus_client import CollectorRegistry, Counter, generate_latest
-
     reg = CollectorRegistry()
     for name, per_engine in values.items():
         c = Counter(name, "doc", labelnames=["model_name", "engine"], registry=reg)
@@ -362,8 +362,6 @@ def _vllm_like_exposition(values: dict[str, dict[str, float]]) -> str:
 
 
 def test_engine_counters_summed_over_engines_and_missing_ones_none():
-    from harness.engine.metrics import parse_engine_counters
-
     text = _vllm_like_exposition({
         "vllm:prompt_tokens": {"0": 120, "1": 7},
         "vllm:generation_tokens": {"0": 30},
@@ -376,7 +374,5 @@ def test_engine_counters_summed_over_engines_and_missing_ones_none():
 
 
 def test_engine_counters_refuse_a_negative_value():
-    from harness.engine.metrics import parse_engine_counters
-
     with pytest.raises(MetricsError, match="invalid value"):
         parse_engine_counters('vllm:prompt_tokens_total{engine="0"} -3.0\n', "test")

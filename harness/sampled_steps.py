@@ -1,0 +1,167 @@
+"""The sampled verdict's scoring step: once every variant has sampled, the scorer's
+server (a non-speculative variant, :func:`harness.config.gates.scorer_variant`) is
+started again and scores every sampled completion of both sides of each
+``sampled_equivalence`` gate by prompt log-probabilities; then each comparison's test
+(:func:`harness.analysis.sampled.sampled_test`) is stored for the gates.
+
+Why a server started again rather than the scorer's first one: variants run one after
+another on a CPU host and side by side on a GPU node, so the candidates' completions
+exist only after the scorer's own server is stopped. The cost is one more server start-up
+and one prompt-only forward pass per completion (docs/benchmarks.md, "Sampled verdict").
+The candidate's own log-probabilities are never read: under speculation they are not
+trusted (wrong logprobs under speculation have been reported).
+
+An orchestration module beside the runner (it starts servers and feeds analysis).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import time
+from collections.abc import Callable
+
+from harness.analysis.sampled import sampled_test
+from harness.config import gates as G
+from harness.config.plan import VariantPlan
+from harness.engine.server import ServerStartError
+from harness.engine.session import VariantSession
+from harness.faults.plugin import REPORT_ENV
+from harness.records.atomic import write_atomic
+from harness.records.completions import TargetScore
+from harness.records.recorder import checkpoint
+from harness.records.run_record import ScoringRecord
+from harness.records.results import plugin_dir
+from harness.run_context import ConfigRun
+from harness.run_outcome import PLACE
+
+__all__ = ["score_sampled", "sampled_gates"]
+
+
+def sampled_gates(run: ConfigRun) -> list[G.SampledEquivalence]:
+    """The config's ``sampled_equivalence`` gates that can be judged (independent draws, a scorer)."""
+    return [g for g in run.plan.gates if isinstance(g, G.SampledEquivalence) and g.independent and g.scorer]
+
+
+def score_sampled(run: ConfigRun, variants: list[VariantPlan]) -> None:
+    """Score both sides of every judgeable ``sampled_equivalence`` gate on its scorer's
+    server, started again (on its own device set when ``run`` has a pool), then store each
+    comparison's :class:`~harness.records.measures.SampledRecord` in ``run.measured``.
+    A scorer that did not run, a server that does not start or a failed scoring request
+    sets ``scoring_error`` on the (variant, task) it concerns (its gate then fails)."""
+    gates = sampled_gates(run)
+    m = run.measured
+    todo: dict[str, set[tuple[str, str]]] = {}
+    for g in gates:
+        for v in (g.baseline, g.variant):
+            if v is not None and g.task is not None and m.task(v, g.task).samples is not None:
+                todo.setdefault(g.scorer or "", set()).add((v, g.task))
+    for scorer, pairs in todo.items():
+        vp = next((x for x in variants if x.name == scorer), None)
+        if vp is None or m.variant(scorer).not_run is not None:
+            for v, t in pairs:
+                m.task_record(v, t).scoring_error = f"the scorer {scorer} did not run (not selected or failed)"
+            continue
+        _on_scorer(run, vp, sorted(pairs))
+    for g in gates:
+        a, b = m.task(g.baseline, g.task).target_scores, m.task(g.variant, g.task).target_scores
+        if a is not None and b is not None and g.baseline is not None and g.task is not None:
+            st = sampled_test(a, b, g.scorer or "")
+            m.comparison_record(g.baseline, g.variant, g.task).sampled = st
+            if st is not None:
+                for rec in run.result.scoring:
+                    if rec.scorer == g.scorer:
+                        rec.sampled[f"{g.baseline}->{g.variant}/{g.task}"] = st.model_dump(mode="json")
+                run.progress.log(f"{g.id}: shift {st.shift:+.4f} nats/token on {st.n} questions, t {st.t:.2f}, "
+                                 f"sign-flip p {st.p_value:.4g}")
+
+
+def _on_scorer(run: ConfigRun, vp: VariantPlan, pairs: list[tuple[str, str]]) -> None:
+    """:func:`_score` on the scorer's server, leased from the pool when there is one."""
+    if run.pool is None or run.servers is None:
+        _score(run, vp, pairs)
+        return
+    key = vp.id + " (scoring)"
+    with run.pool.lease(key, run.servers.need(vp.id)) as devices:
+        env = {**vp.env, "CUDA_VISIBLE_DEVICES": ",".join(devices)} if devices else vp.env
+        _score(run, dataclasses.replace(vp, env=env), pairs,
+               on_stopped=functools.partial(run.pool.release, key))
+
+
+def _score(run: ConfigRun, vp: VariantPlan, pairs: list[tuple[str, str]],
+           on_stopped: Callable[[], None] | None = None) -> None:
+    """Start ``vp``'s server, score every sample of ``pairs`` ((variant, task)), stop it;
+    write ``samples/<config>/<variant>/<task>.target_logprobs.jsonl`` and the scores."""
+    c, p, m = run.plan.config, run.progress, run.measured
+    log_path = run.run_dir / "logs" / c.name / f"{vp.name}.scoring.log"
+    argv = [run.model_ref if a == c.model else a for a in vp.argv]
+    env = {**vp.env, REPORT_ENV: str(plugin_dir(run.run_dir, c.name, vp.name + ".scoring"))}
+    p.log(f"{vp.id}: scoring the sampled completions of {', '.join(f'{v}/{t}' for v, t in pairs)} on this "
+          f"non-speculative server, started again (log: {log_path})")
+    if run.opts.launch_gate is not None:
+        run.opts.launch_gate.before_launch()
+    PLACE.at("server", config=c.name, variant=vp.name, task=None)
+    session = VariantSession(vp.id + " (scoring)", argv, env, log_path, startup_timeout=c.startup_max_wait_seconds,
+                             request_timeout=c.request_timeout_seconds, max_concurrency=c.max_concurrency,
+                             speculative=False, on_wait=p.waiting(f"{vp.id} (scoring): waiting for /health"))
+    got: dict[tuple[str, str], list[tuple[float, int] | str]] = {}
+    rec = ScoringRecord(scorer=vp.name, scored=[f"{v}/{t}" for v, t in pairs])
+    run.result.scoring.append(rec)
+    t0 = time.monotonic()
+    try:
+        with session:
+            t_ready = time.monotonic()
+            for v, t in pairs:
+                PLACE.at("client", task=t)
+                got[(v, t)] = session.score_completions(_items(run, v, t), chat=c.tasks[t].use_chat_completions)
+            t_done = time.monotonic()
+    except ServerStartError as e:
+        p.error(f"{vp.id}: the scoring server could not run: {e}")
+        rec.error = str(e)
+        for v, t in pairs:
+            if (v, t) not in got:
+                m.task_record(v, t).scoring_error = f"the scoring server ({vp.id}) could not run: {e}"
+        return
+    finally:
+        if on_stopped is not None:
+            on_stopped()
+    n = sum(len(x) for x in got.values())
+    rec.completions, rec.startup_seconds = n, round(t_ready - t0, 2)
+    rec.scoring_seconds, rec.seconds = round(t_done - t_ready, 2), round(time.monotonic() - t0, 2)
+    p.log(f"{vp.id} (scoring): {n} completions scored in {t_done - t_ready:.1f}s; server start-up "
+          f"{t_ready - t0:.1f}s, whole step {time.monotonic() - t0:.1f}s")
+    for (v, t), answers in got.items():
+        _store(run, v, t, answers)
+    checkpoint()
+
+
+def _items(run: ConfigRun, v: str, t: str) -> list[tuple[str, str, tuple[int, ...]]]:
+    """The scoring items of variant ``v`` on task ``t``: one per successful sample with token ids."""
+    prompts = {r.question_id: r.prompt for r in run.prepared[t].requests}
+    return [(f"{v}:{s.question_id}", prompts.get(s.question_id, ""), s.token_ids or ())
+            for s in run.measured.task(v, t).samples or () if s.ok and s.token_ids is not None
+            and s.question_id in prompts]
+
+
+def _store(run: ConfigRun, v: str, t: str, answers: list[tuple[float, int] | str]) -> None:
+    """The scores of ``v`` on ``t`` into the measurements and their JSONL file; a failed
+    scoring request is that question's error and the task's ``scoring_error``."""
+    items = _items(run, v, t)
+    seeds = {s.question_id: s.seed for s in run.measured.task(v, t).samples or ()}
+    scores: dict[str, TargetScore] = {}
+    errors = []
+    for (rid, _, _), a in zip(items, answers):
+        q = rid.split(":", 1)[1]
+        if isinstance(a, str):
+            scores[q] = TargetScore(q, 0, None, seeds.get(q), a)
+            errors.append(a)
+        else:
+            scores[q] = TargetScore(q, a[1], a[0], seeds.get(q))
+    tm = run.measured.task_record(v, t)
+    tm.target_scores = {q: s for q, s in scores.items() if s.error is None}
+    if errors:
+        tm.scoring_error = f"{len(errors)} completion(s) could not be scored, e.g. {errors[0]}"
+    path = run.run_dir / "samples" / run.plan.config.name / v / f"{t}.target_logprobs.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, "".join(json.dumps(s.to_json()) + "\n" for s in scores.values()))
