@@ -31,7 +31,7 @@ from harness.faults.plugin import REPORT_ENV
 from harness.records.atomic import write_atomic
 from harness.records.completions import TargetScore
 from harness.records.recorder import checkpoint
-from harness.records.run_record import ScoringRecord
+from harness.records.scoring import ScoringRecord
 from harness.records.results import plugin_dir
 from harness.run_context import ConfigRun
 from harness.run_outcome import PLACE

@@ -1,4 +1,5 @@
-"""Family-wise false-fail probability of a config's accuracy-drop gates on an unchanged build.
+"""Family-wise false-fail probability of a config's accuracy-drop gates on an unchanged build,
+and Holm's adjusted p-values (:func:`holm_adjust`) that keep a run's family-wise error.
 
 A config gates several comparisons, each at its own alpha; the chance that at least
 one of them fails a build that changed nothing grows with their number. This module
@@ -96,3 +97,27 @@ def family_false_fail(
     for n, d, limit, alpha in gates:
         keep *= 1.0 - drop_gate_false_fail(n, d, limit, alpha / m if holm else alpha)
     return 1.0 - keep
+
+
+def holm_adjust(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (Holm 1979, "A simple sequentially
+    rejective multiple test procedure", Scand. J. Statist. 6:65-70).
+
+    With p-values sorted ascending p_(1) <= ... <= p_(m), the adjusted value of the
+    i-th is ``max_{j <= i} min(1, (m - j + 1) p_(j))``; rejecting where it is below
+    alpha keeps the family-wise error at most alpha under any dependence.
+
+    Args:
+        p_values: m p-values in [0, 1], any order.
+
+    Returns:
+        The adjusted p-values, in the input order.
+    """
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    out = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        out[i] = running
+    return out

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from harness.analysis.familywise import holm_adjust
 from harness.analysis.measurements import Measurements
 from harness.analysis.sampled import sampled_verdict
 from harness.analysis.scoring import TaskScore, correctness
@@ -91,30 +92,6 @@ def drop_verdict(drop: float, limit: float, p: float | None = None, alpha: float
     if p is not None and alpha is not None and p < alpha:
         why.append(f"{worse} ({test}p={p:.4g} < alpha {alpha})")
     return DropVerdict(passed=not why, reasons=tuple(why))
-
-
-def holm_adjust(p_values: Sequence[float]) -> list[float]:
-    """Holm's step-down adjusted p-values (Holm 1979, "A simple sequentially
-    rejective multiple test procedure", Scand. J. Statist. 6:65-70).
-
-    With p-values sorted ascending p_(1) <= ... <= p_(m), the adjusted value of the
-    i-th is ``max_{j <= i} min(1, (m - j + 1) p_(j))``; rejecting where it is below
-    alpha keeps the family-wise error at most alpha under any dependence.
-
-    Args:
-        p_values: m p-values in [0, 1], any order.
-
-    Returns:
-        The adjusted p-values, in the input order.
-    """
-    m = len(p_values)
-    order = sorted(range(m), key=lambda i: p_values[i])
-    out = [0.0] * m
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * p_values[i]))
-        out[i] = running
-    return out
 
 
 def holm_p_values(gates: Sequence[G.Gate], m: Measurements) -> dict[str, float]:

@@ -26,6 +26,7 @@ from harness.engine.metrics import (
     MetricsError, counter_violations, has_spec_decode_counters, parse_engine_counters, parse_spec_decode_counters,
 )
 from harness.engine.server import EngineProcesses, ServerStartError, VllmServer
+from harness.faults.plugin import FAULT_ENV, FLUSH_INTERVAL_S, REPORT_ENV
 from harness.records.completions import Completion
 from harness.records.task_outcome import TaskOutcome
 from harness.tasks.gsm8k import Request
@@ -125,6 +126,11 @@ class VariantSession:
     def __exit__(self, *exc) -> None:
         if self._http is not None:
             self._http.close()
+        if exc[0] is None and self.server.env.get(REPORT_ENV) and self.server.env.get(FAULT_ENV):
+            # evalrun's plugin writes its counters every FLUSH_INTERVAL_S from a thread of each
+            # server process, and SIGTERM gives no last write: a fault's counts ("exercised")
+            # must be on disk before the stop (measured: a 6-step task's counts lost to the race)
+            time.sleep(2 * FLUSH_INTERVAL_S)
         self.server.stop()
 
     @property

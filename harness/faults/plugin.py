@@ -356,7 +356,7 @@ _STATE: dict[str, Any] = {}
 #: The V1 model runner of this process (a weak reference), for faults that need its state.
 _RUNNER: Any = None
 _FLUSH_LOCK = threading.Lock()
-_FLUSH_INTERVAL_S = 0.5
+FLUSH_INTERVAL_S = 0.5
 
 
 def count(key: str, n: int = 1) -> None:
@@ -382,7 +382,7 @@ def flush_report() -> str | None:
     """Write this process's counters to ``$EVALRUN_PLUGIN_REPORT_DIR/plugin-<pid>.json``.
 
     Atomic (temporary file + rename). Returns the path, or None without the variable.
-    Called every :data:`_FLUSH_INTERVAL_S` seconds by a daemon thread while counters
+    Called every :data:`FLUSH_INTERVAL_S` seconds by a daemon thread while counters
     change, and at interpreter exit.
     """
     path = _report_path()
@@ -420,7 +420,7 @@ def _start_flusher() -> None:
 
     def loop() -> None:
         while True:
-            time.sleep(_FLUSH_INTERVAL_S)
+            time.sleep(FLUSH_INTERVAL_S)
             if _STATE.get("dirty"):
                 try:
                     flush_report()

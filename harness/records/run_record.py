@@ -39,6 +39,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, computed_field, model_validator
 
 from harness.config.schema import ConfigWarning
+from harness.records.resumed import ResumedRecord
+from harness.records.scoring import ScoringRecord
 from harness.records.bounds import Bounded
 from harness.records.expected import VERDICTS, ExpectedFailureRecord  # noqa: F401 - re-exported
 from harness.records.measures import (
@@ -271,32 +273,6 @@ class PreflightRecord(_Model):
     cached: bool = False
 
 
-class ResumedRecord(_Model):
-    """What a run resumed with ``--resume RUN_DIR`` took from the earlier attempt in the
-    same folder (:mod:`harness.resume`).
-
-    Attributes:
-        from_run_id: the earlier attempt's run id (the folder's name, as this run's).
-        from_status: the earlier attempt's status (``running`` when it was killed).
-        from_started_at: when the earlier attempt started.
-        at: when this attempt started.
-        earlier_record: the earlier attempt's ``run.json``, kept (relative to the run folder).
-        variants_reused: ``<config>/<variant>`` whose results were complete and matched:
-            their samples and measurements were loaded, their servers not started.
-        variants_rerun: ``<config>/<variant>`` run again, each with why (``rerun_reasons``).
-        rerun_reasons: ``<config>/<variant>`` -> why it was not reused.
-    """
-
-    from_run_id: str
-    from_status: str
-    from_started_at: str
-    at: str
-    earlier_record: str
-    variants_reused: list[str] = []
-    variants_rerun: list[str] = []
-    rerun_reasons: dict[str, str] = {}
-
-
 #: The verdicts on a pid file of an earlier run (:func:`harness.engine.leftovers.judge_pid_file`).
 LeftoverVerdict = Literal["leftover", "cannot_tell", "invalid"]
 
@@ -499,31 +475,6 @@ class SubsetWarning(_Model):
     margin: float
     fair_floor: float
     message: str
-
-
-class ScoringRecord(_Model):
-    """The sampled verdict's scoring step of one config (:mod:`harness.sampled_steps`):
-    the scorer's server started again after every variant sampled.
-
-    Attributes:
-        scorer: the non-speculative variant whose server scored.
-        scored: ``<variant>/<task>`` entries scored.
-        completions: completions scored (one prompt-only request each, plus ``/tokenize``).
-        startup_seconds, scoring_seconds, seconds: the server's start-up, the scoring
-            requests, the whole step (start-up to stopped), in seconds.
-        error: why the step could not run, else None.
-        sampled: ``<baseline>-><candidate>/<task>`` -> the comparison's test
-            (:class:`~harness.records.measures.SampledRecord` as a mapping).
-    """
-
-    scorer: str
-    scored: list[str] = []
-    completions: int = 0
-    startup_seconds: float | None = None
-    scoring_seconds: float | None = None
-    seconds: float | None = None
-    error: str | None = None
-    sampled: dict[str, dict[str, Any]] = {}
 
 
 class ConfigResult(_Model):

@@ -21,7 +21,8 @@ from harness.analysis.measurements import (
 from harness.analysis.scoring import output_match, score_task
 from harness.config import gates as G
 from harness.records.baselines import BaselineTask
-from harness.analysis.gates import evaluate_gates, holm_adjust
+from harness.analysis.familywise import holm_adjust
+from harness.analysis.gates import evaluate_gates
 from harness.config.loader import load_config
 from harness.config.plan import build_plan
 from harness.engine.info import check_effective
