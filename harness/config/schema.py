@@ -106,12 +106,26 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
+#: ShapeSpec keys each shape kind takes (``kind`` aside); another key is refused at load.
+SHAPE_KEYS: dict[str, frozenset[str]] = {
+    "prompt_edges": frozenset({"speculative_tokens", "block_size", "chunk_size", "offsets", "prompts_per_length"}),
+    "prefix_reuse": frozenset({"prefix_tokens", "prompt_tokens", "prompts", "block_size"}),
+    "cache_pressure": frozenset({"prompt_tokens", "prompts", "output_tokens"}),
+    "concurrency_sweep": frozenset({"concurrency", "prompt_tokens", "prompts", "output_tokens"}),
+}
+
+
 class ShapeSpec(StrictModel):
     """A traffic shape of a ``kind: shape`` task (docs/configuration.md, "Traffic shapes").
 
     Attributes:
         kind: ``prompt_edges``: prompts whose lengths in tokens sit at and around the
-            engine's edges, built with the served model's own tokenizer and sent as token ids.
+            engine's edges, built with the served model's own tokenizer and sent as token
+            ids; ``prefix_reuse``: prompts sharing a long prefix, sent cold and then again
+            warm (prefix caching); ``cache_pressure``: enough long requests at once that the
+            engine preempts; ``concurrency_sweep``: the same prompts at several
+            concurrencies with outputs of very different lengths. :data:`SHAPE_KEYS` lists
+            the keys of each kind.
         speculative_tokens: the ``num_speculative_tokens`` of the config's speculative
             variants (each gives the edge ``k + 1``); refused at load when a variant
             speculates with a count not listed.
@@ -123,18 +137,45 @@ class ShapeSpec(StrictModel):
         offsets: lengths tried around every edge, as ``edge + offset`` (lengths below 1
             are dropped).
         prompts_per_length: distinct prompts per length (different source questions).
+        prefix_tokens: ``prefix_reuse``: the shared prefix's length in tokens.
+        prompt_tokens: each prompt's whole length in tokens (``prefix_reuse``: prefix
+            included).
+        prompts: distinct prompts (``cache_pressure``: all in flight at once).
+        output_tokens: completion budgets in tokens, given to the prompts in turn, so
+            outputs of very different lengths finish mid-batch (None: the task's
+            ``max_tokens`` for every prompt).
+        concurrency: ``concurrency_sweep``: requests in flight of each pass, in order
+            (e.g. ``[1, 16]``: one at a time, then the engine's saturation).
     """
 
-    kind: Literal["prompt_edges"] = "prompt_edges"
+    kind: Literal["prompt_edges", "prefix_reuse", "cache_pressure", "concurrency_sweep"] = "prompt_edges"
     speculative_tokens: list[int] = Field(default_factory=list, max_length=8)
     block_size: int | None = Field(default=None, ge=1)
     chunk_size: int | None = Field(default=None, ge=1)
     offsets: list[int] = Field(default_factory=lambda: [-1, 0, 1], min_length=1, max_length=16)
     prompts_per_length: int = Field(default=3, ge=1, le=50)
+    prefix_tokens: int | None = Field(default=None, ge=1)
+    prompt_tokens: int | None = Field(default=None, ge=1)
+    prompts: int = Field(default=8, ge=1, le=1000)
+    output_tokens: list[int] | None = Field(default=None, min_length=1, max_length=16)
+    concurrency: list[int] = Field(default_factory=list, max_length=8)
+
+    @model_validator(mode="after")
+    def _keys_of_its_kind(self) -> "ShapeSpec":
+        extra = sorted(self.model_fields_set - SHAPE_KEYS[self.kind] - {"kind"})
+        if extra:
+            raise ValueError(f"shape kind {self.kind} takes {sorted(SHAPE_KEYS[self.kind])}, not {extra}")
+        if self.output_tokens is not None and min(self.output_tokens) < 1:
+            raise ValueError("output_tokens must be >= 1")
+        if self.kind == "prompt_edges" and not self.edges():
+            raise ValueError("shape: no edge (give speculative_tokens, block_size or chunk_size)")
+        return self
 
     def edges(self) -> dict[str, int]:
-        """Edge name -> length in tokens: ``spec_k{k}`` (``k + 1``) per speculative count,
-        ``block``, ``chunk``."""
+        """``prompt_edges``: edge name -> length in tokens: ``spec_k{k}`` (``k + 1``) per
+        speculative count, ``block``, ``chunk``. Other kinds: empty."""
+        if self.kind != "prompt_edges":
+            return {}
         out = {f"spec_k{k}": k + 1 for k in sorted(set(self.speculative_tokens))}
         if self.block_size is not None:
             out["block"] = self.block_size
@@ -210,8 +251,6 @@ class TaskSpec(StrictModel):
     def _lm_eval_needs_a_task(self) -> "TaskSpec":
         if (self.kind == "shape") != (self.shape is not None):
             raise ValueError("kind shape needs a shape (and shape is only for kind shape)")
-        if self.kind == "shape" and not self.shape.edges():  # type: ignore[union-attr]
-            raise ValueError("shape: no edge (give speculative_tokens, block_size or chunk_size)")
         if self.kind == "shape" and self.num_questions is not None:
             raise ValueError("kind shape sends the requests its shape plans (prompts_per_length per length); "
                              "num_questions does not apply")

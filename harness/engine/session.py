@@ -108,6 +108,7 @@ class VariantSession:
         )
         self.request_timeout = request_timeout
         self.max_concurrency = max_concurrency
+        self._in_flight = self._peak_in_flight = 0
         self.speculative = speculative
         self.model: str | None = None
         self._http: httpx.Client | None = None
@@ -157,13 +158,24 @@ class VariantSession:
             )
 
     def measured(self, work: Callable[[], T]) -> tuple[TaskOutcome, T]:
-        """Run ``work`` (requests sent by someone else, e.g. lm-eval) between two
-        ``/metrics`` snapshots: ``(outcome without completions, work's result)``."""
+        """Run ``work`` (requests sent by someone else, e.g. lm-eval, or several
+        :meth:`run_task` passes of a traffic shape) between two ``/metrics`` snapshots:
+        ``(outcome without completions, work's result)``; the outcome's speculative and
+        engine counters are differences over the whole of ``work``."""
         t0 = time.monotonic()
+        engine_before, engine_error = self._engine_counters()
         before, metrics_error = self.counters_before()
         result = work()
         counters, metrics, metrics_error = self.counters_since(before, metrics_error)
-        return TaskOutcome((), counters, metrics, metrics_error, time.monotonic() - t0), result
+        engine_delta = None
+        if engine_before is not None:
+            engine_after, engine_error = self._engine_counters()
+            try:
+                engine_delta = engine_after.minus(engine_before) if engine_after is not None else None
+            except MetricsError as e:
+                engine_error = f"{self.variant_id}: {e}"
+        return TaskOutcome((), counters, metrics, metrics_error, time.monotonic() - t0,
+                           engine_counters=engine_delta, engine_counters_error=engine_error), result
 
     # ------------------------------------------------------------------ engine facts
 
@@ -273,6 +285,7 @@ class VariantSession:
         per_request: bool = False,
         chat: bool = False,
         logprobs: int | None = None,
+        max_concurrency: int | None = None,
     ) -> TaskOutcome:
         """Send every request and diff the counters; nothing is judged here.
 
@@ -303,19 +316,26 @@ class VariantSession:
             logprobs: ask every request for its top-``logprobs`` log-probabilities
                 per generated token (the output-match reference only; see
                 :meth:`AsyncCompletionClient.complete`); None asks for none.
+            max_concurrency: requests in flight for this call (a traffic shape's
+                concurrency sweep); None: the session's ``max_concurrency``.
+
+        A request's own ``max_tokens`` (:attr:`Request.max_tokens`) overrides the
+        task's.
 
         Returns:
             :class:`TaskOutcome` with one raw :class:`Completion` per request, in
-            request order (failed requests carry ``error``); the task stage judges
-            them (:func:`harness.tasks.judging.judge_completions`).
+            request order (failed requests carry ``error``), and ``peak_in_flight``,
+            the most requests that were in flight at once (the client's own count);
+            the task stage judges them (:func:`harness.tasks.judging.judge_completions`).
         """
         assert self.model is not None, "use VariantSession as a context manager"
         t0 = time.monotonic()
         engine_before, engine_error = self._engine_counters()
         before, metrics_error = self.counters_before()
+        self._in_flight = self._peak_in_flight = 0
         completions, metrics_error = run_coroutine(self._send_all(
             requests, max_tokens, temperature, seed, stop, on_done, per_request, before, metrics_error, chat,
-            logprobs))
+            logprobs, max_concurrency))
         counters, metrics, metrics_error = self.counters_since(before, metrics_error)
         engine_delta = None
         if engine_before is not None:
@@ -325,7 +345,8 @@ class VariantSession:
             except MetricsError as e:
                 engine_error = f"{self.variant_id}: {e}"
         return TaskOutcome(completions, counters, metrics, metrics_error, time.monotonic() - t0,
-                           engine_counters=engine_delta, engine_counters_error=engine_error)
+                           engine_counters=engine_delta, engine_counters_error=engine_error,
+                           peak_in_flight=self._peak_in_flight)
 
     def _engine_counters(self) -> tuple[EngineCountersRecord | None, str | None]:
         """vLLM's engine counters now (prompt / generation tokens, preemptions, prefix
@@ -346,14 +367,14 @@ class VariantSession:
         seed: "int | None | Callable[[str], int | None]", stop: Sequence[str],
         on_done: Callable[[Completion], None] | None, per_request: bool,
         before: SpecDecodeCountersRecord | None, metrics_error: str | None, chat: bool = False,
-        logprobs: int | None = None,
+        logprobs: int | None = None, max_concurrency: int | None = None,
     ) -> tuple[tuple[Completion, ...], str | None]:
         """Send the requests on this event loop; return completions in request order
         and the (possibly updated) metrics error."""
         if self.model is None:
             raise RuntimeError("use VariantSession as a context manager (no served model name yet)")
         results: list[Completion | None] = [None] * len(requests)
-        width = 1 if per_request else self.max_concurrency
+        width = 1 if per_request else (max_concurrency or self.max_concurrency)
         async with AsyncCompletionClient(
             self.server.base_url, self.model, timeout_s=self.request_timeout, max_connections=width,
         ) as client:
@@ -362,16 +383,27 @@ class VariantSession:
 
             if chat:  # vLLM's chat path: one user message, the same stop strings
 
-                async def send(r: Request) -> Completion:  # no logprobs here: divergences fall back to the rerun rule
+                # no logprobs here: divergences fall back to the rerun rule
+                async def send_one(r: Request) -> Completion:
                     s = seed_of(r)
-                    c = await chat_complete(client, r.question_id, r.prompt, max_tokens, temperature, s, stop)
+                    c = await chat_complete(client, r.question_id, r.prompt, r.max_tokens or max_tokens,
+                                            temperature, s, stop)
                     return dataclasses.replace(c, seed=s)
             else:
-                async def send(r: Request) -> Completion:
+                async def send_one(r: Request) -> Completion:
                     s = seed_of(r)
                     prompt = r.prompt if r.prompt_token_ids is None else r.prompt_token_ids
-                    c = await client.complete(r.question_id, prompt, max_tokens, temperature, s, stop, logprobs)
+                    c = await client.complete(r.question_id, prompt, r.max_tokens or max_tokens, temperature, s, stop,
+                                              logprobs)
                     return dataclasses.replace(c, seed=s)
+
+            async def send(r: Request) -> Completion:
+                self._in_flight += 1
+                self._peak_in_flight = max(self._peak_in_flight, self._in_flight)
+                try:
+                    return await send_one(r)
+                finally:
+                    self._in_flight -= 1
             if per_request:
                 prev = before if metrics_error is None else None
                 for i, r in enumerate(requests):

@@ -32,6 +32,8 @@ class TaskOutcome:
             generation tokens, preemptions, prefix cache), or None with
             ``engine_counters_error``.
         shape: a traffic shape's proof (:mod:`harness.tasks.shapes`); None for other kinds.
+        peak_in_flight: the most requests evalrun had in flight at once (its client's
+            own count), or None when someone else sent them.
     """
 
     completions: tuple[Completion, ...]
@@ -42,3 +44,4 @@ class TaskOutcome:
     engine_counters: EngineCountersRecord | None = None
     engine_counters_error: str | None = None
     shape: ShapeProofRecord | None = None
+    peak_in_flight: int | None = None

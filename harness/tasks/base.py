@@ -98,7 +98,8 @@ class TaskSession(Protocol):
     def run_task(self, requests: Sequence[Request], max_tokens: int, temperature: float | None,
                  seed: "int | None | Callable[[str], int | None]",
                  stop: Sequence[str], on_done: Callable[[Completion], None] | None = None, per_request: bool = False,
-                 chat: bool = False, logprobs: int | None = None) -> TaskOutcome: ...
+                 chat: bool = False, logprobs: int | None = None,
+                 max_concurrency: int | None = None) -> TaskOutcome: ...
 
     def measured(self, work: Callable[[], T]) -> tuple[TaskOutcome, T]: ...
 

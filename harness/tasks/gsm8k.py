@@ -165,6 +165,8 @@ class Request:
             (same convention as :attr:`harness.records.samples.Sample.prompt_hash`).
         prompt_token_ids: when set, the prompt sent as these token ids instead of
             ``prompt`` (a traffic shape's exact lengths, :mod:`harness.tasks.shapes`).
+        max_tokens: when set, this request's completion budget in tokens instead of the
+            task's ``max_tokens`` (a traffic shape's outputs of different lengths).
     """
 
     question_id: str
@@ -172,6 +174,7 @@ class Request:
     gold: str
     prompt_hash: str
     prompt_token_ids: tuple[int, ...] | None = None
+    max_tokens: int | None = None
 
 
 # --------------------------------------------------------------------------- data

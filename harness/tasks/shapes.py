@@ -1,5 +1,12 @@
 """Task kind ``shape``: traffic shapes where hybrid speculative-decoding bugs live.
 
+:class:`ShapeTask` hands each shape kind (:class:`harness.config.schema.ShapeSpec`'s
+``kind``) to its module (:data:`SHAPE_MODULES`), which builds the requests, sends them (in
+one or more passes, :func:`send_passes`) and proves from the engine's counters that the
+shape happened. This module holds the kind ``prompt_edges`` and what every kind shares:
+exact-length token-id prompts (:func:`exact_prompt_ids`), places in question ids
+(:func:`place_of`) and the passes.
+
 The first shape, ``prompt_edges``, sends prompts whose lengths in tokens sit at and
 around the engine's edges (:meth:`harness.config.schema.ShapeSpec.edges`):
 ``num_speculative_tokens + 1`` for every speculative count of the config, the KV-cache
@@ -30,13 +37,17 @@ tokens counted, and, for a chunk edge, at least one prompt longer than the chunk
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.config.schema import ShapeSpec, TaskSpec
 from harness.records.measures import EngineCountersRecord, ShapeProofRecord
-from harness.tasks.base import PreparedTask, RequestTask, SentTask, TaskContext, TaskRun, TaskSession
+from harness.records.task_outcome import TaskOutcome
+from harness.tasks.base import PreparedTask, RequestTask, SentTask, TaskContext, TaskRun, TaskSession, _seed_of
 from harness.tasks.gsm8k import STOP_SEQUENCES, Request, dataset_hash
 from harness.tasks.synthetic import GENERATOR_VERSION, format_block, generate_splits, prepare_synthetic
 
@@ -59,12 +70,17 @@ def place_key(edge: str, offset: int) -> str:
 
 
 def place_of(question_id: str) -> str | None:
-    """The ``edge/off<offset>`` of a shape's question id (``{task}/{edge}/off{offset}/len{n}/{j}``),
-    None for another task's id."""
+    """The place of a shape's question id: its segments between the task's name and the
+    trailing ``len{n}/{j}`` (or ``{j}``), e.g. ``spec_k2/off+0`` of
+    ``edges/spec_k2/off+0/len3/1`` or ``warm`` of ``prefix/warm/4``; None for an id of
+    another task kind (``{task}/test/{j}``)."""
     parts = question_id.split("/")
-    if len(parts) != 5 or not parts[2].startswith("off") or not parts[3].startswith("len"):
+    if len(parts) < 3 or not parts[-1].isdigit() or parts[1] == "test":
         return None
-    return f"{parts[1]}/{parts[2]}"
+    mid = parts[1:-1]
+    if mid and mid[-1].startswith("len") and mid[-1][3:].isdigit():
+        mid = mid[:-1]
+    return "/".join(mid) or None
 
 
 @dataclass(frozen=True)
@@ -198,32 +214,109 @@ def load_tokenizer(ctx: TaskContext):
     return AutoTokenizer.from_pretrained(tokenizer_of(ctx.server_argv, ctx.model_ref))
 
 
+#: Shape kind -> the module that implements it: ``prepare(name, spec) -> PreparedTask``,
+#: ``send(session, ctx, pt) -> SentTask``, ``proof(pt, sent) -> ShapeProofRecord`` and
+#: ``planned_size(shape) -> int`` (this module for ``prompt_edges``).
+SHAPE_MODULES: dict[str, str] = {
+    "prompt_edges": "harness.tasks.shapes",
+}
+
+
+def shape_module(kind: str):
+    """The module of shape kind ``kind`` (:data:`SHAPE_MODULES`), imported on first use.
+
+    Raises:
+        ValueError: no module implements the kind in this build of evalrun.
+    """
+    if kind not in SHAPE_MODULES:
+        raise ValueError(f"shape kind {kind} is not implemented in this evalrun (implemented: {sorted(SHAPE_MODULES)})")
+    return importlib.import_module(SHAPE_MODULES[kind])
+
+
+def send_pass(session: TaskSession, ctx: TaskContext, requests: Sequence, label: str,
+              max_concurrency: int | None = None) -> TaskOutcome:
+    """Send ``requests`` with the task's sampling settings (a request's own ``max_tokens``
+    wins), at most ``max_concurrency`` in flight (None: the variant's), with a progress
+    bar named ``label``: the engine's :class:`TaskOutcome`."""
+    s = ctx.spec
+    bar = ctx.bar(label, len(requests))
+    try:
+        return session.run_task(requests, max_tokens=s.max_tokens, temperature=s.temperature,
+                                seed=functools.partial(_seed_of, s, ctx.seed_offset), stop=STOP_SEQUENCES,
+                                on_done=lambda x: bar.advance(x.ok), per_request=ctx.per_request,
+                                logprobs=ctx.logprobs, max_concurrency=max_concurrency)
+    finally:
+        bar.close()
+
+
+def send_passes(session: TaskSession, ctx: TaskContext,
+                passes: Sequence[tuple[str, Sequence, int | None]]) -> tuple[SentTask, tuple[TaskOutcome, ...]]:
+    """Send several passes one after the other, each ``(name, requests, max_concurrency)``:
+    the task's :class:`SentTask` (completions of every pass in pass order; speculative and
+    engine counters over all of them, :meth:`VariantSession.measured`) and each pass's own
+    outcome (its counters, ``peak_in_flight``), for the shape's proof."""
+    outer, each = session.measured(lambda: tuple(
+        send_pass(session, ctx, reqs, f"{ctx.label} {name}", conc) for name, reqs, conc in passes))
+    completions = tuple(c for o in each for c in o.completions)
+    peak = max((o.peak_in_flight or 0 for o in each), default=0)
+    outcome = replace(outer, completions=completions, peak_in_flight=peak)
+    return SentTask(outcome, sum(1 for c in completions if c.error is not None)), each
+
+
+# --------------------------------------------------------------------------- prompt_edges
+
+
+def prepare(name: str, spec: TaskSpec) -> PreparedTask:
+    """``prompt_edges``: :func:`prepare_shape`."""
+    return prepare_shape(name, spec)
+
+
+def send(session: TaskSession, ctx: TaskContext, pt: PreparedTask) -> SentTask:
+    """``prompt_edges``: cut every prompt to its length with the served model's tokenizer
+    and send the token ids in one pass."""
+    tok = load_tokenizer(ctx)
+    plan: ShapePlan = pt.shape
+    reqs = tuple(replace(r, prompt_token_ids=exact_prompt_ids(tok, r.prompt, p.length))
+                 for r, p in zip(pt.requests, plan.places))
+    sent, _ = send_passes(session, ctx, [("", reqs, None)])
+    return sent
+
+
+def proof(pt: PreparedTask, sent: SentTask) -> ShapeProofRecord:
+    """``prompt_edges``: :func:`shape_proof`."""
+    return shape_proof(pt.shape, sent.outcome.engine_counters, sent.outcome.engine_counters_error,
+                       sent.failed_requests)
+
+
+def planned_size(shape: ShapeSpec) -> int:
+    """``prompt_edges``: :func:`plan_lengths`' count."""
+    return len(plan_lengths(shape))
+
+
 class ShapeTask(RequestTask):
-    """Task kind ``shape``: exact-length token-id prompts (:mod:`harness.tasks.shapes`)."""
+    """Task kind ``shape``: token-id prompts of exact length in the shape's passes; each
+    shape kind's module (:func:`shape_module`) builds, sends and proves it."""
 
     kind = "shape"
 
     def prepare(self, name: str, spec: TaskSpec, data_dir: Path | None = None, allow_contamination: bool = False,
                 base_dir: Path | None = None) -> PreparedTask:
-        """:func:`prepare_shape`."""
-        return prepare_shape(name, spec)
+        """The shape kind's ``prepare``."""
+        assert spec.shape is not None
+        return shape_module(spec.shape.kind).prepare(name, spec)
 
     def send(self, session: TaskSession, ctx: TaskContext, pt: PreparedTask) -> SentTask:
-        """Cut every prompt to its length with the served model's tokenizer, send the
-        token ids, and keep the engine counters for the proof."""
-        tok = load_tokenizer(ctx)
-        plan: ShapePlan = pt.shape
-        reqs = tuple(replace(r, prompt_token_ids=exact_prompt_ids(tok, r.prompt, p.length))
-                     for r, p in zip(pt.requests, plan.places))
-        return super().send(session, ctx, replace(pt, requests=reqs))
+        """The shape kind's ``send`` (the engine counters kept for the proof)."""
+        assert ctx.spec.shape is not None
+        return shape_module(ctx.spec.shape.kind).send(session, ctx, pt)
 
     def judge(self, sent: SentTask, ctx: TaskContext, pt: PreparedTask) -> TaskRun:
         """Judge as every request task does; the outcome carries the shape's proof."""
-        proof = shape_proof(pt.shape, sent.outcome.engine_counters, sent.outcome.engine_counters_error,
-                            sent.failed_requests)
+        assert ctx.spec.shape is not None
+        shape = shape_module(ctx.spec.shape.kind).proof(pt, sent)
         tr = super().judge(sent, ctx, pt)
-        return replace(tr, outcome=replace(tr.outcome, shape=proof))
+        return replace(tr, outcome=replace(tr.outcome, shape=shape))
 
     def planned_size(self, spec: TaskSpec) -> int | None:
-        """The shape's requests (:func:`plan_lengths`)."""
-        return len(plan_lengths(spec.shape)) if spec.shape is not None else None
+        """The shape's requests (the kind's ``planned_size``)."""
+        return shape_module(spec.shape.kind).planned_size(spec.shape) if spec.shape is not None else None
