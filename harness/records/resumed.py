@@ -34,3 +34,10 @@ class ResumedRecord(Bounded, BaseModel):
     variants_reused: list[str] = []
     variants_rerun: list[str] = []
     rerun_reasons: dict[str, str] = {}
+
+    def describe(self) -> str:
+        """One line for people: the attempt resumed, what was reused and what ran again."""
+        reused = ", ".join(self.variants_reused) or "none"
+        rerun = "; ".join(f"{v} ({self.rerun_reasons.get(v, 'no reason recorded')})" for v in self.variants_rerun)
+        return (f"resumed from the attempt started {self.from_started_at} ({self.from_status}; its record is kept "
+                f"in {self.earlier_record}): reused {reused}; ran again: {rerun or 'none'}")

@@ -112,7 +112,8 @@ _ABNORMAL = ("error", "interrupted", "running")
 
 
 def _outcome_case(root: ET.Element, record: RunRecord, totals: dict[str, int]) -> None:
-    """Every suite carries the run's outcome word as property ``evalrun.outcome``; a run
+    """Every suite carries the run's outcome word as property ``evalrun.outcome`` (and, for
+    a run resumed with ``--resume``, ``evalrun.resumed``: what it reused); a run
     that ended ``error``, ``interrupted`` or still ``running`` (a killed job) also gets
     a suite ``evalrun`` with one error case ``<run id>/outcome``, so CI never shows such
     a run as green."""
@@ -120,6 +121,8 @@ def _outcome_case(root: ET.Element, record: RunRecord, totals: dict[str, int]) -
     for suite in root:
         props = ET.Element("properties")
         ET.SubElement(props, "property", name="evalrun.outcome", value=word)
+        if record.resumed is not None:
+            ET.SubElement(props, "property", name="evalrun.resumed", value=record.resumed.describe())
         suite.insert(0, props)
     if record.outcome not in _ABNORMAL:
         return

@@ -407,6 +407,8 @@ def render_terminal(record: RunRecord, console: Console | None = None) -> None:
         console.print(line, markup=False, soft_wrap=True)
     for w in record.merge_warnings:
         console.print(f"WARNING: shards of different builds or lists merged: {w}", markup=False, soft_wrap=True)
+    if record.resumed is not None:
+        console.print(record.resumed.describe(), markup=False, soft_wrap=True, highlight=False)
     for line in server_lines(record):
         if not line.endswith(": ready") and ": ready (" not in line:
             console.print(f"server {line}", markup=False, soft_wrap=True, highlight=False)
@@ -598,6 +600,8 @@ def render_markdown(record: RunRecord, run_dir: str | Path | None = None) -> str
            for c in record.configs for n, v in c.variants.items() if v.build_spec]
     if own:
         lines.append("- engine builds the variants name: " + "; ".join(own))
+    if record.resumed is not None:
+        lines.append(f"- {record.resumed.describe()}")
     if record.merged_from:
         lines.append("- merged from shards: " + ", ".join(f"{m.shard}: `{m.run_id}`" for m in record.merged_from))
     for w in record.merge_warnings:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import xml.etree.ElementTree as ET
 import os
 import signal
 import subprocess
@@ -118,6 +119,12 @@ def test_a_killed_run_resumes_to_exit_0_without_starting_the_finished_variant_ag
     assert json.loads((run_dir / rec["resumed"]["earlier_record"]).read_text()) == earlier  # kept as it was
     assert (run_dir / "samples" / "fake" / "reference" / "gsm8k.jsonl").read_bytes() == samples
     assert list(rec["configs"][0]["variants"]) == ["reference", "spec"]
+    # people and CI see the resume too, not only run.json
+    summary = (run_dir / "summary.md").read_text()
+    assert "resumed from the attempt started" in summary and "reused fake/reference; ran again: fake/spec (" in summary
+    junit = ET.parse(run_dir / "junit.xml").getroot()
+    props = {p.get("name"): p.get("value") for p in junit.iter("property")}
+    assert "reused fake/reference" in props["evalrun.resumed"]
 
 
 def _verdict(rec: dict, root: Path) -> dict:
