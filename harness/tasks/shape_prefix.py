@@ -244,7 +244,8 @@ def prefix_proof(plan: PrefixPlan, sent: SentTask) -> ShapeProofRecord:
         elif warm.prefix_cache_hits < want:
             problems.append(f"warm pass: vllm:prefix_cache_hits grew by {warm.prefix_cache_hits:g} < {want}")
         if warm is not None and warm.prefix_cache_hits is not None:
-            notes.append(f"warm pass: prefix cache hits/queries {warm.prefix_cache_hits:g}/{warm.prefix_cache_queries}")
+            queries = warm.prefix_cache_queries or 0
+            notes.append(f"warm pass: prefix cache hits/queries {warm.prefix_cache_hits:g}/{queries:g}")
     if not getattr(sent, "distinct", True):
         problems.append(f"suffixes of {spec.prompt_tokens - spec.prefix_tokens} tokens are not distinct "
                         "(raise prompt_tokens - prefix_tokens)")

@@ -76,7 +76,8 @@ def _completions(pairs: dict[str, list[int]]) -> tuple[Completion, ...]:
 def _sent(warm_hits: float | None, block: int | None = 16, failed: int = 0, changed: bool = False,
           not_run: str | None = None) -> tuple[object, PrefixSent]:
     pt = prepare_task("prefix", _spec(prefix_tokens=70, prompt_tokens=100, prompts=2), None)
-    comps = _completions({"cold/0": [1, 2], "cold/1": [3, 4], "warm/0": [1, 2], "warm/1": [3, 5] if changed else [3, 4]})
+    comps = _completions({"cold/0": [1, 2], "cold/1": [3, 4], "warm/0": [1, 2],
+                          "warm/1": [3, 5] if changed else [3, 4]})
     total = EngineCountersRecord(prompt_tokens=400, generation_tokens=8, preemptions=0,
                                  prefix_cache_queries=400, prefix_cache_hits=(warm_hits or 0) + 64)
     cold = EngineCountersRecord(prompt_tokens=200, generation_tokens=4, prefix_cache_queries=200, prefix_cache_hits=64)
