@@ -84,6 +84,26 @@ the real engine never produces on demand):
 * ``garbage``          not Prometheus text at all (a proxy's error page)
 * ``low``              as ``ok`` with 1 accepted per request (mean acceptance length 1.25)
 
+Engine counters (for traffic shapes, ``harness.tasks.shapes``; the CPU engine cannot do
+prefix caching with a Mamba/GDN hybrid, docs/cpu-engine.md, so the fake stands in for
+a GPU engine's prefix cache here): ``/metrics`` of every variant has
+``vllm:prompt_tokens`` (a token-id prompt: its length; a text prompt: its characters),
+``vllm:generation_tokens`` (the completion's ids), ``vllm:num_preemptions`` (one every
+``FAKE_PREEMPT_EVERY=K``-th completion request, else none) and
+``vllm:prefix_cache_queries`` / ``_hits``. Prefix caching is on when the server
+arguments say ``--enable-prefix-caching`` (and not ``--no-enable-prefix-caching``),
+off otherwise, and ``/server_info``'s ``cache_config`` says so (``enable_prefix_caching``,
+``mamba_cache_mode`` ``align`` / ``none``, ``block_size`` ``FAKE_BLOCK_SIZE``, default 16).
+The simulated cache works as vLLM's (``KVCacheManager.get_computed_blocks``): a
+request's hit is its longest run of leading full blocks already seen in an earlier
+prompt, at most ``len(prompt) - 1`` tokens, in whole blocks; queries count the prompt's
+tokens; both only while caching is on. ``FAKE_WARM_CHANGES=1`` makes an answer whose
+prompt hit the cache differ (ids ``5 6 7 9``: a warm cache changing answers).
+
+A completion request whose ``prompt`` is a list of token ids (as vLLM takes it) is
+answered as any other, keyed by those ids; with ``prompt_logprobs`` it is the sampled
+verdict's scoring request (below).
+
 ``FAKE_MALFORMED=N,M,...`` answers the completion requests with those arrival numbers
 (1-based) with HTTP 200 and a body evalrun cannot read (what proxies, version skew and
 engine bugs produce): the 1st, 3rd, ... of them with ``text`` a number, the 2nd, 4th,
@@ -163,6 +183,10 @@ t_start = time.monotonic()
 if spec and os.environ.get("FAKE_SPEC_MODE"):  # a mode for speculative variants only
     mode = os.environ["FAKE_SPEC_MODE"]
 seen: dict[str, int] = {}
+prefix_caching = "--enable-prefix-caching" in args and "--no-enable-prefix-caching" not in args
+block_size = int(os.environ.get("FAKE_BLOCK_SIZE", "16"))
+cached_blocks: set[tuple[int, ...]] = set()  # every full-block prefix of the prompts seen
+engine = {"prompt_tokens": 0, "generation_tokens": 0, "preemptions": 0, "queries": 0, "hits": 0}
 flags = " ".join(a for a in args if a.startswith("--") and "scheduling" in a) + (" spec" if spec else "")
 
 if os.environ.get("FAKE_HOSTILE") == "1":
@@ -305,10 +329,34 @@ while spec and os.environ.get("FAKE_HOLD_FILE") and os.path.exists(os.environ["F
     time.sleep(0.05)
 
 
+def prefix_hit(ids):
+    """Tokens of ``ids`` found in the simulated prefix cache (whole blocks, at most
+    ``len(ids) - 1``), then every full block of ``ids`` cached; 0 with caching off."""
+    if not prefix_caching:
+        return 0
+    hit = 0
+    limit = (len(ids) - 1) // block_size * block_size
+    while hit + block_size <= limit and tuple(ids[:hit + block_size]) in cached_blocks:
+        hit += block_size
+    for end in range(block_size, len(ids) + 1, block_size):
+        cached_blocks.add(tuple(ids[:end]))
+    return hit
+
+
+def engine_text():
+    """vLLM's engine counters, as Prometheus text."""
+    names = (("prompt_tokens", "prompt_tokens"), ("generation_tokens", "generation_tokens"),
+             ("num_preemptions", "preemptions"), ("prefix_cache_queries", "queries"), ("prefix_cache_hits", "hits"))
+    return "".join(f"# TYPE vllm:{n} counter\nvllm:{n}_total{{engine=\"0\",model_name=\"fake\"}} {engine[k]}\n"
+                   for n, k in names)
+
+
 def metrics_text():
     """Prometheus text for the chosen FAKE_METRICS mode."""
     if metrics_mode == "garbage":
         return "<html><body>502 Bad Gateway</body></html>\nvllm:spec_decode_num_drafts_total{engine= 12 x\n"
+    if not spec:
+        return engine_text()
     rows = []  # (engine, drafts, draft tokens, accepted, per position)
     if metrics_mode == "impossible":
         rows.append(("0", drafts, 2 * drafts, accepted * 5, [drafts, accepted * 5 - drafts]))
@@ -329,7 +377,7 @@ def metrics_text():
         for i, v in enumerate(r[4]):
             text += (f'vllm:spec_decode_num_accepted_tokens_per_pos_total'
                      f'{{engine="{r[0]}",model_name="fake",position="{i}"}} {v}\n')
-    return text
+    return text + engine_text()
 
 
 class H(BaseHTTPRequestHandler):
@@ -366,7 +414,8 @@ class H(BaseHTTPRequestHandler):
                 "scheduler_config": {"async_scheduling": "--async-scheduling" in args},
                 "model_config": {"dtype": "torch.float32", "max_model_len": 2048},
                 "device_config": {"device": "cpu"},
-                "cache_config": {"enable_prefix_caching": False},
+                "cache_config": {"enable_prefix_caching": prefix_caching, "block_size": block_size,
+                                 "mamba_cache_mode": "align" if prefix_caching else "none"},
                 "speculative_config": {"method": "mtp", "num_speculative_tokens": 2} if spec else None,
             }
             bad = os.environ.get("FAKE_MALFORMED_INFO")
@@ -376,7 +425,7 @@ class H(BaseHTTPRequestHandler):
                 cfg["scheduler_config"] = "async_scheduling=True"
             return self._send(200, {"vllm_config": cfg})
         if self.path == "/metrics":
-            return self._send(200, metrics_text() if spec else "", "text/plain")
+            return self._send(200, metrics_text(), "text/plain")
         self._send(404, {"error": "not found"})
 
     def do_POST(self):
@@ -386,7 +435,8 @@ class H(BaseHTTPRequestHandler):
         if self.path == "/tokenize":
             return self._send(200, {"tokens": [1000 + prompt_key(json.loads(body).get("prompt", ""))]})
         scoring = json.loads(body or b"{}")
-        if isinstance(scoring.get("prompt"), list):  # the sampled verdict's scoring request
+        if isinstance(scoring.get("prompt"), list) and scoring.get("prompt_logprobs") is not None:
+            # the sampled verdict's scoring request
             return self._send(200, {"choices": [{"text": "x", "prompt_logprobs": prompt_logprobs_of(scoring["prompt"]),
                                                  "finish_reason": "length"}]})
         with lock:
@@ -394,6 +444,18 @@ class H(BaseHTTPRequestHandler):
             k = count
             req = json.loads(body or b"{}")
             prompt = req.get("prompt", "")
+            hit = 0
+            if isinstance(prompt, list):  # token ids, as vLLM takes them
+                hit = prefix_hit(prompt)
+                engine["queries"] += len(prompt) if prefix_caching else 0
+                engine["hits"] += hit
+                engine["prompt_tokens"] += len(prompt)
+                prompt = json.dumps(prompt)
+            else:
+                engine["prompt_tokens"] += len(prompt)
+            every = int(os.environ.get("FAKE_PREEMPT_EVERY", "0") or 0)
+            if every and k % every == 0:
+                engine["preemptions"] += 1
             seen[prompt] = seen.get(prompt, 0) + 1
             npass = seen[prompt]
             drafts += 4
@@ -432,6 +494,10 @@ class H(BaseHTTPRequestHandler):
         if sampling in ("correct", "biased") and (req.get("temperature") is None or req["temperature"] > 0):
             ids = draw(prompt_key(prompt), req.get("temperature") or 1.0, req.get("seed"),
                        1.0 if sampling == "correct" else 1.5)
+        if hit and os.environ.get("FAKE_WARM_CHANGES") == "1":
+            ids = ids[:3] + [9]
+        with lock:
+            engine["generation_tokens"] += len(ids)
         choice = {"text": text, "token_ids": ids, "finish_reason": "stop"}
         if req.get("logprobs") is not None:
             if not req.get("return_tokens_as_token_ids"):

@@ -134,11 +134,14 @@ def _result(g: G.Gate, observed, limit, passed, detail, questions=(), baseline: 
 
 
 def _not_run(g: G.Gate, m: Measurements) -> str | None:
-    """Why the gate's variant, its baseline variant, or their task did not run (None: it ran)."""
+    """Why the gate's variant, its baseline variant, or their task did not run, or why
+    the task's traffic shape cannot happen there (:attr:`harness.records.measures.ShapeProofRecord.not_run`);
+    None: it ran."""
     for v in (g.variant, g.baseline):
         if v is None:
             continue
-        reason = m.variant(v).not_run or m.task(v, g.task).not_run
+        tm = m.task(v, g.task)
+        reason = m.variant(v).not_run or tm.not_run or (tm.shape.not_run if tm.shape is not None else None)
         if reason is not None:
             return reason
     return None

@@ -173,6 +173,8 @@ def check_shapes(cfg: ModelConfig, lines: dict[KeyPath, int] | None = None) -> N
         if t.shape is None:
             continue
         key = ("tasks", tname, "shape") if ("tasks", tname, "shape") in lines else ()
+        if t.shape.kind != "prompt_edges":
+            continue
         for vname, v in cfg.variants.items():
             k = v.speculative_config.num_speculative_tokens if v.speculative_config else None
             if k is not None and k not in t.shape.speculative_tokens:

@@ -129,7 +129,9 @@ class ShapeSpec(StrictModel):
         speculative_tokens: the ``num_speculative_tokens`` of the config's speculative
             variants (each gives the edge ``k + 1``); refused at load when a variant
             speculates with a count not listed.
-        block_size: the KV-cache block size edge in tokens (None: no block edge).
+        block_size: the KV-cache block size edge in tokens (None: no block edge);
+            ``prefix_reuse``: the block size its proof's bound uses when the engine
+            reports none in ``/server_info`` (the engine's wins).
         chunk_size: the prefill chunk edge in tokens, i.e. the server's
             ``--max-num-batched-tokens``, which the config's server arguments must set to
             this value (refused at load otherwise); None: no chunk edge. Offset ``+1`` is
@@ -169,6 +171,12 @@ class ShapeSpec(StrictModel):
             raise ValueError("output_tokens must be >= 1")
         if self.kind == "prompt_edges" and not self.edges():
             raise ValueError("shape: no edge (give speculative_tokens, block_size or chunk_size)")
+        if self.kind == "prefix_reuse":
+            if self.prefix_tokens is None or self.prompt_tokens is None:
+                raise ValueError("shape kind prefix_reuse needs prefix_tokens and prompt_tokens")
+            if self.prompt_tokens <= self.prefix_tokens:
+                raise ValueError(f"shape kind prefix_reuse: prompt_tokens {self.prompt_tokens} must exceed "
+                                 f"prefix_tokens {self.prefix_tokens} (each prompt has its own suffix)")
         return self
 
     def edges(self) -> dict[str, int]:

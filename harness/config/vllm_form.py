@@ -100,6 +100,11 @@ class EvalrunBlock(StrictModel):
             while the speculative variants fall back to V1. None: vLLM's default.
         expected_failures: known engine bugs declared as expected failures (see
             :class:`~harness.config.schema.ExpectedFailureSpec`).
+        tasks: more tasks, written as the native form's ``tasks`` (task name ->
+            :class:`~harness.config.schema.TaskSpec`, e.g. a traffic shape,
+            ``kind: shape``), planned beside the form's GSM8K task (named ``gsm8k``, so
+            that name is refused here) on every derived variant, and gated by the
+            derived comparisons as the GSM8K task is. vLLM's test ignores them.
     """
 
     max_concurrency: int | None = Field(default=None, ge=1)
@@ -119,6 +124,7 @@ class EvalrunBlock(StrictModel):
     position_acceptance_rtol: float | None = Field(default=0.05, ge=0.0, lt=1.0)
     position_acceptance_alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
     expected_failures: list[ExpectedFailureSpec] = Field(default_factory=list)
+    tasks: dict[str, TaskSpec] = Field(default_factory=dict)
 
     def effective_noise_runs(self) -> int:
         """2 unless a stored ``noise_mismatch_rate`` replaces the rerun (or 1 is written)."""
@@ -295,14 +301,19 @@ def with_v1_runner_variants(config: ModelConfig) -> ModelConfig:
     return config.model_copy(update={"variants": variants, "comparisons": comparisons})
 
 
+#: The name of the GSM8K task a vLLM-form config plans (its ``evalrun.tasks`` come after it).
+GSM8K_TASK = "gsm8k"
+
+
 def from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict[KeyPath, int] | None = None,
                warnings: list[ConfigWarning] | None = None) -> ModelConfig:
     """A vLLM-form config (``c``, read from ``path``) as a :class:`ModelConfig`: the
-    server arguments without the speculative config, the one GSM8K task, the gates, and
-    the variants and comparisons of :func:`_vllm_variants`.
+    server arguments without the speculative config, the GSM8K task (then the
+    ``evalrun.tasks``), the gates, and the variants and comparisons of :func:`_vllm_variants`.
 
     Raises:
-        ConfigError: an owned flag, or a speculative config that cannot be read.
+        ConfigError: an owned flag, a speculative config that cannot be read, or an
+            ``evalrun.tasks`` entry named ``gsm8k``.
     """
     lines = lines or {}
     warns = list(warnings or [])
@@ -326,6 +337,10 @@ def from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict[KeyPath, int
         use_chat_completions=c.use_chat_completions,
     )
     ev = c.evalrun
+    if GSM8K_TASK in ev.tasks:
+        raise ConfigError(f"{path}:{lines.get(('evalrun', 'tasks', GSM8K_TASK), '?')}: key "
+                          f"'evalrun.tasks.{GSM8K_TASK}': that is the name of the GSM8K task the vLLM form "
+                          "plans from its top-level keys; give the extra task another name")
     gates = GateSpec(
         accuracy_threshold=c.accuracy_threshold,
         tolerance=c.tolerance,
@@ -351,7 +366,7 @@ def from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict[KeyPath, int
         trust_remote_code=True,
         warnings=tuple(warns),
         variants=variants,
-        tasks={"gsm8k": task},
+        tasks={GSM8K_TASK: task, **ev.tasks},
         gates=gates,
         comparisons=comparisons,
         expected_failures=tuple(c.evalrun.expected_failures),

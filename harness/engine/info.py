@@ -127,6 +127,8 @@ def read_engine_facts(info: dict, version: str | None, where: str) -> EngineFact
             else None,
             max_model_len=model.get("max_model_len"),
             enable_prefix_caching=cache.get("enable_prefix_caching"),
+            mamba_cache_mode=cache.get("mamba_cache_mode"),
+            block_size=cache.get("block_size"),
         )
     except ValidationError as e:  # a field of another type than vLLM's
         err = e.errors()[0]

@@ -108,6 +108,10 @@ class EngineFactsRecord(Measure):
         num_speculative_tokens: ``speculative_config.num_speculative_tokens`` or None.
         max_model_len: ``model_config.max_model_len`` (tokens).
         enable_prefix_caching: ``cache_config.enable_prefix_caching``.
+        mamba_cache_mode: ``cache_config.mamba_cache_mode`` (``none`` / ``align``; vLLM
+            sets ``align`` for a Mamba/GDN hybrid when prefix caching is on), where reported.
+        block_size: ``cache_config.block_size`` in tokens: the KV-cache block after the
+            engine core's hybrid alignment (the front end copies it back at start-up).
     """
 
     vllm_version: str | None = None
@@ -118,6 +122,8 @@ class EngineFactsRecord(Measure):
     num_speculative_tokens: int | None = None
     max_model_len: int | None = None
     enable_prefix_caching: bool | None = None
+    mamba_cache_mode: str | None = None
+    block_size: int | None = None
 
 
 class EffectivenessRecord(Measure):
@@ -339,6 +345,11 @@ class ShapeProofRecord(Measure):
         prompt_tokens_sent: sum of the prompt lengths sent.
         counters: the engine counters' difference over the task, or None.
         problems: why the shape is not proven (empty: proven).
+        not_run: why the shape cannot happen on this variant (e.g. prefix caching off in
+            its effective settings): every gate of the task on the variant is NOT RUN
+            with it (never passed); None: it can.
+        notes: what the proof measured beside the problems (bounds, per-pass counters,
+            within-variant checks that are reported, not gated).
     """
 
     shape: str
@@ -348,6 +359,8 @@ class ShapeProofRecord(Measure):
     places: dict[str, int] = {}
     counters: EngineCountersRecord | None = None
     problems: tuple[str, ...] = ()
+    not_run: str | None = None
+    notes: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """One line: proven or the problems, the edges, the tokens sent and the counters."""
@@ -357,9 +370,11 @@ class ShapeProofRecord(Measure):
                 f"preemptions {c.preemptions}, prefix cache hits/queries {c.prefix_cache_hits}/"
                 f"{c.prefix_cache_queries}")
         edges = ", ".join(f"{k} {v}" for k, v in self.edges.items())
-        head = (f"shape {self.shape} not proven: " + "; ".join(self.problems) if self.problems
+        head = (f"shape {self.shape} not run: {self.not_run}" if self.not_run is not None
+                else f"shape {self.shape} not proven: " + "; ".join(self.problems) if self.problems
                 else f"shape {self.shape} proven")
-        return f"{head} (edges {edges}; {self.prompt_tokens_sent} prompt tokens sent){seen}"
+        notes = "".join(f"; {x}" for x in self.notes)
+        return f"{head} (edges {edges}; {self.prompt_tokens_sent} prompt tokens sent){seen}{notes}"
 
 
 class SpecDecodeRecord(Measure):

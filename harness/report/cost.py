@@ -117,12 +117,14 @@ class Slot:
 @dataclass(frozen=True)
 class PlanCost:
     """A list's estimate: the variant estimates, the schedule, the devices and what
-    scheduled it (``sequential`` or the scheduler's name)."""
+    scheduled it (``sequential`` or the scheduler's name); ``task_requests``: per config,
+    task -> requests of one variant pass (:func:`harness.tasks.task_size`)."""
     variants: tuple[VariantCost, ...]
     slots: tuple[Slot, ...]
     devices: tuple[str, ...]
     scheduler: str
     notes: tuple[str, ...] = field(default=())
+    task_requests: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def wall_seconds(self) -> float:
@@ -271,7 +273,16 @@ def plan_cost(plan: Plan, results_dir: str | Path | None, env: Mapping[str, str]
         notes.append(f"no results folder {results_dir}: no earlier runs")
     costs = estimate_plan(plan, records, bool(devices), only)
     slots, name = schedule(costs, devices, max_servers)
-    return PlanCost(tuple(costs), tuple(slots), tuple(devices), name, tuple(notes))
+    requests = {cp.name: {t.name: task_size(t.spec) for t in cp.tasks} for cp in plan.configs}
+    return PlanCost(tuple(costs), tuple(slots), tuple(devices), name, tuple(notes), requests)
+
+
+def task_share_line(requests: dict[str, int]) -> str:
+    """Each task's requests per variant pass and share of the evaluation estimate (which
+    is per request: history scales by requests, defaults are per question)."""
+    total = sum(requests.values()) or 1
+    return "    per task (requests of one variant pass, share of its evaluation estimate): " + ", ".join(
+        f"{t} {n:,} ({n / total:.1%})" for t, n in requests.items())
 
 
 def _s(x: float) -> str:
@@ -295,6 +306,8 @@ def render_cost(pc: PlanCost) -> list[str]:
     for name, tot in totals.items():
         mine = [v for v in pc.variants if v.config == name]
         lines.append(f"  {name}: wall {_s(tot['wall_seconds'])}, GPU-seconds {tot['gpu_seconds']:,.0f}")
+        if len(pc.task_requests.get(name, {})) > 1:
+            lines.append(task_share_line(pc.task_requests[name]))
         for v in mine:
             lines.append(f"    {v.variant}: start-up {_s(v.startup)} + evaluation {_s(v.evaluation)} + teardown "
                          f"{_s(v.teardown)}, needs {v.need} device(s); "

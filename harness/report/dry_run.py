@@ -11,7 +11,7 @@ from harness.analysis.stats import floor_margin, min_detectable_drop
 from harness.analysis.sampled import detectable_shift
 from harness.config.expected import gate_matches
 from harness.config.gates import MaxPositionAcceptanceDrop, SampledEquivalence, plan_gates, sampling_notes
-from harness.config.schema import GateSpec, ModelConfig
+from harness.config.schema import GateSpec, ModelConfig, TaskSpec
 from harness.config.plan import Plan
 from harness.records.run_record import SubsetWarning
 from harness.report.cost import PlanCost, cost_json, render_cost
@@ -23,6 +23,7 @@ from harness.tasks import (
     check_enough,
     task_size,
 )
+from harness.tasks.shapes import plan_lengths
 from harness.tasks.synthetic import DEFAULT_NUM_TEST
 
 #: Power assumed by :func:`detectable_drops` (docs/gates.md, "Detectable drop in the dry run").
@@ -433,6 +434,28 @@ def _data_text(row: DataCount | None) -> str:
     return text
 
 
+def shape_text(spec: TaskSpec) -> str:
+    """A ``kind: shape`` task for the dry run: its kind, requests per variant pass
+    (:func:`harness.tasks.task_size`) and, where the kind fixes them, the prompt lengths
+    and prompt tokens sent (:func:`harness.tasks.shapes.plan_lengths`; ``prefix_reuse``:
+    ``2 x prompts x prompt_tokens``)."""
+    shape = spec.shape
+    assert shape is not None
+    n = task_size(spec)
+    if shape.kind == "prompt_edges":
+        places = plan_lengths(shape)
+        edges = ", ".join(f"{k} {v}" for k, v in shape.edges().items())
+        lengths = ", ".join(str(x) for x in sorted({p.length for p in places}))
+        return (f"prompt_edges: {n} requests (edges {edges}; lengths {lengths}; {shape.prompts_per_length} "
+                f"prompts each; {sum(p.length for p in places):,} prompt tokens)")
+    if shape.kind == "prefix_reuse":
+        assert shape.prompt_tokens is not None
+        return (f"prefix_reuse: {n} requests ({shape.prompts} prompts of {shape.prompt_tokens} tokens sharing the "
+                f"first {shape.prefix_tokens}, a cold pass then a warm one; {n * shape.prompt_tokens:,} prompt "
+                "tokens; NOT RUN on a variant whose engine has prefix caching off)")
+    return f"{shape.kind}: {n} requests"
+
+
 def render_runner_cost(c) -> list[str]:
     """What covering both model runners and the on-demand noise reruns cost, in passes
     of every task: one per variant; a V1 variant (``model_runner: v1``) beside
@@ -510,6 +533,12 @@ def render_plan(plan: Plan, only: Sequence[str] | None = None,
             lines.append(f"  variants left out (--variant): {', '.join(left)}")
         for t in cp.tasks:
             s = t.spec
+            if s.shape is not None:  # a traffic shape: its requests, not a data set's questions
+                lines.append(f"  task {t.name}: shape {shape_text(s)}, max_tokens={s.max_tokens}, "
+                             + ("temperature not sent (server default)" if s.temperature is None
+                                else f"temperature={s.temperature}")
+                             + (", seed not sent" if s.seed is None else f", seed={s.seed}"))
+                continue
             lines.append(
                 f"  task {t.name}: {s.kind}, questions={s.num_questions or 'all'}, "
                 f"fewshot={s.num_fewshot}, max_tokens={s.max_tokens}, "

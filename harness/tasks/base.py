@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 from harness.config.schema import TaskSpec
 from harness.records.completions import Completion, write_raw_jsonl
+from harness.records.measures import EngineFactsRecord
 from harness.records.samples import Sample
 from harness.records.task_outcome import TaskOutcome
 from harness.tasks import judging  # judging.judge_completions is looked up per call (tests patch it)
@@ -102,6 +103,8 @@ class TaskSession(Protocol):
                  max_concurrency: int | None = None) -> TaskOutcome: ...
 
     def measured(self, work: Callable[[], T]) -> tuple[TaskOutcome, T]: ...
+
+    def engine_facts(self) -> EngineFactsRecord: ...
 
 
 def _no_place(stage: str) -> None:  # noqa: ARG001 - the TaskContext.at signature, for contexts without PLACE

@@ -219,6 +219,7 @@ def load_tokenizer(ctx: TaskContext):
 #: ``planned_size(shape) -> int`` (this module for ``prompt_edges``).
 SHAPE_MODULES: dict[str, str] = {
     "prompt_edges": "harness.tasks.shapes",
+    "prefix_reuse": "harness.tasks.shape_prefix",
 }
 
 

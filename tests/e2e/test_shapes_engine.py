@@ -1,6 +1,6 @@
-"""A traffic shape on the REAL vLLM CPU engine: one server (the trained tiny hybrid, MTP
-with 2 speculative tokens, evalrun's ``spec-prompt-edge`` fault) and the prompt-edges
-shape alone.
+"""Traffic shapes on the REAL vLLM CPU engine: one server (the trained tiny hybrid, MTP
+with 2 speculative tokens, evalrun's ``spec-prompt-edge`` fault), the prompt-edges shape
+and a small prefix-reuse shape that the CPU engine cannot produce (NOT RUN).
 
 What only the real engine can show: the token-id prompts arrive untokenised and exact
 (``vllm:prompt_tokens`` grows by exactly the sum of the shape's lengths, computed here
@@ -43,6 +43,10 @@ tasks:
     kind: shape
     shape: {kind: prompt_edges, speculative_tokens: [2], block_size: 128, prompts_per_length: 2}
     max_tokens: 16
+  prefix:
+    kind: shape
+    shape: {kind: prefix_reuse, prefix_tokens: 64, prompt_tokens: 80, prompts: 2}
+    max_tokens: 4
 gates: {accuracy_threshold: null, min_acceptance_length: null}
 """
 
@@ -70,3 +74,13 @@ def test_a_shape_is_exact_in_tokens_and_proven_by_the_engines_counters(tmp_path)
     assert gates["edges/shape_proven"]["verdict"] == "PASS", gates["edges/shape_proven"]["detail"]
     counts = v["plugin"]["counts"]
     assert counts.get("spec-prompt-edge.changed", 0) > 0 and v["plugin"]["exercised"] is True, counts
+    # prefix reuse cannot happen here (--no-enable-prefix-caching, as every CPU config with
+    # a GDN hybrid and MTP): the engine's own /server_info says so, and every gate of the
+    # task is NOT RUN with that reason, never passed
+    assert v["engine"]["enable_prefix_caching"] is False
+    prefix = {k: g for k, g in gates.items() if k.startswith("prefix/")}
+    assert prefix and all(g["verdict"] == "NOT RUN" for g in prefix.values()), prefix
+    assert prefix["prefix/shape_proven"]["detail"].startswith(
+        "not run: prefix caching is off on shapes-cpu/spec_prompt_edge: enable_prefix_caching false in /server_info")
+    assert v["tasks"]["prefix"]["engine_counters"]["prefix_cache_hits"] == 0
+    assert rec["passed"] is None
