@@ -339,6 +339,9 @@ class ShapeProofRecord(Measure):
         prompt_tokens_sent: sum of the prompt lengths sent.
         counters: the engine counters' difference over the task, or None.
         problems: why the shape is not proven (empty: proven).
+        pass_counters, peak_in_flight: per pass of a shape sent in passes (``pressure``,
+            ``c8``): its engine counters' difference (or None) and the most requests the
+            client had in flight at once (:mod:`harness.tasks.shape_load`); empty otherwise.
     """
 
     shape: str
@@ -348,6 +351,8 @@ class ShapeProofRecord(Measure):
     places: dict[str, int] = {}
     counters: EngineCountersRecord | None = None
     problems: tuple[str, ...] = ()
+    pass_counters: dict[str, EngineCountersRecord | None] = {}
+    peak_in_flight: dict[str, int] = {}
 
     def describe(self) -> str:
         """One line: proven or the problems, the edges, the tokens sent and the counters."""
@@ -356,10 +361,11 @@ class ShapeProofRecord(Measure):
                 f"; engine counters: prompt tokens {c.prompt_tokens}, generation tokens {c.generation_tokens}, "
                 f"preemptions {c.preemptions}, prefix cache hits/queries {c.prefix_cache_hits}/"
                 f"{c.prefix_cache_queries}")
-        edges = ", ".join(f"{k} {v}" for k, v in self.edges.items())
+        edges = "".join(f"edge {k} = {v}, " for k, v in self.edges.items()) + "".join(
+            f"pass {k} peak in flight {v}, " for k, v in self.peak_in_flight.items())
         head = (f"shape {self.shape} not proven: " + "; ".join(self.problems) if self.problems
                 else f"shape {self.shape} proven")
-        return f"{head} (edges {edges}; {self.prompt_tokens_sent} prompt tokens sent){seen}"
+        return f"{head} ({edges}{self.prompt_tokens_sent} prompt tokens sent){seen}"
 
 
 class SpecDecodeRecord(Measure):

@@ -219,6 +219,8 @@ def load_tokenizer(ctx: TaskContext):
 #: ``planned_size(shape) -> int`` (this module for ``prompt_edges``).
 SHAPE_MODULES: dict[str, str] = {
     "prompt_edges": "harness.tasks.shapes",
+    "cache_pressure": "harness.tasks.shape_load",
+    "concurrency_sweep": "harness.tasks.shape_load",
 }
 
 
