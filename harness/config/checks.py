@@ -205,14 +205,15 @@ def check_shapes(cfg: ModelConfig, lines: dict[KeyPath, int] | None = None) -> N
         for vname, v in cfg.variants.items():
             k = v.speculative_config.num_speculative_tokens if v.speculative_config else None
             if k is not None and k not in t.shape.speculative_tokens:
-                _refuse_shape(cfg, lines, key, f"task {tname}: variant {vname} speculates with num_speculative_tokens {k}, "
-                        f"not among the shape's speculative_tokens {list(t.shape.speculative_tokens)}")
+                _refuse_shape(cfg, lines, key, f"task {tname}: variant {vname} speculates with "
+                              f"num_speculative_tokens {k}, not among the shape's speculative_tokens "
+                              f"{list(t.shape.speculative_tokens)}")
             if t.shape.chunk_size is None:
                 continue
             found = _server_value(cfg, v, "max_num_batched_tokens")
             if found != str(t.shape.chunk_size):
-                _refuse_shape(cfg, lines, key, f"task {tname}: shape chunk_size {t.shape.chunk_size} but variant {vname}'s "
-                        f"server sets --max-num-batched-tokens {found or '(not set)'}")
+                _refuse_shape(cfg, lines, key, f"task {tname}: shape chunk_size {t.shape.chunk_size} but variant "
+                              f"{vname}'s server sets --max-num-batched-tokens {found or '(not set)'}")
 
 
 def _check_pressure(cfg: ModelConfig, lines: dict[KeyPath, int], tname: str, key: tuple) -> None:
