@@ -135,7 +135,7 @@ def _result(g: G.Gate, observed, limit, passed, detail, questions=(), baseline: 
 
 def _not_run(g: G.Gate, m: Measurements) -> str | None:
     """Why the gate's variant, its baseline variant, or their task did not run, or why
-    the task's traffic shape cannot happen there (:attr:`harness.records.measures.ShapeProofRecord.not_run`);
+    the task's traffic shape cannot happen there (:attr:`harness.records.shape_proof.ShapeProofRecord.not_run`);
     None: it ran."""
     for v in (g.variant, g.baseline):
         if v is None:

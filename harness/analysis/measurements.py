@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
 from harness.records.measures import DivergenceReportRecord, SampledRecord
+from harness.records.shape_proof import ShapeProofRecord
 from harness.records.completions import TargetScore
 from harness.records.measures import NoiseRecord
 from harness.records.measures import AnswerAgreementRecord, OutputMatchRecord
@@ -29,7 +30,7 @@ from harness.analysis.scoring import TaskScore, correctness
 from harness.records.measures import PairedRecord
 from harness.analysis.stats import paired_comparison
 from harness.records.measures import EffectivenessRecord, ModelRunnerRecord
-from harness.records.measures import ShapeProofRecord, SpecDecodeRecord
+from harness.records.measures import SpecDecodeRecord
 from harness.records.baselines import BaselineDoc
 from harness.records.samples import Sample
 

@@ -107,6 +107,11 @@ def _refuse(cfg: ModelConfig, lines: dict[KeyPath, int], keypath: tuple, text: s
                       "(limits are fractions: 0.01 is one percentage point)")
 
 
+def _refuse_shape(cfg: ModelConfig, lines: dict[KeyPath, int], keypath: tuple, text: str) -> None:
+    key = ".".join(str(k) for k in keypath) or "tasks"
+    raise ConfigError(f"{_where(cfg, lines, keypath)}: key '{key}': {text}")
+
+
 def check_config(cfg: ModelConfig, lines: dict[KeyPath, int] | None = None) -> None:
     """Every check of this module on one loaded config (module docstring).
 
@@ -156,37 +161,77 @@ def check_config(cfg: ModelConfig, lines: dict[KeyPath, int] | None = None) -> N
                     f"({comp.baseline} -> {comp.candidate}: mean acceptance length lies in [1, 1 + {max(ks)}])")
 
 
+#: The server setting that makes the KV cache small for a ``cache_pressure`` shape (vLLM's
+#: ``CacheConfig.num_gpu_blocks_override``, applied by ``may_override_num_blocks`` in
+#: ``vllm/v1/core/kv_cache_utils.py`` on every platform, the CPU included; the CPU's
+#: ``VLLM_CPU_KVCACHE_SPACE`` is whole GiB, thousands of blocks for a tiny model).
+PRESSURE_SETTING = "num_gpu_blocks_override"
+
+
+def _server_value(cfg: ModelConfig, v, dest: str) -> str | None:
+    """The value a variant's server command gives ``dest`` (the last flag wins, as in
+    vLLM's parser; any spelling it accepts), or None when not set."""
+    from harness.config.vllm_args import hits_of  # noqa: PLC0415 - the parser table loads on first use
+
+    found = [h.value for h in hits_of([*cfg.server_args, *shlex.split(v.server_args or "")], dest)]
+    return found[-1] if found else None
+
+
 def check_shapes(cfg: ModelConfig, lines: dict[KeyPath, int] | None = None) -> None:
-    """Refuse a traffic shape whose edges are not the engine's: a speculative variant whose
-    ``num_speculative_tokens`` is not among the shape's ``speculative_tokens``, or a
-    ``chunk_size`` other than every variant's ``--max-num-batched-tokens`` (any spelling
-    vLLM's parser accepts; the shape's chunk is a server setting applied to every
-    compared variant alike).
+    """Refuse a traffic shape that cannot be what it says.
+
+    ``prompt_edges``: a speculative variant whose ``num_speculative_tokens`` is not among
+    the shape's ``speculative_tokens``, or a ``chunk_size`` other than every variant's
+    ``--max-num-batched-tokens`` (any spelling vLLM's parser accepts; the shape's chunk is
+    a server setting applied to every compared variant alike). ``cache_pressure``: a
+    config whose variants do not all set ``--num-gpu-blocks-override``
+    (:data:`PRESSURE_SETTING`) to the same value (the small KV cache is a server setting
+    applied to every variant alike), or a ``max_concurrency`` below ``prompts`` (they must
+    all be in flight at once). A ``concurrency_sweep`` passes its own concurrency per pass
+    and is not bounded by ``max_concurrency`` (:mod:`harness.tasks.shape_load`).
 
     Raises:
         ConfigError: naming the file, the task's line, the variant and both values.
     """
-    from harness.config.vllm_args import hits_of  # noqa: PLC0415 - the parser table loads on first use
-
     lines = lines or {}
     for tname, t in cfg.tasks.items():
         if t.shape is None:
             continue
         key = ("tasks", tname, "shape") if ("tasks", tname, "shape") in lines else ()
+        if t.shape.kind == "cache_pressure":
+            _check_pressure(cfg, lines, tname, key)
         if t.shape.kind != "prompt_edges":
             continue
         for vname, v in cfg.variants.items():
             k = v.speculative_config.num_speculative_tokens if v.speculative_config else None
             if k is not None and k not in t.shape.speculative_tokens:
-                _refuse(cfg, lines, key, f"task {tname}: variant {vname} speculates with num_speculative_tokens {k}, "
-                        f"not among the shape's speculative_tokens {list(t.shape.speculative_tokens)}")
+                _refuse_shape(cfg, lines, key, f"task {tname}: variant {vname} speculates with "
+                              f"num_speculative_tokens {k}, not among the shape's speculative_tokens "
+                              f"{list(t.shape.speculative_tokens)}")
             if t.shape.chunk_size is None:
                 continue
-            found = [h.value for h in hits_of([*cfg.server_args, *shlex.split(v.server_args or "")],
-                                              "max_num_batched_tokens")]
-            if not found or found[-1] != str(t.shape.chunk_size):
-                _refuse(cfg, lines, key, f"task {tname}: shape chunk_size {t.shape.chunk_size} but variant {vname}'s "
-                        f"server sets --max-num-batched-tokens {found[-1] if found else '(not set)'}")
+            found = _server_value(cfg, v, "max_num_batched_tokens")
+            if found != str(t.shape.chunk_size):
+                _refuse_shape(cfg, lines, key, f"task {tname}: shape chunk_size {t.shape.chunk_size} but variant "
+                              f"{vname}'s server sets --max-num-batched-tokens {found or '(not set)'}")
+
+
+def _check_pressure(cfg: ModelConfig, lines: dict[KeyPath, int], tname: str, key: tuple) -> None:
+    """:func:`check_shapes` for one ``cache_pressure`` task."""
+    shape = cfg.tasks[tname].shape
+    assert shape is not None
+    if cfg.max_concurrency < shape.prompts:
+        _refuse_shape(cfg, lines, key, f"task {tname}: cache_pressure sends {shape.prompts} prompts all at once but "
+                f"max_concurrency is {cfg.max_concurrency}")
+    values = {vname: _server_value(cfg, v, PRESSURE_SETTING) for vname, v in cfg.variants.items()}
+    unset = sorted(n for n, x in values.items() if x is None)
+    if unset:
+        _refuse_shape(cfg, lines, key, f"task {tname}: cache_pressure needs a small KV cache, but variant(s) "
+                f"{', '.join(unset)} set no --num-gpu-blocks-override")
+    if len(set(values.values())) > 1:
+        shown = ", ".join(f"{n} {x}" for n, x in values.items())
+        _refuse_shape(cfg, lines, key, f"task {tname}: cache_pressure's --num-gpu-blocks-override differs between "
+                f"variants ({shown}); the small KV cache must be the same for every compared variant")
 
 
 def check_acceptance_floor(cfg: ModelConfig, lines: dict[KeyPath, int] | None = None) -> None:

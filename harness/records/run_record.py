@@ -40,12 +40,13 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, comput
 
 from harness.config.schema import ConfigWarning
 from harness.records.resumed import ResumedRecord
+from harness.records.shape_proof import ShapeProofRecord
 from harness.records.scoring import ScoringRecord
 from harness.records.bounds import Bounded
 from harness.records.expected import VERDICTS, ExpectedFailureRecord  # noqa: F401 - re-exported
 from harness.records.measures import (
     AnswerAgreementRecord, DivergenceReportRecord, EffectivenessRecord, EngineCountersRecord, EngineFactsRecord,
-    Interval, ModelRunnerRecord, NoiseRecord, OutputMatchRecord, PairedRecord, ShapeProofRecord,
+    Interval, ModelRunnerRecord, NoiseRecord, OutputMatchRecord, PairedRecord,
     SpecDecodeCountersRecord, SpecDecodeRecord,
 )
 from harness.records.provenance import EngineBuild, Provenance

@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.records.completions import Completion
+from harness.records.shape_proof import ShapeProofRecord
 from harness.records.measures import (
-    EngineCountersRecord, ShapeProofRecord, SpecDecodeCountersRecord, SpecDecodeRecord,
+    EngineCountersRecord, SpecDecodeCountersRecord, SpecDecodeRecord,
 )
 
 

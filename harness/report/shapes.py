@@ -1,7 +1,9 @@
 """The traffic shapes of a run for people: per shape task, whether each variant's shape is
-proven by the engine's counters, and per comparison what diverged at which place
-relative to the shape's edge (``edge/off<offset>``: prompt length minus the edge), with
-the generated-token position of each first divergence and its verdict."""
+proven by the engine's counters (with its preemptions and, for a shape sent in passes,
+each pass's peak in flight), and per comparison what diverged at which place: relative to
+the shape's edge (``edge/off<offset>``: prompt length minus the edge), or the pass and
+budget of a load shape (``pressure``, ``c8/out64``), with the generated-token position of
+each first divergence and its verdict."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ def proof_rows(c: ConfigResult, task: str) -> list[list[str]]:
                      _n(k.prompt_tokens if k else None), _n(k.generation_tokens if k else None),
                      _n(k.preemptions if k else None),
                      f"{_n(k.prefix_cache_hits if k else None)}/{_n(k.prefix_cache_queries if k else None)}",
+                     ", ".join(f"{name} {n}" for name, n in p.peak_in_flight.items()) or "-",
                      "; ".join(p.problems) or "-"])
     return rows
 
@@ -51,12 +54,13 @@ def shape_lines(record: RunRecord, table) -> list[str]:
         for task in tasks:
             proofs = proof_rows(c, task)
             first = next(p for v in c.variants.values() if (p := getattr(v.tasks.get(task), "shape", None)))
-            edges = ", ".join(f"{k} = {v} tokens" for k, v in first.edges.items())
+            edges = ", ".join(f"{k} = {v} tokens" for k, v in first.edges.items()) or ", ".join(
+                f"{n} requests of {length} tokens" for length, n in first.prompt_lengths.items())
             out += ["", f"### {c.name} {task}: {first.shape} ({edges})", "",
                     table(["variant", "proven", "prompt tokens sent", "engine prompt tokens", "generation tokens",
-                           "preemptions", "prefix hits/queries", "problems"], proofs), ""]
+                           "preemptions", "prefix hits/queries", "peak in flight per pass", "problems"], proofs), ""]
             rows = [r for comp in c.comparisons if comp.task == task for r in divergence_by_place(comp, first.places)]
             if rows:
-                out += [table(["pair", "place (edge/offset)", "diverged", "question @first divergence verdict"],
+                out += [table(["pair", "place (edge/offset or pass)", "diverged", "question @first divergence verdict"],
                               rows), ""]
     return (["", "## Traffic shapes"] + out) if out else []

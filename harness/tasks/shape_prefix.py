@@ -47,7 +47,8 @@ from dataclasses import dataclass, replace
 
 from harness.config.schema import ShapeSpec, TaskSpec
 from harness.engine.info import EngineInfoError
-from harness.records.measures import EngineFactsRecord, ShapeProofRecord
+from harness.records.measures import EngineFactsRecord
+from harness.records.shape_proof import ShapeProofRecord
 from harness.records.task_outcome import TaskOutcome
 from harness.tasks.base import PreparedTask, SentTask, TaskContext, TaskSession
 from harness.tasks.gsm8k import STOP_SEQUENCES, Request, dataset_hash
@@ -225,8 +226,9 @@ def prefix_proof(plan: PrefixPlan, sent: SentTask) -> ShapeProofRecord:
             problems.append(f"vllm:prompt_tokens grew by {counters.prompt_tokens:g} < {tokens_sent} prompt tokens sent")
         if not counters.generation_tokens:
             problems.append("vllm:generation_tokens did not grow: nothing was generated")
-    if getattr(sent, "facts_error", None):
-        notes.append(f"engine facts not read ({sent.facts_error}): the counters decide")
+    facts_error = getattr(sent, "facts_error", None)
+    if facts_error:
+        notes.append(f"engine facts not read ({facts_error}): the counters decide")
     block, block_source = block_of(facts, spec)
     warm = passes[1].engine_counters if len(passes) == 2 else None
     if block is None:

@@ -45,7 +45,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.config.schema import ShapeSpec, TaskSpec
-from harness.records.measures import EngineCountersRecord, ShapeProofRecord
+from harness.records.measures import EngineCountersRecord
+from harness.records.shape_proof import ShapeProofRecord
 from harness.records.task_outcome import TaskOutcome
 from harness.tasks.base import PreparedTask, RequestTask, SentTask, TaskContext, TaskRun, TaskSession, _seed_of
 from harness.tasks.gsm8k import STOP_SEQUENCES, Request, dataset_hash
@@ -220,6 +221,8 @@ def load_tokenizer(ctx: TaskContext):
 SHAPE_MODULES: dict[str, str] = {
     "prompt_edges": "harness.tasks.shapes",
     "prefix_reuse": "harness.tasks.shape_prefix",
+    "cache_pressure": "harness.tasks.shape_load",
+    "concurrency_sweep": "harness.tasks.shape_load",
 }
 
 

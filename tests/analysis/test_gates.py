@@ -11,7 +11,8 @@ import math
 import typing
 
 import pytest
-from harness.records.measures import EngineCountersRecord, ShapeProofRecord
+from harness.records.measures import EngineCountersRecord
+from harness.records.shape_proof import ShapeProofRecord
 
 from harness.analysis import gates as AG
 from harness.analysis.measurements import (

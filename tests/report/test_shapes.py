@@ -33,14 +33,40 @@ def test_the_section_names_each_place_with_what_diverged_there():
     assert "prompt_edges (spec_k2 = 3 tokens)" in sec
     assert "| reference -> spec | spec_k2/off-1 | 0/2 | - |" in sec
     assert "| reference -> spec | spec_k2/off+0 | 1/2 | edges/spec_k2/off+0/len3/1 @2 - |" in sec
-    assert "| spec | yes | 10 | 10 | 12 | 0 | 0/0 | - |" in sec
+    assert "| spec | yes | 10 | 10 | 12 | 0 | 0/0 | - | - |" in sec
 
 
 def test_an_unproven_shape_says_why():
     md = render_markdown(_record(problems=["vllm:generation_tokens did not grow: nothing was generated"]), "/x")
-    assert "| spec | **NO** | 10 | 10 | 12 | 0 | 0/0 | vllm:generation_tokens did not grow" in md
+    assert "| spec | **NO** | 10 | 10 | 12 | 0 | 0/0 | - | vllm:generation_tokens did not grow" in md
 
 
 def test_no_section_without_a_shape():
     rec = typed({"configs": [{"name": "c", "variants": {"reference": {"tasks": {"t": {}}}}}]})
     assert "## Traffic shapes" not in render_markdown(rec, "/x")
+
+
+def _load_record():
+    proof = {"shape": "concurrency_sweep", "edges": {}, "prompt_lengths": {"100": 6}, "prompt_tokens_sent": 600,
+             "places": {"c1/out4": 2, "c1/out64": 1, "c8/out4": 2, "c8/out64": 1},
+             "counters": {"prompt_tokens": 600, "generation_tokens": 50, "preemptions": 2,
+                          "prefix_cache_queries": 0, "prefix_cache_hits": 0},
+             "pass_counters": {"c1": {"prompt_tokens": 300, "generation_tokens": 25},
+                               "c8": {"prompt_tokens": 300, "generation_tokens": 25}},
+             "peak_in_flight": {"c1": 1, "c8": 3}, "problems": []}
+    task = {"scored": {"flexible-numeric": 6}, "shape": proof}
+    return typed({"configs": [{
+        "name": "c",
+        "variants": {"reference": {"tasks": {"sweep": task}}, "spec": {"tasks": {"sweep": task}}},
+        "comparisons": [{"baseline": "reference", "candidate": "spec", "task": "sweep", "compared": 6, "matched": 5,
+                         "mismatches": [_mm("sweep/c8/out64/1", 7)]}],
+    }]})
+
+
+def test_a_load_shape_shows_each_pass_its_peak_and_what_diverged_there():
+    md = render_markdown(_load_record(), "/x")
+    sec = md[md.index("## Traffic shapes"):md.index("## Scores")]
+    assert "concurrency_sweep (6 requests of 100 tokens)" in sec
+    assert "| spec | yes | 600 | 600 | 50 | 2 | 0/0 | c1 1, c8 3 | - |" in sec
+    assert "| reference -> spec | c8/out64 | 1/1 | sweep/c8/out64/1 @7 - |" in sec
+    assert "| reference -> spec | c1/out4 | 0/2 | - |" in sec
