@@ -167,13 +167,7 @@ class VariantSession:
         before, metrics_error = self.counters_before()
         result = work()
         counters, metrics, metrics_error = self.counters_since(before, metrics_error)
-        engine_delta = None
-        if engine_before is not None:
-            engine_after, engine_error = self._engine_counters()
-            try:
-                engine_delta = engine_after.minus(engine_before) if engine_after is not None else None
-            except MetricsError as e:
-                engine_error = f"{self.variant_id}: {e}"
+        engine_delta, engine_error = self._engine_delta(engine_before, engine_error)
         return TaskOutcome((), counters, metrics, metrics_error, time.monotonic() - t0,
                            engine_counters=engine_delta, engine_counters_error=engine_error), result
 
@@ -337,16 +331,23 @@ class VariantSession:
             requests, max_tokens, temperature, seed, stop, on_done, per_request, before, metrics_error, chat,
             logprobs, max_concurrency))
         counters, metrics, metrics_error = self.counters_since(before, metrics_error)
-        engine_delta = None
-        if engine_before is not None:
-            engine_after, engine_error = self._engine_counters()
-            try:
-                engine_delta = engine_after.minus(engine_before) if engine_after is not None else None
-            except MetricsError as e:
-                engine_error = f"{self.variant_id}: {e}"
+        engine_delta, engine_error = self._engine_delta(engine_before, engine_error)
         return TaskOutcome(completions, counters, metrics, metrics_error, time.monotonic() - t0,
                            engine_counters=engine_delta, engine_counters_error=engine_error,
                            peak_in_flight=self._peak_in_flight)
+
+    def _engine_delta(self, before: EngineCountersRecord | None, error: str | None
+                      ) -> tuple[EngineCountersRecord | None, str | None]:
+        """The engine counters' difference since ``before`` (from :meth:`_engine_counters`),
+        or ``(None, why)``: ``before`` was not read (``error``), they cannot be read now, or
+        one went down (a restarted server)."""
+        if before is None:
+            return None, error
+        after, error = self._engine_counters()
+        try:
+            return (after.minus(before) if after is not None else None), error
+        except MetricsError as e:
+            return None, f"{self.variant_id}: {e}"
 
     def _engine_counters(self) -> tuple[EngineCountersRecord | None, str | None]:
         """vLLM's engine counters now (prompt / generation tokens, preemptions, prefix

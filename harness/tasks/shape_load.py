@@ -44,9 +44,8 @@ from harness.records.measures import EngineCountersRecord
 from harness.records.shape_proof import ShapeProofRecord
 from harness.records.task_outcome import TaskOutcome
 from harness.tasks.base import PreparedTask, SentTask, TaskContext, TaskSession
-from harness.tasks.gsm8k import STOP_SEQUENCES, Request, dataset_hash
-from harness.tasks.shapes import SOURCE_FEWSHOT, exact_prompt_ids, load_tokenizer, send_passes
-from harness.tasks.synthetic import GENERATOR_VERSION, generate_splits, prepare_synthetic
+from harness.tasks.gsm8k import STOP_SEQUENCES, Request
+from harness.tasks.shapes import counter_problems, exact_prompt_ids, load_tokenizer, send_passes, shape_source
 
 
 @dataclass(frozen=True)
@@ -131,11 +130,7 @@ def prepare(name: str, spec: TaskSpec) -> PreparedTask:
     if shape.prompt_tokens is None:
         raise ValueError(f"task {name}: shape {shape.kind} needs prompt_tokens")
     passes = plan_passes(shape)
-    splits = generate_splits()
-    n = shape.prompts
-    if n > len(splits.test):
-        raise ValueError(f"task {name}: prompts {n} > {len(splits.test)} source questions")
-    src = prepare_synthetic(name, TaskSpec(kind="synthetic", num_questions=n, num_fewshot=SOURCE_FEWSHOT))
+    src = shape_source(name, shape.kind, shape.prompts)
     reqs = []
     for p in passes:
         for j, budget in enumerate(p.budgets):
@@ -143,9 +138,7 @@ def prepare(name: str, spec: TaskSpec) -> PreparedTask:
             digest = hashlib.sha256(f"{shape.prompt_tokens}:{base.prompt}".encode()).hexdigest()[:16]
             reqs.append(Request(question_id(name, p, budget, shape.prompt_tokens, j), base.prompt, base.gold, digest,
                                 max_tokens=budget))
-    used = list(splits.test[:n]) + list(splits.fewshot[:SOURCE_FEWSHOT])
-    source = f"shape:{shape.kind} over synthetic:arith-v{GENERATOR_VERSION} (seed {splits.seed})"
-    return PreparedTask(tuple(reqs), tuple(STOP_SEQUENCES), dataset_hash(used), source,
+    return PreparedTask(tuple(reqs), tuple(STOP_SEQUENCES), src.dataset_hash, src.source,
                         shape=LoadPlan(shape, shape.prompt_tokens, passes))
 
 
@@ -169,19 +162,6 @@ def send(session: TaskSession, ctx: TaskContext, pt: PreparedTask) -> SentTask:
     return replace(sent, outcome=replace(sent.outcome, shape=made))
 
 
-def _counter_problems(counters: EngineCountersRecord | None, counters_error: str | None, sent: int) -> list[str]:
-    if counters is None:
-        return [f"no engine counters: {counters_error or 'not read'}"]
-    problems = []
-    if counters.prompt_tokens is None:
-        problems.append("vllm:prompt_tokens missing from /metrics")
-    elif counters.prompt_tokens < sent:
-        problems.append(f"vllm:prompt_tokens grew by {counters.prompt_tokens:g} < {sent} prompt tokens sent")
-    if not counters.generation_tokens:
-        problems.append("vllm:generation_tokens did not grow: nothing was generated")
-    return problems
-
-
 def _record(plan: LoadPlan, counters: EngineCountersRecord | None, each: Sequence[TaskOutcome],
             problems: list[str]) -> ShapeProofRecord:
     return ShapeProofRecord(
@@ -201,7 +181,7 @@ def pressure_proof(plan: LoadPlan, counters: EngineCountersRecord | None, counte
     generated; fewer than ``prompts`` requests in flight at once (client's count); failed
     requests.
     """
-    problems = _counter_problems(counters, counters_error, plan.sent_tokens())
+    problems = counter_problems(counters, counters_error, plan.sent_tokens())
     if counters is not None:
         if counters.preemptions is None:
             problems.append("vllm:num_preemptions missing from /metrics")
@@ -225,7 +205,7 @@ def sweep_proof(plan: LoadPlan, counters: EngineCountersRecord | None, counters_
     peak in flight is not ``min(N, prompts)``, whose counters are missing or that
     generated nothing; a pass that was not sent; failed requests.
     """
-    problems = _counter_problems(counters, counters_error, plan.sent_tokens())
+    problems = counter_problems(counters, counters_error, plan.sent_tokens())
     if len(each) != len(plan.passes):
         problems.append(f"{len(each)} of {len(plan.passes)} passes sent")
     for p, o in zip(plan.passes, each):

@@ -50,11 +50,11 @@ from harness.records.measures import EngineFactsRecord
 from harness.records.shape_proof import ShapeProofRecord
 from harness.records.task_outcome import TaskOutcome
 from harness.tasks.base import PreparedTask, SentTask, TaskContext, TaskSession
-from harness.tasks.gsm8k import STOP_SEQUENCES, Request, dataset_hash
+from harness.tasks.gsm8k import STOP_SEQUENCES, Request
 from harness.tasks.shapes import (
-    SOURCE_FEWSHOT, ShapePlan, ShapeRequest, exact_prompt_ids, filler_text, load_tokenizer, send_passes,
+    ShapePlan, ShapeRequest, counter_problems, exact_prompt_ids, filler_text, load_tokenizer, send_passes,
+    shape_source,
 )
-from harness.tasks.synthetic import GENERATOR_VERSION, generate_splits, prepare_synthetic
 
 #: The two passes, in order.
 PASSES = ("cold", "warm")
@@ -91,20 +91,14 @@ def prepare(name: str, spec: TaskSpec) -> PreparedTask:
     """
     shape = spec.shape
     assert shape is not None and shape.prefix_tokens is not None and shape.prompt_tokens is not None
-    splits = generate_splits()
-    n = shape.prompts
-    if n > len(splits.test):
-        raise ValueError(f"task {name}: prompts {n} > {len(splits.test)} source questions")
-    src = prepare_synthetic(name, TaskSpec(kind="synthetic", num_questions=n, num_fewshot=SOURCE_FEWSHOT))
+    src = shape_source(name, shape.kind, shape.prompts)
     reqs = []
     for pass_name in PASSES:
         for j, base in enumerate(src.requests):
             key = f"prefix{shape.prefix_tokens}:{shape.prompt_tokens}:{base.prompt}"
             reqs.append(Request(f"{name}/{pass_name}/{j}", base.prompt, base.gold,
                                 hashlib.sha256(key.encode()).hexdigest()[:16]))
-    used = list(splits.test[:n]) + list(splits.fewshot[:SOURCE_FEWSHOT])
-    source = f"shape:prefix_reuse over synthetic:arith-v{GENERATOR_VERSION} (seed {splits.seed})"
-    return PreparedTask(tuple(reqs), tuple(STOP_SEQUENCES), dataset_hash(used), source,
+    return PreparedTask(tuple(reqs), tuple(STOP_SEQUENCES), src.dataset_hash, src.source,
                         shape=PrefixPlan(shape, plan_requests(shape)))
 
 
@@ -214,17 +208,9 @@ def prefix_proof(plan: PrefixPlan, sent: SentTask) -> ShapeProofRecord:
     assert spec.prefix_tokens is not None and spec.prompt_tokens is not None
     facts = getattr(sent, "facts", None)
     passes: tuple[TaskOutcome, ...] = getattr(sent, "passes", ())
-    counters, problems, notes = sent.outcome.engine_counters, [], []
+    counters, notes = sent.outcome.engine_counters, []
     tokens_sent = sum(p.length for p in plan.places)
-    if counters is None:
-        problems.append(f"no engine counters: {sent.outcome.engine_counters_error or 'not read'}")
-    else:
-        if counters.prompt_tokens is None:
-            problems.append("vllm:prompt_tokens missing from /metrics")
-        elif counters.prompt_tokens < tokens_sent:
-            problems.append(f"vllm:prompt_tokens grew by {counters.prompt_tokens:g} < {tokens_sent} prompt tokens sent")
-        if not counters.generation_tokens:
-            problems.append("vllm:generation_tokens did not grow: nothing was generated")
+    problems = counter_problems(counters, sent.outcome.engine_counters_error, tokens_sent)
     facts_error = getattr(sent, "facts_error", None)
     if facts_error:
         notes.append(f"engine facts not read ({facts_error}): the counters decide")

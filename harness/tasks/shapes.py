@@ -119,6 +119,52 @@ def plan_lengths(spec: ShapeSpec) -> tuple[ShapeRequest, ...]:
     return tuple(out)
 
 
+@dataclass(frozen=True)
+class ShapeSource:
+    """The synthetic questions a shape's prompts are cut from (every shape kind's).
+
+    Attributes:
+        requests: the first ``n`` test questions as five-shot synthetic requests.
+        dataset_hash: SHA-256 of those questions and the few-shot items (provenance).
+        source: ``shape:<kind> over synthetic:arith-v<N> (seed S)``.
+    """
+
+    requests: tuple[Request, ...]
+    dataset_hash: str
+    source: str
+
+
+def shape_source(name: str, kind: str, n: int, what: str = "prompts") -> ShapeSource:
+    """The ``n`` source questions of task ``name``'s shape of kind ``kind``.
+
+    Raises:
+        ValueError: ``n`` (named ``what`` in the message) exceeds the synthetic test split.
+    """
+    splits = generate_splits()
+    if n > len(splits.test):
+        raise ValueError(f"task {name}: {what} {n} > {len(splits.test)} source questions")
+    src = prepare_synthetic(name, TaskSpec(kind="synthetic", num_questions=n, num_fewshot=SOURCE_FEWSHOT))
+    used = list(splits.test[:n]) + list(splits.fewshot[:SOURCE_FEWSHOT])
+    return ShapeSource(src.requests, dataset_hash(used),
+                       f"shape:{kind} over synthetic:arith-v{GENERATOR_VERSION} (seed {splits.seed})")
+
+
+def counter_problems(counters: EngineCountersRecord | None, counters_error: str | None, sent: int) -> list[str]:
+    """What every shape's proof asks of the engine counters over its task: they were read
+    (else ``counters_error``), ``vllm:prompt_tokens`` grew by at least the ``sent`` prompt
+    tokens, and ``vllm:generation_tokens`` grew. Empty: all hold."""
+    if counters is None:
+        return [f"no engine counters: {counters_error or 'not read'}"]
+    problems = []
+    if counters.prompt_tokens is None:
+        problems.append("vllm:prompt_tokens missing from /metrics")
+    elif counters.prompt_tokens < sent:
+        problems.append(f"vllm:prompt_tokens grew by {counters.prompt_tokens:g} < {sent} prompt tokens sent")
+    if not counters.generation_tokens:
+        problems.append("vllm:generation_tokens did not grow: nothing was generated")
+    return problems
+
+
 def prepare_shape(name: str, spec: TaskSpec) -> PreparedTask:
     """The requests of a ``kind: shape`` task: text and place, token ids set at send.
 
@@ -128,11 +174,8 @@ def prepare_shape(name: str, spec: TaskSpec) -> PreparedTask:
     """
     assert spec.shape is not None
     places = plan_lengths(spec.shape)
-    splits = generate_splits()
     n = spec.shape.prompts_per_length
-    if n > len(splits.test):
-        raise ValueError(f"task {name}: prompts_per_length {n} > {len(splits.test)} source questions")
-    src = prepare_synthetic(name, TaskSpec(kind="synthetic", num_questions=n, num_fewshot=SOURCE_FEWSHOT))
+    src = shape_source(name, spec.shape.kind, n, "prompts_per_length")
     reqs = []
     for i, p in enumerate(places):
         j = i % n
@@ -140,9 +183,7 @@ def prepare_shape(name: str, spec: TaskSpec) -> PreparedTask:
         qid = f"{name}/{place_key(p.edge, p.offset)}/len{p.length}/{j}"
         digest = hashlib.sha256(f"{p.length}:{base.prompt}".encode()).hexdigest()[:16]
         reqs.append(Request(qid, base.prompt, base.gold, digest))
-    used = list(splits.test[:n]) + list(splits.fewshot[:SOURCE_FEWSHOT])
-    source = f"shape:{spec.shape.kind} over synthetic:arith-v{GENERATOR_VERSION} (seed {splits.seed})"
-    return PreparedTask(tuple(reqs), tuple(STOP_SEQUENCES), dataset_hash(used), source,
+    return PreparedTask(tuple(reqs), tuple(STOP_SEQUENCES), src.dataset_hash, src.source,
                         shape=ShapePlan(spec.shape, places))
 
 
@@ -179,16 +220,7 @@ def shape_proof(plan: ShapePlan, counters: EngineCountersRecord | None, counters
     tokens; a chunk edge whose prompts were never longer than the chunk; failed requests.
     """
     sent = sum(p.length for p in plan.places)
-    problems: list[str] = []
-    if counters is None:
-        problems.append(f"no engine counters: {counters_error or 'not read'}")
-    else:
-        if counters.prompt_tokens is None:
-            problems.append("vllm:prompt_tokens missing from /metrics")
-        elif counters.prompt_tokens < sent:
-            problems.append(f"vllm:prompt_tokens grew by {counters.prompt_tokens:g} < {sent} prompt tokens sent")
-        if not counters.generation_tokens:
-            problems.append("vllm:generation_tokens did not grow: nothing was generated")
+    problems = counter_problems(counters, counters_error, sent)
     chunk = plan.spec.chunk_size
     if chunk is not None and not any(p.length > chunk for p in plan.places):
         problems.append(f"chunk edge {chunk}: no prompt longer than the chunk")
