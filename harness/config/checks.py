@@ -177,6 +177,21 @@ def _server_value(cfg: ModelConfig, v, dest: str) -> str | None:
     return found[-1] if found else None
 
 
+def _server_count(cfg: ModelConfig, v, dest: str) -> int | str | None:
+    """:func:`_server_value` of a count flag as the number vLLM reads (``1024``, ``01024``
+    and ``1K`` alike: vLLM's ``human_readable_int``, which also reads plain integers), the
+    text as given when it is no number (vLLM's parser refuses it before launch), or None."""
+    from harness.config.vllm_args import human_readable_int  # noqa: PLC0415 - beside hits_of's first use
+
+    raw = _server_value(cfg, v, dest)
+    if raw is None:
+        return None
+    try:
+        return human_readable_int(raw)
+    except ValueError:
+        return raw
+
+
 def check_shapes(cfg: ModelConfig, lines: dict[KeyPath, int] | None = None) -> None:
     """Refuse a traffic shape that cannot be what it says.
 
@@ -210,8 +225,8 @@ def check_shapes(cfg: ModelConfig, lines: dict[KeyPath, int] | None = None) -> N
                               f"{list(t.shape.speculative_tokens)}")
             if t.shape.chunk_size is None:
                 continue
-            found = _server_value(cfg, v, "max_num_batched_tokens")
-            if found != str(t.shape.chunk_size):
+            found = _server_count(cfg, v, "max_num_batched_tokens")
+            if found != t.shape.chunk_size:
                 _refuse_shape(cfg, lines, key, f"task {tname}: shape chunk_size {t.shape.chunk_size} but variant "
                               f"{vname}'s server sets --max-num-batched-tokens {found or '(not set)'}")
 
@@ -223,7 +238,7 @@ def _check_pressure(cfg: ModelConfig, lines: dict[KeyPath, int], tname: str, key
     if cfg.max_concurrency < shape.prompts:
         _refuse_shape(cfg, lines, key, f"task {tname}: cache_pressure sends {shape.prompts} prompts all at once but "
                 f"max_concurrency is {cfg.max_concurrency}")
-    values = {vname: _server_value(cfg, v, PRESSURE_SETTING) for vname, v in cfg.variants.items()}
+    values = {vname: _server_count(cfg, v, PRESSURE_SETTING) for vname, v in cfg.variants.items()}
     unset = sorted(n for n, x in values.items() if x is None)
     if unset:
         _refuse_shape(cfg, lines, key, f"task {tname}: cache_pressure needs a small KV cache, but variant(s) "

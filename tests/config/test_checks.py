@@ -155,6 +155,10 @@ def test_a_shape_whose_edges_are_the_engines_loads(tmp_path):
     assert cfg.tasks["edges"].shape.edges() == {"spec_k2": 3, "spec_k4": 5, "chunk": 64}
     # vLLM's parser's other spelling of the same destination counts too
     load_config(_shaped(tmp_path, chunk="64", args="'--max-num-batched-tokens=64'"))
+    # and so does another spelling of the same number: vLLM reads this flag with its
+    # human_readable_int, so 1K is 1024 and 01024 is 1024 (1k is 1000: refused below)
+    for value in ("1K", "01024"):
+        load_config(_shaped(tmp_path, chunk="1024", args=f"'--max-num-batched-tokens {value}'"))
 
 
 @pytest.mark.parametrize("ks, chunk, args, why", [
@@ -162,6 +166,7 @@ def test_a_shape_whose_edges_are_the_engines_loads(tmp_path):
                           "speculative_tokens [4]"),
     ("[2]", "64", "''", "shape chunk_size 64 but variant reference's server sets --max-num-batched-tokens (not set)"),
     ("[2]", "64", "'--max-num-batched-tokens 128'", "--max-num-batched-tokens 128"),
+    ("[2]", "1024", "'--max-num-batched-tokens 1k'", "--max-num-batched-tokens 1000"),
 ])
 def test_a_shape_whose_edges_are_not_the_engines_is_refused(tmp_path, ks, chunk, args, why):
     p = _shaped(tmp_path, ks=ks, chunk=chunk, args=args)

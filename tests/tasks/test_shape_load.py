@@ -227,6 +227,8 @@ def _load(tmp_path, server_args="--num-gpu-blocks-override 20", conc=8, spec_arg
 def test_a_pressure_config_with_one_small_cache_for_every_variant_loads(tmp_path):
     cfg = _load(tmp_path, server_args="--dtype bfloat16 --num-gpu-blocks-override=20")
     assert cfg.tasks["load"].shape.kind == "cache_pressure"
+    # the same number spelled otherwise by one variant is the same small cache (vLLM reads an int)
+    _load(tmp_path, spec_args="server_args: --num-gpu-blocks-override 020")
 
 
 @pytest.mark.parametrize("kw, why", [
