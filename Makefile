@@ -60,8 +60,16 @@ figures-repeat: install
 	$(PY) -m harness.report.figures --write docs/FAULTS.md \
 	  $(foreach i,1 2 3 4 5,--repeat-run $(RESULTS)/fig-$(FIG_ID)-repeat-$(i))
 
+# test: the whole suite but `slow`, in two runs: the tests that start no vLLM server on
+# JOBS pytest-xdist workers (they mostly wait on fake-server subprocesses), then the ones
+# marked `engine` or `install` in one process (one real vLLM server at a time on 2 cores).
+# Both runs always go; the target fails when either failed (exit 5, "no tests selected"
+# by ARGS such as -k, is not a failure).
 test: install
-	$(PY) -m pytest $(ARGS)
+	@rc=0; \
+	$(PY) -m pytest -m "not engine and not install" -n $(JOBS) $(ARGS) || { r=$$?; [ $$r -eq 5 ] || rc=$$r; }; \
+	$(PY) -m pytest -m "engine or install" $(ARGS) || { r=$$?; [ $$r -eq 5 ] || rc=$$r; }; \
+	exit $$rc
 
 # test-fast: no real vLLM server and no fresh installs from the package index, on JOBS
 # pytest-xdist workers (JOBS=0: one process). Measured on 2 shared, loaded cores:
