@@ -63,12 +63,13 @@ figures-repeat: install
 # test: the whole suite but `slow`, in two runs: the tests that start no vLLM server on
 # JOBS pytest-xdist workers (they mostly wait on fake-server subprocesses), then the ones
 # marked `engine` or `install` in one process (one real vLLM server at a time on 2 cores).
-# Both runs always go; the target fails when either failed (exit 5, "no tests selected"
-# by ARGS such as -k, is not a failure).
+# The parts are chosen by EVALRUN_TEST_PART (tests/conftest.py), so a -m in ARGS narrows
+# each part. Both runs always go; the target fails when either failed (exit 5, "no tests
+# selected" by ARGS such as -k, is not a failure).
 test: install
 	@rc=0; \
-	$(PY) -m pytest -m "not engine and not install" -n $(JOBS) $(ARGS) || { r=$$?; [ $$r -eq 5 ] || rc=$$r; }; \
-	$(PY) -m pytest -m "engine or install" $(ARGS) || { r=$$?; [ $$r -eq 5 ] || rc=$$r; }; \
+	EVALRUN_TEST_PART=fast $(PY) -m pytest -n $(JOBS) $(ARGS) || { r=$$?; [ $$r -eq 5 ] || rc=$$r; }; \
+	EVALRUN_TEST_PART=engine $(PY) -m pytest $(ARGS) || { r=$$?; [ $$r -eq 5 ] || rc=$$r; }; \
 	exit $$rc
 
 # test-fast: no real vLLM server and no fresh installs from the package index, on JOBS
@@ -77,7 +78,7 @@ test: install
 JOBS      ?= 2
 
 test-fast: install
-	$(PY) -m pytest -m "not engine and not install" -n $(JOBS) $(ARGS)
+	EVALRUN_TEST_PART=fast $(PY) -m pytest -n $(JOBS) $(ARGS)
 
 # two fresh venvs in a temporary folder (about 6 minutes here: 45 s + 2.5 min of pip, 3 min of run)
 fresh-installs:

@@ -63,10 +63,36 @@ def vllm_available() -> bool:
     return True
 
 
+#: ``EVALRUN_TEST_PART``: ``fast`` keeps the tests marked neither ``engine`` nor
+#: ``install``, ``engine`` keeps the others; unset keeps all. ``make test`` runs the two
+#: parts one after the other (the fast one on xdist workers), ``make test-fast`` the first.
+#: An environment variable, not ``-m``, so a ``-m`` in ``ARGS`` narrows each part instead
+#: of replacing the split (``ARGS="-m slow"`` would otherwise run the slow test twice).
+TEST_PART_ENV = "EVALRUN_TEST_PART"
+
+
+def _select_part(config, items) -> None:
+    part = os.environ.get(TEST_PART_ENV, "")
+    if not part:
+        return
+    if part not in ("fast", "engine"):
+        raise pytest.UsageError(f"{TEST_PART_ENV}={part!r}: expected 'fast' or 'engine' (or unset)")
+    keep, drop = [], []
+    for item in items:
+        # markers, as -m reads them (item.keywords also holds folder names: tests/engine/)
+        heavy = any(item.get_closest_marker(m) for m in ("engine", "install"))
+        (keep if heavy == (part == "engine") else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``slow`` (retraining the tiny model, 10 to 20 minutes on 2 cores) run
-    only when asked for: ``-m slow`` (or an expression naming ``slow`` positively) or
+    """Keep the part ``EVALRUN_TEST_PART`` names (:data:`TEST_PART_ENV`). Tests marked
+    ``slow`` (retraining the tiny model, 10 to 20 minutes on 2 cores) run only when asked
+    for: ``-m slow`` (or an expression naming ``slow`` positively) or
     ``EVALRUN_RUN_SLOW=1``. ``make test`` (CI) leaves them out."""
+    _select_part(config, items)
     expr = config.getoption("-m") or ""
     wanted = os.environ.get("EVALRUN_RUN_SLOW") == "1" or ("slow" in expr and "not slow" not in expr)
     if wanted:
