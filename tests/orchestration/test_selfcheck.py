@@ -8,10 +8,6 @@ constructed records.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -19,9 +15,7 @@ from tests.record_factory import typed
 
 from harness.selfcheck import judge_selfcheck
 
-from ..conftest import require_vllm
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 def gate(variant, kind, verdict, baseline=None, task="t"):
@@ -129,13 +123,8 @@ def test_variants_not_in_the_record_are_not_judged():
 
 
 @pytest.mark.engine
-def test_selfcheck_on_real_engine(tmp_path):
-    require_vllm()
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "selfcheck", "--results-dir", str(tmp_path), "--run-id", "sc", "--json"],
-        cwd=REPO, capture_output=True, text=True, timeout=3000, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    run_dir = tmp_path / "sc"
+def test_selfcheck_on_real_engine(selfcheck_run):
+    proc, run_dir = selfcheck_run
     assert (run_dir / "run.json").is_file(), proc.stderr[-5000:]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     checks = json.loads(proc.stdout)
