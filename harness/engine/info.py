@@ -103,7 +103,9 @@ def read_engine_facts(info: dict, version: str | None, where: str) -> EngineFact
     checks = (("scheduler_config.async_scheduling", sched.get("async_scheduling"), bool),
               ("model_config.max_model_len", model.get("max_model_len"), int),
               ("speculative_config.num_speculative_tokens", (spec or {}).get("num_speculative_tokens"), int),
-              ("speculative_config.method", (spec or {}).get("method"), str))
+              ("speculative_config.method", (spec or {}).get("method"), str),
+              ("scheduler_config.max_num_batched_tokens", sched.get("max_num_batched_tokens"), int),
+              ("cache_config.num_gpu_blocks", (cfg.get("cache_config") or {}).get("num_gpu_blocks"), int))
     for key, value, kind in checks:
         if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
             raise EngineInfoError(f"{where}: /server_info vllm_config.{key} is not {kind.__name__} "
@@ -129,6 +131,8 @@ def read_engine_facts(info: dict, version: str | None, where: str) -> EngineFact
             enable_prefix_caching=cache.get("enable_prefix_caching"),
             mamba_cache_mode=cache.get("mamba_cache_mode"),
             block_size=cache.get("block_size"),
+            max_num_batched_tokens=sched.get("max_num_batched_tokens"),
+            num_gpu_blocks=cache.get("num_gpu_blocks"),
         )
     except ValidationError as e:  # a field of another type than vLLM's
         err = e.errors()[0]

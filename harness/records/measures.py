@@ -112,6 +112,12 @@ class EngineFactsRecord(Measure):
             sets ``align`` for a Mamba/GDN hybrid when prefix caching is on), where reported.
         block_size: ``cache_config.block_size`` in tokens: the KV-cache block after the
             engine core's hybrid alignment (the front end copies it back at start-up).
+        max_num_batched_tokens: ``scheduler_config.max_num_batched_tokens``: the tokens
+            one engine step schedules, so the prefill chunk of a longer prompt.
+        num_gpu_blocks: ``cache_config.num_gpu_blocks``: the KV-cache blocks the engine
+            cores allocated (summed over data-parallel engines; vLLM's
+            ``core_client.py`` copies it back at start-up), ``--num-gpu-blocks-override``
+            where set.
     """
 
     vllm_version: str | None = None
@@ -124,6 +130,8 @@ class EngineFactsRecord(Measure):
     enable_prefix_caching: bool | None = None
     mamba_cache_mode: str | None = None
     block_size: int | None = None
+    max_num_batched_tokens: int | None = None
+    num_gpu_blocks: int | None = None
 
 
 class EffectivenessRecord(Measure):

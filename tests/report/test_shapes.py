@@ -12,12 +12,12 @@ def _mm(qid: str, at: int) -> dict:
             "baseline_tokens": 4, "candidate_tokens": 4}
 
 
-def _record(problems=()):
+def _record(problems=(), not_run=None, notes=()):
     proof = {"shape": "prompt_edges", "edges": {"spec_k2": 3}, "prompt_lengths": {"2": 2, "3": 2},
              "prompt_tokens_sent": 10, "places": {"spec_k2/off-1": 2, "spec_k2/off+0": 2},
              "counters": {"prompt_tokens": 10, "generation_tokens": 12, "preemptions": 0,
                           "prefix_cache_queries": 0, "prefix_cache_hits": 0},
-             "problems": list(problems)}
+             "problems": list(problems), "not_run": not_run, "notes": list(notes)}
     task = {"scored": {"flexible-numeric": 4}, "shape": proof}
     return typed({"configs": [{
         "name": "c",
@@ -33,12 +33,19 @@ def test_the_section_names_each_place_with_what_diverged_there():
     assert "prompt_edges (spec_k2 = 3 tokens)" in sec
     assert "| reference -> spec | spec_k2/off-1 | 0/2 | - |" in sec
     assert "| reference -> spec | spec_k2/off+0 | 1/2 | edges/spec_k2/off+0/len3/1 @2 - |" in sec
-    assert "| spec | yes | 10 | 10 | 12 | 0 | 0/0 | - | - |" in sec
+    assert "| spec | yes | 10 | 10 | 12 | 0 | 0/0 | - | - | - |" in sec
 
 
 def test_an_unproven_shape_says_why():
     md = render_markdown(_record(problems=["vllm:generation_tokens did not grow: nothing was generated"]), "/x")
     assert "| spec | **NO** | 10 | 10 | 12 | 0 | 0/0 | - | vllm:generation_tokens did not grow" in md
+
+
+def test_a_shape_that_cannot_happen_is_not_run_with_its_reason_and_the_notes_are_shown():
+    why = "prefix caching is off on c/spec: enable_prefix_caching false in /server_info"
+    md = render_markdown(_record(problems=["vllm:prefix_cache_hits grew by 0 < 512"], not_run=why,
+                                 notes=["warm outputs equal cold outputs on 2/2 prompts"]), "/x")
+    assert f"| spec | NOT RUN | 10 | 10 | 12 | 0 | 0/0 | - | not run: {why} | warm outputs equal cold" in md
 
 
 def test_no_section_without_a_shape():

@@ -17,7 +17,7 @@ from harness.config.loader import load_config
 from harness.config.schema import ConfigError, ShapeSpec, TaskSpec
 from harness.models.training import SHIPPED_DIR
 from harness.records.completions import Completion
-from harness.records.measures import EngineCountersRecord
+from harness.records.measures import EngineCountersRecord, EngineFactsRecord
 from harness.records.task_outcome import TaskOutcome
 from harness.tasks import prepare_task, task_size
 from harness.tasks.base import SentTask, TaskContext
@@ -153,6 +153,9 @@ class FakeSession:
         k = EngineCountersRecord(prompt_tokens=sum(len(r.prompt_token_ids) for r in requests), generation_tokens=5,
                                  preemptions=1)
         return TaskOutcome(comps, None, None, None, 0.1, engine_counters=k, peak_in_flight=min(width, len(requests)))
+
+    def engine_facts(self):
+        return EngineFactsRecord(block_size=256, max_num_batched_tokens=2048)
 
     def measured(self, work):
         result = work()

