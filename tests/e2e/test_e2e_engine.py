@@ -310,3 +310,41 @@ def test_gates_and_summary_written(cpu_run):
         assert {"id", "observed", "limit", "passed", "detail"} <= set(g)
     md = (run_dir / "summary.md").read_text()
     assert "## Gates" in md and "## Scores" in md
+
+
+#: Prompt tokens each shape task of configs/tiny-qwen3next-mtp-cpu-shapes.yaml sends, worked
+#: out here from the config's numbers: edges at 3 (num_speculative_tokens + 1) and 256 (the
+#: block) with offsets -1, 0, +1; chunk edges at 3 and 1024 with offsets 0, 2, 300; two
+#: prompts per length; pressure 8 x 510; sweep 8 x 300 in each of two passes.
+SHAPE_TOKENS = {
+    "edges": 2 * sum(e + o for e in (3, 256) for o in (-1, 0, 1)),
+    "chunk": 2 * sum(e + o for e in (3, 1024) for o in (0, 2, 300)),
+    "pressure": 8 * 510,
+    "sweep": 2 * 8 * 300,
+}
+
+
+def test_the_lists_traffic_shapes_happened_on_every_variant_and_outputs_match(cpu_run):
+    # the CPU list's shapes config: each shape proven by the engine's own counters and
+    # settings, on every variant alike, with greedy output match against the reference
+    _, rec, _ = cpu_run
+    c = next(c for c in rec["configs"] if c["name"] == "tiny-qwen3next-mtp-cpu-shapes")
+    assert set(c["variants"]) == {"reference", "spec_sync", "spec_async"}
+    for name, v in c["variants"].items():
+        e = v["engine"]
+        assert (e["block_size"], e["max_num_batched_tokens"], e["num_gpu_blocks"]) == (256, 1024, 24), (name, e)
+        for task, want in SHAPE_TOKENS.items():
+            t = v["tasks"][task]
+            k = t["engine_counters"]
+            assert t["shape"]["prompt_tokens_sent"] == want and k["prompt_tokens"] >= want, (name, task, k)
+            assert k["generation_tokens"] > 0 and t["error_count"] == 0, (name, task)
+        assert v["tasks"]["pressure"]["engine_counters"]["preemptions"] > 0, name  # the small KV cache preempted
+        peak = v["tasks"]["sweep"]["shape"]["peak_in_flight"]
+        assert peak == {"c1": 1, "c8": 8}, (name, peak)
+    gates = {g["id"]: g for g in c["gates"]}
+    for task in SHAPE_TOKENS:
+        for name in c["variants"]:
+            assert gates[f"{c['name']}/{name}/{task}/shape_proven"]["verdict"] == "PASS"
+        for cand in ("spec_sync", "spec_async"):
+            g = gates[f"{c['name']}/reference->{cand}/{task}/min_output_match"]
+            assert g["verdict"] == "PASS", g["detail"]
