@@ -72,6 +72,9 @@ def test_h200_configs_plan_the_shapes_that_apply_on_a_gpu(path):
         max_len = int(shlex.split(raw["server_args"])[shlex.split(raw["server_args"]).index("--max-model-len") + 1])
         assert p.prompt_tokens + c.tasks["prefix"].max_tokens <= max_len
         assert task_size(c.tasks["prefix"]) == 2 * p.prompts
+    sweep = c.tasks["sweep"].shape  # no server setting of its own: applies on every GPU config
+    assert sweep.kind == "concurrency_sweep" and sweep.concurrency == [1, 64] and task_size(c.tasks["sweep"]) == 128
+    assert sweep.prompt_tokens + max(sweep.output_tokens) <= 4096  # --max-model-len of every H200 config
 
 
 @pytest.mark.parametrize("path", H200, ids=lambda p: p.stem)
