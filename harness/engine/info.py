@@ -105,6 +105,7 @@ def read_engine_facts(info: dict, version: str | None, where: str) -> EngineFact
               ("speculative_config.num_speculative_tokens", (spec or {}).get("num_speculative_tokens"), int),
               ("speculative_config.method", (spec or {}).get("method"), str),
               ("scheduler_config.max_num_batched_tokens", sched.get("max_num_batched_tokens"), int),
+              ("scheduler_config.max_num_seqs", sched.get("max_num_seqs"), int),
               ("cache_config.num_gpu_blocks", (cfg.get("cache_config") or {}).get("num_gpu_blocks"), int))
     for key, value, kind in checks:
         if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
@@ -133,6 +134,7 @@ def read_engine_facts(info: dict, version: str | None, where: str) -> EngineFact
             block_size=cache.get("block_size"),
             max_num_batched_tokens=sched.get("max_num_batched_tokens"),
             num_gpu_blocks=cache.get("num_gpu_blocks"),
+            max_num_seqs=sched.get("max_num_seqs"),
         )
     except ValidationError as e:  # a field of another type than vLLM's
         err = e.errors()[0]

@@ -114,6 +114,8 @@ class EngineFactsRecord(Measure):
             engine core's hybrid alignment (the front end copies it back at start-up).
         max_num_batched_tokens: ``scheduler_config.max_num_batched_tokens``: the tokens
             one engine step schedules, so the prefill chunk of a longer prompt.
+        max_num_seqs: ``scheduler_config.max_num_seqs``: the most requests one engine
+            step runs.
         num_gpu_blocks: ``cache_config.num_gpu_blocks``: the KV-cache blocks the engine
             cores allocated (summed over data-parallel engines; vLLM's
             ``core_client.py`` copies it back at start-up), ``--num-gpu-blocks-override``
@@ -132,6 +134,7 @@ class EngineFactsRecord(Measure):
     block_size: int | None = None
     max_num_batched_tokens: int | None = None
     num_gpu_blocks: int | None = None
+    max_num_seqs: int | None = None
 
 
 class EffectivenessRecord(Measure):

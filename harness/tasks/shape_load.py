@@ -24,7 +24,9 @@ prefilled again, so more is fine), ``vllm:generation_tokens`` grew, the client h
 (e.g. ``[1, 8]``: one at a time, then the engine's saturation), each pass at most ``N`` in
 flight. The sweep's own concurrency wins over the variant's ``max_concurrency`` (each pass
 hands its ``N`` to :func:`harness.tasks.shapes.send_passes`), since the concurrency *is*
-the shape; ``--max-num-seqs`` still caps what the engine runs at once. Question ids name
+the shape; ``--max-num-seqs`` still caps what the engine runs at once, so a pass wider
+than ``scheduler_config.max_num_seqs`` of ``/server_info`` is not proven
+(:func:`engine_width_problems`; the same for pressure). Question ids name
 the pass and the budget: ``{task}/c{N}/out{m}/{j}``. Proof (:func:`sweep_proof`): every
 pass's peak in flight (the client's own count) equals ``min(N, prompts)``, generation
 tokens grew in every pass, prompt tokens cover what was sent, no request failed. Outputs
@@ -40,7 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from harness.config.schema import ShapeSpec, TaskSpec
-from harness.records.measures import EngineCountersRecord
+from harness.records.measures import EngineCountersRecord, EngineFactsRecord
 from harness.records.shape_proof import ShapeProofRecord
 from harness.records.task_outcome import TaskOutcome
 from harness.tasks.base import PreparedTask, SentTask, TaskContext, TaskSession
@@ -223,12 +225,32 @@ def _judge(plan: LoadPlan):
     return pressure_proof if plan.spec.kind == "cache_pressure" else sweep_proof
 
 
+def engine_width_problems(plan: LoadPlan, facts: EngineFactsRecord | None) -> list[str]:
+    """A pass whose requests in flight the engine cannot run at once: its width (``prompts``
+    for pressure, ``min(N, prompts)`` for a sweep pass) above ``scheduler_config.max_num_seqs``
+    of ``/server_info``; the client's peak in flight then overstates the engine's batch.
+    Not checked when the engine does not report it."""
+    cap = facts.max_num_seqs if facts is not None else None
+    if cap is None:
+        return []
+    out = []
+    for p in plan.passes:
+        width = len(p.budgets) if p.concurrency is None else min(p.concurrency, len(p.budgets))
+        if width > cap:
+            out.append(f"pass {p.name}: {width} requests in flight but the engine runs at most {cap} at once "
+                       "(scheduler_config.max_num_seqs of /server_info)")
+    return out
+
+
 def proof(pt: PreparedTask, sent: SentTask) -> ShapeProofRecord:
-    """The kind's proof over each pass :func:`send` sent (``sent.passes``); a task not sent
-    in passes has none, and its proof fails closed."""
+    """The kind's proof over each pass :func:`send` sent (``sent.passes``), plus
+    :func:`engine_width_problems`; a task not sent in passes has none, and its proof fails
+    closed."""
     plan: LoadPlan = pt.shape
-    return _judge(plan)(plan, sent.outcome.engine_counters, sent.outcome.engine_counters_error,
+    made = _judge(plan)(plan, sent.outcome.engine_counters, sent.outcome.engine_counters_error,
                         getattr(sent, "passes", ()), sent.failed_requests)
+    extra = engine_width_problems(plan, getattr(sent, "facts", None))
+    return made.model_copy(update={"problems": made.problems + tuple(extra)}) if extra else made
 
 
 def planned_size(shape: ShapeSpec) -> int:

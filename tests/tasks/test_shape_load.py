@@ -22,7 +22,7 @@ from harness.records.task_outcome import TaskOutcome
 from harness.tasks import prepare_task, task_size
 from harness.tasks.base import SentTask, TaskContext
 from harness.tasks.shape_load import LoadPass, LoadPlan, plan_passes, pressure_proof, proof, send, sweep_proof
-from harness.tasks.shapes import place_of
+from harness.tasks.shapes import ShapeSent, place_of
 
 TOKENIZER_DIR = SHIPPED_DIR / "tiny-qwen3next-mtp-arith"
 
@@ -128,6 +128,27 @@ def test_sweep_is_proven_when_every_pass_reached_min_of_n_and_prompts():
 def test_sweep_fails_closed_with_the_reason(each, failed, why):
     p = sweep_proof(SWEEP, BOTH, None, each, failed)
     assert any(why in x for x in p.problems), p.problems
+
+
+@pytest.mark.parametrize("cap, why", [
+    (2, "pass c8: 3 requests in flight but the engine runs at most 2 at once (scheduler_config.max_num_seqs"),
+    (3, None),      # min(8, 3 prompts) = 3 fit
+    (None, None),   # not reported: not checked
+])
+def test_a_pass_wider_than_the_engines_max_num_seqs_is_not_proven(cap, why):
+    pt = prepare_task("s", _task(kind="concurrency_sweep", prompt_tokens=50, prompts=3, concurrency=[1, 8]), None)
+    sent = ShapeSent(_outcome(3, BOTH), 0, passes=(_outcome(1, PASS), _outcome(3, PASS)),
+                     facts=EngineFactsRecord(max_num_seqs=cap))
+    problems = proof(pt, sent).problems
+    assert problems == (() if why is None else (problems[0],)) and (why is None or problems[0].startswith(why))
+
+
+def test_pressure_wider_than_the_engines_max_num_seqs_is_not_proven():
+    pt = prepare_task("p", _task(kind="cache_pressure", prompt_tokens=50, prompts=4), None)
+    good = EngineCountersRecord(prompt_tokens=200, generation_tokens=8, preemptions=1)
+    sent = ShapeSent(_outcome(4, good), 0, passes=(_outcome(4, good),), facts=EngineFactsRecord(max_num_seqs=3))
+    assert proof(pt, sent).problems == ("pass pressure: 4 requests in flight but the engine runs at most 3 at once "
+                                        "(scheduler_config.max_num_seqs of /server_info)",)
 
 
 def test_a_task_not_sent_in_passes_has_no_proof():
