@@ -63,7 +63,8 @@ figures-repeat: install
 # test: the whole suite but `slow`, in two pytest runs side by side: the tests that start no
 # vLLM server on JOBS pytest-xdist workers (they mostly wait on fake-server subprocesses),
 # its output in FAST_LOG and printed when it ends, beside the ones marked `engine` or
-# `install` in one process (one real vLLM server at a time). Both leave most of 2 cores
+# `install` in one process (one real vLLM server at a time; its output also in ENGINE_LOG,
+# whose summary is repeated last, so a CI log's tail shows both parts' failures). Both leave most of 2 cores
 # idle (the engine part used 0.7 of a core on average: 20.5 min of CPU in 32.5 min), so
 # side by side costs about the engine part's time. The parts are chosen by EVALRUN_TEST_PART
 # (tests/conftest.py), so a -m in ARGS narrows each part. The target fails when either
@@ -71,13 +72,16 @@ figures-repeat: install
 # background command with SIGINT and SIGQUIT ignored (POSIX, without job control); `env
 # --default-signal` gives the fast part their defaults back, as its signal tests need.
 FAST_LOG  ?= test-fast.log
+ENGINE_LOG ?= test-engine.log
 
 test: install
 	@echo "make test: the fast part runs beside the engine part, its output in $(FAST_LOG) (printed when both ended)"; \
 	env --default-signal=INT,QUIT EVALRUN_TEST_PART=fast $(PY) -m pytest -n $(JOBS) $(ARGS) > $(FAST_LOG) 2>&1 & fast=$$!; \
-	EVALRUN_TEST_PART=engine $(PY) -m pytest $(ARGS); er=$$?; \
-	wait $$fast; fr=$$?; \
+	{ EVALRUN_TEST_PART=engine $(PY) -m pytest $(ARGS); echo $$? > $(ENGINE_LOG).rc; } 2>&1 | tee $(ENGINE_LOG); \
+	er=$$(cat $(ENGINE_LOG).rc); wait $$fast; fr=$$?; \
 	echo "================ the fast part ($(FAST_LOG))"; cat $(FAST_LOG); \
+	echo "================ the engine part's summary (whole output above and in $(ENGINE_LOG))"; \
+	sed -n '/short test summary info/,$$p' $(ENGINE_LOG); \
 	echo "make test: fast part exit $$fr, engine part exit $$er (5: no test selected, not a failure)"; \
 	for r in $$fr $$er; do [ $$r -eq 0 ] || [ $$r -eq 5 ] || exit 1; done
 
