@@ -77,8 +77,9 @@ ENGINE_LOG ?= test-engine.log
 test: install
 	@echo "make test: the fast part runs beside the engine part, its output in $(FAST_LOG) (printed when both ended)"; \
 	env --default-signal=INT,QUIT EVALRUN_TEST_PART=fast $(PY) -m pytest -n $(JOBS) $(ARGS) > $(FAST_LOG) 2>&1 & fast=$$!; \
+	rm -f $(ENGINE_LOG).rc; \
 	{ EVALRUN_TEST_PART=engine $(PY) -m pytest $(ARGS); echo $$? > $(ENGINE_LOG).rc; } 2>&1 | tee $(ENGINE_LOG); \
-	er=$$(cat $(ENGINE_LOG).rc); wait $$fast; fr=$$?; \
+	er=$$(cat $(ENGINE_LOG).rc 2>/dev/null || echo 1); wait $$fast; fr=$$?; \
 	echo "================ the fast part ($(FAST_LOG))"; cat $(FAST_LOG); \
 	echo "================ the engine part's summary (whole output above and in $(ENGINE_LOG))"; \
 	sed -n '/short test summary info/,$$p' $(ENGINE_LOG); \
