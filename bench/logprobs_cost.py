@@ -39,8 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     from harness.config.loader import load_config
     from harness.config.plan import build_plan
     from harness.engine.session import VariantSession
-    from harness.report.progress import Progress
     from harness.models.resolve import resolve_model
+    from harness.report.progress import Progress
     from harness.tasks import prepare_task
 
     cfg = load_config(Path(a.config))

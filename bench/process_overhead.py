@@ -203,7 +203,7 @@ def main() -> None:
                 run_evalrun(tmp, cfg, wrapper, data_dir, 900, env,
                             [sys.executable, "-m", "cProfile", "-o", str(a.profile / "evalrun.prof")],
                             cache=not a.no_preflight_cache)
-                r = subprocess.run([sys.executable, "-X", "importtime", "-c", "import harness.cli, harness.runner"],
+                r = subprocess.run([sys.executable, "-X", "importtime", "-c", "import harness.cli, harness.run.runner"],
                                    cwd=REPO, env=env, capture_output=True, text=True, check=False)
                 (a.profile / "importtime.txt").write_text(r.stderr)
         finally:

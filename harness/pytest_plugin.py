@@ -145,7 +145,7 @@ def expected_reason(record: RunRecord, verdict: str) -> str:
 
 
 def run_config(path: Path, config: pytest.Config) -> tuple[RunRecord, Path]:
-    """Run one config through :func:`harness.runner.run` with the plugin's options.
+    """Run one config through :func:`harness.run.runner.run` with the plugin's options.
 
     Returns:
         (the run record, the run folder).
@@ -154,8 +154,8 @@ def run_config(path: Path, config: pytest.Config) -> tuple[RunRecord, Path]:
     from harness.config.model_list import PROJECT_ROOT, resolve_list_path
     from harness.config.plan import build_plan
     from harness.records.provenance import new_run_id
-    from harness.run_context import RunOptions
-    from harness.runner import run
+    from harness.run.context import RunOptions
+    from harness.run.runner import run
 
     opt = config.getoption
     plan = build_plan([load_config(path)], python=opt("--evalrun-python"),

@@ -134,9 +134,9 @@ and commit ``FAKE_BUILD_COMMIT`` (none), evalrun's plugin not registered.
 
 import hashlib
 import json
+import math
 import os
 import random
-import math
 import sys
 import threading
 import time

@@ -21,10 +21,7 @@ STAGES = {
     "__init__": 0, "faults": 0,
     "config": 1, "records": 2, "tasks": 3, "models": 4, "engine": 5,
     "analysis": 6, "report": 7,
-    "runner": 8, "selfcheck": 8, "calibrate": 8, "cli": 8, "doctor": 8, "merge": 8, "bisect": 8,
-    "pytest_plugin": 8, "test_gsm8k_correctness": 8,
-    "run_context": 8, "run_outcome": 8, "config_steps": 8, "variant_steps": 8, "resume": 8,
-    "sampled_steps": 8,
+    "run": 8, "api": 9, "cli": 10, "pytest_plugin": 10, "test_gsm8k_correctness": 10,
 }
 
 
@@ -143,7 +140,8 @@ def test_the_walker_reads_the_whole_package():
     assert (PKG / "__init__.py").is_file(), f"{PKG}: the package is not where the walker looks"
     files = [os.path.join(d, f) for d, _, fs in os.walk(PKG) for f in fs if f.endswith(".py")]
     assert len(files) == len(GRAPH) and len(files) > 30, (len(files), len(GRAPH))
-    assert {"harness.runner", "harness.config.loader", "harness.faults.plugin", "harness.report.summary"} <= set(GRAPH)
+    assert {"harness.run.runner", "harness.config.loader", "harness.faults.plugin",
+            "harness.report.summary"} <= set(GRAPH)
 
 
 #: test folders that are not a part of the package: the orchestration modules' tests, and

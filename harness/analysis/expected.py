@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 from harness.config.expected import declaration_for
 from harness.config.schema import ModelConfig
-from harness.records.provenance import EngineBuild
 from harness.records.expected import ExpectedFailureRecord
+from harness.records.provenance import EngineBuild
 from harness.records.run_record import GateResult
 
 __all__ = ["mark_expected"]

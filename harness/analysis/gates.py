@@ -25,7 +25,11 @@ from harness.analysis.stats import floor_margin, paired_comparison, two_proporti
 from harness.config import gates as G
 from harness.records.baselines import BaselineTask
 from harness.records.measures import (
-    AnswerAgreementRecord, DivergenceReportRecord, NoiseRecord, OutputMatchRecord, SpecDecodeRecord,
+    AnswerAgreementRecord,
+    DivergenceReportRecord,
+    NoiseRecord,
+    OutputMatchRecord,
+    SpecDecodeRecord,
 )
 from harness.records.run_record import GateResult
 from harness.records.samples import Sample

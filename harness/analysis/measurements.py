@@ -21,18 +21,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
-from harness.records.measures import DivergenceReportRecord, SampledRecord
-from harness.records.shape_proof import ShapeProofRecord
-from harness.records.completions import TargetScore
-from harness.records.measures import NoiseRecord
-from harness.records.measures import AnswerAgreementRecord, OutputMatchRecord
 from harness.analysis.scoring import TaskScore, correctness
-from harness.records.measures import PairedRecord
 from harness.analysis.stats import paired_comparison
-from harness.records.measures import EffectivenessRecord, ModelRunnerRecord
-from harness.records.measures import SpecDecodeRecord
 from harness.records.baselines import BaselineDoc
+from harness.records.completions import TargetScore
+from harness.records.measures import (
+    AnswerAgreementRecord,
+    DivergenceReportRecord,
+    EffectivenessRecord,
+    ModelRunnerRecord,
+    NoiseRecord,
+    OutputMatchRecord,
+    PairedRecord,
+    SampledRecord,
+    SpecDecodeRecord,
+)
 from harness.records.samples import Sample
+from harness.records.shape_proof import ShapeProofRecord
 
 
 @dataclass

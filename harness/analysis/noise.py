@@ -7,15 +7,13 @@ per-comparison measurement :attr:`harness.analysis.measurements.ComparisonMeasur
 
 from __future__ import annotations
 
-from typing import TypeGuard
 from collections.abc import Sequence
+from typing import TypeGuard
 
-from harness.records.measures import OutputMatchRecord
 from harness.analysis.scoring import committed_divergence
 from harness.analysis.stats import mcnemar_exact
-from harness.records.measures import NoiseRecord
+from harness.records.measures import NoiseRecord, OutputMatchRecord
 from harness.records.samples import Sample
-
 
 #: The noise judgement is the record type itself (fields and meaning: :class:`NoiseRecord`).
 

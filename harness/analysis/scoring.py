@@ -18,11 +18,16 @@ from __future__ import annotations
 
 from typing import Literal, Sequence
 
+from harness.analysis.stats import wilson_interval
 from harness.records.measures import (
-    AnswerAgreementRecord, MismatchRecord, OutputMatchRecord, PastStopRecord, PipelineScore, TaskScore,
+    AnswerAgreementRecord,
+    MismatchRecord,
+    OutputMatchRecord,
+    PastStopRecord,
+    PipelineScore,
+    TaskScore,
 )
 from harness.records.samples import Sample
-from harness.analysis.stats import wilson_interval
 from harness.tasks.gsm8k import PIPELINES
 from harness.tasks.numbers import parse_number
 

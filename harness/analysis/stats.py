@@ -11,12 +11,11 @@ bisection (root finding) and ``scipy.stats.bootstrap``.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import math
-from typing import Callable, Literal, Mapping, Sequence
-
-import importlib
 from statistics import NormalDist
+from typing import Callable, Literal, Mapping, Sequence
 
 from harness.records.measures import PairedRecord
 

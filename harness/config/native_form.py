@@ -21,9 +21,9 @@ from harness.config.schema import (
     ExpectedFailureSpec,
     GateSpec,
     ModelConfig,
+    StrictModel,
     TaskSpec,
     VariantSpec,
-    StrictModel,
 )
 from harness.config.server_args import (
     doubt_warnings,

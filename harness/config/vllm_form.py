@@ -32,9 +32,9 @@ from harness.config.schema import (
     ModelConfig,
     RawValue,
     SpeculativeConfigSpec,
+    StrictModel,
     TaskSpec,
     VariantSpec,
-    StrictModel,
 )
 from harness.config.server_args import (
     doubt_warnings,

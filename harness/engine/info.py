@@ -14,7 +14,6 @@ from pydantic import ValidationError
 
 from harness.records.measures import EffectivenessRecord, EngineFactsRecord, ModelRunnerRecord
 
-
 #: A requested ``--speculative-config`` mapping as the config wrote it (JSON handed to
 #: vLLM unchanged; its keys are vLLM's ``SpeculativeConfig`` fields).
 SpeculativeConfig: TypeAlias = dict[str, Any]

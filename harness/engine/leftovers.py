@@ -36,9 +36,9 @@ from typing import TypedDict, get_args
 
 import psutil
 
+from harness.config.schema import JsonValue
 from harness.records.atomic import write_atomic
 from harness.records.run_record import LeftoverServerRecord, LeftoverVerdict
-from harness.config.schema import JsonValue
 
 __all__ = [
     "CREATE_TIME_TOLERANCE", "ProcessIdentity", "VERDICTS", "find_leftover_servers", "group_kill_command",

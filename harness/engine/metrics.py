@@ -35,8 +35,15 @@ from typing import Iterable, Mapping
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness.records.measures import (  # the counter names and MetricsError are the records' (one home)
-    ACCEPTED_PER_POS, ACCEPTED_TOKENS, DRAFT_TOKENS, DRAFTS, ENGINE_COUNTERS, EngineCountersRecord, MetricsError,
-    SpecDecodeCountersRecord, SpecDecodeRecord,
+    ACCEPTED_PER_POS,
+    ACCEPTED_TOKENS,
+    DRAFT_TOKENS,
+    DRAFTS,
+    ENGINE_COUNTERS,
+    EngineCountersRecord,
+    MetricsError,
+    SpecDecodeCountersRecord,
+    SpecDecodeRecord,
 )
 
 __all__ = [

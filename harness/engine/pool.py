@@ -38,8 +38,8 @@ from harness.config.schedule import (
     lpt_order,
     pick_devices,
 )
-from harness.engine.devices import DeviceError, available_devices, variant_need
 from harness.engine import server as _server
+from harness.engine.devices import DeviceError, available_devices, variant_need
 
 T = TypeVar("T")
 

@@ -25,9 +25,9 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+from harness.config.schema import JsonValue
 from harness.engine.preflight import ServerCommand
 from harness.records.atomic import write_atomic
-from harness.config.schema import JsonValue
 
 #: the cache file's name in the results folder.
 CACHE_NAME = ".preflight-cache.json"

@@ -17,20 +17,26 @@ from typing import TypeVar
 
 import httpx
 
-from harness.engine.client import AsyncCompletionClient, served_model
+from harness.engine.client import AsyncCompletionClient, chat_complete, served_model, target_logprobs
 from harness.engine.info import EngineInfoError, SpeculativeConfig, read_engine_facts
-from harness.records.measures import (
-    EngineCountersRecord, EngineFactsRecord, SpecDecodeCountersRecord, SpecDecodeRecord,
-)
 from harness.engine.metrics import (
-    MetricsError, counter_violations, has_spec_decode_counters, parse_engine_counters, parse_spec_decode_counters,
+    MetricsError,
+    counter_violations,
+    has_spec_decode_counters,
+    parse_engine_counters,
+    parse_spec_decode_counters,
 )
 from harness.engine.server import EngineProcesses, ServerStartError, VllmServer
 from harness.faults.plugin import FAULT_ENV, FLUSH_INTERVAL_S, REPORT_ENV
 from harness.records.completions import Completion
+from harness.records.measures import (
+    EngineCountersRecord,
+    EngineFactsRecord,
+    SpecDecodeCountersRecord,
+    SpecDecodeRecord,
+)
 from harness.records.task_outcome import TaskOutcome
 from harness.tasks.gsm8k import Request
-from harness.engine.client import chat_complete, target_logprobs
 
 #: Per-request metrics: seconds between two reads of /metrics that must agree.
 SETTLE_INTERVAL = 0.02

@@ -33,10 +33,10 @@ from typing import Final, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
-from harness.records.provenance import utc_now
-from harness.records.run_record import RunRecord, _first_error, rename_v1_pipelines
 from harness.records.bounds import Bounded
 from harness.records.measures import EngineFactsRecord, Interval, SpecDecodeRecord
+from harness.records.provenance import utc_now
+from harness.records.run_record import RunRecord, _first_error, rename_v1_pipelines
 from harness.records.samples import Sample, read_jsonl
 
 __all__ = [

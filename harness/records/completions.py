@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-
 #: Finish reasons of a request the engine finished normally: vLLM's ``FinishReason``
 #: (``vllm/v1/engine/__init__.py``) has ``stop`` (a stop string or token, or end of
 #: sequence) and ``length`` (``max_tokens`` or the model length), and also ``abort``

@@ -14,11 +14,16 @@ from collections.abc import Mapping
 from typing import Any, Final, Literal, TypedDict
 
 from pydantic import (
-    BaseModel, ConfigDict, PrivateAttr, SerializerFunctionWrapHandler, model_serializer, model_validator,
+    BaseModel,
+    ConfigDict,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
 )
 
-from harness.records.bounds import Bounded
 from harness.config.schema import JsonValue
+from harness.records.bounds import Bounded
 
 #: A two-sided interval ``[low, high]`` (fractions or tokens, as the field says).
 Interval = tuple[float, float]

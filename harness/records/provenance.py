@@ -15,8 +15,8 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from harness import __version__
-from harness.records.bounds import Bounded
 from harness.config.schema import JsonValue
+from harness.records.bounds import Bounded
 
 
 class _Model(Bounded, BaseModel):

@@ -15,10 +15,22 @@ from typing import Protocol
 from harness.config.plan import VariantPlan
 from harness.faults.plugin import exercised, read_reports
 from harness.records.measures import (
-    AnswerAgreementRecord, DivergenceReportRecord, NoiseRecord, OutputMatchRecord, PairedRecord, TaskScore,
+    AnswerAgreementRecord,
+    DivergenceReportRecord,
+    NoiseRecord,
+    OutputMatchRecord,
+    PairedRecord,
+    TaskScore,
 )
 from harness.records.run_record import (
-    ComparisonResult, ConfigResult, PluginReport, Requested, RerunRecord, ServerRecord, TaskResult, TruncatedIds,
+    ComparisonResult,
+    ConfigResult,
+    PluginReport,
+    Requested,
+    RerunRecord,
+    ServerRecord,
+    TaskResult,
+    TruncatedIds,
     VariantResult,
 )
 from harness.records.samples import Sample, sha256_file

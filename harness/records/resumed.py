@@ -12,7 +12,7 @@ __all__ = ["ResumedRecord"]
 
 class ResumedRecord(Bounded, BaseModel):
     """What a run resumed with ``--resume RUN_DIR`` took from the earlier attempt in the
-    same folder (:mod:`harness.resume`).
+    same folder (:mod:`harness.run.resume`).
 
     Attributes:
         from_run_id: the earlier attempt's run id (the folder's name, as this run's).

@@ -32,26 +32,34 @@ the first bad field.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, computed_field, model_validator
 
-from harness.config.schema import ConfigWarning
-from harness.records.resumed import ResumedRecord
-from harness.records.shape_proof import ShapeProofRecord
-from harness.records.scoring import ScoringRecord
+from harness.config.schema import ConfigWarning, JsonValue
 from harness.records.bounds import Bounded
 from harness.records.expected import VERDICTS, ExpectedFailureRecord  # noqa: F401 - re-exported
 from harness.records.measures import (
-    AnswerAgreementRecord, DivergenceReportRecord, EffectivenessRecord, EngineCountersRecord, EngineFactsRecord,
-    Interval, ModelRunnerRecord, NoiseRecord, OutputMatchRecord, PairedRecord,
-    SpecDecodeCountersRecord, SpecDecodeRecord,
+    AnswerAgreementRecord,
+    DivergenceReportRecord,
+    EffectivenessRecord,
+    EngineCountersRecord,
+    EngineFactsRecord,
+    Interval,
+    ModelRunnerRecord,
+    NoiseRecord,
+    OutputMatchRecord,
+    PairedRecord,
+    SpecDecodeCountersRecord,
+    SpecDecodeRecord,
 )
 from harness.records.provenance import EngineBuild, Provenance
+from harness.records.resumed import ResumedRecord
+from harness.records.scoring import ScoringRecord
+from harness.records.shape_proof import ShapeProofRecord
 from harness.records.shards import MergedShard, ShardInfo
-from harness.config.schema import JsonValue
 from harness.records.text import clean_json
 
 SCHEMA_VERSION = 2

@@ -13,7 +13,7 @@ __all__ = ["ScoringRecord"]
 
 
 class ScoringRecord(Bounded, BaseModel):
-    """The sampled verdict's scoring step of one config (:mod:`harness.sampled_steps`):
+    """The sampled verdict's scoring step of one config (:mod:`harness.run.sampled_steps`):
     the scorer's server started again after every variant sampled.
 
     Attributes:

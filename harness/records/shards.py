@@ -1,5 +1,5 @@
 """A shard of a model list (``--shard i/n``) and the shard runs a merged run combines
-(``run.json``'s ``shard`` and ``merged_from``; :mod:`harness.merge`)."""
+(``run.json``'s ``shard`` and ``merged_from``; :mod:`harness.run.merge`)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ class ShardListRef(_Model):
 
 
 class ShardInfo(_Model):
-    """``--shard i/n``: which shard this run is and which configs it ran (:mod:`harness.merge`)."""
+    """``--shard i/n``: which shard this run is and which configs it ran (:mod:`harness.run.merge`)."""
 
     index: int
     count: int

@@ -12,10 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.records.completions import Completion
-from harness.records.shape_proof import ShapeProofRecord
 from harness.records.measures import (
-    EngineCountersRecord, SpecDecodeCountersRecord, SpecDecodeRecord,
+    EngineCountersRecord,
+    SpecDecodeCountersRecord,
+    SpecDecodeRecord,
 )
+from harness.records.shape_proof import ShapeProofRecord
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """``evalrun calibrate --config LIST --repeat N``: run each config N times, measure the
 run-to-run spread, and recommend tolerances.
 
-Each repeat is an ordinary run (:func:`harness.runner.run`, fresh servers) written to
+Each repeat is an ordinary run (:func:`harness.run.runner.run`, fresh servers) written to
 ``<results dir>/<calibration id>/run<i>/``; the summary goes to
 ``<results dir>/<calibration id>/calibration.{md,json}`` (and ``--output`` / ``--json``).
 
@@ -59,11 +59,11 @@ import math
 from pathlib import Path
 from typing import Mapping, NotRequired, Sequence, TypedDict
 
-from harness.report.summary import fmt
+from harness.analysis.scoring import first_divergence
 from harness.records.measures import Interval
 from harness.records.run_record import ConfigResult, RunRecord, TaskResult
 from harness.records.samples import read_jsonl
-from harness.analysis.scoring import first_divergence
+from harness.report.summary import fmt
 from harness.tasks.gsm8k import PIPELINES
 
 __all__ = ["spread", "per_draft_se", "binomial_variance", "summarize", "render_calibration_markdown", "Z95"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from harness.records.run_record import outcome_word
-from harness.report.diff import ComparisonEntry, DiffResult, Difference, GateChanges, TaskEntry
+from harness.report.diff import ComparisonEntry, Difference, DiffResult, GateChanges, TaskEntry
 from harness.report.diff_sides import SideHead
 from harness.report.summary import fmt
 

@@ -14,8 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.model_list import PROJECT_ROOT
-from harness.records.baselines import BASELINE_SCHEMAS, BaselineDoc, BaselineError, BaselineTask, load_baseline
-from harness.records.baselines import token_ids_hash
+from harness.records.baselines import (
+    BASELINE_SCHEMAS,
+    BaselineDoc,
+    BaselineError,
+    BaselineTask,
+    load_baseline,
+    token_ids_hash,
+)
 from harness.records.measures import EngineFactsRecord, Interval, NoiseRecord, SpecDecodeRecord
 from harness.records.provenance import DatasetRef
 from harness.records.run_record import GateResult, RunErrorRecord, RunRecord, RunRecordError, TaskResult, load_run

@@ -31,6 +31,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
+
 from harness.records.run_record import RunRecordError, load_run
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ fault's patched code ran and changed a value."""
 
 class SelfcheckEntry(TypedDict):
     """One check of ``selfcheck.json`` as read from disk (written from
-    ``harness.selfcheck.Check``): the variant and gate judged, the expected and actual
+    ``harness.cli.selfcheck.Check``): the variant and gate judged, the expected and actual
     verdicts, whether they agree (``held``) and the gate's numbers."""
 
     variant: str

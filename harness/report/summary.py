@@ -27,10 +27,10 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from harness.report.shapes import shape_lines
 from harness.records.run_record import ComparisonResult, ConfigResult, GateResult, RunRecord, outcome_word
 from harness.records.samples import read_jsonl
 from harness.records.text import clean_text
+from harness.report.shapes import shape_lines
 from harness.tasks.gsm8k import PIPELINES
 
 #: What each run outcome means, in the words of the exit-code table (``evalrun --help``).

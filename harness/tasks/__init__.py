@@ -14,7 +14,13 @@ from pathlib import Path
 
 from harness.config.schema import TaskSpec
 from harness.tasks.base import (
-    PreparedTask, SentTask, ShortDataError, Task, TaskContext, TaskRun, check_enough,
+    PreparedTask,
+    SentTask,
+    ShortDataError,
+    Task,
+    TaskContext,
+    TaskRun,
+    check_enough,
 )
 from harness.tasks.contamination import ContaminationError
 from harness.tasks.gsm8k import DataUnavailableError

@@ -48,9 +48,9 @@ import hashlib
 import json
 import logging
 import threading
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypedDict
 
 from harness.config.schema import TaskSpec

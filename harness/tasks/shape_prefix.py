@@ -52,7 +52,14 @@ from harness.records.task_outcome import TaskOutcome
 from harness.tasks.base import PreparedTask, SentTask, TaskContext, TaskSession
 from harness.tasks.gsm8k import STOP_SEQUENCES, Request
 from harness.tasks.shapes import (
-    ShapePlan, ShapeRequest, ShapeSent, counter_problems, exact_prompt_ids, filler_text, load_tokenizer, send_passes,
+    ShapePlan,
+    ShapeRequest,
+    ShapeSent,
+    counter_problems,
+    exact_prompt_ids,
+    filler_text,
+    load_tokenizer,
+    send_passes,
     shape_source,
 )
 

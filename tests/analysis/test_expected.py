@@ -13,7 +13,7 @@ from harness.analysis.expected import mark_expected
 from harness.config.loader import load_config
 from harness.records.provenance import EngineBuild
 from harness.records.run_record import GateResult, RunRecord, gates_passed
-from harness.run_outcome import finish
+from harness.run.outcome import finish
 from tests.record_factory import complete_record
 
 CFG = """\

@@ -11,24 +11,23 @@ import math
 import typing
 
 import pytest
-from harness.records.measures import EngineCountersRecord
-from harness.records.shape_proof import ShapeProofRecord
 
 from harness.analysis import gates as AG
+from harness.analysis.familywise import holm_adjust
+from harness.analysis.gates import evaluate_gates
 from harness.analysis.measurements import (
     Measurements,
     TaskMeasurement,
 )
 from harness.analysis.scoring import output_match, score_task
 from harness.config import gates as G
-from harness.records.baselines import BaselineTask
-from harness.analysis.familywise import holm_adjust
-from harness.analysis.gates import evaluate_gates
 from harness.config.loader import load_config
 from harness.config.plan import build_plan
 from harness.engine.info import check_effective
-from harness.records.measures import EngineFactsRecord, SpecDecodeCountersRecord, SpecDecodeRecord
+from harness.records.baselines import BaselineTask
+from harness.records.measures import EngineCountersRecord, EngineFactsRecord, SpecDecodeCountersRecord, SpecDecodeRecord
 from harness.records.samples import Sample
+from harness.records.shape_proof import ShapeProofRecord
 from tests.sample_factory import constructed_sample as s
 
 

@@ -34,7 +34,7 @@ def test_absorb_copies_the_fields_measured_apart():
     m = Measurements(runners_collected=True)
     m.task_record("a", "t").score = "sc"
     m.variant_record("b").not_run = "why"
-    part = Measurements()  # one variant's records, measured apart (harness.variant_steps.VariantRun)
+    part = Measurements()  # one variant's records, measured apart (harness.run.variant_steps.VariantRun)
     part.task_record("a", "t").samples = [1]
     part.variant_record("a").effectiveness = "eff"
     part.comparison_record("a", "b", "t").noise = "nz"

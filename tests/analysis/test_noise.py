@@ -11,7 +11,8 @@ import pytest
 
 from harness.analysis.noise import output_noise_rerun, output_noise_stored
 from harness.analysis.scoring import output_match
-from tests.sample_factory import binom_tail_ge, gsm8k_sample as s
+from tests.sample_factory import binom_tail_ge
+from tests.sample_factory import gsm8k_sample as s
 
 
 def test_rerun_noise_paired_test_and_first_divergences():

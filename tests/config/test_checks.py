@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.config.loader import load_config
-from tests.config.texts import spec_native, write_text, err
+from tests.config.texts import err, spec_native, write_text
 
 NATIVE = """\
 model: fake

@@ -13,9 +13,13 @@ import pytest
 import yaml
 
 from harness.config.vllm_args import (
-    SPEC_FLAG, ArgsError, flag_name, human_readable_int, pinned_async_scheduling, pop_json_flag,
+    SPEC_FLAG,
+    ArgsError,
+    flag_name,
+    human_readable_int,
+    pinned_async_scheduling,
+    pop_json_flag,
 )
-
 from tests.config.test_vllm_parser import vllm_parser, vllm_speculative  # noqa: F401 - the fixture
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "vllm_gsm8k"

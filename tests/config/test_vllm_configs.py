@@ -25,8 +25,8 @@ import yaml
 from harness.cli import main
 from harness.config.loader import load_config
 from harness.config.model_list import load_model_list
-from harness.config.schema import ConfigError
 from harness.config.plan import CPU_ASYNC_ENV, build_plan
+from harness.config.schema import ConfigError
 from harness.config.vllm_parser import scan, snapshot_table
 from harness.tasks import prepare_task
 from harness.tasks.gsm8k import GsmItem, build_requests

@@ -19,11 +19,17 @@ import pytest
 import yaml
 
 from harness.config.loader import load_config
+from harness.config.plan import build_plan
 from harness.config.schema import ConfigError
 from harness.config.server_args import refuse_owned_flags
-from harness.config.plan import build_plan
 from harness.config.vllm_parser import (
-    SNAPSHOT, current_table, installed_table, scan, snapshot_table, speculative_keys_of, table_from_parser,
+    SNAPSHOT,
+    current_table,
+    installed_table,
+    scan,
+    snapshot_table,
+    speculative_keys_of,
+    table_from_parser,
     use_table,
 )
 from harness.engine.devices import PARALLEL_DESTS, variant_need

@@ -24,8 +24,8 @@ from harness.analysis.comparison import noise_variants
 from harness.cli import main
 from harness.config.gates import MinOutputMatch, SampledEquivalence, sampling_notes
 from harness.config.loader import load_config
-from harness.config.schema import ConfigError
 from harness.config.plan import build_plan
+from harness.config.schema import ConfigError
 from harness.engine.client import AsyncCompletionClient, chat_complete
 from harness.engine.session import run_coroutine
 

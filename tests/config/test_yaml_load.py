@@ -14,7 +14,8 @@ import pytest
 
 from harness.config.loader import load_config
 from harness.config.yaml_load import MAX_ALIAS_NODES
-from tests.config.texts import HEAD, write_text as write, err
+from tests.config.texts import HEAD, err
+from tests.config.texts import write_text as write
 
 
 def bomb(levels: int, fan: int) -> str:

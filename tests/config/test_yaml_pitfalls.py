@@ -6,12 +6,11 @@ test, not taken from the loader.
 
 from __future__ import annotations
 
-
 import pytest
 
 from harness.config.loader import load_config
-from tests.config.texts import HEAD, write_text as write, err
-
+from tests.config.texts import HEAD, err
+from tests.config.texts import write_text as write
 
 # ------------------------------------------------------------------ duplicate keys
 

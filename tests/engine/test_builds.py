@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import functools
 import http.server
-import os
 import json
+import os
 import subprocess
 import sys
 import textwrap

@@ -15,8 +15,8 @@ import pytest
 from harness.analysis.gates import evaluate_gates
 from harness.analysis.measurements import Measurements
 from harness.config.loader import load_config
-from harness.config.schema import ConfigError
 from harness.config.plan import build_plan
+from harness.config.schema import ConfigError
 from harness.engine.info import check_effective, normalize_method
 from harness.records.measures import EngineFactsRecord
 

@@ -13,10 +13,13 @@ import json
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, generate_latest
-from harness.engine.metrics import parse_engine_counters
 
 from harness.engine.metrics import (
-    MetricsError, counter_violations, has_spec_decode_counters, parse_spec_decode_counters,
+    MetricsError,
+    counter_violations,
+    has_spec_decode_counters,
+    parse_engine_counters,
+    parse_spec_decode_counters,
 )
 from harness.records.measures import SpecDecodeCountersRecord, SpecDecodeRecord
 from harness.records.run_record import load_run

@@ -1,4 +1,4 @@
-"""``evalrun calibrate`` (harness.calibrate): the CLI with the fake server, and a short
+"""``evalrun calibrate`` (harness.cli.calibrate): the CLI with the fake server, and a short
 calibration on the REAL vLLM CPU engine (marked ``engine``). The statistics of the
 summary are checked by hand in tests/report/test_calibration.py.
 """

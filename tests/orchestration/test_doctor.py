@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.doctor import check_cache, check_data, check_engine, check_ports, diagnose_server_log
+from harness.engine.doctor import check_cache, check_data, check_engine, check_ports, diagnose_server_log
 
 
 @pytest.fixture

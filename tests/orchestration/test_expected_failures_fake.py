@@ -11,8 +11,8 @@ import json
 import textwrap
 import xml.etree.ElementTree as ET
 
-import pytest
 import pandas as pd
+import pytest
 
 from harness.cli import main
 from tests.fake_run import FAKE, config

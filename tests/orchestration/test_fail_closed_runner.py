@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-import harness.run_outcome as run_outcome
+import harness.run.outcome as run_outcome
 from harness.cli import main
 
 from ..conftest import default_signals

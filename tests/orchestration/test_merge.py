@@ -17,9 +17,9 @@ import harness.report.summary as summary_mod
 from harness.cli import main
 from harness.config.loader import load_config
 from harness.config.plan import build_plan
-from harness.merge import MergeError, assign_shards, config_weight, merge_records, parse_shard
 from harness.records.measures import EngineFactsRecord
 from harness.records.run_record import load_run, write_run
+from harness.run.merge import MergeError, assign_shards, config_weight, merge_records, parse_shard
 
 from ..record_factory import typed
 

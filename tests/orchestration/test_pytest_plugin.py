@@ -15,8 +15,8 @@ from typing import ClassVar
 
 import pytest
 
-from harness.config.select import compile_keyword, select_paths
 from harness.config.schema import ConfigError
+from harness.config.select import compile_keyword, select_paths
 
 FAKE = Path(__file__).resolve().parents[1] / "fake_vllm.py"
 REPO = Path(__file__).resolve().parents[2]

@@ -9,23 +9,23 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import xml.etree.ElementTree as ET
 import os
 import signal
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from types import SimpleNamespace as NS
 
 import pytest
 
-from harness.bisect import cli_main as bisect_main
 from harness.cli import main
+from harness.cli.bisect import cli_main as bisect_main
 from harness.engine.builds import identity_or_none
 from harness.records.provenance import EngineBuild
 from harness.records.run_folder import RunFolderTaken, claim_run_folder, reclaim_run_folder
-from harness.resume import _variant_build_difference
+from harness.run.resume import _variant_build_difference
 
 from ..conftest import default_signals
 

@@ -1,4 +1,4 @@
-"""The run's place across threads (harness/run_outcome.py ``Place``): a variant's thread
+"""The run's place across threads (harness/run/outcome.py ``Place``): a variant's thread
 notes where an exception happened, the thread that records it takes that place. The run's
 outcomes, through runs on the FAKE server (tests/fake_vllm.py; the real engine cannot be
 made to raise in a chosen stage): an unexpected exception in each stage is a kept error
@@ -14,16 +14,16 @@ import threading
 import pytest
 
 import harness.analysis.comparison as comparison_mod
-import harness.config_steps as config_steps_mod
 import harness.engine.client as client_mod
-import harness.run_outcome as run_outcome_mod
+import harness.run.config_steps as config_steps_mod
+import harness.run.outcome as run_outcome_mod
+import harness.run.variant_steps as variant_steps_mod
 import harness.tasks.judging as judging_mod
-import harness.variant_steps as variant_steps_mod
-from harness.calibrate import describe_error_runs
 from harness.cli import main
+from harness.cli.calibrate import describe_error_runs
 from harness.records.run_record import load_run
 from harness.report.calibration import render_calibration_markdown, summarize
-from harness.run_outcome import Place
+from harness.run.outcome import Place
 from tests.fake_run import config, run_cli, servers_gone
 
 

@@ -1,4 +1,4 @@
-"""The runner's sequence (harness/runner.py), with the FAKE server (tests/fake_vllm.py):
+"""The runner's sequence (harness/run/runner.py), with the FAKE server (tests/fake_vllm.py):
 the order of a config's steps, the one :class:`ConfigRun` they share, and how often each
 variant's server starts. The fake stands in for the engine because the count of server
 starts is read from its own log (``FAKE_DEVICES_LOG``: one line per start and stop), which
@@ -12,9 +12,9 @@ import json
 import textwrap
 from pathlib import Path
 
-import harness.runner as runner
+import harness.run.runner as runner
 from harness.cli import main
-from harness.run_context import ConfigRun
+from harness.run.context import ConfigRun
 
 from .test_runner_fake_server import FAKE
 

@@ -11,11 +11,8 @@ import json
 
 import pytest
 
+from harness.cli.selfcheck import judge_selfcheck
 from tests.record_factory import typed
-
-from harness.selfcheck import judge_selfcheck
-
-
 
 
 def gate(variant, kind, verdict, baseline=None, task="t"):

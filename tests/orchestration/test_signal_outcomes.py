@@ -20,16 +20,16 @@ from pathlib import Path
 
 import pytest
 
-import harness.calibrate as calibrate
 import harness.cli as cli
+import harness.cli.calibrate as calibrate
+import harness.cli.selfcheck as selfcheck
 import harness.config.select as select
 import harness.records.baselines as baselines
 import harness.records.recorder as recorder_mod
 import harness.records.run_folder as run_folder
 import harness.report.summary as summary_mod
-import harness.run_outcome as run_outcome
-import harness.runner as runner
-import harness.selfcheck as selfcheck
+import harness.run.outcome as run_outcome
+import harness.run.runner as runner
 import harness.tasks.lm_eval_gsm8k as lm
 from harness.cli import main
 
@@ -218,7 +218,7 @@ def test_a_signal_while_selfcheck_judges_is_interrupted_without_a_traceback(tmp_
 
 DRIVER = """
 import os, signal, sys
-import harness.runner as runner, harness.report.summary as summary, harness.tasks.lm_eval_gsm8k as lm
+import harness.run.runner as runner, harness.report.summary as summary, harness.tasks.lm_eval_gsm8k as lm
 from harness.cli import main
 runner._short_data = lambda *a, **k: False
 runner._preflight = lambda *a, **k: (False, {}, None)

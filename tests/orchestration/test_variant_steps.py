@@ -1,4 +1,4 @@
-"""A variant's steps (harness/variant_steps.py) where the runner's sequence does not reach
+"""A variant's steps (harness/run/variant_steps.py) where the runner's sequence does not reach
 them in tests/orchestration/test_runner.py: a rerun for noise whose server does not start
 again. The FAKE server (tests/fake_vllm.py) stands in for the engine because a real one
 cannot be made to start once and then refuse to start a second time; the rerun's session
@@ -7,7 +7,7 @@ alone is given the fake's ``exit_on_start`` mode.
 
 from __future__ import annotations
 
-import harness.variant_steps as variant_steps
+import harness.run.variant_steps as variant_steps
 
 from .test_runner import config, run_cli, starts
 

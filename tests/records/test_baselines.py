@@ -25,9 +25,10 @@ from harness.config.plan import build_plan
 from harness.records.baselines import BASELINE_SCHEMA, BaselineDoc, load_baseline, token_ids_hash, write_baselines
 from harness.records.measures import SpecDecodeCountersRecord, SpecDecodeRecord
 from harness.records.samples import Sample, write_jsonl
-from harness.config_steps import stored_baseline
+from harness.run.config_steps import stored_baseline
 from tests.record_factory import typed
-from tests.sample_factory import binom_tail_ge, gsm8k_sample as s
+from tests.sample_factory import binom_tail_ge
+from tests.sample_factory import gsm8k_sample as s
 
 FAKE = Path(__file__).resolve().parents[1] / "fake_vllm.py"
 

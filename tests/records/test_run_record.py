@@ -15,6 +15,7 @@ from tests.record_factory import complete_record, typed
 from ..report.test_history import night
 from .test_records_on_read import TASK, _edit
 
+
 def test_record_round_trips_and_v1_migrates(tmp_path):
     rec = typed({"run_id": "r", "configs": [{"name": "c", "gates": [
         {"id": "c/x/g", "kind": "max_error_rate", "variant": "x", "passed": True, "detail": "d", "verdict": "PASS"}]}]})

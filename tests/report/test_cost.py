@@ -12,10 +12,10 @@ import pytest
 from harness.cli import main
 from harness.config.loader import load_config
 from harness.config.plan import build_plan
-from harness.merge import shard_info
 from harness.records.run_record import VariantResult, write_run
 from harness.report import cost as C
 from harness.report.history import cost_frame, history_frame, load_records
+from harness.run.merge import shard_info
 
 from ..orchestration.test_runner_fake_server import config, run
 from ..record_factory import typed

@@ -5,7 +5,7 @@ long question lists cut at 50, verdicts that changed. Expected lines written by 
 from __future__ import annotations
 
 from harness.records.run_record import GateResult
-from harness.report.diff import DiffResult, Difference, FailingGate, GateChange, GateChanges
+from harness.report.diff import Difference, DiffResult, FailingGate, GateChange, GateChanges
 from harness.report.diff_render import render_diff_markdown
 from harness.report.diff_sides import SideHead
 

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from harness.cli import main
-from harness.records.run_record import write_run
 from harness.records.measures import EngineFactsRecord
+from harness.records.run_record import write_run
 from harness.report.history import drift_table, history_frame, load_records, mann_kendall_decreasing
 
 from ..record_factory import typed

@@ -17,7 +17,6 @@ import pytest
 
 from harness.analysis.scoring import score_task
 from harness.records.samples import Sample
-from harness.tasks.numbers import parse_number
 from harness.tasks.gsm8k import (
     PIPELINES,
     STOP_SEQUENCES,
@@ -35,6 +34,7 @@ from harness.tasks.gsm8k import (
     load_gsm8k,
     normalize_latex,
 )
+from harness.tasks.numbers import parse_number
 
 SHARED = Path(__file__).resolve().parents[3] / "shared/data/gsm8k"
 needs_shared = pytest.mark.skipif(

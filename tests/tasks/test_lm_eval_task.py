@@ -31,10 +31,10 @@ from harness.analysis.scoring import answer_agreement, output_match, score_task
 from harness.config import gates as G
 from harness.config.schema import TaskSpec
 from harness.records.measures import SpecDecodeCountersRecord, SpecDecodeRecord
+from harness.records.run_record import load_run
 from harness.tasks import task_for
 from harness.tasks.base import TaskContext
 from harness.tasks.gsm8k import DataUnavailableError
-from harness.records.run_record import load_run
 from harness.tasks.lm_eval_task import load_lm_eval_task, run_lm_eval_task, tokenizer_of
 from tests.fake_run import FAKE, config
 

@@ -10,13 +10,19 @@ from __future__ import annotations
 import pytest
 
 from harness.config.schema import ShapeSpec, TaskSpec
+from harness.models.training import SHIPPED_DIR
 from harness.records.measures import EngineCountersRecord, EngineFactsRecord, MetricsError
 from harness.records.task_outcome import TaskOutcome
 from harness.tasks import prepare_task, task_size
 from harness.tasks.shapes import (
-    ShapePlan, ShapeRequest, ShapeSent, engine_setting_problems, exact_prompt_ids, plan_lengths, shape_proof,
+    ShapePlan,
+    ShapeRequest,
+    ShapeSent,
+    engine_setting_problems,
+    exact_prompt_ids,
+    plan_lengths,
+    shape_proof,
 )
-from harness.models.training import SHIPPED_DIR
 
 TOKENIZER_DIR = SHIPPED_DIR / "tiny-qwen3next-mtp-arith"
 

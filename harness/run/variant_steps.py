@@ -6,7 +6,7 @@ An orchestration module beside the runner rather than part of :mod:`harness.engi
 judging a task scores it (:mod:`harness.analysis.scoring`), bounds its acceptance
 (:mod:`harness.analysis.acceptance`) and matches a rerun's output
 (:func:`harness.analysis.scoring.output_match`), and a failed server's log is
-diagnosed by :mod:`harness.doctor`; those stages come after the engine's.
+diagnosed by :mod:`harness.engine.doctor`; those stages come after the engine's.
 
 Every task's requests are sent while the server is up (:meth:`harness.tasks.base.Task.send`);
 the server is then stopped, its devices handed back, and only then is each task judged,
@@ -27,23 +27,30 @@ from harness.analysis.acceptance import acceptance_intervals
 from harness.analysis.comparison import noise_variants
 from harness.analysis.measurements import Measurements
 from harness.analysis.scoring import output_match, score_task
-from harness.doctor import diagnose_server_log
 from harness.config.plan import PORT_PLACEHOLDER, TaskPlan, VariantPlan, shell_line
-from harness.engine.info import EngineInfoError, check_effective, model_runner_fact
 from harness.engine.builds import identity_or_none
 from harness.engine.devices import given_devices
+from harness.engine.doctor import diagnose_server_log
+from harness.engine.info import EngineInfoError, check_effective, model_runner_fact
 from harness.engine.server import ServerStartError, processes
 from harness.engine.session import VariantSession, counter_problem
 from harness.faults.plugin import REPORT_ENV
+from harness.records.provenance import EngineBuild
 from harness.records.recorder import checkpoint
 from harness.records.results import (
-    plugin_dir, plugin_report, reject_counters, rel, requested, rerun_record, task_result, unstarted_variant,
+    plugin_dir,
+    plugin_report,
+    reject_counters,
+    rel,
+    requested,
+    rerun_record,
+    task_result,
+    unstarted_variant,
 )
-from harness.records.provenance import EngineBuild
 from harness.records.run_record import LmEvalTaskRecord, RerunRecord, ServerRecord, VariantResult
 from harness.records.samples import Sample, write_jsonl
-from harness.run_context import ConfigRun
-from harness.run_outcome import PLACE
+from harness.run.context import ConfigRun
+from harness.run.outcome import PLACE
 from harness.tasks import SentTask, TaskContext, task_for
 
 __all__ = ["VariantRun", "run_variant", "rerun_for_noise"]

@@ -208,8 +208,8 @@ def _one_run(cfg, faults: dict[str, str | None], args, run_id: str | None, argv:
     """Run the self-check config once and judge it; returns ``(run_dir, checks)`` or an exit code."""
     from harness.config.plan import build_plan
     from harness.report.progress import Progress
-    from harness.run_context import RunOptions
-    from harness.runner import RunFolderExistsError, run
+    from harness.run.context import RunOptions
+    from harness.run.runner import RunFolderExistsError, run
 
     opts = RunOptions(results_dir=args.results_dir, run_id=run_id, argv=["evalrun", "selfcheck", *argv],
                       progress=Progress(), variants=args.variant)
@@ -221,7 +221,7 @@ def _one_run(cfg, faults: dict[str, str | None], args, run_id: str | None, argv:
         print(f"evalrun selfcheck: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:  # a stopping signal: servers stopped, partial record kept
-        from harness.run_outcome import say_interrupted
+        from harness.run.outcome import say_interrupted
 
         say_interrupted(e, "evalrun selfcheck")
         if getattr(e, "kept", None):  # the run's record kept its verdict; the self-check was not judged
@@ -296,7 +296,7 @@ def cli_main(argv: list[str]) -> int:
             return 2
     faults = {name: v.fault for name, v in cfg.variants.items()
               if args.variant is None or name in args.variant}
-    from harness.run_outcome import terminate_as_interrupt
+    from harness.run.outcome import terminate_as_interrupt
 
     terminate_as_interrupt()
     codes, runs = [], []

@@ -1,6 +1,6 @@
 """What a run is asked to do (:class:`RunOptions`) and what one config's run carries
-through its steps (:class:`ConfigRun`): the runner (:mod:`harness.runner`) builds them,
-the steps of a variant (:mod:`harness.variant_steps`) read them.
+through its steps (:class:`ConfigRun`): the runner (:mod:`harness.run.runner`) builds them,
+the steps of a variant (:mod:`harness.run.variant_steps`) read them.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from harness.config.plan import ConfigPlan
 from harness.engine.pool import DevicePool, ServerPlan
 from harness.engine.preflight import PendingCheck
 from harness.records.run_record import ConfigResult, RunRecord, VariantResult
-from harness.records.shards import ShardInfo
 from harness.records.samples import Sample
+from harness.records.shards import ShardInfo
 from harness.report.progress import Progress
 from harness.tasks import PreparedTask
 
@@ -45,7 +45,7 @@ class RunOptions:
             the same commands passed it on the same installation before
             (:mod:`harness.engine.preflight_cache`; ``--no-preflight-cache``: False).
         shard: ``--shard i/n``: which shard of a list this run is (``record.shard``;
-            :mod:`harness.merge` joins the shards), None for a whole run.
+            :mod:`harness.run.merge` joins the shards), None for a whole run.
         gpus: ``--gpus``: the devices evalrun may use (a count or a comma list; None =
             every device found, :func:`harness.engine.devices.available_devices`).
         max_servers: ``--max-servers``: at most this many servers alive at once.
@@ -57,7 +57,7 @@ class RunOptions:
         resume: ``--resume``: the run folder of the earlier attempt to continue (its
             parent is ``results_dir``, its name ``run_id``), None for a new run.
         reusable: ``(config, variant)`` -> the earlier attempt's record of a variant
-            whose results are complete and match (:func:`harness.resume.decide`; set by
+            whose results are complete and match (:func:`harness.run.resume.decide`; set by
             the runner): loaded, not run.
     """
 

@@ -1,10 +1,10 @@
 """The runner: executes a plan, config by config and variant by variant, and writes the record.
 
 It reads as the run's table of contents: each function is a sequence of calls into the
-stages and the steps beside it (:mod:`harness.config_steps` for a config's steps,
-:mod:`harness.variant_steps` for a variant's, :mod:`harness.run_outcome` for the verdict,
+stages and the steps beside it (:mod:`harness.run.config_steps` for a config's steps,
+:mod:`harness.run.variant_steps` for a variant's, :mod:`harness.run.outcome` for the verdict,
 an error or a signal); one config's run travels in one
-:class:`harness.run_context.ConfigRun`. Data flows one way::
+:class:`harness.run.context.ConfigRun`. Data flows one way::
 
     plan -> tasks (prepare) -> session (per variant) -> task.send; server stopped -> task.judge -> samples
          -> scoring / engine counter checks / analysis.acceptance -> analysis.comparison
@@ -30,7 +30,6 @@ from harness.analysis.comparison import compare, rerun_needs
 from harness.analysis.gates import evaluate_gates
 from harness.analysis.measurements import Measurements
 from harness.config.plan import ConfigPlan, Plan, VariantPlan
-from harness.config_steps import judge_gates, prepare_model, prepare_tasks, select_variants
 from harness.engine.leftovers import find_leftover_servers
 from harness.engine.pool import DevicePool, Job, ServerPlan, new_pool, run_jobs, server_plan
 from harness.engine.preflight import (
@@ -43,20 +42,25 @@ from harness.engine.preflight import (
 )
 from harness.engine.preflight_cache import CACHE_NAME, cache_key, cached_all_clear, store_all_clear
 from harness.records.atomic import ResultsFolderError, check_results_folder
+from harness.records.provenance import ConfigRef, LmEvalInfo, new_run_id, provenance, utc_now
 from harness.records.recorder import RECORDERS, RunRecorder, checkpoint
 from harness.records.results import config_result, unstarted_variant
 from harness.records.run_folder import RunFolderTaken, claim_run_folder, reclaim_run_folder
-from harness.records.provenance import ConfigRef, LmEvalInfo, new_run_id, provenance, utc_now
 from harness.records.run_record import (
-    ConfigResult, PreflightProblemRecord, PreflightRecord, ResumedRecord, RunRecord,
+    ConfigResult,
+    PreflightProblemRecord,
+    PreflightRecord,
+    ResumedRecord,
+    RunRecord,
 )
 from harness.report.dry_run import subset_warnings
-from harness.resume import decide, in_plan_order, resumed_record, reuse_finished, set_aside
-from harness.run_context import ConfigRun, RunOptions
-from harness.run_outcome import PLACE, finish, interrupted, record_error
+from harness.run.config_steps import judge_gates, prepare_model, prepare_tasks, select_variants
+from harness.run.context import ConfigRun, RunOptions
+from harness.run.outcome import PLACE, finish, interrupted, record_error
+from harness.run.resume import decide, in_plan_order, resumed_record, reuse_finished, set_aside
+from harness.run.sampled_steps import score_sampled
+from harness.run.variant_steps import rerun_for_noise, run_variant
 from harness.tasks import DataUnavailableError, ShortDataError, available_questions, check_enough
-from harness.sampled_steps import score_sampled
-from harness.variant_steps import rerun_for_noise, run_variant
 
 __all__ = ["run", "RunFolderExistsError", "mark_not_applicable"]
 
@@ -90,7 +94,7 @@ def run(plan: Plan, opts: RunOptions) -> tuple[RunRecord, Path]:
     is claimed (:func:`harness.records.run_folder.claim_run_folder`): a folder another run
     claimed, or one holding an earlier attempt, is refused. With ``opts.resume`` the
     earlier attempt's claim is taken over instead (its holder must be gone) and
-    :func:`harness.resume.decide` says which variants are reused (``record.resumed``).
+    :func:`harness.run.resume.decide` says which variants are reused (``record.resumed``).
 
     Raises:
         RunFolderExistsError: the run folder is claimed by another run or holds an
@@ -453,7 +457,7 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
 
 
 def _run_variants(run: ConfigRun, variants: list[VariantPlan]) -> list[bool]:
-    """Every variant of ``variants`` run (:func:`harness.variant_steps.run_variant`): one at
+    """Every variant of ``variants`` run (:func:`harness.run.variant_steps.run_variant`): one at
     a time in this thread on a CPU host, else side by side on the pool's device sets.
     Returns per variant whether its server ran."""
     if run.pool is None or run.servers is None:  # a CPU host (the pool comes with its plan)
@@ -466,7 +470,7 @@ def _run_variants(run: ConfigRun, variants: list[VariantPlan]) -> list[bool]:
 def _comparisons(run: ConfigRun, variants: list[VariantPlan]) -> None:
     """The config's comparisons (:func:`harness.analysis.comparison.compare`); then the
     baseline reruns for noise they need (:func:`rerun_needs`,
-    :func:`harness.variant_steps.rerun_for_noise`) and, after them, the comparisons again."""
+    :func:`harness.run.variant_steps.rerun_for_noise`) and, after them, the comparisons again."""
     c, m = run.plan.config, run.measured
     run.result.comparisons = compare(c, m, run.reruns, at=PLACE.at)
     needs = rerun_needs(c, m, run.reruns)

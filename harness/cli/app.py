@@ -193,14 +193,14 @@ def _result_options(args: argparse.Namespace) -> dict[str, object]:
 def _check_resume(args: argparse.Namespace, argv: list[str]) -> None:
     """``--resume RUN_DIR``: the run id and results folder taken from ``RUN_DIR``, and the
     earlier attempt's command line (``provenance.command_line``) parsed and compared on
-    :data:`RESULT_OPTIONS` (:func:`harness.resume.differing_options`).
+    :data:`RESULT_OPTIONS` (:func:`harness.run.resume.differing_options`).
 
     Raises:
         _Refused: with ``--dry-run``, another ``--run-id`` or ``--results-dir``, no
             readable record, or an option that differs (each named).
     """
     from harness.records.run_record import RunRecordError, load_run
-    from harness.resume import differing_options
+    from harness.run.resume import differing_options
 
     rd = args.resume
     if args.dry_run:
@@ -250,9 +250,9 @@ def cmd_run(argv: list[str]) -> int:
     from harness.engine.devices import DeviceError
     from harness.records.atomic import ResultsFolderError
     from harness.report.progress import Progress
-    from harness.run_context import RunOptions
-    from harness.run_outcome import terminate_as_interrupt
-    from harness.runner import RunFolderExistsError, run
+    from harness.run.context import RunOptions
+    from harness.run.outcome import terminate_as_interrupt
+    from harness.run.runner import RunFolderExistsError, run
 
     terminate_as_interrupt()
     progress = Progress(quiet=args.quiet)
@@ -266,7 +266,7 @@ def cmd_run(argv: list[str]) -> int:
         preflight_cache=not args.no_preflight_cache, resume=args.resume,
     )
     from harness.records.recorder import LAST_FINAL
-    from harness.resume import ResumeRefused
+    from harness.run.resume import ResumeRefused
 
     LAST_FINAL.clear()
     try:
@@ -285,12 +285,12 @@ def cmd_run(argv: list[str]) -> int:
 
 def _signal_exit(e: KeyboardInterrupt, args: argparse.Namespace) -> int:
     """The exit code after a stopping signal in ``evalrun --config``, with the last line
-    said (:func:`harness.run_outcome.say_interrupted`) and the ``--markdown``/``--junit``
+    said (:func:`harness.run.outcome.say_interrupted`) and the ``--markdown``/``--junit``
     copies written from the record: the record's exit code when its final word was on
     disk before the signal (it keeps its outcome), else 2 (``INTERRUPTED``, or no record)."""
     from harness.records.recorder import LAST_FINAL
     from harness.records.run_record import outcome_word
-    from harness.run_outcome import RunInterrupted, say_interrupted
+    from harness.run.outcome import RunInterrupted, say_interrupted
 
     if not isinstance(e, RunInterrupted) and LAST_FINAL:  # after run() returned: its record is final
         final = LAST_FINAL[-1]
@@ -380,7 +380,7 @@ def _selected_plan(args: argparse.Namespace):
     if args.shard:
         import dataclasses
 
-        from harness.merge import parse_shard, shard_info
+        from harness.run.merge import parse_shard, shard_info
 
         try:
             i, n = parse_shard(args.shard)
@@ -407,8 +407,7 @@ def _dry_run(args: argparse.Namespace, plan) -> int:
     Raises:
         _Refused: the cost cannot be estimated (a malformed earlier record).
     """
-    from harness.report.cost import plan_cost
-    from harness.report.cost import render_twin_cost
+    from harness.report.cost import plan_cost, render_twin_cost
     from harness.report.dry_run import data_counts, plan_json, render_plan, render_schedule
 
     counts = data_counts(plan, args.data_dir)
@@ -437,8 +436,8 @@ def _dry_run(args: argparse.Namespace, plan) -> int:
 def _twin_cost(args: argparse.Namespace, plan, cost) -> TwinCost | None:
     """What ``--v1-runner-variants`` would add to this plan (:func:`harness.report.cost.twin_cost`),
     None when no variant would get a twin."""
-    from harness.config.vllm_form import with_v1_runner_variants
     from harness.config.plan import build_plan
+    from harness.config.vllm_form import with_v1_runner_variants
     from harness.report.cost import plan_cost, twin_cost
 
     configs = [with_v1_runner_variants(cp.config) for cp in plan.configs]
@@ -541,12 +540,12 @@ def _lazy(target: str):
 #: ``evalrun <subcommand> ...``; each module owns its own argument parser.
 SUBCOMMANDS = {
     "diff": _lazy("harness.report.diff_cli:cli_main"),
-    "calibrate": _lazy("harness.calibrate:cli_main"),
-    "selfcheck": _lazy("harness.selfcheck:cli_main"),
+    "calibrate": _lazy("harness.cli.calibrate:cli_main"),
+    "selfcheck": _lazy("harness.cli.selfcheck:cli_main"),
     "train-tiny": _lazy("harness.models.training:cli_main"),
-    "doctor": _lazy("harness.doctor:cli_main"),
-    "merge": _lazy("harness.merge:cli_main"),
-    "bisect": _lazy("harness.bisect:cli_main"),
+    "doctor": _lazy("harness.engine.doctor:cli_main"),
+    "merge": _lazy("harness.run.merge:cli_main"),
+    "bisect": _lazy("harness.cli.bisect:cli_main"),
     "history": _lazy("harness.report.history:cli_main"),
 }
 
@@ -600,5 +599,3 @@ def console_main() -> None:
     sys.exit(code)
 
 
-if __name__ == "__main__":
-    console_main()

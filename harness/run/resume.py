@@ -37,10 +37,16 @@ from harness.models.resolve import resolve_model
 from harness.records.provenance import utc_now
 from harness.records.results import plugin_report
 from harness.records.run_record import (
-    ConfigResult, ResumedRecord, RunRecord, RunRecordError, TaskResult, VariantResult, load_run,
+    ConfigResult,
+    ResumedRecord,
+    RunRecord,
+    RunRecordError,
+    TaskResult,
+    VariantResult,
+    load_run,
 )
 from harness.records.samples import Sample, read_jsonl, sha256_file
-from harness.run_context import ConfigRun, RunOptions
+from harness.run.context import ConfigRun, RunOptions
 from harness.tasks import ContaminationError, DataUnavailableError, ShortDataError, prepare_task, task_for
 from harness.tasks.gsm8k import PIPELINES
 
@@ -309,7 +315,7 @@ def resumed_record(decision: Decision, kept: str) -> ResumedRecord:
 def reuse_finished(run: ConfigRun, variants: list[VariantPlan]) -> list[VariantPlan]:
     """Load every variant of ``variants`` the resume decision reuses (its record, samples,
     scores, acceptance, noise reruns, engine facts, plugin report and model runner, as
-    :func:`harness.variant_steps.run_variant` would have left them) into ``run``; the
+    :func:`harness.run.variant_steps.run_variant` would have left them) into ``run``; the
     variants still to run, in order. Without ``--resume``: ``variants`` unchanged.
 
     Raises:

@@ -36,8 +36,8 @@ from typing import Callable, Sequence
 
 from harness.config.plan import ConfigPlan
 from harness.records.run_record import ConfigResult, RunRecord, gates_passed, outcome_word
-from harness.records.shards import MergedShard, ShardInfo, ShardListRef
 from harness.records.samples import sha256_file
+from harness.records.shards import MergedShard, ShardInfo, ShardListRef
 from harness.tasks import task_size
 
 __all__ = ["MergeError", "parse_shard", "config_weight", "assign_shards", "shard_info", "merge_records", "cli_main",

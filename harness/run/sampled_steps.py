@@ -31,10 +31,10 @@ from harness.faults.plugin import REPORT_ENV
 from harness.records.atomic import write_atomic
 from harness.records.completions import TargetScore
 from harness.records.recorder import checkpoint
-from harness.records.scoring import ScoringRecord
 from harness.records.results import plugin_dir
-from harness.run_context import ConfigRun
-from harness.run_outcome import PLACE
+from harness.records.scoring import ScoringRecord
+from harness.run.context import ConfigRun
+from harness.run.outcome import PLACE
 
 __all__ = ["score_sampled", "sampled_gates"]
 

@@ -1,6 +1,6 @@
 """``evalrun calibrate``: run each config N times and recommend tolerances from the spread.
 
-Orchestration only: each repeat is an ordinary run (:func:`harness.runner.run`); the
+Orchestration only: each repeat is an ordinary run (:func:`harness.run.runner.run`); the
 spread and the recommendation are :mod:`harness.report.calibration`'s.
 """
 
@@ -79,12 +79,12 @@ def cli_main(argv: list[str]) -> int:
         repeats that produced numbers).
     """
     from harness.config.model_list import load_model_list
-    from harness.config.schema import ConfigError
     from harness.config.plan import build_plan
-    from harness.report.progress import Progress
+    from harness.config.schema import ConfigError
     from harness.records.provenance import new_run_id
-    from harness.run_context import RunOptions
-    from harness.runner import run
+    from harness.report.progress import Progress
+    from harness.run.context import RunOptions
+    from harness.run.runner import run
 
     args = _parser().parse_args(argv)
     if args.repeat < 2:
@@ -96,7 +96,7 @@ def cli_main(argv: list[str]) -> int:
         print(f"evalrun calibrate: config error:\n{e}", file=sys.stderr)
         return 2
     plan = build_plan(configs, python=args.python)
-    from harness.run_outcome import terminate_as_interrupt
+    from harness.run.outcome import terminate_as_interrupt
 
     terminate_as_interrupt()  # SIGHUP/SIGINT/SIGTERM/SIGQUIT stop every server, keep the records
     cal_id = args.run_id or f"calibrate-{new_run_id()}"
@@ -112,7 +112,7 @@ def cli_main(argv: list[str]) -> int:
                 argv=["evalrun", "calibrate", *argv], variants=args.variant, progress=progress,
             ))
         except KeyboardInterrupt as e:  # a stopping signal: servers stopped, partial record kept
-            from harness.run_outcome import say_interrupted
+            from harness.run.outcome import say_interrupted
 
             say_interrupted(e, "evalrun calibrate")
             if getattr(e, "kept", None):  # that repeat's record kept its verdict; the calibration did not end

@@ -144,7 +144,7 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str], Path, list[B
         _Refused: fewer than two builds, a build that cannot be read, a run option the
             bisection sets itself, a bad id.
     """
-    from harness.cli import _run_parser
+    from harness.cli.app import _run_parser
     from harness.config.checks import check_run_id
 
     args, run_argv = _parser().parse_known_args(argv)
@@ -180,7 +180,7 @@ def _evaluate(index: int, spec: BuildSpec, bad_end: list[str], run_argv: list[st
     Raises:
         KeyboardInterrupt: the step's run was interrupted (its record says so).
     """
-    from harness.cli import cmd_run
+    from harness.cli.app import cmd_run
 
     step = BisectStep(index=index, build=spec.text)
     try:
@@ -294,7 +294,7 @@ def render_markdown(rec: BisectRecord) -> str:
 
 def cli_main(argv: list[str]) -> int:
     """``evalrun bisect --config FILE [-k NAME] --build B1 ... --build Bn [run options]``."""
-    from harness.run_outcome import terminate_as_interrupt
+    from harness.run.outcome import terminate_as_interrupt
 
     try:
         args, run_argv, results, builds = _parse(argv)

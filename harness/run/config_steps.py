@@ -1,7 +1,7 @@
 """One config's steps before and after its variants run: the variants chosen, the tasks
 prepared, the model resolved, and the gates judged (with the stored baseline's). Each
-takes the config's run (:class:`harness.run_context.ConfigRun`) and fills its records in
-place; the runner (:mod:`harness.runner`) calls them in order.
+takes the config's run (:class:`harness.run.context.ConfigRun`) and fills its records in
+place; the runner (:mod:`harness.run.runner`) calls them in order.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from harness.analysis.measurements import Measurements
 from harness.config.plan import VariantPlan
 from harness.models.resolve import resolve_model
 from harness.records.baselines import BaselineError, baseline_path, load_baseline
-from harness.records.results import unstarted_variant
 from harness.records.provenance import DatasetRef
+from harness.records.results import unstarted_variant
 from harness.records.run_record import BaselineInfo
-from harness.run_context import ConfigRun
-from harness.run_outcome import PLACE
+from harness.run.context import ConfigRun
+from harness.run.outcome import PLACE
 from harness.tasks import ContaminationError, DataUnavailableError, ShortDataError, prepare_task, task_for
 
 __all__ = ["select_variants", "prepare_tasks", "prepare_model", "judge_gates", "stored_baseline"]

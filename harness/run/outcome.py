@@ -1,7 +1,7 @@
 """A run's outcome: where it is (:data:`PLACE`), its verdict or error written with the
 reports, and what a stopping signal leaves (:class:`RunInterrupted`).
 
-The runner (:mod:`harness.runner`) sequences a run; this module owns how the run ends:
+The runner (:mod:`harness.run.runner`) sequences a run; this module owns how the run ends:
 the final record (:func:`finish`, :func:`record_error`), the reports beside it
 (:func:`write_reports`) and the record after a signal (:func:`interrupted`,
 :func:`terminate_as_interrupt`, :func:`say_interrupted`).
@@ -18,10 +18,15 @@ from pathlib import Path
 
 from harness.engine.server import processes
 from harness.records.atomic import ResultsFolderError, write_atomic
-from harness.records.recorder import (
-    EXIT_COULD_NOT_RUN, EXIT_GATE_FAILED, EXIT_PASSED, RunRecorder, interrupt_all, write_final,
-)
 from harness.records.provenance import utc_now
+from harness.records.recorder import (
+    EXIT_COULD_NOT_RUN,
+    EXIT_GATE_FAILED,
+    EXIT_PASSED,
+    RunRecorder,
+    interrupt_all,
+    write_final,
+)
 from harness.records.run_record import RunErrorRecord, RunRecord, gates_passed, outcome_word
 from harness.report.html import write_html
 from harness.report.junit import write_junit
