@@ -9,10 +9,10 @@ import stat
 import sys
 from pathlib import Path
 
-from harness import runner
 from harness.cli import main
 from harness.engine import preflight_cache as pc
 from harness.engine.preflight import ServerCommand
+from harness.run import runner
 
 from ..orchestration.test_runner_fake_server import FAKE
 
