@@ -15,6 +15,7 @@ import pytest
 from harness.analysis import gates as AG
 from harness.analysis.familywise import holm_adjust
 from harness.analysis.gates import evaluate_gates
+from harness.analysis.judges import common as JC
 from harness.analysis.measurements import (
     Measurements,
     TaskMeasurement,
@@ -135,7 +136,7 @@ def test_both_accuracy_drop_judges_use_the_one_drop_verdict(monkeypatch):
         calls.append(kw.get("worse"))
         return real(*a, **kw)
 
-    monkeypatch.setattr(AG, "drop_verdict", spy)
+    monkeypatch.setattr(JC, "drop_verdict", spy)  # the judges call it through their family's common module
     base = {"config": "c", "variant": "v", "task": "t", "limit": 0.1, "pipeline": "strict-numeric", "alpha": 0.05}
     drop = G.MaxAccuracyDrop(id="c/r->v/t/max_accuracy_drop", baseline="r", **base)
     m = Measurements()
