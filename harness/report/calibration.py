@@ -60,9 +60,11 @@ from pathlib import Path
 from typing import Mapping, NotRequired, Sequence, TypedDict
 
 from harness.analysis.scoring import first_divergence
+from harness.config.gates import GateKind
 from harness.records.measures import Interval
 from harness.records.run_record import ConfigResult, RunRecord, TaskResult
 from harness.records.samples import read_jsonl
+from harness.report.recommenders import COMPARISON_RULES, GATES_RULES, recommends, run_rule
 from harness.report.summary import fmt
 from harness.tasks.gsm8k import PIPELINES
 
@@ -466,15 +468,25 @@ def _down(x: float, d: int = 4) -> float:
 
 
 def _recommend(cs: ConfigCalibration, k: float) -> tuple[Recommended, dict[str, str]]:
-    """The recommended gate values of one config summary and why (the module docstring's rule).
-
-    Long (about 90 lines) because each gate kind's rule is a few lines of arithmetic
-    with its explanation beside it; split, the rules would lose their shared floors.
-    """
-    # long: each gate kind's rule is a few lines of arithmetic, kept side by side (see the docstring)
-    pipe = cs["pipeline"]
+    """The recommended gate values of one config summary and why (the module docstring's rule),
+    by each gate kind's registered rule (:mod:`harness.report.recommenders`)."""
     rec: Recommended = {"gates": {}, "comparisons": []}
     why: dict[str, str] = {}
+    for kind, rule in GATES_RULES.items():
+        run_rule(kind, rule, rec["gates"], cs, k, rec["gates"], why)
+    taskmap = {(e["variant"], e["task"]): e for e in cs["tasks"]}
+    for ce in cs["comparisons"]:
+        r: RecommendedComparison = {"baseline": ce["baseline"], "candidate": ce["candidate"], "task": ce["task"]}
+        tag = f"{ce['baseline']}->{ce['candidate']}/{ce['task']}"
+        for kind, rule in COMPARISON_RULES.items():
+            run_rule(kind, rule, r, ce, taskmap, k, tag, r, why)
+        rec["comparisons"].append(r)
+    return rec, why
+
+
+@recommends(GateKind.ACCURACY_FLOOR)
+def _accuracy_floor(cs: ConfigCalibration, k: float, rec: RecommendedGates, why: dict[str, str]) -> None:
+    pipe = cs["pipeline"]
     floors = []
     for e in cs["tasks"]:
         a = e["accuracy"][pipe]
@@ -486,9 +498,9 @@ def _recommend(cs: ConfigCalibration, k: float) -> tuple[Recommended, dict[str, 
     if floors:
         thr = max(f[2] for f in floors)
         tol = max(thr - p + k * sig for _, _, p, sig, _ in floors)
-        rec["gates"]["accuracy_threshold"] = round(thr, 4)
-        rec["gates"]["tolerance"] = _up(min(tol, 1.0))
-        rec["gates"]["calibration_questions"] = max(f[4] for f in floors)
+        rec["accuracy_threshold"] = round(thr, 4)
+        rec["tolerance"] = _up(min(tol, 1.0))
+        rec["calibration_questions"] = max(f[4] for f in floors)
         worst = max(floors, key=lambda f: thr - f[2] + k * f[3])
         why["accuracy_threshold"] = f"highest mean {pipe} accuracy over variants and tasks ({thr:.4f})"
         why["tolerance"] = (
@@ -496,6 +508,10 @@ def _recommend(cs: ConfigCalibration, k: float) -> tuple[Recommended, dict[str, 
             f"p={worst[2]:.4f}, sigma={worst[3]:.4f}, n={worst[4]}"
         )
         why["calibration_questions"] = "questions scored per run"
+
+
+@recommends(GateKind.MIN_ACCEPTANCE_LENGTH)
+def _min_acceptance_length(cs: ConfigCalibration, k: float, rec: RecommendedGates, why: dict[str, str]) -> None:
     mals = []
     for e in cs["tasks"]:
         m = e.get("mean_acceptance_length")
@@ -507,66 +523,75 @@ def _recommend(cs: ConfigCalibration, k: float) -> tuple[Recommended, dict[str, 
     if mals:
         lows = [(v, t, mu - k * sig, mu, sig, src) for v, t, mu, sig, src in mals]
         v, t, low, mu, sig, src = min(lows, key=lambda x: x[2])
-        rec["gates"]["min_acceptance_length"] = max(1.0, _down(low, 3))
+        rec["min_acceptance_length"] = max(1.0, _down(low, 3))
         why["min_acceptance_length"] = (
             f"smallest mean - {k} * sqrt(s^2 + se^2), never below 1; set by {v}/{t}: mean {mu:.4f}, "
             f"sigma {sig:.4f} (se from {src})"
         )
-    taskmap = {(e["variant"], e["task"]): e for e in cs["tasks"]}
-    for ce in cs["comparisons"]:
-        r: RecommendedComparison = {"baseline": ce["baseline"], "candidate": ce["candidate"], "task": ce["task"]}
-        d = ce["accuracy_drop"]
-        tag = f"{ce['baseline']}->{ce['candidate']}/{ce['task']}"
-        cn, psi = ce["n"], None
-        if ce["discordance"]["mean"] is not None and cn:
-            psi = max(ce["discordance"]["mean"], 1.0 / cn)
-        if d["mean"] is not None:
-            pv = max(ce["wald_variance"] or 0.0, psi / cn if psi and cn else 0.0)
-            r["max_accuracy_drop"] = _up(min(1.0, max(0.0, d["mean"]) + k * math.sqrt((d["sd"] or 0.0) ** 2 + pv)))
-            why[f"{tag} max_accuracy_drop"] = (
-                f"max(0, mean drop {d['mean']:.4f}) + {k} * sqrt(s_drop^2 {(d['sd'] or 0.0) ** 2:.2e} + "
-                f"paired variance {pv:.2e} = max(mean Wald variance, expected_discordance / n))"
-            )
-        if psi is not None:
-            r["expected_discordance"] = round(psi, 4)
-            why[f"{tag} expected_discordance"] = (
-                f"mean share of questions right in exactly one variant, at least 1/n = 1/{ce['n']}")
-        ad = ce.get("acceptance_length_drop")
-        if ad and ad["mean"] is not None:
-            sa, sb = _se(taskmap.get((ce["baseline"], ce["task"]))), _se(taskmap.get((ce["candidate"], ce["task"])))
-            r["max_acceptance_length_drop"] = _up(
-                max(0.0, ad["mean"]) + k * math.sqrt((ad["sd"] or 0.0) ** 2 + sa * sa + sb * sb), 3)
-            why[f"{tag} max_acceptance_length_drop"] = f"max(0, mean drop) + {k} * sqrt(s_drop^2 + se_a^2 + se_b^2)"
-        gaps = ce.get("divergence_gaps") or []
-        if gaps:
-            r["near_tie_nats"] = _up(NEAR_TIE_MARGIN * max(gaps), 2)
-            why[f"{tag} near_tie_nats"] = (
-                f"{NEAR_TIE_MARGIN} x the largest gap the reference showed at a divergence of this known-good build "
-                f"({max(gaps):.3f} nats over {len(gaps)} divergence(s)): on a good build every divergence is a "
-                "near-tie; keep it below the gaps the self-check's state faults produce")
-        base = taskmap.get((ce["baseline"], ce["task"]))
-        noise = (base["output_noise_rate"]["mean"], base["rerun_noise_rate"]["mean"]) if base else ()
-        runs_nz = max([x for x in noise if x is not None], default=None)
-        om = ce["output_match_rate"]
-        clean = 1 - om["mean"] if om["mean"] is not None else None
-        nz = max([x for x in (runs_nz, clean) if x is not None], default=None)
-        if nz is not None:
-            r["noise_mismatch_rate"] = round(nz, 4)
-            r["noise_runs"] = 1
-            if nz == 0:
-                r["min_output_match"] = 1.0
-            why[f"{tag} noise_mismatch_rate"] = (
-                f"the larger of the {ce['baseline']} run-to-run output noise "
-                f"({'-' if runs_nz is None else f'{runs_nz:.4f}'}: share of questions whose completion differs "
-                f"between runs or reruns) and this calibrated build's own {ce['baseline']}-vs-{ce['candidate']} "
-                f"mismatch rate ({'-' if clean is None else f'{clean:.4f}'}: e.g. in bfloat16, verifying several "
-                "draft tokens in one step rounds differently from one-token decoding, which no gate can tell "
-                "from a bug); use it with noise_runs: 1 (a rerun measures only the first kind)"
-                + (" (0: outputs are deterministic, require exact equality: min_output_match 1.0)" if nz == 0 else
-                   "; the output-match gate then fails only when the candidate mismatches significantly more often")
-            )
-        rec["comparisons"].append(r)
-    return rec, why
+
+
+@recommends(GateKind.MAX_ACCURACY_DROP)
+def _max_accuracy_drop(ce: ComparisonCalibration, _taskmap: Mapping[tuple[str, str], TaskCalibration], k: float,
+                       tag: str, r: RecommendedComparison, why: dict[str, str]) -> None:
+    d = ce["accuracy_drop"]
+    cn, psi = ce["n"], None
+    if ce["discordance"]["mean"] is not None and cn:
+        psi = max(ce["discordance"]["mean"], 1.0 / cn)
+    if d["mean"] is not None:
+        pv = max(ce["wald_variance"] or 0.0, psi / cn if psi and cn else 0.0)
+        r["max_accuracy_drop"] = _up(min(1.0, max(0.0, d["mean"]) + k * math.sqrt((d["sd"] or 0.0) ** 2 + pv)))
+        why[f"{tag} max_accuracy_drop"] = (
+            f"max(0, mean drop {d['mean']:.4f}) + {k} * sqrt(s_drop^2 {(d['sd'] or 0.0) ** 2:.2e} + "
+            f"paired variance {pv:.2e} = max(mean Wald variance, expected_discordance / n))"
+        )
+    if psi is not None:
+        r["expected_discordance"] = round(psi, 4)
+        why[f"{tag} expected_discordance"] = (
+            f"mean share of questions right in exactly one variant, at least 1/n = 1/{ce['n']}")
+
+
+@recommends(GateKind.MAX_ACCEPTANCE_LENGTH_DROP)
+def _max_acceptance_length_drop(ce: ComparisonCalibration, taskmap: Mapping[tuple[str, str], TaskCalibration],
+                                k: float, tag: str, r: RecommendedComparison, why: dict[str, str]) -> None:
+    ad = ce.get("acceptance_length_drop")
+    if ad and ad["mean"] is not None:
+        sa, sb = _se(taskmap.get((ce["baseline"], ce["task"]))), _se(taskmap.get((ce["candidate"], ce["task"])))
+        r["max_acceptance_length_drop"] = _up(
+            max(0.0, ad["mean"]) + k * math.sqrt((ad["sd"] or 0.0) ** 2 + sa * sa + sb * sb), 3)
+        why[f"{tag} max_acceptance_length_drop"] = f"max(0, mean drop) + {k} * sqrt(s_drop^2 + se_a^2 + se_b^2)"
+
+
+@recommends(GateKind.MIN_OUTPUT_MATCH)
+def _min_output_match(ce: ComparisonCalibration, taskmap: Mapping[tuple[str, str], TaskCalibration], _k: float,
+                      tag: str, r: RecommendedComparison, why: dict[str, str]) -> None:
+    gaps = ce.get("divergence_gaps") or []
+    if gaps:
+        r["near_tie_nats"] = _up(NEAR_TIE_MARGIN * max(gaps), 2)
+        why[f"{tag} near_tie_nats"] = (
+            f"{NEAR_TIE_MARGIN} x the largest gap the reference showed at a divergence of this known-good build "
+            f"({max(gaps):.3f} nats over {len(gaps)} divergence(s)): on a good build every divergence is a "
+            "near-tie; keep it below the gaps the self-check's state faults produce")
+    base = taskmap.get((ce["baseline"], ce["task"]))
+    noise = (base["output_noise_rate"]["mean"], base["rerun_noise_rate"]["mean"]) if base else ()
+    runs_nz = max([x for x in noise if x is not None], default=None)
+    om = ce["output_match_rate"]
+    clean = 1 - om["mean"] if om["mean"] is not None else None
+    nz = max([x for x in (runs_nz, clean) if x is not None], default=None)
+    if nz is not None:
+        r["noise_mismatch_rate"] = round(nz, 4)
+        r["noise_runs"] = 1
+        if nz == 0:
+            r["min_output_match"] = 1.0
+        why[f"{tag} noise_mismatch_rate"] = (
+            f"the larger of the {ce['baseline']} run-to-run output noise "
+            f"({'-' if runs_nz is None else f'{runs_nz:.4f}'}: share of questions whose completion differs "
+            f"between runs or reruns) and this calibrated build's own {ce['baseline']}-vs-{ce['candidate']} "
+            f"mismatch rate ({'-' if clean is None else f'{clean:.4f}'}: e.g. in bfloat16, verifying several "
+            "draft tokens in one step rounds differently from one-token decoding, which no gate can tell "
+            "from a bug); use it with noise_runs: 1 (a rerun measures only the first kind)"
+            + (" (0: outputs are deterministic, require exact equality: min_output_match 1.0)" if nz == 0 else
+               "; the output-match gate then fails only when the candidate mismatches significantly more often")
+        )
 
 
 def _se(e: TaskCalibration | None) -> float:

@@ -1,0 +1,50 @@
+"""Calibration's recommendation rules, registered per gate kind: each gate kind that declares
+settings (:attr:`harness.config.gates.Declaration.settings`) may have one rule, which
+:func:`harness.report.calibration.summarize` calls and which may recommend only those
+settings (:func:`only_settings`). The rules themselves are in :mod:`harness.report.calibration`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from harness.config.gates import DECLARATIONS, GateKind
+
+#: gate kind -> its recommendation rule, in registration order (the order of the keys in
+#: ``calibration.json``), for the kinds planned per comparison: called per comparison and task
+#: as ``rule(entry, tasks by (variant, task), k, "<baseline>-><candidate>/<task>", recommended, why)``.
+COMPARISON_RULES: dict[GateKind, Callable[..., None]] = {}
+#: the same for every other kind (config-level settings): called once per config as
+#: ``rule(config summary, k, recommended gates, why)``.
+GATES_RULES: dict[GateKind, Callable[..., None]] = {}
+
+_R = TypeVar("_R", bound=Callable[..., None])
+
+
+def recommends(kind: GateKind) -> Callable[[_R], _R]:
+    """Decorator: register the decorated function as the recommendation rule of ``kind``.
+
+    Raises:
+        TypeError: ``kind`` declares no settings to recommend, or already has a rule.
+    """
+    def register(fn: _R) -> _R:
+        rules = COMPARISON_RULES if DECLARATIONS[kind].scope == "comparison" else GATES_RULES
+        if not DECLARATIONS[kind].settings or kind in rules:
+            raise TypeError(f"{fn.__name__}: gate kind {kind.value} declares no settings or has a rule already")
+        rules[kind] = fn
+        return fn
+    return register
+
+
+def run_rule(kind: GateKind, rule: Callable[..., None], out: Mapping[str, object], *args: Any) -> None:
+    """``rule(*args)``, which writes into ``out``.
+
+    Raises:
+        TypeError: the rule wrote a key that is not a declared setting of ``kind``.
+    """
+    before = set(out)
+    rule(*args)
+    extra = set(out) - before - set(DECLARATIONS[kind].settings)
+    if extra:
+        raise TypeError(f"the recommendation rule of {kind.value} writes {sorted(extra)}, not settings of that kind "
+                        f"(declared: {list(DECLARATIONS[kind].settings)})")
