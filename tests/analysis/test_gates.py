@@ -7,11 +7,14 @@ judge; a gate class without one is an error, never a skipped gate.
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import math
 import typing
 
 import pytest
 
+import harness.analysis.judges as judges_pkg
 from harness.analysis import gates as AG
 from harness.analysis.familywise import holm_adjust
 from harness.analysis.gates import evaluate_gates
@@ -291,3 +294,37 @@ def test_shape_proven_fails_closed_without_a_proof_or_with_a_problem(problems):
     r = AG.evaluate_gate(_shape_gate(), m)
     assert r.passed is False
     assert (problems[0] if problems else "no shape proof recorded") in r.detail
+
+
+# ----------------------------------------------------------------- the registry fails closed both ways
+
+
+def test_a_judge_for_a_class_that_is_not_a_declared_kind_is_refused():
+    class Undeclared(G.MaxErrorRate):
+        pass
+
+    with pytest.raises(TypeError, match="judge_it judges Undeclared, which is not a declared gate kind"):
+        def judge_it(g, m, p=None):
+            return None
+
+        AG.judges(Undeclared)(judge_it)
+    assert Undeclared not in AG.JUDGES
+
+
+def test_a_declared_kind_without_a_judge_is_an_import_error(monkeypatch):
+    with pytest.raises(TypeError, match=r"without a judge.*max_error_rate \(MaxErrorRate"):
+        AG.check_judged({c: j for c, j in AG.JUDGES.items() if c is not G.MaxErrorRate})
+
+    class NewSpec(G.ShapeProven):  # a declaration whose class no judge is registered for
+        pass
+
+    d = G.DECLARATIONS[G.GateKind.SHAPE_PROVEN]
+    monkeypatch.setitem(G.DECLARATIONS, d.kind, dataclasses.replace(d, spec=NewSpec))
+    with pytest.raises(TypeError, match=r"without a judge.*shape_proven \(NewSpec"):
+        importlib.reload(judges_pkg)
+
+
+def test_every_judge_lives_in_the_module_of_its_family():
+    for cls, judge in AG.JUDGES.items():
+        family = next(d for d in G.DECLARATIONS.values() if d.spec is cls).module.rsplit(".", 1)[1]
+        assert judge.__module__ == f"harness.analysis.judges.{family}", (cls.__name__, judge.__module__)
