@@ -13,7 +13,6 @@ import pytest
 
 from harness.config import gates as G
 from harness.config.gates import registry
-from harness.config.gates.__main__ import BEGIN, END, main, with_table
 from harness.config.loader import load_config
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
@@ -120,23 +119,3 @@ def test_prompt_only_kinds_are_the_declared_generation_readers():
                                          G.MinOutputMatch, G.BaselineAcceptanceLengthDrop, G.MaxTruncationRate,
                                          G.MaxPositionAcceptanceDrop, G.BaselinePositionAcceptanceDrop,
                                          G.SampledEquivalence}
-
-
-def test_docs_table_is_generated_from_the_declarations():
-    assert main(["--check"]) == 0, "docs/gates.md's gate table is stale: run python -m harness.config.gates"
-    rows = G.docs_table().splitlines()
-    assert rows[:2] == ["| gate | passes when |", "| --- | --- |"] and len(rows) == 2 + len(G.GateKind)
-    for kind, row in zip(G.GateKind, rows[2:]):
-        assert row == f"| `{kind.value}` | {G.DECLARATIONS[kind].doc} |"
-
-
-def test_the_docs_writer_replaces_only_between_its_markers(tmp_path):
-    doc = tmp_path / "gates.md"
-    doc.write_text(f"# Gates\n\n{BEGIN}\n| old |\n{END}\n\ntail\n", encoding="utf-8")
-    assert main([str(doc), "--check"]) == 1
-    assert main([str(doc)]) == 0 and main([str(doc), "--check"]) == 0
-    text = doc.read_text(encoding="utf-8")
-    assert text.startswith(f"# Gates\n\n{BEGIN}\n| gate |") and text.endswith(f"{END}\n\ntail\n")
-    assert "| old |" not in text
-    with pytest.raises(ValueError, match="markers"):
-        with_table("no markers")
