@@ -12,7 +12,7 @@ Every type takes its fields by keyword, or positionally in declaration order.
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Final, Literal, Protocol
 
 from pydantic import BaseModel, SerializerFunctionWrapHandler, model_serializer, model_validator
 
@@ -70,6 +70,26 @@ class PipelineScore(_Measure):
     _WITHIN = (("correct", "scored"),)
 
 
+class ScoredResult(Protocol):
+    """What :meth:`TaskScore.of_result` reads of a task's record entry
+    (:class:`harness.records.run_record.TaskResult`): the counts, and each per-pipeline
+    figure as a map pipeline -> value."""
+
+    num_requests: int
+    error_count: int
+    error_rate: float
+    accuracy: dict[str, float | None]
+    accuracy_ci: dict[str, Interval | None]
+    correct: dict[str, int]
+    scored: dict[str, int]
+    invalid_rate: dict[str, float | None]
+    finish_reasons: dict[str, int]
+    truncated: int
+    truncated_rate: float | None
+    truncated_ids: list[str]
+    stop_reasons: dict[str, int]
+
+
 class TaskScore(_Measure):
     """Scores of one task on one variant (:func:`harness.analysis.scoring.score_task`).
 
@@ -109,6 +129,21 @@ class TaskScore(_Measure):
                 "error_rate": self.error_rate, **per, "finish_reasons": dict(self.finish_reasons),
                 "truncated": self.truncated, "truncated_rate": self.truncated_rate,
                 "truncated_ids": list(self.truncated_ids), "stop_reasons": dict(self.stop_reasons)}
+
+    @classmethod
+    def of_result(cls, result: ScoredResult) -> TaskScore:
+        """The inverse of :meth:`result_fields`: the scores a task's record entry
+        (:class:`harness.records.run_record.TaskResult`) holds, per pipeline again. The
+        record is where a score is written; this is how the gates' view
+        (:class:`harness.analysis.measurements.Measurements`) reads it."""
+        r = result
+        accuracy = {p: PipelineScore(correct=r.correct[p], scored=r.scored[p], accuracy=a,
+                                     accuracy_ci=r.accuracy_ci.get(p), invalid_rate=r.invalid_rate.get(p))
+                    for p, a in r.accuracy.items()}
+        return cls(num_requests=r.num_requests, error_count=r.error_count, error_rate=r.error_rate,
+                   accuracy=accuracy, finish_reasons=dict(r.finish_reasons), truncated=r.truncated,
+                   truncated_rate=r.truncated_rate, truncated_ids=tuple(r.truncated_ids),
+                   stop_reasons=dict(r.stop_reasons))
 
 
 # --------------------------------------------------------------------------- comparisons
