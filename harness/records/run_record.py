@@ -280,6 +280,10 @@ class VariantResult(_Model):
         return held * len(self.devices)
 
 
+#: How a judge begins the detail of a gate it could not judge (NOT RUN): ``not run: <reason>``.
+NOT_RUN_PREFIX = "not run: "
+
+
 class GateResult(_Model):
     """The verdict of one planned gate (:mod:`harness.config.gates`).
 
@@ -327,6 +331,12 @@ class GateResult(_Model):
         if self.passed is not None and self.expected_failure is not None and self.expected_failure.applies:
             return "XPASS" if self.passed else "XFAIL"
         return {True: "PASS", False: "FAIL", None: "NOT RUN"}[self.passed]
+
+    @property
+    def not_run_reason(self) -> str | None:
+        """Why a NOT RUN gate could not be judged: its detail after :data:`NOT_RUN_PREFIX`
+        (every judge writes a NOT RUN detail as ``not run: <reason>``); None for a judged gate."""
+        return self.detail.removeprefix(NOT_RUN_PREFIX) if self.passed is None else None
 
     @property
     def fails_run(self) -> bool:

@@ -131,18 +131,18 @@ def score_rows(record: RunRecord) -> list[ScoreRow]:
     return rows
 
 
-def task_pipeline(c: ConfigResult, variant: str, task: str) -> str:
+def task_pipeline(config: ConfigResult, variant: str, task: str) -> str:
     """The pipeline the gates of a task read (a task may override the config's): the
     task's comparison names it; else the task's accuracy-floor gate, whose detail starts
     with it; else the config's."""
-    comp = next((x for x in c.comparisons if x.task == task), None)
+    comp = next((x for x in config.comparisons if x.task == task), None)
     if comp:
         return comp.pipeline
-    t = c.variants[variant].tasks[task]
-    for g in c.gates:
+    t = config.variants[variant].tasks[task]
+    for g in config.gates:
         if g.task == task and g.kind == "accuracy_floor" and g.detail.split(" ", 1)[0] in t.accuracy:
             return g.detail.split(" ", 1)[0]
-    return c.pipeline
+    return config.pipeline
 
 
 def acceptance_ci_notes(record: RunRecord) -> list[str]:
@@ -278,9 +278,9 @@ def render_terminal(record: RunRecord, console: Console | None = None) -> None:
 _ORDER = {"FAIL": 0, "XPASS": 2, "NOT RUN": 1, "XFAIL": 3, "PASS": 4}
 
 
-def listing_order(g: GateResult) -> int:
+def listing_order(gate: GateResult) -> int:
     """A gate's place in a listing (:data:`_ORDER`; a strict XPASS first, with the failures)."""
-    return -1 if g.fails_run and g.verdict == "XPASS" else _ORDER[g.verdict]
+    return -1 if gate.fails_run and gate.verdict == "XPASS" else _ORDER[gate.verdict]
 
 
 def expected_counts(gates: list[GateResult]) -> str:
