@@ -1,4 +1,15 @@
-"""What a run measured for one config, typed per (variant, task), per variant and per comparison.
+"""What a run measured for one config, as the gates read it: a view of the config's record.
+
+The run record (:class:`harness.records.run_record.ConfigResult`) is the one tree of
+measured values: a task's scores, acceptance figures and shape proof
+(:class:`~harness.records.run_record.TaskResult`), a variant's effective configuration and
+model runner (:class:`~harness.records.run_record.VariantResult`), a comparison's output
+match, answer agreement, noise and divergences
+(:class:`~harness.records.run_record.ComparisonResult`). Each is written once, into the
+record; :class:`Measurements` bound to the record (``Measurements(record=crec)``) reads them
+from there. It holds beside them only what the record does not: the samples in memory, why
+something did not run, the target's scores and the sampled verdict, the stored baseline
+and the tasks that only score prompts.
 
 The gates (:mod:`harness.analysis.gates`) read three kinds of record:
 
@@ -9,15 +20,17 @@ The gates (:mod:`harness.analysis.gates`) read three kinds of record:
 * :class:`ComparisonMeasurement` per ``(baseline, candidate, task)``: output match,
   answer agreement, noise reference, judged divergences;
 
-plus the config's stored baseline and the tasks that only score prompts. Readers use the
-typed accessors :meth:`Measurements.task`, :meth:`Measurements.variant` and
-:meth:`Measurements.comparison`; writers :meth:`Measurements.task_record` (and
-``variant_record``, ``comparison_record``), which create the stored record
-(``m.task_record(v, t).score = sc``, ``m.variant_record(v).not_run = why``).
+through the typed accessors :meth:`Measurements.task`, :meth:`Measurements.variant` and
+:meth:`Measurements.comparison`. Writers of what the record does not hold use
+:meth:`Measurements.task_record` (and ``variant_record``, ``comparison_record``), which
+create the stored entry (``m.task_record(v, t).samples = xs``,
+``m.variant_record(v).not_run = why``); measurements built without a record (a config
+refused before any server, tests) hold every field there.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
@@ -36,6 +49,7 @@ from harness.records.measures import (
     SampledRecord,
     SpecDecodeRecord,
 )
+from harness.records.run_record import ConfigResult, TaskResult, VariantResult
 from harness.records.samples import Sample
 from harness.records.shape_proof import ShapeProofRecord
 
@@ -128,6 +142,9 @@ class Measurements:
         prompt_only: task -> why it generates nothing (an lm_eval ``multiple_choice`` /
             ``loglikelihood`` task scores prompts): its gates that read generated tokens
             (:data:`harness.analysis.gates.PROMPT_ONLY_KINDS`) are NOT RUN with that reason.
+        record: the config's record the readers view (None: every value is in the
+            stored entries). A value the record holds is read from it; the stored entry
+            gives the rest (and a value the record does not have).
     """
 
     tasks: dict[tuple[str, str], TaskMeasurement] = field(default_factory=dict)
@@ -137,22 +154,63 @@ class Measurements:
     baseline: BaselineDoc | None = None
     baseline_error: str | None = None
     prompt_only: dict[str, str] = field(default_factory=dict)
+    record: ConfigResult | None = field(default=None, repr=False, compare=False)
+    _scores: dict[int, tuple[TaskResult, TaskScore]] = field(default_factory=dict, init=False, repr=False,
+                                                             compare=False)
 
     # ------------------------------------------------------------------ readers
 
+    def _variant_result(self, variant: str | None) -> VariantResult | None:
+        return None if self.record is None or variant is None else self.record.variants.get(variant)
+
+    def _score_of(self, trec: TaskResult) -> TaskScore:
+        """The task's figures in the record as a :class:`TaskScore` (read once per entry)."""
+        got = self._scores.get(id(trec))
+        if got is None or got[0] is not trec:
+            got = self._scores[id(trec)] = (trec, TaskScore.of_result(trec))
+        return got[1]
+
     def task(self, variant: str | None, task: str | None) -> TaskMeasurement:
-        """The measurement of ``variant`` on ``task``; a new empty record (all None, not
-        stored) when nothing was measured."""
-        return self.tasks.get((variant, task)) or TaskMeasurement()  # type: ignore[arg-type]
+        """The measurement of ``variant`` on ``task``: score, acceptance figures (or why
+        they are missing) and shape proof from the record's task entry when there is one,
+        the rest from the stored entry; a new empty record (all None, not stored) when
+        nothing was measured."""
+        stored = self.tasks.get((variant, task))  # type: ignore[arg-type]
+        vrec = self._variant_result(variant)
+        trec = vrec.tasks.get(task) if vrec is not None and task is not None else None
+        if trec is None:
+            return stored or TaskMeasurement()
+        s = stored or TaskMeasurement()
+        return dataclasses.replace(
+            s, score=self._score_of(trec), spec=trec.spec_decode or s.spec,
+            spec_error=trec.spec_decode_error or s.spec_error, shape=trec.shape or s.shape)
 
     def variant(self, variant: str | None) -> VariantMeasurement:
-        """The measurement of ``variant``; an empty record (not stored) when none."""
-        return self.variants.get(variant) or VariantMeasurement()  # type: ignore[arg-type]
+        """The measurement of ``variant``: effective configuration (or why it could not
+        be read) and model runner from the record's variant entry when there is one, the
+        rest from the stored entry; an empty record (not stored) when none."""
+        stored = self.variants.get(variant)  # type: ignore[arg-type]
+        vrec = self._variant_result(variant)
+        if vrec is None:
+            return stored or VariantMeasurement()
+        s = stored or VariantMeasurement()
+        return dataclasses.replace(s, effectiveness=vrec.effective or s.effectiveness,
+                                   engine_facts_error=vrec.engine_error or s.engine_facts_error,
+                                   runner=vrec.model_runner or s.runner)
 
     def comparison(self, baseline: str | None, candidate: str, task: str | None) -> ComparisonMeasurement:
-        """The measurement of ``baseline`` vs ``candidate`` on ``task``; an empty record
-        (not stored) when none."""
-        return self.comparisons.get((baseline, candidate, task)) or ComparisonMeasurement()  # type: ignore[arg-type]
+        """The measurement of ``baseline`` vs ``candidate`` on ``task``: output match (the
+        record's comparison entry itself, an :class:`OutputMatchRecord`), answer agreement,
+        noise and divergences from the record when it holds the comparison, the sampled
+        verdict from the stored entry; an empty record (not stored) when none."""
+        stored = self.comparisons.get((baseline, candidate, task))  # type: ignore[arg-type]
+        crec = (self.record.comparison(baseline, candidate, task)
+                if self.record is not None and baseline is not None and task is not None else None)
+        if crec is None:
+            return stored or ComparisonMeasurement()
+        s = stored or ComparisonMeasurement()
+        return dataclasses.replace(s, match=crec, answers=crec.answer_agreement or s.answers,
+                                   noise=crec.noise or s.noise, divergences=crec.divergence or s.divergences)
 
     def paired(self, baseline: str | None, candidate: str, task: str | None, pipeline: str) -> PairedRecord | None:
         """Paired accuracy of ``baseline`` vs ``candidate`` on ``task`` under ``pipeline``

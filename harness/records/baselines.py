@@ -275,7 +275,7 @@ def write_baselines(record: RunRecord, run_dir: str | Path, baseline_dir: str | 
         msg = f"baseline of {name} written to {path} from run {record.run_id}"
         if not_run:
             left = sorted({"/".join(x for x in (g.variant, g.task) if x) for g in not_run})
-            reasons = sorted({g.detail.removeprefix("not run: ") for g in not_run})
+            reasons = sorted({g.not_run_reason or "" for g in not_run})
             msg += (f"; left out (NOT RUN, so not in the baseline and not gated against it later): "
                     f"{', '.join(left)} ({'; '.join(reasons)})")
         out.append((name, path, msg))

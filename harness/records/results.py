@@ -8,7 +8,8 @@ stored as they are), so this module imports no later stage.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -80,26 +81,26 @@ def rel(path: Path, base: Path) -> str:
         return str(path)
 
 
-def config_result(c: ConfigIdentity, **fields: object) -> ConfigResult:
+def config_result(config: ConfigIdentity, **fields: object) -> ConfigResult:
     """A config's record entry with its identity filled in (name, path, sha256, form,
-    model, accuracy pipeline) from the loaded config ``c``; ``fields`` add the rest."""
-    return ConfigResult(name=c.name, path=str(c.path), sha256=c.sha256, form=c.form, model=c.model,
-                        pipeline=c.gates.accuracy_pipeline, **fields)
+    model, accuracy pipeline) from the loaded ``config``; ``fields`` add the rest."""
+    return ConfigResult(name=config.name, path=str(config.path), sha256=config.sha256, form=config.form,
+                        model=config.model, pipeline=config.gates.accuracy_pipeline, **fields)
 
 
-def requested(vp: VariantPlan) -> Requested:
+def requested(variant: VariantPlan) -> Requested:
     """What the variant asked the engine for (speculative config, async scheduling)."""
-    return Requested(speculative_config=vp.speculative_config, async_scheduling=vp.async_scheduling)
+    return Requested(speculative_config=variant.speculative_config, async_scheduling=variant.async_scheduling)
 
 
-def unstarted_variant(vp: VariantPlan, status: str, error: str | None) -> VariantResult:
+def unstarted_variant(variant: VariantPlan, status: str, error: str | None) -> VariantResult:
     """The record of a variant whose server never started: its planned command and
     environment, ``server.status`` ``status`` and ``error`` naming why."""
-    return VariantResult(argv=list(vp.argv), env=dict(vp.env), fault=vp.fault, requested=requested(vp),
-                         server=ServerRecord(status=status), error=error)
+    return VariantResult(argv=list(variant.argv), env=dict(variant.env), fault=variant.fault,
+                         requested=requested(variant), server=ServerRecord(status=status), error=error)
 
 
-def task_result(spath: Path, run_dir: Path, outcome: TaskOutcome, sc: TaskScore,
+def task_result(spath: Path, run_dir: Path, outcome: TaskOutcome, score: TaskScore,
                 intervals: Mapping[str, object]) -> TaskResult:
     """A task's record entry.
 
@@ -108,14 +109,15 @@ def task_result(spath: Path, run_dir: Path, outcome: TaskOutcome, sc: TaskScore,
         run_dir: the run folder.
         outcome: the engine's :class:`harness.records.task_outcome.TaskOutcome` (seconds,
             speculative-decoding counters, metrics and error).
-        sc: the task's score (:func:`harness.analysis.scoring.score_task`).
+        score: the task's score (:func:`harness.analysis.scoring.score_task`), stored
+            as the record's per-metric maps (:meth:`TaskScore.result_fields`).
         intervals: acceptance intervals
             (:func:`harness.analysis.acceptance.acceptance_intervals`).
     """
     trec = TaskResult(
         samples=rel(spath, run_dir),
         seconds=round(outcome.seconds, 2),
-        **sc.result_fields(),
+        **score.result_fields(),
         spec_decode=outcome.spec_metrics,
         spec_decode_counters=outcome.spec_counters,
         spec_decode_error=outcome.metrics_error,
@@ -139,42 +141,51 @@ def reject_counters(trec: TaskResult, error: str) -> None:
 
 
 def rerun_record(spath: Path, run_dir: Path, outcome: TaskOutcome, samples: Sequence[Sample],
-                 om: OutputMatchRecord) -> RerunRecord:
+                 output_match: OutputMatchRecord) -> RerunRecord:
     """A task's noise-rerun entry: its samples file, seconds, errors, acceptance and
-    the output match of the rerun against the first pass (``om``)."""
+    the output match of the rerun against the first pass (``output_match``)."""
     return RerunRecord(
         samples=rel(spath, run_dir),
         seconds=round(outcome.seconds, 2),
         error_count=sum(1 for x in samples if not x.ok),
         spec_decode=outcome.spec_metrics,
-        output_match_vs_first=om,
+        output_match_vs_first=output_match,
         samples_sha256=sha256_file(spath),
     )
 
 
-def comparison_result(comp: ComparisonPair, tname: str, pipeline: str, a: Sequence[Sample], b: Sequence[Sample],
-                      om: OutputMatchRecord, pc: PairedRecord | None, nz: NoiseRecord | None,
-                      ag: AnswerAgreementRecord | None, dv: DivergenceReportRecord | None, rerun_reason: str,
-                      is_truncated: Callable[[Sample], bool]) -> ComparisonResult:
-    """One comparison's record entry on one task.
+@dataclass(frozen=True)
+class ComparisonMeasured:
+    """What one comparison measured on one task (:func:`harness.analysis.comparison.compare`),
+    the values of its record entry; each None when not measured.
 
-    Args:
-        comp: the config's comparison (baseline, candidate).
-        tname, pipeline: the task and the answer pipeline its paired test reads.
-        a, b: baseline and candidate samples.
-        om, pc, nz, ag, dv: output match, paired test, noise, answer agreement and
-            divergence report (each None when not measured).
-        rerun_reason: why the baseline was (not) rerun for noise.
-        is_truncated: ``sample -> bool`` (:func:`harness.analysis.scoring.is_truncated`).
+    Attributes:
+        output_match: greedy output match of the candidate against the baseline.
+        paired: the paired accuracy test under the comparison's pipeline.
+        noise: the candidate's mismatches against a noise reference.
+        answer_agreement: same extracted answer, beside output match.
+        divergence: the divergences judged by a reference's distribution.
+        truncated: question ids cut by ``max_tokens`` on each side.
     """
+
+    output_match: OutputMatchRecord
+    paired: PairedRecord | None = None
+    noise: NoiseRecord | None = None
+    answer_agreement: AnswerAgreementRecord | None = None
+    divergence: DivergenceReportRecord | None = None
+    truncated: TruncatedIds | None = None
+
+
+def comparison_result(pair: ComparisonPair, task: str, pipeline: str, measured: ComparisonMeasured,
+                      rerun_reason: str) -> ComparisonResult:
+    """One comparison's record entry on one task: the pair's variants, the task, the
+    answer pipeline its paired test reads, what it measured (:class:`ComparisonMeasured`)
+    and why the baseline was (not) rerun for noise."""
     return ComparisonResult(
-        baseline=comp.baseline, candidate=comp.candidate, task=tname, pipeline=pipeline,
-        **dict(om), paired=pc, noise=nz,
-        answer_agreement=ag,
-        truncated=TruncatedIds(baseline=[x.question_id for x in a if is_truncated(x)],
-                               candidate=[x.question_id for x in b if is_truncated(x)]),
-        divergence=dv,
-        rerun_reason=rerun_reason,
+        baseline=pair.baseline, candidate=pair.candidate, task=task, pipeline=pipeline,
+        **dict(measured.output_match), paired=measured.paired, noise=measured.noise,
+        answer_agreement=measured.answer_agreement, truncated=measured.truncated,
+        divergence=measured.divergence, rerun_reason=rerun_reason,
     )
 
 
@@ -184,22 +195,22 @@ def plugin_dir(run_dir: Path, config: str, variant: str) -> Path:
     return run_dir / "plugin" / config / variant
 
 
-def plugin_report(run_dir: Path, config: str, vp: VariantPlan) -> PluginReport:
+def plugin_report(run_dir: Path, config: str, variant: VariantPlan) -> PluginReport:
     """The record's ``variants[v].plugin``: the plugin's counters merged over the
     server's processes (:func:`harness.faults.plugin.read_reports`), plus
     ``async_scheduling_via``: how async scheduling was obtained when it was asked
     for (``"engine"``, or ``"evalrun plugin"`` when the plugin kept it on the CPU
     platform, which forces it off) and, for a fault, ``exercised`` / ``not_exercised_reason``
     (:func:`harness.faults.plugin.exercised`)."""
-    rep = read_reports(plugin_dir(run_dir, config, vp.name))
-    rep["dir"] = rel(plugin_dir(run_dir, config, vp.name), run_dir)
-    if vp.async_scheduling is True:
+    rep = read_reports(plugin_dir(run_dir, config, variant.name))
+    rep["dir"] = rel(plugin_dir(run_dir, config, variant.name), run_dir)
+    if variant.async_scheduling is True:
         kept = rep["counts"].get("cpu_async.kept", 0)
         rep["async_scheduling_via"] = (
             "evalrun plugin (kept after CpuPlatform.check_and_update_config forced it off)" if kept else "engine"
         )
-    if vp.fault:
-        ok, why = exercised(rep, vp.fault)
+    if variant.fault:
+        ok, why = exercised(rep, variant.fault)
         rep["exercised"] = ok
         rep["not_exercised_reason"] = why or None
     return PluginReport(**rep)

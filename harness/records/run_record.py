@@ -58,6 +58,14 @@ from harness.records.measures import (
 from harness.records.provenance import EngineBuild, Provenance
 from harness.records.resumed import ResumedRecord
 from harness.records.scoring import ScoringRecord
+from harness.records.server_records import (  # noqa: F401 - part of the record, re-exported
+    LeftoverServerRecord,
+    LeftoverVerdict,
+    PluginReport,
+    PreflightProblemRecord,
+    PreflightRecord,
+    ServerRecord,
+)
 from harness.records.shape_proof import ShapeProofRecord
 from harness.records.shards import MergedShard, ShardInfo
 from harness.records.text import clean_json
@@ -221,138 +229,6 @@ class LmEvalTaskRecord(_Model):
     error: str | None = None
 
 
-class ServerRecord(_Model):
-    """What happened to a variant's server process (start-up outcomes are distinct).
-
-    Attributes:
-        status: ``ready`` (answered ``/health``), ``exited_early`` (exited during
-            start-up), ``not_ready_timeout`` (no ``/health`` before
-            ``startup_max_wait_seconds``), ``launch_failed`` (the command could not be
-            executed), ``args_rejected`` (vLLM's parser rejected the arguments before
-            launch), ``died_mid_task``, ``interrupted`` (a signal stopped the run),
-            ``not_started`` (the run stopped before this variant), ``build_failed`` (the
-            engine build the variant names could not be made), or None before start.
-        exit_code: the process's exit code (negative: killed by that signal), or None.
-        seconds: from launch to ready, or to the failure.
-        pid: the server's process id (also its process group id).
-    """
-
-    status: Literal["ready", "exited_early", "not_ready_timeout", "launch_failed", "args_rejected",
-                    "died_mid_task", "interrupted", "not_started", "build_failed"] | None = None
-    exit_code: int | None = None
-    seconds: float | None = None
-    pid: int | None = None
-
-
-class PreflightProblemRecord(_Model):
-    """A server command rejected before launch (:mod:`harness.engine.preflight`).
-
-    Attributes:
-        variant: ``<config>/<variant>``.
-        config_path: its config file.
-        python: the interpreter of the command.
-        kind: ``launch_failed`` (the interpreter cannot be executed or has no vLLM),
-            ``args_rejected`` (vLLM's parser or validation rejected the arguments) or
-            ``async_not_supported`` (the arguments parse, but vLLM's
-            ``VllmConfig.__post_init__`` would refuse explicit async scheduling with this
-            drafter at start-up; the runner then runs the variant as not applicable).
-        message: what failed, naming the flag (vLLM's own error text).
-    """
-
-    variant: str
-    config_path: str
-    python: str
-    kind: Literal["launch_failed", "args_rejected", "async_not_supported"]
-    message: str
-
-    def describe(self) -> str:
-        """One paragraph naming the variant, the config, the interpreter and the error."""
-        return f"{self.variant} (config {self.config_path}, python {self.python}): {self.message}"
-
-
-class PreflightRecord(_Model):
-    """The pre-launch check of every server command with the installed vLLM's parser:
-    how many commands, how long (seconds) and what it rejected; ``cached`` when the
-    all-clear came from the results folder's cache of an earlier identical check
-    (:mod:`harness.engine.preflight_cache`) instead of running vLLM's parser."""
-
-    checked: int
-    seconds: float
-    problems: list[PreflightProblemRecord] = []
-    cached: bool = False
-
-
-#: The verdicts on a pid file of an earlier run (:func:`harness.engine.leftovers.judge_pid_file`).
-LeftoverVerdict = Literal["leftover", "cannot_tell", "invalid"]
-
-
-class LeftoverServerRecord(_Model):
-    """A pid file of an earlier run whose process may still run (found before this run
-    launched anything; :mod:`harness.engine.leftovers`).
-
-    Attributes:
-        verdict: ``leftover`` (pid, start time and command line match the record and
-            its run is gone), ``cannot_tell`` (the file lacks what it takes to be sure)
-            or ``invalid`` (the file cannot be the record of an evalrun server).
-        pid: the recorded pid (None when the file names no usable one).
-        pid_file: the file read.
-        command: the server's command line (live for a leftover, else as recorded).
-        reason: why this verdict.
-        kill_command: the shell command that ends its process group; only for a leftover.
-    """
-
-    verdict: LeftoverVerdict = "leftover"
-    pid: int | None = None
-    pid_file: str
-    command: str = ""
-    reason: str = ""
-    kill_command: str | None = None
-
-    def describe(self) -> str:
-        """One line for the terminal: what was found and, only for a leftover, how to end it."""
-        cmd = self.command[:160]
-        if self.verdict == "leftover" and self.kill_command:
-            return (f"a vLLM server started by an earlier evalrun run is still running: pid {self.pid} "
-                    f"(recorded in {self.pid_file}): {cmd}; end it with: {self.kill_command}")
-        if self.verdict == "cannot_tell":
-            return (f"cannot tell whether live process {self.pid} is the vLLM server recorded in {self.pid_file}: "
-                    f"{self.reason}; no command suggested (check it with: ps -o pid,pgid,lstart,args -p {self.pid})")
-        return f"pid file {self.pid_file} ignored: {self.reason}; no command suggested"
-
-
-class PluginReport(_Model):
-    """What evalrun's vLLM plugin reported for one variant's server (``harness.faults.plugin``).
-
-    Attributes:
-        processes: server processes that wrote a report (0: the plugin never loaded).
-        faults: fault names active in those processes.
-        cpu_async: the plugin was asked to keep async scheduling on the CPU.
-        model_runners: ``module.Class`` of the model runner(s) in use.
-        patched: what the plugin patched (``module.Class.attr``).
-        counts: counters summed over processes: ``<fault>.executions``,
-            ``<fault>.changed``, ``batch.*`` (condense / reorder events),
-            ``cpu_async.kept``.
-        errors: unreadable report files.
-        dir: the reports' folder, relative to the run folder.
-        async_scheduling_via: for a variant that asked for async scheduling, how it was
-            obtained (``"engine"`` or the plugin).
-        exercised: for a fault variant, whether its patched code ran and changed a value.
-        not_exercised_reason: why not.
-    """
-
-    processes: int = 0
-    faults: list[str] = []
-    cpu_async: bool = False
-    model_runners: list[str] = []
-    patched: list[str] = []
-    counts: dict[str, int] = {}
-    errors: list[str] = []
-    dir: str | None = None
-    async_scheduling_via: str | None = None
-    exercised: bool | None = None
-    not_exercised_reason: str | None = None
-
-
 class VariantResult(_Model):
     """One variant's server and tasks.
 
@@ -404,6 +280,10 @@ class VariantResult(_Model):
         return held * len(self.devices)
 
 
+#: How a judge begins the detail of a gate it could not judge (NOT RUN): ``not run: <reason>``.
+NOT_RUN_PREFIX = "not run: "
+
+
 class GateResult(_Model):
     """The verdict of one planned gate (:mod:`harness.config.gates`).
 
@@ -451,6 +331,12 @@ class GateResult(_Model):
         if self.passed is not None and self.expected_failure is not None and self.expected_failure.applies:
             return "XPASS" if self.passed else "XFAIL"
         return {True: "PASS", False: "FAIL", None: "NOT RUN"}[self.passed]
+
+    @property
+    def not_run_reason(self) -> str | None:
+        """Why a NOT RUN gate could not be judged: its detail after :data:`NOT_RUN_PREFIX`
+        (every judge writes a NOT RUN detail as ``not run: <reason>``); None for a judged gate."""
+        return self.detail.removeprefix(NOT_RUN_PREFIX) if self.passed is None else None
 
     @property
     def fails_run(self) -> bool:

@@ -92,7 +92,8 @@ class ConfigRun:
         run_dir: the run folder (``logs/``, ``samples/``, ``run.json``).
         record: the run's record (``provenance.datasets`` is filled here).
         result: the config's record, already in ``record.configs``.
-        measured: the config's measurements, every variant's merged in.
+        measured: the config's measurements, every variant's merged in: a view of
+            ``result`` (bound here) plus the samples and reasons the record does not hold.
         prepared: task name -> prepared task (the tasks that can run).
         model_ref: the resolved model (a path or hub id; "" until resolved).
         reruns: ``(variant, task)`` -> samples of its noise rerun.
@@ -111,6 +112,10 @@ class ConfigRun:
     reruns: dict[tuple[str, str], tuple[Sample, ...]] = field(default_factory=dict)
     pool: DevicePool | None = None
     servers: ServerPlan | None = None
+
+    def __post_init__(self) -> None:
+        if self.measured.record is None:  # the gates read the config's record through it
+            self.measured.record = self.result
 
     @property
     def progress(self) -> Progress:

@@ -343,20 +343,15 @@ def _load(run: ConfigRun, vp: VariantPlan, vrec: VariantResult) -> None:
     c, m = run.plan.config, run.measured
     for tname, trec in vrec.tasks.items():
         samples = tuple(read_jsonl(run.run_dir / trec.samples))
-        tm = m.task_record(vp.name, tname)
-        tm.samples, tm.score = samples, score_task(samples, _pipelines(trec))
-        tm.spec, tm.spec_error = trec.spec_decode, trec.spec_decode_error or None
-        tm.shape = trec.shape  # a traffic shape's proof, as recorded (its gate is judged again)
+        m.task_record(vp.name, tname).samples = samples  # scores, acceptance, shape: read from the record
         if trec.rerun is not None:
             run.reruns[(vp.name, tname)] = tuple(read_jsonl(run.run_dir / trec.rerun.samples))
-    vm = m.variant_record(vp.name)
-    vm.effectiveness, vm.engine_facts_error = vrec.effective, vrec.engine_error
     vrec.plugin = plugin_report(run.run_dir, c.name, vp)
     try:
         log = (run.run_dir / "logs" / c.name / f"{vp.name}.log").read_text(encoding="utf-8", errors="replace")
     except OSError:
         log = None
-    vrec.model_runner = vm.runner = model_runner_fact(vrec.plugin.model_runners, log)
+    vrec.model_runner = model_runner_fact(vrec.plugin.model_runners, log)
     run.result.variants[vp.name] = vrec
 
 

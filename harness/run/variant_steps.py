@@ -130,7 +130,6 @@ def run_variant(run: ConfigRun, vp: VariantPlan, devices: tuple[str, ...] = ()) 
     PLACE.at("server", config=c.name, variant=vp.name, task=None)  # the plugin's per-process reports
     vr.plugin = plugin_report(run.run_dir, c.name, vp)
     vr.model_runner = model_runner_fact(vr.plugin.model_runners, _read_log(run.run_dir, c.name, vp.name))
-    run.measured.variant_record(vp.name).runner = vr.model_runner
     checkpoint()  # the finished variant's whole record on disk before the next server starts
     return out.ok
 
@@ -268,13 +267,11 @@ def _server_ready(session: VariantSession, run: ConfigRun, vp: VariantPlan, out:
             raise EngineInfoError(f"{vp.id}: cannot read the engine's version from /version")
         eff = check_effective(facts, vp.speculative_config, vp.async_scheduling, vp.expected_effective)
         vrec.effective = eff
-        out.measured.variant_record(vp.name).effectiveness = eff
         if not eff.effective:
             p.warn(f"{vp.id}: not effective as asked: {eff.mismatches}"
                    + (" (declared expected on this platform)" if eff.expected_on_platform else ""))
     except EngineInfoError as e:
         vrec.engine_error = str(e)
-        out.measured.variant_record(vp.name).engine_facts_error = str(e)
         p.error(f"{e} (variant_effective cannot pass without it)")
 
 
@@ -347,8 +344,7 @@ def _judge_task(run: ConfigRun, vp: VariantPlan, item: _Sent, out: VariantRun) -
     write_jsonl(spath, samples)
     PLACE.at("scoring")
     sc = score_task(samples, tr.pipelines)
-    tm = out.measured.task_record(vp.name, t.name)
-    tm.score, tm.samples, tm.shape = sc, samples, outcome.shape
+    out.measured.task_record(vp.name, t.name).samples = samples  # the rest is read from the record
     PLACE.at("statistics")  # acceptance intervals (bootstrap) and counter checks
     trec = task_result(spath, run.run_dir, outcome, sc,
                        acceptance_intervals(samples, vp.speculative_config is not None))
@@ -359,10 +355,7 @@ def _judge_task(run: ConfigRun, vp: VariantPlan, item: _Sent, out: VariantRun) -
     if bad:  # impossible counters: no acceptance gate may read them
         metrics_error, spec_metrics = bad, None
         reject_counters(trec, bad)
-    if spec_metrics is not None:
-        tm.spec = spec_metrics
     if metrics_error:
-        tm.spec_error = metrics_error
         p.error(f"{vp.id} {t.name}: metrics error: {metrics_error}")
     vrec.tasks[t.name] = trec
     checkpoint()  # the task's result is on disk before the next one is judged

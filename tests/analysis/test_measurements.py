@@ -1,11 +1,17 @@
 """harness.analysis.measurements: the writers (``m.task_record(v, t).score = ...``,
 ``m.variant_record(v).not_run = ...``) fill the typed per-(variant, task), per-variant and
-per-comparison records the judges read; ``absorb`` copies a part measured apart.
+per-comparison records the judges read; ``absorb`` copies a part measured apart; bound to a
+config's record, the readers view the values it holds.
 """
 
 from __future__ import annotations
 
 from harness.analysis.measurements import ComparisonMeasurement, Measurements, TaskMeasurement
+from harness.analysis.scoring import output_match, score_task
+from harness.records.measures import EffectivenessRecord, ModelRunnerRecord, SpecDecodeCountersRecord, SpecDecodeRecord
+from harness.records.results import ComparisonMeasured, comparison_result
+from harness.records.run_record import ConfigResult, TaskResult, VariantResult
+from harness.records.samples import Sample
 
 
 def test_writers_create_and_address_the_typed_records():
@@ -43,3 +49,39 @@ def test_absorb_copies_the_fields_measured_apart():
     assert m.variant("a").effectiveness == "eff" and m.variant("b").not_run == "why"
     assert m.comparison("a", "b", "t").noise == "nz" and m.runners_collected
     assert m.tasks[("a", "t")] is not part.tasks[("a", "t")]  # copied, not shared
+
+
+def _sample(q: str, right: bool, ids: tuple[int, ...] = (1, 2)):
+    return Sample("c", "v", "t", q, "h" + q, "5", completion="x", token_ids=ids, finish_reason="stop",
+                  answers={"flexible-numeric": "5" if right else "4"}, correct={"flexible-numeric": right})
+
+
+def test_a_bound_view_reads_every_measured_value_from_the_record_written_once():
+    """What the record holds is written once, into it: the view bound to a config's record
+    reads the task's score (per pipeline again), acceptance figures, the variant's
+    effective configuration and runner, the comparison's values; the stored entries add
+    what the record does not hold (samples, reasons)."""
+    xs = [_sample(f"q{i}", i < 3) for i in range(4)]
+    sc = score_task(xs, ("flexible-numeric",))
+    spec = SpecDecodeRecord.from_counters(SpecDecodeCountersRecord(10, 20, 5, (3, 2)))
+    trec = TaskResult(samples="s.jsonl", seconds=1.0, **sc.result_fields(), spec_decode=spec)
+    runner = ModelRunnerRecord(runner="v1", source="server log")
+    crec = ConfigResult(name="c", path="c.yaml", sha256="0", form="native", model="m", pipeline="flexible-numeric",
+                        variants={"v": VariantResult(argv=["x"], effective=EffectivenessRecord(effective=True),
+                                                     model_runner=runner, tasks={"t": trec})})
+    match = output_match(xs, xs)
+    crec.comparisons.append(comparison_result(
+        type("Pair", (), {"baseline": "v", "candidate": "w"})(), "t", "flexible-numeric",
+        ComparisonMeasured(output_match=match), "not run: not asked (noise_runs 1)"))
+    m = Measurements(record=crec)
+    m.task_record("v", "t").samples = xs  # only what the record does not hold
+    m.variant_record("w").not_run = "server failed"
+    tm = m.task("v", "t")
+    assert tm.score == sc and tm.spec is spec and tm.samples is xs and tm.spec_error is None
+    assert m.task("v", "t").score is tm.score  # read back once per record entry
+    assert m.variant("v").effectiveness is crec.variants["v"].effective and m.variant("v").runner is runner
+    assert m.variant("w").not_run == "server failed" and m.variant("w").effectiveness is None
+    cm = m.comparison("v", "w", "t")
+    assert cm.match is crec.comparisons[0] and cm.match.output_match_rate == match.output_match_rate
+    assert m.comparison("v", "x", "t") == ComparisonMeasurement() and m.task("x", "t") == TaskMeasurement()
+    assert m.tasks[("v", "t")].score is None  # nothing written twice

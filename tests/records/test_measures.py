@@ -16,15 +16,15 @@ import harness.analysis
 import harness.engine
 from harness.analysis import scoring, stats
 from harness.engine import metrics
-from harness.records import measures, run_record
+from harness.records import engine_measures, measures, run_record
 from harness.records.measures import DivergenceReportRecord, PairedRecord, SpecDecodeCountersRecord
 
 
 def test_analysis_and_engine_return_the_record_types():
     """One name per measured noun: every record type the analysis and engine stages hold is
     the records' class under its own name (no second name, no twin class)."""
-    record_types = {obj for obj in vars(measures).values()
-                    if isinstance(obj, type) and obj.__module__ == measures.__name__}
+    record_types = {obj for src in (measures, engine_measures) for obj in vars(src).values()
+                    if isinstance(obj, type) and obj.__module__ == src.__name__}
     seen = 0
     for pkg in (harness.analysis, harness.engine):
         for info_ in pkgutil.iter_modules(pkg.__path__):
