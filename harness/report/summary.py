@@ -31,7 +31,7 @@ from harness.records.run_record import ComparisonResult, ConfigResult, GateResul
 from harness.records.samples import read_jsonl
 from harness.records.text import clean_text
 from harness.report.shapes import shape_lines
-from harness.tasks.gsm8k import PIPELINES
+from harness.tasks.answers import GSM8K_PIPELINES as PIPELINES
 
 #: What each run outcome means, in the words of the exit-code table (``evalrun --help``).
 OUTCOME_MEANING = {
