@@ -1,5 +1,5 @@
-"""Diff and calibration read every task's own answer pipelines from its record (issue 36
-item 4): an ``lm_eval`` task is scored under lm-eval's filters and metrics (here ``acc``
+"""Diff and calibration read every task's own answer pipelines from its record: an
+``lm_eval`` task is scored under lm-eval's filters and metrics (here ``acc``
 and ``acc_norm``), which its record lists in ``lm_eval.pipelines``; a ``gsm8k`` task
 under the ``#### N`` format's four. Before, both reports walked GSM8K's four names only
 and left an lm-eval task's figures out.
