@@ -62,7 +62,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness.models.training import shipped_model_dir  # noqa: E402
-from harness.tasks.gsm8k import STOP_SEQUENCES, build_requests, judge  # noqa: E402
+from harness.tasks.answers import judge  # noqa: E402
+from harness.tasks.gsm8k import build_requests  # noqa: E402
+from harness.tasks.stops import STOP_SEQUENCES  # noqa: E402
 from harness.tasks.synthetic import generate_splits  # noqa: E402
 
 MODEL_NAME = "tiny-qwen3next-mtp-arith"

@@ -28,7 +28,7 @@ from harness.records.measures import (
     TaskScore,
 )
 from harness.records.samples import Sample
-from harness.tasks.gsm8k import PIPELINES
+from harness.tasks.answers import GSM8K_PIPELINES as PIPELINES
 from harness.tasks.numbers import parse_number
 
 #: The analysis' names of the record types it returns (the same types, not copies).

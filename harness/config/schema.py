@@ -13,18 +13,13 @@ import difflib
 import hashlib
 import shlex
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-#: A value as YAML or JSON from outside gives it, before validation (a mapping, a list,
-#: a string, a number, a boolean or None): the input of a field's ``BeforeValidator``.
-RawValue = object
-#: A JSON value whose shape is owned outside evalrun (a speculative-config value passed to
-#: vLLM unchanged, a setting the engine reports, what ``json.loads`` returns for a file,
-#: an engine's answer or lm-eval's results): any of JSON's types, checked where read.
-JsonValue = Any
+from harness.config.shape_spec import SHAPE_KEYS, ShapeSpec  # noqa: F401 - ShapeSpec's users import it here too
+from harness.config.strict import JsonValue, RawValue, StrictModel, is_int
 
 #: Default of vLLM's GSM8K test (``tests/evals/gsm8k/test_gsm8k_correctness.py``):
 #: absolute tolerance below ``accuracy_threshold``.
@@ -53,18 +48,13 @@ DEFAULT_NEAR_TIE_NATS = 0.5
 DEFAULT_EXPECTED_LOGPROB_SD = 0.1
 
 
-def _is_int(x: RawValue) -> bool:
-    """``x`` is an integer and not a boolean (YAML's ``true`` is a Python ``bool``, an ``int``)."""
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
 def _env_to_str(v: RawValue) -> RawValue:
     """Environment values are strings: an integer (YAML's plain ``1``) becomes its text;
     any other non-string (a list, a mapping, a float, a boolean, null) is left for the
     ``str`` type to refuse, naming the key (:func:`harness.config.yaml_pitfalls.check_yaml` refuses them first, with
     their line)."""
     if isinstance(v, dict):
-        return {str(k): str(x) if _is_int(x) else x for k, x in v.items()}
+        return {str(k): str(x) if is_int(x) else x for k, x in v.items()}
     return v
 
 
@@ -82,7 +72,7 @@ def _args_to_str(v: RawValue) -> RawValue:
         ValueError: an item of another type (a list, a mapping, a float, a boolean, null).
     """
     if isinstance(v, list):
-        bad = [(i, x) for i, x in enumerate(v) if not (isinstance(x, str) or _is_int(x))]
+        bad = [(i, x) for i, x in enumerate(v) if not (isinstance(x, str) or is_int(x))]
         if bad:
             i, x = bad[0]
             raise ValueError(f"item {i} is {type(x).__name__} {x!r}: each argument must be a string or an integer")
@@ -96,100 +86,6 @@ ArgsStr = Annotated[str, BeforeValidator(_args_to_str)]
 
 class ConfigError(ValueError):
     """A config, model list or key is invalid. The message names file, key and line."""
-
-
-class StrictModel(BaseModel):
-    """Frozen, unknown keys refused, and strict: a value of the wrong type is refused, never
-    converted (``accuracy_threshold: "0.9"`` or ``true``, ``num_questions: 5.5``); an integer
-    is accepted where a float is asked."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-
-#: ShapeSpec keys each shape kind takes (``kind`` aside); another key is refused at load.
-SHAPE_KEYS: dict[str, frozenset[str]] = {
-    "prompt_edges": frozenset({"speculative_tokens", "block_size", "chunk_size", "offsets", "prompts_per_length"}),
-    "prefix_reuse": frozenset({"prefix_tokens", "prompt_tokens", "prompts", "block_size"}),
-    "cache_pressure": frozenset({"prompt_tokens", "prompts", "output_tokens"}),
-    "concurrency_sweep": frozenset({"concurrency", "prompt_tokens", "prompts", "output_tokens"}),
-}
-
-
-class ShapeSpec(StrictModel):
-    """A traffic shape of a ``kind: shape`` task (docs/configuration.md, "Traffic shapes").
-
-    Attributes:
-        kind: ``prompt_edges``: prompts whose lengths in tokens sit at and around the
-            engine's edges, built with the served model's own tokenizer and sent as token
-            ids; ``prefix_reuse``: prompts sharing a long prefix, sent cold and then again
-            warm (prefix caching); ``cache_pressure``: enough long requests at once that the
-            engine preempts; ``concurrency_sweep``: the same prompts at several
-            concurrencies with outputs of very different lengths. :data:`SHAPE_KEYS` lists
-            the keys of each kind.
-        speculative_tokens: the ``num_speculative_tokens`` of the config's speculative
-            variants (each gives the edge ``k + 1``); refused at load when a variant
-            speculates with a count not listed.
-        block_size: the KV-cache block size edge in tokens (None: no block edge);
-            ``prefix_reuse``: the block size its proof's bound uses when the engine
-            reports none in ``/server_info`` (the engine's wins).
-        chunk_size: the prefill chunk edge in tokens, i.e. the server's
-            ``--max-num-batched-tokens``, which the config's server arguments must set to
-            this value (refused at load otherwise); None: no chunk edge. Offset ``+1`` is
-            the one-token tail after a full chunk.
-        offsets: lengths tried around every edge, as ``edge + offset`` (lengths below 1
-            are dropped).
-        prompts_per_length: distinct prompts per length (different source questions).
-        prefix_tokens: ``prefix_reuse``: the shared prefix's length in tokens.
-        prompt_tokens: each prompt's whole length in tokens (``prefix_reuse``: prefix
-            included).
-        prompts: distinct prompts (``cache_pressure``: all in flight at once).
-        output_tokens: completion budgets in tokens, given to the prompts in turn, so
-            outputs of very different lengths finish mid-batch (None: the task's
-            ``max_tokens`` for every prompt).
-        concurrency: ``concurrency_sweep``: requests in flight of each pass, in order
-            (e.g. ``[1, 16]``: one at a time, then the engine's saturation).
-    """
-
-    kind: Literal["prompt_edges", "prefix_reuse", "cache_pressure", "concurrency_sweep"] = "prompt_edges"
-    speculative_tokens: list[int] = Field(default_factory=list, max_length=8)
-    block_size: int | None = Field(default=None, ge=1)
-    chunk_size: int | None = Field(default=None, ge=1)
-    offsets: list[int] = Field(default_factory=lambda: [-1, 0, 1], min_length=1, max_length=16)
-    prompts_per_length: int = Field(default=3, ge=1, le=50)
-    prefix_tokens: int | None = Field(default=None, ge=1)
-    prompt_tokens: int | None = Field(default=None, ge=1)
-    prompts: int = Field(default=8, ge=1, le=1000)
-    output_tokens: list[int] | None = Field(default=None, min_length=1, max_length=16)
-    concurrency: list[int] = Field(default_factory=list, max_length=8)
-
-    @model_validator(mode="after")
-    def _keys_of_its_kind(self) -> "ShapeSpec":
-        extra = sorted(self.model_fields_set - SHAPE_KEYS[self.kind] - {"kind"})
-        if extra:
-            raise ValueError(f"shape kind {self.kind} takes {sorted(SHAPE_KEYS[self.kind])}, not {extra}")
-        if self.output_tokens is not None and min(self.output_tokens) < 1:
-            raise ValueError("output_tokens must be >= 1")
-        if self.kind == "prompt_edges" and not self.edges():
-            raise ValueError("shape: no edge (give speculative_tokens, block_size or chunk_size)")
-        if self.kind == "prefix_reuse":
-            if self.prefix_tokens is None or self.prompt_tokens is None:
-                raise ValueError("shape kind prefix_reuse needs prefix_tokens and prompt_tokens")
-            if self.prompt_tokens <= self.prefix_tokens:
-                raise ValueError(f"shape kind prefix_reuse: prompt_tokens {self.prompt_tokens} must exceed "
-                                 f"prefix_tokens {self.prefix_tokens} (each prompt has its own suffix)")
-        return self
-
-    def edges(self) -> dict[str, int]:
-        """``prompt_edges``: edge name -> length in tokens: ``spec_k{k}`` (``k + 1``) per
-        speculative count, ``block``, ``chunk``. Other kinds: empty."""
-        if self.kind != "prompt_edges":
-            return {}
-        out = {f"spec_k{k}": k + 1 for k in sorted(set(self.speculative_tokens))}
-        if self.block_size is not None:
-            out["block"] = self.block_size
-        if self.chunk_size is not None:
-            out["chunk"] = self.chunk_size
-        return out
 
 
 class TaskSpec(StrictModel):

@@ -352,7 +352,7 @@ async def chat_complete(
         client: an open :class:`AsyncCompletionClient` (its session, timeout, retries).
         request_id, prompt, max_tokens, temperature, seed, stop: as
             :meth:`AsyncCompletionClient.complete` (the GSM8K task passes vLLM's stop
-            list, :data:`harness.tasks.gsm8k.VLLM_GSM8K_STOP_SEQUENCES`).
+            list, :data:`harness.tasks.stops.VLLM_GSM8K_STOP_SEQUENCES`).
 
     Returns:
         A :class:`Completion`; never raises for HTTP, transport or timeout errors (same

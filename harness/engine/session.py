@@ -36,7 +36,7 @@ from harness.records.measures import (
     SpecDecodeRecord,
 )
 from harness.records.task_outcome import TaskOutcome
-from harness.tasks.gsm8k import Request
+from harness.tasks.requests import Request
 
 #: Per-request metrics: seconds between two reads of /metrics that must agree.
 SETTLE_INTERVAL = 0.02

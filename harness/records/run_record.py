@@ -73,7 +73,7 @@ from harness.records.text import clean_json
 SCHEMA_VERSION = 2
 RUN_FILE = "run.json"
 
-#: The pipelines' names, as keys of the per-pipeline maps (see :mod:`harness.tasks.gsm8k`).
+#: The pipelines' names, as keys of the per-pipeline maps (see :mod:`harness.tasks.pipelines`).
 Pipeline = str
 
 

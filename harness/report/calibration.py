@@ -5,7 +5,7 @@ Each repeat is an ordinary run (:func:`harness.run.runner.run`, fresh servers) w
 ``<results dir>/<calibration id>/run<i>/``; the summary goes to
 ``<results dir>/<calibration id>/calibration.{md,json}`` (and ``--output`` / ``--json``).
 
-Reported per config, variant and task: every accuracy (both pipelines) and every
+Reported per config, variant and task: every accuracy (each answer pipeline its record lists) and every
 acceptance figure (mean acceptance length, acceptance rate, per-position acceptance)
 over the N runs: the values, mean, sample standard deviation (n - 1 denominator) with
 its one-sided 95% chi-square upper bound, min and max; per comparison the output-match
@@ -66,7 +66,7 @@ from harness.records.run_record import ConfigResult, RunRecord, TaskResult
 from harness.records.samples import read_jsonl
 from harness.report.recommenders import COMPARISON_RULES, GATES_RULES, recommends, run_rule
 from harness.report.summary import fmt
-from harness.tasks.gsm8k import PIPELINES
+from harness.tasks.kinds import record_pipelines
 
 __all__ = ["spread", "per_draft_se", "binomial_variance", "summarize", "render_calibration_markdown", "Z95"]
 
@@ -401,13 +401,14 @@ def _task_calibration(runs: Sequence[tuple[RunRecord, Path]], cname: str, vname:
     """One variant and task over the runs (:class:`TaskCalibration`); ``pipe`` the pipeline
     whose scored count is ``n``."""
     ts = [_task(r, cname, vname, tname) for r, _ in runs]
-    scored = [t.scored[pipe] for t in ts if t]
+    scored = [t.scored[pipe] for t in ts if t and pipe in t.scored]
     noise = _noise_vs_first(runs, cname, vname, tname)
     reruns = [t.rerun.output_match_vs_first if t and t.rerun else None for t in ts]
     e: TaskCalibration = {
         "variant": vname, "task": tname,
         "n": round(_mean(scored) or 0) if scored else None,
-        "accuracy": {p: spread([t.accuracy.get(p) if t else None for t in ts]) for p in PIPELINES},
+        "accuracy": {p: spread([t.accuracy.get(p) if t else None for t in ts])
+                     for p in _task_pipelines(runs, cname, tname, ts, pipe)},
         **_speculative(ts),
         "output_noise": noise,
         "output_noise_rate": spread([x["rate"] for x in noise]),
@@ -415,6 +416,23 @@ def _task_calibration(runs: Sequence[tuple[RunRecord, Path]], cname: str, vname:
             [1 - x.output_match_rate if x and x.output_match_rate is not None else None for x in reruns]),
     }
     return e
+
+
+def _task_pipelines(runs: Sequence[tuple[RunRecord, Path]], cname: str, tname: str,
+                    ts: Sequence[TaskResult | None], pipe: str) -> list[str]:
+    """The answer pipelines of one task over the runs, as each run's record lists them
+    (:func:`harness.tasks.kinds.record_pipelines`: an lm-eval task's own, else its kind's),
+    in first-seen order, and the config's gate pipeline ``pipe`` after them when the task
+    has no such pipeline (its spread then holds no value)."""
+    out: list[str] = []
+    for (rec, _), t in zip(runs, ts):
+        c = rec.config(cname)
+        kind = (c.tasks.get(tname) or {}).get("kind") if c else None
+        own = t.lm_eval.pipelines if t is not None and t.lm_eval is not None else None
+        for p in record_pipelines(kind if isinstance(kind, str) else None, own, t.accuracy if t else ()):
+            if p not in out:
+                out.append(p)
+    return out if pipe in out else out + [pipe]
 
 
 def _comparison_calibration(crecs: Sequence[ConfigResult | None], baseline: str, candidate: str, task: str,

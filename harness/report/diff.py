@@ -46,7 +46,6 @@ from harness.analysis.stats import fisher_p_values, newcombe_interval, paired_co
 from harness.records.measures import Interval, NoiseRecord
 from harness.records.run_record import GateResult
 from harness.report.diff_sides import ConfigView, Side, SideHead, TaskView, load_side
-from harness.tasks.gsm8k import PIPELINES
 
 __all__ = ["DiffResult", "differences", "diff_runs"]
 
@@ -493,14 +492,20 @@ def _task_entries(cname: str, ca: ConfigView, cb: ConfigView, pipe: str) -> list
             entry = TaskEntry(config=cname, variant=vname, task=tname, in_a=ta is not None, in_b=tb is not None,
                               pipeline=pipe)
             if ta is not None and tb is not None:
-                entry.accuracy = {p: _accuracy_change(ta, tb, p) for p in PIPELINES}
+                entry.accuracy = {p: _accuracy_change(ta, tb, p) for p in _pipelines(ta, tb)}
                 entry.errors = AB(*(sum(1 for q in t.questions.values() if q.error) for t in (ta, tb)))
                 entry.num_requests = AB(len(ta.questions), len(tb.questions))
                 entry.acceptance = _acceptance(ta, tb)
                 entry.outputs = _outputs_changed(ta, tb)
-                entry.flipped = _flipped(ta, tb, entry.accuracy[pipe])
+                entry.flipped = _flipped(ta, tb, entry.accuracy.get(pipe) or _accuracy_change(ta, tb, pipe))
             out.append(entry)
     return out
+
+
+def _pipelines(ta: TaskView, tb: TaskView) -> list[str]:
+    """The answer pipelines of a task on either side, as each side's record lists them
+    (:attr:`TaskView.pipelines`): A's, then those only B has."""
+    return list(ta.pipelines) + [p for p in tb.pipelines if p not in ta.pipelines]
 
 
 def _comparison_entries(cname: str, ca: ConfigView, cb: ConfigView) -> list[ComparisonEntry]:

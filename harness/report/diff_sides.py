@@ -26,6 +26,7 @@ from harness.records.measures import EngineFactsRecord, Interval, NoiseRecord, S
 from harness.records.provenance import DatasetRef
 from harness.records.run_record import GateResult, RunErrorRecord, RunRecord, RunRecordError, TaskResult, load_run
 from harness.records.samples import Sample, read_jsonl
+from harness.tasks.kinds import record_pipelines
 
 
 class DiffError(ValueError):
@@ -74,7 +75,9 @@ class QuestionView:
 class TaskView:
     """One task of one variant on one side: its questions by id and the record's
     acceptance figures (:class:`~harness.records.measures.SpecDecodeRecord`) with their
-    intervals; ``record_counts`` is a baseline's stored ``correct`` / ``scored``."""
+    intervals; ``record_counts`` is a baseline's stored ``correct`` / ``scored``;
+    ``pipelines`` the answer pipelines the task was scored under, as its record lists them
+    (:func:`harness.tasks.kinds.record_pipelines`: an lm-eval task's own, else its kind's)."""
 
     questions: dict[str, QuestionView]
     spec_decode: SpecDecodeRecord | None
@@ -83,6 +86,7 @@ class TaskView:
     per_position_acceptance_ci: list[Interval | None] | None
     acceptance_ci_reason: str | None
     record_counts: dict[str, dict[str, int]] | None = None
+    pipelines: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -185,11 +189,17 @@ def load_side(path: str | Path, results_dir: str | Path | None = None) -> Side:
 
 
 def _task_view(t: TaskResult | BaselineTask, questions: dict[str, QuestionView],
-               record_counts: dict[str, dict[str, int]] | None = None) -> TaskView:
+               record_counts: dict[str, dict[str, int]] | None = None,
+               spec: dict[str, Any] | None = None) -> TaskView:
+    """The view of one recorded task; ``spec`` its settings in the run record (None for a
+    baseline, which keeps none)."""
+    kind = spec.get("kind") if spec else None
+    own = t.lm_eval.pipelines if isinstance(t, TaskResult) and t.lm_eval is not None else None
     return TaskView(questions=questions, spec_decode=t.spec_decode,
                     mean_acceptance_length_ci=t.mean_acceptance_length_ci, acceptance_rate_ci=t.acceptance_rate_ci,
                     per_position_acceptance_ci=t.per_position_acceptance_ci,
-                    acceptance_ci_reason=getattr(t, "acceptance_ci_reason", None), record_counts=record_counts)
+                    acceptance_ci_reason=getattr(t, "acceptance_ci_reason", None), record_counts=record_counts,
+                    pipelines=record_pipelines(kind if isinstance(kind, str) else None, own, t.accuracy))
 
 
 def _question(s: Sample) -> QuestionView:
@@ -210,7 +220,7 @@ def _side_from_run(rec: RunRecord, run_dir: Path) -> Side:
                     samples = read_jsonl(spath)
                 except (OSError, ValueError) as e:
                     raise DiffError(f"{spath}: cannot read samples: {e}") from e
-                tasks[tname] = _task_view(t, {s.question_id: _question(s) for s in samples})
+                tasks[tname] = _task_view(t, {s.question_id: _question(s) for s in samples}, spec=c.tasks.get(tname))
             variants[vname] = VariantView(engine=v.engine, tasks=tasks, error=v.error)
         comps = [ComparisonView(baseline=comp.baseline, candidate=comp.candidate, task=comp.task,
                                 output_match_rate=comp.output_match_rate, compared=comp.compared, matched=comp.matched,

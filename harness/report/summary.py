@@ -39,7 +39,7 @@ from harness.report.comparisons import (  # noqa: F401 - re-exported
     flipped_examples,
 )
 from harness.report.shapes import shape_lines
-from harness.tasks.gsm8k import PIPELINES
+from harness.tasks.answers import GSM8K_PIPELINES as PIPELINES
 
 #: What each run outcome means, in the words of the exit-code table (``evalrun --help``).
 OUTCOME_MEANING = {

@@ -48,7 +48,7 @@ from harness.records.run_record import (
 from harness.records.samples import Sample, read_jsonl, sha256_file
 from harness.run.context import ConfigRun, RunOptions
 from harness.tasks import ContaminationError, DataUnavailableError, ShortDataError, prepare_task, task_for
-from harness.tasks.gsm8k import PIPELINES
+from harness.tasks.answers import GSM8K_PIPELINES as PIPELINES
 
 __all__ = ["ResumeRefused", "Decision", "RESUMABLE", "decide", "differing_options", "set_aside",
            "resumed_record", "reuse_finished", "in_plan_order"]

@@ -1,17 +1,25 @@
 """Tasks: each turns its data into completion requests and judges completions.
 
 Every task kind implements :class:`harness.tasks.base.Task` (prepare, run on a
-session, whether it generates text); :func:`task_for` finds a kind's implementation.
-``prepare_task`` is the entry point the runner uses before any server starts: it loads
-the task's data, builds the requests and returns them with the stop sequences and a
-dataset hash.
+session, whether it generates text, the answer pipelines it is scored under) and
+registers itself with :func:`harness.tasks.kinds.task_kind`; :func:`task_for` finds a
+kind's implementation. ``prepare_task`` is the entry point the runner uses before any
+server starts: it loads the task's data, builds the requests and returns them with the
+stop sequences and a dataset hash.
+
+The kinds' modules are imported here, so importing ``harness.tasks`` registers every
+kind (lm-eval itself is imported only when an lm-eval task is loaded or run).
 """
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
+# the task kinds, each registered by its @task_kind (imported for that effect)
+import harness.tasks.gsm8k_task
+import harness.tasks.lm_eval_task
+import harness.tasks.shapes
+import harness.tasks.synthetic  # noqa: F401
 from harness.config.schema import TaskSpec
 from harness.tasks.base import (
     PreparedTask,
@@ -25,27 +33,7 @@ from harness.tasks.base import (
 from harness.tasks.contamination import ContaminationError
 from harness.tasks.gsm8k import DataUnavailableError
 from harness.tasks.gsm8k_task import GSM8K_TEST_SIZE
-
-#: Task kind -> (module, class) of its implementation (imported on first use: lm-eval's
-#: module is only loaded for an lm-eval task).
-TASK_KINDS: dict[str, tuple[str, str]] = {
-    "gsm8k": ("harness.tasks.gsm8k_task", "Gsm8kTask"),
-    "synthetic": ("harness.tasks.synthetic", "SyntheticTask"),
-    "lm_eval": ("harness.tasks.lm_eval_task", "LmEvalTaskKind"),
-    "shape": ("harness.tasks.shapes", "ShapeTask"),
-}
-
-
-def task_for(kind: str) -> Task:
-    """The implementation of task kind ``kind``.
-
-    Raises:
-        ValueError: an unknown kind.
-    """
-    if kind not in TASK_KINDS:
-        raise ValueError(f"unknown task kind {kind!r}")
-    module, cls = TASK_KINDS[kind]
-    return getattr(importlib.import_module(module), cls)()
+from harness.tasks.kinds import TASK_KINDS, TaskKindError, record_pipelines, task_for
 
 
 def available_questions(name: str, spec: TaskSpec, data_dir: Path | None) -> tuple[int, str] | None:
@@ -80,7 +68,7 @@ def prepare_task(name: str, spec: TaskSpec, data_dir: Path | None,
         ContaminationError: a GSM8K task's asked test questions (normalised text)
             are among the few-shot examples of their prompt or in the train split;
             the message names the data source and the overlapping ids.
-        ValueError: an unknown task kind.
+        TaskKindError: an unknown task kind (a ``ValueError``).
     """
     return task_for(spec.kind).prepare(name, spec, data_dir, allow_contamination, base_dir)
 
@@ -96,4 +84,4 @@ def task_size(spec: TaskSpec) -> int:
 
 __all__ = ["PreparedTask", "prepare_task", "task_size", "task_for", "Task", "TaskContext", "TaskRun", "SentTask",
            "DataUnavailableError", "ContaminationError", "ShortDataError", "check_enough", "available_questions",
-           "GSM8K_TEST_SIZE", "TASK_KINDS"]
+           "GSM8K_TEST_SIZE", "TASK_KINDS", "TaskKindError", "record_pipelines"]

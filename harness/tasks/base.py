@@ -7,11 +7,14 @@ the server is stopped (:meth:`Task.judge` -> :class:`TaskRun`: the judged sample
 :meth:`Task.run` does both; lm-eval judges inside its own loop, so its ``send`` is its
 ``run``),
 and says whether it generates text (:meth:`Task.generates_text`: whether output match
-and acceptance apply). The runner calls these and never branches on the kind; the
-implementations are :class:`harness.tasks.gsm8k_task.Gsm8kTask`,
-:class:`harness.tasks.synthetic.SyntheticTask` and
-:class:`harness.tasks.lm_eval_task.LmEvalTaskKind` (looked up by
-:func:`harness.tasks.task_for`).
+and acceptance apply) and which answer pipelines it is scored under
+(:attr:`Task.pipelines`). The runner calls these and never branches on the kind; each
+implementation registers itself with :func:`harness.tasks.kinds.task_kind` and is looked
+up by :func:`harness.tasks.kinds.task_for` (docs/maintainers/adding-a-task-kind.md).
+
+A kind's prepared data beyond its requests (lm-eval's resolved task, a traffic shape's
+plan) is the typed ``payload`` of its :class:`PreparedTask`: ``Task[P]`` prepares a
+``PreparedTask[P]``.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from harness.config.schema import TaskSpec
 from harness.records.completions import Completion, write_raw_jsonl
@@ -29,13 +32,16 @@ from harness.records.measures import EngineFactsRecord
 from harness.records.samples import Sample
 from harness.records.task_outcome import TaskOutcome
 from harness.tasks import judging  # judging.judge_completions is looked up per call (tests patch it)
-from harness.tasks.gsm8k import PIPELINES, Request
+from harness.tasks.answers import GSM8K_PIPELINES
+from harness.tasks.requests import Request
 
 T = TypeVar("T")
+#: A task kind's payload type (what :meth:`Task.prepare` keeps beside the requests).
+P = TypeVar("P")
 
 
 @dataclass(frozen=True)
-class PreparedTask:
+class PreparedTask(Generic[P]):
     """A task ready to send.
 
     Attributes:
@@ -43,22 +49,33 @@ class PreparedTask:
         stop: stop sequences for every request.
         dataset_hash: SHA-256 of the questions and few-shot items used (provenance).
         source: where the data came from (folder, hub id or generator).
-        lm_eval: for ``kind: lm_eval`` the resolved lm-eval task
-            (:class:`harness.tasks.lm_eval_task.LmEvalTask`); lm-eval itself builds and
-            sends the requests, so ``requests`` is empty. None otherwise.
+        payload: what the kind keeps beside the requests, of its type ``P``: for
+            ``kind: lm_eval`` the resolved :class:`harness.tasks.lm_eval_task.LmEvalTask`
+            (lm-eval itself builds and sends the requests, so ``requests`` is empty), for
+            ``kind: shape`` its plan (:class:`harness.tasks.shapes.ShapePlan`,
+            :class:`harness.tasks.shape_prefix.PrefixPlan`,
+            :class:`harness.tasks.shape_load.LoadPlan`); None for a kind without one.
         contamination: overlaps of test questions with the few-shot examples or the
             train split that the user allowed (``--allow-contamination``), as
             :meth:`harness.tasks.contamination.Overlaps.to_json`; None when none.
-        shape: for ``kind: shape`` its :class:`harness.tasks.shapes.ShapePlan`; None otherwise.
     """
 
     requests: tuple[Request, ...]
     stop: tuple[str, ...]
     dataset_hash: str
     source: str
-    lm_eval: Any = None
+    payload: P | None = None
     contamination: dict | None = None
-    shape: Any = None
+
+    def typed_payload(self) -> P:
+        """The kind's payload.
+
+        Raises:
+            TypeError: the task was prepared without one (a kind that keeps none).
+        """
+        if self.payload is None:
+            raise TypeError("this prepared task has no payload: its kind keeps none")
+        return self.payload
 
 
 class ShortDataError(ValueError):
@@ -162,7 +179,8 @@ class TaskRun:
         outcome: the engine's :class:`harness.records.task_outcome.TaskOutcome` (counters,
             metrics, seconds; no completions when someone else sent the requests).
         samples: the judged samples, in question order.
-        pipelines: the answer pipelines scoring reads (names, or name -> pipeline).
+        pipelines: the answer pipeline names scoring reads, in report order (the kind's
+            :attr:`Task.pipelines`, or the task's own for lm-eval).
         lm_eval: for an lm-eval task, its entry for the record
             (:class:`harness.records.run_record.LmEvalTaskRecord`'s fields: ``task``,
             ``results``, ``pipelines``, ``error``); None otherwise.
@@ -170,7 +188,7 @@ class TaskRun:
 
     outcome: TaskOutcome
     samples: tuple[Sample, ...]
-    pipelines: Any
+    pipelines: Sequence[str]
     lm_eval: dict[str, Any] | None = None
 
 
@@ -194,18 +212,23 @@ class SentTask:
     judged: TaskRun | None = None
 
 
-class Task(ABC):
-    """One task kind. Subclasses set :attr:`kind` and implement :meth:`prepare` and
-    :meth:`run`."""
+class Task(ABC, Generic[P]):
+    """One task kind, ``P`` its prepared payload's type. Subclasses are registered with
+    :func:`harness.tasks.kinds.task_kind` (which sets :attr:`kind`) and implement
+    :meth:`prepare` and :meth:`run`."""
 
     #: the config's ``kind``.
     kind: ClassVar[str]
+    #: the answer pipelines (registered names, :mod:`harness.tasks.pipelines`) the kind's
+    #: samples are scored under, in report order; empty for a kind whose task names its
+    #: own (lm-eval: reported by its run, :attr:`TaskRun.pipelines`).
+    pipelines: ClassVar[tuple[str, ...]] = ()
     #: whether the runner may send the task's requests again on a server (noise reruns).
     reruns_for_noise: ClassVar[bool] = True
 
     @abstractmethod
     def prepare(self, name: str, spec: TaskSpec, data_dir: Path | None, allow_contamination: bool = False,
-                base_dir: Path | None = None) -> PreparedTask:
+                base_dir: Path | None = None) -> PreparedTask[P]:
         """Load the data and build the requests (see :func:`harness.tasks.prepare_task`).
 
         Raises:
@@ -214,7 +237,7 @@ class Task(ABC):
         """
 
     @abstractmethod
-    def run(self, session: TaskSession, ctx: TaskContext, pt: PreparedTask) -> TaskRun:
+    def run(self, session: TaskSession, ctx: TaskContext, pt: PreparedTask[P]) -> TaskRun:
         """Run the prepared task on ``session``: the engine's outcome and judged samples.
 
         Raises:
@@ -222,14 +245,14 @@ class Task(ABC):
                 ``ctx.raw_path`` first when it is set).
         """
 
-    def send(self, session: TaskSession, ctx: TaskContext, pt: PreparedTask) -> SentTask:
+    def send(self, session: TaskSession, ctx: TaskContext, pt: PreparedTask[P]) -> SentTask:
         """The part of :meth:`run` that needs the server. By default the whole of
         :meth:`run` (a kind judged inside its own loop, like lm-eval's); a kind that
         judges afterwards overrides this and :meth:`judge`."""
         tr = self.run(session, ctx, pt)
         return SentTask(tr.outcome, sum(1 for x in tr.samples if x.error is not None), judged=tr)
 
-    def judge(self, sent: SentTask, ctx: TaskContext, pt: PreparedTask) -> TaskRun:
+    def judge(self, sent: SentTask, ctx: TaskContext, pt: PreparedTask[P]) -> TaskRun:
         """The part of :meth:`run` that needs no server, run after it is stopped: by
         default the :class:`TaskRun` :meth:`send` already judged.
 
@@ -242,11 +265,11 @@ class Task(ABC):
                             "but does not implement judge()")
         return sent.judged
 
-    def generates_text(self, pt: PreparedTask) -> bool:
+    def generates_text(self, pt: PreparedTask[P]) -> bool:
         """Whether the task generates tokens (output match and acceptance apply)."""
         return True
 
-    def not_text_reason(self, pt: PreparedTask) -> str:
+    def not_text_reason(self, pt: PreparedTask[P]) -> str:
         """Why output match and acceptance do not apply (when :meth:`generates_text` is False)."""
         return f"task kind {self.kind} generates no text"
 
@@ -265,16 +288,19 @@ class Task(ABC):
         return self.default_size()
 
 
-class RequestTask(Task):
+class RequestTask(Task[P]):
     """A task whose prepared requests evalrun sends itself and judges with GSM8K's
-    answer extraction (:func:`harness.tasks.judging.judge_completions`)."""
+    answer extraction (:func:`harness.tasks.judging.judge_completions`), scored under
+    the ``#### N`` format's pipelines (:data:`harness.tasks.answers.GSM8K_PIPELINES`)."""
 
-    def run(self, session: TaskSession, ctx: TaskContext, pt: PreparedTask) -> TaskRun:
+    pipelines = GSM8K_PIPELINES
+
+    def run(self, session: TaskSession, ctx: TaskContext, pt: PreparedTask[P]) -> TaskRun:
         """Send every request on the session, then judge the completions
         (:meth:`send` then :meth:`judge`)."""
         return self.judge(self.send(session, ctx, pt), ctx, pt)
 
-    def send(self, session: TaskSession, ctx: TaskContext, pt: PreparedTask) -> SentTask:
+    def send(self, session: TaskSession, ctx: TaskContext, pt: PreparedTask[P]) -> SentTask:
         """Send every request on the session: the raw completions and counters, unjudged."""
         s = ctx.spec
         bar = ctx.bar(ctx.label, len(pt.requests))
@@ -288,7 +314,7 @@ class RequestTask(Task):
         bar.close()
         return SentTask(outcome, sum(1 for c in outcome.completions if c.error is not None))
 
-    def judge(self, sent: SentTask, ctx: TaskContext, pt: PreparedTask) -> TaskRun:
+    def judge(self, sent: SentTask, ctx: TaskContext, pt: PreparedTask[P]) -> TaskRun:
         """Judge the sent completions; when judging raises, the raw completions are
         written to ``ctx.raw_path`` (if set) first.
 
@@ -303,7 +329,7 @@ class RequestTask(Task):
             if ctx.raw_path is not None:
                 keep_raw(ctx.raw_path, outcome.completions, ctx)
             raise
-        return TaskRun(outcome, samples, PIPELINES)
+        return TaskRun(outcome, samples, self.pipelines)
 
 
 def _seed_of(spec: TaskSpec, offset: int, question_id: str) -> int | None:

@@ -1,4 +1,4 @@
-"""GSM8K: data loading, few-shot completion prompts, answer extraction and judging.
+"""GSM8K: data loading and few-shot completion prompts.
 
 Conventions and their sources:
 
@@ -8,21 +8,13 @@ Conventions and their sources:
 * Prompts: plain completion prompts as in vLLM's ``tests/evals/gsm8k/gsm8k_eval.py``
   (``_build_gsm8k_prompts``): the first ``num_fewshot`` train items as
   ``Question: {q}\\nAnswer: {a}\\n\\n``, then ``Question: {q}\\nAnswer:``; one stop
-  sequence, the blank line before the next ``Question:`` (:data:`STOP_SEQUENCES`;
-  vLLM's script also stops at the bare word ``Question``). The chat path sends vLLM's
-  list (:data:`VLLM_GSM8K_STOP_SEQUENCES`).
-* Reasoning blocks (``<think>...</think>``) are not answer text, and LaTeX number
-  forms (``\\boxed{}``, ``\\text{}``, ``\\$``, ``{,}``, ``\\frac{a}{b}``) are read as
-  numbers (:func:`answer_text`, :func:`normalize_latex`).
-* Answer extraction, evalrun's own pipelines: ``strict-numeric`` (the first
-  ``#### N``) and ``flexible-numeric`` (the last number in the text), modelled on
-  the two filters of lm-evaluation-harness ``lm_eval/tasks/gsm8k/gsm8k.yaml`` but
-  number-aware: numbers are read with the single grammar of
-  :mod:`harness.tasks.numbers` and compared as exact decimals, so ``$5,600.00``
-  equals ``5600`` and ``#### 18.00`` equals gold 18 (lm-eval counts both wrong).
-* lm-eval's exact filters, ``strict-match`` and ``flexible-extract``, computed by
-  lm-eval's own code (:mod:`harness.tasks.lm_eval_gsm8k`), are added beside them
-  when lm-eval is installed.
+  sequence, the blank line before the next ``Question:``
+  (:data:`harness.tasks.stops.STOP_SEQUENCES`; vLLM's script also stops at the bare
+  word ``Question``). The chat path sends vLLM's list
+  (:data:`harness.tasks.stops.VLLM_GSM8K_STOP_SEQUENCES`).
+* Answers are judged by the ``#### N`` format's pipelines (:mod:`harness.tasks.answers`);
+  requests are :class:`harness.tasks.requests.Request` objects, sent with the stop
+  sequences of :mod:`harness.tasks.stops`.
 """
 
 from __future__ import annotations
@@ -31,17 +23,14 @@ import dataclasses
 import hashlib
 import json
 import os
-import re
 from dataclasses import dataclass
-from decimal import Decimal
-from fractions import Fraction
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import httpx
 
-from harness.tasks.lm_eval_gsm8k import LmEvalUnavailableError, judge_lm_eval
-from harness.tasks.numbers import NUMBER_RE, find_numbers, parse_number
+from harness.tasks.numbers import parse_number
+from harness.tasks.requests import Request, prompt_hash
 
 __all__ = [
     "DATA_DIR_ENV",
@@ -49,22 +38,11 @@ __all__ = [
     "DataUnavailableError",
     "GsmItem",
     "HUB_DATASET",
-    "NUMERIC_PIPELINES",
-    "PIPELINES",
-    "Request",
-    "STOP_SEQUENCES",
     "SPLITS",
-    "answer_text",
-    "normalize_latex",
     "build_prompt",
     "build_requests",
     "dataset_hash",
-    "extract_flexible",
-    "extract_strict",
-    "judge",
     "load_gsm8k",
-    "parse_number",
-    "prompt_hash",
 ]
 
 DATA_DIR_ENV = "EVALRUN_DATA_DIR"
@@ -79,35 +57,6 @@ SPLITS = ("test", "train")
 DEFAULT_NUM_FEWSHOT = 5
 """Few-shot count of vLLM's gsm8k_eval.py (``--num-shots`` default)."""
 
-FEWSHOT_DELIMITER = "\n\n"
-"""What :func:`build_prompt` puts between two solved examples (the blank line)."""
-
-QUESTION_PREFIX = "Question:"
-"""How :func:`build_prompt` starts every question block."""
-
-STOP_SEQUENCES: tuple[str, ...] = (FEWSHOT_DELIMITER + QUESTION_PREFIX,)
-"""Stop strings: the few-shot delimiter the prompt really uses, the blank line before
-the next ``Question:`` (``"\n\nQuestion:"``). It ends a completion that runs on into
-an invented next question, and nothing else.
-
-vLLM's gsm8k_eval.py (``get_answer``) stops at ``["Question", "Assistant:",
-"<|separator|>"]`` instead: the bare word ``Question`` also cuts a completion whose
-reasoning mentions it ("The question asks for ..." does not, but "Question: how
-many ...?" restated in the working does), and ``Assistant:`` cuts a chat-style
-restatement. The stop list is recorded with each task in the run record."""
-
-VLLM_GSM8K_STOP_SEQUENCES: tuple[str, ...] = ("Question", "Assistant:", "<|separator|>")
-"""The stop strings of vLLM's gsm8k_eval.py (``get_answer``, both modes): evalrun sends
-them on the chat path (``use_chat_completions``), as vLLM does."""
-
-NUMERIC_PIPELINES: tuple[str, ...] = ("strict-numeric", "flexible-numeric")
-"""evalrun's own number-aware answer pipelines (always computed)."""
-
-PIPELINES: tuple[str, ...] = NUMERIC_PIPELINES + ("strict-match", "flexible-extract")
-"""Every answer pipeline a GSM8K-format sample can carry, in report order: evalrun's
-two, then lm-eval's ``strict-match`` and ``flexible-extract`` (present only when
-lm-eval is installed; :data:`harness.tasks.lm_eval_gsm8k.LM_EVAL_PIPELINES`)."""
-
 _HOWTO = (
     "To provide GSM8K, pass --data-dir DIR or set EVALRUN_DATA_DIR=DIR, where DIR is a "
     "folder holding test.jsonl and train.jsonl (one JSON object per line: "
@@ -115,10 +64,6 @@ _HOWTO = (
     "reachable (pip install datasets; dataset openai/gsm8k, config main; unset "
     "HF_DATASETS_OFFLINE/HF_HUB_OFFLINE)."
 )
-
-# "#" starts a comment in VERBOSE mode, hence the escaped marker.
-_STRICT_RE = re.compile(r"\#{4}[ \t]*(" + NUMBER_RE.pattern + ")", re.VERBOSE)
-
 
 class DataUnavailableError(RuntimeError):
     """GSM8K could not be loaded; the message names the cause and how to provide it.
@@ -144,37 +89,13 @@ class GsmItem:
         question: the problem text.
         answer: the full reference solution, ending with ``#### <number>``.
         gold: the text after the last ``####`` of ``answer``, stripped, exactly as
-            written (e.g. ``"5,600"``, ``"-3"``); compare it with :func:`judge`.
+            written (e.g. ``"5,600"``, ``"-3"``); compare it with :func:`harness.tasks.answers.judge`.
     """
 
     index: int
     question: str
     answer: str
     gold: str
-
-
-@dataclass(frozen=True)
-class Request:
-    """One completion request of a task.
-
-    Attributes:
-        question_id: ``"{task}/test/{index}"``, e.g. ``"gsm8k/test/17"``.
-        prompt: the full completion prompt (few-shot block + question).
-        gold: the gold answer text of the test item (:attr:`GsmItem.gold`).
-        prompt_hash: first 16 hex digits of the SHA-256 of the UTF-8 prompt
-            (same convention as :attr:`harness.records.samples.Sample.prompt_hash`).
-        prompt_token_ids: when set, the prompt sent as these token ids instead of
-            ``prompt`` (a traffic shape's exact lengths, :mod:`harness.tasks.shapes`).
-        max_tokens: when set, this request's completion budget in tokens instead of the
-            task's ``max_tokens`` (a traffic shape's outputs of different lengths).
-    """
-
-    question_id: str
-    prompt: str
-    gold: str
-    prompt_hash: str
-    prompt_token_ids: tuple[int, ...] | None = None
-    max_tokens: int | None = None
 
 
 # --------------------------------------------------------------------------- data
@@ -367,11 +288,6 @@ def dataset_hash(items: Iterable[GsmItem]) -> str:
 # ------------------------------------------------------------------------ prompts
 
 
-def prompt_hash(prompt: str) -> str:
-    """First 16 hex digits of the SHA-256 of the UTF-8 ``prompt``."""
-    return hashlib.sha256(prompt.encode("utf-8")).hexdigest()[:16]
-
-
 def build_prompt(question: str, fewshot_items: Sequence[GsmItem], num_fewshot: int, gen_prefix: str = "") -> str:
     """Completion prompt for one question, as vLLM's gsm8k_eval.py builds it
     (``_build_gsm8k_prompts``); the same string is the user message of the chat path.
@@ -445,178 +361,3 @@ def build_requests(
     if not chosen:  # still validate num_fewshot when nothing is asked
         build_prompt("", fewshot_items, num_fewshot)
     return out
-
-
-# ---------------------------------------------------------------- answer judging
-
-
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
-"""Reasoning-block markers of reasoning models (DeepSeek-R1, Qwen3, Nemotron)."""
-
-_THINK_BLOCK_RE = re.compile(re.escape(THINK_OPEN) + r".*?" + re.escape(THINK_CLOSE), re.DOTALL)
-
-
-def answer_text(completion: str) -> str:
-    """The part of a completion that may hold the answer: reasoning removed.
-
-    * every ``<think>...</think>`` block is removed;
-    * an unterminated ``<think>`` (the budget ran out while reasoning) removes
-      everything from it to the end;
-    * a ``</think>`` without its ``<think>`` (the chat template put the opening tag
-      in the prompt) removes everything up to and including it.
-
-    A completion that is only reasoning gives ``""``: no answer, counted in the
-    invalid rate by :func:`judge`.
-
-    Args:
-        completion: the completion text.
-
-    Returns:
-        The answer text (may be empty).
-    """
-    text = _THINK_BLOCK_RE.sub(" ", completion)
-    if THINK_CLOSE in text:
-        text = text.rsplit(THINK_CLOSE, 1)[1]
-    if THINK_OPEN in text:
-        text = text.split(THINK_OPEN, 1)[0]
-    return text
-
-
-_FRAC_RE = re.compile(r"\\[dt]?frac\s*\{\s*(-?[0-9][0-9,]*(?:\.[0-9]+)?)\s*\}"
-                      r"\s*\{\s*(-?[0-9][0-9,]*(?:\.[0-9]+)?)\s*\}")
-_WRAP_RE = re.compile(r"\\(?:boxed|fbox|text|textbf|mathrm|mathbf|displaystyle)\s*\{([^{}]*)\}")
-
-
-def _frac_value(m: re.Match[str]) -> str:
-    num, den = Decimal(m.group(1).replace(",", "")), Decimal(m.group(2).replace(",", ""))
-    if den == 0:
-        return m.group(0).replace("\\", " ")
-    q = num / den
-    if q == q.to_integral_value():
-        return str(q.to_integral_value())
-    # a non-integer fraction: written as a decimal when it terminates (3/4 -> 0.75)
-
-    f = Fraction(num) / Fraction(den)
-    d = f.denominator
-    while d % 2 == 0:
-        d //= 2
-    while d % 5 == 0:
-        d //= 5
-    return format(q.normalize(), "f") if d == 1 else f"{m.group(1)}/{m.group(2)}"
-
-
-def normalize_latex(text: str) -> str:
-    """Rewrite LaTeX number forms as plain numbers, so extraction reads them.
-
-    ``{,}`` -> ``,`` (thousands separator), ``\\,`` between digits -> ``,``;
-    ``\\$`` -> ``$``, ``\\%`` -> ``%``; ``\\frac{a}{b}`` / ``\\dfrac`` / ``\\tfrac`` with
-    numeric a, b -> the exact value when it is an integer or a terminating decimal
-    (``\\frac{24}{2}`` -> ``12``, ``\\frac{3}{4}`` -> ``0.75``), else ``a/b``;
-    ``\\boxed{x}``, ``\\text{x}``, ``\\textbf{x}``, ``\\mathrm{x}``, ... -> ``x``
-    (innermost first, so ``\\boxed{\\text{\\$}12{,}400}`` -> ``$12,400``).
-
-    Args:
-        text: answer text.
-
-    Returns:
-        The text with those forms rewritten; text without LaTeX is returned unchanged.
-    """
-    if "\\" not in text and "{" not in text:
-        return text
-    out = text.replace("{,}", ",")
-    out = re.sub(r"(?<=[0-9])\\,(?=[0-9]{3})", ",", out)
-    out = out.replace("\\$", "$").replace("\\%", "%")
-    for _ in range(10):  # nesting depth; each pass removes the innermost layer
-        new = _FRAC_RE.sub(_frac_value, out)
-        new = _WRAP_RE.sub(lambda m: m.group(1), new)
-        if new == out:
-            break
-        out = new
-    return out
-
-
-def extract_strict(text: str) -> str | None:
-    """``strict-numeric``: the number right after the FIRST ``####`` marker.
-
-    Modelled on the ``strict-match`` filter of lm-evaluation-harness gsm8k.yaml
-    (regex ``#### (number)``, take first), with the number grammar of
-    :mod:`harness.tasks.numbers` (currency, thousands separators, signs, decimals).
-    Spaces or tabs may separate ``####`` and the number; a ``####`` not followed by
-    a number does not count.
-
-    Args:
-        text: a completion.
-
-    Returns:
-        The number token as written (e.g. ``"5,600"``, ``"$29.00"``, ``"-3"``), or
-        ``None`` when the text has no ``#### N``.
-    """
-    m = _STRICT_RE.search(text)
-    return m.group(1) if m else None
-
-
-def extract_flexible(text: str) -> str | None:
-    """``flexible-numeric``: the LAST number anywhere in the text.
-
-    Modelled on the ``flexible-extract`` filter of lm-evaluation-harness gsm8k.yaml
-    (take the last numeric match), with the number grammar of :mod:`harness.tasks.numbers`, so
-    ``"costs $29.00."`` gives ``"$29.00"`` and ``"3-4"`` gives ``"4"``.
-
-    Args:
-        text: a completion.
-
-    Returns:
-        The last number token as written, or ``None`` when there is no number.
-    """
-    found = find_numbers(text)
-    return found[-1][0] if found else None
-
-
-def _equal(answer: str | None, gold_value: Decimal) -> bool:
-    """True when ``answer`` parses to exactly ``gold_value``; a missing answer is wrong."""
-    value = parse_number(answer)
-    return value is not None and value == gold_value
-
-
-def judge(completion: str, gold: str) -> tuple[dict[str, str | None], dict[str, bool]]:
-    """Extract answers with each pipeline and compare them with the gold answer.
-
-    The pipelines read :func:`answer_text` (reasoning blocks removed) after
-    :func:`normalize_latex`; a completion with only reasoning has no answer.
-
-    Both sides are read by :func:`harness.tasks.numbers.parse_number` and compared as exact
-    decimals (``"18.00"`` == ``"18"``, ``"5600"`` == ``"5,600"``, ``"3.5"`` != ``"3"``).
-    A pipeline that finds nothing gives answer ``None`` and verdict ``False`` (it
-    counts toward the invalid rate, as vLLM's gsm8k_eval.py ``INVALID`` does).
-
-    Args:
-        completion: the completion text.
-        gold: gold answer text, e.g. :attr:`GsmItem.gold`; surrounding whitespace
-            and thousands separators are allowed.
-
-    Returns:
-        ``(answers, correct)``, both keyed by pipeline name: ``"strict-numeric"`` and
-        ``"flexible-numeric"`` always, plus lm-eval's ``"strict-match"`` and
-        ``"flexible-extract"`` (lm-eval's own filters and ``exact_match``, see
-        :func:`harness.tasks.lm_eval_gsm8k.judge_lm_eval`) when lm-eval is installed.
-        Values: the extracted token or ``None``, and the verdict.
-
-    Raises:
-        ValueError: ``gold`` does not start with a number (bad data, not a wrong
-            answer).
-    """
-    gold_value = parse_number(gold)
-    if gold_value is None:
-        raise ValueError(f"gold answer {gold!r} is not a number")
-    text = normalize_latex(answer_text(completion))
-    answers: dict[str, str | None] = {
-        "strict-numeric": extract_strict(text),
-        "flexible-numeric": extract_flexible(text),
-    }
-    correct = {name: _equal(answers[name], gold_value) for name in NUMERIC_PIPELINES}
-
-    try:
-        la, lc = judge_lm_eval(completion, gold)
-    except LmEvalUnavailableError:
-        return answers, correct  # lm-eval's pipelines absent; gates reading them do not run
-    return {**answers, **la}, {**correct, **lc}

@@ -8,19 +8,21 @@ from pathlib import Path
 from harness.config.schema import TaskSpec
 from harness.tasks.base import PreparedTask, RequestTask, check_enough
 from harness.tasks.contamination import ContaminationError, find_overlaps
-from harness.tasks.gsm8k import STOP_SEQUENCES, VLLM_GSM8K_STOP_SEQUENCES, build_requests, dataset_hash, load_gsm8k
+from harness.tasks.gsm8k import build_requests, dataset_hash, load_gsm8k
+from harness.tasks.kinds import task_kind
+from harness.tasks.stops import STOP_SEQUENCES, VLLM_GSM8K_STOP_SEQUENCES
 
 #: Questions in a GSM8K task whose ``num_questions`` is None (all): the test split's size.
 GSM8K_TEST_SIZE = 1319
 
 
-class Gsm8kTask(RequestTask):
-    """GSM8K (local ``test.jsonl`` / ``train.jsonl``, ``EVALRUN_DATA_DIR``, or the hub)."""
-
-    kind = "gsm8k"
+@task_kind("gsm8k")
+class Gsm8kTask(RequestTask[None]):
+    """GSM8K (local ``test.jsonl`` / ``train.jsonl``, ``EVALRUN_DATA_DIR``, or the hub),
+    scored under the ``#### N`` pipelines (:attr:`RequestTask.pipelines`)."""
 
     def prepare(self, name: str, spec: TaskSpec, data_dir: Path | None, allow_contamination: bool = False,
-                base_dir: Path | None = None) -> PreparedTask:
+                base_dir: Path | None = None) -> PreparedTask[None]:
         """Load GSM8K, build the few-shot prompts and refuse short or contaminated data
         (see :func:`harness.tasks.prepare_task`)."""
         test = load_gsm8k("test", data_dir)

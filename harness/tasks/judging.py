@@ -2,7 +2,7 @@
 
 The engine session returns :class:`~harness.records.completions.Completion` records
 and nothing else; this module pairs each with its request and applies the task's
-answer extraction (:func:`harness.tasks.gsm8k.judge`, the same for the synthetic
+answer extraction (:func:`harness.tasks.answers.judge`, the same for the synthetic
 task, whose items use GSM8K's ``#### N`` form), giving one
 :class:`~harness.records.samples.Sample` per completion.
 """
@@ -14,7 +14,8 @@ from typing import Any
 
 from harness.records.completions import Completion, unfinished_error
 from harness.records.samples import Sample
-from harness.tasks.gsm8k import Request, judge
+from harness.tasks.answers import judge
+from harness.tasks.requests import Request
 
 
 def judge_completion(config: str, variant: str, task: str, request: Request, c: Completion) -> Sample:

@@ -15,7 +15,7 @@ computes them with lm-eval itself, not with a re-implementation:
 Where lm-eval and evalrun differ (``#### 18.00`` against gold 18: lm-eval wrong,
 evalrun right; ``#### $1,200``: lm-eval ``strict-match`` finds nothing), the names
 say which is which: lm-eval's are ``strict-match`` / ``flexible-extract``, evalrun's
-``strict-numeric`` / ``flexible-numeric`` (:mod:`harness.tasks.gsm8k`).
+``strict-numeric`` / ``flexible-numeric`` (:mod:`harness.tasks.answers`).
 
 lm-eval is a base dependency (``pyproject.toml``). Should it still be missing or
 broken (an install with ``--no-deps``, a version whose gsm8k task differs), every use
@@ -33,14 +33,20 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
+from harness.tasks.pipelines import declare_pipeline
+
 if TYPE_CHECKING:  # lm-eval and datasets ship no type information: these name what is meant
     from datasets import DatasetDict
     from lm_eval.api.task import ConfigurableTask
 
 __all__ = ["LM_EVAL_PIPELINES", "LmEvalUnavailableError", "lm_eval_info", "judge_lm_eval", "lm_eval_version"]
 
-LM_EVAL_PIPELINES: tuple[str, ...] = ("strict-match", "flexible-extract")
-"""Filter names of lm-eval's ``gsm8k.yaml`` ``filter_list``, in that file's order."""
+LM_EVAL_PIPELINES: tuple[str, ...] = (
+    declare_pipeline("strict-match", "lm-eval's gsm8k filter: the number after the first '#### '").name,
+    declare_pipeline("flexible-extract", "lm-eval's gsm8k filter: the last number of the completion").name,
+)
+"""Filter names of lm-eval's ``gsm8k.yaml`` ``filter_list``, in that file's order
+(registered answer pipelines, :func:`harness.tasks.pipelines.declare_pipeline`)."""
 
 #: Fallback string of lm-eval's ``RegexFilter`` when nothing matches (``lm_eval/filters/extraction.py``).
 LM_EVAL_INVALID = "[invalid]"

@@ -58,8 +58,10 @@ from harness.config.vllm_args import hits_of  # every spelling vLLM's parser acc
 from harness.records.completions import NORMAL_FINISH_REASONS, unfinished_error
 from harness.records.samples import Sample
 from harness.tasks.base import PreparedTask, Task, TaskContext, TaskRun, TaskSession, check_enough
-from harness.tasks.gsm8k import DataUnavailableError, prompt_hash
+from harness.tasks.gsm8k import DataUnavailableError
+from harness.tasks.kinds import task_kind
 from harness.tasks.lm_eval_gsm8k import lm_eval_version
+from harness.tasks.requests import prompt_hash
 
 if TYPE_CHECKING:  # lm-eval ships no type information: this names what is meant
     from lm_eval.tasks import TaskManager
@@ -478,16 +480,19 @@ def tokenizer_of(argv: Sequence[str], model_ref: str) -> str:
     return found[-1] if found else model_ref
 
 
-class LmEvalTaskKind(Task):
+@task_kind("lm_eval")
+class LmEvalTaskKind(Task[LmEvalTask]):
     """Task kind ``lm_eval``: any lm-eval task through its local-completions model.
     lm-eval builds and sends the requests itself, so the runner never resends them
-    (:attr:`reruns_for_noise` False); a prompt-scoring task generates no text."""
+    (:attr:`reruns_for_noise` False); a prompt-scoring task generates no text. Its answer
+    pipelines are the task's own (lm-eval's filters and metrics), reported by its run
+    (:attr:`TaskRun.pipelines`, the record's ``lm_eval.pipelines``), so :attr:`pipelines`
+    is empty."""
 
-    kind = "lm_eval"
     reruns_for_noise = False
 
     def prepare(self, name: str, spec: TaskSpec, data_dir: Path | None = None, allow_contamination: bool = False,
-                base_dir: Path | None = None) -> PreparedTask:
+                base_dir: Path | None = None) -> PreparedTask[LmEvalTask]:
         """Resolve the lm-eval task (its data reachable, :func:`load_lm_eval_task`); a
         relative ``lm_eval_include_path`` is resolved against ``base_dir``.
 
@@ -500,23 +505,23 @@ class LmEvalTaskKind(Task):
             inc = str((base_dir or Path.cwd()) / inc)
         info, digest, src = load_lm_eval_task(name, spec.lm_eval_task or "", inc, spec.num_questions)
         check_enough(name, spec, info.num_docs, f"lm-eval task {spec.lm_eval_task} ({src})")
-        return PreparedTask((), (), digest, src, lm_eval=info)
+        return PreparedTask((), (), digest, src, payload=info)
 
-    def generates_text(self, pt: PreparedTask) -> bool:
+    def generates_text(self, pt: PreparedTask[LmEvalTask]) -> bool:
         """False for a prompt-scoring task (:attr:`LmEvalTask.prompt_only`)."""
-        return not pt.lm_eval.prompt_only
+        return not pt.typed_payload().prompt_only
 
-    def not_text_reason(self, pt: PreparedTask) -> str:
+    def not_text_reason(self, pt: PreparedTask[LmEvalTask]) -> str:
         """:meth:`LmEvalTask.prompt_only_reason`."""
-        return pt.lm_eval.prompt_only_reason()
+        return pt.typed_payload().prompt_only_reason()
 
-    def run(self, session: TaskSession, ctx: TaskContext, pt: PreparedTask) -> TaskRun:
+    def run(self, session: TaskSession, ctx: TaskContext, pt: PreparedTask[LmEvalTask]) -> TaskRun:
         """Run the task through lm-eval's local-completions model against the session's
         server, with ``/metrics`` snapshots around it (:meth:`VariantSession.measured`):
         no raw completions (lm-eval sent the requests), the samples lm-eval judged, its
         summary for the record (``task``: the resolved task, lm-eval's aggregated
         ``results``, ``pipelines``, ``error``) and its pipelines."""
-        info, s = pt.lm_eval, ctx.spec
+        info, s = pt.typed_payload(), ctx.spec
         seed = s.seed if s.seed is not None else 0  # never None: the loader refuses seed null for lm_eval
         ctx.log(f"{ctx.variant_id} {ctx.task}: lm-eval task {info.lm_eval_task} ({info.num_docs} documents) "
                 "through lm-eval's local-completions model")

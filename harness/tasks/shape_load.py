@@ -46,8 +46,9 @@ from harness.records.measures import EngineCountersRecord, EngineFactsRecord
 from harness.records.shape_proof import ShapeProofRecord
 from harness.records.task_outcome import TaskOutcome
 from harness.tasks.base import PreparedTask, SentTask, TaskContext, TaskSession
-from harness.tasks.gsm8k import STOP_SEQUENCES, Request
-from harness.tasks.shapes import counter_problems, exact_prompt_ids, load_tokenizer, send_passes, shape_source
+from harness.tasks.requests import Request
+from harness.tasks.shapes import counter_problems, exact_prompt_ids, load_tokenizer, plan_of, send_passes, shape_source
+from harness.tasks.stops import STOP_SEQUENCES
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,7 @@ def question_id(task: str, p: LoadPass, budget: int | None, length: int, j: int)
     return f"{task}/{place(p, budget)}/{j}"
 
 
-def prepare(name: str, spec: TaskSpec) -> PreparedTask:
+def prepare(name: str, spec: TaskSpec) -> PreparedTask[object]:
     """The requests of a load shape, pass after pass, text and budget set (token ids at send).
 
     Raises:
@@ -141,15 +142,15 @@ def prepare(name: str, spec: TaskSpec) -> PreparedTask:
             reqs.append(Request(question_id(name, p, budget, shape.prompt_tokens, j), base.prompt, base.gold, digest,
                                 max_tokens=budget))
     return PreparedTask(tuple(reqs), tuple(STOP_SEQUENCES), src.dataset_hash, src.source,
-                        shape=LoadPlan(shape, shape.prompt_tokens, passes))
+                        payload=LoadPlan(shape, shape.prompt_tokens, passes))
 
 
-def send(session: TaskSession, ctx: TaskContext, pt: PreparedTask) -> SentTask:
+def send(session: TaskSession, ctx: TaskContext, pt: PreparedTask[object]) -> SentTask:
     """Cut every prompt to ``prompt_tokens`` with the served tokenizer and send the passes
     one after the other (a :class:`harness.tasks.shapes.ShapeSent`: each pass's outcome
     is kept for the proof)."""
     tok = load_tokenizer(ctx)
-    plan: LoadPlan = pt.shape
+    plan = plan_of(pt, LoadPlan)
     ids: dict[str, tuple[int, ...]] = {}
     reqs = []
     for r in pt.requests:
@@ -242,11 +243,11 @@ def engine_width_problems(plan: LoadPlan, facts: EngineFactsRecord | None) -> li
     return out
 
 
-def proof(pt: PreparedTask, sent: SentTask) -> ShapeProofRecord:
+def proof(pt: PreparedTask[object], sent: SentTask) -> ShapeProofRecord:
     """The kind's proof over each pass :func:`send` sent (``sent.passes``), plus
     :func:`engine_width_problems`; a task not sent in passes has none, and its proof fails
     closed."""
-    plan: LoadPlan = pt.shape
+    plan = plan_of(pt, LoadPlan)
     made = _judge(plan)(plan, sent.outcome.engine_counters, sent.outcome.engine_counters_error,
                         getattr(sent, "passes", ()), sent.failed_requests)
     extra = engine_width_problems(plan, getattr(sent, "facts", None))

@@ -50,7 +50,7 @@ from harness.records.measures import EngineFactsRecord
 from harness.records.shape_proof import ShapeProofRecord
 from harness.records.task_outcome import TaskOutcome
 from harness.tasks.base import PreparedTask, SentTask, TaskContext, TaskSession
-from harness.tasks.gsm8k import STOP_SEQUENCES, Request
+from harness.tasks.requests import Request
 from harness.tasks.shapes import (
     ShapePlan,
     ShapeRequest,
@@ -59,9 +59,11 @@ from harness.tasks.shapes import (
     exact_prompt_ids,
     filler_text,
     load_tokenizer,
+    plan_of,
     send_passes,
     shape_source,
 )
+from harness.tasks.stops import STOP_SEQUENCES
 
 #: The two passes, in order.
 PASSES = ("cold", "warm")
@@ -88,7 +90,7 @@ def plan_requests(shape: ShapeSpec) -> tuple[ShapeRequest, ...]:
     return tuple(ShapeRequest(name, 0, shape.prompt_tokens) for name in PASSES for _ in range(shape.prompts))
 
 
-def prepare(name: str, spec: TaskSpec) -> PreparedTask:
+def prepare(name: str, spec: TaskSpec) -> PreparedTask[object]:
     """The cold and warm requests (text and gold of their source question; token ids set
     at send, with the served tokenizer). A request's ``prompt_hash`` is that of
     ``"prefix{P}:{L}:{source prompt}"``, the same for a prompt's cold and warm request.
@@ -106,7 +108,7 @@ def prepare(name: str, spec: TaskSpec) -> PreparedTask:
             reqs.append(Request(f"{name}/{pass_name}/{j}", base.prompt, base.gold,
                                 hashlib.sha256(key.encode()).hexdigest()[:16]))
     return PreparedTask(tuple(reqs), tuple(STOP_SEQUENCES), src.dataset_hash, src.source,
-                        shape=PrefixPlan(shape, plan_requests(shape)))
+                        payload=PrefixPlan(shape, plan_requests(shape)))
 
 
 def prefix_ids(tokenizer, length: int) -> tuple[int, ...]:
@@ -153,11 +155,11 @@ class PrefixSent(ShapeSent):
     distinct: bool = True
 
 
-def send(session: TaskSession, ctx: TaskContext, pt: PreparedTask) -> SentTask:
+def send(session: TaskSession, ctx: TaskContext, pt: PreparedTask[object]) -> SentTask:
     """Cut every prompt with the served model's tokenizer and send the cold pass, then
     the warm pass (same token ids); NOT RUN when the engine's effective settings (read
     before the first pass) say prefix caching is off."""
-    plan: PrefixPlan = pt.shape
+    plan = plan_of(pt, PrefixPlan)
     n = plan.spec.prompts
     ids = prompt_ids(load_tokenizer(ctx), plan.spec, [r.prompt for r in pt.requests[:n]])
     reqs = tuple(replace(r, prompt_token_ids=ids[i % n]) for i, r in enumerate(pt.requests))
@@ -246,9 +248,9 @@ def prefix_proof(plan: PrefixPlan, sent: SentTask) -> ShapeProofRecord:
                             problems=tuple(problems), not_run=getattr(sent, "not_run", None), notes=tuple(notes))
 
 
-def proof(pt: PreparedTask, sent: SentTask) -> ShapeProofRecord:
+def proof(pt: PreparedTask[object], sent: SentTask) -> ShapeProofRecord:
     """``prefix_reuse``: :func:`prefix_proof`."""
-    return prefix_proof(pt.shape, sent)
+    return prefix_proof(plan_of(pt, PrefixPlan), sent)
 
 
 def planned_size(shape: ShapeSpec) -> int:

@@ -44,13 +44,17 @@ import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
 
 from harness.config.schema import ShapeSpec, TaskSpec
 from harness.records.measures import EngineCountersRecord, EngineFactsRecord
 from harness.records.shape_proof import ShapeProofRecord
 from harness.records.task_outcome import TaskOutcome
 from harness.tasks.base import PreparedTask, RequestTask, SentTask, TaskContext, TaskRun, TaskSession, _seed_of
-from harness.tasks.gsm8k import STOP_SEQUENCES, Request, dataset_hash
+from harness.tasks.gsm8k import dataset_hash
+from harness.tasks.kinds import task_kind
+from harness.tasks.requests import Request
+from harness.tasks.stops import STOP_SEQUENCES
 from harness.tasks.synthetic import GENERATOR_VERSION, format_block, generate_splits, prepare_synthetic
 
 #: Few-shot examples of the source prompts.
@@ -166,7 +170,7 @@ def counter_problems(counters: EngineCountersRecord | None, counters_error: str 
     return problems
 
 
-def prepare_shape(name: str, spec: TaskSpec) -> PreparedTask:
+def prepare_shape(name: str, spec: TaskSpec) -> PreparedTask[object]:
     """The requests of a ``kind: shape`` task: text and place, token ids set at send.
 
     Raises:
@@ -185,7 +189,7 @@ def prepare_shape(name: str, spec: TaskSpec) -> PreparedTask:
         digest = hashlib.sha256(f"{p.length}:{base.prompt}".encode()).hexdigest()[:16]
         reqs.append(Request(qid, base.prompt, base.gold, digest))
     return PreparedTask(tuple(reqs), tuple(STOP_SEQUENCES), src.dataset_hash, src.source,
-                        shape=ShapePlan(spec.shape, places))
+                        payload=ShapePlan(spec.shape, places))
 
 
 def filler_text() -> str:
@@ -248,6 +252,21 @@ def load_tokenizer(ctx: TaskContext):
         raise RuntimeError(f"{ctx.variant_id} {ctx.task}: task kind shape cuts prompts with the model's tokenizer "
                            f"and needs transformers in evalrun's interpreter (evalrun[models]): {e}") from e
     return AutoTokenizer.from_pretrained(tokenizer_of(ctx.server_argv, ctx.model_ref))
+
+
+PlanT = TypeVar("PlanT")
+
+
+def plan_of(pt: PreparedTask[object], cls: type[PlanT]) -> PlanT:
+    """The shape task's plan (its :attr:`PreparedTask.payload`), of the shape kind's type ``cls``.
+
+    Raises:
+        TypeError: the task has no plan, or one of another shape kind.
+    """
+    plan = pt.typed_payload()
+    if not isinstance(plan, cls):
+        raise TypeError(f"a shape task prepared with a {type(plan).__name__}, not a {cls.__name__}")
+    return plan
 
 
 #: Shape kind -> the module that implements it: ``prepare(name, spec) -> PreparedTask``,
@@ -347,24 +366,24 @@ def engine_setting_problems(spec: ShapeSpec, facts: EngineFactsRecord | None, fa
 # --------------------------------------------------------------------------- prompt_edges
 
 
-def prepare(name: str, spec: TaskSpec) -> PreparedTask:
+def prepare(name: str, spec: TaskSpec) -> PreparedTask[object]:
     """``prompt_edges``: :func:`prepare_shape`."""
     return prepare_shape(name, spec)
 
 
-def send(session: TaskSession, ctx: TaskContext, pt: PreparedTask) -> SentTask:
+def send(session: TaskSession, ctx: TaskContext, pt: PreparedTask[object]) -> SentTask:
     """``prompt_edges``: cut every prompt to its length with the served model's tokenizer
     and send the token ids in one pass."""
     tok = load_tokenizer(ctx)
-    plan: ShapePlan = pt.shape
+    plan = plan_of(pt, ShapePlan)
     reqs = tuple(replace(r, prompt_token_ids=exact_prompt_ids(tok, r.prompt, p.length))
                  for r, p in zip(pt.requests, plan.places))
     return send_passes(session, ctx, [("", reqs, None)])
 
 
-def proof(pt: PreparedTask, sent: SentTask) -> ShapeProofRecord:
+def proof(pt: PreparedTask[object], sent: SentTask) -> ShapeProofRecord:
     """``prompt_edges``: :func:`shape_proof`."""
-    return shape_proof(pt.shape, sent)
+    return shape_proof(plan_of(pt, ShapePlan), sent)
 
 
 def planned_size(shape: ShapeSpec) -> int:
@@ -372,24 +391,25 @@ def planned_size(shape: ShapeSpec) -> int:
     return len(plan_lengths(shape))
 
 
-class ShapeTask(RequestTask):
+@task_kind("shape")
+class ShapeTask(RequestTask[object]):
     """Task kind ``shape``: token-id prompts of exact length in the shape's passes; each
-    shape kind's module (:func:`shape_module`) builds, sends and proves it."""
-
-    kind = "shape"
+    shape kind's module (:func:`shape_module`) builds, sends and proves it. The payload
+    is the shape kind's plan (:class:`ShapePlan`, :class:`harness.tasks.shape_prefix.PrefixPlan`,
+    :class:`harness.tasks.shape_load.LoadPlan`), read back with :func:`plan_of`."""
 
     def prepare(self, name: str, spec: TaskSpec, data_dir: Path | None = None, allow_contamination: bool = False,
-                base_dir: Path | None = None) -> PreparedTask:
+                base_dir: Path | None = None) -> PreparedTask[object]:
         """The shape kind's ``prepare``."""
         assert spec.shape is not None
         return shape_module(spec.shape.kind).prepare(name, spec)
 
-    def send(self, session: TaskSession, ctx: TaskContext, pt: PreparedTask) -> SentTask:
+    def send(self, session: TaskSession, ctx: TaskContext, pt: PreparedTask[object]) -> SentTask:
         """The shape kind's ``send`` (the engine counters kept for the proof)."""
         assert ctx.spec.shape is not None
         return shape_module(ctx.spec.shape.kind).send(session, ctx, pt)
 
-    def judge(self, sent: SentTask, ctx: TaskContext, pt: PreparedTask) -> TaskRun:
+    def judge(self, sent: SentTask, ctx: TaskContext, pt: PreparedTask[object]) -> TaskRun:
         """Judge as every request task does; the outcome carries the shape's proof."""
         assert ctx.spec.shape is not None
         shape = shape_module(ctx.spec.shape.kind).proof(pt, sent)

@@ -12,7 +12,7 @@ templates (:data:`TEMPLATES`)::
 
 Answers carry the working and end with ``#### N``, so GSM8K's prompts
 (:func:`harness.tasks.gsm8k.build_requests`), stop sequences and scorer
-(:func:`harness.tasks.gsm8k.judge`, strict-numeric and flexible-numeric) apply
+(:func:`harness.tasks.answers.judge`, strict-numeric and flexible-numeric) apply
 unchanged. Operands are single digits because that is what a 0.8 M-parameter hybrid
 learns on two CPU cores in a few minutes (measured while designing it: 0.85 greedy accuracy
 after 200 s; multi-digit carries did not converge). Results are never negative.
@@ -41,7 +41,9 @@ from typing import Callable
 from harness.config.schema import TaskSpec
 from harness.tasks.base import PreparedTask, RequestTask, check_enough
 from harness.tasks.contamination import ContaminationError, find_overlaps
-from harness.tasks.gsm8k import STOP_SEQUENCES, GsmItem, build_requests, dataset_hash
+from harness.tasks.gsm8k import GsmItem, build_requests, dataset_hash
+from harness.tasks.kinds import task_kind
+from harness.tasks.stops import STOP_SEQUENCES
 
 __all__ = [
     "DEFAULT_NUM_FEWSHOT_ITEMS",
@@ -255,13 +257,13 @@ def format_block(question: str, answer: str) -> str:
     return f"Question: {question}\nAnswer: {answer}\n\n"
 
 
-def prepare_synthetic(name: str, spec: TaskSpec):
+def prepare_synthetic(name: str, spec: TaskSpec) -> PreparedTask[None]:
     """Build the requests of a ``kind: synthetic`` task (the runner's entry point).
 
     Prompts are GSM8K's (:func:`~harness.tasks.gsm8k.build_requests` with the first
     ``spec.num_fewshot`` few-shot items), asked for the first ``spec.num_questions``
     test items (all :data:`DEFAULT_NUM_TEST` when None); stop sequences are
-    :data:`~harness.tasks.gsm8k.STOP_SEQUENCES`; the dataset hash is
+    :data:`~harness.tasks.stops.STOP_SEQUENCES`; the dataset hash is
     :func:`~harness.tasks.gsm8k.dataset_hash` of the test items asked followed by the
     few-shot items used. The split seed is :data:`DEFAULT_SEED` (``spec.seed`` is the
     sampling seed and does not change the data).
@@ -295,13 +297,12 @@ def prepare_synthetic(name: str, spec: TaskSpec):
     return PreparedTask(tuple(reqs), tuple(STOP_SEQUENCES), dataset_hash(used), source)
 
 
-class SyntheticTask(RequestTask):
+@task_kind("synthetic")
+class SyntheticTask(RequestTask[None]):
     """Task kind ``synthetic``: the generated arithmetic set (no download)."""
 
-    kind = "synthetic"
-
     def prepare(self, name: str, spec: TaskSpec, data_dir=None, allow_contamination: bool = False,
-                base_dir=None) -> PreparedTask:
+                base_dir=None) -> PreparedTask[None]:
         """:func:`prepare_synthetic`, refused when it holds fewer questions than asked
         (:func:`harness.tasks.base.check_enough`)."""
         pt = prepare_synthetic(name, spec)

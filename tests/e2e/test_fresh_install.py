@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 JUDGE = textwrap.dedent("""\
     import importlib.util, json
-    from harness.tasks.gsm8k import judge
+    from harness.tasks.answers import judge
     from harness.tasks.lm_eval_gsm8k import lm_eval_info
     answers, correct = judge("She pays 6 * 3 = 18.00 dollars.\\n#### 18.00", "18")
     print(json.dumps({"answers": answers, "correct": correct, "lm_eval": lm_eval_info(),

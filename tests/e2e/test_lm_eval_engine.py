@@ -2,7 +2,7 @@
 
 The local task asks the same synthetic arithmetic questions as evalrun's ``synthetic``
 task, with the same prompt format (first-n few-shot examples, ``Question: ...\\nAnswer:``)
-and stop strings (:data:`harness.tasks.gsm8k.STOP_SEQUENCES`). So, on the same greedy
+and stop strings (:data:`harness.tasks.stops.STOP_SEQUENCES`). So, on the same greedy
 server, lm-eval's prompts and completions must equal evalrun's own, question by question:
 a check that does not go through the code under test. lm-eval's own aggregated
 ``exact_match,flexible-extract`` must equal the
@@ -20,7 +20,7 @@ from pathlib import Path
 import lm_eval  # noqa: F401, TID253 - a base dependency of evalrun: its absence is a failure, not a skip
 import pytest
 
-from harness.tasks.gsm8k import STOP_SEQUENCES  # the same stop strings as evalrun's own task
+from harness.tasks.stops import STOP_SEQUENCES  # the same stop strings as evalrun's own task
 from harness.tasks.synthetic import generate_splits
 
 from ..conftest import vllm_available

@@ -19,7 +19,7 @@ import pytest
 
 from harness.engine.server import EngineProcesses, ServerStartError
 from harness.engine.session import VariantSession, counter_problem
-from harness.tasks.gsm8k import Request
+from harness.tasks.requests import Request
 
 FAKE = Path(__file__).resolve().parents[1] / "fake_vllm.py"
 SPEC = {"method": "mtp", "num_speculative_tokens": 2}

@@ -16,9 +16,9 @@ from aiohttp import web  # noqa: TID253 - the test serves with aiohttp, as the c
 from harness.analysis.scoring import output_match, score_task
 from harness.records.completions import Completion
 from harness.records.samples import Sample
-from harness.tasks.gsm8k import Request
 from harness.tasks.judging import judge_completion
 from harness.tasks.lm_eval_task import LmEvalTask, _map_results
+from harness.tasks.requests import Request
 from tests.engine.test_client import _serve_and_send, _serve_chat
 
 

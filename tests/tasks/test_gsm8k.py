@@ -1,4 +1,4 @@
-"""Tests of harness/tasks/gsm8k.py (the number parser itself: test_numbers.py).
+"""Tests of harness/tasks/gsm8k.py, answers.py and stops.py (the number parser itself: test_numbers.py).
 
 Expected values are written by hand. The real GSM8K data is read from
 ../shared/data/gsm8k beside the repo and never copied here; the few JSONL lines
@@ -17,24 +17,19 @@ import pytest
 
 from harness.analysis.scoring import score_task
 from harness.records.samples import Sample
+from harness.tasks.answers import GSM8K_PIPELINES as PIPELINES
+from harness.tasks.answers import answer_text, extract_flexible, extract_strict, judge, normalize_latex
 from harness.tasks.gsm8k import (
-    PIPELINES,
-    STOP_SEQUENCES,
-    VLLM_GSM8K_STOP_SEQUENCES,
     DataUnavailableError,
     GsmItem,
-    Request,
-    answer_text,
     build_prompt,
     build_requests,
     dataset_hash,
-    extract_flexible,
-    extract_strict,
-    judge,
     load_gsm8k,
-    normalize_latex,
 )
 from harness.tasks.numbers import parse_number
+from harness.tasks.requests import Request
+from harness.tasks.stops import STOP_SEQUENCES, VLLM_GSM8K_STOP_SEQUENCES
 
 SHARED = Path(__file__).resolve().parents[3] / "shared/data/gsm8k"
 needs_shared = pytest.mark.skipif(

@@ -21,7 +21,7 @@ from harness.analysis.scoring import correctness, score_task
 from harness.config.loader import load_config
 from harness.config.plan import build_plan
 from harness.records.samples import Sample
-from harness.tasks.gsm8k import judge
+from harness.tasks.answers import judge
 from harness.tasks.lm_eval_gsm8k import lm_eval_info
 
 SM, FE, SN, FN = "strict-match", "flexible-extract", "strict-numeric", "flexible-numeric"

@@ -268,7 +268,7 @@ def test_the_lm_eval_task_kind_runs_on_a_session_and_generates_no_text_when_it_s
     kind = task_for("lm_eval")
     pt = kind.prepare("mc", TaskSpec(kind="lm_eval", lm_eval_task="evalrun_mc",
                                      lm_eval_include_path=str(tmp_path), num_fewshot=0), None)
-    assert pt.lm_eval == info and pt.requests == ()
+    assert pt.payload == info and pt.requests == ()
     assert kind.generates_text(pt) is False and kind.reruns_for_noise is False
     assert "multiple_choice" in kind.not_text_reason(pt)
     said: list[str] = []

@@ -39,8 +39,8 @@ def test_pressure_plans_one_pass_of_every_prompt_with_its_budget():
     assert [r.max_tokens for r in pt.requests] == [4, 40, 4]
     assert task_size(spec) == 3
     assert {place_of(r.question_id) for r in pt.requests} == {"pressure"}
-    assert pt.shape.place_counts() == {"pressure": 3}
-    assert pt.shape.sent_tokens() == 1500
+    assert pt.typed_payload().place_counts() == {"pressure": 3}
+    assert pt.typed_payload().sent_tokens() == 1500
 
 
 def test_sweep_names_each_pass_and_budget_and_sends_the_same_prompts_per_pass():
@@ -54,8 +54,8 @@ def test_sweep_names_each_pass_and_budget_and_sends_the_same_prompts_per_pass():
     assert len({r.prompt for r in pt.requests}) == 3
     assert task_size(spec) == 6
     assert place_of("sweep/c8/out64/1") == "c8/out64"
-    assert pt.shape.place_counts() == {"c1/out4": 2, "c1/out64": 1, "c8/out4": 2, "c8/out64": 1}
-    assert [(p.name, p.concurrency) for p in pt.shape.passes] == [("c1", 1), ("c8", 8)]
+    assert pt.typed_payload().place_counts() == {"c1/out4": 2, "c1/out64": 1, "c8/out4": 2, "c8/out64": 1}
+    assert [(p.name, p.concurrency) for p in pt.typed_payload().passes] == [("c1", 1), ("c8", 8)]
 
 
 def test_without_output_tokens_every_request_takes_the_tasks_budget():

@@ -37,7 +37,7 @@ def test_prepare_sends_every_prompt_cold_then_warm():
     assert ids == [f"prefix/{p}/{j}" for p in ("cold", "warm") for j in range(3)]
     assert task_size(spec) == 6 and shape_module("prefix_reuse").planned_size(spec.shape) == 6
     assert [place_of(i) for i in ids] == ["cold"] * 3 + ["warm"] * 3
-    assert pt.shape.place_counts() == {"cold": 3, "warm": 3}
+    assert pt.typed_payload().place_counts() == {"cold": 3, "warm": 3}
     # a prompt's cold and warm requests are the same prompt; the prompts differ from each other
     assert [r.prompt_hash for r in pt.requests[:3]] == [r.prompt_hash for r in pt.requests[3:]]
     assert len({r.prompt_hash for r in pt.requests}) == 3
@@ -93,7 +93,7 @@ def _sent(warm_hits: float | None, block: int | None = 16, failed: int = 0, chan
 def test_proof_holds_at_the_block_aligned_bound():
     # 2 prompts x floor(70 / 16) = 4 blocks of 16 tokens = 128 hit tokens at least
     pt, sent = _sent(warm_hits=128)
-    p = prefix_proof(pt.shape, sent)
+    p = prefix_proof(pt.typed_payload(), sent)
     assert p.problems == () and p.not_run is None
     assert p.prompt_tokens_sent == 2 * 2 * 100 and p.edges == {"prefix": 70, "block": 16}
     assert any("bound 128" in n for n in p.notes)
@@ -109,13 +109,13 @@ def test_proof_holds_at_the_block_aligned_bound():
 ])
 def test_proof_fails_closed_with_the_reason(kw, why):
     pt, sent = _sent(**kw)
-    p = prefix_proof(pt.shape, sent)
+    p = prefix_proof(pt.typed_payload(), sent)
     assert any(why in x for x in p.problems), p.problems
 
 
 def test_a_warm_answer_that_changed_is_reported_not_gated():
     pt, sent = _sent(warm_hits=160, changed=True)
-    p = prefix_proof(pt.shape, sent)
+    p = prefix_proof(pt.typed_payload(), sent)
     assert p.problems == ()
     assert any("on 1/2 prompts (differ: warm/1; not gated)" in n for n in p.notes), p.notes
 
@@ -132,7 +132,7 @@ def test_prefix_caching_off_in_the_effective_settings_is_the_not_run_reason():
 def test_a_shape_that_cannot_happen_makes_its_gates_not_run_never_passed():
     pt, sent = _sent(warm_hits=0, not_run="prefix caching is off on c/ref: enable_prefix_caching false in /server_info")
     m = Measurements()
-    m.task_record("ref", "prefix").shape = prefix_proof(pt.shape, sent)
+    m.task_record("ref", "prefix").shape = prefix_proof(pt.typed_payload(), sent)
     g = G.ShapeProven(id="c/ref/prefix/shape_proven", config="c", variant="ref", task="prefix")
     r = evaluate_gate(g, m)
     assert r.passed is None and r.detail == ("not run: prefix caching is off on c/ref: "

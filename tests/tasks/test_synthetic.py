@@ -11,7 +11,9 @@ import pytest
 from harness.config.schema import TaskSpec
 from harness.tasks import prepare_task
 from harness.tasks import synthetic as syn
-from harness.tasks.gsm8k import STOP_SEQUENCES, build_prompt, judge
+from harness.tasks.answers import judge
+from harness.tasks.gsm8k import build_prompt
+from harness.tasks.stops import STOP_SEQUENCES
 
 WORDS = {"plus": 1, "minus": -1}
 
