@@ -539,14 +539,14 @@ def _lazy(target: str):
 
 #: ``evalrun <subcommand> ...``; each module owns its own argument parser.
 SUBCOMMANDS = {
-    "diff": _lazy("harness.report.diff_cli:cli_main"),
+    "diff": _lazy("harness.cli.diff:cli_main"),
     "calibrate": _lazy("harness.cli.calibrate:cli_main"),
     "selfcheck": _lazy("harness.cli.selfcheck:cli_main"),
     "train-tiny": _lazy("harness.models.training:cli_main"),
     "doctor": _lazy("harness.engine.doctor:cli_main"),
-    "merge": _lazy("harness.run.merge:cli_main"),
+    "merge": _lazy("harness.cli.merge:cli_main"),
     "bisect": _lazy("harness.cli.bisect:cli_main"),
-    "history": _lazy("harness.report.history:cli_main"),
+    "history": _lazy("harness.cli.history:cli_main"),
 }
 
 
