@@ -46,6 +46,7 @@ from harness.records.run_record import (
     load_run,
 )
 from harness.records.samples import Sample, read_jsonl, sha256_file
+from harness.report.progress import Progress
 from harness.run.context import ConfigRun, RunOptions
 from harness.tasks import ContaminationError, DataUnavailableError, ShortDataError, prepare_task, task_for
 from harness.tasks.gsm8k import PIPELINES
@@ -86,9 +87,10 @@ def differing_options(then: Mapping[str, object], now: Mapping[str, object]) -> 
             for k in sorted(set(then) | set(now)) if then.get(k) != now.get(k)]
 
 
-def decide(plan: Plan, opts: RunOptions, run_dir: Path) -> Decision:
+def decide(plan: Plan, opts: RunOptions, run_dir: Path, progress: Progress) -> Decision:
     """Whether the earlier attempt in ``run_dir`` may be resumed with ``plan`` and ``opts``
-    (module docstring), and which selected variants are reused.
+    (module docstring), and which selected variants are reused; ``progress`` says how
+    each config's model is resolved again.
 
     Raises:
         ResumeRefused: no readable record, a finished or merged run, or a difference
@@ -104,7 +106,7 @@ def decide(plan: Plan, opts: RunOptions, run_dir: Path) -> Decision:
                             f"{earlier.status}); its verdict stands: start a new run with another --run-id")
     if earlier.merged_from:
         raise ResumeRefused(f"{run_dir}: cannot resume a merged run (evalrun merge): resume its shards instead")
-    differ = _run_differences(plan, opts, earlier)
+    differ = _run_differences(plan, opts, earlier, progress)
     reusable: dict[tuple[str, str], VariantResult] = {}
     reasons: dict[str, str] = {}
     for cp in plan.configs:
@@ -125,7 +127,7 @@ def decide(plan: Plan, opts: RunOptions, run_dir: Path) -> Decision:
     return Decision(earlier, reusable, reasons)
 
 
-def _run_differences(plan: Plan, opts: RunOptions, earlier: RunRecord) -> list[str]:
+def _run_differences(plan: Plan, opts: RunOptions, earlier: RunRecord, progress: Progress) -> list[str]:
     """What differs for the whole run: configs, shard, contamination, build, model, data."""
     pv = earlier.provenance
     out = []
@@ -143,7 +145,7 @@ def _run_differences(plan: Plan, opts: RunOptions, earlier: RunRecord) -> list[s
     if pv.allow_contamination != opts.allow_contamination:
         out.append(f"allow_contamination: {pv.allow_contamination} -> {opts.allow_contamination}")
     out += _build_difference(plan, earlier)
-    out += _model_differences(plan, opts, earlier)
+    out += _model_differences(plan, earlier, progress)
     return out + _data_differences(plan, opts, earlier)
 
 
@@ -159,7 +161,7 @@ def _build_difference(plan: Plan, earlier: RunRecord) -> list[str]:
     return [f"build.{k}: {a[k]!r} -> {b[k]!r}" for k in keys if a[k] != b[k]]
 
 
-def _model_differences(plan: Plan, opts: RunOptions, earlier: RunRecord) -> list[str]:
+def _model_differences(plan: Plan, earlier: RunRecord, progress: Progress) -> list[str]:
     """Each config's resolved model path against the earlier attempt's."""
     out = []
     for cp in plan.configs:
@@ -167,7 +169,7 @@ def _model_differences(plan: Plan, opts: RunOptions, earlier: RunRecord) -> list
         if crec is None or crec.model_path is None:
             continue
         try:
-            now = resolve_model(cp.config.model, opts.progress)
+            now = resolve_model(cp.config.model, progress)
         except Exception as e:  # noqa: BLE001 - said as the difference; the run would fail the same way
             now = f"not available: {type(e).__name__}: {e}"
         if now != crec.model_path:

@@ -30,11 +30,9 @@ from harness.engine.session import VariantSession
 from harness.faults.plugin import REPORT_ENV
 from harness.records.atomic import write_atomic
 from harness.records.completions import TargetScore
-from harness.records.recorder import checkpoint
 from harness.records.results import plugin_dir
 from harness.records.scoring import ScoringRecord
 from harness.run.context import ConfigRun
-from harness.run.outcome import PLACE
 
 __all__ = ["score_sampled", "sampled_gates"]
 
@@ -101,7 +99,7 @@ def _score(run: ConfigRun, vp: VariantPlan, pairs: list[tuple[str, str]],
           f"non-speculative server, started again (log: {log_path})")
     if run.opts.launch_gate is not None:
         run.opts.launch_gate.before_launch()
-    PLACE.at("server", config=c.name, variant=vp.name, task=None)
+    run.place.at("server", config=c.name, variant=vp.name, task=None)
     session = VariantSession(vp.id + " (scoring)", argv, env, log_path, startup_timeout=c.startup_max_wait_seconds,
                              request_timeout=c.request_timeout_seconds, max_concurrency=c.max_concurrency,
                              speculative=False, on_wait=p.waiting(f"{vp.id} (scoring): waiting for /health"))
@@ -113,7 +111,7 @@ def _score(run: ConfigRun, vp: VariantPlan, pairs: list[tuple[str, str]],
         with session:
             t_ready = time.monotonic()
             for v, t in pairs:
-                PLACE.at("client", task=t)
+                run.place.at("client", task=t)
                 got[(v, t)] = session.score_completions(_items(run, v, t), chat=c.tasks[t].use_chat_completions)
             t_done = time.monotonic()
     except ServerStartError as e:
@@ -133,7 +131,7 @@ def _score(run: ConfigRun, vp: VariantPlan, pairs: list[tuple[str, str]],
           f"{t_ready - t0:.1f}s, whole step {time.monotonic() - t0:.1f}s")
     for (v, t), answers in got.items():
         _store(run, v, t, answers)
-    checkpoint()
+    run.ctx.checkpoint()
 
 
 def _items(run: ConfigRun, v: str, t: str) -> list[tuple[str, str, tuple[int, ...]]]:

@@ -32,11 +32,10 @@ from harness.engine.builds import identity_or_none
 from harness.engine.devices import given_devices
 from harness.engine.doctor import diagnose_server_log
 from harness.engine.info import EngineInfoError, check_effective, model_runner_fact
-from harness.engine.server import ServerStartError, processes
+from harness.engine.server import ServerStartError
 from harness.engine.session import VariantSession, counter_problem
 from harness.faults.plugin import REPORT_ENV
 from harness.records.provenance import EngineBuild
-from harness.records.recorder import checkpoint
 from harness.records.results import (
     plugin_dir,
     plugin_report,
@@ -50,7 +49,6 @@ from harness.records.results import (
 from harness.records.run_record import LmEvalTaskRecord, RerunRecord, ServerRecord, VariantResult
 from harness.records.samples import Sample, write_jsonl
 from harness.run.context import ConfigRun
-from harness.run.outcome import PLACE
 from harness.tasks import SentTask, TaskContext, task_for
 
 __all__ = ["VariantRun", "run_variant", "rerun_for_noise"]
@@ -115,23 +113,23 @@ def run_variant(run: ConfigRun, vp: VariantPlan, devices: tuple[str, ...] = ()) 
                      on_stopped=None if pool is None else functools.partial(pool.release, vp.id))
     except Exception as e:  # the variant's thread knows where it was: keep it for the record
         if pool is not None:
-            PLACE.stamp(e)
+            run.place.stamp(e)
         raise
     out.merge_into(run.measured, run.reruns)
     if pool is not None:  # released when its server stopped (before judging); here too if it never started
         pool.release(vp.id)
     vr = run.result.variants[vp.name]
     vr.build, vr.build_spec = engine_build(vp.python), vp.build
-    if pool is not None and pool.cancelled.is_set() and processes().interrupting():  # stopped by the signal
+    if pool is not None and pool.cancelled.is_set() and run.ctx.processes.interrupting():  # stopped by the signal
         vr.server = ServerRecord(status="interrupted", exit_code=vr.server.exit_code, seconds=vr.server.seconds,
                                  pid=vr.server.pid)
         vr.error = "interrupted by a signal" + (f" ({vr.error})" if vr.error else "")
     c = run.plan.config
-    PLACE.at("server", config=c.name, variant=vp.name, task=None)  # the plugin's per-process reports
+    run.place.at("server", config=c.name, variant=vp.name, task=None)  # the plugin's per-process reports
     vr.plugin = plugin_report(run.run_dir, c.name, vp)
     vr.model_runner = model_runner_fact(vr.plugin.model_runners, _read_log(run.run_dir, c.name, vp.name))
     run.measured.variant_record(vp.name).runner = vr.model_runner
-    checkpoint()  # the finished variant's whole record on disk before the next server starts
+    run.ctx.checkpoint()  # the finished variant's whole record on disk before the next server starts
     return out.ok
 
 
@@ -187,7 +185,7 @@ def _serve(run: ConfigRun, vp: VariantPlan, on_stopped: Callable[[], None] | Non
                          requested=requested(vp))
     out = VariantRun(vrec)
     run.result.variants[vp.name] = vrec
-    PLACE.at("server", config=c.name, variant=vp.name, task=None)
+    run.place.at("server", config=c.name, variant=vp.name, task=None)
     todo = [t for t in run.plan.tasks if t.name in run.prepared]
     if not todo:
         vrec.error = "no task of this config can run"
@@ -255,7 +253,7 @@ def _server_ready(session: VariantSession, run: ConfigRun, vp: VariantPlan, out:
     vrec.startup_seconds = round(srv.startup_seconds or 0, 1)
     vrec.server = ServerRecord(status="ready", seconds=vrec.startup_seconds, pid=srv.pid)
     p.log(f"{vp.id}: server ready in {vrec.startup_seconds}s on {session.base_url}")
-    checkpoint()
+    run.ctx.checkpoint()
     try:
         facts = session.engine_facts()
         vrec.engine = facts
@@ -303,13 +301,13 @@ def _send_task(session: VariantSession, run: ConfigRun, vp: VariantPlan, t: Task
     Raises:
         ServerStartError: the server died during the task (``died_mid_task``).
     """
-    PLACE.at("client", variant=vp.name, task=t.name)
+    run.place.at("client", variant=vp.name, task=t.name)
     kind = task_for(t.spec.kind)
     raw_path = run.run_dir / "samples" / run.plan.config.name / vp.name / f"{t.name}.raw.jsonl"
-    item = _Sent(t, *_send(session, run, vp, t, argv, raw_path, f"{vp.id} {t.name}", at=PLACE.at))
+    item = _Sent(t, *_send(session, run, vp, t, argv, raw_path, f"{vp.id} {t.name}", at=run.place.at))
     sent.append(item)
     if vp.name in noise_variants(run.plan) and kind.reruns_for_noise and session.server.alive():
-        PLACE.at("client")  # the noise rerun's requests
+        run.place.at("client")  # the noise rerun's requests
         item.rerun = _send(session, run, vp, t, argv, None, f"{vp.id} {t.name} (rerun for noise)")
     outcome = item.sent.outcome
     failures = bool(item.sent.failed_requests or outcome.metrics_error
@@ -339,17 +337,17 @@ def _judge_task(run: ConfigRun, vp: VariantPlan, item: _Sent, out: VariantRun) -
     samples written, scored, its result recorded with acceptance intervals and the
     counter check, and its inline noise rerun judged against it."""
     c, p, vrec, t = run.plan.config, run.progress, out.record, item.task
-    PLACE.at("client", config=c.name, variant=vp.name, task=t.name)
+    run.place.at("client", config=c.name, variant=vp.name, task=t.name)
     tr = task_for(t.spec.kind).judge(item.sent, item.ctx, run.prepared[t.name])
     outcome, samples = tr.outcome, tr.samples
-    PLACE.at("writing")
+    run.place.at("writing")
     spath = run.run_dir / "samples" / c.name / vp.name / f"{t.name}.jsonl"
     write_jsonl(spath, samples)
-    PLACE.at("scoring")
+    run.place.at("scoring")
     sc = score_task(samples, tr.pipelines)
     tm = out.measured.task_record(vp.name, t.name)
     tm.score, tm.samples, tm.shape = sc, samples, outcome.shape
-    PLACE.at("statistics")  # acceptance intervals (bootstrap) and counter checks
+    run.place.at("statistics")  # acceptance intervals (bootstrap) and counter checks
     trec = task_result(spath, run.run_dir, outcome, sc,
                        acceptance_intervals(samples, vp.speculative_config is not None))
     if tr.lm_eval is not None:
@@ -365,11 +363,11 @@ def _judge_task(run: ConfigRun, vp: VariantPlan, item: _Sent, out: VariantRun) -
         tm.spec_error = metrics_error
         p.error(f"{vp.id} {t.name}: metrics error: {metrics_error}")
     vrec.tasks[t.name] = trec
-    checkpoint()  # the task's result is on disk before the next one is judged
+    run.ctx.checkpoint()  # the task's result is on disk before the next one is judged
     if item.rerun is not None:
-        PLACE.at("client")  # the noise rerun: judging and its samples file
+        run.place.at("client")  # the noise rerun: judging and its samples file
         trec.rerun = _judge_rerun(run, vp, t, samples, out.reruns, *item.rerun)
-        checkpoint()  # its rerun on disk too: a resumed run reuses only what the record holds
+        run.ctx.checkpoint()  # its rerun on disk too: a resumed run reuses only what the record holds
     sd = spec_metrics
     p.log(
         f"{vp.id} {t.name}: "
@@ -435,7 +433,7 @@ def _rerun(run: ConfigRun, vp: VariantPlan, tasks: list[str], on_stopped: Callab
         run.opts.launch_gate.before_launch()
     session = _session(run, vp, vp.id + " (rerun)", argv, env, log_path)
     tplans = {t.name: t for t in run.plan.tasks}
-    PLACE.at("server", config=c.name, variant=vp.name, task=None)
+    run.place.at("server", config=c.name, variant=vp.name, task=None)
     sent: dict[str, tuple[TaskContext, SentTask]] = {}  # sent on the server, judged once it is stopped
     try:
         with session:
@@ -443,7 +441,7 @@ def _rerun(run: ConfigRun, vp: VariantPlan, tasks: list[str], on_stopped: Callab
                 first = m.task(vp.name, tname).samples
                 if first is None or tname not in vrec.tasks or not task_for(tplans[tname].spec.kind).reruns_for_noise:
                     continue
-                PLACE.at("client", task=tname)  # the noise rerun's requests
+                run.place.at("client", task=tname)  # the noise rerun's requests
                 sent[tname] = _send(session, run, vp, tplans[tname], argv, None,
                                     f"{vp.id} {tname} (rerun for noise)")
     except ServerStartError as e:
@@ -454,10 +452,10 @@ def _rerun(run: ConfigRun, vp: VariantPlan, tasks: list[str], on_stopped: Callab
         if on_stopped is not None:  # its devices are free before judging
             on_stopped()
     for tname, (ctx, st) in sent.items():
-        PLACE.at("client", config=c.name, variant=vp.name, task=tname)  # the rerun's judging and samples file
+        run.place.at("client", config=c.name, variant=vp.name, task=tname)  # the rerun's judging and samples file
         vrec.tasks[tname].rerun = _judge_rerun(run, vp, tplans[tname], tuple(m.task(vp.name, tname).samples or ()),
                                                run.reruns, ctx, st)
-        checkpoint()
+        run.ctx.checkpoint()
 
 
 def _judge_rerun(run: ConfigRun, vp: VariantPlan, t: TaskPlan, first: tuple[Sample, ...],
