@@ -15,7 +15,6 @@ scored and recorded (:meth:`harness.tasks.base.Task.judge`), so no device waits 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 import time
@@ -34,10 +33,8 @@ from harness.engine.doctor import diagnose_server_log
 from harness.engine.info import EngineInfoError, check_effective, model_runner_fact
 from harness.engine.server import ServerStartError
 from harness.engine.session import VariantSession, counter_problem
-from harness.faults.plugin import REPORT_ENV
 from harness.records.provenance import EngineBuild
 from harness.records.results import (
-    plugin_dir,
     plugin_report,
     reject_counters,
     rel,
@@ -49,6 +46,7 @@ from harness.records.results import (
 from harness.records.run_record import LmEvalTaskRecord, RerunRecord, ServerRecord, VariantResult
 from harness.records.samples import Sample, write_jsonl
 from harness.run.context import ConfigRun
+from harness.run.serving import FIRST_PASS, RERUN, VariantServer
 from harness.tasks import SentTask, TaskContext, task_for
 
 __all__ = ["VariantRun", "run_variant", "rerun_for_noise"]
@@ -109,8 +107,7 @@ def run_variant(run: ConfigRun, vp: VariantPlan, devices: tuple[str, ...] = ()) 
         return _build_failed(run, vp)
     pool = run.pool
     try:
-        out = _serve(run, _on_devices(vp, devices),
-                     on_stopped=None if pool is None else functools.partial(pool.release, vp.id))
+        out = _serve(run, VariantServer(run, vp, FIRST_PASS, devices))
     except Exception as e:  # the variant's thread knows where it was: keep it for the record
         if pool is not None:
             run.place.stamp(e)
@@ -154,21 +151,15 @@ def _build_failed(run: ConfigRun, vp: VariantPlan) -> bool:
     return False
 
 
-def _on_devices(vp: VariantPlan, devices: tuple[str, ...]) -> VariantPlan:
-    """``vp`` with ``CUDA_VISIBLE_DEVICES`` set to its own device set (unchanged without one)."""
-    if not devices:
-        return vp
-    return dataclasses.replace(vp, env={**vp.env, "CUDA_VISIBLE_DEVICES": ",".join(devices)})
+def _serve(run: ConfigRun, server: VariantServer) -> VariantRun:
+    """Serve one variant's first pass on ``server``: its engine facts, tasks.
+    ``run.result.variants[vp.name]`` receives the variant record as soon as it exists (so
+    an interrupt keeps it).
 
-
-def _serve(run: ConfigRun, vp: VariantPlan, on_stopped: Callable[[], None] | None = None) -> VariantRun:
-    """Serve one variant: its server, engine facts, tasks. ``run.result.variants[vp.name]``
-    receives the variant record as soon as it exists (so an interrupt keeps it).
-
-    The tasks are sent while the server is up, then the server is stopped, ``on_stopped``
-    called (the device pool takes its devices back), and only then each task judged. An
-    lm-eval task judges inside lm-eval's own loop, i.e. while sending. On a stopping
-    signal the tasks already sent are still judged and recorded.
+    The tasks are sent while the server is up, then the server is stopped and its devices
+    given back (:class:`harness.run.serving.VariantServer`), and only then each task
+    judged. An lm-eval task judges inside lm-eval's own loop, i.e. while sending. On a
+    stopping signal the tasks already sent are still judged and recorded.
 
     The server's fate is ``vrec.server`` (:class:`ServerRecord`: ``ready``,
     ``exited_early``, ``not_ready_timeout``, ``launch_failed``, ``died_mid_task``,
@@ -178,9 +169,8 @@ def _serve(run: ConfigRun, vp: VariantPlan, on_stopped: Callable[[], None] | Non
     gets ``spec_decode`` None and ``spec_decode_error`` naming the counters, so its
     acceptance gates fail.
     """
-    c, p = run.plan.config, run.progress
-    log_path = run.run_dir / "logs" / c.name / f"{vp.name}.log"
-    argv = [run.model_ref if a == c.model else a for a in vp.argv]
+    c, p, vp = run.plan.config, run.progress, server.variant
+    log_path, argv = server.log_path, server.argv
     vrec = VariantResult(argv=argv, env=dict(vp.env), fault=vp.fault, log=rel(log_path, run.run_dir),
                          requested=requested(vp))
     out = VariantRun(vrec)
@@ -191,20 +181,14 @@ def _serve(run: ConfigRun, vp: VariantPlan, on_stopped: Callable[[], None] | Non
         vrec.error = "no task of this config can run"
         out.measured.variant_record(vp.name).not_run = vrec.error
         return out
-    env = {**vp.env, REPORT_ENV: str(plugin_dir(run.run_dir, c.name, vp.name))}
     p.log(f"{vp.id}: starting the vLLM server (log: {log_path})")
     p.log(f"  $ {shell_line(argv, vp.env)}")
     p.log(f"  ({PORT_PLACEHOLDER} is the free port chosen at start-up; "
           "the server log's first lines hold the exact command)")
-    gate = run.opts.launch_gate
-    if gate is not None:  # no server starts before the pre-launch check's answer
-        gate.before_launch()
-    session = _session(run, vp, vp.id, argv, env, log_path)
-    srv = session.server
-    vrec.devices = given_devices({**os.environ, **env})
+    vrec.devices = given_devices({**os.environ, **server.env})
     sent: list[_Sent] = []  # sent while the server is up, judged once it is stopped
     try:
-        with session:
+        with server as session:
             _server_ready(session, run, vp, out)
             t_eval = time.monotonic()  # evaluation: first request .. last counter snapshot
             for t in todo:
@@ -212,38 +196,23 @@ def _serve(run: ConfigRun, vp: VariantPlan, on_stopped: Callable[[], None] | Non
             vrec.evaluation_seconds = round(time.monotonic() - t_eval, 2)
             t_stop = time.monotonic()
         vrec.teardown_seconds = round(time.monotonic() - t_stop, 2)
-        vrec.server.exit_code = srv.exit_code
+        vrec.server.exit_code = session.server.exit_code
     except KeyboardInterrupt:
+        if server.session is None:  # while waiting for devices or the pre-launch check: no server yet
+            raise
+        srv = server.session.server
         vrec.server = ServerRecord(status="interrupted", exit_code=srv.exit_code, seconds=vrec.server.seconds,
                                    pid=srv.pid)
         vrec.error = "interrupted by a signal"
         _judge_all_before_interrupt(run, vp, sent, out)
         raise
     except ServerStartError as e:
-        if on_stopped is not None:
-            on_stopped()
         _judge_all(run, vp, sent, out)  # the tasks it finished before it died
-        _server_failed(e, session, vp, todo, argv, out, run)
+        assert server.session is not None  # made before the server could fail to start
+        _server_failed(e, server.session, vp, todo, argv, out, run)
         return out
-    if on_stopped is not None:  # its devices are free before judging, statistics and reports
-        on_stopped()
-    _judge_all(run, vp, sent, out)
+    _judge_all(run, vp, sent, out)  # its devices are free before judging, statistics and reports
     return out
-
-
-def _session(run: ConfigRun, vp: VariantPlan, name: str, argv: list[str], env: dict[str, str],
-             log_path: Path) -> VariantSession:
-    """A session (not started yet) of ``vp``'s server named ``name``, with the config's
-    start-up wait, request timeout and concurrency."""
-    c = run.plan.config
-    return VariantSession(
-        name, argv, env, log_path,
-        startup_timeout=c.startup_max_wait_seconds,
-        request_timeout=c.request_timeout_seconds,
-        max_concurrency=c.max_concurrency,
-        speculative=vp.speculative_config is not None,
-        on_wait=run.progress.waiting(f"{name}: waiting for /health"),
-    )
 
 
 def _server_ready(session: VariantSession, run: ConfigRun, vp: VariantPlan, out: VariantRun) -> None:
@@ -402,55 +371,36 @@ def _server_failed(e: ServerStartError, session: VariantSession, vp: VariantPlan
 
 
 def rerun_for_noise(run: ConfigRun, vp: VariantPlan, tasks: list[str]) -> None:
-    """Start ``vp``'s server again and rerun ``tasks`` (prepared task names) for noise
-    (``noise_runs_when: unexplained``), on a device set of its own when ``run`` has a
-    pool: each task's ``rerun`` entry and ``<task>.rerun.jsonl`` as with an inline
-    rerun, the samples in ``run.reruns``; the server log is ``<variant>.rerun.log``.
-    A server that does not start leaves the reruns missing (the comparisons then say
-    so; their fallback questions stay unexplained) and adds to the variant's error.
-    The reruns are sent while the server is up and judged after it is stopped (and
-    its devices released)."""
-    if run.pool is None or run.servers is None:
-        _rerun(run, vp, tasks)
-        return
-    key = vp.id + " (rerun)"
-    with run.pool.lease(key, run.servers.need(vp.id)) as devices:  # a server again: its own devices
-        _rerun(run, _on_devices(vp, devices), tasks, on_stopped=functools.partial(run.pool.release, key))
-
-
-def _rerun(run: ConfigRun, vp: VariantPlan, tasks: list[str], on_stopped: Callable[[], None] | None = None) -> None:
-    """:func:`rerun_for_noise` on the devices ``vp`` names; ``on_stopped`` once its server is stopped."""
+    """Start ``vp``'s server again (:data:`harness.run.serving.RERUN`, on a device set of
+    its own when ``run`` has a pool) and rerun ``tasks`` (prepared task names) for noise
+    (``noise_runs_when: unexplained``): each task's ``rerun`` entry and
+    ``<task>.rerun.jsonl`` as with an inline rerun, the samples in ``run.reruns``; the
+    server log is ``<variant>.rerun.log``. A server that does not start leaves the reruns
+    missing (the comparisons then say so; their fallback questions stay unexplained) and
+    adds to the variant's error. The reruns are sent while the server is up and judged
+    after it is stopped (and its devices released)."""
     c, p, m = run.plan.config, run.progress, run.measured
     vrec = run.result.variants[vp.name]
     if not tasks or not vrec.tasks:
         return
-    log_path = run.run_dir / "logs" / c.name / f"{vp.name}.rerun.log"
-    argv = [run.model_ref if a == c.model else a for a in vp.argv]
-    env = {**vp.env, REPORT_ENV: str(plugin_dir(run.run_dir, c.name, vp.name + ".rerun"))}
+    server = VariantServer(run, vp, RERUN)
     p.log(f"{vp.id}: rerun for noise, needed by divergences no reference distribution judges "
-          f"(tasks {', '.join(tasks)}); starting the server again (log: {log_path})")
-    if run.opts.launch_gate is not None:  # never before the pre-launch check's answer
-        run.opts.launch_gate.before_launch()
-    session = _session(run, vp, vp.id + " (rerun)", argv, env, log_path)
+          f"(tasks {', '.join(tasks)}); starting the server again (log: {server.log_path})")
     tplans = {t.name: t for t in run.plan.tasks}
-    run.place.at("server", config=c.name, variant=vp.name, task=None)
     sent: dict[str, tuple[TaskContext, SentTask]] = {}  # sent on the server, judged once it is stopped
     try:
-        with session:
+        with server as session:
             for tname in tasks:
                 first = m.task(vp.name, tname).samples
                 if first is None or tname not in vrec.tasks or not task_for(tplans[tname].spec.kind).reruns_for_noise:
                     continue
                 run.place.at("client", task=tname)  # the noise rerun's requests
-                sent[tname] = _send(session, run, vp, tplans[tname], argv, None,
+                sent[tname] = _send(session, run, server.variant, tplans[tname], server.argv, None,
                                     f"{vp.id} {tname} (rerun for noise)")
     except ServerStartError as e:
         p.error(f"{vp.id}: the rerun for noise could not run: {e}")
         vrec.error = (vrec.error + "\n" if vrec.error else "") + f"rerun for noise could not run: {e}"
         return
-    finally:
-        if on_stopped is not None:  # its devices are free before judging
-            on_stopped()
     for tname, (ctx, st) in sent.items():
         run.place.at("client", config=c.name, variant=vp.name, task=tname)  # the rerun's judging and samples file
         vrec.tasks[tname].rerun = _judge_rerun(run, vp, tplans[tname], tuple(m.task(vp.name, tname).samples or ()),
