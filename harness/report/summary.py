@@ -27,8 +27,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from harness.records.run_folder import RunFolder
 from harness.records.run_record import ComparisonResult, ConfigResult, GateResult, RunRecord, outcome_word
-from harness.records.samples import read_jsonl
 from harness.records.text import clean_text
 from harness.report.shapes import shape_lines
 from harness.tasks.gsm8k import PIPELINES
@@ -299,8 +299,10 @@ def flipped_examples(record: RunRecord, config: str, comp: ComparisonResult, lim
     try:
         side = {}
         for role, vname in (("baseline", comp.baseline), ("candidate", comp.candidate)):
-            t = crec.variants[vname].tasks[comp.task]
-            side[role] = {s.question_id: s for s in read_jsonl(base / t.samples)}
+            ts = RunFolder(base).task(record, config, vname, comp.task)
+            if ts is None:
+                raise KeyError(f"{vname}/{comp.task}")
+            side[role] = ts.by_question()
     except (KeyError, AttributeError, OSError, ValueError):
         return []
     pipe = comp.pipeline

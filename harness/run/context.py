@@ -18,6 +18,7 @@ from harness.engine.pool import DevicePool, ServerPlan
 from harness.engine.preflight import PendingCheck
 from harness.engine.server import EngineProcesses
 from harness.records.recorder import RunRecorder
+from harness.records.run_folder import RunFolder
 from harness.records.run_record import ConfigResult, RunRecord, VariantResult
 from harness.records.samples import Sample
 from harness.records.shards import ShardInfo
@@ -211,6 +212,11 @@ class ConfigRun:
     def progress(self) -> Progress:
         """The run's progress reporter."""
         return self.ctx.progress
+
+    @property
+    def folder(self) -> RunFolder:
+        """Every path of the run folder (:class:`harness.records.run_folder.RunFolder`)."""
+        return RunFolder(self.run_dir)
 
     @property
     def place(self) -> Place:

@@ -19,6 +19,7 @@ from harness.engine.server import EngineProcesses
 from harness.records.atomic import ResultsFolderError, write_atomic
 from harness.records.provenance import utc_now
 from harness.records.recorder import EXIT_COULD_NOT_RUN, EXIT_GATE_FAILED, EXIT_PASSED
+from harness.records.run_folder import RunFolder
 from harness.records.run_record import RunErrorRecord, RunRecord, gates_passed, outcome_word, write_run
 from harness.report.html import write_html
 from harness.report.junit import write_junit
@@ -121,7 +122,7 @@ def record_error(record: RunRecord, run_dir: Path, exc: BaseException, ctx: RunC
     )
     record.provenance.ended_at = utc_now()
     try:
-        log = run_dir / ERROR_LOG
+        log = RunFolder(run_dir).error_log
         log.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(log, f"{record.error.type}: {record.error.message}\n{record.error.where()}\n\n{tb}")
     except OSError as e:

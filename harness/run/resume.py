@@ -36,6 +36,7 @@ from harness.engine.info import model_runner_fact
 from harness.models.resolve import resolve_model
 from harness.records.provenance import utc_now
 from harness.records.results import plugin_report
+from harness.records.run_folder import RunFolder
 from harness.records.run_record import (
     ConfigResult,
     ResumedRecord,
@@ -45,9 +46,10 @@ from harness.records.run_record import (
     VariantResult,
     load_run,
 )
-from harness.records.samples import Sample, read_jsonl, sha256_file
+from harness.records.samples import Sample, sha256_file
 from harness.report.progress import Progress
 from harness.run.context import ConfigRun, RunOptions
+from harness.run.variant_steps import read_log
 from harness.tasks import ContaminationError, DataUnavailableError, ShortDataError, prepare_task, task_for
 from harness.tasks.gsm8k import PIPELINES
 
@@ -214,7 +216,7 @@ def _incomplete(cp: ConfigPlan, vp: VariantPlan, vrec: VariantResult | None, run
             return f"task {t.name} not measured"
         why = _samples_problem(run_dir, trec.samples, trec.samples_sha256)
         if why is None:
-            why = _score_problem(trec, read_jsonl(run_dir / trec.samples))
+            why = _score_problem(trec, RunFolder(run_dir).read(trec.samples))
         if why is None and trec.rerun is not None:
             why = _samples_problem(run_dir, trec.rerun.samples, trec.rerun.samples_sha256)
         elif why is None and inline and task_for(t.spec.kind).reruns_for_noise:
@@ -289,10 +291,8 @@ def set_aside(run_dir: Path, decision: Decision, plan: Plan) -> str:
     relative paths; ``n`` counts the attempts). PID files stay where they are, so the
     run's check for servers left running still finds them. Returns the kept record's
     path relative to ``run_dir``."""
-    n = 1
-    while (run_dir / "attempts" / str(n)).exists():
-        n += 1
-    dest = run_dir / "attempts" / str(n)
+    n = RunFolder(run_dir).next_attempt()
+    dest = RunFolder(run_dir).attempt(n)
     moves = [Path(p) for p in ("run.json", "summary.md", "summary.html", "junit.xml")]
     earlier = {(c.name, v) for c in decision.earlier.configs for v in c.variants}
     for c, v in sorted(earlier | {(cp.name, vp.name) for cp in plan.configs for vp in cp.variants}):
@@ -344,20 +344,17 @@ def _load(run: ConfigRun, vp: VariantPlan, vrec: VariantResult) -> None:
     """One reused variant's record and measurements into ``run`` (:func:`reuse_finished`)."""
     c, m = run.plan.config, run.measured
     for tname, trec in vrec.tasks.items():
-        samples = tuple(read_jsonl(run.run_dir / trec.samples))
+        samples = tuple(run.folder.read(trec.samples))
         tm = m.task_record(vp.name, tname)
         tm.samples, tm.score = samples, score_task(samples, _pipelines(trec))
         tm.spec, tm.spec_error = trec.spec_decode, trec.spec_decode_error or None
         tm.shape = trec.shape  # a traffic shape's proof, as recorded (its gate is judged again)
         if trec.rerun is not None:
-            run.reruns[(vp.name, tname)] = tuple(read_jsonl(run.run_dir / trec.rerun.samples))
+            run.reruns[(vp.name, tname)] = tuple(run.folder.read(trec.rerun.samples))
     vm = m.variant_record(vp.name)
     vm.effectiveness, vm.engine_facts_error = vrec.effective, vrec.engine_error
     vrec.plugin = plugin_report(run.run_dir, c.name, vp)
-    try:
-        log = (run.run_dir / "logs" / c.name / f"{vp.name}.log").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        log = None
+    log = read_log(run.folder.log(c.name, vp.name))
     vrec.model_runner = vm.runner = model_runner_fact(vrec.plugin.model_runners, log)
     run.result.variants[vp.name] = vrec
 

@@ -134,6 +134,6 @@ def _store(run: ConfigRun, v: str, t: str, answers: list[tuple[float, int] | str
     tm.target_scores = {q: s for q, s in scores.items() if s.error is None}
     if errors:
         tm.scoring_error = f"{len(errors)} completion(s) could not be scored, e.g. {errors[0]}"
-    path = run.run_dir / "samples" / run.plan.config.name / v / f"{t}.target_logprobs.jsonl"
+    path = run.folder.samples(run.plan.config.name, v, t, "target_logprobs")
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, "".join(json.dumps(s.to_json()) + "\n" for s in scores.values()))

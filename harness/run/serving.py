@@ -21,7 +21,6 @@ from types import TracebackType
 from harness.config.plan import VariantPlan
 from harness.engine.session import VariantSession
 from harness.faults.plugin import REPORT_ENV
-from harness.records.results import plugin_dir
 from harness.run.context import ConfigRun
 
 __all__ = ["Purpose", "FIRST_PASS", "RERUN", "SCORING", "VariantServer", "on_devices", "make_session"]
@@ -104,7 +103,7 @@ class VariantServer:
         self.variant = on_devices(vp, devices)
         self.name = purpose.label(vp.id)
         self.argv = [run.model_ref if a == c.model else a for a in vp.argv]
-        self.log_path = run.run_dir / "logs" / c.name / f"{purpose.file_stem(vp.name)}.log"
+        self.log_path = run.folder.log(c.name, vp.name, purpose.suffix)
         self.session: VariantSession | None = None
         self._leased = bool(devices) or purpose == FIRST_PASS  # the first pass's job holds its devices
         self._released = False
@@ -114,7 +113,7 @@ class VariantServer:
     def env(self) -> dict[str, str]:
         """The server's environment: the variant's, and where the plugin writes its reports."""
         c, vp = self.run.plan.config, self.variant
-        return {**vp.env, REPORT_ENV: str(plugin_dir(self.run.run_dir, c.name, self.purpose.file_stem(vp.name)))}
+        return {**vp.env, REPORT_ENV: str(self.run.folder.plugin(c.name, vp.name, self.purpose.suffix))}
 
     def ready_to_launch(self) -> None:
         """Take a device set of the pool for a server started again (blocks until one is

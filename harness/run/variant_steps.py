@@ -124,7 +124,7 @@ def run_variant(run: ConfigRun, vp: VariantPlan, devices: tuple[str, ...] = ()) 
     c = run.plan.config
     run.place.at("server", config=c.name, variant=vp.name, task=None)  # the plugin's per-process reports
     vr.plugin = plugin_report(run.run_dir, c.name, vp)
-    vr.model_runner = model_runner_fact(vr.plugin.model_runners, _read_log(run.run_dir, c.name, vp.name))
+    vr.model_runner = model_runner_fact(vr.plugin.model_runners, read_log(run.folder.log(c.name, vp.name)))
     run.measured.variant_record(vp.name).runner = vr.model_runner
     run.ctx.checkpoint()  # the finished variant's whole record on disk before the next server starts
     return out.ok
@@ -272,7 +272,7 @@ def _send_task(session: VariantSession, run: ConfigRun, vp: VariantPlan, t: Task
     """
     run.place.at("client", variant=vp.name, task=t.name)
     kind = task_for(t.spec.kind)
-    raw_path = run.run_dir / "samples" / run.plan.config.name / vp.name / f"{t.name}.raw.jsonl"
+    raw_path = run.folder.samples(run.plan.config.name, vp.name, t.name, "raw")
     item = _Sent(t, *_send(session, run, vp, t, argv, raw_path, f"{vp.id} {t.name}", at=run.place.at))
     sent.append(item)
     if vp.name in noise_variants(run.plan) and kind.reruns_for_noise and session.server.alive():
@@ -310,7 +310,7 @@ def _judge_task(run: ConfigRun, vp: VariantPlan, item: _Sent, out: VariantRun) -
     tr = task_for(t.spec.kind).judge(item.sent, item.ctx, run.prepared[t.name])
     outcome, samples = tr.outcome, tr.samples
     run.place.at("writing")
-    spath = run.run_dir / "samples" / c.name / vp.name / f"{t.name}.jsonl"
+    spath = run.folder.samples(c.name, vp.name, t.name)
     write_jsonl(spath, samples)
     run.place.at("scoring")
     sc = score_task(samples, tr.pipelines)
@@ -414,7 +414,7 @@ def _judge_rerun(run: ConfigRun, vp: VariantPlan, t: TaskPlan, first: tuple[Samp
     ``<task>.rerun.jsonl`` and ``reruns``; returns the record entry with the output
     match of the rerun against the first pass (the noise)."""
     tr = task_for(t.spec.kind).judge(sent, ctx, run.prepared[t.name])
-    spath = run.run_dir / "samples" / run.plan.config.name / vp.name / f"{t.name}.rerun.jsonl"
+    spath = run.folder.samples(run.plan.config.name, vp.name, t.name, "rerun")
     write_jsonl(spath, tr.samples)
     reruns[(vp.name, t.name)] = tr.samples
     om = output_match(first, tr.samples)
@@ -423,10 +423,10 @@ def _judge_rerun(run: ConfigRun, vp: VariantPlan, t: TaskPlan, first: tuple[Samp
     return rerun_record(spath, run.run_dir, tr.outcome, tr.samples, om)
 
 
-def _read_log(run_dir: Path, config: str, variant: str) -> str | None:
-    """The variant's server log (``logs/<config>/<variant>.log``), None when unreadable."""
+def read_log(path: Path) -> str | None:
+    """A server log's text (:meth:`harness.records.run_folder.RunFolder.log`), None when unreadable."""
     try:
-        return (run_dir / "logs" / config / f"{variant}.log").read_text(encoding="utf-8", errors="replace")
+        return path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return None
 
