@@ -18,6 +18,8 @@ from harness.config.model_list import PROJECT_ROOT
 from harness.config.schema import ConfigError
 
 if TYPE_CHECKING:  # imported where used: the cost module loads the plan's stages
+    from harness.config.plan import Plan
+    from harness.records.shards import ShardInfo
     from harness.report.cost import TwinCost
     from harness.run.context import RunContext
 
@@ -244,7 +246,7 @@ def cmd_run(argv: list[str]) -> int:
     return run_and_report(args, plan, shard, ["evalrun", *argv])
 
 
-def run_and_report(args: argparse.Namespace, plan, shard, command_line: list[str]) -> int:
+def run_and_report(args: argparse.Namespace, plan: Plan, shard: ShardInfo | None, command_line: list[str]) -> int:
     """Run ``plan`` through the front door (:func:`harness.api.run`) with the run options
     ``args`` (the parsed ``evalrun --config`` command line, ``results_dir`` set), then say
     its outcome: an error screen (:func:`say_error`), or the ``--markdown`` / ``--junit``
