@@ -145,29 +145,30 @@ def expected_reason(record: RunRecord, verdict: str) -> str:
 
 
 def run_config(path: Path, config: pytest.Config) -> tuple[RunRecord, Path]:
-    """Run one config through :func:`harness.run.runner.run` with the plugin's options.
+    """Run one config through the front door (:func:`harness.api.run`) with the plugin's
+    options; pytest keeps its own signal handling (``stop_signals=False``).
 
     Returns:
         (the run record, the run folder).
     """
+    from harness import api
     from harness.config.loader import load_config
     from harness.config.model_list import PROJECT_ROOT, resolve_list_path
     from harness.config.plan import build_plan
     from harness.records.provenance import new_run_id
-    from harness.run.context import RunOptions
-    from harness.run.runner import run
 
     opt = config.getoption
     plan = build_plan([load_config(path)], python=opt("--evalrun-python"),
                       list_path=str(resolve_list_path(opt("--config-list-file"))))
-    opts = RunOptions(
+    return api.run(
+        plan,
         results_dir=Path(opt("--evalrun-results-dir") or PROJECT_ROOT / "results"),
         data_dir=Path(opt("--evalrun-data-dir")) if opt("--evalrun-data-dir") else None,
         run_id=f"{new_run_id()}-{path.stem}",
         argv=["pytest", f"--config-list-file={opt('--config-list-file')}", "-k", path.stem],
         baseline_dir=Path(opt("--evalrun-baseline-dir")) if opt("--evalrun-baseline-dir") else None,
+        stop_signals=False,
     )
-    return run(plan, opts)
 
 
 @pytest.fixture

@@ -18,7 +18,10 @@ from harness.config.model_list import PROJECT_ROOT
 from harness.config.schema import ConfigError
 
 if TYPE_CHECKING:  # imported where used: the cost module loads the plan's stages
+    from harness.config.plan import Plan
+    from harness.records.shards import ShardInfo
     from harness.report.cost import TwinCost
+    from harness.run.context import RunContext
 
 EXAMPLES = """\
 subcommands:
@@ -232,47 +235,47 @@ def cmd_run(argv: list[str]) -> int:
             _check_resume(args, argv)
         args.results_dir = args.results_dir or PROJECT_ROOT / "results"
         _resolve_build(args)
-        plan, shard = _selected_plan(args)
+        plan, shard = selected_plan(args)
         if args.dry_run:
             return _dry_run(args, plan)  # refused inside: its message, exit code 2
         if args.json:
             raise _Refused("--json is only for --dry-run (the run record is JSON: results/<run id>/run.json)")
-        from harness.engine.server import processes
-
-        try:
-            processes().set_stop_grace(args.stop_grace)
-            processes().stop_grace()
-        except ValueError as e:
-            raise _Refused(f"--stop-grace: {e}") from None
     except _Refused as e:
         print(f"evalrun: {e}", file=sys.stderr)
         return 2
-    from harness.engine.devices import DeviceError
-    from harness.records.atomic import ResultsFolderError
+    return run_and_report(args, plan, shard, ["evalrun", *argv])
+
+
+def run_and_report(args: argparse.Namespace, plan: Plan, shard: ShardInfo | None, command_line: list[str]) -> int:
+    """Run ``plan`` through the front door (:func:`harness.api.run`) with the run options
+    ``args`` (the parsed ``evalrun --config`` command line, ``results_dir`` set), then say
+    its outcome: an error screen (:func:`say_error`), or the ``--markdown`` / ``--junit``
+    copies, the terminal tables and ``--update-baseline`` (:func:`_after_run`); a stopping
+    signal at any moment ends with the record's outcome said last (:func:`_signal_exit`).
+    ``--stop-grace`` is set first. ``command_line`` is the record's ``provenance.command_line``. Returns the exit code
+    (2 when the run is refused before any server starts, :data:`harness.api.REFUSED`)."""
+    from harness import api
     from harness.report.progress import Progress
-    from harness.run.context import RunOptions
-    from harness.run.outcome import terminate_as_interrupt
-    from harness.run.runner import RunFolderExistsError, run
 
-    terminate_as_interrupt()
-    progress = Progress(quiet=args.quiet)
+    ctx = api.new_context(Progress(quiet=args.quiet))
+    try:
+        ctx.processes.set_stop_grace(args.stop_grace)
+        ctx.processes.stop_grace()
+    except ValueError as e:
+        print(f"evalrun: --stop-grace: {e}", file=sys.stderr)
+        return 2
     baseline_dir = args.baseline or (args.results_dir / "baselines")
-    opts = RunOptions(
-        results_dir=args.results_dir, data_dir=args.data_dir, run_id=args.run_id,
-        argv=["evalrun", *argv], variants=args.variant, progress=progress,
-        baseline_dir=None if args.no_baseline else baseline_dir,
-        allow_contamination=args.allow_contamination, shard=shard,
-        gpus=args.gpus, max_servers=args.max_servers, estimates=_gpu_estimates(plan, args),
-        preflight_cache=not args.no_preflight_cache, resume=args.resume,
-    )
-    from harness.records.recorder import LAST_FINAL
-    from harness.run.resume import ResumeRefused
-
-    LAST_FINAL.clear()
     try:
         try:
-            record, run_dir = run(plan, opts)
-        except (RunFolderExistsError, ResultsFolderError, DeviceError, ResumeRefused) as e:
+            record, run_dir = api.run(
+                plan, results_dir=args.results_dir, data_dir=args.data_dir, run_id=args.run_id,
+                argv=command_line, variants=args.variant,
+                baseline_dir=None if args.no_baseline else baseline_dir,
+                allow_contamination=args.allow_contamination, shard=shard,
+                gpus=args.gpus, max_servers=args.max_servers, estimates=_gpu_estimates(plan, args),
+                preflight_cache=not args.no_preflight_cache, resume=args.resume, context=ctx,
+            )
+        except api.REFUSED as e:
             print(f"evalrun: {e}", file=sys.stderr)
             return 2
         if record.status == "error":
@@ -280,20 +283,21 @@ def cmd_run(argv: list[str]) -> int:
             return record.exit_code if record.exit_code is not None else 2
         return _after_run(args, record, run_dir, baseline_dir)
     except KeyboardInterrupt as e:  # at any moment: the record's outcome, said last
-        return _signal_exit(e, args)
+        return _signal_exit(e, args, ctx)
 
 
-def _signal_exit(e: KeyboardInterrupt, args: argparse.Namespace) -> int:
+def _signal_exit(e: KeyboardInterrupt, args: argparse.Namespace, ctx: RunContext) -> int:
     """The exit code after a stopping signal in ``evalrun --config``, with the last line
-    said (:func:`harness.run.outcome.say_interrupted`) and the ``--markdown``/``--junit``
+    said (:func:`harness.api.say_interrupted`) and the ``--markdown``/``--junit``
     copies written from the record: the record's exit code when its final word was on
-    disk before the signal (it keeps its outcome), else 2 (``INTERRUPTED``, or no record)."""
-    from harness.records.recorder import LAST_FINAL
+    disk before the signal (it keeps its outcome; ``ctx.last_final``), else 2
+    (``INTERRUPTED``, or no record)."""
+    from harness.api import say_interrupted
     from harness.records.run_record import outcome_word
-    from harness.run.outcome import RunInterrupted, say_interrupted
+    from harness.run.outcome import RunInterrupted
 
-    if not isinstance(e, RunInterrupted) and LAST_FINAL:  # after run() returned: its record is final
-        final = LAST_FINAL[-1]
+    final = ctx.last_final
+    if not isinstance(e, RunInterrupted) and final is not None:  # after run() returned: its record is final
         sig = str(e.args[0]) if e.args else "KeyboardInterrupt"
         code = final.record.exit_code if final.record.exit_code is not None else 2
         e = RunInterrupted(final.run_dir, sig, [], exit_code=code, kept=outcome_word(final.record.outcome),
@@ -350,7 +354,7 @@ def _variant_builds(args: argparse.Namespace, plan):
         raise _Refused(str(e)) from None
 
 
-def _selected_plan(args: argparse.Namespace):
+def selected_plan(args: argparse.Namespace):
     """The plan of the selected configs (``--config``, ``-k``, ``--select``), cut to
     ``--shard``: ``(plan, shard record or None)``.
 
@@ -539,14 +543,14 @@ def _lazy(target: str):
 
 #: ``evalrun <subcommand> ...``; each module owns its own argument parser.
 SUBCOMMANDS = {
-    "diff": _lazy("harness.report.diff_cli:cli_main"),
+    "diff": _lazy("harness.cli.diff:cli_main"),
     "calibrate": _lazy("harness.cli.calibrate:cli_main"),
     "selfcheck": _lazy("harness.cli.selfcheck:cli_main"),
     "train-tiny": _lazy("harness.models.training:cli_main"),
     "doctor": _lazy("harness.engine.doctor:cli_main"),
-    "merge": _lazy("harness.run.merge:cli_main"),
+    "merge": _lazy("harness.cli.merge:cli_main"),
     "bisect": _lazy("harness.cli.bisect:cli_main"),
-    "history": _lazy("harness.report.history:cli_main"),
+    "history": _lazy("harness.cli.history:cli_main"),
 }
 
 

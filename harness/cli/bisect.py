@@ -3,8 +3,10 @@
 ``evalrun bisect --config FILE [-k NAME] --build B1 ... --build Bn [run options]``, builds
 oldest first (:mod:`harness.engine.builds`: interpreters, pip requirements, commits
 through ``--build-index-template``). Every step is a normal ``evalrun`` run of the same
-command line with ``--python`` set to the build's interpreter and ``--run-id
-<bisect id>-b<i>-<package>-<version>``; its run folder is kept in the results folder.
+run options (parsed once), through the front door (:func:`harness.api.run`, by way of
+:func:`harness.cli.app.run_and_report`), with the build's interpreter as ``--python`` and
+``--run-id <bisect id>-b<i>-<package>-<version>``; its run folder is kept in the results
+folder.
 
 The newest build runs first: the gates that fail there are what the bisection looks for
 (none fails: exit 2). Then the oldest must pass (else exit 2). Then
@@ -137,8 +139,8 @@ class _Refused(Exception):
     """Exit 2 before any build runs; the message is printed."""
 
 
-def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str], Path, list[BuildSpec]]:
-    """``(bisect options, run argv, results dir, builds)``.
+def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str], argparse.Namespace, Path, list[BuildSpec]]:
+    """``(bisect options, run argv, the run options parsed, results dir, builds)``.
 
     Raises:
         _Refused: fewer than two builds, a build that cannot be read, a run option the
@@ -163,7 +165,32 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str], Path, list[B
         raise _Refused(str(e)) from None
     from harness.config.model_list import PROJECT_ROOT
 
-    return args, run_argv, Path(run_args.results_dir or PROJECT_ROOT / "results"), builds
+    run_args.results_dir = Path(run_args.results_dir or PROJECT_ROOT / "results")
+    return args, run_argv, run_args, run_args.results_dir, builds
+
+
+class _Runs:
+    """The bisection's runs: the run options parsed once (``args``, from ``run_argv``),
+    each step run through the front door on one build's interpreter."""
+
+    def __init__(self, args: argparse.Namespace, run_argv: list[str], results: Path) -> None:
+        self.args, self.run_argv, self.results = args, run_argv, results
+
+    def step(self, python: str, run_id: str) -> int:
+        """Run the options on interpreter ``python`` as run ``run_id``
+        (:func:`harness.cli.app.run_and_report`: plan, front door, tables); the exit code
+        (2 when the plan is refused, as ``evalrun`` says it)."""
+        from harness.cli.app import _Refused as RunRefused
+        from harness.cli.app import run_and_report, selected_plan
+
+        args = argparse.Namespace(**{**vars(self.args), "python": python, "run_id": run_id})
+        try:
+            plan, shard = selected_plan(args)
+        except RunRefused as e:
+            print(f"evalrun: {e}", file=sys.stderr)
+            return 2
+        # the record's command line: the run options as given, then the two this step sets
+        return run_and_report(args, plan, shard, ["evalrun", *self.run_argv, "--python", python, "--run-id", run_id])
 
 
 def _label(index: int, ident: EngineBuild) -> str:
@@ -172,15 +199,15 @@ def _label(index: int, ident: EngineBuild) -> str:
     return re.sub(r"[^A-Za-z0-9._+-]", "-", raw).replace("..", ".")[:60]
 
 
-def _evaluate(index: int, spec: BuildSpec, bad_end: list[str], run_argv: list[str], results: Path,
-              bisect_id: str) -> BisectStep:
-    """Make build ``index`` (1-based), run it, and judge it by ``bad_end`` (empty: the
-    newest build, whose failures become the criterion; the verdict is left to the caller).
+def _evaluate(index: int, spec: BuildSpec, bad_end: list[str], run: _Runs, bisect_id: str) -> BisectStep:
+    """Make build ``index`` (1-based), run it (:meth:`_Runs.step`), and judge it by
+    ``bad_end`` (empty: the newest build, whose failures become the criterion; the
+    verdict is left to the caller).
 
     Raises:
         KeyboardInterrupt: the step's run was interrupted (its record says so).
     """
-    from harness.cli.app import cmd_run
+    results = run.results
 
     step = BisectStep(index=index, build=spec.text)
     try:
@@ -192,7 +219,7 @@ def _evaluate(index: int, spec: BuildSpec, bad_end: list[str], run_argv: list[st
     step.run_id = f"{bisect_id}-{_label(index, rb.identity)}"
     print(f"evalrun bisect: build {index} ({spec.text}: {rb.identity.describe()}): run {step.run_id}",
           file=sys.stderr, flush=True)
-    step.exit_code = cmd_run([*run_argv, "--python", rb.python, "--run-id", step.run_id])
+    step.exit_code = run.step(rb.python, step.run_id)
     try:
         record = load_run(results / step.run_id)
     except RunRecordError as e:
@@ -217,12 +244,11 @@ def _flip(step: BisectStep, good: BisectStep) -> list[str]:
             if good.gates.get(g) != step.gates.get(g)]
 
 
-def _ends(rec: BisectRecord, builds: list[BuildSpec], run_argv: list[str], results: Path,
-          save) -> dict[int, Verdict] | None:
+def _ends(rec: BisectRecord, builds: list[BuildSpec], run: _Runs, save) -> dict[int, Verdict] | None:
     """Run the newest, then the oldest build; the verdicts by 0-based index, or None
     (``rec`` then says which end is wrong)."""
     n = len(builds)
-    last = _evaluate(n, builds[-1], [], run_argv, results, rec.bisect_id)
+    last = _evaluate(n, builds[-1], [], run, rec.bisect_id)
     rec.steps.append(last)
     failed = sorted(g for g, ok in last.gates.items() if ok is False)
     if last.error or last.exit_code != 1 or not failed:
@@ -232,7 +258,7 @@ def _ends(rec: BisectRecord, builds: list[BuildSpec], run_argv: list[str], resul
     rec.bad_end_gates = failed
     last.verdict, last.failed = "bad", failed
     save()
-    first = _evaluate(1, builds[0], failed, run_argv, results, rec.bisect_id)
+    first = _evaluate(1, builds[0], failed, run, rec.bisect_id)
     rec.steps.append(first)
     if first.error or first.exit_code != 0:
         why = first.error or (f"outcome {first.outcome}, exit code {first.exit_code}"
@@ -251,15 +277,15 @@ def _refuse(rec: BisectRecord, message: str, save) -> None:
     save()
 
 
-def _search(rec: BisectRecord, builds: list[BuildSpec], run_argv: list[str], results: Path, save) -> None:
+def _search(rec: BisectRecord, builds: list[BuildSpec], run: _Runs, save) -> None:
     """Both ends judged: the binary search, then the result in ``rec``."""
-    verdicts = _ends(rec, builds, run_argv, results, save)
+    verdicts = _ends(rec, builds, run, save)
     if verdicts is None:
         return
     good = next(s for s in rec.steps if s.index == 1)
     n = len(builds)
     while (i := next_probe(n, verdicts)) is not None:
-        step = _evaluate(i + 1, builds[i], rec.bad_end_gates, run_argv, results, rec.bisect_id)
+        step = _evaluate(i + 1, builds[i], rec.bad_end_gates, run, rec.bisect_id)
         step.flipped = _flip(step, good)
         rec.steps.append(step)
         verdicts[i] = step.verdict or "skip"
@@ -294,10 +320,8 @@ def render_markdown(rec: BisectRecord) -> str:
 
 def cli_main(argv: list[str]) -> int:
     """``evalrun bisect --config FILE [-k NAME] --build B1 ... --build Bn [run options]``."""
-    from harness.run.outcome import terminate_as_interrupt
-
     try:
-        args, run_argv, results, builds = _parse(argv)
+        args, run_argv, run_args, results, builds = _parse(argv)
     except _Refused as e:
         print(f"evalrun bisect: {e}", file=sys.stderr)
         return 2
@@ -316,10 +340,9 @@ def cli_main(argv: list[str]) -> int:
         write_atomic(folder / "bisect.json", rec.model_dump_json(indent=2) + "\n")
         write_atomic(folder / "bisect.md", render_markdown(rec))
 
-    terminate_as_interrupt()
     save()
-    try:
-        _search(rec, builds, run_argv, results, save)
+    try:  # each step's run installs the handlers: a stopping signal stops its servers, keeps its record
+        _search(rec, builds, _Runs(run_args, run_argv, results), save)
     except KeyboardInterrupt as e:
         rec.status, rec.exit_code, rec.message = "interrupted", 2, f"interrupted: {e or 'a stopping signal'}"
     rec.ended_at = utc_now()

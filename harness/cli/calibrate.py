@@ -1,6 +1,6 @@
 """``evalrun calibrate``: run each config N times and recommend tolerances from the spread.
 
-Orchestration only: each repeat is an ordinary run (:func:`harness.run.runner.run`); the
+Orchestration only: each repeat is an ordinary run through the front door (:func:`harness.api.run`); the
 spread and the recommendation are :mod:`harness.report.calibration`'s.
 """
 
@@ -78,13 +78,12 @@ def cli_main(argv: list[str]) -> int:
         is invalid or a repeat could not run (the summary is still written from the
         repeats that produced numbers).
     """
+    from harness import api
     from harness.config.model_list import load_model_list
     from harness.config.plan import build_plan
     from harness.config.schema import ConfigError
     from harness.records.provenance import new_run_id
     from harness.report.progress import Progress
-    from harness.run.context import RunOptions
-    from harness.run.runner import run
 
     args = _parser().parse_args(argv)
     if args.repeat < 2:
@@ -96,9 +95,6 @@ def cli_main(argv: list[str]) -> int:
         print(f"evalrun calibrate: config error:\n{e}", file=sys.stderr)
         return 2
     plan = build_plan(configs, python=args.python)
-    from harness.run.outcome import terminate_as_interrupt
-
-    terminate_as_interrupt()  # SIGHUP/SIGINT/SIGTERM/SIGQUIT stop every server, keep the records
     cal_id = args.run_id or f"calibrate-{new_run_id()}"
     out_dir = args.results_dir / cal_id
     progress = Progress(quiet=args.quiet)
@@ -107,14 +103,12 @@ def cli_main(argv: list[str]) -> int:
     for i in range(1, args.repeat + 1):
         progress.log(f"calibrate: run {i} of {args.repeat}")
         try:
-            record, run_dir = run(plan, RunOptions(
-                results_dir=out_dir, data_dir=args.data_dir, run_id=f"run{i}",
-                argv=["evalrun", "calibrate", *argv], variants=args.variant, progress=progress,
-            ))
+            # SIGHUP/SIGINT/SIGTERM/SIGQUIT stop every server and keep the record (the front door's handlers)
+            record, run_dir = api.run(plan, results_dir=out_dir, data_dir=args.data_dir, run_id=f"run{i}",
+                                      argv=["evalrun", "calibrate", *argv], variants=args.variant,
+                                      context=api.new_context(progress))
         except KeyboardInterrupt as e:  # a stopping signal: servers stopped, partial record kept
-            from harness.run.outcome import say_interrupted
-
-            say_interrupted(e, "evalrun calibrate")
+            api.say_interrupted(e, "evalrun calibrate")
             if getattr(e, "kept", None):  # that repeat's record kept its verdict; the calibration did not end
                 print(f"evalrun calibrate: interrupted ({e}) in run {i} of {args.repeat}; INTERRUPTED (exit 2)",
                       file=sys.stderr, flush=True)

@@ -206,24 +206,17 @@ def render_checks(checks: list[Check], record: RunRecord) -> str:
 
 def _one_run(cfg, faults: dict[str, str | None], args, run_id: str | None, argv: list[str]):
     """Run the self-check config once and judge it; returns ``(run_dir, checks)`` or an exit code."""
+    from harness import api
     from harness.config.plan import build_plan
-    from harness.report.progress import Progress
-    from harness.run.context import RunOptions
-    from harness.run.runner import RunFolderExistsError, run
 
-    opts = RunOptions(results_dir=args.results_dir, run_id=run_id, argv=["evalrun", "selfcheck", *argv],
-                      progress=Progress(), variants=args.variant)
-    from harness.records.atomic import ResultsFolderError
-
-    try:
-        record, run_dir = run(build_plan([cfg], python=args.python), opts)
-    except (RunFolderExistsError, ResultsFolderError) as e:
+    try:  # a stopping signal stops every server and keeps the record (the front door's handlers)
+        record, run_dir = api.run(build_plan([cfg], python=args.python), results_dir=args.results_dir,
+                                  run_id=run_id, argv=["evalrun", "selfcheck", *argv], variants=args.variant)
+    except api.REFUSED as e:
         print(f"evalrun selfcheck: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:  # a stopping signal: servers stopped, partial record kept
-        from harness.run.outcome import say_interrupted
-
-        say_interrupted(e, "evalrun selfcheck")
+        api.say_interrupted(e, "evalrun selfcheck")
         if getattr(e, "kept", None):  # the run's record kept its verdict; the self-check was not judged
             print(f"evalrun selfcheck: interrupted ({e}) before its checks were judged; INTERRUPTED (exit 2)",
                   file=sys.stderr, flush=True)
@@ -296,9 +289,6 @@ def cli_main(argv: list[str]) -> int:
             return 2
     faults = {name: v.fault for name, v in cfg.variants.items()
               if args.variant is None or name in args.variant}
-    from harness.run.outcome import terminate_as_interrupt
-
-    terminate_as_interrupt()
     codes, runs = [], []
     base = args.run_id or None
     for i in range(1, args.repeat + 1):

@@ -36,8 +36,9 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 from harness.records.bounds import Bounded
 from harness.records.measures import EngineFactsRecord, Interval, SpecDecodeRecord
 from harness.records.provenance import utc_now
+from harness.records.run_folder import RunFolder
 from harness.records.run_record import RunRecord, _first_error, rename_v1_pipelines
-from harness.records.samples import Sample, read_jsonl
+from harness.records.samples import Sample
 
 __all__ = [
     "BASELINE_SCHEMA", "BaselineError", "BaselineDoc", "BaselineQuestion", "BaselineTask",
@@ -208,12 +209,12 @@ def make_baseline(record: RunRecord, run_dir: str | Path, config: str) -> Baseli
     )
     for vname, v in crec.variants.items():
         vdoc = BaselineVariant(engine=v.engine)
-        for tname, t in v.tasks.items():
-            spath = run_dir / t.samples
+        for ts in (x for x in RunFolder(run_dir).tasks(record, config) if x.variant == vname):
+            tname, t = ts.task, ts.result
             try:
-                samples = read_jsonl(spath)
+                samples = ts.read()
             except (OSError, ValueError) as e:
-                raise BaselineError(f"{spath}: cannot read samples for the baseline: {e}") from e
+                raise BaselineError(f"{ts.path}: cannot read samples for the baseline: {e}") from e
             vdoc.tasks[tname] = BaselineTask(
                 num_requests=t.num_requests, error_count=t.error_count, accuracy=t.accuracy,
                 accuracy_ci=t.accuracy_ci, correct=t.correct, scored=t.scored, spec_decode=t.spec_decode,

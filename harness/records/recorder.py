@@ -68,7 +68,6 @@ class RunRecorder:
         self.done = True
         write_run(self.run_dir, self.record)
         self.final_written = True
-        LAST_FINAL[:] = [self]
 
     def mark_interrupted(self, signal_name: str) -> None:
         """Set status ``interrupted`` (exit code 2, ``interrupted_by``, end time) in the record."""
@@ -91,40 +90,3 @@ class RunRecorder:
                       file=sys.stderr, flush=True)
             except (OSError, ValueError):
                 pass
-
-
-#: The recorder of the run in progress (at most one), for checkpoints and the signal handler.
-RECORDERS: list[RunRecorder] = []
-#: The recorder whose final word was written last in this process; kept after the run
-#: ends, so a signal that comes later (while the command prints its tables) keeps it.
-LAST_FINAL: list[RunRecorder] = []
-
-
-def checkpoint() -> None:
-    """Rewrite the record of the run in progress (no-op outside a run)."""
-    for rec in list(RECORDERS):
-        rec.save()
-
-
-def interrupt_all(signal_name: str) -> None:
-    """Mark every run in progress interrupted and write its record (never raises)."""
-    for rec in list(RECORDERS):
-        rec.interrupt(signal_name)
-
-
-def write_final(run_dir: Path, record: RunRecord) -> None:
-    """Write a run's final word (verdict or error) to ``run_dir/run.json``: every run in
-    progress is marked done first (a signal during the write writes nothing itself; the
-    runner's interrupt path then decides, :attr:`RunRecorder.final_written` still
-    False), and ``final_written`` once the record is on disk, so a later signal keeps
-    its outcome.
-
-    Raises:
-        OSError: the record cannot be written (the previous ``run.json`` stays).
-    """
-    for rec in RECORDERS:
-        rec.done = True
-    write_run(run_dir, record)
-    for rec in RECORDERS:
-        rec.final_written = True
-    LAST_FINAL[:] = RECORDERS[-1:]

@@ -1,4 +1,5 @@
-"""One run, one folder: a run claims its folder atomically before it writes anything.
+"""One run, one folder: every path of a run folder (:class:`RunFolder`), and the claim a run
+takes atomically before it writes anything.
 
 The claim is ``<run folder>/.evalrun-claim.json`` (who holds the folder: pid, host,
 start time, command line), created with ``link(2)`` from a complete temporary file, so
@@ -23,10 +24,15 @@ import os
 import platform
 import secrets
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CLAIM_FILE", "RunFolderTaken", "RunFolderClaim", "claim_run_folder", "reclaim_run_folder"]
+from harness.records.run_record import RunRecord, TaskResult
+from harness.records.samples import Sample, read_jsonl
+
+__all__ = ["CLAIM_FILE", "RunFolderTaken", "RunFolderClaim", "claim_run_folder", "reclaim_run_folder", "RunFolder",
+           "TaskSamples"]
 
 CLAIM_FILE = ".evalrun-claim.json"
 #: Entries that show a folder already holds (part of) a run.
@@ -186,3 +192,128 @@ def reclaim_run_folder(run_dir: str | Path, command_line: list[str] | None = Non
     os.pwrite(fd, data, 0)
     os.fsync(fd)
     return RunFolderClaim(run_dir=run_dir, path=path, fd=fd)
+
+
+@dataclass(frozen=True)
+class TaskSamples:
+    """One task of one variant of one config in a run record, with where its samples are
+    (:meth:`RunFolder.tasks`); :meth:`read` reads them.
+
+    Attributes:
+        config, variant, task: the names.
+        result: the task's record (``samples`` is its path relative to the run folder).
+        path: its samples file.
+    """
+
+    config: str
+    variant: str
+    task: str
+    result: TaskResult
+    path: Path
+
+    def read(self) -> list[Sample]:
+        """The task's samples, in file order.
+
+        Raises:
+            OSError, ValueError: the file cannot be read or holds a malformed line.
+        """
+        return read_jsonl(self.path)
+
+    def by_question(self) -> dict[str, Sample]:
+        """The task's samples by question id (:meth:`read`; raises as it does)."""
+        return {s.question_id: s for s in self.read()}
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """Every path of one run folder, named once: the claim, the record and its reports,
+    server logs and their pid files, the plugin's reports, samples, the earlier attempts
+    of a resumed run, and the walk over a record's tasks and their samples
+    (:meth:`tasks`).
+
+    Layout (``<purpose>``: ``rerun`` or ``scoring`` for a server started again)::
+
+        .evalrun-claim.json  run.json  summary.md  summary.html  junit.xml
+        logs/evalrun-error.log
+        logs/<config>/<variant>[.<purpose>].log   (and .pid.json beside it)
+        plugin/<config>/<variant>[.<purpose>]/
+        samples/<config>/<variant>/<task>[.raw|.rerun|.target_logprobs].jsonl
+        attempts/<n>/   (--resume: the earlier attempts' files, same relative paths)
+
+    Attributes:
+        root: the run folder (``<results dir>/<run id>``).
+    """
+
+    root: Path
+
+    @property
+    def claim_file(self) -> Path:
+        """Who holds the folder (:func:`claim_run_folder`)."""
+        return self.root / CLAIM_FILE
+
+    @property
+    def record(self) -> Path:
+        """``run.json``."""
+        return self.root / "run.json"
+
+    @property
+    def error_log(self) -> Path:
+        """The traceback of an unexpected exception (``logs/evalrun-error.log``)."""
+        return self.root / "logs" / "evalrun-error.log"
+
+    def log(self, config: str, variant: str, purpose: str = "") -> Path:
+        """A server's log: ``logs/<config>/<variant>[.<purpose>].log``."""
+        return self.root / "logs" / config / f"{_stem(variant, purpose)}.log"
+
+    def pid_file(self, config: str, variant: str, purpose: str = "") -> Path:
+        """A server's pid file, beside its log (``<variant>[.<purpose>].pid.json``)."""
+        return self.root / "logs" / config / f"{_stem(variant, purpose)}.pid.json"
+
+    def plugin(self, config: str, variant: str, purpose: str = "") -> Path:
+        """Where evalrun's vLLM plugin writes a server's reports: ``plugin/<config>/<variant>[.<purpose>]/``."""
+        return self.root / "plugin" / config / _stem(variant, purpose)
+
+    def samples(self, config: str, variant: str, task: str, kind: str = "") -> Path:
+        """A task's samples: ``samples/<config>/<variant>/<task>[.<kind>].jsonl`` (kind
+        ``raw``: the engine's answers before judging, ``rerun``: the noise rerun,
+        ``target_logprobs``: the sampled scorer's scores)."""
+        return self.root / "samples" / config / variant / f"{_stem(task, kind)}.jsonl"
+
+    def attempt(self, n: int) -> Path:
+        """``attempts/<n>/``: the files of the n-th earlier attempt of a resumed run."""
+        return self.root / "attempts" / str(n)
+
+    def next_attempt(self) -> int:
+        """The first ``n`` whose ``attempts/<n>/`` does not exist yet (1, 2, ...)."""
+        n = 1
+        while self.attempt(n).exists():
+            n += 1
+        return n
+
+    def read(self, samples: str) -> list[Sample]:
+        """The samples at ``samples``, a path relative to the folder as the record holds
+        it (``TaskResult.samples``, ``RerunRecord.samples``).
+
+        Raises:
+            OSError, ValueError: the file cannot be read or holds a malformed line.
+        """
+        return read_jsonl(self.root / samples)
+
+    def tasks(self, record: RunRecord, config: str | None = None) -> Iterator[TaskSamples]:
+        """Every task of ``record`` (of ``config`` only, when given) with its samples file,
+        config by config, variant by variant, in record order; nothing is read until
+        :meth:`TaskSamples.read`."""
+        for c in record.configs:
+            if config is not None and c.name != config:
+                continue
+            for vname, v in c.variants.items():
+                for tname, t in v.tasks.items():
+                    yield TaskSamples(c.name, vname, tname, t, self.root / t.samples)
+
+    def task(self, record: RunRecord, config: str, variant: str, task: str) -> TaskSamples | None:
+        """One task of ``record`` (None when the record has no such config, variant or task)."""
+        return next((ts for ts in self.tasks(record, config) if (ts.variant, ts.task) == (variant, task)), None)
+
+
+def _stem(name: str, suffix: str) -> str:
+    return f"{name}.{suffix}" if suffix else name

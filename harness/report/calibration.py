@@ -62,8 +62,8 @@ from typing import Mapping, NotRequired, Sequence, TypedDict
 from harness.analysis.scoring import first_divergence
 from harness.config.gates import GateKind
 from harness.records.measures import Interval
+from harness.records.run_folder import RunFolder
 from harness.records.run_record import ConfigResult, RunRecord, TaskResult
-from harness.records.samples import read_jsonl
 from harness.report.recommenders import COMPARISON_RULES, GATES_RULES, recommends, run_rule
 from harness.report.summary import fmt
 from harness.tasks.kinds import record_pipelines
@@ -292,10 +292,8 @@ def _noise_vs_first(runs: Sequence[tuple[RunRecord, Path]], cname: str, vname: s
                     ) -> list[OutputNoise]:
     """Output mismatch of run i (i >= 2) against run 1 of the same variant and task."""
     def samples(rec, run_dir):
-        t = _task(rec, cname, vname, tname)
-        if t is None:
-            return None
-        return {s.question_id: s for s in read_jsonl(Path(run_dir) / t.samples)}
+        ts = RunFolder(Path(run_dir)).task(rec, cname, vname, tname)
+        return None if ts is None else ts.by_question()
 
     first = samples(*runs[0])
     out: list[OutputNoise] = []

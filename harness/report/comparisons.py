@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, TypedDict
 
+from harness.records.run_folder import RunFolder
 from harness.records.run_record import ComparisonResult, RunRecord
-from harness.records.samples import read_jsonl
 from harness.report.cells import ci_text, fmt
 
 
@@ -146,8 +146,10 @@ def flipped_examples(record: RunRecord, config: str, comp: ComparisonResult, lim
     try:
         side = {}
         for role, vname in (("baseline", comp.baseline), ("candidate", comp.candidate)):
-            t = crec.variants[vname].tasks[comp.task]
-            side[role] = {s.question_id: s for s in read_jsonl(base / t.samples)}
+            ts = RunFolder(base).task(record, config, vname, comp.task)
+            if ts is None:
+                raise KeyError(f"{vname}/{comp.task}")
+            side[role] = ts.by_question()
     except (KeyError, AttributeError, OSError, ValueError):
         return []
     pipe = comp.pipeline

@@ -24,8 +24,9 @@ from harness.records.baselines import (
 )
 from harness.records.measures import EngineFactsRecord, Interval, NoiseRecord, SpecDecodeRecord
 from harness.records.provenance import DatasetRef
+from harness.records.run_folder import RunFolder
 from harness.records.run_record import GateResult, RunErrorRecord, RunRecord, RunRecordError, TaskResult, load_run
-from harness.records.samples import Sample, read_jsonl
+from harness.records.samples import Sample
 from harness.tasks.kinds import record_pipelines
 
 
@@ -214,13 +215,13 @@ def _side_from_run(rec: RunRecord, run_dir: Path) -> Side:
         variants = {}
         for vname, v in c.variants.items():
             tasks = {}
-            for tname, t in v.tasks.items():
-                spath = run_dir / t.samples
+            for ts in (x for x in RunFolder(run_dir).tasks(rec, c.name) if x.variant == vname):
                 try:
-                    samples = read_jsonl(spath)
+                    samples = ts.read()
                 except (OSError, ValueError) as e:
-                    raise DiffError(f"{spath}: cannot read samples: {e}") from e
-                tasks[tname] = _task_view(t, {s.question_id: _question(s) for s in samples}, spec=c.tasks.get(tname))
+                    raise DiffError(f"{ts.path}: cannot read samples: {e}") from e
+                tasks[ts.task] = _task_view(ts.result, {s.question_id: _question(s) for s in samples},
+                                            spec=c.tasks.get(ts.task))
             variants[vname] = VariantView(engine=v.engine, tasks=tasks, error=v.error)
         comps = [ComparisonView(baseline=comp.baseline, candidate=comp.candidate, task=comp.task,
                                 output_match_rate=comp.output_match_rate, compared=comp.compared, matched=comp.matched,

@@ -18,7 +18,6 @@ from harness.records.provenance import DatasetRef
 from harness.records.results import unstarted_variant
 from harness.records.run_record import BaselineInfo
 from harness.run.context import ConfigRun
-from harness.run.outcome import PLACE
 from harness.tasks import ContaminationError, DataUnavailableError, ShortDataError, prepare_task, task_for
 
 __all__ = ["select_variants", "prepare_tasks", "prepare_model", "judge_gates", "stored_baseline"]
@@ -50,7 +49,7 @@ def prepare_tasks(run: ConfigRun) -> bool:
     c = cp.config
     could_not_run = False
     for t in cp.tasks:
-        PLACE.at("prepare", config=c.name, variant=None, task=t.name)
+        run.place.at("prepare", config=c.name, variant=None, task=t.name)
         reason = None
         try:
             pt = run.prepared[t.name] = prepare_task(t.name, t.spec, opts.data_dir, opts.allow_contamination,
@@ -91,7 +90,7 @@ def prepare_model(run: ConfigRun) -> str | None:
     """The config's model made available (:func:`harness.models.resolve.resolve_model`);
     None when it cannot be (``run.result.error`` says why, every variant NOT RUN)."""
     c, p, crec = run.plan.config, run.progress, run.result
-    PLACE.at("model", variant=None, task=None)
+    run.place.at("model", variant=None, task=None)
     try:
         model_ref = resolve_model(c.model, p)
         crec.model_path = model_ref
@@ -108,10 +107,10 @@ def judge_gates(run: ConfigRun) -> None:
     """The config's gates, and its gates against the stored baseline when there is one
     (``run.opts.baseline_dir``)."""
     cp, m, crec = run.plan, run.measured, run.result
-    PLACE.at("gates", config=cp.config.name, variant=None, task=None)
+    run.place.at("gates", config=cp.config.name, variant=None, task=None)
     crec.gates = evaluate_gates(cp.gates, m)
     if run.opts.baseline_dir is not None:
-        PLACE.at("baseline")
+        run.place.at("baseline")
         crec.baseline = stored_baseline(run.opts.baseline_dir, cp.config.name, m)
         crec.gates += judged_baseline_gates(cp.baseline_gates, m)
         if crec.baseline.found and m.baseline is not None:

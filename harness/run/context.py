@@ -1,11 +1,14 @@
-"""What a run is asked to do (:class:`RunOptions`) and what one config's run carries
-through its steps (:class:`ConfigRun`): the runner (:mod:`harness.run.runner`) builds them,
-the steps of a variant (:mod:`harness.run.variant_steps`) read them.
+"""What a run is asked to do (:class:`RunOptions`), the state of the run in progress
+(:class:`RunContext`: where it is, its recorder, its process registry and progress) and what
+one config's run carries through its steps (:class:`ConfigRun`): the front door
+(:func:`harness.api.run`) makes the context, the runner (:mod:`harness.run.runner`) builds
+the rest, the steps of a variant (:mod:`harness.run.variant_steps`) read them.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,13 +16,16 @@ from harness.analysis.measurements import Measurements
 from harness.config.plan import ConfigPlan
 from harness.engine.pool import DevicePool, ServerPlan
 from harness.engine.preflight import PendingCheck
+from harness.engine.server import EngineProcesses
+from harness.records.recorder import RunRecorder
+from harness.records.run_folder import RunFolder
 from harness.records.run_record import ConfigResult, RunRecord, VariantResult
 from harness.records.samples import Sample
 from harness.records.shards import ShardInfo
 from harness.report.progress import Progress
 from harness.tasks import PreparedTask
 
-__all__ = ["RunOptions", "ConfigRun"]
+__all__ = ["RunOptions", "Place", "RunContext", "ConfigRun"]
 
 
 @dataclass
@@ -32,7 +38,6 @@ class RunOptions:
         run_id: the run folder's name (default: a new time-based id).
         argv: the command line, for provenance.
         variants: run only these variant names (None = all).
-        progress: progress reporter.
         baseline_dir: folder of stored baselines (``<config>.json``, see
             :mod:`harness.records.baselines`); a config with a baseline there is also gated
             against it. None = no baseline gates.
@@ -66,7 +71,6 @@ class RunOptions:
     run_id: str | None = None
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
     variants: list[str] | None = None
-    progress: Progress = field(default_factory=Progress)
     baseline_dir: Path | None = None
     allow_contamination: bool = False
     preflight: bool = True
@@ -80,6 +84,96 @@ class RunOptions:
     reusable: dict[tuple[str, str], VariantResult] = field(default_factory=dict)
 
 
+@dataclass
+class Place(threading.local):
+    """Where the run is: the stage and the config, variant and task it is in (what an
+    unexpected exception is recorded with, :class:`harness.records.run_record.RunErrorRecord`).
+    Stages: ``prepare``, ``model``, ``server``, ``client``, ``judging``, ``scoring``,
+    ``statistics``, ``gates``, ``baseline``, ``writing``, ``run``. One per thread (variants
+    running side by side each have their own, :mod:`harness.engine.pool`)."""
+
+    stage: str = "run"
+    config: str | None = None
+    variant: str | None = None
+    task: str | None = None
+
+    def at(self, stage: str, **where: str | None) -> None:
+        """Enter ``stage``; keyword arguments (config, variant, task) replace those parts."""
+        self.stage = stage
+        for k, v in where.items():
+            setattr(self, k, v)
+
+    def stamp(self, exc: BaseException) -> None:
+        """Note this thread's place on ``exc`` (unless a deeper thread did), for the
+        thread that records it (:meth:`restore`)."""
+        if not hasattr(exc, "evalrun_place"):
+            exc.evalrun_place = (self.stage, self.config, self.variant, self.task)  # type: ignore[attr-defined]
+
+    def restore(self, exc: BaseException) -> None:
+        """Take the place :meth:`stamp` noted on ``exc``, when one was."""
+        where = getattr(exc, "evalrun_place", None)
+        if where is not None:
+            self.at(where[0], config=where[1], variant=where[2], task=where[3])
+
+
+@dataclass
+class RunContext:
+    """The state of one command's runs, owned by the run instead of module globals: made
+    by the front door (:func:`harness.api.run`) and handed to every step.
+
+    Attributes:
+        processes: the registry of this process's servers and stopping state
+            (:class:`harness.engine.server.EngineProcesses`; the front door passes the
+            process's own).
+        progress: the progress reporter (terminal lines, bars, warnings).
+        place: where the run is (:class:`Place`, one per thread).
+        recorder: the recorder of the run in progress (None outside a run): the
+            checkpoints and the first stopping signal write its record.
+        last_final: the recorder whose final word (verdict, error or interrupt) was
+            written last; kept after the run ends, so a signal that comes later (while
+            the command prints its tables) keeps that outcome.
+    """
+
+    processes: EngineProcesses
+    progress: Progress = field(default_factory=Progress)
+    place: Place = field(default_factory=Place)
+    recorder: RunRecorder | None = None
+    last_final: RunRecorder | None = None
+
+    def checkpoint(self) -> None:
+        """Rewrite the record of the run in progress (no-op outside a run).
+
+        Raises:
+            OSError: the record cannot be written.
+        """
+        if self.recorder is not None:
+            self.recorder.save()
+
+    def interrupt(self, signal_name: str) -> None:
+        """The first stopping signal: mark the run in progress interrupted and write its
+        record (never raises; nothing outside a run)."""
+        if self.recorder is not None:
+            self.recorder.interrupt(signal_name)
+
+    def install_stop_handlers(self) -> None:
+        """Make every stopping signal stop every server and keep the partial record
+        (:meth:`harness.engine.server.EngineProcesses.install_stop_handlers` with
+        :meth:`interrupt` first: a SIGKILL may follow at any moment).
+
+        First signal: the record is written with ``status: interrupted``, then SIGTERM
+        goes to every live server's process group and KeyboardInterrupt is raised in the
+        main thread; each server's context manager waits for its group to exit and the
+        runner rewrites the record with the servers' fate. A further signal never
+        interrupts that teardown: it sends SIGKILL to every live group. A signal ignored
+        when evalrun starts (``nohup``) stays ignored.
+        """
+        self.processes.install_stop_handlers(self.interrupt)
+
+    def leftover_pids(self) -> list[int]:
+        """Pids of evalrun's servers still alive after their teardown (sorted, no repeats)."""
+        return sorted({pid for pids in self.processes.unstopped().values() for pid in pids})
+
+
 @dataclass(frozen=True)
 class ConfigRun:
     """One config's run, as its steps see it. The fields are fixed once the config's
@@ -88,7 +182,8 @@ class ConfigRun:
 
     Attributes:
         plan: the config's plan (its variants, tasks and gates).
-        opts: the run's options (progress, data folder, baselines, ...).
+        opts: the run's options (data folder, baselines, ...).
+        ctx: the run's state (place, recorder, process registry, progress).
         run_dir: the run folder (``logs/``, ``samples/``, ``run.json``).
         record: the run's record (``provenance.datasets`` is filled here).
         result: the config's record, already in ``record.configs``.
@@ -103,6 +198,7 @@ class ConfigRun:
 
     plan: ConfigPlan
     opts: RunOptions
+    ctx: RunContext
     run_dir: Path
     record: RunRecord
     result: ConfigResult
@@ -120,4 +216,14 @@ class ConfigRun:
     @property
     def progress(self) -> Progress:
         """The run's progress reporter."""
-        return self.opts.progress
+        return self.ctx.progress
+
+    @property
+    def folder(self) -> RunFolder:
+        """Every path of the run folder (:class:`harness.records.run_folder.RunFolder`)."""
+        return RunFolder(self.run_dir)
+
+    @property
+    def place(self) -> Place:
+        """Where the run is (this thread's :class:`Place`)."""
+        return self.ctx.place

@@ -26,21 +26,18 @@ samples files do not match the SHA-256 its record holds for them (:func:`verify_
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
-import shutil
-import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
 from harness.config.plan import ConfigPlan
-from harness.records.run_record import ConfigResult, RunRecord, gates_passed, outcome_word
+from harness.records.run_record import ConfigResult, RunRecord, gates_passed
 from harness.records.samples import sha256_file
 from harness.records.shards import MergedShard, ShardInfo, ShardListRef
 from harness.tasks import task_size
 
-__all__ = ["MergeError", "parse_shard", "config_weight", "assign_shards", "shard_info", "merge_records", "cli_main",
+__all__ = ["MergeError", "parse_shard", "config_weight", "assign_shards", "shard_info", "merge_records", "shard_of",
            "build_of", "verify_samples"]
 
 
@@ -205,7 +202,7 @@ def _build_field(key: str) -> Callable[[RunRecord], object]:
     return lambda r: build_of(r)[key]
 
 
-def _shard(r: RunRecord) -> ShardInfo:
+def shard_of(r: RunRecord) -> ShardInfo:
     """The record's shard, or MergeError naming the run when it has none."""
     if r.shard is None:
         raise MergeError(f"{r.path or r.run_id}: not a shard run (no 'shard' in run.json; run with --shard i/n)")
@@ -244,11 +241,11 @@ def merge_records(records: Sequence[RunRecord], run_id: str, allow_mixed: bool =
             raise MergeError(f"{where(r)}: not a shard run (no 'shard' in run.json; run with --shard i/n)")
     first = records[0]
     for r in records[1:]:
-        if _shard(r).count != _shard(first).count:
+        if shard_of(r).count != shard_of(first).count:
             raise MergeError(f"{where(r)} and {where(first)}: different shard count "
-                             f"({_shard(r).count!r} vs {_shard(first).count!r}); only shards of one split merge")
+                             f"({shard_of(r).count!r} vs {shard_of(first).count!r}); only shards of one split merge")
     warnings: list[str] = []
-    checks: list[tuple[str, Callable[[RunRecord], object]]] = [("list", lambda r: _shard(r).list.sha256)]
+    checks: list[tuple[str, Callable[[RunRecord], object]]] = [("list", lambda r: shard_of(r).list.sha256)]
     checks += [(key, _build_field(key)) for key in build_of(first)]
     for key, get in checks:
         for r in records[1:]:
@@ -265,10 +262,10 @@ def merge_records(records: Sequence[RunRecord], run_id: str, allow_mixed: bool =
     if bad:
         raise MergeError("samples do not match their run record: " + "; ".join(bad[:10])
                          + (f"; ... ({len(bad)} in all)" if len(bad) > 10 else ""))
-    n = _shard(first).count
+    n = shard_of(first).count
     seen: dict[int, str] = {}
     for r in records:
-        i = _shard(r).index
+        i = shard_of(r).index
         if i in seen:
             raise MergeError(f"shard {i}/{n} given twice: {seen[i]} and {where(r)}")
         seen[i] = where(r)
@@ -291,114 +288,7 @@ def merge_records(records: Sequence[RunRecord], run_id: str, allow_mixed: bool =
         run_id=run_id, status="error" if errored else "completed" if not could_not_run else "incomplete",
         error=errored[0].error.model_copy() if errored and errored[0].error else None,
         passed=passed, exit_code=code, provenance=prov, configs=configs,
-        merged_from=[MergedShard(run_id=r.run_id, path=str(r.path) if r.path else None, shard=_shard(r).index,
-                                 exit_code=r.exit_code) for r in sorted(records, key=lambda r: _shard(r).index)],
+        merged_from=[MergedShard(run_id=r.run_id, path=str(r.path) if r.path else None, shard=shard_of(r).index,
+                                 exit_code=r.exit_code) for r in sorted(records, key=lambda r: shard_of(r).index)],
         merge_warnings=warnings,
     )
-
-
-def cli_main(argv: list[str]) -> int:
-    """``evalrun merge RUN... [--results-dir DIR] [--run-id ID] [--junit FILE] [--markdown FILE]``.
-
-    Writes ``<results dir>/<run id>/`` with ``run.json``, ``summary.md``, ``junit.xml``,
-    ``summary.html`` and the shards' ``samples/`` and ``logs/`` copied beside it (so diffs and baselines read the merged
-    folder). Returns the merged exit code (0 / 1 / 2), or 2 when the shards do not merge.
-    """
-    from harness.config.model_list import PROJECT_ROOT
-    from harness.records.provenance import new_run_id
-    from harness.records.run_record import RunRecordError, load_run, write_run
-    from harness.report.summary import render_terminal
-
-    p = argparse.ArgumentParser(prog="evalrun merge", description=(
-        "Combine the run folders of the shards of one list (evalrun --shard i/n) into one run: "
-        "record, summary, JUnit and exit code."))
-    p.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="shard run folders (or their run.json)")
-    p.add_argument("--results-dir", type=Path, default=PROJECT_ROOT / "results")
-    p.add_argument("--run-id", default=None, help="merged run folder name (default: a new time-based id)")
-    p.add_argument("--markdown", type=Path, default=None, help="also write summary.md here")
-    p.add_argument("--junit", type=Path, default=None, help="also write the JUnit XML here")
-    p.add_argument("--allow-mixed", action="store_true",
-                   help="merge shards of different builds (evalrun version or git revision, engine or lm-eval "
-                        "version) or lists anyway; the merged record and summary say what differed")
-    a = p.parse_args(argv)
-    from harness.config.checks import check_run_id
-
-    bad_id = check_run_id(a.run_id)
-    if bad_id:
-        print(f"evalrun merge: --run-id: {bad_id}", file=sys.stderr)
-        return 2
-    try:
-        records = [load_run(r) for r in a.runs]
-        rec = merge_records(records, a.run_id or new_run_id(), allow_mixed=a.allow_mixed)
-    except (RunRecordError, MergeError) as e:
-        print(f"evalrun merge: {e}", file=sys.stderr)
-        return 2
-    for r in records:
-        if r.status == "error":
-            print(f"evalrun merge: shard {_shard(r).index}/{_shard(r).count} ({r.path}): "
-                  f"{r.error.describe() if r.error else 'status error'}; the merged run is an error (exit 2)",
-                  file=sys.stderr)
-    for w in rec.merge_warnings:
-        print(f"evalrun merge: warning: {w}", file=sys.stderr)
-    out = a.results_dir / rec.run_id
-    from harness.records.run_folder import RunFolderTaken, claim_run_folder
-
-    try:
-        claim = claim_run_folder(out, ["evalrun", "merge", *argv])
-    except RunFolderTaken as e:
-        print(f"evalrun merge: {e}", file=sys.stderr)
-        return 2
-    claim.release()  # the merged folder stays this merge's (the claim file is kept)
-    for r in records:
-        for sub in ("samples", "logs"):
-            src = Path(r.path) / sub if r.path else None
-            if src is not None and src.is_dir():
-                shutil.copytree(src, out / sub, dirs_exist_ok=True)
-    write_run(out, rec)
-    code = rec.exit_code if rec.exit_code is not None else 2
-    try:
-        _write_reports(rec, out, a.markdown, a.junit)
-        from harness.report.html import write_html
-
-        write_html(rec, out)
-        render_terminal(rec)
-    except KeyboardInterrupt as e:  # the merged record is final: its outcome is kept
-        return _kept_after_signal(rec, out, a.markdown, a.junit, e, code)
-    return code
-
-
-def _write_reports(rec: RunRecord, out: Path, markdown: Path | None, junit: Path | None) -> None:
-    """``summary.md`` and ``junit.xml`` of the merged run (and their copies), atomically."""
-    from harness.records.atomic import write_atomic
-    from harness.report.summary import render_markdown
-
-    md = render_markdown(rec)
-    write_atomic(out / "summary.md", md)
-    if markdown:
-        write_atomic(markdown, md)
-    _write_junit(rec, out, junit)
-
-
-def _kept_after_signal(rec: RunRecord, out: Path, markdown: Path | None, junit: Path | None,
-                       e: KeyboardInterrupt, code: int) -> int:
-    """A stopping signal after the merged ``run.json`` was written: the record's outcome
-    is kept (the same rule as a run's), ``summary.md`` and JUnit are rewritten from it so
-    the files agree, HTML and tables are skipped. Returns the record's exit code."""
-    sig = str(e.args[0]) if e.args else "KeyboardInterrupt"
-    try:
-        _write_reports(rec, out, markdown, junit)
-    except KeyboardInterrupt:
-        pass
-    kept = outcome_word(rec.outcome)
-    print(f"evalrun merge: {sig} after the merged outcome was recorded: {kept} kept (exit {code}); "
-          f"record: {out / 'run.json'}", file=sys.stderr)
-    return code
-
-
-def _write_junit(rec: RunRecord, out: Path, extra: Path | None) -> None:
-    """``junit.xml`` in the run folder (and at ``extra``)."""
-    from harness.report.junit import write_junit
-
-    write_junit(rec, out / "junit.xml")
-    if extra:
-        write_junit(rec, extra)

@@ -1,78 +1,37 @@
-"""A run's outcome: where it is (:data:`PLACE`), its verdict or error written with the
-reports, and what a stopping signal leaves (:class:`RunInterrupted`).
+"""A run's outcome: its verdict or error written with the reports, and what a stopping
+signal leaves (:class:`RunInterrupted`).
 
 The runner (:mod:`harness.run.runner`) sequences a run; this module owns how the run ends:
-the final record (:func:`finish`, :func:`record_error`), the reports beside it
-(:func:`write_reports`) and the record after a signal (:func:`interrupted`,
-:func:`terminate_as_interrupt`, :func:`say_interrupted`).
+the final record (:func:`finish`, :func:`record_error`, :func:`write_final`), the reports
+beside it (:func:`write_reports`) and the record after a signal (:func:`interrupted`,
+:func:`say_interrupted`; the signal handlers are
+:meth:`harness.run.context.RunContext.install_stop_handlers`).
 """
 
 from __future__ import annotations
 
 import sys
-import threading
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from harness.engine.server import processes
+from harness.engine.server import EngineProcesses
 from harness.records.atomic import ResultsFolderError, write_atomic
 from harness.records.provenance import utc_now
-from harness.records.recorder import (
-    EXIT_COULD_NOT_RUN,
-    EXIT_GATE_FAILED,
-    EXIT_PASSED,
-    RunRecorder,
-    interrupt_all,
-    write_final,
-)
-from harness.records.run_record import RunErrorRecord, RunRecord, gates_passed, outcome_word
+from harness.records.recorder import EXIT_COULD_NOT_RUN, EXIT_GATE_FAILED, EXIT_PASSED
+from harness.records.run_folder import RunFolder
+from harness.records.run_record import RunErrorRecord, RunRecord, gates_passed, outcome_word, write_run
 from harness.report.html import write_html
 from harness.report.junit import write_junit
-from harness.report.progress import Progress
 from harness.report.summary import render_markdown
+from harness.run.context import RunContext
 
 __all__ = [
-    "PLACE", "Place", "ERROR_LOG", "RunInterrupted", "record_error", "finish", "write_reports", "interrupted",
-    "terminate_as_interrupt", "say_interrupted",
+    "ERROR_LOG", "RunInterrupted", "record_error", "finish", "write_final", "write_reports", "interrupted",
+    "say_interrupted",
 ]
 
 
-@dataclass
-class Place(threading.local):
-    """Where the run is: the stage and the config, variant and task it is in (what an
-    unexpected exception is recorded with, :class:`RunErrorRecord`). Stages: ``prepare``,
-    ``model``, ``server``, ``client``, ``judging``, ``scoring``, ``statistics``, ``gates``,
-    ``baseline``, ``writing``, ``run``. One per thread (variants running side by side
-    each have their own, :mod:`harness.engine.pool`)."""
-
-    stage: str = "run"
-    config: str | None = None
-    variant: str | None = None
-    task: str | None = None
-
-    def at(self, stage: str, **where: str | None) -> None:
-        """Enter ``stage``; keyword arguments (config, variant, task) replace those parts."""
-        self.stage = stage
-        for k, v in where.items():
-            setattr(self, k, v)
-
-    def stamp(self, exc: BaseException) -> None:
-        """Note this thread's place on ``exc`` (unless a deeper thread did), for the
-        thread that records it (:meth:`restore`)."""
-        if not hasattr(exc, "evalrun_place"):
-            exc.evalrun_place = (self.stage, self.config, self.variant, self.task)  # type: ignore[attr-defined]
-
-    def restore(self, exc: BaseException) -> None:
-        """Take the place :meth:`stamp` noted on ``exc``, when one was."""
-        where = getattr(exc, "evalrun_place", None)
-        if where is not None:
-            self.at(where[0], config=where[1], variant=where[2], task=where[3])
-
-
-#: The place of the run in progress (one run at a time per process).
-PLACE = Place()
 #: The run folder's log of an unexpected exception's traceback.
 ERROR_LOG = "logs/evalrun-error.log"
 
@@ -105,17 +64,20 @@ class RunInterrupted(KeyboardInterrupt):
         self.kept = kept
 
 
-def interrupted(e: KeyboardInterrupt, recorder: RunRecorder, lm_eval_done: Callable[..., None]) -> RunInterrupted:
+def interrupted(e: KeyboardInterrupt, ctx: RunContext, lm_eval_done: Callable[..., None]) -> RunInterrupted:
     """After a stopping signal: the signal handler wrote the record (interrupted) before
     any server was stopped; every server's context manager has now stopped its process
     group. Check, rewrite the record and its reports; the :class:`RunInterrupted` to raise.
 
     A record whose final word (verdict or error) was on disk before the signal keeps it:
     only ``summary.md`` and ``junit.xml`` are written again (the signal may have cut them
-    short), ``summary.html`` is left, and the exit code is the record's."""
+    short), ``summary.html`` is left, and the exit code is the record's. ``ctx.recorder``
+    is the run's recorder."""
     # (variants side by side: every job thread has ended, :func:`harness.engine.pool.run_jobs`)
+    recorder = ctx.recorder
+    assert recorder is not None, "interrupted() is called inside a run"
     record, run_dir = recorder.record, recorder.run_dir
-    leftover = sorted({pid for pids in processes().unstopped().values() for pid in pids})
+    leftover = ctx.leftover_pids()
     sig = str(e.args[0]) if e.args else "KeyboardInterrupt"
     kept = recorder.final_written and record.status != "interrupted"
     if not kept:
@@ -123,6 +85,7 @@ def interrupted(e: KeyboardInterrupt, recorder: RunRecorder, lm_eval_done: Calla
         recorder.done = True
         lm_eval_done(timeout=5.0)
         recorder.final()
+        ctx.last_final = recorder
     # CI's test-report step shows the record's outcome, not an absent or stale file
     write_reports(record, run_dir, html=False)
     code = record.exit_code if kept and record.exit_code is not None else EXIT_COULD_NOT_RUN
@@ -130,14 +93,13 @@ def interrupted(e: KeyboardInterrupt, recorder: RunRecorder, lm_eval_done: Calla
                           record=record)
 
 
-def record_error(record: RunRecord, run_dir: Path, exc: BaseException, place: Place,
-                 progress: Progress | None = None) -> RunRecord:
+def record_error(record: RunRecord, run_dir: Path, exc: BaseException, ctx: RunContext) -> RunRecord:
     """Turn an exception evalrun did not expect into the run's outcome.
 
     Checks that no server of evalrun is left (each server's context manager stopped
     its group as the exception passed; any still alive gets SIGKILL to its group),
     sets ``status`` ``error``, ``exit_code`` 2 and ``record.error`` (type, message,
-    traceback, stage, config, variant, task from ``place``), writes the traceback to
+    traceback, stage, config, variant, task from ``ctx.place``), writes the traceback to
     ``logs/evalrun-error.log`` and the record to ``run.json`` (everything measured
     before the exception is already in the record and the samples).
 
@@ -149,8 +111,9 @@ def record_error(record: RunRecord, run_dir: Path, exc: BaseException, place: Pl
             any, is left as it was); names the run folder, the write error and the
             original exception.
     """
-    if processes().unstopped():
-        processes().hurry()  # SIGKILL to every live group; the context managers already waited
+    place, progress = ctx.place, ctx.progress
+    if ctx.processes.unstopped():
+        ctx.processes.hurry()  # SIGKILL to every live group; the context managers already waited
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     record.status, record.passed, record.exit_code = "error", None, EXIT_COULD_NOT_RUN
     record.error = RunErrorRecord(
@@ -159,14 +122,13 @@ def record_error(record: RunRecord, run_dir: Path, exc: BaseException, place: Pl
     )
     record.provenance.ended_at = utc_now()
     try:
-        log = run_dir / ERROR_LOG
+        log = RunFolder(run_dir).error_log
         log.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(log, f"{record.error.type}: {record.error.message}\n{record.error.where()}\n\n{tb}")
     except OSError as e:
-        if progress is not None:
-            progress.warn(f"{run_dir / ERROR_LOG}: traceback not written: {e}")
+        progress.warn(f"{run_dir / ERROR_LOG}: traceback not written: {e}")
     try:
-        write_final(run_dir, record)  # from here on a signal keeps the error outcome
+        write_final(run_dir, record, ctx)  # from here on a signal keeps the error outcome
     except OSError as e:
         raise ResultsFolderError(
             f"run folder {run_dir}: the record cannot be written: {e.strerror or e} "
@@ -176,10 +138,10 @@ def record_error(record: RunRecord, run_dir: Path, exc: BaseException, place: Pl
     return record
 
 
-def finish(record: RunRecord, run_dir: Path, could_not_run: bool) -> RunRecord:
-    """Set status, verdict and exit code from the gates; write run.json, summary.md,
-    junit.xml and summary.html. A report that cannot be rendered or written is a
-    warning on stderr, never the verdict (:func:`write_reports`); ``run.json`` that
+def finish(record: RunRecord, run_dir: Path, could_not_run: bool, ctx: RunContext | None = None) -> RunRecord:
+    """Set status, verdict and exit code from the gates; write run.json (through
+    :func:`write_final` with ``ctx``), summary.md, junit.xml and summary.html. A report that
+    cannot be rendered or written is a warning on stderr, never the verdict (:func:`write_reports`); ``run.json`` that
     cannot be written raises (OSError, the caller's ``error`` path)."""
     joint = gates_passed(record.gates())  # pytest's rules: XFAIL and non-strict XPASS do not fail
     if joint is False:
@@ -194,7 +156,7 @@ def finish(record: RunRecord, run_dir: Path, could_not_run: bool) -> RunRecord:
     record.status = "completed" if not could_not_run else "incomplete"
     record.passed, record.exit_code = passed, code
     record.provenance.ended_at = utc_now()
-    write_final(run_dir, record)  # from here on a signal keeps this verdict
+    write_final(run_dir, record, ctx)  # from here on a signal keeps this verdict
     write_reports(record, run_dir)
     return record
 
@@ -224,26 +186,26 @@ def write_reports(record: RunRecord, run_dir: Path, html: bool = True) -> list[s
 
 
 
-def terminate_as_interrupt() -> None:
-    """Make every stopping signal (:data:`harness.engine.server.STOP_SIGNALS`) stop every server and keep the
-    partial record (:meth:`harness.engine.server.EngineProcesses.install_stop_handlers`).
+def write_final(run_dir: Path, record: RunRecord, ctx: RunContext | None = None) -> None:
+    """Write a run's final word (verdict or error) to ``run_dir/run.json``. With the run's
+    recorder (``ctx.recorder``, recording ``record`` in ``run_dir``) it is marked done
+    first (a signal during the write writes nothing itself; the runner's interrupt path
+    then decides, :attr:`harness.records.recorder.RunRecorder.final_written` still
+    False), and ``final_written`` once the record is on disk, so a later signal keeps its
+    outcome (``ctx.last_final``). Without one (no run in progress) the record is written.
 
-    First signal: the run record is written with ``status: interrupted`` (so a SIGKILL
-    after the CI's grace still leaves it), then SIGTERM goes to every live server's
-    process group at once (so in-flight requests end), and KeyboardInterrupt is raised
-    in the main thread; each server's context manager then waits for its group to exit
-    (up to the stop grace, :meth:`harness.engine.server.EngineProcesses.stop_grace`, saying what it
-    waits for) and the runner rewrites the record with the servers' fate.
-    Any further signal never interrupts that teardown: it speeds it up, sending SIGKILL
-    to every live group (:meth:`harness.engine.server.EngineProcesses.hurry`).
-    Without this, SIGHUP (terminal closed) would end evalrun and leave the vLLM server
-    running with parent 1. A signal that is ignored when evalrun starts (``nohup``)
-    stays ignored.
+    Raises:
+        OSError: the record cannot be written (the previous ``run.json`` stays).
     """
-    processes().install_stop_handlers(interrupt_all)  # the record first: a SIGKILL may follow at any moment
+    rec = ctx.recorder if ctx is not None else None
+    if ctx is None or rec is None or rec.record is not record or rec.run_dir != Path(run_dir):
+        write_run(run_dir, record)
+        return
+    rec.final()
+    ctx.last_final = rec
 
 
-def say_interrupted(e: BaseException, prog: str = "evalrun") -> None:
+def say_interrupted(e: BaseException, processes: EngineProcesses, prog: str = "evalrun") -> None:
     """Tell what an interrupt left behind, on stderr: claims the servers stopped only
     when the teardown checked that none of their processes remains, else names the
     live processes with the command to end them. Never raises (after SIGHUP the
@@ -252,12 +214,13 @@ def say_interrupted(e: BaseException, prog: str = "evalrun") -> None:
     Args:
         e: the :class:`RunInterrupted` (or a bare KeyboardInterrupt raised before the
             run folder existed).
+        processes: the process registry whose servers are checked.
         prog: the command name for the message.
     """
     sig = getattr(e, "signal_name", None) or (str(e.args[0]) if e.args else "KeyboardInterrupt")
     run_dir = getattr(e, "run_dir", None)
     kept = getattr(e, "kept", None)
-    left = processes().unstopped()
+    left = processes.unstopped()
     pids = sorted(set(getattr(e, "leftover_pids", None) or []) | {p for v in left.values() for p in v})
     if kept:
         what = (f"{prog}: {sig} after the run's outcome was recorded: {kept} kept (exit "

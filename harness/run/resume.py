@@ -36,6 +36,7 @@ from harness.engine.info import model_runner_fact
 from harness.models.resolve import resolve_model
 from harness.records.provenance import utc_now
 from harness.records.results import plugin_report
+from harness.records.run_folder import RunFolder
 from harness.records.run_record import (
     ConfigResult,
     ResumedRecord,
@@ -45,8 +46,10 @@ from harness.records.run_record import (
     VariantResult,
     load_run,
 )
-from harness.records.samples import Sample, read_jsonl, sha256_file
+from harness.records.samples import Sample, sha256_file
+from harness.report.progress import Progress
 from harness.run.context import ConfigRun, RunOptions
+from harness.run.variant_steps import read_log
 from harness.tasks import ContaminationError, DataUnavailableError, ShortDataError, prepare_task, task_for
 from harness.tasks.answers import GSM8K_PIPELINES as PIPELINES
 
@@ -86,9 +89,10 @@ def differing_options(then: Mapping[str, object], now: Mapping[str, object]) -> 
             for k in sorted(set(then) | set(now)) if then.get(k) != now.get(k)]
 
 
-def decide(plan: Plan, opts: RunOptions, run_dir: Path) -> Decision:
+def decide(plan: Plan, opts: RunOptions, run_dir: Path, progress: Progress) -> Decision:
     """Whether the earlier attempt in ``run_dir`` may be resumed with ``plan`` and ``opts``
-    (module docstring), and which selected variants are reused.
+    (module docstring), and which selected variants are reused; ``progress`` says how
+    each config's model is resolved again.
 
     Raises:
         ResumeRefused: no readable record, a finished or merged run, or a difference
@@ -104,7 +108,7 @@ def decide(plan: Plan, opts: RunOptions, run_dir: Path) -> Decision:
                             f"{earlier.status}); its verdict stands: start a new run with another --run-id")
     if earlier.merged_from:
         raise ResumeRefused(f"{run_dir}: cannot resume a merged run (evalrun merge): resume its shards instead")
-    differ = _run_differences(plan, opts, earlier)
+    differ = _run_differences(plan, opts, earlier, progress)
     reusable: dict[tuple[str, str], VariantResult] = {}
     reasons: dict[str, str] = {}
     for cp in plan.configs:
@@ -125,7 +129,7 @@ def decide(plan: Plan, opts: RunOptions, run_dir: Path) -> Decision:
     return Decision(earlier, reusable, reasons)
 
 
-def _run_differences(plan: Plan, opts: RunOptions, earlier: RunRecord) -> list[str]:
+def _run_differences(plan: Plan, opts: RunOptions, earlier: RunRecord, progress: Progress) -> list[str]:
     """What differs for the whole run: configs, shard, contamination, build, model, data."""
     pv = earlier.provenance
     out = []
@@ -143,7 +147,7 @@ def _run_differences(plan: Plan, opts: RunOptions, earlier: RunRecord) -> list[s
     if pv.allow_contamination != opts.allow_contamination:
         out.append(f"allow_contamination: {pv.allow_contamination} -> {opts.allow_contamination}")
     out += _build_difference(plan, earlier)
-    out += _model_differences(plan, opts, earlier)
+    out += _model_differences(plan, earlier, progress)
     return out + _data_differences(plan, opts, earlier)
 
 
@@ -159,7 +163,7 @@ def _build_difference(plan: Plan, earlier: RunRecord) -> list[str]:
     return [f"build.{k}: {a[k]!r} -> {b[k]!r}" for k in keys if a[k] != b[k]]
 
 
-def _model_differences(plan: Plan, opts: RunOptions, earlier: RunRecord) -> list[str]:
+def _model_differences(plan: Plan, earlier: RunRecord, progress: Progress) -> list[str]:
     """Each config's resolved model path against the earlier attempt's."""
     out = []
     for cp in plan.configs:
@@ -167,7 +171,7 @@ def _model_differences(plan: Plan, opts: RunOptions, earlier: RunRecord) -> list
         if crec is None or crec.model_path is None:
             continue
         try:
-            now = resolve_model(cp.config.model, opts.progress)
+            now = resolve_model(cp.config.model, progress)
         except Exception as e:  # noqa: BLE001 - said as the difference; the run would fail the same way
             now = f"not available: {type(e).__name__}: {e}"
         if now != crec.model_path:
@@ -212,7 +216,7 @@ def _incomplete(cp: ConfigPlan, vp: VariantPlan, vrec: VariantResult | None, run
             return f"task {t.name} not measured"
         why = _samples_problem(run_dir, trec.samples, trec.samples_sha256)
         if why is None:
-            why = _score_problem(trec, read_jsonl(run_dir / trec.samples))
+            why = _score_problem(trec, RunFolder(run_dir).read(trec.samples))
         if why is None and trec.rerun is not None:
             why = _samples_problem(run_dir, trec.rerun.samples, trec.rerun.samples_sha256)
         elif why is None and inline and task_for(t.spec.kind).reruns_for_noise:
@@ -287,10 +291,8 @@ def set_aside(run_dir: Path, decision: Decision, plan: Plan) -> str:
     relative paths; ``n`` counts the attempts). PID files stay where they are, so the
     run's check for servers left running still finds them. Returns the kept record's
     path relative to ``run_dir``."""
-    n = 1
-    while (run_dir / "attempts" / str(n)).exists():
-        n += 1
-    dest = run_dir / "attempts" / str(n)
+    n = RunFolder(run_dir).next_attempt()
+    dest = RunFolder(run_dir).attempt(n)
     moves = [Path(p) for p in ("run.json", "summary.md", "summary.html", "junit.xml")]
     earlier = {(c.name, v) for c in decision.earlier.configs for v in c.variants}
     for c, v in sorted(earlier | {(cp.name, vp.name) for cp in plan.configs for vp in cp.variants}):
@@ -342,15 +344,12 @@ def _load(run: ConfigRun, vp: VariantPlan, vrec: VariantResult) -> None:
     """One reused variant's record and measurements into ``run`` (:func:`reuse_finished`)."""
     c, m = run.plan.config, run.measured
     for tname, trec in vrec.tasks.items():
-        samples = tuple(read_jsonl(run.run_dir / trec.samples))
+        samples = tuple(run.folder.read(trec.samples))
         m.task_record(vp.name, tname).samples = samples  # scores, acceptance, shape: read from the record
         if trec.rerun is not None:
-            run.reruns[(vp.name, tname)] = tuple(read_jsonl(run.run_dir / trec.rerun.samples))
+            run.reruns[(vp.name, tname)] = tuple(run.folder.read(trec.rerun.samples))
     vrec.plugin = plugin_report(run.run_dir, c.name, vp)
-    try:
-        log = (run.run_dir / "logs" / c.name / f"{vp.name}.log").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        log = None
+    log = read_log(run.folder.log(c.name, vp.name))
     vrec.model_runner = model_runner_fact(vrec.plugin.model_runners, log)
     run.result.variants[vp.name] = vrec
 

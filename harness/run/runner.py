@@ -43,7 +43,7 @@ from harness.engine.preflight import (
 from harness.engine.preflight_cache import CACHE_NAME, cache_key, cached_all_clear, store_all_clear
 from harness.records.atomic import ResultsFolderError, check_results_folder
 from harness.records.provenance import ConfigRef, LmEvalInfo, new_run_id, provenance, utc_now
-from harness.records.recorder import RECORDERS, RunRecorder, checkpoint
+from harness.records.recorder import RunRecorder
 from harness.records.results import config_result, unstarted_variant
 from harness.records.run_folder import RunFolderTaken, claim_run_folder, reclaim_run_folder
 from harness.records.run_record import (
@@ -55,8 +55,8 @@ from harness.records.run_record import (
 )
 from harness.report.dry_run import subset_warnings
 from harness.run.config_steps import judge_gates, prepare_model, prepare_tasks, select_variants
-from harness.run.context import ConfigRun, RunOptions
-from harness.run.outcome import PLACE, finish, interrupted, record_error
+from harness.run.context import ConfigRun, RunContext, RunOptions
+from harness.run.outcome import finish, interrupted, record_error
 from harness.run.resume import decide, in_plan_order, resumed_record, reuse_finished, set_aside
 from harness.run.sampled_steps import score_sampled
 from harness.run.variant_steps import rerun_for_noise, run_variant
@@ -69,8 +69,9 @@ class RunFolderExistsError(FileExistsError):
     """The run folder already holds a record; names the folder."""
 
 
-def run(plan: Plan, opts: RunOptions) -> tuple[RunRecord, Path]:
-    """Execute the plan and write the run folder.
+def run(plan: Plan, opts: RunOptions, ctx: RunContext) -> tuple[RunRecord, Path]:
+    """Execute the plan and write the run folder; ``ctx`` holds the run's state (its place,
+    recorder, progress and process registry; :func:`harness.api.run` makes it).
 
     Before anything starts: servers left running by an earlier run in
     ``opts.results_dir`` are named with the command to end them
@@ -119,37 +120,36 @@ def run(plan: Plan, opts: RunOptions) -> tuple[RunRecord, Path]:
     try:
         resumed = None
         if opts.resume is not None:  # which variants are reused; the earlier attempt's files set aside
-            decision = decide(plan, opts, run_dir)
+            decision = decide(plan, opts, run_dir, ctx.progress)
             resumed = resumed_record(decision, set_aside(run_dir, decision, plan))
             opts = dataclasses.replace(opts, reusable=decision.reusable)
-        return _run_claimed(plan, opts, run_id, run_dir, sp, resumed)
+        return _run_claimed(plan, opts, ctx, run_id, run_dir, sp, resumed)
     finally:
-        RECORDERS.clear()
+        ctx.recorder = None
         claim.release()
 
 
-def _run_claimed(plan: Plan, opts: RunOptions, run_id: str, run_dir: Path,
+def _run_claimed(plan: Plan, opts: RunOptions, ctx: RunContext, run_id: str, run_dir: Path,
                  sp: ServerPlan | None = None, resumed: ResumedRecord | None = None) -> tuple[RunRecord, Path]:
     """:func:`run` once the run folder is claimed: the record is on disk from here on
     (status ``running``), rewritten after every task and variant (:class:`RunRecorder`)."""
-    PLACE.at("run", config=None, variant=None, task=None)
-    record, lm_eval_done = _new_record(plan, opts, run_id)
+    ctx.place.at("run", config=None, variant=None, task=None)
+    record, lm_eval_done = _new_record(plan, opts, ctx, run_id)
     record.resumed = resumed
-    recorder = RunRecorder(record, run_dir)
-    RECORDERS[:] = [recorder]
+    recorder = ctx.recorder = RunRecorder(record, run_dir)
     try:
         try:
             recorder.save()  # the record exists from the start: status running
-            return _run_plan(plan, opts, run_dir, record, recorder, lm_eval_done, sp), run_dir
+            return _run_plan(plan, opts, ctx, run_dir, record, lm_eval_done, sp), run_dir
         except Exception as e:  # noqa: BLE001 - an unexpected error is data: the record keeps it
             recorder.done = True  # the error record is the final word: a signal's handler writes nothing
             lm_eval_done(timeout=5.0)
-            return record_error(record, run_dir, e, PLACE, opts.progress), run_dir
+            return record_error(record, run_dir, e, ctx), run_dir
     except KeyboardInterrupt as e:  # also one arriving while the verdict or the error is written
-        raise interrupted(e, recorder, lm_eval_done) from None
+        raise interrupted(e, ctx, lm_eval_done) from None
 
 
-def _new_record(plan: Plan, opts: RunOptions, run_id: str) -> tuple[RunRecord, Callable[..., None]]:
+def _new_record(plan: Plan, opts: RunOptions, ctx: RunContext, run_id: str) -> tuple[RunRecord, Callable[..., None]]:
     """The run's record at its start (status ``running``): provenance, and servers an
     earlier run left in ``opts.results_dir`` (:mod:`harness.engine.leftovers`: only an identified
     one is named with the command to end it).
@@ -158,7 +158,7 @@ def _new_record(plan: Plan, opts: RunOptions, run_id: str) -> tuple[RunRecord, C
     are filled in by threads; the second item joins them
     (``lm_eval_done(timeout=None)``), called before any server starts and before
     every final write of the record."""
-    p = opts.progress
+    p = ctx.progress
     leftovers = find_leftover_servers(Path(opts.results_dir))
     for lo in leftovers:
         p.warn(lo.describe())
@@ -192,47 +192,47 @@ def _new_record(plan: Plan, opts: RunOptions, run_id: str) -> tuple[RunRecord, C
     return record, provenance_done
 
 
-def _run_plan(plan: Plan, opts: RunOptions, run_dir: Path, record: RunRecord, recorder: RunRecorder,
+def _run_plan(plan: Plan, opts: RunOptions, ctx: RunContext, run_dir: Path, record: RunRecord,
               lm_eval_done: Callable[..., None], sp: ServerPlan | None = None) -> RunRecord:
     """The run's steps in order: short data, preflight, every config, the verdict
     (``lm_eval_done`` joins the provenance thread of :func:`_new_record`)."""
-    if _short_data(plan, opts, record):
+    if _short_data(plan, opts, ctx, record):
         lm_eval_done()
-        return finish(record, run_dir, could_not_run=True)
+        return finish(record, run_dir, True, ctx)
     gate = None
     if opts.preflight:
-        stop, not_applicable, gate = _preflight(plan, opts, record)
+        stop, not_applicable, gate = _preflight(plan, opts, ctx, record)
         if stop:
             lm_eval_done()
-            return finish(record, run_dir, could_not_run=True)
+            return finish(record, run_dir, True, ctx)
         plan = mark_not_applicable(plan, not_applicable)
     lm_eval_done()
     _warm_imports()
     try:
-        could_not_run = _configs(plan, dataclasses.replace(opts, launch_gate=gate), run_dir, record, recorder, sp)
+        could_not_run = _configs(plan, dataclasses.replace(opts, launch_gate=gate), ctx, run_dir, record, sp)
         if gate is not None:
             gate.settle()
-            _preflight(plan, opts, record, done=gate)  # the all-clear recorded and cached
+            _preflight(plan, opts, ctx, record, done=gate)  # the all-clear recorded and cached
     except PreflightRefused as e:  # found while the first config was prepared: no server started
         record.configs.clear()
-        stop, not_applicable, _ = _preflight(plan, opts, record, done=e.check)
+        stop, not_applicable, _ = _preflight(plan, opts, ctx, record, done=e.check)
         if stop:
-            return finish(record, run_dir, could_not_run=True)
-        could_not_run = _configs(mark_not_applicable(plan, not_applicable), opts, run_dir, record, recorder, sp)
-    return finish(record, run_dir, could_not_run)
+            return finish(record, run_dir, True, ctx)
+        could_not_run = _configs(mark_not_applicable(plan, not_applicable), opts, ctx, run_dir, record, sp)
+    return finish(record, run_dir, could_not_run, ctx)
 
 
-def _configs(plan: Plan, opts: RunOptions, run_dir: Path, record: RunRecord, recorder: RunRecorder,
+def _configs(plan: Plan, opts: RunOptions, ctx: RunContext, run_dir: Path, record: RunRecord,
              sp: ServerPlan | None) -> bool:
     """Run every config (:func:`_config_results`), saving the record after each; whether
     something required could not run."""
     could_not_run = False
-    for crec, cnr in _config_results(plan, opts, run_dir, record, sp):
+    for crec, cnr in _config_results(plan, opts, ctx, run_dir, record, sp):
         crec.list_path = plan.list_path  # the model list file that was read
         could_not_run |= cnr
-        PLACE.at("writing", variant=None, task=None)
-        recorder.save()  # keep what is measured so far
-    PLACE.at("writing", config=None, variant=None, task=None)
+        ctx.place.at("writing", variant=None, task=None)
+        ctx.checkpoint()  # keep what is measured so far
+    ctx.place.at("writing", config=None, variant=None, task=None)
     return could_not_run
 
 
@@ -252,7 +252,7 @@ def _warm_imports() -> None:
     threading.Thread(target=warm, name="evalrun-warm-imports", daemon=True).start()
 
 
-def _short_data(plan: Plan, opts: RunOptions, record: RunRecord) -> bool:
+def _short_data(plan: Plan, opts: RunOptions, ctx: RunContext, record: RunRecord) -> bool:
     """Before any server starts: every selected task whose data can be counted here
     (a local GSM8K folder, the synthetic set; :func:`harness.tasks.available_questions`)
     must hold the questions it asks (:func:`harness.tasks.check_enough`). On a short
@@ -272,7 +272,7 @@ def _short_data(plan: Plan, opts: RunOptions, record: RunRecord) -> bool:
                 problems.setdefault(cp.name, []).append(str(e))
     if not problems:
         return False
-    p = opts.progress
+    p = ctx.progress
     for name, msgs in problems.items():
         for msg in msgs:
             p.error(f"{name}: {msg}")
@@ -299,7 +299,7 @@ def mark_not_applicable(plan: Plan, reasons: dict[str, str]) -> Plan:
     return dataclasses.replace(plan, configs=cps)
 
 
-def _preflight(plan: Plan, opts: RunOptions, record: RunRecord, done: PendingCheck | None = None
+def _preflight(plan: Plan, opts: RunOptions, ctx: RunContext, record: RunRecord, done: PendingCheck | None = None
                ) -> tuple[bool, dict[str, str], PendingCheck | None]:
     """Check every selected variant's server command with vLLM's own parser and its
     async-scheduling/drafter rule (:func:`harness.engine.preflight.start_check`),
@@ -317,7 +317,7 @@ def _preflight(plan: Plan, opts: RunOptions, record: RunRecord, done: PendingChe
     """
     import time
 
-    p = opts.progress
+    p = ctx.progress
     cmds = [
         ServerCommand(vp.id, cp.config.path, tuple(a.replace("{port}", "8000") for a in vp.argv),
                       {k: v for k, v in vp.env.items() if not k.startswith("EVALRUN_")},  # no fault in a check
@@ -380,7 +380,7 @@ def _refused_before_launch(plan: Plan, bad: dict[str, PreflightProblemRecord], r
         record.configs.append(crec)
 
 
-def _config_results(plan: Plan, opts: RunOptions, run_dir: Path, record: RunRecord,
+def _config_results(plan: Plan, opts: RunOptions, ctx: RunContext, run_dir: Path, record: RunRecord,
                     sp: ServerPlan | None) -> Iterator[tuple[ConfigResult, bool]]:
     """``(config result, could not run)`` of every config, in plan order. On a CPU host
     (``sp`` None or without devices) each config runs when asked for. On a
@@ -390,27 +390,27 @@ def _config_results(plan: Plan, opts: RunOptions, run_dir: Path, record: RunReco
     its variants finished. An unexpected error keeps the place where it happened."""
     if sp is None or not sp.uses_pool:
         for cp in plan.configs:
-            yield _run_config(cp, opts, run_dir, record)
+            yield _run_config(cp, opts, ctx, run_dir, record)
         return
     pool = new_pool(sp)
-    opts.progress.log(f"devices {','.join(sp.devices)}: variants side by side on disjoint sets, longest first"
+    ctx.progress.log(f"devices {','.join(sp.devices)}: variants side by side on disjoint sets, longest first"
                       + (f", at most {sp.max_servers} server(s) at once" if sp.max_servers else ""))
 
     def one_config(cp: ConfigPlan, _devices: tuple[str, ...]) -> tuple[ConfigResult, bool]:
         try:
-            out = _run_config(cp, opts, run_dir, record, pool=pool, sp=sp)
+            out = _run_config(cp, opts, ctx, run_dir, record, pool=pool, sp=sp)
         except Exception as e:
-            PLACE.stamp(e)
+            ctx.place.stamp(e)
             raise
         finally:  # variants it did not run (data, model, not selected) hold no place in the order
             pool.withdraw([vp.id for vp in cp.variants])
-        checkpoint()  # the config's comparisons and gates are on disk before the others end
+        ctx.checkpoint()  # the config's comparisons and gates are on disk before the others end
         return out
 
     try:
         results = run_jobs([Job(cp.name, functools.partial(one_config, cp)) for cp in plan.configs], pool)
     except Exception as e:
-        PLACE.restore(e)
+        ctx.place.restore(e)
         raise
     finally:  # the record's configs in plan order, whichever thread appended first
         order = {cp.name: i for i, cp in enumerate(plan.configs)}
@@ -418,7 +418,7 @@ def _config_results(plan: Plan, opts: RunOptions, run_dir: Path, record: RunReco
     yield from results
 
 
-def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunRecord,
+def _run_config(cp: ConfigPlan, opts: RunOptions, ctx: RunContext, run_dir: Path, record: RunRecord,
                 pool: DevicePool | None = None, sp: ServerPlan | None = None) -> tuple[ConfigResult, bool]:
     """Run one config: its tasks prepared, its model resolved, every selected variant,
     the comparisons (and the baseline reruns they need), its gates. Returns the config's
@@ -428,14 +428,14 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, run_dir: Path, record: RunReco
     crec = config_result(c, tasks={name: spec.model_dump(mode="json", exclude={"gates"})
                                    for name, spec in c.tasks.items()})
     record.configs.append(crec)  # filled in place, so an interrupt keeps what ran
-    run = ConfigRun(cp, opts, run_dir, record, crec, pool=pool, servers=sp)
+    run = ConfigRun(cp, opts, ctx, run_dir, record, crec, pool=pool, servers=sp)
     variants = select_variants(run)
     # 1. tasks: data first, so a missing data set stops before minutes of server start-up.
     could_not_run = prepare_tasks(run)
     # 1b. a run smaller than the set its threshold was measured on: say so now
     crec.subset_warnings = subset_warnings(c)
     for w in crec.subset_warnings:
-        opts.progress.warn(f"{c.name}: {w.message}")
+        ctx.progress.warn(f"{c.name}: {w.message}")
     # 2. the model
     model_ref = prepare_model(run)
     if model_ref is None:
@@ -472,11 +472,11 @@ def _comparisons(run: ConfigRun, variants: list[VariantPlan]) -> None:
     baseline reruns for noise they need (:func:`rerun_needs`,
     :func:`harness.run.variant_steps.rerun_for_noise`) and, after them, the comparisons again."""
     c, m = run.plan.config, run.measured
-    run.result.comparisons = compare(c, m, run.reruns, at=PLACE.at)
+    run.result.comparisons = compare(c, m, run.reruns, at=run.place.at)
     needs = rerun_needs(c, m, run.reruns)
     for vname, tasks in needs.items():
         vp = next((v for v in variants if v.name == vname), None)
         if vp is not None:
             rerun_for_noise(run, vp, [t for t in tasks if t in run.prepared])
     if needs:
-        run.result.comparisons = compare(c, m, run.reruns, needs, at=PLACE.at)
+        run.result.comparisons = compare(c, m, run.reruns, needs, at=run.place.at)

@@ -16,25 +16,18 @@ An orchestration module beside the runner (it starts servers and feeds analysis)
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import json
 import time
-from collections.abc import Callable
 
 from harness.analysis.sampled import sampled_test
 from harness.config import gates as G
 from harness.config.plan import VariantPlan
 from harness.engine.server import ServerStartError
-from harness.engine.session import VariantSession
-from harness.faults.plugin import REPORT_ENV
 from harness.records.atomic import write_atomic
 from harness.records.completions import TargetScore
-from harness.records.recorder import checkpoint
-from harness.records.results import plugin_dir
 from harness.records.scoring import ScoringRecord
 from harness.run.context import ConfigRun
-from harness.run.outcome import PLACE
+from harness.run.serving import SCORING, VariantServer
 
 __all__ = ["score_sampled", "sampled_gates"]
 
@@ -63,7 +56,7 @@ def score_sampled(run: ConfigRun, variants: list[VariantPlan]) -> None:
             for v, t in pairs:
                 m.task_record(v, t).scoring_error = f"the scorer {scorer} did not run (not selected or failed)"
             continue
-        _on_scorer(run, vp, sorted(pairs))
+        _score(run, vp, sorted(pairs))
     for g in gates:
         a, b = m.task(g.baseline, g.task).target_scores, m.task(g.variant, g.task).target_scores
         if a is not None and b is not None and g.baseline is not None and g.task is not None:
@@ -77,43 +70,25 @@ def score_sampled(run: ConfigRun, variants: list[VariantPlan]) -> None:
                                  f"sign-flip p {st.p_value:.4g}")
 
 
-def _on_scorer(run: ConfigRun, vp: VariantPlan, pairs: list[tuple[str, str]]) -> None:
-    """:func:`_score` on the scorer's server, leased from the pool when there is one."""
-    if run.pool is None or run.servers is None:
-        _score(run, vp, pairs)
-        return
-    key = vp.id + " (scoring)"
-    with run.pool.lease(key, run.servers.need(vp.id)) as devices:
-        env = {**vp.env, "CUDA_VISIBLE_DEVICES": ",".join(devices)} if devices else vp.env
-        _score(run, dataclasses.replace(vp, env=env), pairs,
-               on_stopped=functools.partial(run.pool.release, key))
-
-
-def _score(run: ConfigRun, vp: VariantPlan, pairs: list[tuple[str, str]],
-           on_stopped: Callable[[], None] | None = None) -> None:
-    """Start ``vp``'s server, score every sample of ``pairs`` ((variant, task)), stop it;
-    write ``samples/<config>/<variant>/<task>.target_logprobs.jsonl`` and the scores."""
+def _score(run: ConfigRun, vp: VariantPlan, pairs: list[tuple[str, str]]) -> None:
+    """Start ``vp``'s server again for scoring (:data:`harness.run.serving.SCORING`: never
+    speculative, on its own device set when ``run`` has a pool), score every sample of
+    ``pairs`` ((variant, task)), stop it; write
+    ``samples/<config>/<variant>/<task>.target_logprobs.jsonl`` and the scores."""
     c, p, m = run.plan.config, run.progress, run.measured
-    log_path = run.run_dir / "logs" / c.name / f"{vp.name}.scoring.log"
-    argv = [run.model_ref if a == c.model else a for a in vp.argv]
-    env = {**vp.env, REPORT_ENV: str(plugin_dir(run.run_dir, c.name, vp.name + ".scoring"))}
+    server = VariantServer(run, vp, SCORING)
     p.log(f"{vp.id}: scoring the sampled completions of {', '.join(f'{v}/{t}' for v, t in pairs)} on this "
-          f"non-speculative server, started again (log: {log_path})")
-    if run.opts.launch_gate is not None:
-        run.opts.launch_gate.before_launch()
-    PLACE.at("server", config=c.name, variant=vp.name, task=None)
-    session = VariantSession(vp.id + " (scoring)", argv, env, log_path, startup_timeout=c.startup_max_wait_seconds,
-                             request_timeout=c.request_timeout_seconds, max_concurrency=c.max_concurrency,
-                             speculative=False, on_wait=p.waiting(f"{vp.id} (scoring): waiting for /health"))
+          f"non-speculative server, started again (log: {server.log_path})")
     got: dict[tuple[str, str], list[tuple[float, int] | str]] = {}
     rec = ScoringRecord(scorer=vp.name, scored=[f"{v}/{t}" for v, t in pairs])
     run.result.scoring.append(rec)
+    server.ready_to_launch()  # its devices and the pre-launch check's answer: not start-up time
     t0 = time.monotonic()
     try:
-        with session:
+        with server as session:
             t_ready = time.monotonic()
             for v, t in pairs:
-                PLACE.at("client", task=t)
+                run.place.at("client", task=t)
                 got[(v, t)] = session.score_completions(_items(run, v, t), chat=c.tasks[t].use_chat_completions)
             t_done = time.monotonic()
     except ServerStartError as e:
@@ -123,9 +98,6 @@ def _score(run: ConfigRun, vp: VariantPlan, pairs: list[tuple[str, str]],
             if (v, t) not in got:
                 m.task_record(v, t).scoring_error = f"the scoring server ({vp.id}) could not run: {e}"
         return
-    finally:
-        if on_stopped is not None:
-            on_stopped()
     n = sum(len(x) for x in got.values())
     rec.completions, rec.startup_seconds = n, round(t_ready - t0, 2)
     rec.scoring_seconds, rec.seconds = round(t_done - t_ready, 2), round(time.monotonic() - t0, 2)
@@ -133,7 +105,7 @@ def _score(run: ConfigRun, vp: VariantPlan, pairs: list[tuple[str, str]],
           f"{t_ready - t0:.1f}s, whole step {time.monotonic() - t0:.1f}s")
     for (v, t), answers in got.items():
         _store(run, v, t, answers)
-    checkpoint()
+    run.ctx.checkpoint()
 
 
 def _items(run: ConfigRun, v: str, t: str) -> list[tuple[str, str, tuple[int, ...]]]:
@@ -162,6 +134,6 @@ def _store(run: ConfigRun, v: str, t: str, answers: list[tuple[float, int] | str
     tm.target_scores = {q: s for q, s in scores.items() if s.error is None}
     if errors:
         tm.scoring_error = f"{len(errors)} completion(s) could not be scored, e.g. {errors[0]}"
-    path = run.run_dir / "samples" / run.plan.config.name / v / f"{t}.target_logprobs.jsonl"
+    path = run.folder.samples(run.plan.config.name, v, t, "target_logprobs")
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, "".join(json.dumps(s.to_json()) + "\n" for s in scores.values()))

@@ -15,7 +15,6 @@ scored and recorded (:meth:`harness.tasks.base.Task.judge`), so no device waits 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 import time
@@ -32,13 +31,10 @@ from harness.engine.builds import identity_or_none
 from harness.engine.devices import given_devices
 from harness.engine.doctor import diagnose_server_log
 from harness.engine.info import EngineInfoError, check_effective, model_runner_fact
-from harness.engine.server import ServerStartError, processes
+from harness.engine.server import ServerStartError
 from harness.engine.session import VariantSession, counter_problem
-from harness.faults.plugin import REPORT_ENV
 from harness.records.provenance import EngineBuild
-from harness.records.recorder import checkpoint
 from harness.records.results import (
-    plugin_dir,
     plugin_report,
     reject_counters,
     rel,
@@ -50,7 +46,7 @@ from harness.records.results import (
 from harness.records.run_record import LmEvalTaskRecord, RerunRecord, ServerRecord, VariantResult
 from harness.records.samples import Sample, write_jsonl
 from harness.run.context import ConfigRun
-from harness.run.outcome import PLACE
+from harness.run.serving import FIRST_PASS, RERUN, VariantServer
 from harness.tasks import SentTask, TaskContext, task_for
 
 __all__ = ["VariantRun", "run_variant", "rerun_for_noise"]
@@ -111,26 +107,25 @@ def run_variant(run: ConfigRun, vp: VariantPlan, devices: tuple[str, ...] = ()) 
         return _build_failed(run, vp)
     pool = run.pool
     try:
-        out = _serve(run, _on_devices(vp, devices),
-                     on_stopped=None if pool is None else functools.partial(pool.release, vp.id))
+        out = _serve(run, VariantServer(run, vp, FIRST_PASS, devices))
     except Exception as e:  # the variant's thread knows where it was: keep it for the record
         if pool is not None:
-            PLACE.stamp(e)
+            run.place.stamp(e)
         raise
     out.merge_into(run.measured, run.reruns)
     if pool is not None:  # released when its server stopped (before judging); here too if it never started
         pool.release(vp.id)
     vr = run.result.variants[vp.name]
     vr.build, vr.build_spec = engine_build(vp.python), vp.build
-    if pool is not None and pool.cancelled.is_set() and processes().interrupting():  # stopped by the signal
+    if pool is not None and pool.cancelled.is_set() and run.ctx.processes.interrupting():  # stopped by the signal
         vr.server = ServerRecord(status="interrupted", exit_code=vr.server.exit_code, seconds=vr.server.seconds,
                                  pid=vr.server.pid)
         vr.error = "interrupted by a signal" + (f" ({vr.error})" if vr.error else "")
     c = run.plan.config
-    PLACE.at("server", config=c.name, variant=vp.name, task=None)  # the plugin's per-process reports
+    run.place.at("server", config=c.name, variant=vp.name, task=None)  # the plugin's per-process reports
     vr.plugin = plugin_report(run.run_dir, c.name, vp)
-    vr.model_runner = model_runner_fact(vr.plugin.model_runners, _read_log(run.run_dir, c.name, vp.name))
-    checkpoint()  # the finished variant's whole record on disk before the next server starts
+    vr.model_runner = model_runner_fact(vr.plugin.model_runners, read_log(run.folder.log(c.name, vp.name)))
+    run.ctx.checkpoint()  # the finished variant's whole record on disk before the next server starts
     return out.ok
 
 
@@ -155,21 +150,15 @@ def _build_failed(run: ConfigRun, vp: VariantPlan) -> bool:
     return False
 
 
-def _on_devices(vp: VariantPlan, devices: tuple[str, ...]) -> VariantPlan:
-    """``vp`` with ``CUDA_VISIBLE_DEVICES`` set to its own device set (unchanged without one)."""
-    if not devices:
-        return vp
-    return dataclasses.replace(vp, env={**vp.env, "CUDA_VISIBLE_DEVICES": ",".join(devices)})
+def _serve(run: ConfigRun, server: VariantServer) -> VariantRun:
+    """Serve one variant's first pass on ``server``: its engine facts, tasks.
+    ``run.result.variants[vp.name]`` receives the variant record as soon as it exists (so
+    an interrupt keeps it).
 
-
-def _serve(run: ConfigRun, vp: VariantPlan, on_stopped: Callable[[], None] | None = None) -> VariantRun:
-    """Serve one variant: its server, engine facts, tasks. ``run.result.variants[vp.name]``
-    receives the variant record as soon as it exists (so an interrupt keeps it).
-
-    The tasks are sent while the server is up, then the server is stopped, ``on_stopped``
-    called (the device pool takes its devices back), and only then each task judged. An
-    lm-eval task judges inside lm-eval's own loop, i.e. while sending. On a stopping
-    signal the tasks already sent are still judged and recorded.
+    The tasks are sent while the server is up, then the server is stopped and its devices
+    given back (:class:`harness.run.serving.VariantServer`), and only then each task
+    judged. An lm-eval task judges inside lm-eval's own loop, i.e. while sending. On a
+    stopping signal the tasks already sent are still judged and recorded.
 
     The server's fate is ``vrec.server`` (:class:`ServerRecord`: ``ready``,
     ``exited_early``, ``not_ready_timeout``, ``launch_failed``, ``died_mid_task``,
@@ -179,33 +168,26 @@ def _serve(run: ConfigRun, vp: VariantPlan, on_stopped: Callable[[], None] | Non
     gets ``spec_decode`` None and ``spec_decode_error`` naming the counters, so its
     acceptance gates fail.
     """
-    c, p = run.plan.config, run.progress
-    log_path = run.run_dir / "logs" / c.name / f"{vp.name}.log"
-    argv = [run.model_ref if a == c.model else a for a in vp.argv]
+    c, p, vp = run.plan.config, run.progress, server.variant
+    log_path, argv = server.log_path, server.argv
     vrec = VariantResult(argv=argv, env=dict(vp.env), fault=vp.fault, log=rel(log_path, run.run_dir),
                          requested=requested(vp))
     out = VariantRun(vrec)
     run.result.variants[vp.name] = vrec
-    PLACE.at("server", config=c.name, variant=vp.name, task=None)
+    run.place.at("server", config=c.name, variant=vp.name, task=None)
     todo = [t for t in run.plan.tasks if t.name in run.prepared]
     if not todo:
         vrec.error = "no task of this config can run"
         out.measured.variant_record(vp.name).not_run = vrec.error
         return out
-    env = {**vp.env, REPORT_ENV: str(plugin_dir(run.run_dir, c.name, vp.name))}
     p.log(f"{vp.id}: starting the vLLM server (log: {log_path})")
     p.log(f"  $ {shell_line(argv, vp.env)}")
     p.log(f"  ({PORT_PLACEHOLDER} is the free port chosen at start-up; "
           "the server log's first lines hold the exact command)")
-    gate = run.opts.launch_gate
-    if gate is not None:  # no server starts before the pre-launch check's answer
-        gate.before_launch()
-    session = _session(run, vp, vp.id, argv, env, log_path)
-    srv = session.server
-    vrec.devices = given_devices({**os.environ, **env})
+    vrec.devices = given_devices({**os.environ, **server.env})
     sent: list[_Sent] = []  # sent while the server is up, judged once it is stopped
     try:
-        with session:
+        with server as session:
             _server_ready(session, run, vp, out)
             t_eval = time.monotonic()  # evaluation: first request .. last counter snapshot
             for t in todo:
@@ -213,38 +195,23 @@ def _serve(run: ConfigRun, vp: VariantPlan, on_stopped: Callable[[], None] | Non
             vrec.evaluation_seconds = round(time.monotonic() - t_eval, 2)
             t_stop = time.monotonic()
         vrec.teardown_seconds = round(time.monotonic() - t_stop, 2)
-        vrec.server.exit_code = srv.exit_code
+        vrec.server.exit_code = session.server.exit_code
     except KeyboardInterrupt:
+        if server.session is None:  # while waiting for devices or the pre-launch check: no server yet
+            raise
+        srv = server.session.server
         vrec.server = ServerRecord(status="interrupted", exit_code=srv.exit_code, seconds=vrec.server.seconds,
                                    pid=srv.pid)
         vrec.error = "interrupted by a signal"
         _judge_all_before_interrupt(run, vp, sent, out)
         raise
     except ServerStartError as e:
-        if on_stopped is not None:
-            on_stopped()
         _judge_all(run, vp, sent, out)  # the tasks it finished before it died
-        _server_failed(e, session, vp, todo, argv, out, run)
+        assert server.session is not None  # made before the server could fail to start
+        _server_failed(e, server.session, vp, todo, argv, out, run)
         return out
-    if on_stopped is not None:  # its devices are free before judging, statistics and reports
-        on_stopped()
-    _judge_all(run, vp, sent, out)
+    _judge_all(run, vp, sent, out)  # its devices are free before judging, statistics and reports
     return out
-
-
-def _session(run: ConfigRun, vp: VariantPlan, name: str, argv: list[str], env: dict[str, str],
-             log_path: Path) -> VariantSession:
-    """A session (not started yet) of ``vp``'s server named ``name``, with the config's
-    start-up wait, request timeout and concurrency."""
-    c = run.plan.config
-    return VariantSession(
-        name, argv, env, log_path,
-        startup_timeout=c.startup_max_wait_seconds,
-        request_timeout=c.request_timeout_seconds,
-        max_concurrency=c.max_concurrency,
-        speculative=vp.speculative_config is not None,
-        on_wait=run.progress.waiting(f"{name}: waiting for /health"),
-    )
 
 
 def _server_ready(session: VariantSession, run: ConfigRun, vp: VariantPlan, out: VariantRun) -> None:
@@ -254,7 +221,7 @@ def _server_ready(session: VariantSession, run: ConfigRun, vp: VariantPlan, out:
     vrec.startup_seconds = round(srv.startup_seconds or 0, 1)
     vrec.server = ServerRecord(status="ready", seconds=vrec.startup_seconds, pid=srv.pid)
     p.log(f"{vp.id}: server ready in {vrec.startup_seconds}s on {session.base_url}")
-    checkpoint()
+    run.ctx.checkpoint()
     try:
         facts = session.engine_facts()
         vrec.engine = facts
@@ -300,13 +267,13 @@ def _send_task(session: VariantSession, run: ConfigRun, vp: VariantPlan, t: Task
     Raises:
         ServerStartError: the server died during the task (``died_mid_task``).
     """
-    PLACE.at("client", variant=vp.name, task=t.name)
+    run.place.at("client", variant=vp.name, task=t.name)
     kind = task_for(t.spec.kind)
-    raw_path = run.run_dir / "samples" / run.plan.config.name / vp.name / f"{t.name}.raw.jsonl"
-    item = _Sent(t, *_send(session, run, vp, t, argv, raw_path, f"{vp.id} {t.name}", at=PLACE.at))
+    raw_path = run.folder.samples(run.plan.config.name, vp.name, t.name, "raw")
+    item = _Sent(t, *_send(session, run, vp, t, argv, raw_path, f"{vp.id} {t.name}", at=run.place.at))
     sent.append(item)
     if vp.name in noise_variants(run.plan) and kind.reruns_for_noise and session.server.alive():
-        PLACE.at("client")  # the noise rerun's requests
+        run.place.at("client")  # the noise rerun's requests
         item.rerun = _send(session, run, vp, t, argv, None, f"{vp.id} {t.name} (rerun for noise)")
     outcome = item.sent.outcome
     failures = bool(item.sent.failed_requests or outcome.metrics_error
@@ -336,16 +303,16 @@ def _judge_task(run: ConfigRun, vp: VariantPlan, item: _Sent, out: VariantRun) -
     samples written, scored, its result recorded with acceptance intervals and the
     counter check, and its inline noise rerun judged against it."""
     c, p, vrec, t = run.plan.config, run.progress, out.record, item.task
-    PLACE.at("client", config=c.name, variant=vp.name, task=t.name)
+    run.place.at("client", config=c.name, variant=vp.name, task=t.name)
     tr = task_for(t.spec.kind).judge(item.sent, item.ctx, run.prepared[t.name])
     outcome, samples = tr.outcome, tr.samples
-    PLACE.at("writing")
-    spath = run.run_dir / "samples" / c.name / vp.name / f"{t.name}.jsonl"
+    run.place.at("writing")
+    spath = run.folder.samples(c.name, vp.name, t.name)
     write_jsonl(spath, samples)
-    PLACE.at("scoring")
+    run.place.at("scoring")
     sc = score_task(samples, tr.pipelines)
     out.measured.task_record(vp.name, t.name).samples = samples  # the rest is read from the record
-    PLACE.at("statistics")  # acceptance intervals (bootstrap) and counter checks
+    run.place.at("statistics")  # acceptance intervals (bootstrap) and counter checks
     trec = task_result(spath, run.run_dir, outcome, sc,
                        acceptance_intervals(samples, vp.speculative_config is not None))
     if tr.lm_eval is not None:
@@ -358,11 +325,11 @@ def _judge_task(run: ConfigRun, vp: VariantPlan, item: _Sent, out: VariantRun) -
     if metrics_error:
         p.error(f"{vp.id} {t.name}: metrics error: {metrics_error}")
     vrec.tasks[t.name] = trec
-    checkpoint()  # the task's result is on disk before the next one is judged
+    run.ctx.checkpoint()  # the task's result is on disk before the next one is judged
     if item.rerun is not None:
-        PLACE.at("client")  # the noise rerun: judging and its samples file
+        run.place.at("client")  # the noise rerun: judging and its samples file
         trec.rerun = _judge_rerun(run, vp, t, samples, out.reruns, *item.rerun)
-        checkpoint()  # its rerun on disk too: a resumed run reuses only what the record holds
+        run.ctx.checkpoint()  # its rerun on disk too: a resumed run reuses only what the record holds
     sd = spec_metrics
     p.log(
         f"{vp.id} {t.name}: "
@@ -397,60 +364,41 @@ def _server_failed(e: ServerStartError, session: VariantSession, vp: VariantPlan
 
 
 def rerun_for_noise(run: ConfigRun, vp: VariantPlan, tasks: list[str]) -> None:
-    """Start ``vp``'s server again and rerun ``tasks`` (prepared task names) for noise
-    (``noise_runs_when: unexplained``), on a device set of its own when ``run`` has a
-    pool: each task's ``rerun`` entry and ``<task>.rerun.jsonl`` as with an inline
-    rerun, the samples in ``run.reruns``; the server log is ``<variant>.rerun.log``.
-    A server that does not start leaves the reruns missing (the comparisons then say
-    so; their fallback questions stay unexplained) and adds to the variant's error.
-    The reruns are sent while the server is up and judged after it is stopped (and
-    its devices released)."""
-    if run.pool is None or run.servers is None:
-        _rerun(run, vp, tasks)
-        return
-    key = vp.id + " (rerun)"
-    with run.pool.lease(key, run.servers.need(vp.id)) as devices:  # a server again: its own devices
-        _rerun(run, _on_devices(vp, devices), tasks, on_stopped=functools.partial(run.pool.release, key))
-
-
-def _rerun(run: ConfigRun, vp: VariantPlan, tasks: list[str], on_stopped: Callable[[], None] | None = None) -> None:
-    """:func:`rerun_for_noise` on the devices ``vp`` names; ``on_stopped`` once its server is stopped."""
+    """Start ``vp``'s server again (:data:`harness.run.serving.RERUN`, on a device set of
+    its own when ``run`` has a pool) and rerun ``tasks`` (prepared task names) for noise
+    (``noise_runs_when: unexplained``): each task's ``rerun`` entry and
+    ``<task>.rerun.jsonl`` as with an inline rerun, the samples in ``run.reruns``; the
+    server log is ``<variant>.rerun.log``. A server that does not start leaves the reruns
+    missing (the comparisons then say so; their fallback questions stay unexplained) and
+    adds to the variant's error. The reruns are sent while the server is up and judged
+    after it is stopped (and its devices released)."""
     c, p, m = run.plan.config, run.progress, run.measured
     vrec = run.result.variants[vp.name]
     if not tasks or not vrec.tasks:
         return
-    log_path = run.run_dir / "logs" / c.name / f"{vp.name}.rerun.log"
-    argv = [run.model_ref if a == c.model else a for a in vp.argv]
-    env = {**vp.env, REPORT_ENV: str(plugin_dir(run.run_dir, c.name, vp.name + ".rerun"))}
+    server = VariantServer(run, vp, RERUN)
     p.log(f"{vp.id}: rerun for noise, needed by divergences no reference distribution judges "
-          f"(tasks {', '.join(tasks)}); starting the server again (log: {log_path})")
-    if run.opts.launch_gate is not None:  # never before the pre-launch check's answer
-        run.opts.launch_gate.before_launch()
-    session = _session(run, vp, vp.id + " (rerun)", argv, env, log_path)
+          f"(tasks {', '.join(tasks)}); starting the server again (log: {server.log_path})")
     tplans = {t.name: t for t in run.plan.tasks}
-    PLACE.at("server", config=c.name, variant=vp.name, task=None)
     sent: dict[str, tuple[TaskContext, SentTask]] = {}  # sent on the server, judged once it is stopped
     try:
-        with session:
+        with server as session:
             for tname in tasks:
                 first = m.task(vp.name, tname).samples
                 if first is None or tname not in vrec.tasks or not task_for(tplans[tname].spec.kind).reruns_for_noise:
                     continue
-                PLACE.at("client", task=tname)  # the noise rerun's requests
-                sent[tname] = _send(session, run, vp, tplans[tname], argv, None,
+                run.place.at("client", task=tname)  # the noise rerun's requests
+                sent[tname] = _send(session, run, server.variant, tplans[tname], server.argv, None,
                                     f"{vp.id} {tname} (rerun for noise)")
     except ServerStartError as e:
         p.error(f"{vp.id}: the rerun for noise could not run: {e}")
         vrec.error = (vrec.error + "\n" if vrec.error else "") + f"rerun for noise could not run: {e}"
         return
-    finally:
-        if on_stopped is not None:  # its devices are free before judging
-            on_stopped()
     for tname, (ctx, st) in sent.items():
-        PLACE.at("client", config=c.name, variant=vp.name, task=tname)  # the rerun's judging and samples file
+        run.place.at("client", config=c.name, variant=vp.name, task=tname)  # the rerun's judging and samples file
         vrec.tasks[tname].rerun = _judge_rerun(run, vp, tplans[tname], tuple(m.task(vp.name, tname).samples or ()),
                                                run.reruns, ctx, st)
-        checkpoint()
+        run.ctx.checkpoint()
 
 
 def _judge_rerun(run: ConfigRun, vp: VariantPlan, t: TaskPlan, first: tuple[Sample, ...],
@@ -459,7 +407,7 @@ def _judge_rerun(run: ConfigRun, vp: VariantPlan, t: TaskPlan, first: tuple[Samp
     ``<task>.rerun.jsonl`` and ``reruns``; returns the record entry with the output
     match of the rerun against the first pass (the noise)."""
     tr = task_for(t.spec.kind).judge(sent, ctx, run.prepared[t.name])
-    spath = run.run_dir / "samples" / run.plan.config.name / vp.name / f"{t.name}.rerun.jsonl"
+    spath = run.folder.samples(run.plan.config.name, vp.name, t.name, "rerun")
     write_jsonl(spath, tr.samples)
     reruns[(vp.name, t.name)] = tr.samples
     om = output_match(first, tr.samples)
@@ -468,10 +416,10 @@ def _judge_rerun(run: ConfigRun, vp: VariantPlan, t: TaskPlan, first: tuple[Samp
     return rerun_record(spath, run.run_dir, tr.outcome, tr.samples, om)
 
 
-def _read_log(run_dir: Path, config: str, variant: str) -> str | None:
-    """The variant's server log (``logs/<config>/<variant>.log``), None when unreadable."""
+def read_log(path: Path) -> str | None:
+    """A server log's text (:meth:`harness.records.run_folder.RunFolder.log`), None when unreadable."""
     try:
-        return (run_dir / "logs" / config / f"{variant}.log").read_text(encoding="utf-8", errors="replace")
+        return path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return None
 

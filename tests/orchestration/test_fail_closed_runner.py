@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-import harness.run.outcome as run_outcome
+from harness.api import new_context
 from harness.cli import main
 
 from ..conftest import default_signals
@@ -249,7 +249,7 @@ def test_a_signal_ignored_at_start_stays_ignored():
     old = signal.signal(signal.SIGHUP, signal.SIG_IGN)
     olds = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT)}
     try:
-        run_outcome.terminate_as_interrupt()
+        new_context().install_stop_handlers()
         assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
         assert callable(signal.getsignal(signal.SIGTERM))
     finally:

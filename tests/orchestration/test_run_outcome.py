@@ -1,4 +1,4 @@
-"""The run's place across threads (harness/run/outcome.py ``Place``): a variant's thread
+"""The run's place across threads (harness/run/context.py ``Place``): a variant's thread
 notes where an exception happened, the thread that records it takes that place. The run's
 outcomes, through runs on the FAKE server (tests/fake_vllm.py; the real engine cannot be
 made to raise in a chosen stage): an unexpected exception in each stage is a kept error
@@ -23,7 +23,7 @@ from harness.cli import main
 from harness.cli.calibrate import describe_error_runs
 from harness.records.run_record import load_run
 from harness.report.calibration import render_calibration_markdown, summarize
-from harness.run.outcome import Place
+from harness.run.context import Place
 from tests.fake_run import config, run_cli, servers_gone
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-import harness.cli as cli
+import harness.cli.app as cli_app
 import harness.cli.calibrate as calibrate
 import harness.cli.selfcheck as selfcheck
 import harness.config.select as select
@@ -102,7 +102,15 @@ def test_a_signal_before_the_verdict_is_on_disk_is_interrupted(tmp_path, capsys,
     if where == "before":
         _signal_at(monkeypatch, run_outcome, "write_final")
     else:  # inside the final write, once the recorder is done
-        _signal_at(monkeypatch, recorder_mod, "write_run", when=lambda: any(r.done for r in recorder_mod.RECORDERS))
+        made: list[recorder_mod.RunRecorder] = []   # the run's recorder (its RunContext holds it)
+        init = recorder_mod.RunRecorder.__init__
+
+        def note(self, *a, **k):
+            init(self, *a, **k)
+            made.append(self)
+
+        monkeypatch.setattr(recorder_mod.RunRecorder, "__init__", note)
+        _signal_at(monkeypatch, recorder_mod, "write_run", when=lambda: any(r.done for r in made))
     code, rec, err, run_dir = _run(tmp_path, capsys)
     assert _agree(code, rec, err) == "INTERRUPTED" and code == 2
     assert rec["interrupted_by"] == "SIGTERM"
@@ -202,7 +210,7 @@ def test_a_signal_while_the_error_screen_prints_keeps_the_error(tmp_path, capsys
         raise RuntimeError("a bug in a stage")
 
     monkeypatch.setattr(runner, "_config_results", boom)
-    _signal_at(monkeypatch, cli, "say_error")
+    _signal_at(monkeypatch, cli_app, "say_error")
     code, rec, err, _ = _run(tmp_path, capsys)
     assert _agree(code, rec, err) == "ERROR"
 

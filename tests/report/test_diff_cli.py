@@ -7,8 +7,9 @@ import json
 
 import pytest
 
+from harness.cli.diff import cli_main
 from harness.records.run_record import RunErrorRecord, write_run
-from harness.report.diff_cli import UNFINISHED_STATUSES, cli_main, unfinished_sides
+from harness.report.diff_cli import UNFINISHED_STATUSES, unfinished_sides
 from harness.report.diff_sides import SidePeek
 from tests.record_factory import typed
 
