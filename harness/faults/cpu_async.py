@@ -12,9 +12,10 @@ from typing import Protocol
 
 from harness.faults.env import CPU_ASYNC_ENV
 from harness.faults.log import info
-from harness.faults.patching import MARK, FaultConfigError, PatchTarget
+from harness.faults.patching import MARK
 from harness.faults.reports import count
 from harness.faults.state import STATE
+from harness.faults.target import FaultConfigError, PatchTarget
 
 CPU_CHECK = PatchTarget(
     module="vllm.platforms.cpu",

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from harness.faults.patching import PatchTarget
+from harness.faults.target import PatchTarget
 
 #: every gate of the tasks named (in :class:`GateRef`), whatever its kind
 EVERY_KIND = "*"

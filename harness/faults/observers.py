@@ -12,9 +12,10 @@ from typing import Protocol
 from harness.faults.env import FAULT_ENV, REPORT_ENV
 from harness.faults.fault import Fault
 from harness.faults.log import info, logger
-from harness.faults.patching import MARK, FaultConfigError, PatchTarget, applied_patches, patch_as
+from harness.faults.patching import MARK, applied_patches, patch_as
 from harness.faults.reports import count, flush_report
 from harness.faults.state import STATE
+from harness.faults.target import FaultConfigError, PatchTarget
 
 WORKER_INIT = PatchTarget(
     module="vllm.v1.worker.worker_base",

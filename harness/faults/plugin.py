@@ -21,10 +21,11 @@ from harness.faults.env import CPU_ASYNC_ENV, DEBUG_ENV, FAULT_ENV, REPORT_ENV, 
 from harness.faults.fault import Expectation, Fault, GateRef
 from harness.faults.log import info
 from harness.faults.observers import WORKER_INIT, check_model_runner, install_observers, runner_check_installed
-from harness.faults.patching import FaultConfigError, PatchTarget, applied_patches, undo_patches
+from harness.faults.patching import applied_patches, undo_patches
 from harness.faults.registry import FAULTS, check_patch_targets, known_faults, requested_fault
 from harness.faults.reports import FLUSH_INTERVAL_S, count, counts, exercised, flush_report, read_reports, start_flusher
 from harness.faults.state import STATE
+from harness.faults.target import FaultConfigError, PatchTarget
 
 __all__ = [
     "CPU_ASYNC_ENV", "DEBUG_ENV", "FAULTS", "FAULT_ENV", "FLUSH_INTERVAL_S", "REPORT_ENV", "STATE",

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from harness.faults import catalog
 from harness.faults.env import FAULT_ENV, text
 from harness.faults.fault import Fault
-from harness.faults.patching import FaultConfigError
+from harness.faults.target import FaultConfigError
 
 
 def _discover() -> dict[str, Fault]:

@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from harness.faults.fault import Expectation, Fault, plain
 from harness.faults.log import report_firing, should_report
-from harness.faults.patching import PatchTarget, patch_fault
+from harness.faults.patching import patch_fault
 from harness.faults.reports import count
 from harness.faults.state import STATE
+from harness.faults.target import PatchTarget
 
 if TYPE_CHECKING:
     import numpy as np

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING
 from harness.faults.catalog.state_rollback import GDN_BUILD
 from harness.faults.fault import Expectation, Fault, plain
 from harness.faults.log import report_firing, should_report
-from harness.faults.patching import PatchTarget, patch_fault
+from harness.faults.patching import patch_fault
 from harness.faults.reports import count
+from harness.faults.target import PatchTarget
 
 if TYPE_CHECKING:
     import torch

@@ -10,8 +10,9 @@ from typing import Any
 
 from harness.faults.fault import Expectation, Fault, plain
 from harness.faults.log import logger, report_firing, should_report
-from harness.faults.patching import PatchTarget, patch_fault
+from harness.faults.patching import patch_fault
 from harness.faults.reports import count
+from harness.faults.target import PatchTarget
 
 UPDATE_AFTER_EXECUTE = PatchTarget(
     module="vllm.v1.worker.gpu_model_runner",
