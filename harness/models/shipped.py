@@ -18,6 +18,7 @@ MANIFEST = "MANIFEST.sha256.json"
 
 
 def sha256_file(path: Path) -> str:
+    """SHA-256 hex digest of the file at ``path`` (read in 1 MiB chunks)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):

@@ -350,6 +350,7 @@ def build_tiny_model(recipe: TinyModelRecipe, out_dir: Path) -> Path:
 
 
 def write_json(path: Path, obj: Any) -> None:
+    """Write ``obj`` as indented JSON with sorted keys and a final newline (model cache files)."""
     path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
