@@ -144,11 +144,11 @@ def test_no_function_in_harness_is_long_without_a_reason():
         "as the first line after the docstring (split them, or say why):\n  " + "\n  ".join(found))
 
 
-#: stages whose modules may be longer and carry ``Any``: vLLM's plugin and the model code
-#: follow the shapes of the libraries they patch or train with
-EXEMPT_STAGES = ("faults", "models")
+#: stages whose modules may be longer and carry ``Any`` (none: vLLM's plugin and the model
+#: code keep the limits too)
+EXEMPT_STAGES: tuple[str, ...] = ()
 #: the limits of the code-health step: module length, the runner's length, ``Any`` signatures
-MAX_MODULE_LINES = 800
+MAX_MODULE_LINES = 700
 MAX_RUNNER_LINES = 500
 MAX_ANY_SIGNATURES = 60
 

@@ -546,7 +546,7 @@ SUBCOMMANDS = {
     "diff": _lazy("harness.cli.diff:cli_main"),
     "calibrate": _lazy("harness.cli.calibrate:cli_main"),
     "selfcheck": _lazy("harness.cli.selfcheck:cli_main"),
-    "train-tiny": _lazy("harness.models.training:cli_main"),
+    "train-tiny": _lazy("harness.cli.train_tiny:cli_main"),
     "doctor": _lazy("harness.engine.doctor:cli_main"),
     "merge": _lazy("harness.cli.merge:cli_main"),
     "bisect": _lazy("harness.cli.bisect:cli_main"),

@@ -5,11 +5,12 @@ by evalrun's vLLM plugin (:mod:`harness.faults.plugin`), then checks every verdi
 what each fault must do:
 
 * clean variants (no ``fault``): every one of their gates passes;
-* ``draft-input`` / ``draft-input-placeholder`` (the drafter fed a wrong token):
-  the acceptance gate (``min_acceptance_length``) fails and output match against
-  ``reference`` passes (the verifier still decides every token);
-* ``state-rollback`` (recurrent state rolled back by a stale accepted count):
-  output match against ``reference`` fails.
+* a fault's variant: its patched code ran and changed a value ("exercised"), and the
+  gate kinds its module declares (``Fault.expectation``, one module per fault in
+  :mod:`harness.faults.catalog`; the table in docs/FAULTS.md) fail or pass; e.g.
+  ``draft-input`` fails ``min_acceptance_length`` and passes ``min_output_match``;
+* an async-path fault under synchronous scheduling: its patched code runs or not, as
+  declared, and every gate passes.
 
 Exit code 0 when every expectation holds, 1 when a gate that should fail passed or a
 clean gate failed, 2 when the run could not be made.
@@ -22,40 +23,69 @@ import json
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
+from harness.config.gates import GateKind
 from harness.config.loader import load_config
 from harness.config.model_list import CONFIGS_DIR
 from harness.config.schema import ConfigError
+from harness.faults.fault import EVERY_KIND, GateRef
+from harness.faults.plugin import FAULTS
 from harness.records.atomic import write_atomic
 from harness.records.run_record import PluginReport, RunRecord, VariantResult
 
-#: What each fault must do in its own scheduling mode: gate kinds that must fail / must
-#: pass for its variant (comparison gates are attributed to their candidate variant). A
-#: bare kind names the gates of that kind on the plain tasks (every kind but ``shape``),
-#: ``shape:<kind>`` on the traffic-shape tasks, ``*`` every gate of the plain tasks.
-#: Measured, not assumed: docs/FAULTS.md ("Measured") holds the run.
-EXPECTATIONS: dict[str, dict[str, tuple[str, ...]]] = {
-    "draft-input": {"must_fail": ("min_acceptance_length",), "must_pass": ("min_output_match",)},
-    "draft-input-placeholder": {"must_fail": ("min_acceptance_length",), "must_pass": ("min_output_match",)},
-    "state-rollback": {"must_fail": ("min_output_match",), "must_pass": ()},
-    # in the async path the same next token is also the target's next input
-    # (GPUModelRunner._copy_valid_sampled_token_count -> input_batch.prev_sampled_token_ids),
-    # so outputs diverge too (the seed: GSM8K 0.93 -> 0.74)
-    "async-placeholder-token": {"must_fail": ("min_acceptance_length", "max_acceptance_length_drop",
-                                              "min_output_match"), "must_pass": ()},
-    "async-stale-accepted": {"must_fail": ("min_output_match",), "must_pass": ()},
-    # invisible on the plain task, caught by the prompt-edges shape's output match
-    "spec-prompt-edge": {"must_fail": ("shape:min_output_match",),
-                         "must_pass": ("*", "shape:shape_proven", "shape:drafts_observed")},
-    "noop": {"must_fail": (), "must_pass": ("min_output_match", "min_acceptance_length")},
-}
-#: An async-path fault (``Fault.scheduling == "async"``) run with synchronous scheduling:
-#: ``executes`` False = its patched code must never run there; every gate must pass.
-SYNC_CONTRAST: dict[str, dict[str, Any]] = {
-    "async-stale-accepted": {"executes": False},
-    "async-placeholder-token": {"executes": True},
-}
+
+@dataclass(frozen=True)
+class GateSelector:
+    """Gates a fault's expectation names: one kind (None: every kind) on the plain tasks
+    (every task but ``kind: shape``) or on the traffic-shape tasks."""
+
+    kind: GateKind | None
+    on_shapes: bool
+
+    def label(self) -> str:
+        """``kind`` or ``*``, prefixed ``shape:`` on the shape tasks (messages)."""
+        return ("shape:" if self.on_shapes else "") + (self.kind.value if self.kind else EVERY_KIND)
+
+
+@dataclass(frozen=True)
+class FaultExpectation:
+    """What the self-check requires of one fault's variant (from the fault's module,
+    :attr:`harness.faults.fault.Fault.expectation`), in gate kinds.
+
+    Attributes:
+        must_fail: gates that must FAIL in the fault's own scheduling mode.
+        must_pass: gates that must PASS there.
+        sync_executes: an async-path fault run with synchronous scheduling: whether its
+            patched code must run (every gate must pass either way).
+    """
+
+    must_fail: tuple[GateSelector, ...]
+    must_pass: tuple[GateSelector, ...]
+    sync_executes: bool
+
+
+def _selector(ref: GateRef) -> GateSelector:
+    """A fault module's gate reference as gate kinds; ValueError on a kind that is no GateKind."""
+    return GateSelector(None if ref.kind == EVERY_KIND else GateKind(ref.kind), ref.tasks == "shape")
+
+
+def fault_expectations() -> dict[str, FaultExpectation]:
+    """Every fault's expectation, read from its module (:data:`harness.faults.plugin.FAULTS`).
+
+    Measured, not assumed: docs/FAULTS.md ("Measured") holds the run.
+
+    Raises:
+        ValueError: a fault names a gate kind that is not a ``GateKind``.
+    """
+    return {name: FaultExpectation(tuple(_selector(r) for r in f.expectation.must_fail),
+                                   tuple(_selector(r) for r in f.expectation.must_pass),
+                                   f.expectation.sync_executes is not False)
+            for name, f in FAULTS.items()}
+
+
+#: What each fault must do in its own scheduling mode (comparison gates are attributed to
+#: their candidate variant), and an async-path fault under synchronous scheduling.
+EXPECTATIONS: dict[str, FaultExpectation] = fault_expectations()
 
 DEFAULT_CONFIG = CONFIGS_DIR / "selfcheck-cpu.yaml"
 
@@ -100,8 +130,6 @@ def judge_selfcheck(record: RunRecord, faults: dict[str, str | None],
         ValueError: a variant's fault has no expectations, or a required gate is
             missing from the record (e.g. no ``min_acceptance_length`` configured).
     """
-    from harness.faults.plugin import FAULTS
-
     checks: list[Check] = []
     gates = record.gates()
     variants = {k: v for c in record.configs for k, v in c.variants.items()}
@@ -128,9 +156,8 @@ def judge_selfcheck(record: RunRecord, faults: dict[str, str | None],
         sync_run = _async_effective(vrec) is False and FAULTS[fault].scheduling == "async"
         if sync_run:
             # the same async-path patch under synchronous scheduling: measured contrast
-            contrast = SYNC_CONTRAST.get(fault, {"executes": True})
             ran = int(counts.get(f"{fault}.executions", 0)) > 0
-            want = "EXECUTED" if contrast["executes"] else "NOT EXECUTED"
+            want = "EXECUTED" if EXPECTATIONS[fault].sync_executes else "NOT EXECUTED"
             got = "EXECUTED" if ran else "NOT EXECUTED"
             checks.append(Check(variant, fault, f"{variant}/plugin/executions (sync scheduling)", want, got,
                                 want == got, ex_detail))
@@ -146,22 +173,22 @@ def judge_selfcheck(record: RunRecord, faults: dict[str, str | None],
         if not exercised:
             continue  # "fault not exercised": its gates' verdicts would be for the wrong reason
         exp = EXPECTATIONS[fault]
-        for want, kinds in (("FAIL", exp["must_fail"]), ("PASS", exp["must_pass"])):
-            for kind in kinds:
-                hits = _expected_gates(mine, kind, shape_tasks)
+        for want, selectors in (("FAIL", exp.must_fail), ("PASS", exp.must_pass)):
+            for selector in selectors:
+                hits = _expected_gates(mine, selector, shape_tasks)
                 if not hits:
-                    raise ValueError(f"variant {variant} ({fault}): the config defines no {kind} gate; "
+                    raise ValueError(f"variant {variant} ({fault}): the config defines no {selector.label()} gate; "
                                      "the self-check needs it")
                 for g in hits:
                     checks.append(Check(variant, fault, g.id, want, g.verdict, g.verdict == want, g.detail))
     return checks
 
 
-def _expected_gates(gates: list, want: str, shape_tasks: frozenset[str]) -> list:
-    """The gates an expectation names (:data:`EXPECTATIONS`): ``kind`` and ``*`` on the
-    plain tasks, ``shape:kind`` on the shape tasks."""
-    shape, _, kind = want.rpartition(":")
-    return [g for g in gates if (g.task in shape_tasks) == bool(shape) and kind in ("*", g.kind)]
+def _expected_gates(gates: list, want: GateSelector, shape_tasks: frozenset[str]) -> list:
+    """The gates an expectation names (:data:`EXPECTATIONS`): its kind (or every kind) on
+    the plain tasks or on the shape tasks."""
+    return [g for g in gates if (g.task in shape_tasks) == want.on_shapes
+            and (want.kind is None or want.kind.value == g.kind)]
 
 
 def _async_effective(vrec: VariantResult) -> bool | None:

