@@ -36,6 +36,7 @@ stats = _LazyModule("scipy.stats")
 
 __all__ = [
     "wilson_interval",
+    "binomial_variance",
     "PairedRecord",
     "paired_comparison",
     "newcombe_interval",
@@ -539,3 +540,18 @@ def floor_margin(
         return 0.0
     big_n = n_calibration
     return z * math.sqrt(p * (1.0 - p) * (big_n - n_run) / (n_run * (big_n - 1)))
+
+
+def binomial_variance(p: float, n: int) -> float:
+    """Sampling variance of an accuracy p over n questions, ``pt (1 - pt) / n`` with
+    the Agresti-Coull shrunk proportion ``pt = (p n + 2) / (n + 4)`` ("add two successes
+    and two failures", Agresti & Coull 1998, Am. Stat. 52:119-126), so that an accuracy
+    of exactly 0 or 1 on a small run does not claim zero sampling error.
+
+    Raises:
+        ValueError: n < 1 or p outside [0, 1].
+    """
+    if n < 1 or not 0.0 <= p <= 1.0:
+        raise ValueError(f"need n >= 1 and 0 <= p <= 1, got n={n}, p={p}")
+    pt = (p * n + 2) / (n + 4)
+    return pt * (1 - pt) / n

@@ -57,152 +57,35 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Mapping, NotRequired, Sequence, TypedDict
+from typing import Mapping, Sequence
 
 from harness.analysis.scoring import first_divergence
+from harness.analysis.stats import binomial_variance
 from harness.config.gates import GateKind
 from harness.records.measures import Interval
 from harness.records.run_folder import RunFolder
 from harness.records.run_record import ConfigResult, RunRecord, TaskResult
+from harness.report.calibration_render import render_calibration_markdown
+from harness.report.calibration_types import (  # noqa: F401 - re-exported: the summary's shape
+    CalibrationSummary,
+    ComparisonCalibration,
+    ConfigCalibration,
+    OutputNoise,
+    Recommended,
+    RecommendedComparison,
+    RecommendedGates,
+    RunRef,
+    SpeculativeSpread,
+    Spread,
+    TaskCalibration,
+)
 from harness.report.recommenders import COMPARISON_RULES, GATES_RULES, recommends, run_rule
-from harness.report.summary import fmt
 from harness.tasks.kinds import record_pipelines
 
 __all__ = ["spread", "per_draft_se", "binomial_variance", "summarize", "render_calibration_markdown", "Z95"]
 
 #: Two-sided 95% normal quantile, to turn a bootstrap interval width into a standard error.
 Z95 = 1.959963984540054
-
-
-class Spread(TypedDict):
-    """One figure over the runs (:func:`spread`): the values (None = not measured in
-    that run), how many were measured, and their mean, sample standard deviation, its
-    one-sided 95% upper bound, min and max (None when not computable)."""
-
-    values: list[float | None]
-    n_runs: int
-    mean: float | None
-    sd: float | None
-    sd_upper95: float | None
-    min: float | None
-    max: float | None
-
-
-class OutputNoise(TypedDict):
-    """Run ``run``'s greedy completions against run 1's of the same variant and task:
-    questions compared, how many differ, their share, and ``[question id, first
-    divergent token]`` of each."""
-
-    run: int
-    compared: int
-    mismatched: int
-    rate: float | None
-    first_divergences: list[list[str | int]]
-
-
-class TaskCalibration(TypedDict):
-    """One variant and task over the runs (:func:`summarize`): ``n`` questions scored
-    (mean over runs), accuracy per pipeline, the speculative figures (only for a variant
-    with speculative decoding; the sampling standard error of mean acceptance length and
-    where it came from), the run-to-run output noise against run 1 and the noise the
-    on-demand reruns measured (shares of questions whose completion differs)."""
-
-    variant: str
-    task: str
-    n: int | None
-    accuracy: dict[str, Spread]
-    mean_acceptance_length: NotRequired[Spread]
-    acceptance_rate: NotRequired[Spread]
-    per_position_acceptance: NotRequired[list[Spread]]
-    sampling_se_mean_acceptance_length: NotRequired[float | None]
-    sampling_se_source: NotRequired[str]
-    output_noise: list[OutputNoise]
-    output_noise_rate: Spread
-    rerun_noise_rate: Spread
-
-
-class ComparisonCalibration(TypedDict):
-    """One comparison and task over the runs (:func:`summarize`): output match, paired
-    accuracy drop (baseline - candidate) and discordance (b + c)/n as spreads, the mean
-    paired Wald variance, ``n`` questions, the drop in mean acceptance length (two
-    speculative variants, else None) and the reference's gaps in nats at every judged
-    divergence, sorted."""
-
-    baseline: str
-    candidate: str
-    task: str
-    output_match_rate: Spread
-    accuracy_drop: Spread
-    discordance: Spread
-    wald_variance: float | None
-    n: int | None
-    acceptance_length_drop: Spread | None
-    divergence_gaps: list[float]
-
-
-class RecommendedGates(TypedDict, total=False):
-    """Recommended config-level gate values (:func:`summarize`; the module docstring's rule)."""
-
-    accuracy_threshold: float
-    tolerance: float
-    calibration_questions: int
-    min_acceptance_length: float
-
-
-class RecommendedComparison(TypedDict):
-    """Recommended values of one comparison and task; a key is left out when the runs
-    did not measure what it needs."""
-
-    baseline: str
-    candidate: str
-    task: str
-    max_accuracy_drop: NotRequired[float]
-    expected_discordance: NotRequired[float]
-    max_acceptance_length_drop: NotRequired[float]
-    near_tie_nats: NotRequired[float]
-    noise_mismatch_rate: NotRequired[float]
-    noise_runs: NotRequired[int]
-    min_output_match: NotRequired[float]
-
-
-class Recommended(TypedDict):
-    """The recommended gates of one config (:func:`summarize`)."""
-
-    gates: RecommendedGates
-    comparisons: list[RecommendedComparison]
-
-
-class ConfigCalibration(TypedDict):
-    """One config over the runs (:func:`summarize`): the pipeline its gates read, per
-    variant and task and per comparison the figures, the recommendation and, per
-    recommended key, how it was computed."""
-
-    name: str
-    pipeline: str
-    tasks: list[TaskCalibration]
-    comparisons: list[ComparisonCalibration]
-    recommended: NotRequired[Recommended]
-    explain: NotRequired[dict[str, str]]
-
-
-class RunRef(TypedDict):
-    """One repeat of :func:`summarize`: its run id, folder, exit code, status and error."""
-
-    run_id: str
-    path: str
-    exit_code: int | None
-    status: str
-    error: str | None
-
-
-class CalibrationSummary(TypedDict):
-    """:func:`summarize`'s result (``calibration.json``): the repeats, ``sigmas`` k, the
-    rule in words and one :class:`ConfigCalibration` per config."""
-
-    runs: list[RunRef]
-    sigmas: float
-    rule: str
-    configs: list[ConfigCalibration]
 
 
 def spread(values: Sequence[float | None]) -> Spread:
@@ -256,21 +139,6 @@ def per_draft_se(per_position: Sequence[float | None] | None, drafts: float | No
     ea = sum(qs)
     ea2 = sum((2 * i + 1) * q for i, q in enumerate(qs))
     return math.sqrt(max(ea2 - ea * ea, 0.0) / drafts)
-
-
-def binomial_variance(p: float, n: int) -> float:
-    """Sampling variance of an accuracy p over n questions, ``pt (1 - pt) / n`` with
-    the Agresti-Coull shrunk proportion ``pt = (p n + 2) / (n + 4)`` ("add two successes
-    and two failures", Agresti & Coull 1998, Am. Stat. 52:119-126), so that an accuracy
-    of exactly 0 or 1 on a small run does not claim zero sampling error.
-
-    Raises:
-        ValueError: n < 1 or p outside [0, 1].
-    """
-    if n < 1 or not 0.0 <= p <= 1.0:
-        raise ValueError(f"need n >= 1 and 0 <= p <= 1, got n={n}, p={p}")
-    pt = (p * n + 2) / (n + 4)
-    return pt * (1 - pt) / n
 
 
 def _mean(xs: Sequence[float | None]) -> float | None:
@@ -358,18 +226,6 @@ def summarize(runs: Sequence[tuple[RunRecord, Path]], k: float = 3.0) -> Calibra
         cs["recommended"], cs["explain"] = _recommend(cs, k)
         out["configs"].append(cs)
     return out
-
-
-class SpeculativeSpread(TypedDict, total=False):
-    """The speculative figures of one variant and task over the runs (:func:`summarize`):
-    spreads, and the sampling standard error of mean acceptance length with its source;
-    all keys or none (no run measured speculative decoding)."""
-
-    mean_acceptance_length: Spread
-    acceptance_rate: Spread
-    per_position_acceptance: list[Spread]
-    sampling_se_mean_acceptance_length: float | None
-    sampling_se_source: str
 
 
 def _speculative(ts: Sequence[TaskResult | None]) -> SpeculativeSpread:
@@ -613,98 +469,3 @@ def _min_output_match(ce: ComparisonCalibration, taskmap: Mapping[tuple[str, str
 def _se(e: TaskCalibration | None) -> float:
     """The sampling standard error of mean acceptance length of a task entry, 0 without one."""
     return (e.get("sampling_se_mean_acceptance_length") if e else None) or 0.0
-
-
-def _f(x: object, d: int = 4) -> str:
-    return fmt(x, d)
-
-
-def _vals(xs: Sequence[object], d: int = 4) -> str:
-    return ", ".join(_f(x, d) for x in xs)
-
-
-def _row(label: list[str], s: Spread, d: int = 4) -> list[str]:
-    return label + [_vals(s["values"], d), _f(s["mean"], d), _f(s["sd"], d), _f(s["sd_upper95"], d),
-                    _f(s["min"], d), _f(s["max"], d)]
-
-
-def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
-    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    out += ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows]
-    return out
-
-
-SPREAD_HEAD = ["values (run 1..N)", "mean", "sd", "sd 95% upper", "min", "max"]
-
-
-def render_calibration_markdown(summary: CalibrationSummary) -> str:
-    """The calibration summary (:func:`summarize`) as Markdown.
-
-    Long (about 60 lines) because it is one table per section of the summary, in order.
-    """
-    # long: a renderer, one table per section of the summary, in order
-    L = [f"# evalrun calibrate: {len(summary['runs'])} runs", ""]
-    for r in summary["runs"]:
-        L.append(f"- run `{r['path']}` (exit code {r['exit_code']}, {r['status']})"
-                 + (f": {r['error']}; its figures are partial" if r.get("error") else ""))
-    L += ["", f"Rule: {summary['rule']}.", ""]
-    for cs in summary["configs"]:
-        L += [f"## {cs['name']}", "", f"### Accuracy (gates read {cs['pipeline']})", ""]
-        rows = []
-        for e in cs["tasks"]:
-            for p, s in e["accuracy"].items():
-                bs = math.sqrt(binomial_variance(s["mean"], e["n"])) if s["mean"] is not None and e["n"] else None
-                rows.append(_row([e["variant"], e["task"], p, str(e["n"])], s) + [_f(bs)])
-        L += _table(["variant", "task", "pipeline", "n"] + SPREAD_HEAD + ["sampling sd sqrt(pt(1-pt)/n)"], rows)
-        rows = []
-        for e in cs["tasks"]:
-            if not e.get("mean_acceptance_length"):
-                continue
-            rows.append(_row([e["variant"], e["task"], "mean acceptance length"], e["mean_acceptance_length"])
-                        + [f"{_f(e.get('sampling_se_mean_acceptance_length'))} ({e.get('sampling_se_source')})"])
-            rows.append(_row([e["variant"], e["task"], "acceptance rate"], e["acceptance_rate"]) + [""])
-            for i, s in enumerate(e.get("per_position_acceptance") or []):
-                rows.append(_row([e["variant"], e["task"], f"acceptance at position {i}"], s) + [""])
-        if rows:
-            L += ["", "### Speculative decoding", ""]
-            L += _table(["variant", "task", "figure"] + SPREAD_HEAD + ["sampling se"], rows)
-        rows = []
-        for ce in cs["comparisons"]:
-            lab = [f"{ce['baseline']} -> {ce['candidate']}", ce["task"]]
-            rows.append(_row(lab + ["output match rate"], ce["output_match_rate"]))
-            rows.append(_row(lab + ["accuracy drop (baseline - candidate)"], ce["accuracy_drop"]))
-            rows.append(_row(lab + ["discordance (b + c)/n"], ce["discordance"]))
-            al_drop = ce["acceptance_length_drop"]
-            if al_drop:
-                rows.append(_row(lab + ["mean acceptance length drop"], al_drop))
-        if rows:
-            L += ["", "### Comparisons", ""]
-            L += _table(["pair", "task", "figure"] + SPREAD_HEAD, rows)
-        rows = []
-        for e in cs["tasks"]:
-            for x in e["output_noise"]:
-                firsts = (", ".join(f"{q}@{d}" for q, d in x["first_divergences"][:8])
-                          + (" ..." if x["mismatched"] > 8 else ""))
-                rows.append([e["variant"], e["task"], f"run {x['run']} vs run 1", f"{x['mismatched']}/{x['compared']}",
-                             _f(x["rate"]), firsts or "-"])
-        if rows:
-            L += ["", "### Run-to-run output noise (same variant, greedy completions)", ""]
-            L += _table(["variant", "task", "runs", "differ", "rate", "first divergence (token)"], rows)
-        rec = cs["recommended"]
-        L += ["", "### Recommended", "", "```yaml", "gates:"]
-        for key, v in rec["gates"].items():
-            L.append(f"  {key}: {v}")
-        if rec["comparisons"]:
-            L.append("comparisons:")
-            for rc in rec["comparisons"]:
-                L.append(f"  - baseline: {rc['baseline']}")
-                L.append(f"    candidate: {rc['candidate']}")
-                for key, v in rc.items():
-                    if key not in ("baseline", "candidate", "task"):
-                        L.append(f"    {key}: {v}")
-                L.append(f"    # task {rc['task']}")
-        L += ["```", ""]
-        for key, text in cs["explain"].items():
-            L.append(f"- `{key}`: {text}")
-        L.append("")
-    return "\n".join(L) + "\n"
