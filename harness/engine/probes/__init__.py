@@ -8,9 +8,10 @@ torch and their companions are imported inside functions, where a probe asks abo
 and it answers on stdout (one line: a marker and JSON, named by the probe's ``MARKER``).
 They are linted and typed as the rest of the package; importing one runs nothing.
 
-Run by path, a program has its own folder first on ``sys.path``: a probe that imports
-third-party code drops that entry first, so that no probe's file name can shadow a
-module vLLM or torch imports.
+Run by path, a program has its own folder first on ``sys.path``; a probe that looks for
+vLLM or torch puts the current folder there instead (``path_as_dash_c``), as the
+``python -c`` it replaces had it, so that no probe's file name can shadow a module the
+interpreter asked imports.
 
 * :mod:`.build_identity`: the installed vLLM's distribution, version and commit, without
   importing it (:func:`harness.engine.builds.read_identity`);

@@ -53,12 +53,12 @@ def _stop(coro: Any, *a: object, **k: object) -> NoReturn:  # noqa: ARG001 - uvl
     raise _Parsed()
 
 
-def async_rule(ns: Any) -> str | None:
+def async_rule(namespace: Any) -> str | None:
     """vLLM's own rule for explicit async scheduling with a drafter
     (``VllmConfig.__post_init__``), from the installed release's types and source: the
-    reason vLLM refuses the pair ``ns`` asks for, or None."""
-    sc = getattr(ns, "speculative_config", None)
-    if not getattr(ns, "async_scheduling", None) or not sc:
+    reason vLLM refuses the pair ``namespace`` asks for, or None."""
+    sc = getattr(namespace, "speculative_config", None)
+    if not getattr(namespace, "async_scheduling", None) or not sc:
         return None
     if not isinstance(sc, dict):
         sc = {k: getattr(sc, k) for k in ("method", "model", "disable_padded_drafter_batch") if hasattr(sc, k)}
@@ -88,15 +88,15 @@ def async_rule(ns: Any) -> str | None:
     return None
 
 
-def speculative_settings(ns: Any) -> dict[str, Any]:
-    """The speculative settings vLLM's parser stored in ``ns``: its speculative_config and
+def speculative_settings(namespace: Any) -> dict[str, Any]:
+    """The speculative settings vLLM's parser stored in ``namespace``: its speculative_config and
     every destination ``EngineArgs.create_speculative_config`` merges into it (read from
     its source)."""
     from vllm.engine.arg_utils import EngineArgs
 
     src = inspect.getsource(EngineArgs.create_speculative_config)
     dests = ["speculative_config"] + [d for _, d in re.findall(r'\(\s*"--[\w-]+"\s*,\s*"(\w+)"\s*,\s*self\.(\w+)', src)]
-    return {d: getattr(ns, d) for d in dests if getattr(ns, d, None) is not None}
+    return {d: getattr(namespace, d) for d in dests if getattr(namespace, d, None) is not None}
 
 
 def check(item: Mapping[str, Any]) -> dict[str, Any]:
@@ -155,8 +155,9 @@ def main() -> None:
         out["import_error"] = f"{type(e).__name__}: {e}"
         print(MARKER + json.dumps(out), flush=True)
         sys.exit(0)
-    uvloop.run = _stop
-    asyncio.run = _stop  # a release that starts its server with asyncio.run stops here too
+    # the server is never started: its coroutine stops at the loop (a stand-in of another type)
+    uvloop.run = _stop  # type: ignore[assignment]
+    asyncio.run = _stop  # type: ignore[assignment]  # a release that starts with asyncio.run stops too
     out["results"] = [check(it) for it in items]
     print(MARKER + json.dumps(out), flush=True)
 
