@@ -102,20 +102,21 @@ print("EVALRUN_PREFLIGHT " + json.dumps({"python": sys.executable, "version": "s
 
 
 def stub_wrapper(tmp: Path, check: str) -> Path:
-    """An executable that stands in for the servers' interpreter: ``-c`` (the engine-build
-    probe; the pre-launch check with ``check`` ``real``) goes to this Python, which has
-    vLLM; with ``check`` ``instant`` the pre-launch check is answered at once
-    (:data:`INSTANT_CHECK`); anything else starts the stub server."""
+    """An executable that stands in for the servers' interpreter: a probe run by path
+    (``harness/engine/probes/*.py``: the engine-build probe; the pre-launch check with
+    ``check`` ``real``) goes to this Python, which has vLLM; with ``check`` ``instant`` the
+    pre-launch check (``server_args.py``) is answered at once (:data:`INSTANT_CHECK`);
+    anything else starts the stub server."""
     answer = tmp / "instant_check.py"
     answer.write_text(INSTANT_CHECK)
     w = tmp / "python-stub"
-    instant = (f'case "$2" in "# EVALRUN-BUILD-PROBE"*) ;; *) exec {sys.executable} {answer} ;; esac'
+    instant = (f'case "$1" in */probes/server_args.py) exec {sys.executable} {answer} ;; esac'
                if check == "instant" else "")
     w.write_text(textwrap.dedent(f"""\
         #!/bin/sh
-        if [ "$1" = "-c" ]; then
+        case "$1" in */probes/*.py)
         {instant}
-        exec {sys.executable} "$@"; fi
+        exec {sys.executable} "$@";; esac
         exec {sys.executable} {STUB} "$@"
         """))
     w.chmod(0o755)

@@ -7,9 +7,10 @@ is replaced before the second comparison: timestamps (``*_at``), durations (``se
 ``*_seconds``) and request latencies (``latency_s``), process ids, ports, the source
 revision (``git_revision``), the samples files' hashes (``samples_sha256``: the files
 hold the latencies) and the run's temporary paths. Everything else
-must match byte for byte. The fake server, config files, run id and results folder are
-the same for both trees (the config and results paths are identical; each tree's run
-folder is moved aside before the other runs).
+must match byte for byte. The config files, run id and results folder are the same for
+both trees (the config and results paths are identical; each tree's run folder is moved
+aside before the other runs); each tree runs its own fake server (the probes it answers
+are that tree's), copied to one path beside the config.
 
 Usage (from a worktree root; REF is a checkout of the tree to compare against, e.g.
 ``git worktree add --detach /tmp/ref <commit>``)::
@@ -77,7 +78,8 @@ def config_text(ref_env: dict[str, str], spec_env: dict[str, str], comparison_ex
 def run_tree(tree: Path, cfg: Path, results: Path) -> int:
     """One evalrun run of ``cfg`` with ``tree``'s harness; its exit code."""
     env = {**os.environ, "PYTHONPATH": str(tree), "CUDA_VISIBLE_DEVICES": ""}
-    cmd = [sys.executable, "-m", "harness.cli", "--config", str(cfg), "--python", str(FAKE),
+    fake = shutil.copy2(tree / FAKE.relative_to(HERE), cfg.parent / FAKE.name)
+    cmd = [sys.executable, "-m", "harness.cli", "--config", str(cfg), "--python", str(fake),
            "--results-dir", str(results), "--run-id", "r", "--quiet"]
     return subprocess.run(cmd, env=env, cwd=cfg.parent, capture_output=True, check=False).returncode
 

@@ -122,17 +122,23 @@ resume tests kill evalrun there: the real engine cannot be paused at a chosen mo
 Like the real server, ``/server_info`` answers 404 unless ``VLLM_SERVER_DEV_MODE=1``;
 ``FAKE_NO_VERSION=1`` makes ``/version`` answer 404 (the real server always has it).
 
-Pre-launch argument check: evalrun runs ``<python> -c SCRIPT`` with the commands on
-stdin (harness/engine/preflight.py). Here the fake stands in for vLLM's parser: it
-accepts every command whose environment does not say ``FAKE_MODE=reject_args``, and
-rejects that one as vLLM's parser words an unknown flag.
+Probes: evalrun runs its probes by path in the servers' interpreter
+(``<python> harness/engine/probes/<name>.py ARGS``, :mod:`harness.engine.probes`); the
+fake recognises one by its file name (:data:`PROBE_ANSWERS`), loads the probe module for
+its ``MARKER`` and answers in the probe's JSON shape:
 
-The engine-build probe (``harness.engine.builds.read_identity``) is answered with package
-``FAKE_BUILD_PACKAGE`` (default ``vllm``), version ``FAKE_BUILD_VERSION`` (``0.0.fake``)
-and commit ``FAKE_BUILD_COMMIT`` (none), evalrun's plugin not registered.
+* ``server_args.py``, the pre-launch argument check (harness/engine/preflight.py, the
+  commands on stdin): the fake stands in for vLLM's parser: it accepts every command
+  whose environment does not say ``FAKE_MODE=reject_args``, and rejects that one as
+  vLLM's parser words an unknown flag;
+* ``build_identity.py``, the engine-build probe (``harness.engine.builds.read_identity``):
+  package ``FAKE_BUILD_PACKAGE`` (default ``vllm``), version ``FAKE_BUILD_VERSION``
+  (``0.0.fake``) and commit ``FAKE_BUILD_COMMIT`` (none), evalrun's plugin not registered;
+* any other probe fails (exit 1), as in an interpreter without vLLM or torch.
 """
 
 import hashlib
+import importlib.util
 import json
 import math
 import os
@@ -140,16 +146,33 @@ import random
 import sys
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import ModuleType
 
 args = sys.argv[1:]
-if len(args) > 1 and args[0] == "-c" and args[1].startswith("# EVALRUN-BUILD-PROBE"):  # a build's identity
-    print("EVALRUN-BUILD " + json.dumps({
+
+
+def load_probe(path: str) -> ModuleType:
+    """The probe module evalrun runs by path (harness/engine/probes/<name>.py): standard
+    library only, so loading it here runs nothing; the fake answers with its MARKER."""
+    spec = importlib.util.spec_from_file_location("evalrun_probe", path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def answer_build_identity(probe: ModuleType) -> None:
+    """A build's identity (harness.engine.probes.build_identity's JSON shape)."""
+    print(probe.MARKER + json.dumps({
         "python": sys.executable, "package": os.environ.get("FAKE_BUILD_PACKAGE", "vllm"),
         "version": os.environ.get("FAKE_BUILD_VERSION", "0.0.fake"), "commit": os.environ.get("FAKE_BUILD_COMMIT"),
         "evalrun_plugin": False}), flush=True)
-    sys.exit(0)
-if args and args[0] == "-c":  # the pre-launch argument check
+
+
+def answer_server_args(probe: ModuleType) -> None:
+    """The pre-launch argument check (harness.engine.probes.server_args's JSON shape)."""
     items = json.load(sys.stdin)
     results = []
     for it in items:
@@ -162,11 +185,24 @@ if args and args[0] == "-c":  # the pre-launch argument check
                             "async_refused": "fake refusal: async scheduling with this drafter"})
         else:
             results.append({"id": it["id"], "ok": True, "error": None})
-    print("EVALRUN_PREFLIGHT " + json.dumps({"python": sys.executable, "version": "0.0.fake",
-                                              "import_error": None, "results": results}), flush=True)
+    print(probe.MARKER + json.dumps({"python": sys.executable, "version": "0.0.fake",
+                                     "import_error": None, "results": results}), flush=True)
+
+
+#: the probes the fake answers, by file name; any other probe (the files of an installed
+#: vLLM, torch and its wheels, CUDA devices) fails as in an interpreter without them
+PROBE_ANSWERS: dict[str, Callable[[ModuleType], None]] = {
+    "build_identity.py": answer_build_identity, "server_args.py": answer_server_args}
+
+if args and os.path.basename(os.path.dirname(args[0])) == "probes" and args[0].endswith(".py"):
+    answer = PROBE_ANSWERS.get(os.path.basename(args[0]))
+    if answer is None:
+        print(f"fake vllm: no vLLM or torch here to answer {os.path.basename(args[0])}", file=sys.stderr)
+        sys.exit(1)
+    answer(load_probe(args[0]))
     sys.exit(0)
 
-# the pre-launch check above exits without them
+# the probes above exit without them
 import signal  # noqa: E402
 import subprocess  # noqa: E402
 

@@ -217,3 +217,84 @@ def test_any_in_at_most_sixty_signatures_aliases_included():
     assert len(found) <= MAX_ANY_SIGNATURES, (
         f"{len(found)} signatures carry Any or an alias of it ({sorted(aliases - {'Any'})}); "
         f"at most {MAX_ANY_SIGNATURES}, each for JSON from outside or a library's object:\n  " + "\n  ".join(found))
+
+
+#: options that make an interpreter or a shell run the text that follows as a program
+_PROGRAM_OPTIONS = ("-c",)
+#: a command line in a string that runs program text (``python -c "..."``, ``sh -c '...'``)
+_INLINE_PROGRAM = ("python -c", "python3 -c", "sys.executable -c", "sh -c", "bash -c")
+
+
+def _is_docstring(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
+    expr = parents.get(node)
+    owner = parents.get(expr) if isinstance(expr, ast.Expr) else None
+    return isinstance(owner, (ast.Module, ast.ClassDef, *_DEFS)) and owner.body[0] is expr
+
+
+def _imports_something(text: str) -> bool:
+    """Whether ``text`` parses as Python that imports (what a program handed to ``-c`` does)."""
+    if "import" not in text:
+        return False
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return False
+    return any(isinstance(n, (ast.Import, ast.ImportFrom)) for n in ast.walk(tree))
+
+
+def program_texts(source: str) -> list[tuple[int, str]]:
+    """Program text held in ``source``'s strings: ``(line, why)`` for each command list or
+    tuple that passes ``-c`` and the item after it, each string naming ``python -c`` (or a
+    shell's ``-c``), each ``exec`` / ``eval`` / ``compile`` of a string literal, and each
+    string literal (docstrings aside) that parses as Python importing a module."""
+    tree = ast.parse(source)
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.List, ast.Tuple)):
+            for item in node.elts[:-1]:
+                if isinstance(item, ast.Constant) and item.value in _PROGRAM_OPTIONS:
+                    found.append((node.lineno, f"{item.value} followed by program text"))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                node.func.id in ("exec", "eval", "compile") and node.args and \
+                isinstance(node.args[0], (ast.Constant, ast.JoinedStr)):
+            found.append((node.lineno, f"{node.func.id} of a string literal"))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and not _is_docstring(node, parents):
+            if any(cmd in node.value for cmd in _INLINE_PROGRAM):
+                found.append((node.lineno, "a command line running inline program text"))
+            elif _imports_something(node.value):
+                found.append((node.lineno, "a string literal of Python source"))
+    return sorted(found)
+
+
+def test_checker_finds_program_text_in_strings():
+    made_up = (
+        '"""A module; its docstring may say: import os."""\n'
+        'import subprocess, sys\n'
+        'PROBE = "import json, sys\\nprint(json.dumps(sys.path))"\n'
+        'def f(python: str) -> None:\n'
+        '    """Run ``import vllm`` in ``python``."""\n'
+        '    subprocess.run([python, "-c", PROBE])\n'
+        '    subprocess.run((python, "-c", f"print({python!r})"))\n'
+        '    subprocess.run("python -c pass", shell=True)\n'
+        '    exec("x = 1")\n'
+        '    subprocess.run([python, "-m", "vllm.entrypoints.openai.api_server"])\n'
+        '    subprocess.run([python, "probes/build_identity.py", "-c"])\n'
+        '    print("engine import: import vllm failed")\n'
+    )
+    assert program_texts(made_up) == [
+        (3, "a string literal of Python source"),
+        (6, "-c followed by program text"),
+        (7, "-c followed by program text"),
+        (8, "a command line running inline program text"),
+        (9, "exec of a string literal"),
+    ]
+
+
+def test_no_program_text_hidden_in_strings():
+    """What harness/ runs in another interpreter is a module run by path
+    (harness/engine/probes/), linted and typed, never Python source in a string."""
+    found = [f"{p.relative_to(PKG.parent)}:{line} {why}" for p in sorted(PKG.rglob("*.py"))
+             for line, why in program_texts(p.read_text(encoding="utf-8"))]
+    assert not found, ("program text in strings (make it a module of harness/engine/probes/ and run it "
+                       "by path):\n  " + "\n  ".join(found))

@@ -26,7 +26,8 @@ and vLLM only) loads in those servers too; it is reinstalled when the plugin cha
 
 A build's identity (:class:`~harness.records.provenance.EngineBuild`: package,
 version, commit) is read by a subprocess of its interpreter from package metadata,
-without importing vLLM (:func:`read_identity`).
+without importing vLLM (:func:`read_identity`, the probe
+:mod:`harness.engine.probes.build_identity` run by path).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from harness.config.plan import Plan
+from harness.engine.probes import build_identity, command, torch_stack
 from harness.records.atomic import write_atomic
 from harness.records.provenance import EngineBuild
 
@@ -71,37 +73,6 @@ COMPANIONS = ("torchvision", "torchaudio", "torchcodec")
 #: evalrun's vLLM plugin, whose content decides when evalrun is reinstalled beside a build.
 PLUGIN_FILE = Path(__file__).resolve().parents[1] / "faults" / "plugin.py"
 _COMMIT = re.compile(r"[0-9a-fA-F]{7,40}")
-_MARK = "EVALRUN-BUILD "
-
-# Reads the build's identity without importing vLLM (find_spec of a top-level package
-# does not execute it); the first line names the probe (the test suite's fake server
-# answers it).
-_PROBE = r"""# EVALRUN-BUILD-PROBE
-import ast, importlib.metadata as md, importlib.util as u, json, os, re, sys
-out = {"python": sys.executable, "package": None, "version": None, "commit": None, "evalrun_plugin": False}
-spec = u.find_spec("vllm")
-names = md.packages_distributions().get("vllm") or []
-if spec is not None and spec.origin and names:
-    d = md.distribution(names[0])
-    out["package"] = re.sub(r"[-_.]+", "-", d.metadata["Name"]).lower()
-    out["version"] = d.version
-    vf = os.path.join(os.path.dirname(spec.origin), "_version.py")
-    if os.path.isfile(vf):
-        for node in ast.parse(open(vf, encoding="utf-8").read()).body:
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and \
-                    isinstance(node.value.value, str) and \
-                    any(getattr(t, "id", "") in ("commit_id", "__commit_id__") for t in node.targets):
-                out["commit"] = node.value.value
-    m = re.search(r"\+g([0-9a-f]{7,40})", d.version)
-    if not out["commit"] and m:
-        out["commit"] = m.group(1)
-    du = d.read_text("direct_url.json")
-    if not out["commit"] and du:
-        out["commit"] = (json.loads(du).get("vcs_info") or {}).get("commit_id")
-out["evalrun_plugin"] = any(ep.value.startswith("harness.faults.plugin")
-                            for ep in md.entry_points(group="vllm.general_plugins"))
-print("EVALRUN-BUILD " + json.dumps(out))
-"""
 
 
 class BuildError(Exception):
@@ -205,22 +176,23 @@ def cache_key(spec: BuildSpec) -> str:
 
 
 def read_identity(python: str, timeout: float = 60) -> EngineBuild:
-    """The build of interpreter ``python`` (a subprocess; vLLM is not imported).
+    """The build of interpreter ``python`` (:mod:`harness.engine.probes.build_identity` run
+    in it; vLLM is not imported).
 
     Raises:
         BuildError: the interpreter cannot be run or does not answer the probe.
     """
     try:
-        proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=timeout,
+        proc = subprocess.run(command(python, build_identity), capture_output=True, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL, start_new_session=True)
     except (OSError, subprocess.SubprocessError) as e:
         raise BuildError(f"interpreter {python}: cannot be run: {e}") from None
-    lines = [x for x in proc.stdout.splitlines() if x.startswith(_MARK)]
+    lines = [x for x in proc.stdout.splitlines() if x.startswith(build_identity.MARKER)]
     if proc.returncode != 0 or len(lines) != 1:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
         raise BuildError(f"interpreter {python}: the build probe failed (exit {proc.returncode}): "
                          + " | ".join(tail))
-    data = json.loads(lines[0][len(_MARK):])
+    data = json.loads(lines[0][len(build_identity.MARKER):])
     data["python"] = python
     return EngineBuild(**data)
 
@@ -291,13 +263,21 @@ def _create(spec: BuildSpec, folder: Path, log: Path, say: Callable[[str], None]
     if spec.index_url:
         index = ["--extra-index-url", spec.index_url] + (["--index-strategy", "first-index"] if uv else ["--pre"])
     _run([*_pip(py, uv, "install"), *_pip_args(), *index, str(spec.requirement)], log, f"build {spec.text}: installing")
-    companions = subprocess.run([str(py), "-c", "import importlib.util as u, sys; "
-                                 "sys.exit(0 if u.find_spec('torchvision') is None else 3)"],
-                                capture_output=True, stdin=subprocess.DEVNULL).returncode
-    if companions == 3 and subprocess.run([str(py), "-c", "import torchvision"], capture_output=True,
-                                          stdin=subprocess.DEVNULL).returncode != 0:
+    if _torchvision_broken(str(py)):
         say(f"build {spec.text}: torchvision does not import beside its torch; uninstalling {', '.join(COMPANIONS)}")
         _run([*_pip(py, uv, "uninstall"), *COMPANIONS], log, f"build {spec.text}: uninstalling {', '.join(COMPANIONS)}")
+
+
+def _torchvision_broken(python: str) -> bool:
+    """Whether ``torchvision`` is installed in ``python`` but does not import (the
+    :mod:`~harness.engine.probes.torch_stack` probe; False when the probe gives no answer)."""
+    proc = subprocess.run(command(python, torch_stack, "torchvision"), capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL)
+    lines = [x for x in proc.stdout.splitlines() if x.startswith(torch_stack.MARKER)]
+    if not lines:
+        return False
+    found = json.loads(lines[0][len(torch_stack.MARKER):])["companions"].get("torchvision")
+    return found is not None and found["error"] is not None
 
 
 def _plugin_sha() -> str:

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 
 from harness.config.vllm_args import hits_of
 from harness.config.vllm_parser import current_table
+from harness.engine.probes import command, cuda_count
 
 #: The destination in vLLM's parser of each factor of a server's device count (vllm 0.32
 #: ``vllm/engine/arg_utils.py``).
@@ -202,21 +203,17 @@ def dry_run_devices(detected: Sequence[str], gpus: str | None) -> tuple[tuple[st
     return cap_devices(detected, gpus), None
 
 
-#: What a subprocess of the servers' interpreter prints: its torch's CUDA device count.
-TORCH_PROBE = "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"
-
-
 def probed_devices(env: Mapping[str, str], python: str) -> tuple[str, ...]:
     """The devices found without importing torch into this process (the dry run imports
     no engine): ``CUDA_VISIBLE_DEVICES`` of ``env`` when set, else ``0..n-1`` for NVML's
     count, else for ``torch.cuda.device_count()`` asked of ``python`` (the servers'
-    interpreter) in a subprocess (:data:`TORCH_PROBE`; none when that fails)."""
+    interpreter) in a subprocess (:mod:`harness.engine.probes.cuda_count`; none when that fails)."""
     if "CUDA_VISIBLE_DEVICES" in env:
         return detected_devices(env)
     n = _nvml_count()
     if n is None:
         try:
-            r = subprocess.run([python, "-c", TORCH_PROBE], capture_output=True, text=True, timeout=120, check=False)
+            r = subprocess.run(command(python, cuda_count), capture_output=True, text=True, timeout=120, check=False)
             n = int(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 and r.stdout.strip() else 0
         except (OSError, subprocess.TimeoutExpired, ValueError):
             n = 0

@@ -32,6 +32,8 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from harness.engine.probes import command, torch_stack
+
 __all__ = ["Finding", "check_engine", "check_data", "check_cache", "check_ports", "diagnose_server_log",
            "run_checks", "cli_main", "COMPANIONS"]
 
@@ -48,35 +50,6 @@ FIX_COMPANIONS = (
     "(vision) needs builds that match torch {torch} (for +cpu: PyTorch's CPU wheel index, "
     "`pip install --index-url https://download.pytorch.org/whl/cpu {pkgs}`)"
 )
-
-_PROBE = r"""
-import importlib, importlib.metadata as md, json, sys
-out = {"python": sys.executable, "torch": None, "torch_error": None, "cuda": None, "companions": {},
-       "vllm": None, "vllm_error": None}
-try:
-    import torch
-    out["torch"] = torch.__version__
-    out["cuda"] = bool(torch.cuda.is_available())
-except Exception as e:
-    out["torch_error"] = f"{type(e).__name__}: {e}"
-for name in %(companions)r:
-    try:
-        ver = md.version(name)
-    except md.PackageNotFoundError:
-        continue
-    try:
-        importlib.import_module(name)
-        out["companions"][name] = {"version": ver, "error": None}
-    except Exception as e:
-        out["companions"][name] = {"version": ver, "error": f"{type(e).__name__}: {e}"[:300]}
-if %(with_vllm)r:
-    try:
-        import vllm
-        out["vllm"] = getattr(vllm, "__version__", "?")
-    except Exception as e:
-        out["vllm_error"] = f"{type(e).__name__}: {e}"[:500]
-print("EVALRUN-PROBE" + json.dumps(out))
-"""
 
 
 @dataclass(frozen=True)
@@ -103,22 +76,23 @@ class Finding:
 
 def probe_python(python: str, with_vllm: bool = True, timeout: float = ENGINE_PROBE_TIMEOUT,
                  env: dict[str, str] | None = None) -> dict:
-    """Run the probe script in ``python`` and return its findings.
+    """Run the probe :mod:`harness.engine.probes.torch_stack` in ``python`` and return its
+    findings.
 
     Returns:
         ``{"python", "torch", "torch_error", "cuda", "companions": {name: {"version",
         "error"}}, "vllm", "vllm_error"}``; or ``{"probe_error": str}`` when the
         interpreter cannot be run, times out or prints no result.
     """
-    script = _PROBE % {"companions": COMPANIONS, "with_vllm": with_vllm}
+    argv = command(python, torch_stack, *([torch_stack.WITH_VLLM] if with_vllm else []), *COMPANIONS)
     try:
-        r = subprocess.run([python, "-c", script], capture_output=True, text=True, timeout=timeout,
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
                            env={**os.environ, **(env or {})})
     except (OSError, subprocess.TimeoutExpired) as e:
         return {"probe_error": f"{python}: {type(e).__name__}: {e}"}
     for line in r.stdout.splitlines():
-        if line.startswith("EVALRUN-PROBE"):
-            return json.loads(line[len("EVALRUN-PROBE"):])
+        if line.startswith(torch_stack.MARKER):
+            return json.loads(line[len(torch_stack.MARKER):])
     return {"probe_error": f"{python} exited {r.returncode}: {(r.stderr or r.stdout).strip()[-500:]}"}
 
 

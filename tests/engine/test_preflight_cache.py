@@ -12,6 +12,7 @@ from pathlib import Path
 from harness.cli import main
 from harness.engine import preflight_cache as pc
 from harness.engine.preflight import ServerCommand
+from harness.engine.probes import vllm_files
 from harness.run import runner
 
 from ..orchestration.test_runner_fake_server import FAKE
@@ -63,7 +64,8 @@ def _wrapper(tmp_path: Path) -> Path:
     """An interpreter standing in for the servers': the cache's probe goes to the real
     interpreter (which has vLLM), the pre-launch check and the server to the fake."""
     w = tmp_path / "python-wrapper"
-    w.write_text(f'#!/bin/sh\ncase "$2" in *EVALRUN-PROBE*) exec {sys.executable} "$@";; esac\n'
+    probe = Path(vllm_files.__file__).name
+    w.write_text(f'#!/bin/sh\ncase "$1" in */probes/{probe}) exec {sys.executable} "$@";; esac\n'
                  f'exec {sys.executable} {FAKE} "$@"\n')
     w.chmod(w.stat().st_mode | stat.S_IXUSR)
     return w

@@ -1,5 +1,6 @@
-"""The server lifecycle (harness/engine/server.py): start-up statuses, the registry of
-started and live servers, the stop grace, the hurry and interrupting flags.
+"""The server lifecycle (harness/engine/server.py) and the registry of started and live
+servers (harness/engine/registry.py): start-up statuses, the stop grace, the hurry and
+interrupting flags.
 
 The server here is the FAKE one (tests/fake_vllm.py): the conditions checked (a server
 that keeps running for seconds after SIGTERM, a stop cut short by a second signal) cannot
@@ -21,7 +22,7 @@ import psutil
 import pytest
 
 from harness.cli import main
-from harness.engine import server
+from harness.engine import registry
 from harness.engine.server import EngineProcesses, ServerStartError, VllmServer, processes
 
 FAKE = Path(__file__).resolve().parents[1] / "fake_vllm.py"
@@ -114,7 +115,7 @@ def test_a_failing_sink_never_breaks_a_message(capsys):
 
 def test_the_first_stopping_signal_marks_the_registry_and_raises_a_second_hurries(tmp_path):
     reg = EngineProcesses()
-    saved = {s: signal.getsignal(getattr(signal, s)) for s in server.STOP_SIGNALS}
+    saved = {s: signal.getsignal(getattr(signal, s)) for s in registry.STOP_SIGNALS}
     first: list[str] = []
     try:
         reg.install_stop_handlers(first.append)
@@ -145,17 +146,17 @@ def test_server_launch_failure_is_a_status_not_a_traceback(tmp_path, kind):
 
 
 def test_stop_grace_setting(monkeypatch):
-    monkeypatch.setenv(server.STOP_GRACE_ENV, "2.5")
+    monkeypatch.setenv(registry.STOP_GRACE_ENV, "2.5")
     assert processes().stop_grace() == 2.5
     processes().set_stop_grace(1)
     try:
         assert processes().stop_grace() == 1.0
     finally:
         processes().set_stop_grace(None)
-    monkeypatch.delenv(server.STOP_GRACE_ENV)
-    assert processes().stop_grace() == server.DEFAULT_STOP_GRACE == 5.0
-    monkeypatch.setenv(server.STOP_GRACE_ENV, "soon")
+    monkeypatch.delenv(registry.STOP_GRACE_ENV)
+    assert processes().stop_grace() == registry.DEFAULT_STOP_GRACE == 5.0
+    monkeypatch.setenv(registry.STOP_GRACE_ENV, "soon")
     with pytest.raises(ValueError, match="EVALRUN_STOP_GRACE_SECONDS='soon'"):
         processes().stop_grace()
-    monkeypatch.delenv(server.STOP_GRACE_ENV)
+    monkeypatch.delenv(registry.STOP_GRACE_ENV)
     assert main(["--config", "models-cpu.txt", "--stop-grace", "-1"]) == 2
