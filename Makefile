@@ -13,7 +13,7 @@ PY        := $(VENV)/bin/python
 STAMP     := $(VENV)/.evalrun-installed
 ARGS      ?=
 
-.PHONY: install check cpu selfcheck test test-fast fresh-installs dry-run-h200 clean-venv figures figures-repeat
+.PHONY: install check cpu selfcheck test test-unit test-integration test-fast fresh-installs dry-run-h200 clean-venv figures figures-repeat
 
 install: $(STAMP)
 
@@ -86,10 +86,18 @@ test: install
 	echo "make test: fast part exit $$fr, engine part exit $$er (5: no test selected, not a failure)"; \
 	for r in $$fr $$er; do [ $$r -eq 0 ] || [ $$r -eq 5 ] || exit 1; done
 
-# test-fast: no real vLLM server and no fresh installs from the package index, on JOBS
-# pytest-xdist workers (JOBS=0: one process). Measured on 2 shared, loaded cores:
-# 14 minutes in one process, 9 with JOBS=2 (most tests wait on fake-server subprocesses).
+# The tiers (tests/README.md): test-unit, no subprocess, no socket, seconds each (enforced
+# under EVALRUN_TEST_PART=unit: such a test fails); test-integration, the fake servers and
+# other subprocesses, on JOBS pytest-xdist workers; test-fast, both (JOBS=0: one process).
+# Measured on 2 shared, loaded cores: 14 minutes in one process, 9 with JOBS=2 (most tests
+# wait on fake-server subprocesses).
 JOBS      ?= 2
+
+test-unit: install
+	EVALRUN_TEST_PART=unit $(PY) -m pytest -q $(ARGS)
+
+test-integration: install
+	EVALRUN_TEST_PART=integration $(PY) -m pytest -n $(JOBS) $(ARGS)
 
 test-fast: install
 	EVALRUN_TEST_PART=fast $(PY) -m pytest -n $(JOBS) $(ARGS)

@@ -1,6 +1,6 @@
 """evalrun: accuracy-regression harness for speculative decoding on hybrid models in vLLM.
 
-The package is laid out by stage of the data flow (docs/ARCHITECTURE.md): ``config``
+The package is laid out by stage of the data flow (docs/maintainers/architecture.md): ``config``
 (YAML -> frozen types -> plan), ``records`` (the typed contract: samples, run record,
 baselines), ``tasks``, ``models``, ``engine``, ``analysis``, ``report``, and the
 orchestration modules ``runner``, ``selfcheck``, ``calibrate`` and ``cli``.

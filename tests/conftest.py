@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -65,28 +66,62 @@ def vllm_available() -> bool:
     return True
 
 
-#: ``EVALRUN_TEST_PART``: ``fast`` keeps the tests marked neither ``engine`` nor
-#: ``install``, ``engine`` keeps the others; unset keeps all. ``make test`` runs the two
-#: parts one after the other (the fast one on xdist workers), ``make test-fast`` the first.
-#: An environment variable, not ``-m``, so a ``-m`` in ``ARGS`` narrows each part instead
-#: of replacing the split (``ARGS="-m slow"`` would otherwise run the slow test twice).
+#: ``EVALRUN_TEST_PART``: which tier(s) to keep (tests/README.md): ``unit`` (no marker),
+#: ``integration`` (marked ``integration``), ``fast`` (both), ``engine`` (marked ``engine``
+#: or ``install``); unset keeps all. ``make test`` runs ``fast`` on xdist workers beside
+#: ``engine``. An environment variable, not ``-m``, so a ``-m`` in ``ARGS`` narrows each part
+#: instead of replacing the split (``ARGS="-m slow"`` would otherwise run the slow test twice).
 TEST_PART_ENV = "EVALRUN_TEST_PART"
+#: each part -> the tiers it keeps
+PARTS = {"unit": {"unit"}, "integration": {"integration"}, "fast": {"unit", "integration"},
+         "engine": {"engine"}}
 
 
-def _select_part(config, items) -> None:
+def tier_of(item: pytest.Item) -> str:
+    """The tier of a collected test from its markers, as ``-m`` reads them (item.keywords
+    also holds folder names, e.g. tests/engine/): ``engine`` (``engine`` or ``install``),
+    ``integration``, else ``unit``."""
+    if any(item.get_closest_marker(m) for m in ("engine", "install")):
+        return "engine"
+    return "integration" if item.get_closest_marker("integration") else "unit"
+
+
+def _select_part(config: pytest.Config, items: list[pytest.Item]) -> None:
     part = os.environ.get(TEST_PART_ENV, "")
     if not part:
         return
-    if part not in ("fast", "engine"):
-        raise pytest.UsageError(f"{TEST_PART_ENV}={part!r}: expected 'fast' or 'engine' (or unset)")
+    if part not in PARTS:
+        raise pytest.UsageError(f"{TEST_PART_ENV}={part!r}: expected one of {', '.join(PARTS)} (or unset)")
     keep, drop = [], []
     for item in items:
-        # markers, as -m reads them (item.keywords also holds folder names: tests/engine/)
-        heavy = any(item.get_closest_marker(m) for m in ("engine", "install"))
-        (keep if heavy == (part == "engine") else drop).append(item)
+        (keep if tier_of(item) in PARTS[part] else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+class UnitTierViolation(AssertionError):
+    """A test of the unit tier started a process or opened a connection (tests/README.md)."""
+
+
+@pytest.fixture(autouse=True)
+def _unit_tier_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under ``EVALRUN_TEST_PART=unit``, a test that starts a subprocess or connects a socket
+    fails, naming its module and the marker it needs: the unit tier's promise (no process, no
+    network, seconds in all) is enforced, not trusted."""
+    if os.environ.get(TEST_PART_ENV) != "unit" or tier_of(request.node) != "unit":
+        return
+    where = request.node.nodeid.split("::")[0]
+
+    def refuse(what: str):
+        def refused(*_args: object, **_kwargs: object) -> None:
+            raise UnitTierViolation(f"{where}: a unit-tier test {what}; mark the module "
+                                    "`pytestmark = pytest.mark.integration` (tests/README.md)")
+        return refused
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse("started a subprocess"))
+    monkeypatch.setattr(socket.socket, "connect", refuse("connected a socket"))
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse("connected a socket"))
 
 
 def pytest_collection_modifyitems(config, items):

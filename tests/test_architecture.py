@@ -1,6 +1,6 @@
 """The package's import graph: no circles, and no module importing from a later stage.
 
-Stages (docs/ARCHITECTURE.md), earliest first. A module may import from its own stage
+Stages (docs/maintainers/architecture.md), earliest first. A module may import from its own stage
 or an earlier one; the orchestration modules (runner, selfcheck, calibrate, cli) may
 import from every stage. The vLLM plugin (``harness.faults``) imports nothing else of
 evalrun, so it loads cheaply in every vLLM process.

@@ -70,8 +70,9 @@ VLLM_WHEEL_INDEX = "https://wheels.vllm.ai/{commit}"
 STAMP = "evalrun-build.json"
 #: companion wheels removed when ``torchvision`` does not import beside the build's torch.
 COMPANIONS = ("torchvision", "torchaudio", "torchcodec")
-#: evalrun's vLLM plugin, whose content decides when evalrun is reinstalled beside a build.
-PLUGIN_FILE = Path(__file__).resolve().parents[1] / "faults" / "plugin.py"
+#: evalrun's vLLM plugin (a package: the entry point, its machinery and one module per fault),
+#: whose content decides when evalrun is reinstalled beside a build.
+PLUGIN_DIR = Path(__file__).resolve().parents[1] / "faults"
 _COMMIT = re.compile(r"[0-9a-fA-F]{7,40}")
 
 
@@ -281,7 +282,13 @@ def _torchvision_broken(python: str) -> bool:
 
 
 def _plugin_sha() -> str:
-    return hashlib.sha256(PLUGIN_FILE.read_bytes()).hexdigest()
+    """SHA-256 (hex) over every module of the plugin package, each as its path relative to
+    the package, a NUL, its bytes and a NUL, in path order: a change to any fault's module
+    reinstalls evalrun beside a build, not only a change to the entry point."""
+    h = hashlib.sha256()
+    for f in sorted(PLUGIN_DIR.rglob("*.py")):
+        h.update(f.relative_to(PLUGIN_DIR).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
 
 
 def _evalrun_wheel(root: Path, log: Path, say: Callable[[str], None]) -> Path:

@@ -35,6 +35,8 @@ from ..conftest import (
     write_fake_vllm_form,
 )
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 FAKE = FAKE_VLLM
 N = 200
 

@@ -18,6 +18,8 @@ from harness.config.schema import ConfigError
 
 from ..conftest import run_with_fake, write_fake_vllm_form
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 N = 400
 #: per-pass flip probability q with 2q(1-q) = 0.15: two passes differ on 15% of questions
 Q = 0.0811

@@ -16,6 +16,8 @@ from scipy import stats  # noqa: TID253 - the reference implementation these val
 from harness.analysis.sampled import detectable_shift, sampled_test
 from harness.records.completions import TargetScore
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 
 def _scores(means: list[float], tokens: int = 4) -> dict[str, TargetScore]:
     return {f"q/{i}": TargetScore(f"q/{i}", tokens, m * tokens) for i, m in enumerate(means)}

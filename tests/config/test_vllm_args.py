@@ -22,6 +22,8 @@ from harness.config.vllm_args import (
 )
 from tests.config.test_vllm_parser import vllm_parser, vllm_speculative  # noqa: F401 - the fixture
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 DATA = Path(__file__).resolve().parents[1] / "data" / "vllm_gsm8k"
 
 SPELLINGS = [

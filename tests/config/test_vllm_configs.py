@@ -31,6 +31,8 @@ from harness.config.vllm_parser import scan, snapshot_table
 from harness.tasks import prepare_task
 from harness.tasks.gsm8k import GsmItem, build_requests
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 DATA = Path(__file__).resolve().parents[1] / "data" / "vllm_gsm8k"
 REAL = DATA / "configs"
 GEN = DATA / "generated"

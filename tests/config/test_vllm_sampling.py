@@ -29,6 +29,8 @@ from harness.config.schema import ConfigError
 from harness.engine.client import AsyncCompletionClient, chat_complete
 from harness.engine.session import run_coroutine
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 SAMPLING = Path(__file__).resolve().parents[1] / "data" / "vllm_gsm8k" / "configs" / "sampling"
 GREEDY = SAMPLING.parent / "Nemotron-3-Super-120B-A12B-BF16.yaml"
 PY = "/usr/bin/python3"

@@ -17,6 +17,8 @@ from harness.config.yaml_load import MAX_ALIAS_NODES
 from tests.config.texts import HEAD, err
 from tests.config.texts import write_text as write
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 
 def bomb(levels: int, fan: int) -> str:
     """``levels`` levels of ``fan`` aliases ("billion laughs"), under an unknown key of the vLLM form."""

@@ -30,6 +30,8 @@ from harness.engine.preflight import ServerCommand, check_server_commands
 
 from ..conftest import require_vllm
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 REPO = Path(__file__).resolve().parents[2]
 CPU_CONFIG = REPO / "configs" / "tiny-qwen3next-mtp-cpu.yaml"
 

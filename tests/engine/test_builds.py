@@ -27,6 +27,8 @@ from harness.engine.builds import BuildError, _check_asked, cache_key, ensure_bu
 from harness.records.provenance import EngineBuild
 from tests.conftest import vllm_installed
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 COMMIT_A = "0123456789abcdef0123456789abcdef01234567"
 COMMIT_B = "fedcba9876543210fedcba9876543210fedcba98"
 

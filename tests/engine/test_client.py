@@ -18,6 +18,8 @@ from harness.engine.session import run_coroutine
 from harness.records.run_record import load_run
 from tests.fake_run import config, run_cli, servers_gone
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 
 def _serve_and_send(handler, timeout_s: float = 5, prompt: str = "What is 2+2?"):
     """Run one request through AsyncCompletionClient against ``handler``; return

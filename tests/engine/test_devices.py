@@ -20,6 +20,8 @@ from harness.engine.devices import (
     variant_need,
 )
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 CMD = ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"]
 
 

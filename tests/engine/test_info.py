@@ -10,6 +10,8 @@ from harness.engine.info import EngineInfoError, read_engine_facts
 from harness.records.run_record import load_run
 from tests.fake_run import config, run_cli
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 
 @pytest.mark.parametrize("env, expect", [
     ({"FAKE_MALFORMED_INFO": "list"}, "/server_info is not a JSON object (got list)"),

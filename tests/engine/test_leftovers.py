@@ -16,6 +16,8 @@ import pytest
 from harness.engine.leftovers import find_leftover_servers, group_kill_command, judge_pid_file
 from harness.engine.server import VllmServer
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 FAKE = Path(__file__).resolve().parents[1] / "fake_vllm.py"
 VLLM_CMD = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", "m", "--port", "8000"]
 

@@ -25,6 +25,8 @@ from harness.records.measures import SpecDecodeCountersRecord, SpecDecodeRecord
 from harness.records.run_record import load_run
 from tests.fake_run import config, run_cli
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 # Two engines: engine 0 has drafts 10, draft tokens 20, accepted 12 (8 at pos 0,
 # 4 at pos 1); engine 1 has drafts 20, draft tokens 40, accepted 28 (18 at pos 0,
 # 10 at pos 1). num_speculative_tokens = 2.

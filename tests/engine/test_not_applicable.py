@@ -11,12 +11,16 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from harness.cli import main
 from harness.config.loader import load_config
 from harness.config.plan import build_plan
 from harness.engine.preflight import ASYNC_NOT_SUPPORTED, ServerCommand, check_server_commands
 
 from ..conftest import require_vllm
+
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
 
 FAKE = Path(__file__).resolve().parents[1] / "fake_vllm.py"
 GEN = Path(__file__).resolve().parents[1] / "data" / "vllm_gsm8k" / "generated"

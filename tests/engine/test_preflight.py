@@ -12,10 +12,14 @@ import stat
 import sys
 from pathlib import Path
 
+import pytest
+
 from harness.engine.preflight import HEAD_START_SECONDS
 from harness.engine.probes import build_identity, server_args, vllm_files
 
 from ..orchestration.test_runner_fake_server import FAKE, config, run
+
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
 
 #: how long the wrapper's check takes: well past the head start, so the run goes on
 #: preparing its first config beside it

@@ -9,6 +9,8 @@ import stat
 import sys
 from pathlib import Path
 
+import pytest
+
 from harness.cli import main
 from harness.engine import preflight_cache as pc
 from harness.engine.preflight import ServerCommand
@@ -16,6 +18,8 @@ from harness.engine.probes import vllm_files
 from harness.run import runner
 
 from ..orchestration.test_runner_fake_server import FAKE
+
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
 
 
 def _cmd(python: str, *args: str, env: dict | None = None, vid: str = "c/reference") -> ServerCommand:

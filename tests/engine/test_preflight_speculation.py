@@ -8,10 +8,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from harness.config.loader import load_config
 from harness.config.plan import build_plan
 from harness.engine.preflight import ServerCommand, check_server_commands
 from tests.conftest import require_vllm
+
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
 
 GEN = Path(__file__).resolve().parents[1] / "data" / "vllm_gsm8k" / "generated"
 

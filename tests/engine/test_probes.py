@@ -18,6 +18,8 @@ import pytest
 from harness.engine import probes
 from harness.engine.probes import build_identity, command, cuda_count, group_watchdog
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 FAKE = Path(__file__).resolve().parents[1] / "fake_vllm.py"
 PROBES = sorted(p for p in Path(probes.__file__).parent.glob("*.py") if p.name != "__init__.py")
 

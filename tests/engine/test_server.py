@@ -25,6 +25,8 @@ from harness.cli import main
 from harness.engine import registry
 from harness.engine.server import EngineProcesses, ServerStartError, VllmServer, processes
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 FAKE = Path(__file__).resolve().parents[1] / "fake_vllm.py"
 ARGV = [str(FAKE), "-m", "vllm.entrypoints.openai.api_server", "--model", "m", "--port", "{port}"]
 

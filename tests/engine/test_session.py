@@ -21,6 +21,8 @@ from harness.engine.server import EngineProcesses, ServerStartError
 from harness.engine.session import VariantSession, counter_problem
 from harness.tasks.requests import Request
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 FAKE = Path(__file__).resolve().parents[1] / "fake_vllm.py"
 SPEC = {"method": "mtp", "num_speculative_tokens": 2}
 

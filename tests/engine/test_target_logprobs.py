@@ -12,6 +12,8 @@ from aiohttp.test_utils import TestServer  # noqa: TID253 - the test serves with
 from harness.engine.client import AsyncCompletionClient, target_logprobs
 from harness.engine.session import run_coroutine
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 
 def _score(plp_of, completion=(7, 8), chat=False):
     seen: list[tuple[str, dict]] = []

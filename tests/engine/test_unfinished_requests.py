@@ -21,6 +21,8 @@ from harness.tasks.lm_eval_task import LmEvalTask, _map_results
 from harness.tasks.requests import Request
 from tests.engine.test_client import _serve_and_send, _serve_chat
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 
 def vllm_finish_reasons() -> tuple[str, ...]:
     from vllm.v1.engine import FINISH_REASON_STRINGS

@@ -32,6 +32,8 @@ from harness.config.loader import load_config
 from harness.engine.session import VariantSession, run_coroutine
 from harness.tasks import prepare_task
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 DATA = Path(__file__).resolve().parents[1] / "data" / "vllm_gsm8k"
 VLLM_STOP = ["Question", "Assistant:", "<|separator|>"]
 #: evalrun adds these to every body; neither changes the tokens generated

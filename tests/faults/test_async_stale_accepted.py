@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 import harness.faults.plugin as faults
 from harness.faults.catalog.async_stale_accepted import stale_accepted_counts, stale_accepted_wrapper
 from tests.faults.fakes import needs_torch, needs_vllm
+
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
 
 
 @needs_torch

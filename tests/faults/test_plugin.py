@@ -22,6 +22,8 @@ from harness.config.plan import FAULT_ENV as PLAN_ENV
 from harness.faults.plugin import FAULT_ENV, FAULTS, FaultConfigError
 from tests.faults.fakes import OBSERVERS, needs_vllm
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 # ---------------------------------------------------------------------------
 # plumbing
 # ---------------------------------------------------------------------------

@@ -12,10 +12,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from harness.cli import main
 from harness.records.run_record import load_run
 from tests.conftest import write_fake_spec_config
 from tests.orchestration.test_bisect import _fake_builds
+
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
 
 
 def _ab(tmp_path: Path, baseline: str, candidate: str, name: str = "fake") -> Path:

@@ -13,8 +13,12 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from harness.cli import main
 from tests.conftest import FAKE_VLLM, write_fake_spec_config
+
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
 
 
 def _fake_builds(folder: Path, n: int, first_bad: int, low_acceptance: int | None = None) -> list[str]:

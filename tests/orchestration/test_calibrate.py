@@ -19,6 +19,8 @@ from harness.cli import main
 
 from ..conftest import vllm_available, write_fake_spec_config
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 REPO = Path(__file__).resolve().parents[2]
 FAKE = Path(__file__).resolve().parents[1] / "fake_vllm.py"
 

@@ -27,6 +27,8 @@ import pytest
 from ..conftest import alive, default_signals
 from .test_runner_fake_server import FAKE, config
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -12,6 +12,8 @@ import pytest
 
 from harness.cli import main
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -18,6 +18,8 @@ import pytest
 from harness.cli import main
 from harness.engine.doctor import check_cache, check_data, check_engine, check_ports, diagnose_server_log
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 
 @pytest.fixture
 def broken_torchvision(tmp_path, monkeypatch) -> Path:

@@ -17,6 +17,8 @@ import pytest
 from harness.cli import main
 from tests.fake_run import FAKE, config
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 DECLARED = """\
 expected_failures:
   - gates: [reference->spec/gsm8k/*]

@@ -23,6 +23,8 @@ from harness.cli import main
 from ..conftest import default_signals
 from .test_runner_fake_server import FAKE, config, run
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 REPO = Path(__file__).resolve().parents[2]
 
 

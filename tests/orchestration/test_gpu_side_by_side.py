@@ -27,6 +27,8 @@ from harness.tasks import judging
 from ..conftest import alive, default_signals
 from .test_runner_fake_server import FAKE
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 REPO = Path(__file__).resolve().parents[2]
 EIGHT = "0,1,2,3,4,5,6,7"
 

@@ -23,6 +23,8 @@ from harness.run.merge import MergeError, assign_shards, config_weight, merge_re
 
 from ..record_factory import typed
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 REPO = Path(__file__).resolve().parents[2]
 
 

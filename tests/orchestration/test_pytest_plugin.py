@@ -18,6 +18,8 @@ import pytest
 from harness.config.schema import ConfigError
 from harness.config.select import compile_keyword, select_paths
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 FAKE = Path(__file__).resolve().parents[1] / "fake_vllm.py"
 REPO = Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+
 from tests.orchestration.test_pytest_plugin import cases, pytest_run
+
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
 
 DECLARED = """\
   expected_failures:

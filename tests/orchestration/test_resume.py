@@ -29,6 +29,8 @@ from harness.run.resume import _variant_build_difference
 
 from ..conftest import default_signals
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 REPO = Path(__file__).resolve().parents[2]
 FAKE = REPO / "tests" / "fake_vllm.py"
 _spec = importlib.util.spec_from_file_location("record_identity", REPO / "bench" / "record_identity.py")

@@ -26,6 +26,8 @@ from harness.report.calibration import render_calibration_markdown, summarize
 from harness.run.context import Place
 from tests.fake_run import config, run_cli, servers_gone
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 
 def test_a_place_noted_in_a_thread_is_the_place_the_recording_thread_takes():
     place = Place()

@@ -12,11 +12,15 @@ import json
 import textwrap
 from pathlib import Path
 
+import pytest
+
 import harness.run.runner as runner
 from harness.cli import main
 from harness.run.context import ConfigRun
 
 from .test_runner_fake_server import FAKE
+
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
 
 
 def config(tmp_path: Path, spec_mode: str, comparison: str = "") -> tuple[Path, Path]:

@@ -16,6 +16,8 @@ import pytest
 
 from harness.cli import main
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 FAKE = Path(__file__).resolve().parents[1] / "fake_vllm.py"
 
 

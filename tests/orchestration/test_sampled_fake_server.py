@@ -19,6 +19,8 @@ import pytest
 
 from tests.fake_run import run_cli
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 
 def _config(tmp_path: Path, spec_sampling: str, seed_mode: str = "per_question", n: int = 40) -> Path:
     text = textwrap.dedent(f"""\

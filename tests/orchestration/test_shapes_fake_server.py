@@ -23,8 +23,12 @@ import json
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from harness.models.training import SHIPPED_DIR
 from tests.fake_run import run_cli, servers_gone
+
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
 
 TOKENIZER = SHIPPED_DIR / "tiny-qwen3next-mtp-arith"
 

@@ -36,6 +36,8 @@ from harness.cli import main
 from ..conftest import default_signals
 from .test_runner_fake_server import FAKE, config
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 #: the word each record state must be said with (the README's table of outcomes)
 WORD = {("completed", True): "PASSED", ("interrupted", None): "INTERRUPTED", ("error", None): "ERROR"}
 

@@ -8,9 +8,13 @@ alone is given the fake's ``exit_on_start`` mode.
 
 from __future__ import annotations
 
+import pytest
+
 import harness.run.serving as serving
 
 from .test_runner import config, run_cli, starts
+
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
 
 
 def test_a_rerun_whose_server_does_not_start_leaves_the_rerun_missing_and_says_why(tmp_path, monkeypatch):

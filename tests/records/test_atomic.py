@@ -18,6 +18,8 @@ from harness.records import atomic
 from harness.records.run_record import load_run
 from tests.fake_run import FAKE, config, run_cli
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 
 def test_full_disk_mid_run_keeps_the_good_record_and_no_partial_file(tmp_path, monkeypatch, capsys):
     real = atomic.write_atomic

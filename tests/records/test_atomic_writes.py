@@ -9,6 +9,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 PKG = Path(__file__).resolve().parents[2] / "harness"
 
 #: (file, function) -> why a direct write is right there.

@@ -30,6 +30,8 @@ from tests.record_factory import typed
 from tests.sample_factory import binom_tail_ge
 from tests.sample_factory import gsm8k_sample as s
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 FAKE = Path(__file__).resolve().parents[1] / "fake_vllm.py"
 
 

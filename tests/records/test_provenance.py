@@ -9,8 +9,12 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
+import pytest
+
 from harness import __version__
 from harness.records.provenance import ConfigRef, EngineBuild, installed_vllm_version, new_run_id, provenance, utc_now
+
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -20,6 +20,8 @@ from harness.run.merge import shard_info
 from ..orchestration.test_runner_fake_server import config, run
 from ..record_factory import typed
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 YAML = ("model_name: org/{name}\naccuracy_threshold: 0.5\nnum_questions: {q}\n"
         "server_args: --tensor-parallel-size {tp} --speculative-config "
         "'{{\"method\":\"mtp\",\"num_speculative_tokens\":2}}'\n")

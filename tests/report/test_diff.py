@@ -25,6 +25,8 @@ from tests.record_factory import complete_record
 
 from ..conftest import vllm_available
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 N = 40
 Z = 1.959963984540054
 

@@ -20,6 +20,8 @@ from harness.config.loader import load_config
 from harness.engine import devices as D
 from harness.report.dry_run import subset_warnings
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 REPO = Path(__file__).resolve().parents[2]
 H200 = REPO / "model_lists" / "models-h200.txt"
 PY = "/usr/bin/python3"  # no torch here: the device probe finds none

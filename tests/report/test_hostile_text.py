@@ -23,6 +23,8 @@ from harness.report.summary import render_markdown
 from ..orchestration.test_runner_fake_server import config, run
 from ..record_factory import typed
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 junitparser = pytest.importorskip("junitparser")
 
 #: Characters XML 1.0 forbids (section 2.2), listed here independently of evalrun.

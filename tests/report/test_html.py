@@ -20,6 +20,8 @@ from harness.report.html import render_html, write_html
 
 from ..record_factory import typed
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 CFG, P = "tiny-cfg", "flexible-numeric"
 ACC = {"reference": (0.95, [0.889, 0.978]), "spec": (0.90, [0.826, 0.945])}
 POS = [0.98, 0.95]

@@ -15,6 +15,8 @@ from harness.config.schema import TaskSpec
 from harness.tasks import ContaminationError, prepare_task
 from harness.tasks.contamination import normalise_question
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 FAKE = Path(__file__).resolve().parents[1] / "fake_vllm.py"
 
 TEST = ["Ann has 3 pens and buys 4 more. How many pens?", "A box holds 6 eggs. How many eggs in 2 boxes?",

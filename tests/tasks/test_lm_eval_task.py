@@ -38,6 +38,8 @@ from harness.tasks.gsm8k import DataUnavailableError
 from harness.tasks.lm_eval_task import load_lm_eval_task, run_lm_eval_task, tokenizer_of
 from tests.fake_run import FAKE, config
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 REPO = Path(__file__).resolve().parents[2]
 TOKENIZER = str(REPO / "harness" / "models" / "data" / "tiny-qwen3next-mtp-arith")
 

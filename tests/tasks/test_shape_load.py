@@ -24,6 +24,8 @@ from harness.tasks.base import SentTask, TaskContext
 from harness.tasks.shape_load import LoadPass, LoadPlan, plan_passes, pressure_proof, proof, send, sweep_proof
 from harness.tasks.shapes import ShapeSent, place_of
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 TOKENIZER_DIR = SHIPPED_DIR / "tiny-qwen3next-mtp-arith"
 
 

@@ -23,6 +23,8 @@ from harness.tasks import prepare_task, task_size
 from harness.tasks.shape_prefix import PrefixSent, prefix_caching_off, prefix_proof, prompt_ids
 from harness.tasks.shapes import place_of, shape_module
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 TOKENIZER_DIR = SHIPPED_DIR / "tiny-qwen3next-mtp-arith"
 
 

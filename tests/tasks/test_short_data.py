@@ -19,6 +19,8 @@ from harness.tasks.synthetic import DEFAULT_NUM_TEST
 from ..conftest import SHARED_GSM8K
 from ..orchestration.test_runner_fake_server import FAKE
 
+pytestmark = pytest.mark.integration  # a subprocess, a socket or seconds of compute (tests/README.md)
+
 
 @pytest.fixture()
 def short_dir(tmp_path: Path) -> Path:
