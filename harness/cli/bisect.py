@@ -244,7 +244,8 @@ def _flip(step: BisectStep, good: BisectStep) -> list[str]:
             if good.gates.get(g) != step.gates.get(g)]
 
 
-def _ends(rec: BisectRecord, builds: list[BuildSpec], run: _Runs, save: Callable[[], None]) -> dict[int, Verdict] | None:
+def _ends(rec: BisectRecord, builds: list[BuildSpec], run: _Runs, save: Callable[[], None],
+          ) -> dict[int, Verdict] | None:
     """Run the newest, then the oldest build; the verdicts by 0-based index, or None
     (``rec`` then says which end is wrong)."""
     n = len(builds)
