@@ -25,6 +25,7 @@ fails too (fail closed). The list is resolved as evalrun resolves lists (a path,
 
 from __future__ import annotations
 
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -63,7 +64,8 @@ def _add_options(parser: pytest.Parser) -> None:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]):  # noqa: ARG001 - pytest passes hook arguments by name
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser,  # noqa: ARG001 - pytest passes
+                                  args: list[str]) -> Generator[None, None, None]:  # noqa: ARG001 - hook arguments by name
     """Add evalrun's options AFTER the initial conftests, so that a pytest session that
     also loads vLLM's own GSM8K conftest (which defines ``--config-list-file``) does not
     fail with a duplicate option: installing evalrun must not break vLLM's test suite."""
@@ -172,6 +174,6 @@ def run_config(path: Path, config: pytest.Config) -> tuple[RunRecord, Path]:
 
 
 @pytest.fixture
-def evalrun_run(request: pytest.FixtureRequest):
+def evalrun_run(request: pytest.FixtureRequest) -> Callable[[str | Path], tuple[RunRecord, Path]]:
     """A callable ``(config path) -> (record, run folder)`` bound to this session's options."""
     return lambda path: run_config(Path(path), request.config)

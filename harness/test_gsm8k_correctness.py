@@ -13,10 +13,18 @@ the run (exit code 1), so the test fails, as pytest's ``[XPASS(strict)]``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import pytest
 
+if TYPE_CHECKING:
+    from harness.records.run_record import RunRecord
 
-def test_gsm8k_correctness(evalrun_config, evalrun_run, request):
+
+def test_gsm8k_correctness(evalrun_config: Path, evalrun_run: Callable[[str | Path], tuple[RunRecord, Path]],
+                           request: pytest.FixtureRequest) -> None:
     record, run_dir = evalrun_run(evalrun_config)
     from harness.pytest_plugin import expected_reason, gate_table
 
@@ -29,7 +37,8 @@ def test_gsm8k_correctness(evalrun_config, evalrun_run, request):
         if why:  # the run passed: pytest reports a passing test marked xfail as XPASS
             request.node.add_marker(pytest.mark.xfail(reason=why, strict=False))
         return
-    what = {1: "a gate failed", 2: "could not run or judge every gate"}.get(code, f"exit code {code}")
+    failures: dict[int | None, str] = {1: "a gate failed", 2: "could not run or judge every gate"}
+    what = failures.get(code, f"exit code {code}")
     if code == 0:
         what = "not every gate was judged"
     if record.status == "error" and record.error is not None:

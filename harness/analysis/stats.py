@@ -15,7 +15,7 @@ import importlib
 import inspect
 import math
 from statistics import NormalDist
-from typing import Callable, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Literal, Mapping, Sequence
 
 from harness.records.measures import PairedRecord
 
@@ -27,12 +27,16 @@ class _LazyModule:
     def __init__(self, name: str):
         self._name = name
 
-    def __getattr__(self, attr: str):
+    def __getattr__(self, attr: str) -> object:
         return getattr(importlib.import_module(self._name), attr)
 
 
-np = _LazyModule("numpy")
-stats = _LazyModule("scipy.stats")
+if TYPE_CHECKING:  # what the lazy modules stand for
+    import numpy as np
+    from scipy import stats
+else:
+    np = _LazyModule("numpy")
+    stats = _LazyModule("scipy.stats")
 
 __all__ = [
     "wilson_interval",

@@ -19,8 +19,9 @@ from harness.config.schema import ConfigError
 
 if TYPE_CHECKING:  # imported where used: the cost module loads the plan's stages
     from harness.config.plan import Plan
+    from harness.records.run_record import RunRecord
     from harness.records.shards import ShardInfo
-    from harness.report.cost import TwinCost
+    from harness.report.cost import PlanCost, TwinCost
     from harness.run.context import RunContext
 
 EXAMPLES = """\
@@ -152,7 +153,7 @@ def _run_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _gpu_estimates(plan, args) -> dict[str, float] | None:
+def _gpu_estimates(plan: Plan, args: argparse.Namespace) -> dict[str, float] | None:
     """On a GPU host: variant id -> estimated server seconds from earlier runs in the
     results folder (:func:`harness.report.cost.plan_cost`), the order in which variants get
     devices (longest first). None on a CPU host (one at a time in plan order) or when the
@@ -334,7 +335,7 @@ def _resolve_build(args: argparse.Namespace) -> None:
         raise _Refused(str(e)) from None
 
 
-def _variant_builds(args: argparse.Namespace, plan):
+def _variant_builds(args: argparse.Namespace, plan: Plan) -> Plan:
     """The plan with the builds its variants name made (not for ``--dry-run``), before
     any server starts (:func:`harness.engine.builds.apply_builds`).
 
@@ -354,7 +355,7 @@ def _variant_builds(args: argparse.Namespace, plan):
         raise _Refused(str(e)) from None
 
 
-def selected_plan(args: argparse.Namespace):
+def selected_plan(args: argparse.Namespace) -> tuple[Plan, ShardInfo | None]:
     """The plan of the selected configs (``--config``, ``-k``, ``--select``), cut to
     ``--shard``: ``(plan, shard record or None)``.
 
@@ -404,7 +405,7 @@ def selected_plan(args: argparse.Namespace):
     return _variant_builds(args, plan), shard
 
 
-def _dry_run(args: argparse.Namespace, plan) -> int:
+def _dry_run(args: argparse.Namespace, plan: Plan) -> int:
     """``--dry-run``: the plan (text or ``--json``) with the data counts, schedule and
     cost; exit code 2 when the run would refuse a task before any server starts, else 0.
 
@@ -437,7 +438,7 @@ def _dry_run(args: argparse.Namespace, plan) -> int:
     return 2 if refused else 0  # the run would refuse it before any server starts
 
 
-def _twin_cost(args: argparse.Namespace, plan, cost) -> TwinCost | None:
+def _twin_cost(args: argparse.Namespace, plan: Plan, cost: PlanCost) -> TwinCost | None:
     """What ``--v1-runner-variants`` would add to this plan (:func:`harness.report.cost.twin_cost`),
     None when no variant would get a twin."""
     from harness.config.plan import build_plan
@@ -453,7 +454,7 @@ def _twin_cost(args: argparse.Namespace, plan, cost) -> TwinCost | None:
     return twin_cost(cost, with_twins)
 
 
-def _after_run(args: argparse.Namespace, record, run_dir: Path, baseline_dir: Path) -> int:
+def _after_run(args: argparse.Namespace, record: RunRecord, run_dir: Path, baseline_dir: Path) -> int:
     """The ``--markdown`` / ``--junit`` copies, the terminal tables and ``--update-baseline``
     after a run whose record is final; returns the exit code (at least 2 when a baseline
     asked for cannot be written). A stopping signal here keeps the record's outcome
@@ -465,10 +466,10 @@ def _after_run(args: argparse.Namespace, record, run_dir: Path, baseline_dir: Pa
     _report_or_warn("terminal tables", lambda: render_terminal(record))
     if args.update_baseline:
         return _update_baseline(record, run_dir, baseline_dir)
-    return int(record.exit_code)
+    return _final_code(record)
 
 
-def _copies(args: argparse.Namespace, record) -> list[tuple[str, Callable[[], object]]]:
+def _copies(args: argparse.Namespace, record: RunRecord) -> list[tuple[str, Callable[[], object]]]:
     """The ``--markdown`` and ``--junit`` copies asked for: ``[(path, write)]``."""
     from harness.records.atomic import write_atomic
     from harness.report.junit import write_junit
@@ -482,7 +483,7 @@ def _copies(args: argparse.Namespace, record) -> list[tuple[str, Callable[[], ob
     return out
 
 
-def _update_baseline(record, run_dir: Path, baseline_dir: Path) -> int:
+def _update_baseline(record: RunRecord, run_dir: Path, baseline_dir: Path) -> int:
     """``--update-baseline``: a baseline for every config whose gates all passed; the
     exit code (the record's, at least 2 when a baseline cannot be written)."""
     from harness.records.baselines import BaselineError, write_baselines
@@ -492,11 +493,17 @@ def _update_baseline(record, run_dir: Path, baseline_dir: Path) -> int:
             print(f"evalrun: {msg}", file=sys.stderr)
     except (BaselineError, OSError) as e:
         print(f"evalrun: baseline not written: {e}", file=sys.stderr)
-        return max(int(record.exit_code), 2)
-    return int(record.exit_code)
+        return max(_final_code(record), 2)
+    return _final_code(record)
 
 
-def _report_or_warn(what: str, render) -> bool:
+def _final_code(record: RunRecord) -> int:
+    """The exit code of a record whose run ended (set then; ``None`` only while it runs)."""
+    assert record.exit_code is not None, "a final record has an exit code"
+    return record.exit_code
+
+
+def _report_or_warn(what: str, render: Callable[[], object]) -> bool:
     """Run ``render()``; a failure is a warning naming ``what`` (never the exit code)."""
     try:
         render()
@@ -506,7 +513,7 @@ def _report_or_warn(what: str, render) -> bool:
         return False
 
 
-def say_error(record, run_dir: Path, prog: str = "evalrun") -> None:
+def say_error(record: RunRecord, run_dir: Path, prog: str = "evalrun") -> None:
     """One screen on stderr for a run that ended with ``status: error``: the exception's
     type and message, where (stage, config, variant, task), what was kept, and the
     record's path. The traceback stays in the record and ``logs/evalrun-error.log``."""
@@ -529,7 +536,7 @@ def say_error(record, run_dir: Path, prog: str = "evalrun") -> None:
     print("\n".join(x for x in lines if x), file=sys.stderr, flush=True)
 
 
-def _lazy(target: str):
+def _lazy(target: str) -> Callable[[list[str]], int]:
     """A subcommand implemented as ``module:function(argv) -> exit code``, imported on use."""
 
     def call(argv: list[str]) -> int:

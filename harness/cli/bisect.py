@@ -29,7 +29,7 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from typing import Literal
+from typing import Callable, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -244,7 +244,8 @@ def _flip(step: BisectStep, good: BisectStep) -> list[str]:
             if good.gates.get(g) != step.gates.get(g)]
 
 
-def _ends(rec: BisectRecord, builds: list[BuildSpec], run: _Runs, save) -> dict[int, Verdict] | None:
+def _ends(rec: BisectRecord, builds: list[BuildSpec], run: _Runs, save: Callable[[], None],
+          ) -> dict[int, Verdict] | None:
     """Run the newest, then the oldest build; the verdicts by 0-based index, or None
     (``rec`` then says which end is wrong)."""
     n = len(builds)
@@ -272,12 +273,12 @@ def _ends(rec: BisectRecord, builds: list[BuildSpec], run: _Runs, save) -> dict[
     return {0: "good", n - 1: "bad"}
 
 
-def _refuse(rec: BisectRecord, message: str, save) -> None:
+def _refuse(rec: BisectRecord, message: str, save: Callable[[], None]) -> None:
     rec.status, rec.message, rec.exit_code = "refused", message, 2
     save()
 
 
-def _search(rec: BisectRecord, builds: list[BuildSpec], run: _Runs, save) -> None:
+def _search(rec: BisectRecord, builds: list[BuildSpec], run: _Runs, save: Callable[[], None]) -> None:
     """Both ends judged: the binary search, then the result in ``rec``."""
     verdicts = _ends(rec, builds, run, save)
     if verdicts is None:

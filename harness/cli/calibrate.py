@@ -10,12 +10,18 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.records.atomic import write_atomic
 from harness.report.calibration import render_calibration_markdown, summarize
 
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
-def describe_error_runs(records) -> list[str]:
+    from harness.records.run_record import RunRecord
+
+
+def describe_error_runs(records: Iterable[RunRecord]) -> list[str]:
     """One line per run record with status ``error``: its run id, the exception, where it
     happened (stage, config, variant, task) and what the record keeps. Such a run's
     figures are partial; calibration still lists it and exits 2."""

@@ -27,7 +27,7 @@ from pathlib import Path
 from harness.config.gates import GateKind
 from harness.config.loader import load_config
 from harness.config.model_list import CONFIGS_DIR
-from harness.config.schema import ConfigError
+from harness.config.schema import ConfigError, ModelConfig
 from harness.faults.fault import EVERY_KIND, GateRef
 from harness.faults.plugin import FAULTS
 from harness.records.atomic import write_atomic
@@ -231,7 +231,8 @@ def render_checks(checks: list[Check], record: RunRecord) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _one_run(cfg, faults: dict[str, str | None], args, run_id: str | None, argv: list[str]):
+def _one_run(cfg: ModelConfig, faults: dict[str, str | None], args: argparse.Namespace, run_id: str | None,
+             argv: list[str]) -> int | tuple[Path, list[Check]]:
     """Run the self-check config once and judge it; returns ``(run_dir, checks)`` or an exit code."""
     from harness import api
     from harness.config.plan import build_plan

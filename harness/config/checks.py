@@ -35,7 +35,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from harness.config.schema import ConfigError, ModelConfig
+from harness.config.schema import ConfigError, ModelConfig, VariantSpec
 from harness.config.yaml_load import KeyPath
 
 __all__ = ["NAME_PATTERN", "MAX_NAME_LENGTH", "check_name", "check_config", "check_acceptance_floor", "check_run_id",
@@ -168,7 +168,7 @@ def check_config(cfg: ModelConfig, lines: dict[KeyPath, int] | None = None) -> N
 PRESSURE_SETTING = "num_gpu_blocks_override"
 
 
-def _server_value(cfg: ModelConfig, v, dest: str) -> str | None:
+def _server_value(cfg: ModelConfig, v: VariantSpec, dest: str) -> str | None:
     """The value a variant's server command gives ``dest`` (the last flag wins, as in
     vLLM's parser; any spelling it accepts), or None when not set."""
     from harness.config.vllm_args import hits_of  # noqa: PLC0415 - the parser table loads on first use
@@ -177,7 +177,7 @@ def _server_value(cfg: ModelConfig, v, dest: str) -> str | None:
     return found[-1] if found else None
 
 
-def _server_count(cfg: ModelConfig, v, dest: str) -> int | str | None:
+def _server_count(cfg: ModelConfig, v: VariantSpec, dest: str) -> int | str | None:
     """:func:`_server_value` of a count flag as the number vLLM reads (``1024``, ``01024``
     and ``1K`` alike: vLLM's ``human_readable_int``, which also reads plain integers), the
     text as given when it is no number (vLLM's parser refuses it before launch), or None."""

@@ -205,7 +205,7 @@ class AsyncCompletionClient:
         )
         return self
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         if self._session is not None:
             await self._session.close()
             self._session = None

@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from types import FrameType
 from typing import Protocol
 
 #: Seconds a server gets between SIGTERM and SIGKILL of its process group when evalrun
@@ -215,7 +216,7 @@ class EngineProcesses:
         """
         state = {"count": 0}
 
-        def handler(signum, frame):  # noqa: ARG001
+        def handler(signum: int, frame: FrameType | None) -> None:  # noqa: ARG001
             name = signal.Signals(signum).name
             state["count"] += 1
             if state["count"] == 1:

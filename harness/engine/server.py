@@ -344,7 +344,7 @@ class VllmServer:
             self._identity = now
             self._write_pid_file()
 
-    def _write_pid_file(self, **extra) -> None:
+    def _write_pid_file(self, **extra: object) -> None:
         """Record the server's identity (pid, process group, start time and command line
         as psutil sees them, taken once while it runs) and its owner's beside the log,
         atomically (:mod:`harness.engine.leftovers`). A file that cannot be written is
@@ -513,5 +513,5 @@ class VllmServer:
             raise
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -46,7 +46,7 @@ SETTLE_SECONDS = 2.0
 T = TypeVar("T")
 
 
-def run_coroutine(coro):
+def run_coroutine(coro: Coroutine[object, None, T]) -> T:
     """Run ``coro`` to completion on a new event loop: uvloop's where it is installed
     (its loop costs less CPU per request than asyncio's default), else asyncio's."""
     try:
@@ -130,7 +130,7 @@ class VariantSession:
             raise
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._http is not None:
             self._http.close()
         if exc[0] is None and self.server.env.get(REPORT_ENV) and self.server.env.get(FAULT_ENV):

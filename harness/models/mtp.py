@@ -2,13 +2,23 @@
 layer built from a recipe, the MTP forward as vLLM runs it (one step and the second,
 chained step), and the loss (:mod:`harness.models.training` describes the maths)."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import harness.models.tiny as tm
 from harness.models.tokenizer import padded_vocab_size
 from harness.models.training_recipe import TrainRecipe
 
+if TYPE_CHECKING:
+    import torch
+    from torch.nn.attention.flex_attention import BlockMask
+    from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
 
-def build_modules(recipe: TrainRecipe):
+    from harness.models.tiny import MTPBlock
+
+
+def build_modules(recipe: TrainRecipe) -> tuple[Qwen3NextForCausalLM, MTPBlock, Qwen3NextConfig, int]:
     """Build the initialised main model and MTP block (torch RNG seeded by the recipe).
 
     Returns:
@@ -32,14 +42,16 @@ def build_modules(recipe: TrainRecipe):
     return model, mtp, cfg, n_tokens
 
 
-def _causal_mask(config, x, position_ids):
+def _causal_mask(config: Qwen3NextConfig, x: torch.Tensor, position_ids: torch.Tensor,
+                 ) -> torch.Tensor | BlockMask | None:
     from transformers.masking_utils import create_causal_mask
 
     return create_causal_mask(config=config, inputs_embeds=x, attention_mask=None,
                               past_key_values=None, position_ids=position_ids)
 
 
-def _mtp_input(model, mtp, hidden, next_ids):
+def _mtp_input(model: Qwen3NextForCausalLM, mtp: MTPBlock, hidden: torch.Tensor,
+               next_ids: torch.Tensor) -> torch.Tensor:
     """``fc(cat([pre_fc_norm_embedding(embed(next_ids)), pre_fc_norm_hidden(hidden)]))``."""
     import torch
 
@@ -47,7 +59,8 @@ def _mtp_input(model, mtp, hidden, next_ids):
     return mtp.fc(torch.cat([mtp.pre_fc_norm_embedding(e), mtp.pre_fc_norm_hidden(hidden)], dim=-1))
 
 
-def _mtp_block(model, mtp, z, positions, mask):
+def _mtp_block(model: Qwen3NextForCausalLM, mtp: MTPBlock, z: torch.Tensor, positions: torch.Tensor,
+               mask: torch.Tensor | BlockMask | None) -> torch.Tensor:
     """The MTP decoder layer then ``mtp.norm``; ``positions`` ``[1, L]``, ``mask`` 4-D or None."""
     rope = model.model.rotary_emb(z, positions)
     if mask is None:
@@ -56,7 +69,8 @@ def _mtp_block(model, mtp, z, positions, mask):
     return mtp.norm(z)
 
 
-def mtp_forward(model, mtp, hidden, next_ids):
+def mtp_forward(model: Qwen3NextForCausalLM, mtp: MTPBlock, hidden: torch.Tensor,
+                next_ids: torch.Tensor) -> torch.Tensor:
     """vLLM's ``Qwen3NextMultiTokenPredictor.forward`` in ``transformers`` modules.
 
     Args:
@@ -79,7 +93,8 @@ def mtp_forward(model, mtp, hidden, next_ids):
     return _mtp_block(model, mtp, z, pos, None)
 
 
-def mtp_second_step(model, mtp, hidden, next_ids, first_out, next2_ids):
+def mtp_second_step(model: Qwen3NextForCausalLM, mtp: MTPBlock, hidden: torch.Tensor, next_ids: torch.Tensor,
+                    first_out: torch.Tensor, next2_ids: torch.Tensor) -> torch.Tensor:
     """The second draft step as vLLM runs it (one MTP layer, two speculative tokens).
 
     vLLM's proposer (``llm_base_proposer.py``) first runs the MTP layer on
@@ -121,7 +136,8 @@ def mtp_second_step(model, mtp, hidden, next_ids, first_out, next2_ids):
     return out[:, L:]
 
 
-def training_loss(model, mtp, ids, mtp_lambda: float, mtp2_lambda: float = 0.0):
+def training_loss(model: Qwen3NextForCausalLM, mtp: MTPBlock, ids: torch.Tensor, mtp_lambda: float,
+                  mtp2_lambda: float = 0.0) -> tuple[torch.Tensor, dict[str, float]]:
     """Joint loss of a batch.
 
     Args:

@@ -53,7 +53,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from harness.models.recipe import (
     REQUIRED_FILES,
@@ -63,6 +63,19 @@ from harness.models.recipe import (
     recipe_hash,
 )
 from harness.models.tokenizer import NUM_BASE_TOKENS, padded_vocab_size, write_tokenizer
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
+
+    class MTPBlock(torch.nn.Module):
+        """What :func:`build_mtp_module` returns (its class is made there, where torch loads)."""
+
+        fc: torch.nn.Linear
+        pre_fc_norm_embedding: torch.nn.Module
+        pre_fc_norm_hidden: torch.nn.Module
+        layers: torch.nn.ModuleList
+        norm: torch.nn.Module
 
 
 def default_cache_dir() -> Path:
@@ -83,7 +96,7 @@ def tiny_model_dir(name: str, recipe: TinyModelRecipe, cache_dir: Path | None = 
 # --------------------------------------------------------------------------- model
 
 
-def build_hf_config(recipe: TinyModelRecipe, vocab_size: int):
+def build_hf_config(recipe: TinyModelRecipe, vocab_size: int) -> Qwen3NextConfig:
     """Return the ``transformers.Qwen3NextConfig`` of a recipe."""
     from transformers import Qwen3NextConfig
 
@@ -130,7 +143,7 @@ def build_hf_config(recipe: TinyModelRecipe, vocab_size: int):
     )
 
 
-def _experts_to_checkpoint(prefix: str, gate_up, down) -> dict:
+def _experts_to_checkpoint(prefix: str, gate_up: torch.Tensor, down: torch.Tensor) -> dict[str, torch.Tensor]:
     """Split transformers' fused 3-D expert tensors into per-expert checkpoint tensors.
 
     ``gate_up``: ``[E, 2 * I, H]`` (rows ``[:I]`` are the gate, ``[I:]`` the up
@@ -139,7 +152,7 @@ def _experts_to_checkpoint(prefix: str, gate_up, down) -> dict:
     ...down_proj...: [H, I]}``: the layout of Qwen's released checkpoints and of
     ``save_pretrained`` (checked against it in :func:`build_tiny_model`).
     """
-    out = {}
+    out: dict[str, torch.Tensor] = {}
     inter = gate_up.shape[1] // 2
     for e in range(gate_up.shape[0]):
         out[f"{prefix}.{e}.gate_proj.weight"] = gate_up[e, :inter].contiguous()
@@ -148,10 +161,10 @@ def _experts_to_checkpoint(prefix: str, gate_up, down) -> dict:
     return out
 
 
-def module_to_checkpoint(module, prefix: str) -> dict:
+def module_to_checkpoint(module: torch.nn.Module, prefix: str) -> dict[str, torch.Tensor]:
     """Return ``module``'s state dict with ``prefix`` and per-expert tensors."""
     sd = module.state_dict()
-    out = {}
+    out: dict[str, torch.Tensor] = {}
     for name, t in sd.items():
         if name.endswith("mlp.experts.gate_up_proj"):
             base = name[: -len(".gate_up_proj")]
@@ -196,7 +209,7 @@ def mtp_tensor_names(recipe: TinyModelRecipe | None = None) -> list[str]:
     return sorted(names)
 
 
-def build_mtp_module(model, hf_config):
+def build_mtp_module(model: Qwen3NextForCausalLM, hf_config: Qwen3NextConfig) -> MTPBlock:
     """Build the MTP block from transformers modules and initialise it like the model.
 
     Returns an ``nn.Module`` whose state-dict names (``fc.weight``,
@@ -213,7 +226,7 @@ def build_mtp_module(model, hf_config):
     h = hf_config.hidden_size
 
     class _MTP(torch.nn.Module):
-        def __init__(self):
+        def __init__(self) -> None:
             super().__init__()
             self.fc = torch.nn.Linear(2 * h, h, bias=False)
             self.pre_fc_norm_embedding = mq.Qwen3NextRMSNorm(h, eps=hf_config.rms_norm_eps)
@@ -227,7 +240,7 @@ def build_mtp_module(model, hf_config):
     # The model's own init scheme, module by module, from the same RNG stream.
     for module in mtp.modules():
         model._init_weights(module)
-    return mtp
+    return cast("MTPBlock", mtp)
 
 
 def _saved_configs(model: Any, tensors: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

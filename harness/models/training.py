@@ -61,7 +61,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, TypedDict
 
 import harness.models.tiny as tm
 from harness.models.mtp import build_modules, training_loss
@@ -77,6 +77,12 @@ from harness.models.training_recipe import (
     trained_recipe_hash,
 )
 from harness.tasks import synthetic as syn
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
+
+    from harness.models.tiny import MTPBlock
 
 # --------------------------------------------------------------------------- data
 
@@ -131,7 +137,8 @@ def _lr_at(recipe: TrainRecipe, step: int) -> float:
     return recipe.lr * (recipe.min_lr_ratio + (1 - recipe.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * frac)))
 
 
-def _optimizer(recipe: TrainRecipe, model: Any, mtp: Any) -> tuple[list[Any], Any]:
+def _optimizer(recipe: TrainRecipe, model: Qwen3NextForCausalLM, mtp: MTPBlock,
+               ) -> tuple[list[torch.nn.Parameter], torch.optim.AdamW]:
     """The parameters of ``model`` and ``mtp`` and their AdamW optimizer: weight decay
     on matrices only (``ndim >= 2``), none on norms and biases."""
     import torch
@@ -167,7 +174,18 @@ def _report_step(progress: Callable[[str], Any], recipe: TrainRecipe, row: list[
     return now
 
 
-def train_model(recipe: TrainRecipe, progress: Callable[[str], Any] = print, log_every: int = 20):
+class TrainLog(TypedDict):
+    """The training log of :func:`train_model` (``train_log.json``); times in seconds."""
+
+    seconds: float
+    tokens_per_second: float
+    torch_threads: int
+    history: list[list[float]]
+    final: dict[str, float]
+
+
+def train_model(recipe: TrainRecipe, progress: Callable[[str], Any] = print, log_every: int = 20,
+                ) -> tuple[Qwen3NextForCausalLM, MTPBlock, Qwen3NextConfig, int, TrainLog]:
     """Train main model and MTP block jointly; deterministic for a recipe and thread count.
 
     Returns:
@@ -219,7 +237,7 @@ def train_model(recipe: TrainRecipe, progress: Callable[[str], Any] = print, log
             seconds = time.monotonic() - t0
         model.eval()
         mtp.eval()
-        log = {
+        log: TrainLog = {
             "seconds": round(seconds, 1),
             "tokens_per_second": round(tokens / seconds, 1),
             "torch_threads": recipe.threads,
@@ -236,7 +254,8 @@ def train_model(recipe: TrainRecipe, progress: Callable[[str], Any] = print, log
 # --------------------------------------------------------------------------- export
 
 
-def export_checkpoint(model, mtp, recipe: TrainRecipe, out_dir: Path, extra_info: dict | None = None) -> Path:
+def export_checkpoint(model: Qwen3NextForCausalLM, mtp: MTPBlock, recipe: TrainRecipe, out_dir: Path,
+                      extra_info: dict | None = None) -> Path:
     """Write ``model`` + ``mtp`` as a vLLM-loadable checkpoint with tokenizer into ``out_dir``.
 
     Same layout as :func:`harness.models.tiny.build_tiny_model`: main-model tensors

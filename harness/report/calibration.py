@@ -65,6 +65,7 @@ from harness.config.gates import GateKind
 from harness.records.measures import Interval
 from harness.records.run_folder import RunFolder
 from harness.records.run_record import ConfigResult, RunRecord, TaskResult
+from harness.records.samples import Sample
 from harness.report.calibration_render import render_calibration_markdown
 from harness.report.calibration_types import (  # noqa: F401 - re-exported: the summary's shape
     CalibrationSummary,
@@ -159,7 +160,7 @@ def _task(rec: RunRecord, cname: str, vname: str, tname: str) -> TaskResult | No
 def _noise_vs_first(runs: Sequence[tuple[RunRecord, Path]], cname: str, vname: str, tname: str
                     ) -> list[OutputNoise]:
     """Output mismatch of run i (i >= 2) against run 1 of the same variant and task."""
-    def samples(rec, run_dir):
+    def samples(rec: RunRecord, run_dir: Path) -> dict[str, Sample] | None:
         ts = RunFolder(Path(run_dir)).task(rec, cname, vname, tname)
         return None if ts is None else ts.by_question()
 

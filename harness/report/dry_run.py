@@ -214,7 +214,7 @@ def _paired_drops(config: ModelConfig, n: int, p: float, power: float,
     return paired
 
 
-def full_test_size(spec) -> int:
+def full_test_size(spec: TaskSpec) -> int:
     """Questions in the whole test set of a task's kind: GSM8K 1319 (vLLM's default
     ``num_questions``), the synthetic task's :data:`~harness.tasks.synthetic.DEFAULT_NUM_TEST`."""
     if spec.kind == "synthetic":
@@ -456,7 +456,7 @@ def shape_text(spec: TaskSpec) -> str:
     return f"{shape.kind}: {n} requests"
 
 
-def render_runner_cost(c) -> list[str]:
+def render_runner_cost(c: ModelConfig) -> list[str]:
     """What covering both model runners and the on-demand noise reruns cost, in passes
     of every task: one per variant; a V1 variant (``model_runner: v1``) beside
     default-runner variants is the price of running both code paths."""

@@ -7,6 +7,8 @@ each first divergence and its verdict."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from harness.records.run_record import ComparisonResult, ConfigResult, RunRecord
 from harness.tasks.shapes import place_of
 
@@ -49,7 +51,7 @@ def divergence_by_place(comp: ComparisonResult, places: dict[str, int]) -> list[
     return rows
 
 
-def shape_lines(record: RunRecord, table) -> list[str]:
+def shape_lines(record: RunRecord, table: Callable[[list[str], list[list[str]]], str]) -> list[str]:
     """The "Traffic shapes" section of summary.md (empty when no shape ran); ``table`` is
     the summary's Markdown table renderer ``table(headers, rows)``."""
     out: list[str] = []

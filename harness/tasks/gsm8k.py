@@ -25,12 +25,16 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import httpx
 
 from harness.tasks.numbers import parse_number
 from harness.tasks.requests import Request, prompt_hash
+
+if TYPE_CHECKING:  # datasets ships no type information: this names what is meant
+    from datasets import Dataset
 
 __all__ = [
     "DATA_DIR_ENV",
@@ -174,7 +178,7 @@ def hub_unreachable_reason(timeout: float = HUB_PROBE_TIMEOUT) -> str | None:
     return None
 
 
-def _offline_load(datasets, split: str):
+def _offline_load(datasets: ModuleType, split: str) -> Dataset:
     """``load_dataset`` from the local cache only (offline flags forced for the call)."""
     cfg = getattr(datasets, "config", None)
     if cfg is None or not hasattr(cfg, "HF_HUB_OFFLINE"):  # a datasets without these switches

@@ -64,6 +64,9 @@ from harness.tasks.lm_eval_gsm8k import lm_eval_version
 from harness.tasks.requests import prompt_hash
 
 if TYPE_CHECKING:  # lm-eval ships no type information: this names what is meant
+    import asyncio
+
+    import aiohttp
     from lm_eval.tasks import TaskManager
 
 __all__ = ["PROMPT_ONLY_REASON", "LmEvalTask", "load_lm_eval_task", "pipeline_name", "run_lm_eval_task"]
@@ -80,6 +83,10 @@ LmEvalResults: TypeAlias = dict[str, Any]
 #: One logged response of lm-eval (an entry of a sample's ``resps``): ``[(ll, is_greedy)]``,
 #: ``[ll]`` or a text, as lm-eval writes it (no type of lm-eval's describes it).
 LmEvalResponse: TypeAlias = Any
+
+#: The prompts lm-eval's API models send in one request (token ids, chat messages or
+#: texts; its ``TemplateAPI`` signatures).
+_Messages: TypeAlias = list[list[int]] | list[dict] | list[str] | str
 
 
 class LmEvalTaskJson(TypedDict):
@@ -240,21 +247,23 @@ def _completions_class() -> type:
             self._evalrun_lock = threading.Lock()
             self._evalrun_last: list | None = None
 
-        def _create_payload(self, messages, generate=False, gen_kwargs=None, seed=1234, eos=None, **kw):
+        def _create_payload(self, messages: _Messages, generate: bool = False, gen_kwargs: dict | None = None,
+                            seed: int = 1234, eos: str | None = None, **kw: object) -> dict:
             p = super()._create_payload(messages, generate=generate, gen_kwargs=gen_kwargs, seed=seed, eos=eos, **kw)
             if generate:
                 p["return_token_ids"] = True
             return p
 
-        def model_call(self, messages, **kw):
+        def model_call(self, messages: _Messages, **kw: object) -> dict | None:
             self._evalrun_last = list(messages) if isinstance(messages, list) else [messages]
             return super().model_call(messages, **kw)
 
-        async def amodel_call(self, session, sem, messages, **kw):
+        async def amodel_call(self, session: aiohttp.ClientSession, sem: asyncio.Semaphore, messages: _Messages,
+                              **kw: object) -> list[str] | list[tuple[float, bool]] | None:
             _CURRENT_PROMPTS.set(list(messages) if isinstance(messages, list) else [messages])
             return await super().amodel_call(session, sem, messages, **kw)
 
-        def parse_generations(self, outputs, **_kw):
+        def parse_generations(self, outputs: dict | list[dict], **_kw: object) -> list[str]:
             prompts = _CURRENT_PROMPTS.get() or self._evalrun_last or []
             outs = outputs if isinstance(outputs, list) else [outputs]
             choices = [c for o in outs for c in sorted(o["choices"], key=lambda c: c["index"])]
@@ -409,8 +418,8 @@ def _pick(lls: list[float], choices: list[str], metric: str, n: int) -> int:
     return int(np.argmax(cond))
 
 
-def _prompt_only_samples(task: LmEvalTask, by_doc: dict[int, list[dict]], pipes, config: str, variant: str,
-                         qid) -> tuple[Sample, ...]:
+def _prompt_only_samples(task: LmEvalTask, by_doc: dict[int, list[dict]], pipes: list[tuple[str, str, str]],
+                         config: str, variant: str, qid: Callable[[int], str]) -> tuple[Sample, ...]:
     """Samples of a prompt-scoring task (module docstring): one per document."""
     doc_to_choice = _choices_of(task) if task.output_type == "multiple_choice" else None
     samples = []

@@ -38,7 +38,7 @@ reference's same pass.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from harness.config.schema import ShapeSpec, TaskSpec
@@ -222,7 +222,12 @@ def sweep_proof(plan: LoadPlan, counters: EngineCountersRecord | None, counters_
     return _record(plan, counters, each, problems)
 
 
-def _judge(plan: LoadPlan):
+#: a shape's proof from its plan, the engine counters (or why none), each pass's outcome and
+#: the failed requests (:func:`pressure_proof`, :func:`sweep_proof`)
+_Proof = Callable[[LoadPlan, EngineCountersRecord | None, str | None, Sequence[TaskOutcome], int], ShapeProofRecord]
+
+
+def _judge(plan: LoadPlan) -> _Proof:
     return pressure_proof if plan.spec.kind == "cache_pressure" else sweep_proof
 
 

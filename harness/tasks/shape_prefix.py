@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING
 
 from harness.config.schema import ShapeSpec, TaskSpec
 from harness.records.measures import EngineFactsRecord
@@ -64,6 +65,9 @@ from harness.tasks.shapes import (
     shape_source,
 )
 from harness.tasks.stops import STOP_SEQUENCES
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 #: The two passes, in order.
 PASSES = ("cold", "warm")
@@ -111,7 +115,7 @@ def prepare(name: str, spec: TaskSpec) -> PreparedTask[object]:
                         payload=PrefixPlan(shape, plan_requests(shape)))
 
 
-def prefix_ids(tokenizer, length: int) -> tuple[int, ...]:
+def prefix_ids(tokenizer: PreTrainedTokenizerBase, length: int) -> tuple[int, ...]:
     """The shared prefix: the first ``length`` token ids of the synthetic few-shot
     blocks (repeated until long enough; special tokens left out).
 
@@ -127,7 +131,7 @@ def prefix_ids(tokenizer, length: int) -> tuple[int, ...]:
     return tuple(ids[:length])
 
 
-def prompt_ids(tokenizer, shape: ShapeSpec, texts: list[str]) -> list[tuple[int, ...]]:
+def prompt_ids(tokenizer: PreTrainedTokenizerBase, shape: ShapeSpec, texts: list[str]) -> list[tuple[int, ...]]:
     """Per source prompt text, the shape's token ids: the shared prefix, then the last
     ``prompt_tokens - prefix_tokens`` tokens of the text (:func:`exact_prompt_ids`)."""
     assert shape.prefix_tokens is not None and shape.prompt_tokens is not None

@@ -44,7 +44,8 @@ import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TypeVar
+from types import ModuleType
+from typing import TYPE_CHECKING, TypeVar
 
 from harness.config.schema import ShapeSpec, TaskSpec
 from harness.records.measures import EngineCountersRecord, EngineFactsRecord
@@ -56,6 +57,9 @@ from harness.tasks.kinds import task_kind
 from harness.tasks.requests import Request
 from harness.tasks.stops import STOP_SEQUENCES
 from harness.tasks.synthetic import GENERATOR_VERSION, format_block, generate_splits, prepare_synthetic
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 #: Few-shot examples of the source prompts.
 SOURCE_FEWSHOT = 5
@@ -199,7 +203,7 @@ def filler_text() -> str:
     return "".join(format_block(x.question, x.answer) for x in splits.fewshot)
 
 
-def exact_prompt_ids(tokenizer, text: str, length: int) -> tuple[int, ...]:
+def exact_prompt_ids(tokenizer: PreTrainedTokenizerBase, text: str, length: int) -> tuple[int, ...]:
     """The last ``length`` token ids of ``text`` (filler blocks put in front until it has
     that many; special tokens left out, as the completions endpoint adds its own).
 
@@ -238,7 +242,7 @@ def shape_proof(plan: ShapePlan, sent: SentTask) -> ShapeProofRecord:
                             counters=sent.outcome.engine_counters, problems=tuple(problems))
 
 
-def load_tokenizer(ctx: TaskContext):
+def load_tokenizer(ctx: TaskContext) -> PreTrainedTokenizerBase:
     """The served model's tokenizer (``--tokenizer`` of the server command, else the model).
 
     Raises:
@@ -280,7 +284,7 @@ SHAPE_MODULES: dict[str, str] = {
 }
 
 
-def shape_module(kind: str):
+def shape_module(kind: str) -> ModuleType:
     """The module of shape kind ``kind`` (:data:`SHAPE_MODULES`), imported on first use.
 
     Raises:

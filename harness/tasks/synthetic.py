@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from harness.config.schema import TaskSpec
@@ -301,15 +302,15 @@ def prepare_synthetic(name: str, spec: TaskSpec) -> PreparedTask[None]:
 class SyntheticTask(RequestTask[None]):
     """Task kind ``synthetic``: the generated arithmetic set (no download)."""
 
-    def prepare(self, name: str, spec: TaskSpec, data_dir=None, allow_contamination: bool = False,
-                base_dir=None) -> PreparedTask[None]:
+    def prepare(self, name: str, spec: TaskSpec, data_dir: Path | None = None, allow_contamination: bool = False,
+                base_dir: Path | None = None) -> PreparedTask[None]:
         """:func:`prepare_synthetic`, refused when it holds fewer questions than asked
         (:func:`harness.tasks.base.check_enough`)."""
         pt = prepare_synthetic(name, spec)
         check_enough(name, spec, len(pt.requests), pt.source)
         return pt
 
-    def available(self, name: str, spec: TaskSpec, data_dir=None) -> tuple[int, str] | None:
+    def available(self, name: str, spec: TaskSpec, data_dir: Path | None = None) -> tuple[int, str] | None:
         """The generated test split's size and the generator's name."""
         return len(generate_splits().test), f"synthetic:arith-v{GENERATOR_VERSION}"
 

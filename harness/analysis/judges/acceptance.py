@@ -7,27 +7,29 @@ from harness.analysis.judges import common
 from harness.analysis.judges.common import judges, no_stored, result, stored_task
 from harness.analysis.measurements import Measurements
 from harness.config import gates as G
+from harness.records.measures import SpecDecodeRecord
 from harness.records.run_record import GateResult
 
 
-def _drafts(g: G.Gate, m: Measurements):
-    """The gate's speculative metrics with at least one draft, or the failing result."""
+def _drafts(g: G.Gate, m: Measurements) -> SpecDecodeRecord | GateResult:
+    """The gate's speculative metrics with at least one draft (so its ratios are numbers),
+    or the failing result."""
     tm = m.task(g.variant, g.task)
     sm = tm.spec
     if sm is None:
         err = tm.spec_error or "no speculative-decoding metrics"
-        return None, result(g, None, g.limit, False, f"speculative metrics missing: {err}")
+        return result(g, None, g.limit, False, f"speculative metrics missing: {err}")
     if sm.drafts <= 0:
-        return None, result(g, 0.0, g.limit, False, "no drafts observed: speculative decoding did not run")
-    return sm, None
+        return result(g, 0.0, g.limit, False, "no drafts observed: speculative decoding did not run")
+    return sm
 
 
 @judges(G.DraftsObserved)
 def judge_drafts_observed(g: G.DraftsObserved, m: Measurements, adjusted_p: float | None = None) -> GateResult:
     """``drafts_observed``: a speculative variant reported at least one draft."""
-    sm, failed = _drafts(g, m)
-    if sm is None:
-        return failed
+    sm = _drafts(g, m)
+    if isinstance(sm, GateResult):
+        return sm
     # counters are integral counts (prometheus gives floats): report an integer
     return result(g, round(sm.drafts), g.limit, True, f"{sm.drafts:.0f} drafts, {sm.draft_tokens:.0f} draft tokens")
 
@@ -37,10 +39,11 @@ def judge_drafts_observed(g: G.DraftsObserved, m: Measurements, adjusted_p: floa
 def judge_min_acceptance_length(g: G.MinAcceptanceLength, m: Measurements,
                                 adjusted_p: float | None = None) -> GateResult:
     """``min_acceptance_length``: mean acceptance length >= limit; no drafts fails."""
-    sm, failed = _drafts(g, m)
-    if sm is None:
-        return failed
+    sm = _drafts(g, m)
+    if isinstance(sm, GateResult):
+        return sm
     mal = sm.mean_acceptance_length
+    assert mal is not None, "a number when drafts > 0 (_drafts)"
     ok = mal >= g.limit
     return result(
         g, mal, g.limit, ok,
