@@ -342,7 +342,7 @@ def _variant_builds(args: argparse.Namespace, plan: Plan) -> Plan:
     Raises:
         _Refused: ``--build`` / ``--python`` contradicting a variant's build.
     """
-    if not any(v.build for cp in plan.configs for v in cp.variants):
+    if not any(v.build for config_plan in plan.configs for v in config_plan.variants):
         if args.build_index_template and args.build is None:
             raise _Refused("--build-index-template is only for --build COMMIT or a variant's build: COMMIT")
         return plan
@@ -395,10 +395,12 @@ def selected_plan(args: argparse.Namespace) -> tuple[Plan, ShardInfo | None]:
             names, shard = shard_info(plan.configs, i, n, args.results_dir)
         except ValueError as e:
             raise _Refused(str(e)) from None
-        plan = dataclasses.replace(plan, configs=tuple(cp for cp in plan.configs if cp.name in names))
+        plan = dataclasses.replace(
+            plan, configs=tuple(config_plan for config_plan in plan.configs if config_plan.name in names)
+        )
         print(f"evalrun: shard {i}/{n}: {', '.join(names) or 'no config (more shards than configs)'}", file=sys.stderr)
     if args.variant:
-        known = {v.name for cp in plan.configs for v in cp.variants}
+        known = {v.name for config_plan in plan.configs for v in config_plan.variants}
         bad = [v for v in args.variant if v not in known]
         if bad:
             raise _Refused(f"--variant {', '.join(bad)}: no such variant (known: {', '.join(sorted(known))})")
@@ -445,9 +447,11 @@ def _twin_cost(args: argparse.Namespace, plan: Plan, cost: PlanCost) -> TwinCost
     from harness.config.vllm_form import with_v1_runner_variants
     from harness.report.cost import plan_cost, twin_cost
 
-    configs = [with_v1_runner_variants(cp.config) for cp in plan.configs]
+    configs = [with_v1_runner_variants(config_plan.config) for config_plan in plan.configs]
     twin_plan = build_plan(configs, python=plan.python, list_path=plan.list_path)
-    if sum(len(cp.variants) for cp in twin_plan.configs) == sum(len(cp.variants) for cp in plan.configs):
+    if sum(len(config_plan.variants) for config_plan in twin_plan.configs) == sum(
+        len(config_plan.variants) for config_plan in plan.configs
+    ):
         return None
     with_twins = plan_cost(twin_plan, args.results_dir, only=None, gpus=args.gpus, max_servers=args.max_servers,
                            assume_devices=True)

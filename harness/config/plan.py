@@ -180,17 +180,17 @@ class Plan:
             "argv", "env", ...}], "tasks": [...], "gates": [...]}``.
         """
         out = []
-        for cp in self.configs:
+        for config_plan in self.configs:
             out.append(
                 {
-                    "name": cp.name,
-                    "path": str(cp.config.path),
-                    "form": cp.config.form,
-                    "model": cp.config.model,
-                    "startup_max_wait_seconds": cp.config.startup_max_wait_seconds,
+                    "name": config_plan.name,
+                    "path": str(config_plan.config.path),
+                    "form": config_plan.config.form,
+                    "model": config_plan.config.model,
+                    "startup_max_wait_seconds": config_plan.config.startup_max_wait_seconds,
                     "list_path": self.list_path,
                     "server_args_read_with": self.server_args_read_with,
-                    "warnings": [w.model_dump() for w in cp.config.warnings],
+                    "warnings": [w.model_dump() for w in config_plan.config.warnings],
                     "variants": [
                         {
                             "name": v.name,
@@ -208,12 +208,12 @@ class Plan:
                             "python": v.python,
                             "build_error": v.build_error,
                         }
-                        for v in cp.variants
+                        for v in config_plan.variants
                     ],
                     "tasks": [
-                        {"name": t.name, "id": t.id, **t.spec.model_dump()} for t in cp.tasks
+                        {"name": t.name, "id": t.id, **t.spec.model_dump()} for t in config_plan.tasks
                     ],
-                    "gates": [g.model_dump(mode="json") for g in cp.gates],
+                    "gates": [g.model_dump(mode="json") for g in config_plan.gates],
                 }
             )
         return out

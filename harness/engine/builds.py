@@ -458,23 +458,25 @@ def apply_builds(plan: Plan, only: list[str] | None = None, given: str | None = 
     Raises:
         BuildError: such a contradiction (naming the variant, its config and both builds).
     """
-    chosen = [(cp, v) for cp in plan.configs for v in cp.variants
+    chosen = [(config_plan, v) for config_plan in plan.configs for v in config_plan.variants
               if v.build is not None and (only is None or v.name in only)]
-    for cp, v in chosen:
+    for config_plan, v in chosen:
         if given is not None and not _same_build(given, str(v.build), index_template):
-            raise BuildError(f"the command line's engine {given!r} contradicts {cp.config.path}: variants.{v.name} "
-                             f"build {v.build!r} (a variant that names its build runs on it; drop --build / "
-                             "--python, or run the config without its builds)")
+            raise BuildError(
+                f"the command line's engine {given!r} contradicts {config_plan.config.path}: variants.{v.name} "
+                f"build {v.build!r} (a variant that names its build runs on it; drop --build / "
+                "--python, or run the config without its builds)"
+            )
     if not chosen:
         return plan
     made = make_builds([str(v.build) for _, v in chosen], index_template, make, say)
     cps = []
-    for cp in plan.configs:
+    for config_plan in plan.configs:
         vps = []
-        for v in cp.variants:
+        for v in config_plan.variants:
             if v.build in made and (only is None or v.name in only):
                 py, err = made[str(v.build)]
                 v = dataclasses.replace(v, argv=(py, *v.argv[1:]), build_error=err)
             vps.append(v)
-        cps.append(dataclasses.replace(cp, variants=tuple(vps)))
+        cps.append(dataclasses.replace(config_plan, variants=tuple(vps)))
     return dataclasses.replace(plan, configs=tuple(cps))

@@ -104,19 +104,19 @@ def server_plan(plan: Plan, variants: Sequence[str] | None = None, gpus: str | N
         raise DeviceError(f"--max-servers {max_servers}: must be at least 1")
     devices = available_devices(gpus, env)
     items = []
-    for cp in plan.configs:
-        questions = sum(t.spec.num_questions or 0 for t in cp.tasks)
-        for vp in cp.variants:
-            if (variants is not None and vp.name not in variants) or vp.not_applicable:
+    for config_plan in plan.configs:
+        questions = sum(t.spec.num_questions or 0 for t in config_plan.tasks)
+        for variant_plan in config_plan.variants:
+            if (variants is not None and variant_plan.name not in variants) or variant_plan.not_applicable:
                 continue
-            est = (estimates or {}).get(vp.id)
+            est = (estimates or {}).get(variant_plan.id)
             try:
-                need = variant_need(vp.argv, vp.id)
+                need = variant_need(variant_plan.argv, variant_plan.id)
             except DeviceError:
                 if devices:
                     raise
                 need = 1  # a CPU host checks no devices; the pre-launch check judges the flag
-            items.append(Item(vp.id, need, default_seconds(questions) if est is None else float(est)))
+            items.append(Item(variant_plan.id, need, default_seconds(questions) if est is None else float(est)))
     try:
         check_fits(items, devices)
     except ValueError as e:

@@ -150,8 +150,8 @@ class PlanCost:
         return out
 
 
-def _questions(cp: ConfigPlan) -> int:
-    return sum(task_size(t.spec) for t in cp.tasks)
+def _questions(config_plan: ConfigPlan) -> int:
+    return sum(task_size(t.spec) for t in config_plan.tasks)
 
 
 def _asked(v: VariantResult) -> int:
@@ -165,33 +165,33 @@ def _evaluation(v: VariantResult) -> float | None:
     return sum(secs) if secs else None
 
 
-def _passes(cp: ConfigPlan, vp: VariantPlan) -> int:
+def _passes(config_plan: ConfigPlan, variant_plan: VariantPlan) -> int:
     """2 for a variant run twice for the noise bound (``noise_runs_when: always``), else 1."""
-    twice = {c.baseline for c in cp.config.comparisons if c.noise_runs > 1 and c.noise_runs_when == "always"}
-    return 2 if vp.name in twice else 1
+    twice = {c.baseline for c in config_plan.config.comparisons if c.noise_runs > 1 and c.noise_runs_when == "always"}
+    return 2 if variant_plan.name in twice else 1
 
 
-def _from_history(cp: ConfigPlan, vp: VariantPlan, need: int,
+def _from_history(config_plan: ConfigPlan, variant_plan: VariantPlan, need: int,
                   records: Sequence[RunRecord]) -> VariantCost | None:
     for source, same_sha in ((SOURCE_SAME_CONFIG, True), (SOURCE_SAME_NAME, False)):
         found: list[tuple[float, float, float]] = []
         for rec in reversed(records):  # newest first
-            c = rec.config(cp.name)
-            if c is None or (same_sha and c.sha256 != cp.config.sha256):
+            c = rec.config(config_plan.name)
+            if c is None or (same_sha and c.sha256 != config_plan.config.sha256):
                 continue
-            v = c.variants.get(vp.name)
+            v = c.variants.get(variant_plan.name)
             if v is None or v.startup_seconds is None or v.error:
                 continue
             ev = _evaluation(v)
             asked = _asked(v)
             if ev is None or not asked:
                 continue
-            found.append((v.startup_seconds, ev * _questions(cp) / asked,
+            found.append((v.startup_seconds, ev * _questions(config_plan) / asked,
                           v.teardown_seconds if v.teardown_seconds is not None else DEFAULT_TEARDOWN_SECONDS))
             if len(found) == HISTORY_RUNS:
                 break
         if found:
-            return VariantCost(cp.name, vp.name, need, statistics.median(f[0] for f in found),
+            return VariantCost(config_plan.name, variant_plan.name, need, statistics.median(f[0] for f in found),
                                statistics.median(f[1] for f in found), statistics.median(f[2] for f in found),
                                source, len(found))
     return None
@@ -211,15 +211,15 @@ def estimate_plan(plan: Plan, records: Sequence[RunRecord], gpus: bool,
         ValueError: a variant's parallel size is not a positive integer (names the variant).
     """
     out = []
-    for cp in plan.configs:
-        for vp in cp.variants:
-            if (only is not None and vp.name not in only) or vp.not_applicable:
+    for config_plan in plan.configs:
+        for variant_plan in config_plan.variants:
+            if (only is not None and variant_plan.name not in only) or variant_plan.not_applicable:
                 continue
-            need = variant_need(vp.argv, vp.id) if gpus else 0
-            est = _from_history(cp, vp, need, records)
+            need = variant_need(variant_plan.argv, variant_plan.id) if gpus else 0
+            est = _from_history(config_plan, variant_plan, need, records)
             if est is None:
-                evaluation = _questions(cp) * DEFAULT_SECONDS_PER_QUESTION * _passes(cp, vp)
-                est = VariantCost(cp.name, vp.name, need, DEFAULT_STARTUP_SECONDS, evaluation,
+                evaluation = _questions(config_plan) * DEFAULT_SECONDS_PER_QUESTION * _passes(config_plan, variant_plan)
+                est = VariantCost(config_plan.name, variant_plan.name, need, DEFAULT_STARTUP_SECONDS, evaluation,
                                   DEFAULT_TEARDOWN_SECONDS, SOURCE_DEFAULTS)
             out.append(est)
     return out
@@ -273,7 +273,9 @@ def plan_cost(plan: Plan, results_dir: str | Path | None, env: Mapping[str, str]
         notes.append(f"no results folder {results_dir}: no earlier runs")
     costs = estimate_plan(plan, records, bool(devices), only)
     slots, name = schedule(costs, devices, max_servers)
-    requests = {cp.name: {t.name: task_size(t.spec) for t in cp.tasks} for cp in plan.configs}
+    requests = {
+        config_plan.name: {t.name: task_size(t.spec) for t in config_plan.tasks} for config_plan in plan.configs
+    }
     return PlanCost(tuple(costs), tuple(slots), tuple(devices), name, tuple(notes), requests)
 
 
@@ -356,7 +358,7 @@ def config_cost_weights(configs: Iterable[ConfigPlan], records: Sequence[RunReco
         ValueError: a variant's parallel size is not a positive integer.
     """
     plan = Plan(configs=tuple(configs))
-    totals = {cp.name: 0.0 for cp in plan.configs}
+    totals = {config_plan.name: 0.0 for config_plan in plan.configs}
     for v in estimate_plan(plan, records, gpus=True):
         totals[v.config] += v.seconds * max(1, v.need)
     return {name: max(1, math.ceil(w)) for name, w in totals.items()}

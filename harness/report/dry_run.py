@@ -401,8 +401,8 @@ def data_counts(plan: Plan, data_dir: Path | None = None) -> dict[str, DataCount
     "refused": message or None, "note": str | None}}``; a run refuses a task whose
     data holds fewer than it asks (:func:`harness.tasks.check_enough`)."""
     out: dict[str, DataCount] = {}
-    for cp in plan.configs:
-        for t in cp.tasks:
+    for config_plan in plan.configs:
+        for t in config_plan.tasks:
             row: DataCount = {"asked": t.spec.num_questions, "available": None, "source": None,
                                    "refused": None, "note": None}
             try:
@@ -499,8 +499,8 @@ def render_plan(plan: Plan, only: Sequence[str] | None = None,
         lines.append(f"model list read: {plan.list_path}")
     lines.append(f"server_args read with {plan.server_args_read_with}")
     lines.append("")
-    for cp in plan.configs:
-        c = cp.config
+    for config_plan in plan.configs:
+        c = config_plan.config
         lines.append(f"config {c.name}  ({c.path}, {c.form} form)")
         lines.append(f"  model: {c.model}")
         for w in c.warnings:
@@ -508,8 +508,8 @@ def render_plan(plan: Plan, only: Sequence[str] | None = None,
         if c.trust_remote_code:
             lines.append("  --trust-remote-code: the model's own code from the hub runs, as in vLLM's CI"
                          if c.form == "vllm-gsm8k" else "  --trust-remote-code: asked by the config")
-        chosen = [v for v in cp.variants if only is None or v.name in only]
-        left = [v.name for v in cp.variants if v not in chosen]
+        chosen = [v for v in config_plan.variants if only is None or v.name in only]
+        left = [v.name for v in config_plan.variants if v not in chosen]
         for v in chosen:
             if v.not_applicable:
                 lines.append(f"  variant {v.name}: NOT APPLICABLE (no server starts; its gates are NOT RUN): "
@@ -531,7 +531,7 @@ def render_plan(plan: Plan, only: Sequence[str] | None = None,
                              "(the output-match reference: divergences are judged by its distribution)")
         if left:
             lines.append(f"  variants left out (--variant): {', '.join(left)}")
-        for t in cp.tasks:
+        for t in config_plan.tasks:
             s = t.spec
             if s.shape is not None:  # a traffic shape: its requests, not a data set's questions
                 lines.append(f"  task {t.name}: shape {shape_text(s)}, max_tokens={s.max_tokens}, "
@@ -558,8 +558,8 @@ def render_plan(plan: Plan, only: Sequence[str] | None = None,
         lines += render_family(c)
         lines.append("  gates:")
         skipped = 0
-        na = {v.name for v in cp.variants if v.not_applicable}
-        for g in cp.gates:
+        na = {v.name for v in config_plan.variants if v.not_applicable}
+        for g in config_plan.gates:
             if left and (g.variant in left or g.baseline in left):
                 skipped += 1
                 continue
@@ -594,16 +594,16 @@ def plan_json(plan: Plan, only: Sequence[str] | None = None,
     the gates that involve only them; ``argv`` keeps the ``{port}`` placeholder.
     """
     out = plan.to_json()
-    for entry, cp in zip(out, plan.configs):
-        entry["detectable_drops"] = detectable_drops(cp.config, only=only)
-        entry["family_false_fail"] = family_false_fail_of(cp.config)
-        entry["sampling_notes"] = sampling_notes(cp.config)
+    for entry, config_plan in zip(out, plan.configs):
+        entry["detectable_drops"] = detectable_drops(config_plan.config, only=only)
+        entry["family_false_fail"] = family_false_fail_of(config_plan.config)
+        entry["sampling_notes"] = sampling_notes(config_plan.config)
         if counts is not None:
-            entry["data"] = {t.id: counts.get(t.id) for t in cp.tasks}
+            entry["data"] = {t.id: counts.get(t.id) for t in config_plan.tasks}
         if cost is not None:
 
             whole = cost_json(cost)
-            entry["cost"] = cost_json(cost, cp.name)
+            entry["cost"] = cost_json(cost, config_plan.name)
             entry["cost"]["list"] = {k: whole[k] for k in ("wall_seconds", "gpu_seconds", "devices", "scheduler",
                                                            "notes", "defaults")}
         if only is not None:
@@ -611,5 +611,5 @@ def plan_json(plan: Plan, only: Sequence[str] | None = None,
             entry["variants"] = [v for v in entry["variants"] if v["name"] in keep]
             entry["gates"] = [g for g in entry["gates"]
                               if g["variant"] in keep and (g["baseline"] is None or g["baseline"] in keep)]
-            entry["variants_left_out"] = [v.name for v in cp.variants if v.name not in keep]
+            entry["variants_left_out"] = [v.name for v in config_plan.variants if v.name not in keep]
     return out

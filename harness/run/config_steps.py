@@ -27,12 +27,12 @@ def select_variants(run: ConfigRun) -> list[VariantPlan]:
     """The config's warnings said and recorded; the variants that will run (selected
     with ``--variant`` and applicable). Unselected ones are NOT RUN; not applicable ones
     get a record naming why (never a pass)."""
-    p, cp, m, crec = run.progress, run.plan, run.measured, run.result
-    crec.config_warnings = list(cp.config.warnings)
-    for w in cp.config.warnings:
+    p, config_plan, m, crec = run.progress, run.plan, run.measured, run.result
+    crec.config_warnings = list(config_plan.config.warnings)
+    for w in config_plan.config.warnings:
         p.warn(w.message)
-    variants = [v for v in cp.variants if run.opts.variants is None or v.name in run.opts.variants]
-    for name in [v.name for v in cp.variants if v not in variants]:
+    variants = [v for v in config_plan.variants if run.opts.variants is None or v.name in run.opts.variants]
+    for name in [v.name for v in config_plan.variants if v not in variants]:
         m.variant_record(name).not_run = "variant not selected (--variant)"
     for v in [v for v in variants if v.not_applicable]:  # the engine cannot run it: never a pass
         m.variant_record(v.name).not_run = f"not applicable: {v.not_applicable}"
@@ -45,10 +45,10 @@ def prepare_tasks(run: ConfigRun) -> bool:
     ``run.prepared``, recording each dataset in ``run.record.provenance.datasets``. A
     task that cannot be prepared is NOT RUN on every variant with the reason. Returns
     whether a required one could not be prepared."""
-    p, cp, opts = run.progress, run.plan, run.opts
-    c = cp.config
+    p, config_plan, opts = run.progress, run.plan, run.opts
+    c = config_plan.config
     could_not_run = False
-    for t in cp.tasks:
+    for t in config_plan.tasks:
         run.place.at("prepare", config=c.name, variant=None, task=t.name)
         reason = None
         try:
@@ -81,7 +81,7 @@ def prepare_tasks(run: ConfigRun) -> bool:
                 p.warn(f"{c.name}: NOT RUN (optional task): {msg}")
             reason = f"data not available ({'required' if t.spec.required else 'optional'} task)"
         if reason is not None:
-            for v in cp.variants:
+            for v in config_plan.variants:
                 run.measured.task_record(v.name, t.name).not_run = reason
     return could_not_run
 
@@ -106,17 +106,17 @@ def prepare_model(run: ConfigRun) -> str | None:
 def judge_gates(run: ConfigRun) -> None:
     """The config's gates, and its gates against the stored baseline when there is one
     (``run.opts.baseline_dir``)."""
-    cp, m, crec = run.plan, run.measured, run.result
-    run.place.at("gates", config=cp.config.name, variant=None, task=None)
-    crec.gates = evaluate_gates(cp.gates, m)
+    config_plan, m, crec = run.plan, run.measured, run.result
+    run.place.at("gates", config=config_plan.config.name, variant=None, task=None)
+    crec.gates = evaluate_gates(config_plan.gates, m)
     if run.opts.baseline_dir is not None:
         run.place.at("baseline")
-        crec.baseline = stored_baseline(run.opts.baseline_dir, cp.config.name, m)
-        crec.gates += judged_baseline_gates(cp.baseline_gates, m)
+        crec.baseline = stored_baseline(run.opts.baseline_dir, config_plan.config.name, m)
+        crec.gates += judged_baseline_gates(config_plan.baseline_gates, m)
         if crec.baseline.found and m.baseline is not None:
-            crec.baseline.notes = baseline_notes(cp.baseline_gates, m)
+            crec.baseline.notes = baseline_notes(config_plan.baseline_gates, m)
     # known engine bugs the config declares: XFAIL / XPASS on the build that ran
-    crec.gates = mark_expected(crec.gates, cp.config, run.record.provenance.build)
+    crec.gates = mark_expected(crec.gates, config_plan.config, run.record.provenance.build)
 
 
 def stored_baseline(baseline_dir: Path, config: str, m: Measurements) -> BaselineInfo:

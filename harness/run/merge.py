@@ -61,10 +61,10 @@ def parse_shard(text: str) -> tuple[int, int]:
     return i, n
 
 
-def config_weight(cp: ConfigPlan) -> int:
+def config_weight(config_plan: ConfigPlan) -> int:
     """Cost estimate of one config: variants x questions summed over its tasks (>= 1)."""
-    questions = sum(task_size(t.spec) for t in cp.tasks)
-    return max(1, len(cp.variants) * questions)
+    questions = sum(task_size(t.spec) for t in config_plan.tasks)
+    return max(1, len(config_plan.variants) * questions)
 
 
 def assign_shards(weights: dict[str, int], n: int) -> list[list[str]]:
@@ -90,7 +90,10 @@ def assign_shards(weights: dict[str, int], n: int) -> list[list[str]]:
 
 def list_identity(configs: Sequence[ConfigPlan]) -> ShardListRef:
     """Every config's name and SHA-256 (by name), and the SHA-256 of that list."""
-    items = sorted(({"name": cp.name, "sha256": cp.config.sha256} for cp in configs), key=lambda d: d["name"])
+    items = sorted(
+        ({"name": config_plan.name, "sha256": config_plan.config.sha256} for config_plan in configs),
+        key=lambda d: d["name"],
+    )
     digest = hashlib.sha256(json.dumps(items, sort_keys=True).encode()).hexdigest()
     return ShardListRef(configs=items, sha256=digest)
 
@@ -111,7 +114,7 @@ def shard_info(configs: Sequence[ConfigPlan], i: int, n: int,
         records = load_records(results_dir)[0] if Path(results_dir).is_dir() else []
         weights = config_cost_weights(configs, records)
     else:
-        weights = {cp.name: config_weight(cp) for cp in configs}
+        weights = {config_plan.name: config_weight(config_plan) for config_plan in configs}
     names = assign_shards(weights, n)[i - 1]
     return names, ShardInfo(index=i, count=n, configs=names, weights=weights, list=list_identity(configs))
 

@@ -111,18 +111,18 @@ def decide(plan: Plan, opts: RunOptions, run_dir: Path, progress: Progress) -> D
     differ = _run_differences(plan, opts, earlier, progress)
     reusable: dict[tuple[str, str], VariantResult] = {}
     reasons: dict[str, str] = {}
-    for cp in plan.configs:
-        crec = earlier.config(cp.name)
-        for vp in cp.variants:
-            if opts.variants is not None and vp.name not in opts.variants:
+    for config_plan in plan.configs:
+        crec = earlier.config(config_plan.name)
+        for variant_plan in config_plan.variants:
+            if opts.variants is not None and variant_plan.name not in opts.variants:
                 continue
-            vrec = crec.variants.get(vp.name) if crec is not None else None
-            why = _incomplete(cp, vp, vrec, run_dir, earlier)
+            vrec = crec.variants.get(variant_plan.name) if crec is not None else None
+            why = _incomplete(config_plan, variant_plan, vrec, run_dir, earlier)
             if why is None and crec is not None and vrec is not None:
-                differ += _command_differences(cp, vp, vrec, crec)
-                reusable[(cp.name, vp.name)] = vrec
+                differ += _command_differences(config_plan, variant_plan, vrec, crec)
+                reusable[(config_plan.name, variant_plan.name)] = vrec
             else:
-                reasons[vp.id] = why or "not recorded"
+                reasons[variant_plan.id] = why or "not recorded"
     if differ:
         raise ResumeRefused(f"{run_dir}: cannot resume, what this run would measure differs from the earlier "
                             "attempt:\n  " + "\n  ".join(differ))
@@ -134,13 +134,15 @@ def _run_differences(plan: Plan, opts: RunOptions, earlier: RunRecord, progress:
     pv = earlier.provenance
     out = []
     then = {c.name: c.sha256 for c in pv.configs}
-    now = {cp.name: cp.config.sha256 for cp in plan.configs}
+    now = {config_plan.name: config_plan.config.sha256 for config_plan in plan.configs}
     if set(then) != set(now):
         out.append(f"configs: the earlier run had {sorted(then)}, this one {sorted(now)}")
-    for cp in plan.configs:
-        if cp.name in then and then[cp.name] != now[cp.name]:
-            out.append(f"config {cp.name} ({cp.config.path}): sha256 {then[cp.name][:12]} -> "
-                       f"{now[cp.name][:12]} (the file was edited)")
+    for config_plan in plan.configs:
+        if config_plan.name in then and then[config_plan.name] != now[config_plan.name]:
+            out.append(
+                f"config {config_plan.name} ({config_plan.config.path}): sha256 {then[config_plan.name][:12]} -> "
+                f"{now[config_plan.name][:12]} (the file was edited)"
+            )
     shard = [s.model_dump(exclude={"weights"}) if s else None for s in (earlier.shard, opts.shard)]
     if shard[0] != shard[1]:
         out.append(f"shard: the earlier run was {shard[0]}, this one {shard[1]}")
@@ -166,16 +168,18 @@ def _build_difference(plan: Plan, earlier: RunRecord) -> list[str]:
 def _model_differences(plan: Plan, earlier: RunRecord, progress: Progress) -> list[str]:
     """Each config's resolved model path against the earlier attempt's."""
     out = []
-    for cp in plan.configs:
-        crec = earlier.config(cp.name)
+    for config_plan in plan.configs:
+        crec = earlier.config(config_plan.name)
         if crec is None or crec.model_path is None:
             continue
         try:
-            now = resolve_model(cp.config.model, progress)
+            now = resolve_model(config_plan.config.model, progress)
         except Exception as e:  # noqa: BLE001 - said as the difference; the run would fail the same way
             now = f"not available: {type(e).__name__}: {e}"
         if now != crec.model_path:
-            out.append(f"config {cp.name}: model {cp.config.model}: path {crec.model_path!r} -> {now!r}")
+            out.append(
+                f"config {config_plan.name}: model {config_plan.config.model}: path {crec.model_path!r} -> {now!r}"
+            )
     return out
 
 
@@ -183,14 +187,14 @@ def _data_differences(plan: Plan, opts: RunOptions, earlier: RunRecord) -> list[
     """Each task's data (prepared now, :func:`harness.tasks.prepare_task`) against the
     dataset the earlier attempt recorded (``provenance.datasets``)."""
     out = []
-    for cp in plan.configs:
-        for t in cp.tasks:
+    for config_plan in plan.configs:
+        for t in config_plan.tasks:
             then = earlier.provenance.datasets.get(t.id)
             if then is None:  # never prepared: no variant of it can be reused for this task
                 continue
             try:
                 pt = prepare_task(t.name, t.spec, opts.data_dir, opts.allow_contamination,
-                                  base_dir=Path(cp.config.path).parent)
+                                  base_dir=Path(config_plan.config.path).parent)
             except (ContaminationError, ShortDataError, DataUnavailableError) as e:
                 out.append(f"datasets[{t.id}]: prepared before, cannot be prepared now: {e}")
                 continue
@@ -200,17 +204,17 @@ def _data_differences(plan: Plan, opts: RunOptions, earlier: RunRecord) -> list[
     return out
 
 
-def _incomplete(cp: ConfigPlan, vp: VariantPlan, vrec: VariantResult | None, run_dir: Path,
+def _incomplete(config_plan: ConfigPlan, variant_plan: VariantPlan, vrec: VariantResult | None, run_dir: Path,
                 earlier: RunRecord) -> str | None:
-    """Why the earlier attempt's record of ``vp`` is not complete (None: it is)."""
+    """Why the earlier attempt's record of ``variant_plan`` is not complete (None: it is)."""
     if vrec is None:
         return "not run in the earlier attempt"
     if vrec.server.status != "ready" or vrec.error:
         return f"server {vrec.server.status}" + (f": {vrec.error.splitlines()[0]}" if vrec.error else "")
     if vrec.engine is None and vrec.engine_error is None:
         return "its engine facts were not read"
-    inline = vp.name in noise_variants(cp)
-    for t in cp.tasks:
+    inline = variant_plan.name in noise_variants(config_plan)
+    for t in config_plan.tasks:
         trec = vrec.tasks.get(t.name)
         if trec is None or t.id not in earlier.provenance.datasets:
             return f"task {t.name} not measured"
@@ -248,41 +252,43 @@ def _score_problem(trec: TaskResult, samples: Sequence[Sample]) -> str | None:
     return None if got == want else f"its samples score {got}, the record says {want}"
 
 
-def _command_differences(cp: ConfigPlan, vp: VariantPlan, vrec: VariantResult, crec: ConfigResult) -> list[str]:
-    """How the server command ``vp`` would run differs from the one its reused record ran."""
-    want = [crec.model_path if a == cp.config.model else a for a in vp.argv]
+def _command_differences(
+    config_plan: ConfigPlan, variant_plan: VariantPlan, vrec: VariantResult, crec: ConfigResult
+) -> list[str]:
+    """How the server command ``variant_plan`` would run differs from the one its reused record ran."""
+    want = [crec.model_path if a == config_plan.config.model else a for a in variant_plan.argv]
     out = []
     if want != vrec.argv:
         i = next((i for i, (a, b) in enumerate(zip(want, vrec.argv)) if a != b), min(len(want), len(vrec.argv)))
         a = vrec.argv[i] if i < len(vrec.argv) else None
         b = want[i] if i < len(want) else None
-        out.append(f"variant {vp.id}: server command, argument {i}: {a!r} -> {b!r}")
+        out.append(f"variant {variant_plan.id}: server command, argument {i}: {a!r} -> {b!r}")
     env_then = {k: v for k, v in vrec.env.items() if k not in _POOL_ENV}
-    env_now = {k: v for k, v in vp.env.items() if k not in _POOL_ENV}
-    out += [f"variant {vp.id}: env {k}: {env_then.get(k)!r} -> {env_now.get(k)!r}"
+    env_now = {k: v for k, v in variant_plan.env.items() if k not in _POOL_ENV}
+    out += [f"variant {variant_plan.id}: env {k}: {env_then.get(k)!r} -> {env_now.get(k)!r}"
             for k in sorted(set(env_then) | set(env_now)) if env_then.get(k) != env_now.get(k)]
-    if vrec.fault != vp.fault:
-        out.append(f"variant {vp.id}: fault {vrec.fault!r} -> {vp.fault!r}")
-    return out + _variant_build_difference(vp, vrec)
+    if vrec.fault != variant_plan.fault:
+        out.append(f"variant {variant_plan.id}: fault {vrec.fault!r} -> {variant_plan.fault!r}")
+    return out + _variant_build_difference(variant_plan, vrec)
 
 
-def _variant_build_difference(vp: VariantPlan, vrec: VariantResult) -> list[str]:
+def _variant_build_difference(variant_plan: VariantPlan, vrec: VariantResult) -> list[str]:
     """The engine build a variant names (``build:``) against the one its reused record ran
     on (a venv upgraded in place keeps its interpreter path, so the command alone cannot
     tell); variants on the run's build are covered by :func:`_build_difference`. Fails
     closed: a build that cannot be read on either side differs."""
-    if vp.build is None and vrec.build_spec is None:
+    if variant_plan.build is None and vrec.build_spec is None:
         return []
-    if vp.build != vrec.build_spec:
-        return [f"variant {vp.id}: build {vrec.build_spec!r} -> {vp.build!r}"]
-    then, now = vrec.build, identity_or_none(vp.python)
+    if variant_plan.build != vrec.build_spec:
+        return [f"variant {variant_plan.id}: build {vrec.build_spec!r} -> {variant_plan.build!r}"]
+    then, now = vrec.build, identity_or_none(variant_plan.python)
     if then is None or now is None:
-        return [f"variant {vp.id}: cannot compare its engine builds (earlier "
+        return [f"variant {variant_plan.id}: cannot compare its engine builds (earlier "
                 f"{then.describe() if then else 'not recorded'}, this run "
-                f"{now.describe() if now else f'unreadable from {vp.python}'})"]
+                f"{now.describe() if now else f'unreadable from {variant_plan.python}'})"]
     keys = ("package", "version", "commit")
     a, b = then.model_dump(include=set(keys)), now.model_dump(include=set(keys))
-    return [f"variant {vp.id}: build.{k}: {a[k]!r} -> {b[k]!r}" for k in keys if a[k] != b[k]]
+    return [f"variant {variant_plan.id}: build.{k}: {a[k]!r} -> {b[k]!r}" for k in keys if a[k] != b[k]]
 
 
 def set_aside(run_dir: Path, decision: Decision, plan: Plan) -> str:
@@ -295,7 +301,14 @@ def set_aside(run_dir: Path, decision: Decision, plan: Plan) -> str:
     dest = RunFolder(run_dir).attempt(n)
     moves = [Path(p) for p in ("run.json", "summary.md", "summary.html", "junit.xml")]
     earlier = {(c.name, v) for c in decision.earlier.configs for v in c.variants}
-    for c, v in sorted(earlier | {(cp.name, vp.name) for cp in plan.configs for vp in cp.variants}):
+    for c, v in sorted(
+        earlier
+        | {
+            (config_plan.name, variant_plan.name)
+            for config_plan in plan.configs
+            for variant_plan in config_plan.variants
+        }
+    ):
         if (c, v) not in decision.reusable:
             moves += [Path("samples", c, v), Path("plugin", c, v), Path("plugin", c, f"{v}.rerun"),
                       Path("logs", c, f"{v}.log"), Path("logs", c, f"{v}.rerun.log")]
@@ -328,30 +341,32 @@ def reuse_finished(run: ConfigRun, variants: list[VariantPlan]) -> list[VariantP
     if run.opts.resume is None or resumed is None:
         return variants
     todo = []
-    for vp in variants:
-        vrec = run.opts.reusable.get((run.plan.name, vp.name))
+    for variant_plan in variants:
+        vrec = run.opts.reusable.get((run.plan.name, variant_plan.name))
         if vrec is None:
-            todo.append(vp)
-            resumed.variants_rerun.append(vp.id)
+            todo.append(variant_plan)
+            resumed.variants_rerun.append(variant_plan.id)
             continue
-        _load(run, vp, vrec)
-        resumed.variants_reused.append(vp.id)
-        run.progress.log(f"{vp.id}: reused from the earlier attempt (complete and matching): no server started")
+        _load(run, variant_plan, vrec)
+        resumed.variants_reused.append(variant_plan.id)
+        run.progress.log(
+            f"{variant_plan.id}: reused from the earlier attempt (complete and matching): no server started"
+        )
     return todo
 
 
-def _load(run: ConfigRun, vp: VariantPlan, vrec: VariantResult) -> None:
+def _load(run: ConfigRun, variant_plan: VariantPlan, vrec: VariantResult) -> None:
     """One reused variant's record and measurements into ``run`` (:func:`reuse_finished`)."""
     c, m = run.plan.config, run.measured
     for tname, trec in vrec.tasks.items():
         samples = tuple(run.folder.read(trec.samples))
-        m.task_record(vp.name, tname).samples = samples  # scores, acceptance, shape: read from the record
+        m.task_record(variant_plan.name, tname).samples = samples  # scores, acceptance, shape: read from the record
         if trec.rerun is not None:
-            run.reruns[(vp.name, tname)] = tuple(run.folder.read(trec.rerun.samples))
-    vrec.plugin = plugin_report(run.run_dir, c.name, vp)
-    log = read_log(run.folder.log(c.name, vp.name))
+            run.reruns[(variant_plan.name, tname)] = tuple(run.folder.read(trec.rerun.samples))
+    vrec.plugin = plugin_report(run.run_dir, c.name, variant_plan)
+    log = read_log(run.folder.log(c.name, variant_plan.name))
     vrec.model_runner = model_runner_fact(vrec.plugin.model_runners, log)
-    run.result.variants[vp.name] = vrec
+    run.result.variants[variant_plan.name] = vrec
 
 
 def in_plan_order(run: ConfigRun) -> None:

@@ -163,7 +163,7 @@ def _new_record(plan: Plan, opts: RunOptions, ctx: RunContext, run_id: str) -> t
     for lo in leftovers:
         p.warn(lo.describe())
     started = utc_now()
-    refs = [ConfigRef(name=cp.name, path=str(cp.config.path), sha256=cp.config.sha256) for cp in plan.configs]
+    refs = [ConfigRef(name=c.name, path=str(c.config.path), sha256=c.config.sha256) for c in plan.configs]
     record = RunRecord(run_id=run_id, provenance=provenance(opts.argv, refs, started), shard=opts.shard)
     from harness.engine.builds import identity_or_none
     from harness.tasks.lm_eval_gsm8k import lm_eval_info
@@ -260,8 +260,8 @@ def _short_data(plan: Plan, opts: RunOptions, ctx: RunContext, record: RunRecord
     and both counts) and return True; the run then ends with exit code 2. Data that
     cannot be read is left to the task's own preparation (required / optional)."""
     problems: dict[str, list[str]] = {}
-    for cp in plan.configs:
-        for t in cp.tasks:
+    for config_plan in plan.configs:
+        for t in config_plan.tasks:
             try:
                 got = available_questions(t.name, t.spec, opts.data_dir)
                 if got is not None:
@@ -269,21 +269,21 @@ def _short_data(plan: Plan, opts: RunOptions, ctx: RunContext, record: RunRecord
             except DataUnavailableError:
                 continue
             except ShortDataError as e:
-                problems.setdefault(cp.name, []).append(str(e))
+                problems.setdefault(config_plan.name, []).append(str(e))
     if not problems:
         return False
     p = ctx.progress
     for name, msgs in problems.items():
         for msg in msgs:
             p.error(f"{name}: {msg}")
-    for cp in plan.configs:
+    for config_plan in plan.configs:
         m = Measurements()
-        said = problems.get(cp.name)
-        crec = config_result(cp.config, error=("; ".join(said) if said else
+        said = problems.get(config_plan.name)
+        crec = config_result(config_plan.config, error=("; ".join(said) if said else
                                                "not started: another config's data holds fewer questions than it asks"))
-        for vp in cp.variants:
-            m.variant_record(vp.name).not_run = "short data: refused before any server started"
-        crec.gates = evaluate_gates(cp.gates, m)
+        for variant_plan in config_plan.variants:
+            m.variant_record(variant_plan.name).not_run = "short data: refused before any server started"
+        crec.gates = evaluate_gates(config_plan.gates, m)
         record.configs.append(crec)
     return True
 
@@ -293,9 +293,9 @@ def mark_not_applicable(plan: Plan, reasons: dict[str, str]) -> Plan:
     applicable: they start no server and their gates are NOT RUN with the reason."""
     if not reasons:
         return plan
-    cps = tuple(dataclasses.replace(cp, variants=tuple(
-        dataclasses.replace(v, not_applicable=reasons[v.id]) if v.id in reasons else v for v in cp.variants))
-        for cp in plan.configs)
+    cps = tuple(dataclasses.replace(config_plan, variants=tuple(
+        dataclasses.replace(v, not_applicable=reasons[v.id]) if v.id in reasons else v for v in config_plan.variants))
+        for config_plan in plan.configs)
     return dataclasses.replace(plan, configs=cps)
 
 
@@ -319,12 +319,18 @@ def _preflight(plan: Plan, opts: RunOptions, ctx: RunContext, record: RunRecord,
 
     p = ctx.progress
     cmds = [
-        ServerCommand(vp.id, cp.config.path, tuple(a.replace("{port}", "8000") for a in vp.argv),
-                      {k: v for k, v in vp.env.items() if not k.startswith("EVALRUN_")},  # no fault in a check
-                      speculates=vp.speculative_config is not None)
-        for cp in plan.configs for vp in cp.variants
-        if (opts.variants is None or vp.name in opts.variants) and not vp.not_applicable
-        and vp.build_error is None  # no server starts on a build that was not made
+        ServerCommand(
+            variant_plan.id,
+            config_plan.config.path,
+            tuple(a.replace("{port}", "8000") for a in variant_plan.argv),
+            {k: v for k, v in variant_plan.env.items() if not k.startswith("EVALRUN_")},  # no fault in a check
+            speculates=variant_plan.speculative_config is not None,
+        )
+        for config_plan in plan.configs
+        for variant_plan in config_plan.variants
+        if (opts.variants is None or variant_plan.name in opts.variants)
+        and not variant_plan.not_applicable
+        and variant_plan.build_error is None  # no server starts on a build that was not made
     ]
     t0 = time.monotonic()
     key = cache_key(cmds) if opts.preflight_cache else None
@@ -363,20 +369,20 @@ def _preflight(plan: Plan, opts: RunOptions, ctx: RunContext, record: RunRecord,
 def _refused_before_launch(plan: Plan, bad: dict[str, PreflightProblemRecord], record: RunRecord) -> None:
     """Fill ``record.configs`` with every variant NOT RUN because server commands were
     rejected before launch (``bad``: variant id -> the preflight problem)."""
-    for cp in plan.configs:
+    for config_plan in plan.configs:
         m = Measurements()
-        crec = config_result(cp.config)
-        for vp in cp.variants:
-            pr = bad.get(vp.id)
+        crec = config_result(config_plan.config)
+        for variant_plan in config_plan.variants:
+            pr = bad.get(variant_plan.id)
             if pr is not None:
-                vrec = unstarted_variant(vp, pr.kind, f"server command rejected before launch: {pr.message}")
+                vrec = unstarted_variant(variant_plan, pr.kind, f"server command rejected before launch: {pr.message}")
                 reason = f"{pr.kind}: {pr.message}"
             else:
                 reason = "not started: another variant's server command was rejected before launch"
-                vrec = unstarted_variant(vp, "not_started", reason)
-            crec.variants[vp.name] = vrec
-            m.variant_record(vp.name).not_run = reason
-        crec.gates = evaluate_gates(cp.gates, m)
+                vrec = unstarted_variant(variant_plan, "not_started", reason)
+            crec.variants[variant_plan.name] = vrec
+            m.variant_record(variant_plan.name).not_run = reason
+        crec.gates = evaluate_gates(config_plan.gates, m)
         record.configs.append(crec)
 
 
@@ -389,46 +395,48 @@ def _config_results(plan: Plan, opts: RunOptions, ctx: RunContext, run_dir: Path
     different configs share the node; a config's comparisons and gates run when all
     its variants finished. An unexpected error keeps the place where it happened."""
     if sp is None or not sp.uses_pool:
-        for cp in plan.configs:
-            yield _run_config(cp, opts, ctx, run_dir, record)
+        for config_plan in plan.configs:
+            yield _run_config(config_plan, opts, ctx, run_dir, record)
         return
     pool = new_pool(sp)
     ctx.progress.log(f"devices {','.join(sp.devices)}: variants side by side on disjoint sets, longest first"
                       + (f", at most {sp.max_servers} server(s) at once" if sp.max_servers else ""))
 
-    def one_config(cp: ConfigPlan, _devices: tuple[str, ...]) -> tuple[ConfigResult, bool]:
+    def one_config(config_plan: ConfigPlan, _devices: tuple[str, ...]) -> tuple[ConfigResult, bool]:
         try:
-            out = _run_config(cp, opts, ctx, run_dir, record, pool=pool, sp=sp)
+            out = _run_config(config_plan, opts, ctx, run_dir, record, pool=pool, sp=sp)
         except Exception as e:
             ctx.place.stamp(e)
             raise
         finally:  # variants it did not run (data, model, not selected) hold no place in the order
-            pool.withdraw([vp.id for vp in cp.variants])
+            pool.withdraw([variant_plan.id for variant_plan in config_plan.variants])
         ctx.checkpoint()  # the config's comparisons and gates are on disk before the others end
         return out
 
     try:
-        results = run_jobs([Job(cp.name, functools.partial(one_config, cp)) for cp in plan.configs], pool)
+        results = run_jobs(
+            [Job(config_plan.name, functools.partial(one_config, config_plan)) for config_plan in plan.configs], pool
+        )
     except Exception as e:
         ctx.place.restore(e)
         raise
     finally:  # the record's configs in plan order, whichever thread appended first
-        order = {cp.name: i for i, cp in enumerate(plan.configs)}
+        order = {config_plan.name: i for i, config_plan in enumerate(plan.configs)}
         record.configs.sort(key=lambda r: order.get(r.name, len(order)))
     yield from results
 
 
-def _run_config(cp: ConfigPlan, opts: RunOptions, ctx: RunContext, run_dir: Path, record: RunRecord,
+def _run_config(config_plan: ConfigPlan, opts: RunOptions, ctx: RunContext, run_dir: Path, record: RunRecord,
                 pool: DevicePool | None = None, sp: ServerPlan | None = None) -> tuple[ConfigResult, bool]:
     """Run one config: its tasks prepared, its model resolved, every selected variant,
     the comparisons (and the baseline reruns they need), its gates. Returns the config's
     record (already in ``record.configs``, filled in place so an interrupt keeps what ran)
     and whether something required could not run."""
-    c = cp.config
+    c = config_plan.config
     crec = config_result(c, tasks={name: spec.model_dump(mode="json", exclude={"gates"})
                                    for name, spec in c.tasks.items()})
     record.configs.append(crec)  # filled in place, so an interrupt keeps what ran
-    run = ConfigRun(cp, opts, ctx, run_dir, record, crec, pool=pool, servers=sp)
+    run = ConfigRun(config_plan, opts, ctx, run_dir, record, crec, pool=pool, servers=sp)
     variants = select_variants(run)
     # 1. tasks: data first, so a missing data set stops before minutes of server start-up.
     could_not_run = prepare_tasks(run)
@@ -439,7 +447,7 @@ def _run_config(cp: ConfigPlan, opts: RunOptions, ctx: RunContext, run_dir: Path
     # 2. the model
     model_ref = prepare_model(run)
     if model_ref is None:
-        crec.gates = evaluate_gates(cp.gates, run.measured)
+        crec.gates = evaluate_gates(config_plan.gates, run.measured)
         return crec, True
     run = dataclasses.replace(run, model_ref=model_ref)
     # 3. variants
@@ -461,10 +469,10 @@ def _run_variants(run: ConfigRun, variants: list[VariantPlan]) -> list[bool]:
     a time in this thread on a CPU host, else side by side on the pool's device sets.
     Returns per variant whether its server ran."""
     if run.pool is None or run.servers is None:  # a CPU host (the pool comes with its plan)
-        return [run_variant(run, vp) for vp in variants]
-    run.pool.withdraw([vp.id for vp in run.plan.variants if vp not in variants])  # never asking for devices
-    return run_jobs([Job(vp.id, functools.partial(run_variant, run, vp), need=run.servers.need(vp.id))
-                     for vp in variants], run.pool)
+        return [run_variant(run, variant_plan) for variant_plan in variants]
+    run.pool.withdraw([v.id for v in run.plan.variants if v not in variants])  # never asking for devices
+    return run_jobs([Job(v.id, functools.partial(run_variant, run, v), need=run.servers.need(v.id))
+                     for v in variants], run.pool)
 
 
 def _comparisons(run: ConfigRun, variants: list[VariantPlan]) -> None:
@@ -475,8 +483,8 @@ def _comparisons(run: ConfigRun, variants: list[VariantPlan]) -> None:
     run.result.comparisons = compare(c, m, run.reruns, at=run.place.at)
     needs = rerun_needs(c, m, run.reruns)
     for vname, tasks in needs.items():
-        vp = next((v for v in variants if v.name == vname), None)
-        if vp is not None:
-            rerun_for_noise(run, vp, [t for t in tasks if t in run.prepared])
+        variant_plan = next((v for v in variants if v.name == vname), None)
+        if variant_plan is not None:
+            rerun_for_noise(run, variant_plan, [t for t in tasks if t in run.prepared])
     if needs:
         run.result.comparisons = compare(c, m, run.reruns, needs, at=run.place.at)

@@ -51,12 +51,12 @@ def score_sampled(run: ConfigRun, variants: list[VariantPlan]) -> None:
             if v is not None and g.task is not None and m.task(v, g.task).samples is not None:
                 todo.setdefault(g.scorer or "", set()).add((v, g.task))
     for scorer, pairs in todo.items():
-        vp = next((x for x in variants if x.name == scorer), None)
-        if vp is None or m.variant(scorer).not_run is not None:
+        variant_plan = next((x for x in variants if x.name == scorer), None)
+        if variant_plan is None or m.variant(scorer).not_run is not None:
             for v, t in pairs:
                 m.task_record(v, t).scoring_error = f"the scorer {scorer} did not run (not selected or failed)"
             continue
-        _score(run, vp, sorted(pairs))
+        _score(run, variant_plan, sorted(pairs))
     for g in gates:
         a, b = m.task(g.baseline, g.task).target_scores, m.task(g.variant, g.task).target_scores
         if a is not None and b is not None and g.baseline is not None and g.task is not None:
@@ -70,17 +70,17 @@ def score_sampled(run: ConfigRun, variants: list[VariantPlan]) -> None:
                                  f"sign-flip p {st.p_value:.4g}")
 
 
-def _score(run: ConfigRun, vp: VariantPlan, pairs: list[tuple[str, str]]) -> None:
-    """Start ``vp``'s server again for scoring (:data:`harness.run.serving.SCORING`: never
+def _score(run: ConfigRun, variant_plan: VariantPlan, pairs: list[tuple[str, str]]) -> None:
+    """Start ``variant_plan``'s server again for scoring (:data:`harness.run.serving.SCORING`: never
     speculative, on its own device set when ``run`` has a pool), score every sample of
     ``pairs`` ((variant, task)), stop it; write
     ``samples/<config>/<variant>/<task>.target_logprobs.jsonl`` and the scores."""
     c, p, m = run.plan.config, run.progress, run.measured
-    server = VariantServer(run, vp, SCORING)
-    p.log(f"{vp.id}: scoring the sampled completions of {', '.join(f'{v}/{t}' for v, t in pairs)} on this "
+    server = VariantServer(run, variant_plan, SCORING)
+    p.log(f"{variant_plan.id}: scoring the sampled completions of {', '.join(f'{v}/{t}' for v, t in pairs)} on this "
           f"non-speculative server, started again (log: {server.log_path})")
     got: dict[tuple[str, str], list[tuple[float, int] | str]] = {}
-    rec = ScoringRecord(scorer=vp.name, scored=[f"{v}/{t}" for v, t in pairs])
+    rec = ScoringRecord(scorer=variant_plan.name, scored=[f"{v}/{t}" for v, t in pairs])
     run.result.scoring.append(rec)
     server.ready_to_launch()  # its devices and the pre-launch check's answer: not start-up time
     t0 = time.monotonic()
@@ -92,16 +92,16 @@ def _score(run: ConfigRun, vp: VariantPlan, pairs: list[tuple[str, str]]) -> Non
                 got[(v, t)] = session.score_completions(_items(run, v, t), chat=c.tasks[t].use_chat_completions)
             t_done = time.monotonic()
     except ServerStartError as e:
-        p.error(f"{vp.id}: the scoring server could not run: {e}")
+        p.error(f"{variant_plan.id}: the scoring server could not run: {e}")
         rec.error = str(e)
         for v, t in pairs:
             if (v, t) not in got:
-                m.task_record(v, t).scoring_error = f"the scoring server ({vp.id}) could not run: {e}"
+                m.task_record(v, t).scoring_error = f"the scoring server ({variant_plan.id}) could not run: {e}"
         return
     n = sum(len(x) for x in got.values())
     rec.completions, rec.startup_seconds = n, round(t_ready - t0, 2)
     rec.scoring_seconds, rec.seconds = round(t_done - t_ready, 2), round(time.monotonic() - t0, 2)
-    p.log(f"{vp.id} (scoring): {n} completions scored in {t_done - t_ready:.1f}s; server start-up "
+    p.log(f"{variant_plan.id} (scoring): {n} completions scored in {t_done - t_ready:.1f}s; server start-up "
           f"{t_ready - t0:.1f}s, whole step {time.monotonic() - t0:.1f}s")
     for (v, t), answers in got.items():
         _store(run, v, t, answers)

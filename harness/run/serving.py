@@ -57,24 +57,24 @@ RERUN = Purpose("rerun")
 SCORING = Purpose("scoring", speculative=False)
 
 
-def on_devices(vp: VariantPlan, devices: tuple[str, ...]) -> VariantPlan:
-    """``vp`` with ``CUDA_VISIBLE_DEVICES`` set to its own device set (unchanged without one)."""
+def on_devices(variant_plan: VariantPlan, devices: tuple[str, ...]) -> VariantPlan:
+    """``variant_plan`` with ``CUDA_VISIBLE_DEVICES`` set to its own device set (unchanged without one)."""
     if not devices:
-        return vp
-    return dataclasses.replace(vp, env={**vp.env, "CUDA_VISIBLE_DEVICES": ",".join(devices)})
+        return variant_plan
+    return dataclasses.replace(variant_plan, env={**variant_plan.env, "CUDA_VISIBLE_DEVICES": ",".join(devices)})
 
 
-def make_session(run: ConfigRun, vp: VariantPlan, name: str, argv: list[str], env: dict[str, str],
+def make_session(run: ConfigRun, variant_plan: VariantPlan, name: str, argv: list[str], env: dict[str, str],
                  log_path: Path, speculative: bool | None = None) -> VariantSession:
-    """A session (not started yet) of ``vp``'s server named ``name``, with the config's
-    start-up wait, request timeout and concurrency; ``speculative`` None: as ``vp`` is."""
+    """A session (not started yet) of ``variant_plan``'s server named ``name``, with the config's
+    start-up wait, request timeout and concurrency; ``speculative`` None: as ``variant_plan`` is."""
     c = run.plan.config
     return VariantSession(
         name, argv, env, log_path,
         startup_timeout=c.startup_max_wait_seconds,
         request_timeout=c.request_timeout_seconds,
         max_concurrency=c.max_concurrency,
-        speculative=vp.speculative_config is not None if speculative is None else speculative,
+        speculative=variant_plan.speculative_config is not None if speculative is None else speculative,
         on_wait=run.progress.waiting(f"{name}: waiting for /health"),
     )
 
@@ -97,13 +97,15 @@ class VariantServer:
             and its devices given back first).
     """
 
-    def __init__(self, run: ConfigRun, vp: VariantPlan, purpose: Purpose, devices: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, run: ConfigRun, variant_plan: VariantPlan, purpose: Purpose, devices: tuple[str, ...] = ()
+    ) -> None:
         c = run.plan.config
         self.run, self.purpose = run, purpose
-        self.variant = on_devices(vp, devices)
-        self.name = purpose.label(vp.id)
-        self.argv = [run.model_ref if a == c.model else a for a in vp.argv]
-        self.log_path = run.folder.log(c.name, vp.name, purpose.suffix)
+        self.variant = on_devices(variant_plan, devices)
+        self.name = purpose.label(variant_plan.id)
+        self.argv = [run.model_ref if a == c.model else a for a in variant_plan.argv]
+        self.log_path = run.folder.log(c.name, variant_plan.name, purpose.suffix)
         self.session: VariantSession | None = None
         self._leased = bool(devices) or purpose == FIRST_PASS  # the first pass's job holds its devices
         self._released = False
@@ -112,8 +114,11 @@ class VariantServer:
     @property
     def env(self) -> dict[str, str]:
         """The server's environment: the variant's, and where the plugin writes its reports."""
-        c, vp = self.run.plan.config, self.variant
-        return {**vp.env, REPORT_ENV: str(self.run.folder.plugin(c.name, vp.name, self.purpose.suffix))}
+        c, variant_plan = self.run.plan.config, self.variant
+        return {
+            **variant_plan.env,
+            REPORT_ENV: str(self.run.folder.plugin(c.name, variant_plan.name, self.purpose.suffix)),
+        }
 
     def ready_to_launch(self) -> None:
         """Take a device set of the pool for a server started again (blocks until one is
