@@ -1,6 +1,7 @@
 """Is the run record the same byte for byte from two source trees? Runs a few scenarios on
 the FAKE server (tests/fake_vllm.py) once with each tree's ``harness`` and compares every
-``run.json`` and samples file of the two run folders.
+``run.json``, samples file and report (``summary.md``, ``junit.xml``, ``summary.html``) of
+the two run folders.
 
 The CLI has no option to fix the clock, so what a clock or the operating system chooses
 is replaced before the second comparison: timestamps (``*_at``), durations (``seconds``,
@@ -109,9 +110,33 @@ def _normalise_doc(doc: object) -> str:
     return json.dumps(walk(doc), indent=1)
 
 
+#: the reports written beside ``run.json``, compared as text (:func:`normalise_report`)
+REPORTS = ("summary.md", "junit.xml", "summary.html")
+#: what a clock or the commit chooses inside a report: ISO timestamps, the 40-hex git revision,
+#: JUnit's ``time="..."`` and durations written as a number of seconds (``0.4s``, ``12 s``)
+_ISO = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:?\d{2})?")
+_GIT = re.compile(r"\b[0-9a-f]{40}\b")
+_JUNIT_TIME = re.compile(r'\btime="[0-9.]+"')
+_SECONDS = re.compile(r"\b\d+(\.\d+)? ?s\b")
+
+
 def compared_files(run_dir: Path) -> list[Path]:
-    """``run.json`` and every samples file of a run folder, relative to it."""
-    return sorted([Path("run.json")] + [p.relative_to(run_dir) for p in (run_dir / "samples").rglob("*.jsonl")])
+    """``run.json``, every samples file and each report of :data:`REPORTS` present in a run
+    folder, relative to it."""
+    reports = [Path(r) for r in REPORTS if (run_dir / r).is_file()]
+    samples = [p.relative_to(run_dir) for p in (run_dir / "samples").rglob("*.jsonl")]
+    return sorted([Path("run.json"), *reports, *samples])
+
+
+def normalise_report(text: str, root: Path) -> str:
+    """A report's text (Markdown, JUnit XML, HTML) with clock, commit, process, port and
+    temporary-path values replaced. Crude by design: any number of seconds is replaced, so a
+    report difference only in a duration is not seen."""
+    text = text.replace(str(root), "<root>")
+    for pattern, by in ((_ISO, "<time>"), (_GIT, "<git>"), (_JUNIT_TIME, 'time="<n>"'), (_SECONDS, "<n>s"),
+                        (_PID, "pid <n>")):
+        text = pattern.sub(by, text)
+    return _PORT.sub(r"\1<port>", text)
 
 
 def main() -> int:
@@ -153,8 +178,9 @@ def main() -> int:
                 norm_same += 1
                 continue
             if ta is not None and tb is not None:
-                na = normalise(ta.decode(), root)
-                nb = normalise(tb.decode(), root)
+                norm = normalise_report if rel.name in REPORTS else normalise
+                na = norm(ta.decode(), root)
+                nb = norm(tb.decode(), root)
                 if na == nb:
                     norm_same += 1
                     continue
