@@ -27,7 +27,7 @@ from pathlib import Path
 
 from harness.config.schema import JsonValue
 from harness.engine.preflight import ServerCommand
-from harness.engine.probes import command, vllm_files
+from harness.engine.probes import command, server_args, vllm_files
 from harness.records.atomic import write_atomic
 
 #: the cache file's name in the results folder.
@@ -83,7 +83,9 @@ def cache_key(commands: Sequence[ServerCommand], timeout: float = 30) -> str | N
             if got is None:
                 return None
             ids[py] = got
-    body = {"interpreters": ids,
+    # the check's own program: a changed pre-launch check never reuses an older check's all-clear
+    checker = hashlib.sha256(Path(server_args.__file__).read_bytes()).hexdigest()
+    body = {"interpreters": ids, "checker": checker,
             "commands": [{"variant": c.variant_id, "argv": list(c.argv), "env": dict(sorted(c.env.items())),
                           "speculates": c.speculates} for c in commands]}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()

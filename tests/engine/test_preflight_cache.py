@@ -100,3 +100,17 @@ def test_a_second_identical_run_takes_the_all_clear_from_the_cache(tmp_path, mon
     assert calls == [1, 1] and third["cached"] is False
     os.utime(wrapper, ns=(1, 1))  # the interpreter changed: checked again
     assert run("d")["cached"] is False and calls == [1, 1, 1]
+
+
+def test_a_changed_pre_launch_check_does_not_reuse_an_older_all_clear(tmp_path, monkeypatch):
+    """The key covers the check's own program (probes/server_args.py), as the build cache's
+    plugin hash covers the plugin package: another check, another key."""
+    from harness.engine.probes import server_args  # noqa: PLC0415 - patched in this test only
+
+    py = sys.executable
+    a = pc.cache_key([_cmd(py, "--model", "m")])
+    changed = tmp_path / "server_args.py"
+    changed.write_text(Path(server_args.__file__).read_text(encoding="utf-8") + "\n# changed\n", encoding="utf-8")
+    monkeypatch.setattr(server_args, "__file__", str(changed))
+    b = pc.cache_key([_cmd(py, "--model", "m")])
+    assert a is not None and b is not None and a != b
