@@ -1,0 +1,113 @@
+"""GPU-like numerics on the CPU engine: the setting read from ``EVALRUN_NUMERICS_NOISE``.
+
+This module is the one home of the setting's name, its parsing and its calibrated default.
+The perturbation itself (the logits of every forward, drawn from the step's batch shape and
+a seed drawn per server start) is applied by evalrun's vLLM plugin; the fake server of the
+tests reads the same setting through :func:`level_from_env`.
+
+``EVALRUN_NUMERICS_NOISE``:
+- unset or empty: off (the CPU engine stays deterministic; nothing of a record changes);
+- ``gpu``: the calibrated default level :data:`GPU_LEVEL_NATS` (docs/numerics.md says what
+  it is calibrated to);
+- a finite number >= 0: the standard deviation of the perturbation in nats (``0`` is off).
+
+``EVALRUN_NUMERICS_NOISE_SEED`` (optional, an integer >= 0): the seed of one server start,
+to reproduce a run; unset, every server start draws its own (:func:`draw_seed`).
+
+Standard library only: it is imported by the vLLM plugin in every vLLM process.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+#: the environment variable that turns the noise on (docs/numerics.md)
+NOISE_ENV = "EVALRUN_NUMERICS_NOISE"
+#: the environment variable that fixes the seed of a server start
+NOISE_SEED_ENV = "EVALRUN_NUMERICS_NOISE_SEED"
+#: the word that selects :data:`GPU_LEVEL_NATS`
+GPU_WORD = "gpu"
+#: the calibrated default standard deviation of the perturbation, in nats (docs/numerics.md:
+#: what it is calibrated to and the divergence it produces on the CPU list)
+GPU_LEVEL_NATS = 0.02
+
+
+class NoiseSettingError(ValueError):
+    """``EVALRUN_NUMERICS_NOISE`` or its seed is not a valid setting; the message names the variable."""
+
+
+@dataclass(frozen=True)
+class NoiseSetting:
+    """One server start's numerics noise.
+
+    Attributes:
+        spec: the variable's text as given (``gpu`` or a number).
+        level_nats: the standard deviation of the logit perturbation, in nats (> 0).
+        seed: the seed of this server start (an integer >= 0).
+    """
+
+    spec: str
+    level_nats: float
+    seed: int
+
+
+def parse_level(text: str | None) -> float | None:
+    """The level in nats named by ``text`` (the variable's value), or None when off.
+
+    Raises:
+        NoiseSettingError: not ``gpu`` and not a finite number >= 0.
+    """
+    if text is None or not text.strip():
+        return None
+    t = text.strip().lower()
+    if t == GPU_WORD:
+        return GPU_LEVEL_NATS
+    try:
+        v = float(t)
+    except ValueError:
+        raise NoiseSettingError(f"{NOISE_ENV}={text!r}: expected {GPU_WORD!r} or a number of nats >= 0") from None
+    if not math.isfinite(v) or v < 0:
+        raise NoiseSettingError(f"{NOISE_ENV}={text!r}: expected a finite number of nats >= 0")
+    return v or None
+
+
+def parse_seed(text: str | None) -> int | None:
+    """The seed named by ``text`` (``EVALRUN_NUMERICS_NOISE_SEED``), or None when unset.
+
+    Raises:
+        NoiseSettingError: not an integer >= 0.
+    """
+    if text is None or not text.strip():
+        return None
+    try:
+        v = int(text.strip())
+    except ValueError:
+        raise NoiseSettingError(f"{NOISE_SEED_ENV}={text!r}: expected an integer >= 0") from None
+    if v < 0:
+        raise NoiseSettingError(f"{NOISE_SEED_ENV}={text!r}: expected an integer >= 0")
+    return v
+
+
+def draw_seed() -> int:
+    """A fresh seed for one server start (63 random bits from the OS)."""
+    return secrets.randbits(63)
+
+
+def level_from_env(environ: Mapping[str, str] | None = None) -> NoiseSetting | None:
+    """The noise setting of this process's environment (``os.environ`` by default), with
+    the seed from :data:`NOISE_SEED_ENV` or a fresh draw; None when the noise is off.
+
+    Raises:
+        NoiseSettingError: either variable is invalid.
+    """
+    env = os.environ if environ is None else environ
+    spec = env.get(NOISE_ENV)
+    level = parse_level(spec)
+    if level is None or spec is None:
+        return None
+    seed = parse_seed(env.get(NOISE_SEED_ENV))
+    return NoiseSetting(spec.strip(), level, draw_seed() if seed is None else seed)
