@@ -1,4 +1,4 @@
-"""vLLM's verdict on vLLM's own gates, side by side with evalrun's (issue 39, point 1).
+"""vLLM's verdict on vLLM's own gates, side by side with evalrun's.
 
 vLLM's own scoring functions (``get_answer_value``, ``_score_gsm8k``,
 ``get_acceptance_length``, the two assertions of ``test_gsm8k_correctness``) are run from
