@@ -39,6 +39,7 @@ from harness.tasks import prepare_task
 from harness.tasks.answers import VLLM_RULES_PIPELINES
 from harness.tasks.gsm8k import load_gsm8k
 from harness.tasks.judging import judge_completion
+from harness.tasks.requests import Request
 from harness.tasks.stops import STOP_SEQUENCES
 from harness.tasks.vllm_gsm8k import VLLM_INVALID, vllm_answer_value
 
@@ -190,7 +191,7 @@ def _evalrun_floor(config: Path, right: int, wrong: int, failed: int) -> Any:
     samples = []
     for i in range(right + wrong + failed):
         qid = f"gsm8k/test/{i}"
-        req = SimpleNamespace(question_id=qid, gold="7", prompt_hash="0" * 16)
+        req = Request(qid, f"question {i}", "7", "0" * 16)
         c = (Completion(qid, "#### 7", finish_reason="stop") if i < right
              else Completion(qid, "#### 8", finish_reason="stop") if i < right + wrong
              else Completion(qid, None, error=f"request {qid}: no response within 600 s (attempt 1)"))
