@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from harness.config.shape_spec import SHAPE_KEYS, ShapeSpec  # noqa: F401 - ShapeSpec's users import it here too
 from harness.config.strict import JsonValue, RawValue, StrictModel, is_int
@@ -88,6 +96,12 @@ class ConfigError(ValueError):
     """A config, model list or key is invalid. The message names file, key and line."""
 
 
+#: The answer pipeline of vLLM's GSM8K rule (``get_answer_value`` of vLLM's
+#: ``tests/evals/gsm8k/gsm8k_eval.py``, :mod:`harness.tasks.vllm_gsm8k`): computed for a task
+#: with ``vllm_rules``, and read by that task's accuracy floor.
+VLLM_PIPELINE = "vllm"
+
+
 class TaskSpec(StrictModel):
     """One task of a config.
 
@@ -133,6 +147,13 @@ class TaskSpec(StrictModel):
             (``Question``, ``Assistant:``, ``<|separator|>``), as vLLM's ``gsm8k_eval.py``
             does; default ``/v1/completions`` with evalrun's few-shot delimiter.
         shape: kind ``shape`` only: the traffic shape (:class:`ShapeSpec`).
+        vllm_rules: kind ``gsm8k`` only: judge and send as vLLM's GSM8K test does
+            (``tests/evals/gsm8k/gsm8k_eval.py``): vLLM's stop strings in completions mode
+            and none in chat mode, its answer rule as the answer pipeline
+            :data:`VLLM_PIPELINE` (which the accuracy floor reads), its client's timeout
+            (every request's total timeout also covers its wait for a pooled connection)
+            and no retry (docs/vllm-parity.md). Set by the vLLM form; default off (then
+            absent from the record).
     """
 
     kind: Literal["gsm8k", "synthetic", "lm_eval", "shape"] = "gsm8k"
@@ -150,6 +171,15 @@ class TaskSpec(StrictModel):
     gen_prefix: str = ""
     use_chat_completions: bool = False
     shape: ShapeSpec | None = None
+    vllm_rules: bool = False
+
+    @model_serializer(mode="wrap")
+    def _vllm_rules_only_when_on(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        """The dump without ``vllm_rules`` when it is off, so records without it are unchanged."""
+        out = handler(self)
+        if not self.vllm_rules:
+            out.pop("vllm_rules", None)
+        return out
 
     @model_validator(mode="after")
     def _lm_eval_needs_a_task(self) -> "TaskSpec":
@@ -158,8 +188,8 @@ class TaskSpec(StrictModel):
         if self.kind == "shape" and self.num_questions is not None:
             raise ValueError("kind shape sends the requests its shape plans (prompts_per_length per length); "
                              "num_questions does not apply")
-        if self.kind != "gsm8k" and (self.gen_prefix or self.use_chat_completions):
-            raise ValueError("gen_prefix / use_chat_completions are only for kind gsm8k")
+        if self.kind != "gsm8k" and (self.gen_prefix or self.use_chat_completions or self.vllm_rules):
+            raise ValueError("gen_prefix / use_chat_completions / vllm_rules are only for kind gsm8k")
         if self.kind == "lm_eval" and (self.seed is None or self.temperature is None):
             raise ValueError("kind lm_eval needs a seed and a temperature (lm-eval seeds its own sampling "
                              "with them); seed: null / temperature: null are for kinds gsm8k and synthetic")

@@ -335,6 +335,7 @@ def from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict[KeyPath, int
         seed=c.seed,
         gen_prefix=c.gen_prefix,
         use_chat_completions=c.use_chat_completions,
+        vllm_rules=True,  # vLLM's stop strings, answer rule and client for its own floor (docs/vllm-parity.md)
     )
     ev = c.evalrun
     if GSM8K_TASK in ev.tasks:

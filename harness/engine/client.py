@@ -176,11 +176,15 @@ class AsyncCompletionClient:
         max_retries: extra attempts on transport errors, timeouts or HTTP 5xx (default 1).
         max_connections: size of the connection pool; keep it >= the requests the
             caller puts in flight so none waits for a connection.
+        connect_timeout_s: seconds to get a connection (aiohttp's ``connect``: the wait
+            for a pooled one included); None: no bound of its own, only ``timeout_s``, as
+            vLLM's ``gsm8k_eval.py`` (``ClientTimeout(total=...)``), whose every question
+            waits for a pooled connection within its total timeout.
     """
 
     def __init__(
         self, base_url: str, model: str, timeout_s: float = 600, max_retries: int = 1,
-        max_connections: int = VLLM_CLIENT_DEFAULT_CONCURRENCY,
+        max_connections: int = VLLM_CLIENT_DEFAULT_CONCURRENCY, connect_timeout_s: float | None = CONNECT_TIMEOUT_S,
     ):
         self.base_url = base_url.rstrip("/")
         self.url = self.base_url + "/v1/completions"
@@ -188,6 +192,7 @@ class AsyncCompletionClient:
         self.timeout_s = timeout_s
         self.max_retries = max_retries
         self.max_connections = max_connections
+        self.connect_timeout_s = connect_timeout_s
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> "AsyncCompletionClient":
@@ -199,7 +204,7 @@ class AsyncCompletionClient:
         self._session = aiohttp.ClientSession(
             # ssl=False: plain HTTP to the local server; skips building an SSL context (~60 ms CPU)
             connector=aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0, ssl=False),
-            timeout=aiohttp.ClientTimeout(total=self.timeout_s, connect=CONNECT_TIMEOUT_S),
+            timeout=aiohttp.ClientTimeout(total=self.timeout_s, connect=self.connect_timeout_s),
             # the server sets no cookies: skip the jar's per-request filtering and updating
             cookie_jar=aiohttp.DummyCookieJar(),
         )
@@ -363,9 +368,10 @@ async def chat_complete(
         "model": client.model,
         "messages": [{"role": "user", "content": prompt}],
         "max_tokens": max_tokens,
-        "stop": list(stop),
         "return_token_ids": True,
     }
+    if stop:  # none is left out, as vLLM's script leaves it out in chat mode
+        body["stop"] = list(stop)
     if temperature is not None:
         body["temperature"] = temperature
     if seed is not None:

@@ -17,7 +17,13 @@ from typing import TypeVar
 
 import httpx
 
-from harness.engine.client import AsyncCompletionClient, chat_complete, served_model, target_logprobs
+from harness.engine.client import (
+    CONNECT_TIMEOUT_S,
+    AsyncCompletionClient,
+    chat_complete,
+    served_model,
+    target_logprobs,
+)
 from harness.engine.info import EngineInfoError, SpeculativeConfig, read_engine_facts
 from harness.engine.metrics import (
     MetricsError,
@@ -286,6 +292,7 @@ class VariantSession:
         chat: bool = False,
         logprobs: int | None = None,
         max_concurrency: int | None = None,
+        vllm_client: bool = False,
     ) -> TaskOutcome:
         """Send every request and diff the counters; nothing is judged here.
 
@@ -318,6 +325,10 @@ class VariantSession:
                 :meth:`AsyncCompletionClient.complete`); None asks for none.
             max_concurrency: requests in flight for this call (a traffic shape's
                 concurrency sweep); None: the session's ``max_concurrency``.
+            vllm_client: send as vLLM's ``gsm8k_eval.py`` sends (a task with
+                ``vllm_rules``): every request at once on one session whose pool has
+                ``max_concurrency`` connections, each request's total timeout counted from
+                the start (its wait for a pooled connection included), and no retry.
 
         A request's own ``max_tokens`` (:attr:`Request.max_tokens`) overrides the
         task's.
@@ -335,7 +346,7 @@ class VariantSession:
         self._in_flight = self._peak_in_flight = 0
         completions, metrics_error = run_coroutine(self._send_all(
             requests, max_tokens, temperature, seed, stop, on_done, per_request, before, metrics_error, chat,
-            logprobs, max_concurrency))
+            logprobs, max_concurrency, vllm_client))
         counters, metrics, metrics_error = self.counters_since(before, metrics_error)
         engine_delta, engine_error = self._engine_delta(engine_before, engine_error)
         return TaskOutcome(completions, counters, metrics, metrics_error, time.monotonic() - t0,
@@ -374,16 +385,18 @@ class VariantSession:
         seed: "int | None | Callable[[str], int | None]", stop: Sequence[str],
         on_done: Callable[[Completion], None] | None, per_request: bool,
         before: SpecDecodeCountersRecord | None, metrics_error: str | None, chat: bool = False,
-        logprobs: int | None = None, max_concurrency: int | None = None,
+        logprobs: int | None = None, max_concurrency: int | None = None, vllm_client: bool = False,
     ) -> tuple[tuple[Completion, ...], str | None]:
         """Send the requests on this event loop; return completions in request order
-        and the (possibly updated) metrics error."""
+        and the (possibly updated) metrics error (``vllm_client``: see :meth:`run_task`)."""
         if self.model is None:
             raise RuntimeError("use VariantSession as a context manager (no served model name yet)")
         results: list[Completion | None] = [None] * len(requests)
         width = 1 if per_request else (max_concurrency or self.max_concurrency)
+        # vLLM's client: no retry, and the total timeout alone bounds the wait for a connection
         async with AsyncCompletionClient(
             self.server.base_url, self.model, timeout_s=self.request_timeout, max_connections=width,
+            max_retries=0 if vllm_client else 1, connect_timeout_s=None if vllm_client else CONNECT_TIMEOUT_S,
         ) as client:
             def seed_of(r: Request) -> int | None:
                 return seed(r.question_id) if callable(seed) else seed
@@ -444,7 +457,10 @@ class VariantSession:
                         if on_done:
                             on_done(c)
 
-                await asyncio.gather(*(worker() for _ in range(min(width, len(requests)))))
+                # vLLM's client gathers every question at once: the pool holds back all but
+                # ``width``, and each one's timeout runs while it waits there
+                workers = len(requests) if vllm_client else min(width, len(requests))
+                await asyncio.gather(*(worker() for _ in range(workers)))
         return tuple(results), metrics_error  # type: ignore[arg-type]
 
     def score_completions(self, items: Sequence[tuple[str, str, Sequence[int]]],

@@ -31,6 +31,7 @@ from pathlib import Path
 from harness.analysis.comparison import noise_variants
 from harness.analysis.scoring import score_task
 from harness.config.plan import ConfigPlan, Plan, VariantPlan
+from harness.config.schema import VLLM_PIPELINE
 from harness.engine.builds import identity_or_none
 from harness.engine.info import model_runner_fact
 from harness.models.resolve import resolve_model
@@ -240,8 +241,11 @@ def _samples_problem(run_dir: Path, rel: str, sha256: str | None) -> str | None:
 
 
 def _pipelines(trec: TaskResult) -> Sequence[str]:
-    """The answer pipelines the task was scored under (an lm-eval task's own)."""
-    return trec.lm_eval.pipelines if trec.lm_eval is not None else PIPELINES
+    """The answer pipelines the task was scored under (an lm-eval task's own; vLLM's rule
+    first for a task with ``vllm_rules``)."""
+    if trec.lm_eval is not None:
+        return trec.lm_eval.pipelines
+    return (VLLM_PIPELINE, *PIPELINES) if VLLM_PIPELINE in trec.correct else PIPELINES
 
 
 def _score_problem(trec: TaskResult, samples: Sequence[Sample]) -> str | None:

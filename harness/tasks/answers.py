@@ -15,6 +15,9 @@ Used by every task whose gold answers are GSM8K's (``gsm8k``, ``synthetic``, ``s
 * lm-eval's exact filters, ``strict-match`` and ``flexible-extract``, computed by
   lm-eval's own code (:mod:`harness.tasks.lm_eval_gsm8k`), are added beside them
   when lm-eval is installed (:data:`GSM8K_PIPELINES` lists all four, in report order).
+* vLLM's own rule, pipeline ``vllm`` (:mod:`harness.tasks.vllm_gsm8k`), read from the whole
+  completion and compared with the gold read by the same rule, is put first for a task with
+  ``vllm_rules`` (:data:`VLLM_RULES_PIPELINES`).
 """
 
 from __future__ import annotations
@@ -26,10 +29,12 @@ from fractions import Fraction
 from harness.tasks.lm_eval_gsm8k import LM_EVAL_PIPELINES, LmEvalUnavailableError, judge_lm_eval
 from harness.tasks.numbers import NUMBER_RE, find_numbers, parse_number
 from harness.tasks.pipelines import answer_pipeline, register_pipeline
+from harness.tasks.vllm_gsm8k import VLLM_PIPELINE, judge_vllm
 
 __all__ = [
     "GSM8K_PIPELINES",
     "NUMERIC_PIPELINES",
+    "VLLM_RULES_PIPELINES",
     "answer_text",
     "extract_flexible",
     "extract_strict",
@@ -44,6 +49,10 @@ GSM8K_PIPELINES: tuple[str, ...] = NUMERIC_PIPELINES + LM_EVAL_PIPELINES
 """Every answer pipeline a sample of the ``#### N`` format can carry, in report order:
 evalrun's two, then lm-eval's ``strict-match`` and ``flexible-extract`` (present only when
 lm-eval is installed; :data:`harness.tasks.lm_eval_gsm8k.LM_EVAL_PIPELINES`)."""
+
+VLLM_RULES_PIPELINES: tuple[str, ...] = (VLLM_PIPELINE, *GSM8K_PIPELINES)
+"""The pipelines of a task with ``vllm_rules``, in report order: vLLM's rule (``vllm``, what
+its accuracy floor reads), then evalrun's additions (:data:`GSM8K_PIPELINES`)."""
 
 # "#" starts a comment in VERBOSE mode, hence the escaped marker.
 _STRICT_RE = re.compile(r"\#{4}[ \t]*(" + NUMBER_RE.pattern + ")", re.VERBOSE)
@@ -185,7 +194,7 @@ def _extract(name: str, text: str) -> str | None:
     return extract(text)
 
 
-def judge(completion: str, gold: str) -> tuple[dict[str, str | None], dict[str, bool]]:
+def judge(completion: str, gold: str, vllm_rules: bool = False) -> tuple[dict[str, str | None], dict[str, bool]]:
     """Extract answers with each pipeline and compare them with the gold answer.
 
     The pipelines read :func:`answer_text` (reasoning blocks removed) after
@@ -200,6 +209,9 @@ def judge(completion: str, gold: str) -> tuple[dict[str, str | None], dict[str, 
         completion: the completion text.
         gold: gold answer text, e.g. :attr:`GsmItem.gold`; surrounding whitespace
             and thousands separators are allowed.
+        vllm_rules: also judge by vLLM's rule, pipeline ``vllm``, put first
+            (:func:`harness.tasks.vllm_gsm8k.judge_vllm`: the whole completion, reasoning
+            and LaTeX as written, against the gold read by the same rule).
 
     Returns:
         ``(answers, correct)``, both keyed by pipeline name: ``"strict-numeric"`` and
@@ -210,14 +222,18 @@ def judge(completion: str, gold: str) -> tuple[dict[str, str | None], dict[str, 
 
     Raises:
         ValueError: ``gold`` does not start with a number (bad data, not a wrong
-            answer).
+            answer), or with ``vllm_rules`` vLLM's rule reads no integer in it.
     """
     gold_value = parse_number(gold)
     if gold_value is None:
         raise ValueError(f"gold answer {gold!r} is not a number")
+    answers: dict[str, str | None] = {}
+    correct: dict[str, bool] = {}
+    if vllm_rules:
+        answers[VLLM_PIPELINE], correct[VLLM_PIPELINE] = judge_vllm(completion, gold)
     text = normalize_latex(answer_text(completion))
-    answers: dict[str, str | None] = {name: _extract(name, text) for name in NUMERIC_PIPELINES}
-    correct = {name: _equal(answers[name], gold_value) for name in NUMERIC_PIPELINES}
+    answers.update({name: _extract(name, text) for name in NUMERIC_PIPELINES})
+    correct.update({name: _equal(answers[name], gold_value) for name in NUMERIC_PIPELINES})
 
     try:
         la, lc = judge_lm_eval(completion, gold)

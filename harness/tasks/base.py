@@ -32,7 +32,7 @@ from harness.records.measures import EngineFactsRecord
 from harness.records.samples import Sample
 from harness.records.task_outcome import TaskOutcome
 from harness.tasks import judging  # judging.judge_completions is looked up per call (tests patch it)
-from harness.tasks.answers import GSM8K_PIPELINES
+from harness.tasks.answers import GSM8K_PIPELINES, VLLM_RULES_PIPELINES
 from harness.tasks.requests import Request
 
 T = TypeVar("T")
@@ -117,7 +117,7 @@ class TaskSession(Protocol):
                  seed: "int | None | Callable[[str], int | None]",
                  stop: Sequence[str], on_done: Callable[[Completion], None] | None = None, per_request: bool = False,
                  chat: bool = False, logprobs: int | None = None,
-                 max_concurrency: int | None = None) -> TaskOutcome: ...
+                 max_concurrency: int | None = None, vllm_client: bool = False) -> TaskOutcome: ...
 
     def measured(self, work: Callable[[], T]) -> tuple[TaskOutcome, T]: ...
 
@@ -291,7 +291,10 @@ class Task(ABC, Generic[P]):
 class RequestTask(Task[P]):
     """A task whose prepared requests evalrun sends itself and judges with GSM8K's
     answer extraction (:func:`harness.tasks.judging.judge_completions`), scored under
-    the ``#### N`` format's pipelines (:data:`harness.tasks.answers.GSM8K_PIPELINES`)."""
+    the ``#### N`` format's pipelines (:data:`harness.tasks.answers.GSM8K_PIPELINES`; with
+    ``vllm_rules``, vLLM's rule first, :data:`harness.tasks.answers.VLLM_RULES_PIPELINES`).
+    A task with ``vllm_rules`` is sent as vLLM's client sends (``vllm_client``: every
+    request at once, each one's timeout covering its wait for a pooled connection, no retry)."""
 
     pipelines = GSM8K_PIPELINES
 
@@ -304,12 +307,14 @@ class RequestTask(Task[P]):
         """Send every request on the session: the raw completions and counters, unjudged."""
         s = ctx.spec
         bar = ctx.bar(ctx.label, len(pt.requests))
+        # vLLM's client semantics only when asked (sessions written before it take no such keyword)
+        vllm: dict[str, bool] = {"vllm_client": True} if s.vllm_rules else {}
         outcome = session.run_task(
             pt.requests,
             max_tokens=s.max_tokens, temperature=s.temperature,
             seed=functools.partial(_seed_of, s, ctx.seed_offset),
             stop=pt.stop, on_done=lambda x: bar.advance(x.ok),
-            per_request=ctx.per_request, chat=s.use_chat_completions, logprobs=ctx.logprobs,
+            per_request=ctx.per_request, chat=s.use_chat_completions, logprobs=ctx.logprobs, **vllm,
         )
         bar.close()
         return SentTask(outcome, sum(1 for c in outcome.completions if c.error is not None))
@@ -323,13 +328,15 @@ class RequestTask(Task[P]):
         """
         ctx.at("judging")
         outcome = sent.outcome
+        vllm: dict[str, bool] = {"vllm_rules": True} if ctx.spec.vllm_rules else {}
         try:
-            samples = judging.judge_completions(ctx.config, ctx.variant, ctx.task, pt.requests, outcome.completions)
+            samples = judging.judge_completions(ctx.config, ctx.variant, ctx.task, pt.requests, outcome.completions,
+                                                **vllm)
         except Exception:  # keep the engine's answers, unjudged, then let the error be recorded
             if ctx.raw_path is not None:
                 keep_raw(ctx.raw_path, outcome.completions, ctx)
             raise
-        return TaskRun(outcome, samples, self.pipelines)
+        return TaskRun(outcome, samples, VLLM_RULES_PIPELINES if ctx.spec.vllm_rules else self.pipelines)
 
 
 def _seed_of(spec: TaskSpec, offset: int, question_id: str) -> int | None:

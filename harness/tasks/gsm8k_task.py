@@ -8,9 +8,11 @@ from pathlib import Path
 from harness.config.schema import TaskSpec
 from harness.tasks.base import PreparedTask, RequestTask, check_enough
 from harness.tasks.contamination import ContaminationError, find_overlaps
-from harness.tasks.gsm8k import build_requests, dataset_hash, load_gsm8k
+from harness.tasks.gsm8k import DataUnavailableError, build_requests, dataset_hash, load_gsm8k
 from harness.tasks.kinds import task_kind
+from harness.tasks.requests import Request
 from harness.tasks.stops import STOP_SEQUENCES, VLLM_GSM8K_STOP_SEQUENCES
+from harness.tasks.vllm_gsm8k import VLLM_INVALID, vllm_answer_value, vllm_stop_sequences
 
 #: Questions in a GSM8K task whose ``num_questions`` is None (all): the test split's size.
 GSM8K_TEST_SIZE = 1319
@@ -40,9 +42,11 @@ class Gsm8kTask(RequestTask[None]):
                 "solutions are in front of it. Remove them from the data (test.jsonl / train.jsonl), "
                 "or pass --allow-contamination to run anyway (recorded in the run record)."
             )
-        # chat completions: vLLM's gsm8k_eval.py stop list, as it sends it; completions keep
-        # evalrun's few-shot delimiter (a deliberate difference, docs/configuration.md)
-        stop = VLLM_GSM8K_STOP_SEQUENCES if spec.use_chat_completions else tuple(STOP_SEQUENCES)
+        if spec.vllm_rules:  # vLLM's stop strings as its gsm8k_eval.py sends them (none in chat mode)
+            stop = vllm_stop_sequences(spec.use_chat_completions)
+            _check_vllm_golds(name, reqs, where)
+        else:  # chat: vLLM's completions-mode list; completions: evalrun's few-shot delimiter
+            stop = VLLM_GSM8K_STOP_SEQUENCES if spec.use_chat_completions else tuple(STOP_SEQUENCES)
         return PreparedTask(tuple(reqs), stop, dataset_hash(used), src,
                             contamination=ov.to_json() if ov.any else None)
 
@@ -60,3 +64,17 @@ class Gsm8kTask(RequestTask[None]):
     def default_size(self) -> int | None:
         """:data:`GSM8K_TEST_SIZE`."""
         return GSM8K_TEST_SIZE
+
+
+def _check_vllm_golds(name: str, reqs: list[Request], where: str) -> None:
+    """Refuse, before any server starts, a gold answer vLLM's rule reads as invalid (vLLM's
+    script refuses such data too: ``assert all(label != INVALID ...)``).
+
+    Raises:
+        DataUnavailableError: naming the task, the data and the question.
+    """
+    bad = [r.question_id for r in reqs if vllm_answer_value(r.gold) == VLLM_INVALID]
+    if bad:
+        raise DataUnavailableError(f"task {name}: {where}: vLLM's answer rule reads no integer in the gold "
+                                   f"answer of {', '.join(bad[:5])}" + (f" and {len(bad) - 5} more" if len(bad) > 5
+                                                                        else ""))

@@ -18,13 +18,15 @@ from harness.tasks.answers import judge
 from harness.tasks.requests import Request
 
 
-def judge_completion(config: str, variant: str, task: str, request: Request, c: Completion) -> Sample:
+def judge_completion(config: str, variant: str, task: str, request: Request, c: Completion,
+                     vllm_rules: bool = False) -> Sample:
     """One judged sample from one request and its completion.
 
     Args:
         config, variant, task: names for the sample.
         request: the request sent (question id, prompt hash, gold answer).
         c: the engine's completion of ``request``.
+        vllm_rules: also judge by vLLM's rule (pipeline ``vllm``, :func:`judge`).
 
     Returns:
         A :class:`Sample`; when ``c.error`` is set it carries the error and no
@@ -49,7 +51,7 @@ def judge_completion(config: str, variant: str, task: str, request: Request, c: 
     error = c.error or unfinished_error(c.request_id, c.finish_reason)
     if error is not None:  # the finish reason is kept: abort / error say why
         return Sample(error=error, finish_reason=c.finish_reason, stop_reason=c.stop_reason, **common)
-    answers, correct = judge(c.text or "", request.gold)
+    answers, correct = judge(c.text or "", request.gold, vllm_rules)
     return Sample(
         completion=c.text, token_ids=c.token_ids, finish_reason=c.finish_reason,
         stop_reason=c.stop_reason, answers=answers, correct=correct, top_logprobs=c.top_logprobs, **common,
@@ -57,7 +59,8 @@ def judge_completion(config: str, variant: str, task: str, request: Request, c: 
 
 
 def judge_completions(
-    config: str, variant: str, task: str, requests: Sequence[Request], completions: Sequence[Completion]
+    config: str, variant: str, task: str, requests: Sequence[Request], completions: Sequence[Completion],
+    vllm_rules: bool = False,
 ) -> tuple[Sample, ...]:
     """Judge a task's completions, in request order.
 
@@ -65,6 +68,7 @@ def judge_completions(
         requests: the task's requests, in order.
         completions: one per request, in the same order (as
             :meth:`harness.engine.session.VariantSession.run_task` returns them).
+        vllm_rules: also judge by vLLM's rule (pipeline ``vllm``; a task with ``vllm_rules``).
 
     Returns:
         One :class:`Sample` per request.
@@ -74,4 +78,4 @@ def judge_completions(
     """
     if len(requests) != len(completions):
         raise ValueError(f"{config}/{variant}/{task}: {len(requests)} requests but {len(completions)} completions")
-    return tuple(judge_completion(config, variant, task, r, c) for r, c in zip(requests, completions))
+    return tuple(judge_completion(config, variant, task, r, c, vllm_rules) for r, c in zip(requests, completions))

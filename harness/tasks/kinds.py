@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
+from harness.config.schema import VLLM_PIPELINE
 from harness.tasks.base import Task
 
 __all__ = ["TASK_KINDS", "TaskKindError", "record_pipelines", "task_for", "task_kind"]
@@ -75,14 +76,16 @@ def record_pipelines(kind: str | None, own: Sequence[str] | None, scored: Iterab
 
     Returns:
         ``own`` when given; else the kind's :attr:`Task.pipelines` (``gsm8k``,
-        ``synthetic``, ``shape``: :data:`harness.tasks.answers.GSM8K_PIPELINES`); for no
-        kind or an unknown one, those of the default kind ``gsm8k`` when every scored
-        pipeline is one of them, else the scored ones.
+        ``synthetic``, ``shape``: :data:`harness.tasks.answers.GSM8K_PIPELINES`), with
+        vLLM's rule (``vllm``) first when it was scored (a task with ``vllm_rules``); for
+        no kind or an unknown one, those of the default kind ``gsm8k`` (likewise) when
+        every scored pipeline is one of them, else the scored ones.
     """
     if own is not None:
         return tuple(own)
-    if kind is not None and kind in TASK_KINDS and TASK_KINDS[kind].pipelines:
-        return TASK_KINDS[kind].pipelines
-    default = TASK_KINDS["gsm8k"].pipelines
     names = list(scored)
+    first = (VLLM_PIPELINE,) if VLLM_PIPELINE in names else ()
+    if kind is not None and kind in TASK_KINDS and TASK_KINDS[kind].pipelines:
+        return first + TASK_KINDS[kind].pipelines
+    default = first + TASK_KINDS["gsm8k"].pipelines
     return default if set(names) <= set(default) else tuple(names)

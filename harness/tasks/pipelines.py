@@ -2,7 +2,8 @@
 
 A pipeline is declared once, where its code lives, as lm-evaluation-harness declares a
 filter (``@register_filter``): :func:`register_pipeline` on an extraction function
-(evalrun's own, :mod:`harness.tasks.answers`), or :func:`declare_pipeline` for one an
+(evalrun's own, :mod:`harness.tasks.answers`; vLLM's GSM8K rule, :mod:`harness.tasks.vllm_gsm8k`),
+or :func:`declare_pipeline` for one an
 outside library computes (lm-eval's GSM8K filters, :mod:`harness.tasks.lm_eval_gsm8k`).
 A name registered twice is refused (:class:`PipelineError`), so two modules can never
 score under one name.
@@ -38,7 +39,8 @@ class AnswerPipeline:
     Attributes:
         name: the key of a sample's ``answers`` / ``correct`` and of a task's
             ``accuracy`` (e.g. ``strict-numeric``).
-        source: ``evalrun`` (computed by evalrun's own code) or ``lm-eval`` (computed by
+        source: ``evalrun`` (computed by evalrun's own code), ``vllm`` (vLLM's GSM8K
+            answer rule, reproduced by evalrun's code) or ``lm-eval`` (computed by
             lm-eval's filters, present only when lm-eval can build them).
         extract: the extraction function of an evalrun pipeline; None for one an
             outside library computes.
@@ -46,7 +48,7 @@ class AnswerPipeline:
     """
 
     name: str
-    source: Literal["evalrun", "lm-eval"]
+    source: Literal["evalrun", "vllm", "lm-eval"]
     extract: Extractor | None
     description: str
 
@@ -62,14 +64,16 @@ def _add(p: AnswerPipeline) -> None:
     ANSWER_PIPELINES[p.name] = p
 
 
-def register_pipeline(name: str, description: str) -> Callable[[Extractor], Extractor]:
-    """Decorator: register an evalrun extraction function as pipeline ``name``.
+def register_pipeline(name: str, description: str,
+                      source: Literal["evalrun", "vllm"] = "evalrun") -> Callable[[Extractor], Extractor]:
+    """Decorator: register an extraction function of evalrun's code as pipeline ``name``
+    (``source``: ``vllm`` for vLLM's rule reproduced).
 
     Raises:
         PipelineError: ``name`` is already registered.
     """
     def wrap(fn: Extractor) -> Extractor:
-        _add(AnswerPipeline(name=name, source="evalrun", extract=fn, description=description))
+        _add(AnswerPipeline(name=name, source=source, extract=fn, description=description))
         return fn
     return wrap
 

@@ -11,7 +11,9 @@ from harness.analysis.measurements import Measurements
 from harness.analysis.scoring import correctness
 from harness.analysis.stats import floor_margin, paired_comparison
 from harness.config import gates as G
+from harness.config.schema import VLLM_PIPELINE
 from harness.records.baselines import BaselineTask
+from harness.records.measures import TaskScore
 from harness.records.run_record import GateResult
 from harness.records.samples import Sample
 
@@ -32,6 +34,8 @@ def judge_accuracy_floor(g: G.AccuracyFloor, m: Measurements, adjusted_p: float 
                        f"not run: answer pipeline {g.pipeline} was not computed "
                        f"(computed: {', '.join(sc.accuracy) or 'none'}; lm-eval's pipelines need "
                        "lm-eval, a dependency of evalrun, importable: see provenance.lm_eval.error)")
+    if g.pipeline == VLLM_PIPELINE:
+        return _vllm_floor(g, sc.num_requests, ps.correct, sc.error_count, sc)
     if ps.accuracy is None:
         return result(g, None, g.limit, False, "no request succeeded: accuracy cannot be computed")
     margin = 0.0
@@ -48,6 +52,27 @@ def judge_accuracy_floor(g: G.AccuracyFloor, m: Measurements, adjusted_p: float 
         + ("" if ok else truncation_note(sc, g.variant)),
     )
 
+
+
+def _vllm_floor(g: G.AccuracyFloor, n: int, correct: int, errors: int, sc: TaskScore) -> GateResult:
+    """vLLM's verdict (``test_gsm8k_correctness.py``): ``correct / n >= threshold - tolerance``
+    in floating point, ``n`` every question asked (vLLM scores a failed request as a wrong
+    answer); a floor widened only when the config writes ``calibration_questions``."""
+    accuracy = correct / n if n else 0.0
+    margin = 0.0
+    cal = g.calibration_questions
+    if cal is not None and n < cal:
+        margin = floor_margin(n, cal, g.accuracy_threshold)
+    limit = g.limit - margin
+    ok = accuracy >= limit
+    extra = (f" (floor {g.limit} widened by {margin:.4f} for {n} of {cal} calibration questions, "
+             "calibration_questions: evalrun's addition)" if margin else "")
+    failed = f", {errors} failed request(s) counted wrong as vLLM counts them" if errors else ""
+    return result(
+        g, accuracy, limit, ok,
+        f"vLLM's rule: {g.pipeline} accuracy {accuracy:.4f} ({correct}/{n}{failed}) vs floor "
+        f"{g.accuracy_threshold} - {g.tolerance} = {limit!r}{extra}" + ("" if ok else truncation_note(sc, g.variant)),
+    )
 
 
 @judges(G.MaxAccuracyDrop)

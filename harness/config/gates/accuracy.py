@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Literal
 
 from harness.config.gates.registry import GateBase, GateKind, Place, gate
+from harness.config.schema import VLLM_PIPELINE
 
 
 @gate(scope="task", order=10, settings=("accuracy_threshold", "tolerance", "calibration_questions"),
@@ -14,7 +15,13 @@ from harness.config.gates.registry import GateBase, GateKind, Place, gate
 class AccuracyFloor(GateBase):
     """``pipeline`` accuracy >= ``limit`` = accuracy_threshold - tolerance (fractions),
     widened by :func:`harness.analysis.stats.floor_margin` when the run has fewer
-    scored questions than ``calibration_questions``."""
+    scored questions than ``calibration_questions``.
+
+    A task with ``vllm_rules`` (the vLLM form's) is judged as vLLM's test judges it: the
+    pipeline is vLLM's rule (:data:`~harness.config.schema.VLLM_PIPELINE`), the accuracy
+    counts every question (a failed request is a wrong answer) and the limit is the
+    floating-point ``accuracy_threshold - tolerance``, not rounded (vLLM's ``measured >=
+    expected - tol``)."""
 
     kind: Literal[GateKind.ACCURACY_FLOOR] = GateKind.ACCURACY_FLOOR
     op: Literal[">="] = ">="
@@ -30,6 +37,15 @@ class AccuracyFloor(GateBase):
         g = at.settings
         if g.accuracy_threshold is None:
             return None
+        if at.task is not None and at.config.tasks[at.task].vllm_rules:  # vLLM's verdict on vLLM's floor
+            return cls.at(
+                at, limit=g.accuracy_threshold - g.tolerance, pipeline=VLLM_PIPELINE,
+                accuracy_threshold=g.accuracy_threshold, tolerance=g.tolerance,
+                calibration_questions=g.calibration_questions,
+                description=(f"vLLM's rule: {VLLM_PIPELINE} accuracy over every question (a failed request "
+                             f"is wrong) >= accuracy_threshold - tolerance = {g.accuracy_threshold} - "
+                             f"{g.tolerance}, in floating point"),
+            )
         return cls.at(
             at, limit=round(g.accuracy_threshold - g.tolerance, 6),
             pipeline=g.accuracy_pipeline, accuracy_threshold=g.accuracy_threshold,
