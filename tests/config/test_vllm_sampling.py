@@ -21,8 +21,10 @@ from aiohttp import web  # noqa: TID253 - the test serves with aiohttp, as the c
 from aiohttp.test_utils import TestServer  # noqa: TID253 - the test serves with aiohttp, as the client's server does
 
 from harness.analysis.comparison import noise_variants
+from harness.analysis.gatekinds.min_output_match import MinOutputMatch
+from harness.analysis.gatekinds.sampled_equivalence import SampledEquivalence
 from harness.cli import main
-from harness.config.gates import MinOutputMatch, SampledEquivalence, sampling_notes
+from harness.config.gates import sampling_notes
 from harness.config.loader import load_config
 from harness.config.plan import build_plan
 from harness.config.schema import ConfigError
