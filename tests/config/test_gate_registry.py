@@ -37,7 +37,7 @@ CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"
 
 def test_every_gate_kind_is_declared_once_by_its_own_module():
     assert list(G.DECLARATIONS) == [d.kind for d in G.DECLARATIONS.values()]
-    assert set(G.DECLARATIONS) == set(KINDS)
+    assert set(KINDS) <= set(G.DECLARATIONS)
     for kind, d in G.DECLARATIONS.items():
         assert d.spec.model_fields["kind"].default == kind == d.spec.KIND
         assert d.module == f"{registry.KINDS_PACKAGE}.{kind}" and d.module != registry.__name__, d
@@ -55,8 +55,8 @@ KINDS = ("variant_effective accuracy_floor max_error_rate max_truncation_rate dr
 
 
 def test_the_kinds_keep_their_names():
-    assert sorted(G.DECLARATIONS) == sorted(KINDS)
-    assert sorted(registry.importlib.import_module(registry.KINDS_PACKAGE).KIND_MODULES) == sorted(KINDS)
+    assert set(KINDS) <= set(G.DECLARATIONS)  # a new kind may join; none is renamed or lost
+    assert list(registry.importlib.import_module(registry.KINDS_PACKAGE).KIND_MODULES) == sorted(G.DECLARATIONS)
     assert MinOutputMatch.KIND == "min_output_match"  # a string: compares with the record's kind
     for kind, d in G.DECLARATIONS.items():  # each class named after its kind
         assert d.spec.__name__ == "".join(w.capitalize() for w in kind.split("_")), d

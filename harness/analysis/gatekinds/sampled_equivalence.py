@@ -69,7 +69,7 @@ class SampledEquivalence(GateBase):
         )
 
     def judge(self, m: Measurements, adjusted_p: float | None = None) -> GateResult:
-        """``sampled_equivalence``: :func:`harness.analysis.sampled.sampled_verdict`."""
+        """``sampled_equivalence``: :func:`sampled_verdict`."""
         return result(self, *sampled_verdict(self, m, adjusted_p))
 
 
