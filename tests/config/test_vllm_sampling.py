@@ -111,7 +111,7 @@ def test_sampling_config_plans_no_token_match_gate_and_says_why(path):
     assert not [g for g in cp.gates if isinstance(g, MinOutputMatch)]
     assert not [v for v in cp.variants if v.logprobs]  # no reference distribution asked
     assert noise_variants(cp) == set()
-    kinds = {g.kind.value for g in cp.gates}
+    kinds = {g.kind for g in cp.gates}
     assert "accuracy_floor" in kinds
     if len(cp.variants) > 1:  # the speculative config: still judged on accuracy and acceptance
         assert {"max_accuracy_drop", "min_acceptance_length", "max_acceptance_length_drop"} <= kinds
