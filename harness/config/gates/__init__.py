@@ -49,21 +49,20 @@ if TYPE_CHECKING:
     Gate = GateBase
     #: kind -> declaration (:func:`~.registry.declarations`).
     DECLARATIONS: dict[str, Declaration]
+else:  # hidden from mypy, which would read every unknown name of the module as Any
+    def __getattr__(name: str) -> Any:
+        """``Gate``: any planned gate, a pydantic discriminated union of every declared spec
+        model (``kind`` selects the class; :func:`~.registry.gate_union`); ``DECLARATIONS``:
+        :func:`~.registry.declarations`. Both load the kinds first.
 
-
-def __getattr__(name: str) -> Any:
-    """``Gate``: any planned gate, a pydantic discriminated union of every declared spec
-    model (``kind`` selects the class; :func:`~.registry.gate_union`); ``DECLARATIONS``:
-    :func:`~.registry.declarations`. Both load the kinds first.
-
-    Raises:
-        AttributeError: any other name.
-    """
-    if name == "Gate":
-        return gate_union()
-    if name == "DECLARATIONS":
-        return declarations()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        Raises:
+            AttributeError: any other name.
+        """
+        if name == "Gate":
+            return gate_union()
+        if name == "DECLARATIONS":
+            return declarations()
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [
