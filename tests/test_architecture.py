@@ -4,6 +4,12 @@ Stages (docs/maintainers/architecture.md), earliest first. A module may import f
 or an earlier one; the orchestration modules (runner, selfcheck, calibrate, cli) may
 import from every stage. The vLLM plugin (``harness.faults``) imports nothing else of
 evalrun, so it loads cheaply in every vLLM process.
+
+One edge to a later stage is allowed, by name only (:data:`LATE_BY_NAME`): the gate
+registry (config stage) loads the package of gate kinds (analysis stage) with
+``importlib.import_module`` on first use, as a plugin registry does. The walker reads every
+string constant of the package that names a harness module (docstrings aside), so any other
+module naming a later stage's module, to import it by name, fails the stage rule too.
 """
 
 from __future__ import annotations
@@ -73,6 +79,35 @@ def _stage(module: str) -> int:
 
 GRAPH = {n: _imports(n, p, set(_modules())) for n, p in _modules().items()}
 
+#: (module, the later-stage package it loads by name): the one allowed late edge. The gate
+#: registry loads the gate kinds, which import the registry (a circle at run time, broken by
+#: loading on first use, never at import): docs/maintainers/adding-a-gate.md.
+LATE_BY_NAME = {("harness.config.gates.registry", "harness.analysis.gatekinds")}
+
+
+def _docstrings(tree: ast.Module) -> set[int]:
+    """ids of the docstring nodes of a module, its classes and functions."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                out.add(id(first.value))
+    return out
+
+
+def _named(path: Path, known: set[str]) -> set[str]:
+    """Every harness module a string constant of ``path`` names exactly (docstrings aside):
+    what the module could import by name."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docs = _docstrings(tree)
+    return {n.value for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs and n.value in known}
+
+
+#: module -> the harness modules it names in a string (imports by name, if it does)
+NAMED = {n: _named(p, set(_modules())) - {n} for n, p in _modules().items()}
+
 
 def test_every_module_has_a_stage():
     for n in GRAPH:
@@ -86,6 +121,25 @@ def test_no_module_imports_from_a_later_stage():
         if t != "harness" and _stage(t) > _stage(n)
     ]
     assert not bad, "\n".join(bad)
+
+
+def test_no_module_names_a_later_stage_but_the_gate_registry_its_kinds():
+    late = {(n, t) for n, ts in NAMED.items() for t in ts if _stage(t) > _stage(n)}
+    assert late == LATE_BY_NAME, "modules naming a later stage's module (an import by name):\n" + "\n".join(
+        f"{n} (stage {_stage(n)}) names {t} (stage {_stage(t)})" for n, t in sorted(late - LATE_BY_NAME))
+    # and the registry does load it by that name, with importlib, in one place
+    registry = (PKG / "config" / "gates" / "registry.py").read_text(encoding="utf-8")
+    assert 'KINDS_PACKAGE = "harness.analysis.gatekinds"' in registry
+    calls = [ast.unparse(c) for c in ast.walk(ast.parse(registry)) if isinstance(c, ast.Call)
+             and isinstance(c.func, ast.Attribute) and c.func.attr == "import_module"]
+    assert calls == ["importlib.import_module(KINDS_PACKAGE)"], calls
+
+
+def test_the_name_walker_sees_a_name_but_not_a_docstring(tmp_path):
+    p = tmp_path / "m.py"
+    p.write_text('"""harness.report.summary in a docstring."""\nX = "harness.report.summary"\n'
+                 'def f():\n    """harness.cli.app"""\n', encoding="utf-8")
+    assert _named(p, {"harness.report.summary", "harness.cli.app"}) == {"harness.report.summary"}
 
 
 def test_plugin_imports_nothing_else_of_evalrun():

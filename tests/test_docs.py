@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from harness.config.gates import GateKind
+from harness.config.gates import declarations
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = sorted((REPO / "docs").glob("*.md"))
@@ -71,7 +71,7 @@ def test_every_gate_kind_has_one_home():
             m = re.match(r"\| `([a-z_]+)` \|", line)
             if header == "gate" and m:
                 rows.setdefault(m.group(1), []).append(doc.name)
-    assert {k.value: ["gates.md"] for k in GateKind} == rows
+    assert {k: ["gates.md"] for k in declarations()} == rows
 
 
 def test_relative_links_resolve():

@@ -22,7 +22,7 @@ reference was confident. So each divergent question is judged at its first diver
 For ``reference -> candidate`` the baseline is the reference. For a comparison whose
 baseline speculates (``spec_sync -> spec_async``) the reference's distribution is used
 where the reference's token ids equal the baseline's up to ``d`` (the same prefix was
-scored). The gates count unexplained divergences (:class:`harness.config.gates.MinOutputMatch`).
+scored). The gates count unexplained divergences (:class:`harness.analysis.gatekinds.min_output_match.MinOutputMatch`).
 """
 
 from __future__ import annotations

@@ -141,7 +141,7 @@ class Measurements:
         baseline_error: why the stored baseline file could not be read.
         prompt_only: task -> why it generates nothing (an lm_eval ``multiple_choice`` /
             ``loglikelihood`` task scores prompts): its gates that read generated tokens
-            (:data:`harness.analysis.gates.PROMPT_ONLY_KINDS`) are NOT RUN with that reason.
+            (:func:`harness.config.gates.generation_kinds`) are NOT RUN with that reason.
         record: the config's record the readers view (None: every value is in the
             stored entries). A value the record holds is read from it; the stored entry
             gives the rest (and a value the record does not have).

@@ -26,8 +26,6 @@ import math
 from collections.abc import Mapping
 from statistics import NormalDist
 
-from harness.analysis.measurements import Measurements
-from harness.config.gates import SampledEquivalence
 from harness.records.completions import TargetScore
 from harness.records.measures import SampledRecord
 
@@ -99,46 +97,3 @@ def detectable_shift(n: int, sd: float, alpha: float, power: float = 0.8) -> flo
         raise ValueError(f"detectable_shift: n={n}, sd={sd}, alpha={alpha}, power={power} out of range")
     z = NormalDist().inv_cdf
     return (z(1 - alpha / 2) + z(power)) * sd / math.sqrt(n)
-
-
-#: A sampled verdict: ``(observed p-value or None, limit, passed or None, detail, questions named)``.
-Verdict = tuple["float | None", float, "bool | None", str, tuple[str, ...]]
-
-
-def sampled_verdict(g: SampledEquivalence, m: Measurements, adjusted_p: float | None = None) -> Verdict:
-    """The verdict of a ``sampled_equivalence`` gate: the two-sided sign-flip p-value of the
-    shift of the target's mean log-probability per token (candidate - baseline;
-    :class:`SampledRecord`) must be >= alpha (the Holm-adjusted p-value when
-    ``adjusted_p`` is given). Dependent draws (``independent`` False): NOT RUN (None) with
-    the reason. No scorer, a scoring error or no question scored on both sides: failed
-    (the verdict it claims cannot be given). A failure names the questions whose
-    candidate completion lost the most likelihood."""
-    if not g.independent:
-        return (None, g.limit, None, f"not run: {g.dependence}", ())
-    if g.scorer is None:
-        return (None, g.limit, False, "no non-speculative variant in the config to score the sampled completions "
-                "on (the candidate's own log-probabilities are not trusted under speculation)", ())
-    errs = [f"{v}: {e}" for v in (g.baseline, g.variant) if (e := m.task(v, g.task).scoring_error)]
-    st = m.comparison(g.baseline, g.variant, g.task).sampled
-    if st is None:
-        return (None, g.limit, False, "; ".join(errs) or "no question scored on both sides", ())
-    p = st.p_value if adjusted_p is None else adjusted_p
-    ok = p >= g.limit
-    how = "exact" if st.resamples == 0 else f"{st.resamples} random flips"
-    detail = (f"target log-probability per token (scored on {st.scorer}): {g.baseline} {st.mean_a:.4f}, "
-              f"{g.variant} {st.mean_b:.4f} nats on {st.n} paired questions; shift {st.shift:+.4f} nats/token "
-              f"(sd {st.sd:.4f}), paired t = {st.t:.2f} (t-test p={st.t_p_value:.3g}); two-sided sign-flip "
-              f"permutation p={st.p_value:.4g} ({how})"
-              + (f", Holm-adjusted {adjusted_p:.4g}" if adjusted_p is not None else "")
-              + f"; mean total log-probability {st.sum_a:.2f} -> {st.sum_b:.2f}")
-    if st.unscored:
-        detail += f"; {len(st.unscored)} question(s) not scored on both sides, left out"
-    if errs:
-        detail += "; scoring errors: " + "; ".join(errs)
-    if not ok:
-        detail += (f"; FAILED: the two variants do not sample from the same distribution (p={p:.4g} < alpha "
-                   f"{g.limit:g}): {g.variant}'s completions are "
-                   + ("less" if st.shift < 0 else "more") + " likely under the target")
-    return (p, g.limit, ok and not errs, detail, st.worst if not ok else ())
-
-

@@ -24,7 +24,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harness.config.gates import GateKind
+from harness.config.gates import GateBase, declaration
 from harness.config.loader import load_config
 from harness.config.model_list import CONFIGS_DIR
 from harness.config.schema import ConfigError, ModelConfig
@@ -39,12 +39,12 @@ class GateSelector:
     """Gates a fault's expectation names: one kind (None: every kind) on the plain tasks
     (every task but ``kind: shape``) or on the traffic-shape tasks."""
 
-    kind: GateKind | None
+    kind: type[GateBase] | None
     on_shapes: bool
 
     def label(self) -> str:
         """``kind`` or ``*``, prefixed ``shape:`` on the shape tasks (messages)."""
-        return ("shape:" if self.on_shapes else "") + (self.kind.value if self.kind else EVERY_KIND)
+        return ("shape:" if self.on_shapes else "") + (self.kind.KIND if self.kind else EVERY_KIND)
 
 
 @dataclass(frozen=True)
@@ -65,8 +65,10 @@ class FaultExpectation:
 
 
 def _selector(ref: GateRef) -> GateSelector:
-    """A fault module's gate reference as gate kinds; ValueError on a kind that is no GateKind."""
-    return GateSelector(None if ref.kind == EVERY_KIND else GateKind(ref.kind), ref.tasks == "shape")
+    """A fault module's gate reference as gate kinds (their spec classes, found in the
+    registry: :func:`harness.config.gates.declaration`); ValueError on a kind that is not
+    declared."""
+    return GateSelector(None if ref.kind == EVERY_KIND else declaration(ref.kind).spec, ref.tasks == "shape")
 
 
 def fault_expectations() -> dict[str, FaultExpectation]:
@@ -75,7 +77,7 @@ def fault_expectations() -> dict[str, FaultExpectation]:
     Measured, not assumed: docs/FAULTS.md ("Measured") holds the run.
 
     Raises:
-        ValueError: a fault names a gate kind that is not a ``GateKind``.
+        ValueError: a fault names a gate kind that is not declared (the nearest are named).
     """
     return {name: FaultExpectation(tuple(_selector(r) for r in f.expectation.must_fail),
                                    tuple(_selector(r) for r in f.expectation.must_pass),
@@ -188,7 +190,7 @@ def _expected_gates(gates: list, want: GateSelector, shape_tasks: frozenset[str]
     """The gates an expectation names (:data:`EXPECTATIONS`): its kind (or every kind) on
     the plain tasks or on the shape tasks."""
     return [g for g in gates if (g.task in shape_tasks) == want.on_shapes
-            and (want.kind is None or want.kind.value == g.kind)]
+            and (want.kind is None or want.kind.KIND == g.kind)]
 
 
 def _async_effective(vrec: VariantResult) -> bool | None:

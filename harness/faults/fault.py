@@ -1,7 +1,7 @@
 """One injectable fault (:class:`Fault`) and what the self-check expects of it
 (:class:`Expectation`), as plain data: the plugin imports nothing else of evalrun, so
-gate kinds are their ``GateKind`` values here (``harness.cli.selfcheck`` turns them into
-``GateKind`` members, and ``tests/faults/test_expectations.py`` checks every one)."""
+gate kinds are their names here (``harness.cli.selfcheck`` looks each up among the declared
+gate kinds, failing on an unknown one, and ``tests/faults/test_expectations.py`` checks every one)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ class GateRef:
     """The gates of one kind on one family of a config's tasks.
 
     Attributes:
-        kind: a ``harness.config.gates.GateKind`` value (``"min_output_match"``), or
+        kind: a declared gate kind (``"min_output_match"``, :func:`harness.config.gates.declaration`), or
             :data:`EVERY_KIND`.
         tasks: ``"plain"`` every task but the traffic shapes, ``"shape"`` the
             ``kind: shape`` tasks. Comparison gates count for their candidate variant.

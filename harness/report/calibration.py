@@ -59,9 +59,13 @@ import math
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from harness.analysis.gatekinds.accuracy_floor import AccuracyFloor
+from harness.analysis.gatekinds.max_acceptance_length_drop import MaxAcceptanceLengthDrop
+from harness.analysis.gatekinds.max_accuracy_drop import MaxAccuracyDrop
+from harness.analysis.gatekinds.min_acceptance_length import MinAcceptanceLength
+from harness.analysis.gatekinds.min_output_match import MinOutputMatch
 from harness.analysis.scoring import first_divergence
 from harness.analysis.stats import binomial_variance
-from harness.config.gates import GateKind
 from harness.records.measures import Interval
 from harness.records.run_folder import RunFolder
 from harness.records.run_record import ConfigResult, RunRecord, TaskResult
@@ -357,7 +361,7 @@ def _recommend(cs: ConfigCalibration, k: float) -> tuple[Recommended, dict[str, 
     return rec, why
 
 
-@recommends(GateKind.ACCURACY_FLOOR)
+@recommends(AccuracyFloor)
 def _accuracy_floor(cs: ConfigCalibration, k: float, rec: RecommendedGates, why: dict[str, str]) -> None:
     pipe = cs["pipeline"]
     floors = []
@@ -383,7 +387,7 @@ def _accuracy_floor(cs: ConfigCalibration, k: float, rec: RecommendedGates, why:
         why["calibration_questions"] = "questions scored per run"
 
 
-@recommends(GateKind.MIN_ACCEPTANCE_LENGTH)
+@recommends(MinAcceptanceLength)
 def _min_acceptance_length(cs: ConfigCalibration, k: float, rec: RecommendedGates, why: dict[str, str]) -> None:
     mals = []
     for e in cs["tasks"]:
@@ -403,7 +407,7 @@ def _min_acceptance_length(cs: ConfigCalibration, k: float, rec: RecommendedGate
         )
 
 
-@recommends(GateKind.MAX_ACCURACY_DROP)
+@recommends(MaxAccuracyDrop)
 def _max_accuracy_drop(ce: ComparisonCalibration, _taskmap: Mapping[tuple[str, str], TaskCalibration], k: float,
                        tag: str, r: RecommendedComparison, why: dict[str, str]) -> None:
     d = ce["accuracy_drop"]
@@ -423,7 +427,7 @@ def _max_accuracy_drop(ce: ComparisonCalibration, _taskmap: Mapping[tuple[str, s
             f"mean share of questions right in exactly one variant, at least 1/n = 1/{ce['n']}")
 
 
-@recommends(GateKind.MAX_ACCEPTANCE_LENGTH_DROP)
+@recommends(MaxAcceptanceLengthDrop)
 def _max_acceptance_length_drop(ce: ComparisonCalibration, taskmap: Mapping[tuple[str, str], TaskCalibration],
                                 k: float, tag: str, r: RecommendedComparison, why: dict[str, str]) -> None:
     ad = ce.get("acceptance_length_drop")
@@ -434,7 +438,7 @@ def _max_acceptance_length_drop(ce: ComparisonCalibration, taskmap: Mapping[tupl
         why[f"{tag} max_acceptance_length_drop"] = f"max(0, mean drop) + {k} * sqrt(s_drop^2 + se_a^2 + se_b^2)"
 
 
-@recommends(GateKind.MIN_OUTPUT_MATCH)
+@recommends(MinOutputMatch)
 def _min_output_match(ce: ComparisonCalibration, taskmap: Mapping[tuple[str, str], TaskCalibration], _k: float,
                       tag: str, r: RecommendedComparison, why: dict[str, str]) -> None:
     gaps = ce.get("divergence_gaps") or []

@@ -7,10 +7,12 @@ from statistics import NormalDist
 from typing import Any, NotRequired, Sequence, TypedDict
 
 from harness.analysis.familywise import family_false_fail
+from harness.analysis.gatekinds.max_position_acceptance_drop import MaxPositionAcceptanceDrop
+from harness.analysis.gatekinds.sampled_equivalence import SampledEquivalence
 from harness.analysis.sampled import detectable_shift
 from harness.analysis.stats import floor_margin, min_detectable_drop
 from harness.config.expected import gate_matches
-from harness.config.gates import MaxPositionAcceptanceDrop, SampledEquivalence, plan_gates, sampling_notes
+from harness.config.gates import plan_gates, sampling_notes
 from harness.config.plan import Plan
 from harness.config.schema import GateSpec, ModelConfig, TaskSpec
 from harness.records.run_record import SubsetWarning

@@ -27,7 +27,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from harness.config.gates import GateKind
+from harness.analysis.gatekinds.accuracy_floor import AccuracyFloor
+from harness.analysis.gatekinds.drafts_observed import DraftsObserved
 from harness.records.run_record import ConfigResult, GateResult, RunRecord, outcome_word
 from harness.records.text import clean_text
 from harness.report.cells import ci_text as _ci
@@ -141,7 +142,7 @@ def task_pipeline(config: ConfigResult, variant: str, task: str) -> str:
         return comp.pipeline
     t = config.variants[variant].tasks[task]
     for g in config.gates:
-        if g.task == task and g.kind == GateKind.ACCURACY_FLOOR and g.detail.split(" ", 1)[0] in t.accuracy:
+        if g.task == task and g.kind == AccuracyFloor.KIND and g.detail.split(" ", 1)[0] in t.accuracy:
             return g.detail.split(" ", 1)[0]
     return config.pipeline
 
@@ -307,7 +308,7 @@ def _limit(g: GateResult) -> str:
     """``op limit`` of a gate result, counts as integers; empty for yes/no gates."""
     if g.limit is None:
         return ""
-    lim = int(g.limit) if float(g.limit).is_integer() and g.kind == GateKind.DRAFTS_OBSERVED else g.limit
+    lim = int(g.limit) if float(g.limit).is_integer() and g.kind == DraftsObserved.KIND else g.limit
     return f"{g.op} {fmt(lim, 4)}"
 
 

@@ -1,5 +1,5 @@
 """The sampled verdict's scoring step: once every variant has sampled, the scorer's
-server (a non-speculative variant, :func:`harness.config.gates.scorer_variant`) is
+server (a non-speculative variant, :func:`harness.config.gates.sampling.scorer_variant`) is
 started again and scores every sampled completion of both sides of each
 ``sampled_equivalence`` gate by prompt log-probabilities; then each comparison's test
 (:func:`harness.analysis.sampled.sampled_test`) is stored for the gates.
@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 import time
 
+from harness.analysis.gatekinds.sampled_equivalence import SampledEquivalence
 from harness.analysis.sampled import sampled_test
-from harness.config import gates as G
 from harness.config.plan import VariantPlan
 from harness.engine.server import ServerStartError
 from harness.records.atomic import write_atomic
@@ -32,9 +32,9 @@ from harness.run.serving import SCORING, VariantServer
 __all__ = ["score_sampled", "sampled_gates"]
 
 
-def sampled_gates(run: ConfigRun) -> list[G.SampledEquivalence]:
+def sampled_gates(run: ConfigRun) -> list[SampledEquivalence]:
     """The config's ``sampled_equivalence`` gates that can be judged (independent draws, a scorer)."""
-    return [g for g in run.plan.gates if isinstance(g, G.SampledEquivalence) and g.independent and g.scorer]
+    return [g for g in run.plan.gates if isinstance(g, SampledEquivalence) and g.independent and g.scorer]
 
 
 def score_sampled(run: ConfigRun, variants: list[VariantPlan]) -> None:

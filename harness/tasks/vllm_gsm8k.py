@@ -21,7 +21,7 @@ same rules here (docs/vllm-parity.md):
 
 This is the answer pipeline :data:`harness.config.schema.VLLM_PIPELINE` (``vllm``),
 registered beside evalrun's own; the accuracy floor of a ``vllm_rules`` task reads it
-(:mod:`harness.config.gates.accuracy`).
+(:mod:`harness.analysis.gatekinds.accuracy_floor`).
 """
 
 from __future__ import annotations

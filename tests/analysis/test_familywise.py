@@ -8,9 +8,9 @@ import pytest
 from scipy import stats  # noqa: TID253 - the test's own reference; a cost of this file's collection only
 
 from harness.analysis.familywise import drop_gate_false_fail, family_false_fail
+from harness.analysis.gatekinds.max_accuracy_drop import MaxAccuracyDrop
 from harness.analysis.gates import evaluate_gates
 from harness.analysis.measurements import Measurements, TaskMeasurement
-from harness.config.gates import MaxAccuracyDrop
 from harness.config.loader import load_config
 from harness.records.samples import Sample
 from harness.report.dry_run import family_false_fail_of

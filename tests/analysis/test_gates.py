@@ -1,24 +1,28 @@
-"""harness.analysis.gates: the judges' registry, the shared drop verdict, and judges reading
-the typed measurements.
+"""harness.analysis.gates and the gate kinds' judges: dispatch by declared class, the shared
+drop verdict, and judges reading the typed measurements.
 
 Every class of the ``Gate`` union of ``harness.config.gates`` must have exactly one
-judge; a gate class without one is an error, never a skipped gate.
+judge, its own; a gate class without one is an error, never a skipped gate.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import math
 import typing
 
+import pydantic
 import pytest
 
-import harness.analysis.judges as judges_pkg
 from harness.analysis import gates as AG
 from harness.analysis.familywise import holm_adjust
+from harness.analysis.gatekinds import _common as JC
+from harness.analysis.gatekinds._common import drop_verdict
+from harness.analysis.gatekinds.baseline_accuracy_drop import BaselineAccuracyDrop, _baseline_accuracy
+from harness.analysis.gatekinds.max_accuracy_drop import MaxAccuracyDrop
+from harness.analysis.gatekinds.max_error_rate import MaxErrorRate
+from harness.analysis.gatekinds.shape_proven import ShapeProven
 from harness.analysis.gates import evaluate_gates
-from harness.analysis.judges import common as JC
 from harness.analysis.measurements import (
     Measurements,
     TaskMeasurement,
@@ -45,26 +49,34 @@ def _union_classes() -> set[type]:
 
 def test_every_gate_class_of_the_union_has_exactly_one_judge():
     classes = _union_classes()
-    missing = sorted(c.__name__ for c in classes - set(AG.JUDGES))
-    extra = sorted(c.__name__ for c in set(AG.JUDGES) - classes)
-    assert not missing, f"gate classes without a judge: {missing}"
-    assert not extra, f"judges of classes outside the Gate union: {extra}"
+    missing = sorted(c.__name__ for c in classes if "judge" not in vars(c))
+    assert not missing, f"gate classes without a judge of their own: {missing}"
+    assert classes == {d.spec for d in G.declarations().values()}
     # one judge per class: no function judges two classes
-    assert len(set(AG.JUDGES.values())) == len(AG.JUDGES)
+    judges = [vars(c)["judge"] for c in classes]
+    assert len(set(judges)) == len(judges) == len(classes)
 
 
 def test_every_gate_kind_is_the_kind_of_one_class_of_the_union():
     kinds = [c.model_fields["kind"].default for c in _union_classes()]
-    assert sorted(k.value for k in kinds) == sorted(k.value for k in G.GateKind)
+    assert sorted(kinds) == sorted(G.declarations())
+
+
+def test_the_gate_union_parses_a_gate_by_its_kind():
+    g = MaxErrorRate(id="c/v/t/max_error_rate", config="c", variant="v", task="t", limit=0.1)
+    back = pydantic.TypeAdapter(G.Gate).validate_python(g.model_dump())
+    assert type(back) is MaxErrorRate and back == g
+    with pytest.raises(pydantic.ValidationError, match="no_such_kind"):
+        pydantic.TypeAdapter(G.Gate).validate_python({**g.model_dump(), "kind": "no_such_kind"})
 
 
 def _gate(**kw):
     base = {"id": "c/v/t/max_error_rate", "config": "c", "variant": "v", "task": "t", "limit": 0.1}
-    return G.MaxErrorRate(**{**base, **kw})
+    return MaxErrorRate(**{**base, **kw})
 
 
 def test_a_gate_class_without_a_judge_is_an_error_not_a_skip():
-    class Unjudged(G.MaxErrorRate):  # a subclass is a different class: exact-type dispatch
+    class Unjudged(MaxErrorRate):  # a subclass is a different class: exact-type dispatch
         pass
 
     g = Unjudged(id="c/v/t/unjudged", config="c", variant="v", task="t", limit=0.1)
@@ -76,10 +88,15 @@ def test_a_gate_class_without_a_judge_is_an_error_not_a_skip():
         AG.evaluate_gates([g], Measurements())
 
 
-def test_a_second_judge_for_a_class_is_refused():
-    with pytest.raises(TypeError, match="MaxErrorRate already judged by judge_max_error_rate"):
-        AG.judges(G.MaxErrorRate)(lambda g, m, p=None: None)
-    assert AG.JUDGES[G.MaxErrorRate] is AG.judge_max_error_rate
+def test_a_declaration_without_its_own_judge_is_refused():
+    """A kind is judged by its own class's judge: a class that would inherit another kind's
+    judge (or none) is refused by @gate, so a declaration without a judge cannot exist."""
+    ns = {"__annotations__": {"kind": typing.Literal["scratch_kind"]}, "kind": "scratch_kind",
+          "plan": classmethod(lambda cls, at: None)}
+    with pytest.raises(TypeError, match="Scratch: no judge"):
+        G.gate(scope="task", order=999, doc="x")(type("Scratch", (MaxErrorRate,), ns))
+    assert "scratch_kind" not in G.declarations()
+    assert G.declarations()["max_error_rate"].spec is MaxErrorRate and "judge" in vars(MaxErrorRate)
 
 
 @pytest.mark.parametrize("drop, p, passed, n_reasons", [
@@ -91,7 +108,7 @@ def test_a_second_judge_for_a_class_is_refused():
     (-0.3, 1.0, True, 0),     # an improvement never fails
 ])
 def test_drop_verdict(drop, p, passed, n_reasons):
-    v = AG.drop_verdict(drop, 0.10, p, 0.05, worse="significantly worse", test="one-sided McNemar ")
+    v = drop_verdict(drop, 0.10, p, 0.05, worse="significantly worse", test="one-sided McNemar ")
     assert v.passed is passed and len(v.reasons) == n_reasons
     assert (v.failure == "") is passed
     if drop > 0.10:
@@ -101,9 +118,9 @@ def test_drop_verdict(drop, p, passed, n_reasons):
 
 
 def test_drop_verdict_without_a_test_and_p_without_alpha():
-    assert AG.drop_verdict(0.3, 0.3).passed and not AG.drop_verdict(0.31, 0.3).passed
+    assert drop_verdict(0.3, 0.3).passed and not drop_verdict(0.31, 0.3).passed
     with pytest.raises(ValueError, match="alpha"):
-        AG.drop_verdict(0.0, 0.1, 0.01)
+        drop_verdict(0.0, 0.1, 0.01)
 
 
 def test_holm_adjust_matches_the_step_down_definition():
@@ -133,7 +150,7 @@ def test_judges_read_the_typed_records():
 
 def test_both_accuracy_drop_judges_use_the_one_drop_verdict(monkeypatch):
     calls = []
-    real = AG.drop_verdict
+    real = drop_verdict
 
     def spy(*a, **kw):
         calls.append(kw.get("worse"))
@@ -141,7 +158,7 @@ def test_both_accuracy_drop_judges_use_the_one_drop_verdict(monkeypatch):
 
     monkeypatch.setattr(JC, "drop_verdict", spy)  # the judges call it through their family's common module
     base = {"config": "c", "variant": "v", "task": "t", "limit": 0.1, "pipeline": "strict-numeric", "alpha": 0.05}
-    drop = G.MaxAccuracyDrop(id="c/r->v/t/max_accuracy_drop", baseline="r", **base)
+    drop = MaxAccuracyDrop(id="c/r->v/t/max_accuracy_drop", baseline="r", **base)
     m = Measurements()
     m.task_record("r", "t").samples = [_s(f"q{i}", True, "r") for i in range(10)]
     m.task_record("v", "t").samples = [_s(f"q{i}", i < 5) for i in range(10)]
@@ -158,8 +175,8 @@ def test_both_accuracy_drop_judges_use_the_one_drop_verdict(monkeypatch):
         "questions": {f"q{i}": {"prompt_hash": "h", "gold": "5", "correct": {"strict-numeric": True}}
                       for i in range(10)},
     })
-    bg = G.BaselineAccuracyDrop(id="c/v/t/baseline_accuracy_drop", **base)
-    r = AG._baseline_accuracy(bg, bt, m.task("v", "t").samples, "baseline:good")
+    bg = BaselineAccuracyDrop(id="c/v/t/baseline_accuracy_drop", **base)
+    r = _baseline_accuracy(bg, bt, m.task("v", "t").samples, "baseline:good")
     assert r.passed is False and r.observed == pytest.approx(0.5) and r.baseline == "baseline:good"
     assert f"; FAILED: drop 0.5000 > 0.1; significantly lower (p={0.5 ** 5:.4g} < alpha 0.05)" in r.detail
     assert calls == ["significantly worse", "significantly lower"]
@@ -271,7 +288,7 @@ def test_floor_widened_for_smaller_run_than_calibration(tmp_path):
 
 
 def _shape_gate():
-    return G.ShapeProven(id="c/v/edges/shape_proven", config="c", variant="v", task="edges")
+    return ShapeProven(id="c/v/edges/shape_proven", config="c", variant="v", task="edges")
 
 
 def test_shape_proven_passes_on_a_proof_without_problems_and_names_the_counters():
@@ -299,32 +316,33 @@ def test_shape_proven_fails_closed_without_a_proof_or_with_a_problem(problems):
 # ----------------------------------------------------------------- the registry fails closed both ways
 
 
-def test_a_judge_for_a_class_that_is_not_a_declared_kind_is_refused():
-    class Undeclared(G.MaxErrorRate):
+def test_a_subclass_of_a_declared_kind_is_not_judged_by_its_parent():
+    class Undeclared(MaxErrorRate):
         pass
 
-    with pytest.raises(TypeError, match="judge_it judges Undeclared, which is not a declared gate kind"):
-        def judge_it(g, m, p=None):
-            return None
-
-        AG.judges(Undeclared)(judge_it)
-    assert Undeclared not in AG.JUDGES
+    g = Undeclared(id="c/v/t/max_error_rate", config="c", variant="v", task="t", limit=0.1)
+    with pytest.raises(TypeError, match=r"no judge for gate class Undeclared.*not the spec class of a declared"):
+        AG.evaluate_gate(g, Measurements())
 
 
-def test_a_declared_kind_without_a_judge_is_an_import_error(monkeypatch):
-    with pytest.raises(TypeError, match=r"without a judge.*max_error_rate \(MaxErrorRate"):
-        AG.check_judged({c: j for c, j in AG.JUDGES.items() if c is not G.MaxErrorRate})
+def test_a_kind_module_without_its_declaration_is_a_load_error(monkeypatch):
+    declared = dict(G.declarations())
+    without = {k: d for k, d in declared.items() if k != "max_error_rate"}
+    with pytest.raises(TypeError, match=r"module harness.analysis.gatekinds.max_error_rate declares no gate kind "
+                                        r"max_error_rate"):
+        G.check_declared(["max_error_rate"], without)
 
-    class NewSpec(G.ShapeProven):  # a declaration whose class no judge is registered for
+    class NewSpec(ShapeProven):  # a declaration made outside the module of its kind
         pass
 
-    d = G.DECLARATIONS[G.GateKind.SHAPE_PROVEN]
-    monkeypatch.setitem(G.DECLARATIONS, d.kind, dataclasses.replace(d, spec=NewSpec))
-    with pytest.raises(TypeError, match=r"without a judge.*shape_proven \(NewSpec"):
-        importlib.reload(judges_pkg)
+    d = declared["shape_proven"]
+    monkeypatch.setitem(declared, "shape_proven", dataclasses.replace(d, spec=NewSpec, module=__name__))
+    with pytest.raises(TypeError, match=rf"shape_proven is declared in {__name__}, not in its own module"):
+        G.check_declared(["shape_proven"], declared)
 
 
-def test_every_judge_lives_in_the_module_of_its_family():
-    for cls, judge in AG.JUDGES.items():
-        family = next(d for d in G.DECLARATIONS.values() if d.spec is cls).module.rsplit(".", 1)[1]
-        assert judge.__module__ == f"harness.analysis.judges.{family}", (cls.__name__, judge.__module__)
+def test_every_judge_lives_in_the_module_of_its_kind():
+    for kind, d in G.declarations().items():
+        assert d.module == f"harness.analysis.gatekinds.{kind}", d
+        assert vars(d.spec)["judge"].__module__ == d.module, (kind, d.spec)
+        assert vars(d.spec)["plan"].__func__.__module__ == d.module, (kind, d.spec)

@@ -19,6 +19,9 @@ import pytest
 from statsmodels.stats.proportion import proportions_ztest
 
 from harness.analysis import gates as AG
+from harness.analysis.gatekinds.baseline_position_acceptance_drop import BaselinePositionAcceptanceDrop
+from harness.analysis.gatekinds.max_acceptance_length_drop import MaxAcceptanceLengthDrop
+from harness.analysis.gatekinds.max_position_acceptance_drop import MaxPositionAcceptanceDrop
 from harness.analysis.measurements import Measurements
 from harness.analysis.stats import two_proportion_p, two_proportion_power
 from harness.config import gates as G
@@ -61,19 +64,19 @@ def test_the_collapse_keeps_the_mean_acceptance_length():
 
 
 def test_planned_between_spec_variants_and_against_the_baseline_only():
-    inrun = gates_of(CPU, G.MaxPositionAcceptanceDrop)
+    inrun = gates_of(CPU, MaxPositionAcceptanceDrop)
     assert [(g.baseline, g.variant, g.task) for g in inrun] == [("spec_sync", "spec_async", "arith")]
     assert inrun[0].limit == 0.05 and inrun[0].alpha == 0.05
-    stored = gates_of(CPU, G.BaselinePositionAcceptanceDrop)
+    stored = gates_of(CPU, BaselinePositionAcceptanceDrop)
     assert {(g.variant, g.task) for g in stored} == {(v, t) for v in ("spec_sync", "spec_async")
                                                       for t in ("arith", "gsm8k")}
     # vLLM's form: spec_sync -> spec_async (and not reference -> spec, which has no drafts)
-    assert [(g.baseline, g.variant) for g in gates_of(VLLM_FORM, G.MaxPositionAcceptanceDrop)] == [
+    assert [(g.baseline, g.variant) for g in gates_of(VLLM_FORM, MaxPositionAcceptanceDrop)] == [
         ("spec_sync", "spec_async")] * len([x for x in load_config(VLLM_FORM).variants if x.startswith("spec_async")])
 
 
 def _judge_inrun(a: SpecDecodeRecord, b: SpecDecodeRecord):
-    [g] = gates_of(CPU, G.MaxPositionAcceptanceDrop)
+    [g] = gates_of(CPU, MaxPositionAcceptanceDrop)
     m = Measurements()
     m.task_record("spec_sync", "arith").spec = a
     m.task_record("spec_async", "arith").spec = b
@@ -86,7 +89,7 @@ def test_collapse_between_spec_variants_fails_naming_the_position_and_both_rates
     assert "FAILED: position 1: 0.3000 -> 0.0000" in r.detail and "position 0:" not in r.detail
     assert "position 0 rose 0.6000 -> 0.9000" in r.detail  # reported beside, not failed
     # the mean-length gate alone passes this collapse: the reason the per-position gate exists
-    [mal] = [g for g in G.plan_gates(load_config(CPU)) if isinstance(g, G.MaxAcceptanceLengthDrop)]
+    [mal] = [g for g in G.plan_gates(load_config(CPU)) if isinstance(g, MaxAcceptanceLengthDrop)]
     m = Measurements()
     m.task_record("spec_sync", "arith").spec = BEFORE
     m.task_record("spec_async", "arith").spec = COLLAPSED
@@ -94,7 +97,7 @@ def test_collapse_between_spec_variants_fails_naming_the_position_and_both_rates
 
 
 def test_collapse_against_the_stored_baseline_fails_and_the_unchanged_engine_passes():
-    [g] = [x for x in gates_of(CPU, G.BaselinePositionAcceptanceDrop) if (x.variant, x.task) == ("spec_async", "arith")]
+    [g] = [x for x in gates_of(CPU, BaselinePositionAcceptanceDrop) if (x.variant, x.task) == ("spec_async", "arith")]
     for now, passed in ((COLLAPSED, False), (BEFORE, True), (spec((0.598, 0.297)), True)):
         m = Measurements(baseline=baseline_of("spec_async", "arith", BEFORE))
         m.task_record("spec_async", "arith").spec = now
@@ -124,7 +127,7 @@ def test_missing_counters_fail_closed():
 
 
 def test_baseline_without_drafts_is_not_judged():
-    [g] = [x for x in gates_of(CPU, G.BaselinePositionAcceptanceDrop) if (x.variant, x.task) == ("spec_async", "arith")]
+    [g] = [x for x in gates_of(CPU, BaselinePositionAcceptanceDrop) if (x.variant, x.task) == ("spec_async", "arith")]
     m = Measurements(baseline=baseline_of("spec_async", "arith", spec((0.6, 0.3), 0)))
     m.task_record("spec_async", "arith").spec = COLLAPSED
     assert AG.judged_baseline_gates([g], m) == []
@@ -132,7 +135,7 @@ def test_baseline_without_drafts_is_not_judged():
 
 
 def test_mean_acceptance_length_rise_beyond_the_band_is_reported_not_failed():
-    [mal] = [g for g in G.plan_gates(load_config(CPU)) if isinstance(g, G.MaxAcceptanceLengthDrop)]
+    [mal] = [g for g in G.plan_gates(load_config(CPU)) if isinstance(g, MaxAcceptanceLengthDrop)]
     m = Measurements()
     m.task_record("spec_sync", "arith").spec = spec((0.5, 0.2))
     m.task_record("spec_async", "arith").spec = spec((0.8, 0.5))
@@ -194,6 +197,6 @@ def test_on_vllms_numbers_the_gate_agrees_with_vllms_floor_at_large_counts(name,
 def test_vllm_form_sets_the_tolerance_in_its_evalrun_block(tmp_path):
     p = tmp_path / VLLM_FORM.name
     p.write_text(VLLM_FORM.read_text() + "evalrun:\n  position_acceptance_rtol: 0.1\n")
-    assert {g.limit for g in gates_of(p, G.MaxPositionAcceptanceDrop)} == {0.1}
+    assert {g.limit for g in gates_of(p, MaxPositionAcceptanceDrop)} == {0.1}
     p.write_text(VLLM_FORM.read_text() + "evalrun:\n  position_acceptance_rtol: null\n")
-    assert gates_of(p, G.MaxPositionAcceptanceDrop) == gates_of(p, G.BaselinePositionAcceptanceDrop) == []
+    assert gates_of(p, MaxPositionAcceptanceDrop) == gates_of(p, BaselinePositionAcceptanceDrop) == []

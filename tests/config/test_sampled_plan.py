@@ -9,7 +9,9 @@ import textwrap
 
 import pytest
 
-from harness.config.gates import MinOutputMatch, SampledEquivalence, plan_gates
+from harness.analysis.gatekinds.min_output_match import MinOutputMatch
+from harness.analysis.gatekinds.sampled_equivalence import SampledEquivalence
+from harness.config.gates import plan_gates
 from harness.config.loader import load_config
 from harness.report.dry_run import detectable_drops, family_false_fail_of
 

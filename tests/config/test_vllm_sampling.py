@@ -21,8 +21,10 @@ from aiohttp import web  # noqa: TID253 - the test serves with aiohttp, as the c
 from aiohttp.test_utils import TestServer  # noqa: TID253 - the test serves with aiohttp, as the client's server does
 
 from harness.analysis.comparison import noise_variants
+from harness.analysis.gatekinds.min_output_match import MinOutputMatch
+from harness.analysis.gatekinds.sampled_equivalence import SampledEquivalence
 from harness.cli import main
-from harness.config.gates import MinOutputMatch, SampledEquivalence, sampling_notes
+from harness.config.gates import sampling_notes
 from harness.config.loader import load_config
 from harness.config.plan import build_plan
 from harness.config.schema import ConfigError
@@ -109,7 +111,7 @@ def test_sampling_config_plans_no_token_match_gate_and_says_why(path):
     assert not [g for g in cp.gates if isinstance(g, MinOutputMatch)]
     assert not [v for v in cp.variants if v.logprobs]  # no reference distribution asked
     assert noise_variants(cp) == set()
-    kinds = {g.kind.value for g in cp.gates}
+    kinds = {g.kind for g in cp.gates}
     assert "accuracy_floor" in kinds
     if len(cp.variants) > 1:  # the speculative config: still judged on accuracy and acceptance
         assert {"max_accuracy_drop", "min_acceptance_length", "max_acceptance_length_drop"} <= kinds

@@ -1,5 +1,5 @@
 """Every fault's machine-checked expectation: gate kinds the config stage knows, the
-self-check reading them as ``GateKind``, docs/FAULTS.md carrying the same table, and each
+self-check reading them as declared gate kinds (a misspelt kind fails), docs/FAULTS.md carrying the same table, and each
 fault module with its own test file and docs row (adding a fault: one module, its test,
 its docs row; docs/maintainers/adding-a-fault.md)."""
 
@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli.selfcheck import EXPECTATIONS
-from harness.config.gates import GateKind
+from harness.analysis.gatekinds.min_acceptance_length import MinAcceptanceLength
+from harness.cli.selfcheck import EXPECTATIONS, _selector
+from harness.config.gates import GateBase, declarations
 from harness.faults import catalog
-from harness.faults.fault import EVERY_KIND
+from harness.faults.fault import EVERY_KIND, GateRef
 from harness.faults.plugin import FAULTS
 from harness.faults.registry import expectations_table
 
@@ -28,7 +29,7 @@ END = "<!-- faults:expectations end -->"
 def test_expectations_name_gate_kinds(name):
     e = FAULTS[name].expectation
     for ref in e.must_fail + e.must_pass:
-        assert ref.kind == EVERY_KIND or ref.kind in {k.value for k in GateKind}, (name, ref)
+        assert ref.kind == EVERY_KIND or ref.kind in declarations(), (name, ref)
         assert ref.tasks in ("plain", "shape"), (name, ref)
     assert not {r.label() for r in e.must_fail} & {r.label() for r in e.must_pass}, name
     if name != "noop":
@@ -41,13 +42,20 @@ def test_the_selfcheck_reads_every_fault_as_gate_kinds():
     assert set(EXPECTATIONS) == set(FAULTS)
     for name, exp in EXPECTATIONS.items():
         kinds = [s.kind for s in exp.must_fail + exp.must_pass]
-        assert all(k is None or isinstance(k, GateKind) for k in kinds), name
+        assert all(k is None or (isinstance(k, type) and issubclass(k, GateBase)) for k in kinds), name
         declared = FAULTS[name].expectation
         assert [s.label() for s in exp.must_fail] == [r.label() for r in declared.must_fail]
         assert [s.label() for s in exp.must_pass] == [r.label() for r in declared.must_pass]
     assert EXPECTATIONS["async-stale-accepted"].sync_executes is False
     assert EXPECTATIONS["async-placeholder-token"].sync_executes is True
-    assert EXPECTATIONS["draft-input"].must_fail[0].kind is GateKind.MIN_ACCEPTANCE_LENGTH
+    assert EXPECTATIONS["draft-input"].must_fail[0].kind is MinAcceptanceLength
+
+
+def test_a_misspelt_gate_kind_fails_closed():
+    with pytest.raises(ValueError, match=r"'min_acceptance_lenght' is not a declared gate kind \(nearest: "
+                                         r"min_acceptance_length"):
+        _selector(GateRef("min_acceptance_lenght"))
+    assert _selector(GateRef("min_acceptance_length", "shape")).label() == "shape:min_acceptance_length"
 
 
 def test_docs_carry_the_machine_checked_table():

@@ -8,10 +8,12 @@ import json
 
 import pytest
 
+from harness.analysis.gatekinds.accuracy_floor import AccuracyFloor
+from harness.analysis.gatekinds.baseline_accuracy_drop import BaselineAccuracyDrop
+from harness.analysis.gatekinds.max_accuracy_drop import MaxAccuracyDrop
 from harness.analysis.gates import evaluate_gates, judged_baseline_gates
 from harness.analysis.measurements import Measurements
 from harness.analysis.scoring import score_task
-from harness.config.gates import AccuracyFloor, BaselineAccuracyDrop, MaxAccuracyDrop
 from harness.config.loader import load_config
 from harness.config.plan import build_plan
 from harness.records.baselines import BaselineDoc, load_baseline

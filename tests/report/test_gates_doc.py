@@ -12,9 +12,11 @@ from harness.report.gates_doc import BEGIN, END, main, with_table
 def test_docs_table_is_generated_from_the_declarations():
     assert main(["--check"]) == 0, "docs/gates.md's gate table is stale: run python -m harness.report.gates_doc"
     rows = G.docs_table().splitlines()
-    assert rows[:2] == ["| gate | passes when |", "| --- | --- |"] and len(rows) == 2 + len(G.GateKind)
-    for kind, row in zip(G.GateKind, rows[2:]):
-        assert row == f"| `{kind.value}` | {G.DECLARATIONS[kind].doc} |"
+    assert rows[:2] == ["| gate | passes when |", "| --- | --- |"] and len(rows) == 2 + len(G.DECLARATIONS)
+    # in plan order: by scope (the in-run scopes, then the baseline's), then by each kind's order
+    ordered = sorted(G.DECLARATIONS.values(), key=lambda d: (G.SCOPES.index(d.scope), d.order))
+    for d, row in zip(ordered, rows[2:]):
+        assert row == f"| `{d.kind}` | {d.doc} |"
 
 
 def test_the_docs_writer_replaces_only_between_its_markers(tmp_path):

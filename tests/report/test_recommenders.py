@@ -7,7 +7,11 @@ import typing
 
 import pytest
 
-from harness.config.gates import DECLARATIONS, GateKind
+from harness.analysis.gatekinds.accuracy_floor import AccuracyFloor
+from harness.analysis.gatekinds.min_acceptance_length import MinAcceptanceLength
+from harness.analysis.gatekinds.min_output_match import MinOutputMatch
+from harness.analysis.gatekinds.shape_proven import ShapeProven
+from harness.config.gates import DECLARATIONS
 from harness.report import calibration
 from harness.report.recommenders import COMPARISON_RULES, GATES_RULES, recommends, run_rule
 
@@ -23,9 +27,17 @@ def test_every_recommended_key_is_a_declared_setting_of_a_rule_s_kind():
 
 def test_a_rule_for_a_kind_without_settings_or_a_second_rule_is_refused():
     with pytest.raises(TypeError, match="shape_proven declares no settings"):
-        recommends(GateKind.SHAPE_PROVEN)(lambda *a: None)
+        recommends(ShapeProven)(lambda *a: None)
     with pytest.raises(TypeError, match="min_output_match declares no settings or has a rule already"):
-        recommends(GateKind.MIN_OUTPUT_MATCH)(lambda *a: None)
+        recommends(MinOutputMatch)(lambda *a: None)
+
+
+def test_a_rule_for_a_class_that_is_not_a_declared_kind_is_refused():
+    class Undeclared(ShapeProven):
+        pass
+
+    with pytest.raises(TypeError, match="Undeclared is not the spec class of a declared gate kind"):
+        recommends(Undeclared)(lambda *a: None)
 
 
 def test_a_rule_writing_an_undeclared_setting_is_refused():
@@ -36,6 +48,6 @@ def test_a_rule_writing_an_undeclared_setting_is_refused():
         target["tolerance"] = 0.1
 
     with pytest.raises(TypeError, match=r"min_acceptance_length writes \['tolerance'\]"):
-        run_rule(GateKind.MIN_ACCEPTANCE_LENGTH, rule, out, out)
-    run_rule(GateKind.ACCURACY_FLOOR, lambda t: t.update(tolerance=0.2), out, out)
+        run_rule(MinAcceptanceLength.KIND, rule, out, out)
+    run_rule(AccuracyFloor.KIND, lambda t: t.update(tolerance=0.2), out, out)
     assert out["tolerance"] == 0.2

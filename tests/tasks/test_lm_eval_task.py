@@ -25,10 +25,15 @@ from pathlib import Path
 import lm_eval  # noqa: F401, TID253 - a base dependency of evalrun: its absence is a failure, not a skip
 import pytest
 
+from harness.analysis.gatekinds.accuracy_floor import AccuracyFloor
+from harness.analysis.gatekinds.drafts_observed import DraftsObserved
+from harness.analysis.gatekinds.max_acceptance_length_drop import MaxAcceptanceLengthDrop
+from harness.analysis.gatekinds.max_accuracy_drop import MaxAccuracyDrop
+from harness.analysis.gatekinds.min_acceptance_length import MinAcceptanceLength
+from harness.analysis.gatekinds.min_output_match import MinOutputMatch
 from harness.analysis.gates import evaluate_gates
 from harness.analysis.measurements import Measurements
 from harness.analysis.scoring import answer_agreement, output_match, score_task
-from harness.config import gates as G
 from harness.config.schema import TaskSpec
 from harness.records.measures import SpecDecodeCountersRecord, SpecDecodeRecord
 from harness.records.run_record import load_run
@@ -219,12 +224,12 @@ def test_output_match_and_acceptance_gates_not_run_on_prompt_only_task(tmp_path,
     m.comparison_record("reference", "spec", "mc").answers = answer_agreement(a, b, "acc")
     base = {"config": "c", "task": "mc"}
     gates = [
-        G.DraftsObserved(id="d", variant="spec", **base),
-        G.MinAcceptanceLength(id="l", variant="spec", limit=1.5, **base),
-        G.MinOutputMatch(id="o", variant="spec", baseline="reference", limit=1.0, **base),
-        G.MaxAcceptanceLengthDrop(id="x", variant="spec", baseline="reference", limit=0.1, **base),
-        G.MaxAccuracyDrop(id="a", variant="spec", baseline="reference", limit=0.05, pipeline="acc", **base),
-        G.AccuracyFloor(id="f", variant="spec", limit=0.0, pipeline="acc", accuracy_threshold=0.0,
+        DraftsObserved(id="d", variant="spec", **base),
+        MinAcceptanceLength(id="l", variant="spec", limit=1.5, **base),
+        MinOutputMatch(id="o", variant="spec", baseline="reference", limit=1.0, **base),
+        MaxAcceptanceLengthDrop(id="x", variant="spec", baseline="reference", limit=0.1, **base),
+        MaxAccuracyDrop(id="a", variant="spec", baseline="reference", limit=0.05, pipeline="acc", **base),
+        AccuracyFloor(id="f", variant="spec", limit=0.0, pipeline="acc", accuracy_threshold=0.0,
                         tolerance=0.0, **base),
     ]
     res = {r.id: r for r in evaluate_gates(gates, m)}

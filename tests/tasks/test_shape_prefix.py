@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
+from harness.analysis.gatekinds.shape_proven import ShapeProven
 from harness.analysis.gates import evaluate_gate
 from harness.analysis.measurements import Measurements
-from harness.config import gates as G
 from harness.config.schema import ShapeSpec, TaskSpec
 from harness.models.training import SHIPPED_DIR
 from harness.records.completions import Completion
@@ -135,7 +135,7 @@ def test_a_shape_that_cannot_happen_makes_its_gates_not_run_never_passed():
     pt, sent = _sent(warm_hits=0, not_run="prefix caching is off on c/ref: enable_prefix_caching false in /server_info")
     m = Measurements()
     m.task_record("ref", "prefix").shape = prefix_proof(pt.typed_payload(), sent)
-    g = G.ShapeProven(id="c/ref/prefix/shape_proven", config="c", variant="ref", task="prefix")
+    g = ShapeProven(id="c/ref/prefix/shape_proven", config="c", variant="ref", task="prefix")
     r = evaluate_gate(g, m)
     assert r.passed is None and r.detail == ("not run: prefix caching is off on c/ref: "
                                              "enable_prefix_caching false in /server_info")

@@ -1,23 +1,18 @@
-"""Planned gates: every gate kind declared once, in one module per family; the plan derived here and nowhere else.
+"""Planned gates: the kind-agnostic registry and the plan, derived here and nowhere else.
 
-Each family module (:mod:`.accuracy`, :mod:`.acceptance`, :mod:`.position`,
-:mod:`.output_match`, :mod:`.sampled`, :mod:`.requests`, :mod:`.engine`, :mod:`.shape`,
-:mod:`.baseline`) declares its kinds with :func:`~.registry.gate`: the spec model (its
-type), the scope (which fixes the id rule, :meth:`~.registry.Place.gate_id`), the place in
-the plan, the planning rule (the class's ``plan``), the documentation row of
+Every gate kind is declared once, in its own module of :mod:`harness.analysis.gatekinds`
+(``<kind>.py``), with :func:`~.registry.gate`: the spec model (its type), the scope (which
+fixes the id rule, :meth:`~.registry.Place.gate_id`), the place in the plan, the planning
+rule (the class's ``plan``), the judge (the class's ``judge``), the documentation row of
 docs/gates.md, whether it reads generated tokens, and the settings calibration may
 recommend. :func:`plan_gates` and :func:`plan_baseline_gates` walk the config's places in a
 fixed order and ask every kind of the place's scope: no gate id is spelled by hand.
 
-Why the judges are not in these modules: the plan is stage 1 (``config``), because the
-config loader already needs every planned gate id (declared expected failures are checked
-against them at load, :func:`harness.config.expected.check_expected_failures`) and the
-plan is read by every later stage; a judge reads measurements, statistics and the record's
-``GateResult`` (stages 2 to 6). tests/test_architecture.py forbids a stage-1 module to
-import those. So the judges are bound to these declarations by kind from the analysis
-stage (:mod:`harness.analysis.judges`, one module per family of the same name), and that
-registry fails closed at import: a judge for an undeclared class, two judges for one
-class, or a declared kind without a judge is an error.
+The kinds are in the analysis stage (a judge reads measurements, statistics and the
+record's ``GateResult``), the plan in this one (the config loader checks declared expected
+failures against the planned gate ids): the registry loads the kinds by name on first use
+(:func:`~.registry.declarations`, the one edge to a later stage, as a plugin registry does).
+:data:`DECLARATIONS` and :data:`Gate` are read through it too (module ``__getattr__``).
 
 Per-task settings (``tasks.<name>.gates``: pipeline, thresholds, limits) reach every gate
 of that task because each rule reads :attr:`~.registry.Place.settings`, i.e.
@@ -26,58 +21,55 @@ of that task because each rule reads :attr:`~.registry.Place.settings`, i.e.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Union
+from typing import TYPE_CHECKING, Any
 
-from pydantic import Field
-
-from harness.config.gates.acceptance import (
-    BaselineAcceptanceLengthDrop,
-    DraftsObserved,
-    MaxAcceptanceLengthDrop,
-    MinAcceptanceLength,
-)
-from harness.config.gates.accuracy import AccuracyFloor, BaselineAccuracyDrop, MaxAccuracyDrop
-from harness.config.gates.baseline import BaselineReadable
-from harness.config.gates.engine import VariantEffective
-from harness.config.gates.output_match import MinOutputMatch, greedy_output_match
-from harness.config.gates.position import BaselinePositionAcceptanceDrop, MaxPositionAcceptanceDrop
 from harness.config.gates.registry import (
     BASELINE_SCOPES,
-    DECLARATIONS,
+    KINDS_PACKAGE,
     RUN_SCOPES,
+    SCOPES,
     Declaration,
     GateBase,
-    GateKind,
     Place,
     Scope,
     check_declared,
+    declaration,
+    declarations,
     docs_table,
     gate,
+    gate_union,
     generation_kinds,
     planned_at,
 )
-from harness.config.gates.requests import MaxErrorRate, MaxTruncationRate
-from harness.config.gates.sampled import SampledEquivalence, sampling_notes, scorer_variant
-from harness.config.gates.shape import ShapeProven
+from harness.config.gates.sampling import greedy_output_match, sampling_notes, scorer_variant
 from harness.config.schema import ModelConfig
-
-check_declared()
 
 if TYPE_CHECKING:
     #: Any planned gate (for the type checker: the declared kinds' base).
     Gate = GateBase
-else:
-    #: Any planned gate; ``kind`` selects the class (a pydantic discriminated union of
-    #: every declared spec model, in declaration order).
-    Gate = Annotated[Union[tuple(d.spec for d in DECLARATIONS.values())], Field(discriminator="kind")]
+    #: kind -> declaration (:func:`~.registry.declarations`).
+    DECLARATIONS: dict[str, Declaration]
+else:  # hidden from mypy, which would read every unknown name of the module as Any
+    def __getattr__(name: str) -> Any:
+        """``Gate``: any planned gate, a pydantic discriminated union of every declared spec
+        model (``kind`` selects the class; :func:`~.registry.gate_union`); ``DECLARATIONS``:
+        :func:`~.registry.declarations`. Both load the kinds first.
+
+        Raises:
+            AttributeError: any other name.
+        """
+        if name == "Gate":
+            return gate_union()
+        if name == "DECLARATIONS":
+            return declarations()
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
-    "AccuracyFloor", "BaselineAcceptanceLengthDrop", "BaselineAccuracyDrop", "BaselinePositionAcceptanceDrop",
-    "BaselineReadable", "BASELINE_SCOPES", "DECLARATIONS", "Declaration", "DraftsObserved", "Gate", "GateBase",
-    "GateKind", "MaxAcceptanceLengthDrop", "MaxAccuracyDrop", "MaxErrorRate", "MaxPositionAcceptanceDrop",
-    "MaxTruncationRate", "MinAcceptanceLength", "MinOutputMatch", "Place", "RUN_SCOPES", "SampledEquivalence",
-    "Scope", "ShapeProven", "VariantEffective", "check_declared", "docs_table", "gate", "generation_kinds",
-    "greedy_output_match", "plan_baseline_gates", "plan_gates", "sampling_notes", "scorer_variant",
+    "BASELINE_SCOPES", "DECLARATIONS", "Declaration", "Gate", "GateBase", "KINDS_PACKAGE", "Place", "RUN_SCOPES",
+    "SCOPES", "Scope", "check_declared", "declaration", "declarations", "docs_table", "gate", "gate_union",
+    "generation_kinds", "greedy_output_match", "plan_baseline_gates", "plan_gates", "planned_at", "sampling_notes",
+    "scorer_variant",
 ]
 
 

@@ -1,52 +1,47 @@
-"""The registry of gate kinds: each kind declared once, by :func:`gate` on its spec class.
+"""The registry of gate kinds: each kind declared once, by :func:`gate` on its spec class, in
+its own module of :data:`KINDS_PACKAGE` (``harness/analysis/gatekinds/<kind>.py``).
 
 A declaration ties together, for one kind: its spec model (the pydantic class, whose
-``kind`` literal is the kind), its scope (where it is planned, which fixes its id rule),
-its place in the plan's order, its planning rule (the class's :meth:`GateBase.plan`), its
-documentation row (docs/gates.md, "Gates"), whether it reads generated tokens (NOT RUN on
-a task that only scores prompts) and the config settings that set it (calibration
-recommends them). Judges are bound to the declared kinds from the analysis stage
-(:mod:`harness.analysis.judges`), which refuses a judge for an undeclared class and a
-declared kind without a judge.
+``kind`` literal is the kind and the name of its module), its scope (where it is planned,
+which fixes its id rule), its place in the plan's order, its planning rule (the class's
+:meth:`GateBase.plan`), its judge (the class's :meth:`GateBase.judge`), its documentation
+row (docs/gates.md, "Gates"), whether it reads generated tokens (NOT RUN on a task that
+only scores prompts) and the config settings that set it (calibration recommends them).
 
-:class:`GateKind` is the index of the kinds: :func:`check_declared` (run when
-:mod:`harness.config.gates` is imported) fails on a member without a declaration and on
-a declaration whose kind is not a member, so the index cannot drift from the families.
+Why this kind-agnostic half is in the config stage and the kinds in the analysis stage:
+the config loader needs every planned gate id (declared expected failures are checked
+against them at load, :func:`harness.config.expected.check_expected_failures`) and the
+plan (:mod:`harness.config.plan`) holds the gates, while a judge reads measurements,
+statistics and the record's ``GateResult`` (later stages). So the places, scopes and id
+rules, the base class, the decorator and the plan walk are here, and the kinds are loaded
+by name on first use, once (:func:`declarations`: ``importlib.import_module(KINDS_PACKAGE)``),
+as a plugin registry loads its plugins (lm-eval's registry, inspect_ai's registry lookup).
+That is the one edge from an earlier stage to a later one: tests/test_architecture.py
+allows it for this module and this name only.
+
+The registry fails closed: :func:`gate` refuses a class without a kind literal, a kind
+declared twice, a class without its own planning rule or judge, and an ``order`` another
+kind of its scope has; :func:`check_declared` (run when the kinds are loaded) refuses a
+kind module that declares no kind of its name and a kind declared outside its own module.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import difflib
+import importlib
+import re
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from enum import Enum
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from harness.config.schema import ComparisonSpec, GateSpec, ModelConfig, VariantSpec
 
-
-class GateKind(str, Enum):
-    """Every kind of gate evalrun judges (docs/gates.md); each member is declared by one
-    spec class of a family module of :mod:`harness.config.gates`."""
-
-    VARIANT_EFFECTIVE = "variant_effective"
-    ACCURACY_FLOOR = "accuracy_floor"
-    MAX_ERROR_RATE = "max_error_rate"
-    MAX_TRUNCATION_RATE = "max_truncation_rate"
-    DRAFTS_OBSERVED = "drafts_observed"
-    MIN_ACCEPTANCE_LENGTH = "min_acceptance_length"
-    MAX_ACCURACY_DROP = "max_accuracy_drop"
-    MIN_OUTPUT_MATCH = "min_output_match"
-    MAX_ACCEPTANCE_LENGTH_DROP = "max_acceptance_length_drop"
-    BASELINE_ACCURACY_DROP = "baseline_accuracy_drop"
-    BASELINE_ACCEPTANCE_LENGTH_DROP = "baseline_acceptance_length_drop"
-    BASELINE_READABLE = "baseline_readable"
-    MAX_POSITION_ACCEPTANCE_DROP = "max_position_acceptance_drop"
-    BASELINE_POSITION_ACCEPTANCE_DROP = "baseline_position_acceptance_drop"
-    SHAPE_PROVEN = "shape_proven"
-    SAMPLED_EQUIVALENCE = "sampled_equivalence"
-
+#: The package of gate kinds, one module per kind named after it (modules whose name starts
+#: with ``_`` hold what several kinds share), loaded by name by :func:`declarations`.
+KINDS_PACKAGE = "harness.analysis.gatekinds"
 
 #: Where a kind is planned, which fixes its id (``<config>/...``):
 #: ``variant``: once per variant, ``<config>/<variant>/<kind>``;
@@ -92,18 +87,18 @@ class Place:
             raise TypeError(f"{self.scope} place of {self.config.name} has no comparison")
         return self.comparison
 
-    def gate_id(self, kind: GateKind) -> str:
+    def gate_id(self, kind: str) -> str:
         """The id of a gate of ``kind`` planned here: the scope's rule (:data:`Scope`)."""
         c = self.config.name
         if self.scope == "baseline_file":
-            return f"{c}/{kind.value}"
+            return f"{c}/{kind}"
         if self.scope == "variant":
-            return f"{c}/{self.variant}/{kind.value}"
+            return f"{c}/{self.variant}/{kind}"
         if self.scope == "comparison":
-            return f"{c}/{self.comp.baseline}->{self.comp.candidate}/{self.task}/{kind.value}"
-        return f"{c}/{self.variant}/{self.task}/{kind.value}"
+            return f"{c}/{self.comp.baseline}->{self.comp.candidate}/{self.task}/{kind}"
+        return f"{c}/{self.variant}/{self.task}/{kind}"
 
-    def common(self, kind: GateKind) -> dict[str, Any]:
+    def common(self, kind: str) -> dict[str, Any]:
         """The fields every gate planned here shares: id, config, variant, task, baseline."""
         out: dict[str, Any] = {"id": self.gate_id(kind), "config": self.config.name, "variant": self.variant}
         if self.task is not None:
@@ -122,10 +117,14 @@ class GateBase(BaseModel):
     ``baseline`` variant of a comparison, a ``limit`` and an ``op`` (the value must be
     ``>=`` or ``<=`` the limit; ``==`` for yes/no checks), and a sentence for people.
 
-    A declared subclass (:func:`gate`) overrides ``kind`` with its literal and
-    :meth:`plan` with its planning rule."""
+    A declared subclass (:func:`gate`) overrides ``kind`` with its literal, :meth:`plan`
+    with its planning rule and :meth:`judge` with its judge; :func:`gate` sets
+    :attr:`KIND` to the literal."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: the declared kind (the ``kind`` literal), on the class: set by :func:`gate`.
+    KIND: ClassVar[str]
 
     id: str
     config: str
@@ -135,7 +134,7 @@ class GateBase(BaseModel):
     limit: float | None = None
     op: Literal[">=", "<=", "=="]
     description: str = ""
-    kind: GateKind
+    kind: str
 
     @classmethod
     def plan(cls: type[_G], at: Place) -> _G | None:
@@ -143,12 +142,19 @@ class GateBase(BaseModel):
         not ask for it there. Every declared kind overrides it."""
         raise NotImplementedError(f"{cls.__name__}: a declared gate kind defines its planning rule")
 
+    def judge(self, m: Any, adjusted_p: float | None = None) -> Any:
+        """The judge: this gate's verdict (a ``harness.records.run_record.GateResult``) on
+        the config's measurements ``m`` (``harness.analysis.measurements.Measurements``),
+        with the Holm-adjusted p-value of a gate in a Holm family, else None. Every
+        declared kind overrides it, in the analysis stage (so these types are named there,
+        not here)."""
+        raise NotImplementedError(f"{type(self).__name__}: a declared gate kind defines its judge")
+
     @classmethod
     def at(cls: type[_G], place: Place, **fields: Any) -> _G:
         """A gate of this class at ``place``: its id by the scope's rule, the place's config,
         variant, task and baseline, and ``fields`` (limit, settings, description)."""
-        kind = cls.model_fields["kind"].default
-        return cls(**place.common(kind), **fields)
+        return cls(**place.common(cls.KIND), **fields)
 
 
 @dataclass(frozen=True)
@@ -156,8 +162,8 @@ class Declaration:
     """One gate kind as declared (:func:`gate`).
 
     Attributes:
-        kind: the kind (the spec's ``kind`` literal).
-        spec: the spec model.
+        kind: the kind (the spec's ``kind`` literal, the name of its module).
+        spec: the spec model, with its planning rule and its judge.
         scope: where it is planned (:data:`Scope`), which fixes its id rule.
         order: its place among the kinds of its scope in the plan (lower first).
         doc: what it passes on, its row of docs/gates.md's table "Gates".
@@ -165,10 +171,10 @@ class Declaration:
             task that only scores prompts.
         settings: the config keys (``gates:`` or a comparison's) that set it, which
             calibration may recommend.
-        module: the family module that declares it.
+        module: the module that declares it.
     """
 
-    kind: GateKind
+    kind: str
     spec: type[GateBase]
     scope: Scope
     order: int
@@ -178,50 +184,103 @@ class Declaration:
     module: str
 
 
-#: kind -> declaration, in declaration order (filled by :func:`gate`).
-DECLARATIONS: dict[GateKind, Declaration] = {}
+#: kind -> declaration, in declaration order (filled by :func:`gate` as the kind modules are
+#: imported). Read it through :func:`declarations`, which loads every kind first.
+DECLARATIONS: dict[str, Declaration] = {}
+
+#: a kind: the name of its module and the last part of its gate ids
+_KIND_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
 
 def gate(*, scope: Scope, order: int, doc: str, reads_generation: bool = False,
          settings: tuple[str, ...] = ()) -> Callable[[type[_G]], type[_G]]:
-    """Class decorator: declare the decorated spec model as its ``kind``'s one definition.
+    """Class decorator: declare the decorated spec model as its ``kind``'s one definition,
+    and set its :attr:`GateBase.KIND`.
 
     Raises:
-        TypeError: the class has no ``kind`` literal of :class:`GateKind`, does not define
-            its own :meth:`GateBase.plan`, its kind is declared already, or another kind of
-            the same scope has the same ``order``.
+        TypeError: the class has no ``kind`` literal (lower case, digits, ``_``), does not
+            define its own :meth:`GateBase.plan` or :meth:`GateBase.judge`, its kind is
+            declared already, or another kind of the same scope has the same ``order``.
     """
     def declare(cls: type[_G]) -> type[_G]:
         kind = cls.model_fields["kind"].default if "kind" in cls.model_fields else None
-        if not isinstance(kind, GateKind):
-            raise TypeError(f"gate class {cls.__name__}: its kind field needs a GateKind default, not {kind!r}")
+        if not isinstance(kind, str) or not _KIND_NAME.fullmatch(kind):
+            raise TypeError(f"gate class {cls.__name__}: its kind field needs a literal default of lower case "
+                            f"letters, digits and _ (the name of its module), not {kind!r}")
         if kind in DECLARATIONS:
-            raise TypeError(f"gate kind {kind.value} already declared by {DECLARATIONS[kind].spec.__name__}; "
+            raise TypeError(f"gate kind {kind} already declared by {DECLARATIONS[kind].spec.__name__}; "
                             f"cannot declare {cls.__name__} too")
         if "plan" not in vars(cls):
             raise TypeError(f"gate class {cls.__name__}: no planning rule (define the classmethod plan)")
-        clash = [d.kind.value for d in DECLARATIONS.values() if d.scope == scope and d.order == order]
+        if "judge" not in vars(cls):
+            raise TypeError(f"gate class {cls.__name__}: no judge (define the method judge)")
+        clash = [d.kind for d in DECLARATIONS.values() if d.scope == scope and d.order == order]
         if clash:
-            raise TypeError(f"gate kind {kind.value}: order {order} of scope {scope} is taken by {clash[0]}")
+            raise TypeError(f"gate kind {kind}: order {order} of scope {scope} is taken by {clash[0]}")
+        cls.KIND = kind
         DECLARATIONS[kind] = Declaration(kind, cls, scope, order, " ".join(doc.split()), reads_generation,
                                          settings, cls.__module__)
         return cls
     return declare
 
 
-def check_declared(declarations: Mapping[GateKind, Declaration] = DECLARATIONS) -> None:
-    """Fail closed on an index that drifted from the families.
+_LOAD = threading.RLock()
+_loaded = False
+
+
+def declarations() -> dict[str, Declaration]:
+    """Every declared gate kind, kind -> declaration. The first call loads the kinds, once:
+    imports :data:`KINDS_PACKAGE` by name (which imports each of its kind modules) and
+    checks them (:func:`check_declared`).
 
     Raises:
-        TypeError: a :class:`GateKind` member without a declaration.
+        TypeError: :func:`gate`'s or :func:`check_declared`'s refusal (every call, until the
+            kinds load).
     """
-    missing = [k.value for k in GateKind if k not in declarations]
-    if missing:
-        raise TypeError(f"gate kinds without a declaration (a spec class with @gate): {', '.join(missing)}")
+    global _loaded
+    with _LOAD:
+        if not _loaded:
+            package = importlib.import_module(KINDS_PACKAGE)
+            check_declared(package.KIND_MODULES)
+            _loaded = True
+    return DECLARATIONS
+
+
+def check_declared(kind_modules: Iterable[str], declared: Mapping[str, Declaration] = DECLARATIONS) -> None:
+    """Fail closed on kinds and kind modules that drifted apart: each module of
+    :data:`KINDS_PACKAGE` named in ``kind_modules`` (its name, without the package) declares
+    the kind of its name, and each kind is declared in its own module.
+
+    Raises:
+        TypeError: a kind module without the declaration of its kind, or a kind declared
+            in another module than ``<KINDS_PACKAGE>.<kind>``.
+    """
+    problems = [f"module {KINDS_PACKAGE}.{name} declares no gate kind {name} (a spec class with @gate whose kind "
+                f"is {name!r})" for name in kind_modules if name not in declared]
+    problems += [f"gate kind {d.kind} is declared in {d.module}, not in its own module {KINDS_PACKAGE}.{d.kind}"
+                 for d in declared.values() if d.module != f"{KINDS_PACKAGE}.{d.kind}"]
+    if problems:
+        raise TypeError("; ".join(problems))
+
+
+def declaration(kind: str) -> Declaration:
+    """The declaration of ``kind`` (a gate kind as the record and the self-check's
+    expectations spell it).
+
+    Raises:
+        ValueError: ``kind`` is not a declared gate kind (the nearest are named).
+    """
+    known = declarations()
+    if kind not in known:
+        near = difflib.get_close_matches(kind, known, n=3)
+        raise ValueError(f"{kind!r} is not a declared gate kind" + (f" (nearest: {', '.join(near)})" if near else "")
+                         + f"; declared: {', '.join(known)}")
+    return known[kind]
 
 
 def in_scope(scope: Scope) -> list[Declaration]:
     """The declarations of ``scope`` in plan order."""
-    return sorted((d for d in DECLARATIONS.values() if d.scope == scope), key=lambda d: d.order)
+    return sorted((d for d in declarations().values() if d.scope == scope), key=lambda d: d.order)
 
 
 def planned_at(place: Place) -> list[GateBase]:
@@ -236,19 +295,30 @@ def planned_at(place: Place) -> list[GateBase]:
         if g is None:
             continue
         if type(g) is not d.spec:
-            raise TypeError(f"planning rule of {d.kind.value} returned a {type(g).__name__}")
+            raise TypeError(f"planning rule of {d.kind} returned a {type(g).__name__}")
         out.append(g)
     return out
 
 
+#: every scope, in the plan's order (:func:`harness.config.gates.plan_gates`, then the baseline's)
+SCOPES: tuple[Scope, ...] = RUN_SCOPES + BASELINE_SCOPES
+
+
 def docs_table() -> str:
-    """docs/gates.md's table "Gates", one row per declared kind in :class:`GateKind` order."""
+    """docs/gates.md's table "Gates", one row per declared kind in plan order (by scope, then
+    by its ``order``)."""
     rows = ["| gate | passes when |", "| --- | --- |"]
-    rows += [f"| `{k.value}` | {DECLARATIONS[k].doc} |" for k in GateKind if k in DECLARATIONS]
+    rows += [f"| `{d.kind}` | {d.doc} |" for scope in SCOPES for d in in_scope(scope)]
     return "\n".join(rows) + "\n"
 
 
 def generation_kinds() -> tuple[type[GateBase], ...]:
     """The spec classes of the kinds that read generated tokens or speculative decoding
     (:attr:`Declaration.reads_generation`): NOT RUN on a task that only scores prompts."""
-    return tuple(d.spec for d in DECLARATIONS.values() if d.reads_generation)
+    return tuple(d.spec for d in declarations().values() if d.reads_generation)
+
+
+def gate_union() -> Any:
+    """Any planned gate as a pydantic discriminated union: ``kind`` selects the class among
+    every declared spec model, in declaration order (``harness.config.gates.Gate``)."""
+    return Annotated[Union[tuple(d.spec for d in declarations().values())], Field(discriminator="kind")]

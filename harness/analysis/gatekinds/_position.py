@@ -1,16 +1,16 @@
-"""Judges of the family "acceptance per draft position" (:mod:`harness.config.gates.position`):
-``max_position_acceptance_drop``, ``baseline_position_acceptance_drop``, and :func:`position_verdict`."""
+"""What the per-position acceptance kinds share (``max_position_acceptance_drop``,
+``baseline_position_acceptance_drop``): their settings, :func:`position_verdict`, and
+whether a stored task has per-position acceptance to judge against."""
 
 from __future__ import annotations
 
 from harness.analysis.familywise import holm_adjust
-from harness.analysis.judges.common import judges, no_stored, result, stored_task
-from harness.analysis.measurements import Measurements
 from harness.analysis.stats import two_proportion_p
-from harness.config import gates as G
 from harness.records.baselines import BaselineTask
 from harness.records.measures import SpecDecodeRecord
-from harness.records.run_record import GateResult
+
+#: the settings of both kinds (calibration may recommend them)
+SETTINGS = ("position_acceptance_rtol", "position_acceptance_alpha")
 
 
 def _spec_counts(sd: SpecDecodeRecord) -> tuple[float, list[float]]:
@@ -63,39 +63,7 @@ def position_verdict(base: SpecDecodeRecord, cand: SpecDecodeRecord, rtol: float
     return (max(rel) if rel else None), not failed, detail
 
 
-@judges(G.MaxPositionAcceptanceDrop)
-def judge_max_position_acceptance_drop(g: G.MaxPositionAcceptanceDrop, m: Measurements,
-                                       adjusted_p: float | None = None) -> GateResult:
-    """``max_position_acceptance_drop``: :func:`position_verdict` of the candidate against the
-    baseline variant; speculative metrics missing or without drafts on either side fail."""
-    a, b = m.task(g.baseline, g.task).spec, m.task(g.variant, g.task).spec
-    if a is None or b is None or a.drafts <= 0 or b.drafts <= 0:
-        return result(g, None, g.limit, False, "per-position acceptance missing on one side (no drafts?)")
-    observed, ok, detail = position_verdict(a, b, g.limit, g.alpha, (g.baseline or "", g.variant))
-    return result(g, observed, g.limit, ok, detail)
-
-
-
-@judges(G.BaselinePositionAcceptanceDrop)
-def judge_baseline_position_acceptance_drop(g: G.BaselinePositionAcceptanceDrop, m: Measurements,
-                                            adjusted_p: float | None = None) -> GateResult:
-    """``baseline_position_acceptance_drop``: :func:`position_verdict` of the variant now
-    against its stored baseline; a baseline without drafts is NOT RUN, none now fails."""
-    bt, label = stored_task(g, m)
-    if bt is None:
-        return no_stored(g, label)
-    base = bt.spec_decode
-    if base is None or base.drafts <= 0 or not base.per_position_acceptance:
-        return result(g, None, g.limit, None, "not run: the baseline has no per-position acceptance", baseline=label)
-    sm = m.task(g.variant, g.task).spec
-    if sm is None or sm.drafts <= 0:
-        return result(g, None, g.limit, False, "per-position acceptance missing now (no drafts?)", baseline=label)
-    observed, ok, detail = position_verdict(base, sm, g.limit, g.alpha, ("baseline", "now"))
-    return result(g, observed, g.limit, ok, detail, baseline=label)
-
-
-
-def _has_positions(bt: BaselineTask) -> bool:
+def has_positions(bt: BaselineTask) -> bool:
     """The stored task has drafts and per-position acceptance to judge against."""
     sd = bt.spec_decode
     return sd is not None and sd.drafts > 0 and bool(sd.per_position_acceptance)

@@ -1,17 +1,19 @@
-"""Gate family "acceptance per draft position": ``max_position_acceptance_drop`` (between
-two speculative variants with the same speculative config) and
-``baseline_position_acceptance_drop`` (against the stored baseline)."""
+"""Gate kind ``max_position_acceptance_drop``: per comparison of two variants with the same speculative
+config and gated task, no draft position's acceptance rate both below the band and
+significantly lower (:func:`._position.position_verdict`)."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from harness.config.gates.registry import GateBase, GateKind, Place, gate
+from harness.analysis.gatekinds._common import result
+from harness.analysis.gatekinds._position import SETTINGS, position_verdict
+from harness.analysis.measurements import Measurements
+from harness.config.gates.registry import GateBase, Place, gate
+from harness.records.run_record import GateResult
 
-_SETTINGS = ("position_acceptance_rtol", "position_acceptance_alpha")
 
-
-@gate(scope="comparison", order=50, reads_generation=True, settings=_SETTINGS,
+@gate(scope="comparison", order=50, reads_generation=True, settings=SETTINGS,
       doc="between two speculative variants with the same speculative config (`spec_sync -> spec_async`, which "
           "must accept alike): per draft position i, the candidate's acceptance rate accepted_per_pos[i] / drafts "
           "is not both below `(1 - position_acceptance_rtol)` x the baseline's **and** significantly lower; a "
@@ -25,7 +27,7 @@ class MaxPositionAcceptanceDrop(GateBase):
     that rose beyond the band is reported beside, not failed. ``limit`` is the relative
     tolerance (vLLM's spec-decode tests: 0.05)."""
 
-    kind: Literal[GateKind.MAX_POSITION_ACCEPTANCE_DROP] = GateKind.MAX_POSITION_ACCEPTANCE_DROP
+    kind: Literal["max_position_acceptance_drop"] = "max_position_acceptance_drop"
     op: Literal["<="] = "<="
     limit: float
     alpha: float = 0.05
@@ -47,29 +49,11 @@ class MaxPositionAcceptanceDrop(GateBase):
                          f"Holm across positions, alpha {g.position_acceptance_alpha:g})"),
         )
 
-
-@gate(scope="baseline_task", order=30, reads_generation=True, settings=_SETTINGS,
-      doc="the same per-position rule for one speculative variant against its stored baseline")
-class BaselinePositionAcceptanceDrop(GateBase):
-    """:class:`MaxPositionAcceptanceDrop` of one speculative variant against its stored
-    baseline (the baseline's drafts and per-position rates). ``baseline`` is filled with
-    ``baseline:<run id>`` when judged."""
-
-    kind: Literal[GateKind.BASELINE_POSITION_ACCEPTANCE_DROP] = GateKind.BASELINE_POSITION_ACCEPTANCE_DROP
-    op: Literal["<="] = "<="
-    limit: float
-    alpha: float = 0.05
-
-    @classmethod
-    def plan(cls, at: Place) -> BaselinePositionAcceptanceDrop | None:
-        """Every speculative variant and task whose settings give ``position_acceptance_rtol``."""
-        g = at.settings
-        if at.variant_spec.speculative_config is None or g.position_acceptance_rtol is None:
-            return None
-        return cls.at(
-            at, limit=g.position_acceptance_rtol, alpha=g.position_acceptance_alpha,
-            description=(f"per draft position: acceptance rate not below (1 - "
-                         f"{g.position_acceptance_rtol:g}) x the stored baseline's while significantly "
-                         f"lower (one-sided two-proportion z test, Holm across positions, alpha "
-                         f"{g.position_acceptance_alpha:g})"),
-        )
+    def judge(self, m: Measurements, adjusted_p: float | None = None) -> GateResult:
+        """``max_position_acceptance_drop``: :func:`position_verdict` of the candidate against the
+        baseline variant; speculative metrics missing or without drafts on either side fail."""
+        a, b = m.task(self.baseline, self.task).spec, m.task(self.variant, self.task).spec
+        if a is None or b is None or a.drafts <= 0 or b.drafts <= 0:
+            return result(self, None, self.limit, False, "per-position acceptance missing on one side (no drafts?)")
+        observed, ok, detail = position_verdict(a, b, self.limit, self.alpha, (self.baseline or "", self.variant))
+        return result(self, observed, self.limit, ok, detail)

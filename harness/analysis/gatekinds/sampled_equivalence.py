@@ -1,13 +1,16 @@
-"""Gate family "sampled outputs from the target's distribution": ``sampled_equivalence``
-(per comparison and task that samples), its scorer, and why such a task has no
-output-match gate."""
+"""Gate kind ``sampled_equivalence``: per comparison and gated task that samples, the target's mean
+log-probability per token of both variants' sampled completions not significantly
+different (two-sided sign-flip permutation test paired by question)."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from harness.config.gates.registry import GateBase, GateKind, Place, gate
-from harness.config.schema import ComparisonSpec, ModelConfig
+from harness.analysis.gatekinds._common import result
+from harness.analysis.measurements import Measurements
+from harness.config.gates.registry import GateBase, Place, gate
+from harness.config.gates.sampling import scorer_variant
+from harness.records.run_record import GateResult
 
 
 @gate(scope="comparison", order=30, reads_generation=True, settings=("sampled_alpha", "expected_logprob_sd"),
@@ -27,7 +30,7 @@ class SampledEquivalence(GateBase):
     (one seed for every request, or the same seeds on both sides): then NOT RUN with
     ``dependence``, as the test's false-alarm rate would not hold."""
 
-    kind: Literal[GateKind.SAMPLED_EQUIVALENCE] = GateKind.SAMPLED_EQUIVALENCE
+    kind: Literal["sampled_equivalence"] = "sampled_equivalence"
     op: Literal[">="] = ">="
     limit: float
     scorer: str | None
@@ -65,33 +68,47 @@ class SampledEquivalence(GateBase):
                          + "; H0: both sample from the target's distribution"),
         )
 
-
-def scorer_variant(config: ModelConfig, comp: ComparisonSpec) -> str | None:
-    """The non-speculative variant whose server scores a comparison's sampled completions:
-    its baseline when that does not speculate, else the config's first variant without
-    speculation, fault or ``not_applicable``; None when there is none."""
-    if config.variants[comp.baseline].speculative_config is None:
-        return comp.baseline
-    return next((n for n, v in config.variants.items()
-                 if v.speculative_config is None and v.fault is None and v.not_applicable is None), None)
+    def judge(self, m: Measurements, adjusted_p: float | None = None) -> GateResult:
+        """``sampled_equivalence``: :func:`sampled_verdict`."""
+        return result(self, *sampled_verdict(self, m, adjusted_p))
 
 
-def sampling_notes(config: ModelConfig) -> list[str]:
-    """Why the plan has no output-match gate for a task that samples (temperature > 0, or
-    none sent: :attr:`~harness.config.schema.TaskSpec.samples`) although a comparison asks
-    for one, and what judges it instead (``sampled_equivalence``); one sentence per such
-    task, for the dry run and the record."""
-    out = []
-    for tname, t in config.tasks.items():
-        comps = [f"{x.baseline}->{x.candidate}" for x in config.comparisons
-                 if x.min_output_match is not None and (not x.tasks or tname in x.tasks)]
-        if not t.samples or not comps:
-            continue
-        temp = "not sent (the server's default)" if t.temperature is None else f"{t.temperature:g}"
-        out.append(
-            f"task {tname} samples (temperature {temp}, seed {'none sent' if t.seed is None else t.seed}, "
-            f"seed_mode {t.seed_mode}): no min_output_match gate (nor its noise rerun or divergence judging) for "
-            f"{', '.join(comps)}: two correct samplers draw different tokens, so a token-sequence match would fail "
-            "a correct engine by construction; these comparisons are judged by the sampled_equivalence gate "
-            "(distribution level), accuracy (paired) and acceptance")
-    return out
+#: A sampled verdict: ``(observed p-value or None, limit, passed or None, detail, questions named)``.
+Verdict = tuple["float | None", float, "bool | None", str, tuple[str, ...]]
+
+
+def sampled_verdict(g: SampledEquivalence, m: Measurements, adjusted_p: float | None = None) -> Verdict:
+    """The verdict of a ``sampled_equivalence`` gate: the two-sided sign-flip p-value of the
+    shift of the target's mean log-probability per token (candidate - baseline;
+    :class:`SampledRecord`) must be >= alpha (the Holm-adjusted p-value when
+    ``adjusted_p`` is given). Dependent draws (``independent`` False): NOT RUN (None) with
+    the reason. No scorer, a scoring error or no question scored on both sides: failed
+    (the verdict it claims cannot be given). A failure names the questions whose
+    candidate completion lost the most likelihood."""
+    if not g.independent:
+        return (None, g.limit, None, f"not run: {g.dependence}", ())
+    if g.scorer is None:
+        return (None, g.limit, False, "no non-speculative variant in the config to score the sampled completions "
+                "on (the candidate's own log-probabilities are not trusted under speculation)", ())
+    errs = [f"{v}: {e}" for v in (g.baseline, g.variant) if (e := m.task(v, g.task).scoring_error)]
+    st = m.comparison(g.baseline, g.variant, g.task).sampled
+    if st is None:
+        return (None, g.limit, False, "; ".join(errs) or "no question scored on both sides", ())
+    p = st.p_value if adjusted_p is None else adjusted_p
+    ok = p >= g.limit
+    how = "exact" if st.resamples == 0 else f"{st.resamples} random flips"
+    detail = (f"target log-probability per token (scored on {st.scorer}): {g.baseline} {st.mean_a:.4f}, "
+              f"{g.variant} {st.mean_b:.4f} nats on {st.n} paired questions; shift {st.shift:+.4f} nats/token "
+              f"(sd {st.sd:.4f}), paired t = {st.t:.2f} (t-test p={st.t_p_value:.3g}); two-sided sign-flip "
+              f"permutation p={st.p_value:.4g} ({how})"
+              + (f", Holm-adjusted {adjusted_p:.4g}" if adjusted_p is not None else "")
+              + f"; mean total log-probability {st.sum_a:.2f} -> {st.sum_b:.2f}")
+    if st.unscored:
+        detail += f"; {len(st.unscored)} question(s) not scored on both sides, left out"
+    if errs:
+        detail += "; scoring errors: " + "; ".join(errs)
+    if not ok:
+        detail += (f"; FAILED: the two variants do not sample from the same distribution (p={p:.4g} < alpha "
+                   f"{g.limit:g}): {g.variant}'s completions are "
+                   + ("less" if st.shift < 0 else "more") + " likely under the target")
+    return (p, g.limit, ok and not errs, detail, st.worst if not ok else ())

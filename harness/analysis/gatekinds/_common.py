@@ -1,55 +1,25 @@
-"""What every judge shares: the registry of judges bound to the declared gate kinds, the one
-drop verdict, a gate's result, its task score and its stored baseline.
+"""What several gate kinds share: the one drop verdict, a gate's result, its task score,
+its stored baseline, the truncation note, and whether a place's variant speculates.
 
-A judge is registered for one declared spec class (:data:`harness.config.gates.DECLARATIONS`)
-with :func:`judges`; the registry fails closed: a judge for a class that is not a declared
-gate kind, or a second judge for one class, is refused when it is registered, and
-:func:`check_judged` (run when :mod:`harness.analysis.judges` is imported) refuses a
-declared kind without a judge.
+Not a kind module (its name starts with ``_``): :func:`harness.config.gates.registry.check_declared`
+asks a declaration only of the other modules of :mod:`harness.analysis.gatekinds`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from harness.analysis.measurements import Measurements
 from harness.analysis.scoring import TaskScore
-from harness.config import gates as G
+from harness.config.gates.registry import GateBase, Place
 from harness.records.baselines import BaselineTask
 from harness.records.run_record import GateResult
 
-#: A judge: ``(gate, measurements, Holm-adjusted p-value or None) -> GateResult``.
-Judge = Callable[[Any, Measurements, "float | None"], GateResult]
 
-#: gate class -> its judge, filled by :func:`judges`; every declared kind's class has
-#: one (:func:`check_judged`).
-JUDGES: dict[type, Judge] = {}
-
-_J = TypeVar("_J", bound=Callable[..., GateResult])
-
-
-def judges(gate_class: type) -> Callable[[_J], _J]:
-    """Decorator: register the decorated function as the judge of ``gate_class``.
-
-    Raises:
-        TypeError: ``gate_class`` is not the spec class of a declared gate kind
-            (:func:`harness.config.gates.gate`), or already has a judge (one judge per
-            gate class).
-    """
-    declared = {d.spec for d in G.DECLARATIONS.values()}
-
-    def register(fn: _J) -> _J:
-        if gate_class not in declared:
-            raise TypeError(f"{fn.__name__} judges {gate_class.__name__}, which is not a declared gate kind "
-                            "(declare it with @gate in a family module of harness.config.gates)")
-        if gate_class in JUDGES:
-            raise TypeError(f"gate class {gate_class.__name__} already judged by {JUDGES[gate_class].__name__}; "
-                            f"cannot register {fn.__name__} too")
-        JUDGES[gate_class] = fn
-        return fn
-    return register
+def speculative(at: Place) -> bool:
+    """The place's variant (a comparison's candidate) has a speculative config."""
+    return at.variant_spec.speculative_config is not None
 
 
 @dataclass(frozen=True)
@@ -106,25 +76,25 @@ def truncation_note(sc: TaskScore | None, variant: str) -> str:
             "max_tokens (finish_reason length): raise max_tokens before reading this as lost accuracy")
 
 
-def result(g: G.Gate, observed: float | None, limit: float | None, passed: bool | None, detail: str,
+def result(g: GateBase, observed: float | None, limit: float | None, passed: bool | None, detail: str,
            questions: Any = (), baseline: str | None = None) -> GateResult:
     """The record of a judged gate: the gate's identity, ``observed`` against ``limit``, the
     verdict (``passed`` None: not run), ``detail`` and the questions it names; ``baseline``
     replaces the gate's baseline variant (a stored baseline's ``baseline:<run id>``)."""
     return GateResult(
-        id=g.id, kind=g.kind.value, config=g.config, variant=g.variant, task=g.task,
+        id=g.id, kind=g.kind, config=g.config, variant=g.variant, task=g.task,
         baseline=baseline if baseline is not None else g.baseline, op=g.op, observed=observed,
         limit=limit, passed=passed, detail=detail, questions=tuple(questions),
     )
 
 
-def task_score(g: G.Gate, m: Measurements) -> tuple[TaskScore | None, GateResult | None]:
+def task_score(g: GateBase, m: Measurements) -> tuple[TaskScore | None, GateResult | None]:
     """The gate's task score, or the NOT RUN result when there is none."""
     sc = m.task(g.variant, g.task).score
     return sc, (result(g, None, g.limit, None, "not run: no score") if sc is None else None)
 
 
-def stored_task(g: G.Gate, m: Measurements) -> tuple[BaselineTask | None, str | None]:
+def stored_task(g: GateBase, m: Measurements) -> tuple[BaselineTask | None, str | None]:
     """The stored baseline's task of the gate's variant and task (None when absent) and
     the label ``baseline:<run id>`` a baseline gate reports as its baseline."""
     b = m.baseline
@@ -133,21 +103,6 @@ def stored_task(g: G.Gate, m: Measurements) -> tuple[BaselineTask | None, str | 
     return b.task(g.variant, g.task), f"baseline:{b.source_run.run_id}"
 
 
-def no_stored(g: G.Gate, label: str | None) -> GateResult:
+def no_stored(g: GateBase, label: str | None) -> GateResult:
     """NOT RUN: the stored baseline has no entry for the gate's variant and task."""
     return result(g, None, g.limit, None, "not run: no stored baseline for this variant and task", baseline=label)
-
-
-def check_judged(judged: Mapping[type, Judge] | None = None) -> None:
-    """Fail closed on a declared gate kind without a judge.
-
-    Raises:
-        TypeError: a declared kind's spec class has no judge in ``judged`` (default
-            :data:`JUDGES`).
-    """
-    judged = JUDGES if judged is None else judged
-    missing = [f"{d.kind.value} ({d.spec.__name__}, {d.module})" for d in G.DECLARATIONS.values()
-               if d.spec not in judged]
-    if missing:
-        raise TypeError("declared gate kinds without a judge (register one with @judges in the family's module "
-                        f"of harness.analysis.judges): {', '.join(missing)}")

@@ -1,10 +1,14 @@
-"""Gate family "the traffic shape happened": ``shape_proven``."""
+"""Gate kind ``shape_proven``: per variant on a ``kind: shape`` task, the engine's own counters prove
+the traffic shape happened."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from harness.config.gates.registry import GateBase, GateKind, Place, gate
+from harness.analysis.gatekinds._common import result
+from harness.analysis.measurements import Measurements
+from harness.config.gates.registry import GateBase, Place, gate
+from harness.records.run_record import GateResult
 
 
 @gate(scope="task", order=40,
@@ -16,7 +20,7 @@ class ShapeProven(GateBase):
     """A traffic shape (``kind: shape`` task) happened, by the engine's own counters
     (:func:`harness.tasks.shapes.shape_proof`): a shape without its proof fails closed."""
 
-    kind: Literal[GateKind.SHAPE_PROVEN] = GateKind.SHAPE_PROVEN
+    kind: Literal["shape_proven"] = "shape_proven"
     op: Literal["=="] = "=="
 
     @classmethod
@@ -25,3 +29,11 @@ class ShapeProven(GateBase):
         if at.task is None or at.config.tasks[at.task].kind != "shape":
             return None
         return cls.at(at, description="the engine's counters prove the traffic shape happened")
+
+    def judge(self, m: Measurements, adjusted_p: float | None = None) -> GateResult:
+        """``shape_proven``: the task's shape proof exists and names no problem."""
+        proof = m.task(self.variant, self.task).shape
+        if proof is None:
+            return result(self, None, None, False,
+                          "no shape proof recorded: the shape cannot be shown to have happened")
+        return result(self, None, None, not proof.problems, proof.describe())

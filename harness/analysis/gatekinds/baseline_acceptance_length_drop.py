@@ -1,0 +1,59 @@
+"""Gate kind ``baseline_acceptance_length_drop``: per speculative variant and task, the drop of the mean
+acceptance length since the stored baseline within its band."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from harness.analysis.gatekinds import _common
+from harness.analysis.gatekinds._acceptance import rise_note
+from harness.analysis.gatekinds._common import no_stored, result, speculative, stored_task
+from harness.analysis.measurements import Measurements
+from harness.config.gates.registry import GateBase, Place, gate
+from harness.records.run_record import GateResult
+
+
+@gate(scope="baseline_task", order=20, reads_generation=True, settings=("baseline_max_acceptance_length_drop",),
+      doc="mean acceptance length drop since the baseline <= `baseline_max_acceptance_length_drop`; a rise "
+          "beyond the band is reported beside it")
+class BaselineAcceptanceLengthDrop(GateBase):
+    """Mean acceptance length drop since the stored baseline <= ``limit`` (tokens)."""
+
+    kind: Literal["baseline_acceptance_length_drop"] = "baseline_acceptance_length_drop"
+    op: Literal["<="] = "<="
+    limit: float
+
+    @classmethod
+    def plan(cls, at: Place) -> BaselineAcceptanceLengthDrop | None:
+        """Every speculative variant and task whose settings give ``baseline_max_acceptance_length_drop``."""
+        limit = at.settings.baseline_max_acceptance_length_drop
+        if not speculative(at) or limit is None:
+            return None
+        return cls.at(at, limit=limit,
+                      description="mean acceptance length drop since the stored baseline (a rise beyond the same "
+                                  "band is reported beside it)")
+
+    def judge(self, m: Measurements, adjusted_p: float | None = None) -> GateResult:
+        """``baseline_acceptance_length_drop``: stored - current mean acceptance length <=
+        limit (:func:`drop_verdict`); a baseline without one is NOT RUN, none now fails."""
+        bt, label = stored_task(self, m)
+        if bt is None:
+            return no_stored(self, label)
+        base_mal = bt.spec_decode.mean_acceptance_length if bt.spec_decode else None
+        sm = m.task(self.variant, self.task).spec
+        if base_mal is None:
+            return result(self, None, self.limit, None, "not run: the baseline has no mean acceptance length",
+                          baseline=label)
+        if sm is None or sm.mean_acceptance_length is None:
+            return result(self, None, self.limit, False,
+                          f"mean acceptance length missing now (baseline {base_mal:.3f})", baseline=label)
+        drop = base_mal - sm.mean_acceptance_length
+        ok = _common.drop_verdict(drop, self.limit).passed
+        ci = bt.mean_acceptance_length_ci
+        return result(
+            self, drop, self.limit, ok,
+            f"mean acceptance length baseline {base_mal:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+            + f" -> now {sm.mean_acceptance_length:.3f}: drop {drop:.3f} " + ("<=" if ok else ">") + f" {self.limit}"
+            + rise_note(drop, self.limit),
+            baseline=label,
+        )

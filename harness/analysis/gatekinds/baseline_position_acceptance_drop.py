@@ -1,0 +1,56 @@
+"""Gate kind ``baseline_position_acceptance_drop``: per speculative variant and task, the per-position rule
+(:func:`._position.position_verdict`) against the stored baseline."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from harness.analysis.gatekinds._common import no_stored, result, stored_task
+from harness.analysis.gatekinds._position import SETTINGS, position_verdict
+from harness.analysis.measurements import Measurements
+from harness.config.gates.registry import GateBase, Place, gate
+from harness.records.run_record import GateResult
+
+
+@gate(scope="baseline_task", order=30, reads_generation=True, settings=SETTINGS,
+      doc="the same per-position rule for one speculative variant against its stored baseline")
+class BaselinePositionAcceptanceDrop(GateBase):
+    """:class:`MaxPositionAcceptanceDrop` of one speculative variant against its stored
+    baseline (the baseline's drafts and per-position rates). ``baseline`` is filled with
+    ``baseline:<run id>`` when judged."""
+
+    kind: Literal["baseline_position_acceptance_drop"] = "baseline_position_acceptance_drop"
+    op: Literal["<="] = "<="
+    limit: float
+    alpha: float = 0.05
+
+    @classmethod
+    def plan(cls, at: Place) -> BaselinePositionAcceptanceDrop | None:
+        """Every speculative variant and task whose settings give ``position_acceptance_rtol``."""
+        g = at.settings
+        if at.variant_spec.speculative_config is None or g.position_acceptance_rtol is None:
+            return None
+        return cls.at(
+            at, limit=g.position_acceptance_rtol, alpha=g.position_acceptance_alpha,
+            description=(f"per draft position: acceptance rate not below (1 - "
+                         f"{g.position_acceptance_rtol:g}) x the stored baseline's while significantly "
+                         f"lower (one-sided two-proportion z test, Holm across positions, alpha "
+                         f"{g.position_acceptance_alpha:g})"),
+        )
+
+    def judge(self, m: Measurements, adjusted_p: float | None = None) -> GateResult:
+        """``baseline_position_acceptance_drop``: :func:`position_verdict` of the variant now
+        against its stored baseline; a baseline without drafts is NOT RUN, none now fails."""
+        bt, label = stored_task(self, m)
+        if bt is None:
+            return no_stored(self, label)
+        base = bt.spec_decode
+        if base is None or base.drafts <= 0 or not base.per_position_acceptance:
+            return result(self, None, self.limit, None, "not run: the baseline has no per-position acceptance",
+                          baseline=label)
+        sm = m.task(self.variant, self.task).spec
+        if sm is None or sm.drafts <= 0:
+            return result(self, None, self.limit, False, "per-position acceptance missing now (no drafts?)",
+                          baseline=label)
+        observed, ok, detail = position_verdict(base, sm, self.limit, self.alpha, ("baseline", "now"))
+        return result(self, observed, self.limit, ok, detail, baseline=label)
