@@ -25,10 +25,11 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.analysis.gatekinds.accuracy_floor import AccuracyFloor
+from harness.analysis.gatekinds.min_acceptance_length import MinAcceptanceLength
 from harness.analysis.gates import evaluate_gates
 from harness.analysis.measurements import Measurements
 from harness.analysis.scoring import score_task
-from harness.config import gates as G
 from harness.config.loader import load_config
 from harness.config.plan import build_plan
 from harness.config.schema import VLLM_PIPELINE
@@ -178,9 +179,9 @@ def test_the_answer_rule_is_vllms_on_any_text(text):
     assert VLLM_INVALID == VLLM["INVALID"]
 
 
-def _floor_gate(config: Path) -> tuple[Any, G.AccuracyFloor]:
+def _floor_gate(config: Path) -> tuple[Any, AccuracyFloor]:
     cp = build_plan([load_config(config)]).configs[0]
-    (g,) = [x for x in cp.gates if isinstance(x, G.AccuracyFloor) and x.variant == "reference"]
+    (g,) = [x for x in cp.gates if isinstance(x, AccuracyFloor) and x.variant == "reference"]
     return cp, g
 
 
@@ -266,7 +267,7 @@ def test_min_acceptance_length_gives_vllms_verdict(drafts, accepted, monkeypatch
         vllm_ok = False
 
     cp = build_plan([load_config(SPEC_CONFIG)]).configs[0]
-    gates = [x for x in cp.gates if isinstance(x, G.MinAcceptanceLength)]
+    gates = [x for x in cp.gates if isinstance(x, MinAcceptanceLength)]
     assert gates and {g.limit for g in gates} == {minimum}
     m = Measurements()
     for g in gates:  # a fresh server: the task's counter difference is the snapshot
