@@ -20,11 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, TypedDict, TypeVar
 
 from harness.records.run_record import GateResult
 
-__all__ = ["CONFIDENCE", "FalseAlarmRates", "Rate", "clopper_pearson", "false_alarm_rates", "rate"]
+__all__ = ["CONFIDENCE", "ConfigKindRateJson", "FalseAlarmRates", "FalseAlarmsJson", "Rate", "RateJson",
+           "clopper_pearson", "false_alarm_rates", "rate"]
 
 #: the confidence level of every interval here
 CONFIDENCE = 0.95
@@ -57,6 +58,30 @@ def clopper_pearson(k: int, n: int, confidence: float = CONFIDENCE) -> tuple[flo
     return float(ci.low), float(ci.high)
 
 
+class RateJson(TypedDict):
+    """:meth:`Rate.as_dict`: nights failed, nights, nights not judged, the rate and its
+    exact 95% interval ``[lower, upper]``."""
+
+    failed: int
+    nights: int
+    not_judged: int
+    rate: float
+    ci95: list[float]
+
+
+class ConfigKindRateJson(RateJson):
+    """A :class:`RateJson` of one gate kind within one config."""
+
+    config: str
+    kind: str
+
+
+#: :meth:`FalseAlarmRates.as_dict` (``list`` is the whole list's rate)
+FalseAlarmsJson = TypedDict("FalseAlarmsJson", {
+    "nights": int, "confidence": float, "interval": str, "list": RateJson, "configs": dict[str, RateJson],
+    "kinds": dict[str, RateJson], "config_kinds": list[ConfigKindRateJson], "gates": dict[str, RateJson]})
+
+
 @dataclass(frozen=True)
 class Rate:
     """How often something failed over the nights it was judged in.
@@ -75,7 +100,7 @@ class Rate:
     rate: float
     ci: tuple[float, float]
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> RateJson:
         """The rate as JSON-ready values (``ci`` a two-item list)."""
         return {"failed": self.failed, "nights": self.nights, "not_judged": self.not_judged,
                 "rate": self.rate, "ci95": list(self.ci)}
@@ -111,16 +136,17 @@ class FalseAlarmRates:
     configs: dict[str, Rate]
     whole_list: Rate
 
-    def as_dict(self) -> dict[str, object]:
-        """JSON-ready: ``{"nights", "confidence", "list", "configs", "kinds", "config_kinds",
-        "gates"}`` (config kinds as ``{"config", "kind", ...}`` rows)."""
+    def as_dict(self) -> FalseAlarmsJson:
+        """JSON-ready: ``{"nights", "confidence", "interval", "list", "configs", "kinds",
+        "config_kinds", "gates"}`` (config kinds as ``{"config", "kind", ...}`` rows)."""
         return {
             "nights": self.nights, "confidence": CONFIDENCE,
             "interval": "Clopper-Pearson exact (scipy.stats.binomtest(...).proportion_ci(method='exact'))",
             "list": self.whole_list.as_dict(),
             "configs": {c: r.as_dict() for c, r in self.configs.items()},
             "kinds": {k: r.as_dict() for k, r in self.kinds.items()},
-            "config_kinds": [{"config": c, "kind": k, **r.as_dict()} for (c, k), r in self.config_kinds.items()],
+            "config_kinds": [ConfigKindRateJson(config=c, kind=k, **r.as_dict())
+                             for (c, k), r in self.config_kinds.items()],
             "gates": {g: r.as_dict() for g, r in self.gates.items()},
         }
 

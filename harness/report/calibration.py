@@ -59,6 +59,7 @@ import math
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from harness.analysis.false_alarms import false_alarm_rates
 from harness.analysis.scoring import first_divergence
 from harness.analysis.stats import binomial_variance
 from harness.config.gates import GateKind
@@ -210,6 +211,7 @@ def summarize(runs: Sequence[tuple[RunRecord, Path]], k: float = 3.0) -> Calibra
                  for r, p in runs],
         "sigmas": k, "rule": RULE.format(k=k), "configs": [],
     }
+    out["false_alarms"] = false_alarm_rates([{c.name: c.gates for c in r.configs} for r, _ in runs]).as_dict()
     for c0 in first_rec.configs:
         cname = c0.name
         crecs = [r.config(cname) for r, _ in runs]
