@@ -139,11 +139,11 @@ def _questions(by: Mapping[tuple[str, str, str], list[dict[str, Sample]]]
     for xs in groups.values():
         if len(xs) < 2:
             continue
-        counts = Counter(x.token_ids for x in xs)
+        counts = Counter(x.token_ids or () for x in xs)
         modal_ids = counts.most_common(1)[0][0]
         modal = next(x for x in xs if x.token_ids == modal_ids)
         right = any(modal.correct.values())
-        others = [x for x in xs if x.token_ids != modal_ids]
+        others = [x for x in xs if (x.token_ids or ()) != modal_ids]
         off += len(others)
         changed += sum(any(x.correct.values()) != right for x in others)
         out.append(QuestionBehaviour(len(others) / len(xs), right, len(xs)))

@@ -52,6 +52,7 @@ from harness.analysis.scoring import PIPELINES, score_task
 from harness.config.gates import Gate, GateKind, plan_gates
 from harness.config.schema import ModelConfig
 from harness.records.measures import SpecDecodeCountersRecord, SpecDecodeRecord
+from harness.records.run_record import ComparisonResult, GateResult
 from harness.records.samples import Sample
 from harness.tasks import task_size
 
@@ -139,21 +140,21 @@ def _task_samples(config: ModelConfig, model: NightModel, variant: str, task: st
                   rng: random.Random) -> tuple[list[Sample], SpecDecodeRecord | None]:
     """One night's samples of ``variant`` on ``task`` and its speculative figures."""
     sc = config.variants[variant].speculative_config
-    k = sc.num_speculative_tokens if sc is not None and model.acceptance is not None else 0
+    k = (sc.num_speculative_tokens or 0) if sc is not None and model.acceptance is not None else 0
     v_night = rng.gauss(0.0, model.acceptance.sd_run) if k and model.acceptance else 0.0
     samples = []
-    tot = [0.0, 0.0, 0.0, [0.0] * k]
+    drafts = draft_tokens = accepted = 0.0
+    per_pos = [0.0] * k
     for i, q in enumerate(qs):
         counters = _counters(model, q, k, v_night, rng) if k else None
         if counters is not None:
-            tot = [tot[0] + counters[0], tot[1] + counters[1], tot[2] + counters[2],  # type: ignore[operator]
-                   [x + y for x, y in zip(tot[3], counters[3])]]  # type: ignore[arg-type]
+            drafts, draft_tokens, accepted = drafts + counters[0], draft_tokens + counters[1], accepted + counters[2]
+            per_pos = [x + y for x, y in zip(per_pos, counters[3])]
         samples.append(_sample(config.name, variant, task, i, q, rng.random() < q.divergence, sc is None, counters))
     spec = None
     if k:
         spec = SpecDecodeRecord.from_counters(SpecDecodeCountersRecord(
-            drafts=tot[0], draft_tokens=tot[1], accepted_tokens=tot[2],  # type: ignore[arg-type]
-            accepted_per_pos=tuple(tot[3])))  # type: ignore[arg-type]
+            drafts=drafts, draft_tokens=draft_tokens, accepted_tokens=accepted, accepted_per_pos=tuple(per_pos)))
     return samples, spec
 
 
@@ -186,11 +187,11 @@ def simulate_config_night(config: ModelConfig, gates: Sequence[Gate], model: Nig
     return {config.name: evaluate_gates(gates, m)}
 
 
-def _store(m: Measurements, comps: Sequence[object]) -> None:
+def _store(m: Measurements, comps: Sequence[ComparisonResult]) -> None:
     """Put :func:`compare`'s results into ``m`` as the runner's record would hold them."""
     for c in comps:
-        m.comparisons[(c.baseline, c.candidate, c.task)] = ComparisonMeasurement(  # type: ignore[attr-defined]
-            match=c, answers=c.answer_agreement, noise=c.noise, divergences=c.divergence)  # type: ignore[attr-defined]
+        m.comparisons[(c.baseline, c.candidate, c.task)] = ComparisonMeasurement(
+            match=c, answers=c.answer_agreement, noise=c.noise, divergences=c.divergence)
 
 
 def simulate_nights(configs: Sequence[ModelConfig], model: NightModel, nights: int, seed: int = 0,
@@ -223,7 +224,7 @@ def simulate_nights(configs: Sequence[ModelConfig], model: NightModel, nights: i
         setup.append((c, gates, qs))
     out = []
     for _ in range(nights):
-        night: dict[str, list] = {}
+        night: dict[str, Sequence[GateResult]] = {}
         for c, gates, qs in setup:
             night.update(simulate_config_night(c, gates, model, qs, rng))
         out.append(night)

@@ -30,7 +30,8 @@ def validation_rows(real: FalseAlarmsJson, simulated: FalseAlarmsJson) -> list[V
     rate, and whether the simulated rate lies in the real rate's exact interval."""
     rows: list[ValidationRow] = []
     pairs: list[tuple[str, str, RateJson, RateJson]] = [("list", "list", real["list"], simulated["list"])]
-    pairs += [("config", c, r, simulated["configs"][c]) for c, r in real["configs"].items() if c in simulated["configs"]]
+    pairs += [("config", c, r, simulated["configs"][c]) for c, r in real["configs"].items()
+              if c in simulated["configs"]]
     pairs += [("kind", k, r, simulated["kinds"][k]) for k, r in real["kinds"].items()
               if k in simulated["kinds"] and k not in NOT_SIMULATED]
     for level, name, r, s in pairs:
@@ -61,7 +62,7 @@ def simulated_nights(runs: Sequence[tuple[RunRecord, Path]], configs: Sequence[M
     rates = simulate_nights(configs, model, nights, seed=seed).as_dict()
     other_nights: OtherListNights | None = None
     if other is not None:
-        other_nights = {"list": other[0], "accuracy_from_config": True,
-                        "rates": simulate_nights(other[1], model, nights, seed=seed, accuracy_from_config=True).as_dict()}
+        other_rates = simulate_nights(other[1], model, nights, seed=seed, accuracy_from_config=True)
+        other_nights = {"list": other[0], "accuracy_from_config": True, "rates": other_rates.as_dict()}
     return {"nights": nights, "seed": seed, "model": model.summary(), "rates": rates,
             "validation": validation_rows(real, rates), "other_list": other_nights}
