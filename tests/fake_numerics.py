@@ -1,7 +1,7 @@
 """GPU-like numerics for the FAKE vLLM server (tests/fake_vllm.py): the fake model under
 ``EVALRUN_NUMERICS_NOISE`` (:mod:`harness.faults.noise`, the setting's one home).
 
-A clean GPU build is noisy in a particular way (issue 37; vLLM's batch-invariance page,
+A clean GPU build is noisy in a particular way (vLLM's batch-invariance page,
 ``VLLM_BATCH_INVARIANT``): a token's logits depend on the shape of the batch it was computed
 in, so where the model's top two choices are nearly tied the choice flips, the completion
 continues differently from there and sometimes reaches another answer, a rerun differs from

@@ -2,7 +2,7 @@
 :mod:`harness.analysis.night_simulation` draws simulated nights from.
 
 Measured from the samples of ``evalrun calibrate``'s repeats (every config, task and variant
-that produced token ids, pooled), the behaviour of a clean but noisy build (issue 37):
+that produced token ids, pooled), the behaviour of a clean but noisy build:
 
 * **per question, a divergence rate** ``p_q``: the share of its completions (over runs and
   variants) that differ from its most common completion (the *modal* path). Numerics noise

@@ -12,14 +12,16 @@ for noise simulated when a comparison asks for one), and the config's planned ga
 
 How one config is simulated:
 
-* per task, its planned size (:func:`harness.tasks.task_size`) of questions drawn once (with
-  replacement) from the measured questions, and fixed for every night, as a real nightly
-  asks the same questions every night. Each keeps its divergence rate ``p_q``; its
-  alternative path gets, once, a divergence position (uniform over :data:`LENGTH` tokens),
-  a gap drawn from the measured gaps and an answer change with the measured probability.
-  Whether the modal path is right is the measured question's, or, with
-  ``accuracy_from_config``, a draw with the task's ``accuracy_threshold`` (a list on other
-  hardware claims its own accuracy; the fake's is not the H200 models');
+* per task, its planned size (:func:`harness.tasks.task_size`) of questions drawn once from
+  the measured questions (in a shuffled order, repeated as often as the size needs, so the
+  task keeps the measured shares: the same list gets exactly the measured questions), and
+  fixed for every night, as a real nightly asks the same questions every night. Each keeps
+  its divergence rate ``p_q``; its alternative path gets, once, a divergence position
+  (uniform over :data:`LENGTH` tokens), a gap drawn from the measured gaps and an answer
+  change with the measured probability. Whether the modal path is right is the measured
+  question's, or, with ``accuracy_from_config``, exactly ``round(threshold * n)`` right
+  questions for a task with an ``accuracy_threshold`` (a list on other hardware claims its
+  own accuracy; the fake's is not the H200 models');
 * per night and variant, each question takes its alternative path with probability ``p_q``,
   independently (variants, runs and questions independent given ``p_q``: the noise of one
   forward does not carry to another request's);
@@ -83,17 +85,24 @@ class SimQuestion:
 
 
 def _questions(model: NightModel, n: int, accuracy: float | None, rng: random.Random) -> list[SimQuestion]:
-    """``n`` simulated questions drawn from the model (module docstring)."""
-    pool: Sequence[QuestionBehaviour] = model.questions
+    """``n`` simulated questions drawn from the model (module docstring): the measured
+    questions in a shuffled order, repeated until ``n`` (each ``n // N`` or ``n // N + 1``
+    times), so the task keeps the measured shares; with ``accuracy``, exactly
+    ``round(accuracy * n)`` of them have a right modal path."""
+    pool = list(model.questions)
+    order: list[QuestionBehaviour] = []
+    while len(order) < n:
+        rng.shuffle(pool)
+        order += pool[:n - len(order)]
+    right = [q.right for q in order]
+    if accuracy is not None:
+        k = round(accuracy * n)
+        right = [True] * k + [False] * (n - k)
+        rng.shuffle(right)
     sd_q = model.acceptance.sd_question if model.acceptance else 0.0
-    out = []
-    for _ in range(n):
-        q = rng.choice(pool)
-        out.append(SimQuestion(
-            q.divergence, q.right if accuracy is None else rng.random() < accuracy, rng.randrange(LENGTH),
-            rng.choice(model.gaps) if model.gaps else DEFAULT_GAP, rng.random() < model.answer_change,
-            rng.gauss(0.0, sd_q)))
-    return out
+    return [SimQuestion(q.divergence, r, rng.randrange(LENGTH), rng.choice(model.gaps) if model.gaps else DEFAULT_GAP,
+                        rng.random() < model.answer_change, rng.gauss(0.0, sd_q))
+            for q, r in zip(order, right)]
 
 
 def _sample(config: str, variant: str, task: str, i: int, q: SimQuestion, alt: bool, reference: bool,
