@@ -51,6 +51,11 @@ Montgomery, Introduction to Statistical Quality Control, 7th ed., sec. 5.2):
 
 With few repeats s is poorly known (the upper bound column shows how poorly); the
 sampling terms keep the tolerances from collapsing to zero when s happens to be 0.
+
+Clean nights: every repeat of a good build is a night, and the summary's ``false_alarms``
+gives the realized false-fail rate of each gate, gate kind, config and the whole list over
+the repeats with its exact Clopper-Pearson interval
+(:func:`harness.analysis.false_alarms.false_alarm_rates`; docs/false-alarms.md).
 """
 
 from __future__ import annotations
