@@ -30,6 +30,15 @@ takes the place of the interpreter, so it receives ``-m vllm.entrypoints.openai.
   variants' token 9 far below its own (7 at -0.01, 9 at -4.61: a gap of 4.6 nats), as
   a broken state would
 
+GPU-like numerics, as a GPU build has them: ``EVALRUN_NUMERICS_NOISE`` (``gpu`` or a level in
+nats; :mod:`harness.faults.noise`, seed ``EVALRUN_NUMERICS_NOISE_SEED`` or one drawn per
+server start) makes ``FAKE_MODE=ok`` answers come from the noisy fake model of
+``tests/fake_numerics.py``: near ties flip with the batch shape (requests in flight, the
+request's row, the verifying variant's 1 + k tokens per step), the completion then continues
+differently and sometimes reaches another answer, a rerun differs from itself, and a
+speculative variant's acceptance varies by request and by run (per-position counters for its
+k draft positions). Unset, nothing of the above changes.
+
 A request with ``logprobs: k`` gets OpenAI completions ``logprobs`` as vLLM writes them
 with ``return_tokens_as_token_ids`` (tokens ``"token_id:N"``, top k per position, the
 sampled token included); the emitted token is confident (-0.01, runner-up -6) except at
@@ -148,6 +157,7 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from types import ModuleType
 
 args = sys.argv[1:]
@@ -206,6 +216,11 @@ if args and os.path.basename(os.path.dirname(args[0])) == "probes" and args[0].e
 import signal  # noqa: E402
 import subprocess  # noqa: E402
 
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # evalrun's tree, when not on the path already
+import fake_numerics  # noqa: E402
+
+from harness.faults.noise import level_from_env  # noqa: E402
+
 port = int(args[args.index("--port") + 1])
 spec = "--speculative-config" in args
 mode = os.environ.get("FAKE_MODE", "ok")
@@ -224,6 +239,14 @@ block_size = int(os.environ.get("FAKE_BLOCK_SIZE", "16"))
 cached_blocks: set[tuple[int, ...]] = set()  # every full-block prefix of the prompts seen
 engine = {"prompt_tokens": 0, "generation_tokens": 0, "preemptions": 0, "queries": 0, "hits": 0}
 flags = " ".join(a for a in args if a.startswith("--") and "scheduling" in a) + (" spec" if spec else "")
+#: GPU-like numerics (tests/fake_numerics.py), None when EVALRUN_NUMERICS_NOISE is unset
+noise = level_from_env()
+spec_k = (int(json.loads(args[args.index("--speculative-config") + 1]).get("num_speculative_tokens", 2))
+          if spec and noise is not None else 0)
+accepted_pos = [0] * spec_k  # per draft position, under noise
+inflight: set[int] = set()  # rows of the requests in flight, under noise
+if noise is not None:
+    print(f"fake vllm: numerics noise {noise.spec} ({noise.level_nats} nats), seed {noise.seed}", flush=True)
 
 if os.environ.get("FAKE_HOSTILE") == "1":
     print("\x1b[1;31mERROR\x1b[0m \x00\x07 fake vllm: hostile log " + "y" * 20000, flush=True)
@@ -292,14 +315,17 @@ def chosen(prompt, share):
     return random.Random(hashlib.sha256(prompt.encode()).hexdigest()).random() < share
 
 
-def logprobs_of(ids, k, tie):
+def logprobs_of(ids, k, tie, dists=None):
     """OpenAI completions ``logprobs`` for ``ids`` (top ``k`` per position); ``tie`` =
-    (position, {token: logprob}) replaces that position's distribution."""
+    (position, {token: logprob}) replaces that position's distribution, ``dists``
+    (position -> {token: logprob}, under numerics noise) every position's it names."""
     tokens, tlps, tops = [], [], []
     for i, t in enumerate(ids):
         dist = {t: -0.01, 100 + i: -6.0}
         if tie is not None and tie[0] == i:
             dist = dict(tie[1])
+        if dists is not None and i in dists:
+            dist = dict(dists[i])
         for j in range(k - len(dist)):
             dist[200 + j] = -10.0 - j
         top = dict(sorted(dist.items(), key=lambda kv: -kv[1])[:k])
@@ -401,6 +427,8 @@ def metrics_text():
         e1 = 100 + 100 * drafts
         rows.append(("0", e0, 2 * e0, e0 // 2, [e0 // 2, 0]))
         rows.append(("1", e1, 2 * e1, e1 // 2, [e1 // 2, 0]))
+    elif noise is not None:
+        rows.append(("0", drafts, spec_k * drafts, accepted, list(accepted_pos)))
     else:
         rows.append(("0", drafts, 2 * drafts, accepted, [accepted, 0]))
     text = ""
@@ -494,8 +522,19 @@ class H(BaseHTTPRequestHandler):
                 engine["preemptions"] += 1
             seen[prompt] = seen.get(prompt, 0) + 1
             npass = seen[prompt]
-            drafts += 4
-            accepted += 1 if metrics_mode == "low" else 2
+            shape = None
+            if noise is not None and spec:
+                per_pos = fake_numerics.accepted_per_position(prompt, noise.seed, npass, spec_k)
+                drafts += fake_numerics.DRAFTS
+                accepted += sum(per_pos)
+                accepted_pos[:] = [a + b for a, b in zip(accepted_pos, per_pos)]
+            else:
+                drafts += 4
+                accepted += 1 if metrics_mode == "low" else 2
+            if noise is not None:
+                row = min(set(range(len(inflight) + 1)) - inflight)
+                inflight.add(row)
+                shape = fake_numerics.Shape((len(inflight)) * (1 + spec_k), row)
             if k == 2 and reset_at is None:
                 reset_at = drafts
         if mode.startswith("crash_after:") and k > int(mode.split(":")[1]):
@@ -520,7 +559,14 @@ class H(BaseHTTPRequestHandler):
             return self._send(200, {"choices": [{"text": text, "token_ids": "5 6 7 8", "finish_reason": "stop"}]})
         if os.environ.get("FAKE_HOSTILE") == "1":
             ids, text = [5, 6, 1, 1], HOSTILE_TEXT
-        tie = None
+        tie = dists = None
+        if shape is not None:
+            with lock:
+                inflight.discard(shape.row)
+            if mode == "ok" and not (sampling in ("correct", "biased")
+                                     and (req.get("temperature") is None or req["temperature"] > 0)):
+                noisy = fake_numerics.complete(prompt, noise.level_nats, noise.seed, shape)
+                ids, text, dists = noisy.ids, noisy.text, fake_numerics.top_logprobs(noisy)
         if mode.startswith("benign_noise:"):  # real noise flips near-ties only: 8 and 9 are 0.03 nats apart
             tie = (3, {ids[3]: -0.68, 17 - ids[3]: -0.71})
         if mode.startswith(("near_tie:", "confident:")) and chosen(prompt, float(mode.split(":")[1])):
@@ -538,7 +584,7 @@ class H(BaseHTTPRequestHandler):
         if req.get("logprobs") is not None:
             if not req.get("return_tokens_as_token_ids"):
                 return self._send(400, {"error": "fake: logprobs only with return_tokens_as_token_ids"})
-            choice["logprobs"] = logprobs_of(ids, int(req["logprobs"]), tie)
+            choice["logprobs"] = logprobs_of(ids, int(req["logprobs"]), tie, dists)
         self._send(200, {"choices": [choice]})
 
 

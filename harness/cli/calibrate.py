@@ -1,7 +1,12 @@
 """``evalrun calibrate``: run each config N times and recommend tolerances from the spread.
 
 Orchestration only: each repeat is an ordinary run through the front door (:func:`harness.api.run`); the
-spread and the recommendation are :mod:`harness.report.calibration`'s.
+spread, the recommendation and the realized false-fail rates are :mod:`harness.report.calibration`'s;
+``--simulate-nights N`` adds clean nights simulated from the repeats' behaviour
+(:mod:`harness.report.calibration_nights`), for this list and, with ``--simulate-list``, another.
+The simulation is an option of this command, not a script of its own, because it is fitted on
+these repeats and validated against them: the same command that measures a build's noise says
+what that noise costs a list.
 """
 
 from __future__ import annotations
@@ -57,13 +62,31 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--output", type=Path, default=None, help="also write the Markdown summary here")
     p.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the JSON summary here")
     p.add_argument("--quiet", action="store_true", help="print only warnings, errors and the summary")
+    p.add_argument("--simulate-nights", type=int, default=0, metavar="N",
+                   help="also simulate N clean nights from the repeats' per-question behaviour, judged by "
+                        "evalrun's gates, validated against the repeats (docs/false-alarms.md; default: off)")
+    p.add_argument("--simulate-list", default=None, metavar="LIST_OR_YAML",
+                   help="with --simulate-nights: also simulate this list (its task sizes and gates; each task's "
+                        "accuracy its config's accuracy_threshold), e.g. models-h200.txt")
+    p.add_argument("--simulate-seed", type=int, default=0, metavar="S", help="the simulation's seed (default 0)")
     return p
 
 
-def _write_summary(args: argparse.Namespace, runs: list, out_dir: Path) -> None:
-    """The calibration summary of ``runs`` (:func:`summarize`): ``calibration.json`` and
-    ``calibration.md`` in ``out_dir``, ``--output`` / ``--json`` copies, the Markdown on stdout."""
+def _write_summary(args: argparse.Namespace, runs: list, out_dir: Path, configs: list | None = None,
+                   other: tuple[str, list] | None = None) -> None:
+    """The calibration summary of ``runs`` (:func:`summarize`; with ``--simulate-nights``,
+    the simulated nights of ``configs`` and of ``other``, ``(list path, configs)``):
+    ``calibration.json`` and ``calibration.md`` in ``out_dir``, ``--output`` / ``--json``
+    copies, the Markdown on stdout."""
     summary = summarize(runs, k=args.sigmas)
+    if args.simulate_nights and configs is not None and "false_alarms" in summary:
+        from harness.report.calibration_nights import simulated_nights
+
+        try:
+            summary["simulated_nights"] = simulated_nights(runs, configs, summary["false_alarms"],
+                                                           args.simulate_nights, args.simulate_seed, other)
+        except ValueError as e:  # nothing to fit (no completions with token ids)
+            print(f"evalrun calibrate: --simulate-nights: {e}; no simulated nights", file=sys.stderr)
     md = render_calibration_markdown(summary)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(out_dir / "calibration.json", json.dumps(summary, indent=2) + "\n")
@@ -95,8 +118,12 @@ def cli_main(argv: list[str]) -> int:
     if args.repeat < 2:
         print("evalrun calibrate: --repeat must be at least 2 (a spread needs two runs)", file=sys.stderr)
         return 2
+    if args.simulate_nights < 0 or (args.simulate_list and not args.simulate_nights):
+        print("evalrun calibrate: --simulate-nights must be >= 1 (and is needed by --simulate-list)", file=sys.stderr)
+        return 2
     try:
         configs = load_model_list(args.config)
+        other = (args.simulate_list, load_model_list(args.simulate_list)) if args.simulate_list else None
     except ConfigError as e:
         print(f"evalrun calibrate: config error:\n{e}", file=sys.stderr)
         return 2
@@ -126,5 +153,5 @@ def cli_main(argv: list[str]) -> int:
         for line in describe_error_runs([record]):
             print(f"evalrun calibrate: {line}", file=sys.stderr)
         runs.append((record, run_dir))
-    _write_summary(args, runs, out_dir)
+    _write_summary(args, runs, out_dir, configs, other)
     return 2 if could_not_run else 0

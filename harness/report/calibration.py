@@ -51,6 +51,11 @@ Montgomery, Introduction to Statistical Quality Control, 7th ed., sec. 5.2):
 
 With few repeats s is poorly known (the upper bound column shows how poorly); the
 sampling terms keep the tolerances from collapsing to zero when s happens to be 0.
+
+Clean nights: every repeat of a good build is a night, and the summary's ``false_alarms``
+gives the realized false-fail rate of each gate, gate kind, config and the whole list over
+the repeats with its exact Clopper-Pearson interval
+(:func:`harness.analysis.false_alarms.false_alarm_rates`; docs/false-alarms.md).
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ import math
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from harness.analysis.false_alarms import false_alarm_rates
 from harness.analysis.gatekinds.accuracy_floor import AccuracyFloor
 from harness.analysis.gatekinds.max_acceptance_length_drop import MaxAcceptanceLengthDrop
 from harness.analysis.gatekinds.max_accuracy_drop import MaxAccuracyDrop
@@ -214,6 +220,7 @@ def summarize(runs: Sequence[tuple[RunRecord, Path]], k: float = 3.0) -> Calibra
                  for r, p in runs],
         "sigmas": k, "rule": RULE.format(k=k), "configs": [],
     }
+    out["false_alarms"] = false_alarm_rates([{c.name: c.gates for c in r.configs} for r, _ in runs]).as_dict()
     for c0 in first_rec.configs:
         cname = c0.name
         crecs = [r.config(cname) for r, _ in runs]

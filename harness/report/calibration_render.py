@@ -7,8 +7,9 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+from harness.analysis.false_alarms import FalseAlarmsJson, RateJson
 from harness.analysis.stats import binomial_variance
-from harness.report.calibration_types import CalibrationSummary, Spread
+from harness.report.calibration_types import CalibrationSummary, SimulatedNights, Spread
 from harness.report.cells import fmt
 
 
@@ -104,4 +105,83 @@ def render_calibration_markdown(summary: CalibrationSummary) -> str:
         for key, text in cs["explain"].items():
             L.append(f"- `{key}`: {text}")
         L.append("")
+        if "false_alarms" in summary:
+            L += config_false_alarm_lines(summary["false_alarms"], cs["name"])
+    if "false_alarms" in summary:
+        L += list_false_alarm_lines(summary["false_alarms"])
+    if "simulated_nights" in summary:
+        L += simulated_lines(summary["simulated_nights"])
     return "\n".join(L) + "\n"
+
+
+RATE_HEAD = ["failed nights", "rate", "95% exact interval (Clopper-Pearson)"]
+
+
+def _rate(r: RateJson) -> list[str]:
+    """A rate's cells: ``failed/nights`` (and nights not judged), rate, interval."""
+    lo, hi = r["ci95"]
+    unjudged = f" ({r['not_judged']} not judged)" if r["not_judged"] else ""
+    return [f"{r['failed']}/{r['nights']}{unjudged}", _f(r["rate"], 3), f"[{lo:.3f}, {hi:.3f}]"]
+
+
+def config_false_alarm_lines(fa: FalseAlarmsJson, config: str) -> list[str]:
+    """Markdown: one config's realized false-fail rate over the repeats: the config, each
+    gate kind in it, and every gate that failed at least one night."""
+    if config not in fa["configs"]:
+        return []
+    rows = [["config (any gate)"] + _rate(fa["configs"][config])]
+    rows += [[f"kind `{r['kind']}`"] + _rate(r) for r in fa["config_kinds"] if r["config"] == config]
+    rows += [[f"gate `{g}`"] + _rate(r) for g, r in fa["gates"].items()
+             if g.startswith(config + "/") and r["failed"]]
+    return ([f"### Realized false-fail rate over the {fa['nights']} repeats (clean nights: every failure is a "
+             "false alarm on a good build)", ""] + _table(["what"] + RATE_HEAD, rows) + [""])
+
+
+def list_false_alarm_lines(fa: FalseAlarmsJson) -> list[str]:
+    """Markdown: the whole list's realized false-fail rate over the repeats, per gate kind."""
+    rows = [["the whole list (a red night)"] + _rate(fa["list"])]
+    rows += [[f"config `{c}`"] + _rate(r) for c, r in fa["configs"].items()]
+    rows += [[f"kind `{k}` (any config)"] + _rate(r) for k, r in fa["kinds"].items()]
+    return (["## Clean nights: realized false-fail rate of the list", "",
+             f"Share of the {fa['nights']} repeats in which each failed the run (FAIL, or a strict XPASS); "
+             f"interval: {fa['interval']}.", ""] + _table(["what"] + RATE_HEAD, rows) + [""])
+
+
+def _rates_table(fa: FalseAlarmsJson) -> list[str]:
+    """Markdown rows of simulated rates: list, per config, per kind, per config and kind."""
+    rows = [["the whole list (a red night)"] + _rate(fa["list"])]
+    rows += [[f"config `{c}`"] + _rate(r) for c, r in fa["configs"].items()]
+    rows += [[f"kind `{k}` (any config)"] + _rate(r) for k, r in fa["kinds"].items()]
+    rows += [[f"`{r['config']}` kind `{r['kind']}`"] + _rate(r) for r in fa["config_kinds"]]
+    return _table(["what"] + RATE_HEAD, rows)
+
+
+def simulated_lines(sim: SimulatedNights) -> list[str]:
+    """Markdown: the simulated nights (:mod:`harness.report.calibration_nights`): the measured
+    behaviour, the validation against the repeats, the rates of the calibrated list and of
+    another list."""
+    m = sim["model"]
+    L = [f"## Simulated clean nights ({sim['nights']} nights, seed {sim['seed']})", "",
+         "Nights drawn from the per-question behaviour the repeats measured and judged by evalrun's own "
+         "comparisons and gates (harness/analysis/night_simulation.py; engine facts, traffic-shape proofs, "
+         "stored baselines and the sampled verdict are not simulated).", "",
+         "Measured: " + ", ".join(f"{k} {_f(v) if isinstance(v, float) else v}" for k, v in m.items()
+                                  if k not in ("acceptance", "notes")), ""]
+    acc = m.get("acceptance")
+    if isinstance(acc, dict):
+        L += ["Acceptance (logit scale): " + ", ".join(f"{k} {_f(v) if isinstance(v, float) else v}"
+                                                        for k, v in acc.items()), ""]
+    notes = m.get("notes")
+    if isinstance(notes, list):
+        L += [f"- note: {n}" for n in notes] + ([""] if notes else [])
+    rows = [[v["level"], f"`{v['name']}`"] + _rate(v["real"])
+            + [_f(v["simulated"]["rate"], 3), "yes" if v["within_real_ci"] else "NO"] for v in sim["validation"]]
+    L += ["### Validation: simulated against the real repeats", ""]
+    L += _table(["level", "name", "real failed", "real rate", "real 95% interval", "simulated rate",
+                 "within"], rows) + [""]
+    L += ["### The calibrated list, simulated", ""] + _rates_table(sim["rates"]) + [""]
+    other = sim["other_list"]
+    if other is not None:
+        L += [f"### {other['list']}, simulated (each task's modal accuracy drawn with its config's "
+              "accuracy_threshold)", ""] + _rates_table(other["rates"]) + [""]
+    return L

@@ -6,7 +6,12 @@ from __future__ import annotations
 
 from typing import NotRequired, TypedDict
 
+from harness.analysis.false_alarms import FalseAlarmsJson, RateJson
+
 __all__ = [
+    "ValidationRow",
+    "OtherListNights",
+    "SimulatedNights",
     "Spread",
     "OutputNoise",
     "TaskCalibration",
@@ -142,14 +147,52 @@ class RunRef(TypedDict):
     error: str | None
 
 
+class ValidationRow(TypedDict):
+    """One config or gate kind of the calibrated list: its realized false-fail rate over the
+    real repeats (``real``, with its exact interval), the simulated nights' rate, and whether
+    the simulated rate lies within the real interval."""
+
+    level: str
+    name: str
+    real: RateJson
+    simulated: RateJson
+    within_real_ci: bool
+
+
+class OtherListNights(TypedDict):
+    """Simulated nights of another list (``--simulate-list``): its path, whether each task's
+    modal accuracy was its config's ``accuracy_threshold``, and the rates."""
+
+    list: str
+    accuracy_from_config: bool
+    rates: FalseAlarmsJson
+
+
+class SimulatedNights(TypedDict):
+    """``--simulate-nights N`` (:mod:`harness.report.calibration_nights`): the nights and
+    seed, the behaviour measured from the repeats (``model``), the calibrated list's
+    simulated rates and their validation against the real repeats, and another list's."""
+
+    nights: int
+    seed: int
+    model: dict[str, object]
+    rates: FalseAlarmsJson
+    validation: list[ValidationRow]
+    other_list: OtherListNights | None
+
+
 class CalibrationSummary(TypedDict):
     """:func:`summarize`'s result (``calibration.json``): the repeats, ``sigmas`` k, the
-    rule in words and one :class:`ConfigCalibration` per config."""
+    rule in words, one :class:`ConfigCalibration` per config, the realized false-fail rates
+    over the repeats (every gate's verdicts, :func:`harness.analysis.false_alarms.false_alarm_rates`)
+    and, with ``--simulate-nights``, the simulated nights."""
 
     runs: list[RunRef]
     sigmas: float
     rule: str
     configs: list[ConfigCalibration]
+    false_alarms: NotRequired[FalseAlarmsJson]
+    simulated_nights: NotRequired[SimulatedNights]
 
 
 class SpeculativeSpread(TypedDict, total=False):

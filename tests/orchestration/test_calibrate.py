@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from statsmodels.stats.proportion import proportion_confint
 
 from harness.cli import main
+from harness.faults.noise import NOISE_ENV
 
 from ..conftest import vllm_available, write_fake_spec_config
 
@@ -99,3 +101,41 @@ def test_calibrate_on_the_real_cpu_engine(tmp_path, gsm8k_dir):
 # ----------------------------------------------------------------- sample-size awareness (--dry-run)
 
 
+
+
+def test_calibrate_reports_realized_and_simulated_false_fail_rates_under_noise(tmp_path, gsm8k_dir, capsys,
+                                                                               monkeypatch):
+    """The fake server with EVALRUN_NUMERICS_NOISE=gpu (tests/fake_numerics.py): two repeats,
+    five simulated nights; the realized rates are counted again here from the run records."""
+    monkeypatch.setenv(NOISE_ENV, "gpu")
+    cfg = tmp_path / "noisy.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "model": "fake-model", "startup_max_wait_seconds": 30, "per_request_metrics": True,
+        "variants": {"reference": {}, "spec": {"speculative_config": {"method": "mtp", "num_speculative_tokens": 2}}},
+        "tasks": {"arith": {"kind": "synthetic", "num_questions": 30, "num_fewshot": 1, "max_tokens": 8}},
+        "gates": {"accuracy_threshold": 0.8, "tolerance": 0.2, "min_acceptance_length": 1.5},
+        "comparisons": [{"baseline": "reference", "candidate": "spec", "max_accuracy_drop": 0.05,
+                         "min_output_match": 0.9}]}))
+    args = ["calibrate", "--config", str(cfg), "--python", str(FAKE), "--data-dir", str(gsm8k_dir),
+            "--results-dir", str(tmp_path / "res"), "--run-id", "cal", "--quiet", "--repeat", "2",
+            "--simulate-nights", "5", "--json", str(tmp_path / "c.json")]
+    assert main(args) == 0
+    md = capsys.readouterr().out
+    sm = json.loads((tmp_path / "c.json").read_text())
+    recs = [json.loads((tmp_path / "res/cal" / f"run{i}" / "run.json").read_text()) for i in (1, 2)]
+    red = sum(any(g["verdict"] == "FAIL" for c in r["configs"] for g in c["gates"]) for r in recs)
+    fa = sm["false_alarms"]
+    assert fa["nights"] == 2 and fa["list"]["failed"] == red
+    assert fa["list"]["ci95"] == pytest.approx(list(proportion_confint(red, 2, alpha=0.05, method="beta")))
+    kinds = {g["kind"] for c in recs[0]["configs"] for g in c["gates"]}
+    assert set(fa["kinds"]) == kinds
+    sim = sm["simulated_nights"]
+    assert sim["nights"] == 5 and sim["rates"]["nights"] == 5 and sim["other_list"] is None
+    assert sim["model"]["runs"] == 2 and sim["model"]["acceptance"]["source"] == "per-request counters"
+    assert {v["level"] for v in sim["validation"]} == {"list", "config", "kind"}
+    assert "## Clean nights: realized false-fail rate of the list" in md
+    assert "### Realized false-fail rate over the 2 repeats" in md
+    assert "## Simulated clean nights (5 nights, seed 0)" in md and "### Validation" in md
+    # the noise is on: the fake said so in its log
+    logs = list((tmp_path / "res/cal/run1").rglob("*.log"))
+    assert any("numerics noise gpu" in p.read_text(errors="replace") for p in logs)
