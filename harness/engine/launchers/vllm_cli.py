@@ -57,7 +57,7 @@ def main(argv: Sequence[str]) -> None:
         sys.path[0] = ""  # as the console script: no launcher's name shadows a module
     owner = owner_of_vllm()
     if owner is not None:
-        metadata.version = version_for(owner, metadata.version)
+        metadata.version = version_for(owner, metadata.version)  # type: ignore[assignment]  # same signature
     sys.argv = ["vllm", *argv]
     runpy.run_module(ENTRY_MODULE, run_name="__main__", alter_sys=True)
 
