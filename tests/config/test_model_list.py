@@ -24,7 +24,7 @@ def test_model_list_resolution_and_comments(tmp_path):
 
 
 def test_entry_missing_beside_its_list_is_never_evalruns_config_of_that_name(tmp_path):
-    # issue 39: vLLM's conftest looks for an entry beside its list only; evalrun's configs/
+    # vLLM's conftest looks for an entry beside its list only; evalrun's configs/
     # has a file of this name, and it must not be planned in its place
     assert (REPO / "configs" / "Qwen3-Next-80B-A3B-Instruct.yaml").is_file()
     lst = write(tmp_path, "models.txt", "Qwen3-Next-80B-A3B-Instruct.yaml\n")

@@ -1,4 +1,4 @@
-"""A ``--config-list-file`` read as vLLM's GSM8K conftest reads it (issue 39, point 4).
+"""A ``--config-list-file`` read as vLLM's GSM8K conftest reads it.
 
 The reference is vLLM's own conftest (``tests/data/vllm_gsm8k/test/conftest.py.txt``, a
 copy of vLLM's ``tests/evals/gsm8k/conftest.py``), executed with ``__file__`` in a vLLM-like

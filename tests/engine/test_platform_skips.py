@@ -1,4 +1,4 @@
-"""vLLM's platform skips (issue 39, point 3), on vLLM's real configs
+"""vLLM's platform skips, on vLLM's real configs
 (tests/data/vllm_gsm8k/configs/skips_and_checks/README.md names their source)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Start-up checks called as vLLM's test calls them (issue 39, point 6), on vLLM's real
+"""Start-up checks called as vLLM's test calls them, on vLLM's real
 config DeepSeek-V4-Flash-EPLB-TEP4.yaml and its extension eplb_checks.py (copied with their
 source named: tests/data/vllm_gsm8k/configs/skips_and_checks/README.md). The server is an
 httpx MockTransport answering as vLLM's ``POST /collective_rpc`` does

@@ -186,7 +186,7 @@ def vllm_tests(tmp_path):
 
 @pytest.mark.parametrize("lst", ["models-small.txt", "models-h200.txt"])
 def test_vllms_ci_spelling_from_tests_collects_what_vllms_conftest_collects(vllm_tests, lst):
-    # vLLM's CI: `cd tests && pytest ... --config-list-file=configs/<list>` (issue 39)
+    # vLLM's CI: `cd tests && pytest ... --config-list-file=configs/<list>`
     p = collect(vllm_tests, f"configs/{lst}")
     assert p.returncode == 0, p.stdout + p.stderr
     ids = [x.split("::", 1)[1] for x in p.stdout.splitlines() if "::" in x]

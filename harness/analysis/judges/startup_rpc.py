@@ -1,5 +1,5 @@
 """The ``startup_rpc_check`` gate kind's judge half (:mod:`harness.config.gates.startup_rpc`
-is the declaration; both are for the lead to register, issue 36).
+is the declaration; both are for the lead to register).
 
 A variant passes when every check answered None on every worker; it fails when any check
 reported a message or could not be called (fail closed: no dev-mode endpoint, an unknown

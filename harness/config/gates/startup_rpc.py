@@ -1,8 +1,8 @@
-"""The ``startup_rpc_check`` gate kind's declaration half (issue 39): a config's
+"""The ``startup_rpc_check`` gate kind's declaration half: a config's
 ``startup_rpc_checks`` (vLLM form, e.g. vLLM's ``DeepSeek-V4-Flash-EPLB-TEP4.yaml``) judged
 per variant, right after its server is ready (:mod:`harness.engine.rpc_checks` calls them).
 
-Written for the lead to port into the gate registry (issue 36 moves gate kinds): it is
+Written for the lead to port into the gate registry (gate kinds are being moved): it is
 not yet a member of ``GateKind`` nor imported by :mod:`harness.config.gates`, so no
 config plans it and records stay as they were. The judge half is
 :mod:`harness.analysis.judges.startup_rpc`. Porting it: add
