@@ -15,10 +15,19 @@ vLLM itself reads such a build. Any other command (a test's fake server, an olde
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from typing import IO
 
 from harness.config.plan import CLI_MODULE, SERVER_MODULE
 from harness.engine.launchers import command, vllm_cli
+from harness.engine.probes import command as probe_command
+from harness.engine.probes import fetch_weights as fetch_probe
+
+#: Environment variables that make the hub offline (huggingface_hub, transformers): a
+#: model is then never fetched before the start.
+OFFLINE_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 
 def is_vllm_serve(argv: Sequence[str]) -> bool:
@@ -47,4 +56,44 @@ def parser_check_argv(argv: Sequence[str]) -> tuple[str, list[str]] | None:
         return SERVER_MODULE, ["--model", argv[4], *argv[5:]]
     if len(argv) >= 3 and argv[1] == "-m":
         return argv[2], list(argv[3:])
+    return None
+
+
+def fetch_reason(argv: Sequence[str], env: Mapping[str, str]) -> str | None:
+    """Why a ``vllm serve`` command's weights are NOT fetched before its start-up clock, or
+    None when they are (:func:`fetch_weights`): vLLM's ``RemoteOpenAIServer`` fetches
+    unless ``os.path.isdir(model)``; evalrun also leaves an offline hub alone
+    (:data:`OFFLINE_ENV` set to a true value in the server's environment), and any
+    command that is not ``vllm serve``."""
+    if not is_vllm_serve(argv):
+        return "not a vllm serve command"
+    if os.path.isdir(argv[4]):
+        return f"{argv[4]} is a local folder"
+    on = [k for k in OFFLINE_ENV if env.get(k, "").strip().lower() not in ("", "0", "false", "no", "off")]
+    if on:
+        return f"the hub is offline ({', '.join(on)})"
+    return None
+
+
+def fetch_weights(argv: Sequence[str], env: Mapping[str, str], log: IO[str]) -> str | None:
+    """Download a hub model's weights before the server's start-up clock, as vLLM's
+    ``RemoteOpenAIServer`` does (:mod:`harness.engine.probes.fetch_weights`, in the server's
+    interpreter and environment, its output into ``log``); no time limit, as there.
+
+    Returns:
+        None when the weights were fetched or :func:`fetch_reason` says they are not to
+        be; else why the fetch failed (the server then fetches them within its start-up
+        wait, and its start fails on its own if they cannot be had).
+    """
+    if fetch_reason(argv, env) is not None:
+        return None
+    log.write(f"# evalrun: fetching the weights of {argv[4]} before the start-up clock (as RemoteOpenAIServer)\n")
+    log.flush()
+    try:
+        proc = subprocess.run(probe_command(argv[0], fetch_probe, *argv[4:]), env={**os.environ, **env},
+                              stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True)
+    except OSError as e:
+        return f"cannot run {argv[0]!r}: {e.strerror or e}"
+    if fetch_probe.MARKER + "done" not in proc.stdout:
+        return f"the download step exited with code {proc.returncode} (its output is in the server log)"
     return None

@@ -38,7 +38,7 @@ import psutil
 from harness.engine import registry
 from harness.engine.devices import given_devices
 from harness.engine.gpu_memory import MemoryProbe, MemoryReading, nvml_memory, wait_for_release
-from harness.engine.launch import launch_argv
+from harness.engine.launch import fetch_weights, launch_argv
 from harness.engine.leftovers import ProcessIdentity, process_identity, write_pid_file
 from harness.engine.probes import command, group_watchdog
 
@@ -265,12 +265,17 @@ class VllmServer:
         """
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("w", encoding="utf-8")
-        # both lines paste into a shell as they stand (after the "# "): quoted with shlex
         self._memory_before = self.memory_probe(self.devices) if self.devices else None
         launch = launch_argv(self.argv)
+        # both lines paste into a shell as they stand (after the "# "): quoted with shlex
         log.write("# " + shlex.join(launch) + "\n")
         log.write("# env: " + " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(self.env.items())) + "\n")
         log.flush()
+        failed = fetch_weights(self.argv, self.env, log)  # before the clock, as RemoteOpenAIServer
+        if failed is not None:
+            log.write(f"# evalrun: weights not fetched before the start ({failed}); the server fetches them "
+                      "within its start-up wait\n")
+            log.flush()
         self._t0 = time.monotonic()
         try:
             self.proc = subprocess.Popen(

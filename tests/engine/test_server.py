@@ -210,3 +210,20 @@ def test_a_cpu_server_waits_for_no_memory(tmp_path):
                     startup_timeout=30, processes=reg, memory_probe=calls.append):
         pass
     assert calls == []                               # no device handed: nothing read
+
+
+def test_a_hub_models_weights_are_asked_for_before_the_clock_and_a_failure_is_said(tmp_path):
+    # the fake interpreter cannot answer the download step (no vLLM): the start goes on and
+    # the log says so; an offline hub is never asked
+    argv = [str(FAKE), "-m", "vllm.entrypoints.cli.main", "serve", "org/m", "--port", "{port}"]
+    reg = EngineProcesses()
+    with VllmServer(argv, {"FAKE_MODE": "ok"}, tmp_path / "a.log", name="cfg/a", startup_timeout=30, processes=reg):
+        pass
+    lines = (tmp_path / "a.log").read_text().splitlines()
+    assert lines[2] == "# evalrun: fetching the weights of org/m before the start-up clock (as RemoteOpenAIServer)"
+    assert any(x.startswith("# evalrun: weights not fetched before the start (the download step exited with code 1")
+               for x in lines)
+    with VllmServer(argv, {"FAKE_MODE": "ok", "HF_HUB_OFFLINE": "1"}, tmp_path / "b.log", name="cfg/b",
+                    startup_timeout=30, processes=reg):
+        pass
+    assert "fetching" not in (tmp_path / "b.log").read_text()
