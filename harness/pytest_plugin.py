@@ -5,7 +5,7 @@ vLLM runs its GSM8K configs as ``pytest tests/evals/gsm8k/test_gsm8k_correctness
 the same command line works on evalrun's test module::
 
     pytest --pyargs harness.test_gsm8k_correctness \\
-        --config-list-file=models-h200.txt -k Nemotron-3-Super-120B-A12B-BF16 \\
+        --config-list-file=model_lists/models-h200.txt -k Nemotron-3-Super-120B-A12B-BF16 \\
         --junitxml=results/junit.xml
 
 Each config of the list becomes one test item named as vLLM's current conftest

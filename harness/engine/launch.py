@@ -28,6 +28,8 @@ from harness.engine.probes import fetch_weights as fetch_probe
 #: Environment variables that make the hub offline (huggingface_hub, transformers): a
 #: model is then never fetched before the start.
 OFFLINE_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+#: What this process fetched already: (interpreter, model, hub settings, download flags).
+FETCHED: set[tuple[object, ...]] = set()
 
 
 def is_vllm_serve(argv: Sequence[str]) -> bool:
@@ -87,6 +89,10 @@ def fetch_weights(argv: Sequence[str], env: Mapping[str, str], log: IO[str]) -> 
     """
     if fetch_reason(argv, env) is not None:
         return None
+    key = (argv[0], argv[4], tuple(sorted((k, v) for k, v in env.items() if k.startswith(("HF_", "HUGGING")))),
+           tuple(a for a in argv[5:] if a.startswith(("--revision", "--download-dir", "--load-format"))))
+    if key in FETCHED:  # another variant of the config: vLLM's step ran already
+        return None
     log.write(f"# evalrun: fetching the weights of {argv[4]} before the start-up clock (as RemoteOpenAIServer)\n")
     log.flush()
     try:
@@ -96,4 +102,5 @@ def fetch_weights(argv: Sequence[str], env: Mapping[str, str], log: IO[str]) -> 
         return f"cannot run {argv[0]!r}: {e.strerror or e}"
     if fetch_probe.MARKER + "done" not in proc.stdout:
         return f"the download step exited with code {proc.returncode} (its output is in the server log)"
+    FETCHED.add(key)
     return None
