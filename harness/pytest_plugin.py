@@ -5,7 +5,7 @@ vLLM runs its GSM8K configs as ``pytest tests/evals/gsm8k/test_gsm8k_correctness
 the same command line works on evalrun's test module::
 
     pytest --pyargs harness.test_gsm8k_correctness \\
-        --config-list-file=models-h200.txt -k Nemotron-3-Super-120B-A12B-BF16 \\
+        --config-list-file=model_lists/models-h200.txt -k Nemotron-3-Super-120B-A12B-BF16 \\
         --junitxml=results/junit.xml
 
 Each config of the list becomes one test item named as vLLM's current conftest
@@ -19,12 +19,24 @@ the option only to refuse it with a usage error saying so, because a silently ig
 An item runs its config through the same runner as ``evalrun --config`` and
 writes the run record as usual (``<results>/<run id>-<stem>/``); a failing gate fails
 the test with the gate table as the message, and a config that could not be judged
-fails too (fail closed). The list is resolved as evalrun resolves lists (a path, else
-``model_lists/``, else ``configs/``).
+fails too (fail closed).
+
+The list is read as vLLM's conftest reads it (:mod:`harness.config.vllm_list`): a relative
+path is looked for in the test's own folder (vLLM's ``tests/evals/gsm8k/`` seen from the
+working directory, or ``--evalrun-vllm-test-dir``), then the working directory, so vLLM's
+CI spelling ``--config-list-file=configs/<list>`` from vLLM's ``tests/`` collects what
+vLLM's conftest collects; entries are taken beside the list only, a missing one is printed
+as vLLM prints it and is not a test, and evalrun's own lists and configs are never a
+substitute. Node ids are evalrun's (``.../harness/test_gsm8k_correctness.py::...``); vLLM's
+(``evals/gsm8k/test_gsm8k_correctness.py::test_gsm8k_correctness[<stem>]``, with or
+without ``tests/``) are mapped: a ``--deselect`` written for vLLM's test deselects the
+same config here, and the JUnit ``classname`` is vLLM's (:data:`VLLM_CLASSNAME`).
 """
 
 from __future__ import annotations
 
+import sys
+import warnings
 from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,6 +44,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
+    from harness.config.vllm_list import VllmListRead
     from harness.records.run_record import RunRecord
 
 #: The fixture each config is given to.
@@ -51,6 +64,9 @@ def _add_options(parser: pytest.Parser) -> None:
          "GSM8K folder with test.jsonl and train.jsonl (default: $EVALRUN_DATA_DIR, else the hub)"),
         ("--evalrun-python", "PYTHON", "interpreter with vLLM installed, for the server command (default: this one)"),
         ("--evalrun-baseline-dir", "DIR", "folder of stored baselines to gate against (default: none)"),
+        ("--evalrun-vllm-test-dir", "DIR",
+         "the folder a relative --config-list-file is first looked for in, as vLLM's conftest looks in its "
+         "own (default: vLLM's tests/evals/gsm8k seen from the working directory, else evalrun's root)"),
         ("--tp-size", "N", "refused: vLLM's GSM8K conftest removed it in December 2025; set "
                            "--tensor-parallel-size in the config's server_args"),
     ]
@@ -74,27 +90,93 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Parametrize :data:`FIXTURE` with the list's config paths, ids = file stems.
+    """Parametrize :data:`FIXTURE` with the list's config paths, ids = file stems, the
+    list read as vLLM's conftest reads it (:mod:`harness.config.vllm_list`: the test's
+    own folder, then the working directory; entries beside the list only). vLLM's
+    conftest prints what it looks at; so does this (``-s`` shows it). An entry missing
+    beside its list is printed as vLLM prints it (``  ✗ Missing: <path>``), is not a test
+    (as there) and is also a warning; it is never taken from anywhere else.
 
     Raises:
-        pytest.UsageError: the list cannot be read (naming the list and the entries).
+        pytest.UsageError: no list at the path vLLM's conftest looks at, or no config of
+            it exists (vLLM's test would then have nothing to run): naming the paths looked
+            at, and evalrun's own list of that name when there is one.
     """
     if FIXTURE not in metafunc.fixturenames:
         return
     lst = metafunc.config.getoption("--config-list-file")
     if not lst:
         raise pytest.UsageError(f"{metafunc.function.__name__}: pass --config-list-file=LIST (a models-*.txt)")
-    from harness.config.model_list import read_model_list
-    from harness.config.schema import ConfigError
-
-    try:
-        paths = read_model_list(lst)
-    except ConfigError as e:
-        raise pytest.UsageError(f"--config-list-file={lst}: {e}") from None
     raw_tp = metafunc.config.getoption("--tp-size")
     if raw_tp is not None and TP_SIZE_OWNER.get("evalrun"):
         raise pytest.UsageError(TP_SIZE_REMOVED.format(value=raw_tp))
-    metafunc.parametrize(FIXTURE, paths, ids=[test_id(p) for p in paths])
+    read = read_list(metafunc.config)
+    print("\n".join(read.log))
+    for lineno, path in read.missing:
+        warnings.warn(pytest.PytestCollectionWarning(
+            f"--config-list-file={lst}: {read.list_path}:{lineno}: {path} does not exist beside the list; "
+            "as in vLLM's conftest it is not a test (and no other file of that name is used)"), stacklevel=1)
+    if not read.configs:
+        raise pytest.UsageError(no_test_message(lst, read))
+    metafunc.parametrize(FIXTURE, read.configs, ids=[test_id(p) for p in read.configs])
+
+
+def read_list(config: pytest.Config) -> VllmListRead:
+    """``--config-list-file`` read as vLLM's conftest reads it, "the test's own folder"
+    being ``--evalrun-vllm-test-dir``, else vLLM's GSM8K test folder seen from the working
+    directory (:func:`harness.config.vllm_list.vllm_test_dir`), else evalrun's project root."""
+    from harness.config.model_list import PROJECT_ROOT
+    from harness.config.vllm_list import read_as_vllm, vllm_test_dir
+
+    cwd = Path.cwd()
+    given = config.getoption("--evalrun-vllm-test-dir")
+    test_dir = Path(given) if given else (vllm_test_dir(cwd) or PROJECT_ROOT)
+    return read_as_vllm(str(config.getoption("--config-list-file")), test_dir, cwd)
+
+
+def no_test_message(lst: str, read: VllmListRead) -> str:
+    """The usage error for a list that gives no test, naming what vLLM's conftest looked
+    at and evalrun's own list of that name if there is one (never used in its place)."""
+    from harness.config.model_list import MODEL_LISTS_DIR
+
+    what = "names no config that exists beside it" if read.found else "not found"
+    own = MODEL_LISTS_DIR / Path(lst).name
+    hint = (f"; evalrun's own list of that name is {own}: pass that path to run it" if own.is_file()
+            and own.resolve() != read.list_path.resolve() else "")
+    return (f"--config-list-file={lst}: {what}, read as vLLM's GSM8K conftest reads it (the test's own "
+            "folder, then the working directory; entries beside the list):\n  "
+            + "\n  ".join(read.log) + hint)
+
+
+#: vLLM's node id of the item for config ``{stem}``, as vLLM's CI writes it from vLLM's
+#: ``tests/`` (``--deselect evals/gsm8k/test_gsm8k_correctness.py::test_gsm8k_correctness[<stem>]``)
+#: and from the repository root; its JUnit classname is :data:`VLLM_CLASSNAME`.
+VLLM_NODE_IDS = ("evals/gsm8k/test_gsm8k_correctness.py::test_gsm8k_correctness[{stem}]",
+                 "tests/evals/gsm8k/test_gsm8k_correctness.py::test_gsm8k_correctness[{stem}]")
+#: The JUnit ``classname`` of vLLM's items run from vLLM's ``tests/`` (pytest's
+#: ``mangle_test_address`` of :data:`VLLM_NODE_IDS`' first form).
+VLLM_CLASSNAME = "evals.gsm8k.test_gsm8k_correctness"
+
+
+def vllm_node_ids(item: pytest.Item) -> list[str]:
+    """vLLM's node ids of an evalrun item (:data:`VLLM_NODE_IDS`), or [] for another item."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None or FIXTURE not in callspec.params:
+        return []
+    return [f.format(stem=callspec.id) for f in VLLM_NODE_IDS]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``--deselect`` lines written for vLLM's test deselect evalrun's item of that config:
+    a prefix of one of its vLLM node ids (:func:`vllm_node_ids`) deselects it, as pytest
+    deselects by node id prefix (its own ``--deselect`` still applies to evalrun's ids)."""
+    prefixes = tuple(config.getoption("deselect") or [])
+    if not prefixes:
+        return
+    gone = [it for it in items if any(v.startswith(prefixes) for v in vllm_node_ids(it))]
+    if gone:
+        config.hook.pytest_deselected(items=gone)
+        items[:] = [it for it in items if it not in gone]
 
 
 #: The usage error for ``--tp-size``: vLLM's conftest no longer has it.
@@ -146,6 +228,41 @@ def expected_reason(record: RunRecord, verdict: str) -> str:
     return "; ".join(f"{verdict} {why} ({', '.join(ids)})" for why, ids in by.items())
 
 
+#: The platform of each server interpreter, asked once per session (:func:`platform_skip`).
+PLATFORMS: dict[str, object] = {}
+
+
+def platform_skip(path: Path, config: pytest.Config) -> str | None:
+    """vLLM's reason to skip the config at ``path`` on the platform the servers' vLLM
+    detects (:mod:`harness.engine.platform_skips`), or None. The platform is asked only
+    for a config one of vLLM's skips concerns, once per interpreter.
+
+    Raises:
+        pytest.fail.Exception: a skip concerns the config and the platform cannot be
+            known (fail closed: neither run nor skip on a guess).
+    """
+    from harness.config.loader import load_config
+    from harness.engine.platform_skips import PlatformUnknown, applicable_rules, probe_platform, skip_reason
+
+    cfg = load_config(path)
+    if not applicable_rules(cfg.model, path.name):
+        return None
+    python = config.getoption("--evalrun-python") or sys.executable
+    if python not in PLATFORMS:
+        try:
+            PLATFORMS[python] = probe_platform(python)
+        except PlatformUnknown as e:
+            PLATFORMS[python] = e
+    got = PLATFORMS[python]
+    if isinstance(got, PlatformUnknown):
+        pytest.fail(f"{path.stem}: vLLM's test skips this config on some platforms, and the platform "
+                    f"is unknown: {got}", pytrace=False)
+    from harness.engine.platform_skips import PlatformFacts
+
+    assert isinstance(got, PlatformFacts)
+    return skip_reason(cfg.model, path.name, got)
+
+
 def run_config(path: Path, config: pytest.Config) -> tuple[RunRecord, Path]:
     """Run one config through the front door (:func:`harness.api.run`) with the plugin's
     options; pytest keeps its own signal handling (``stop_signals=False``).
@@ -155,13 +272,13 @@ def run_config(path: Path, config: pytest.Config) -> tuple[RunRecord, Path]:
     """
     from harness import api
     from harness.config.loader import load_config
-    from harness.config.model_list import PROJECT_ROOT, resolve_list_path
+    from harness.config.model_list import PROJECT_ROOT
     from harness.config.plan import build_plan
     from harness.records.provenance import new_run_id
 
     opt = config.getoption
     plan = build_plan([load_config(path)], python=opt("--evalrun-python"),
-                      list_path=str(resolve_list_path(opt("--config-list-file"))))
+                      list_path=str(read_list(config).list_path.resolve()))
     return api.run(
         plan,
         results_dir=Path(opt("--evalrun-results-dir") or PROJECT_ROOT / "results"),

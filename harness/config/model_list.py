@@ -80,9 +80,11 @@ def resolve_list_path(name: str | Path) -> Path:
 def read_model_list(path: str | Path) -> list[Path]:
     """Read a model list: one config per line, ``#`` comments and blank lines ignored.
 
-    An entry resolves against the list's own folder first (vLLM keeps configs beside
-    its lists), then against ``configs/``. A ``.yaml``/``.yml`` given as the list is
-    taken as a one-entry list.
+    An entry resolves against the list's own folder (vLLM keeps configs beside its
+    lists, and its conftest looks nowhere else); only a list of evalrun's own
+    ``model_lists/`` resolves its entries in evalrun's ``configs/``. An entry missing
+    beside any other list is an error, never evalrun's config of that name. A
+    ``.yaml``/``.yml`` given as the list is taken as a one-entry list.
 
     Returns:
         The config paths, in list order.
@@ -100,7 +102,8 @@ def read_model_list(path: str | Path) -> list[Path]:
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
-        cands = [path.parent / line, CONFIGS_DIR / line]
+        own = path.parent.resolve() == MODEL_LISTS_DIR.resolve()
+        cands = [path.parent / line, CONFIGS_DIR / line] if own else [path.parent / line]
         if Path(line).is_absolute():
             cands = [Path(line)]
         found = next((c for c in cands if c.is_file()), None)

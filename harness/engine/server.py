@@ -36,6 +36,9 @@ import httpx
 import psutil
 
 from harness.engine import registry
+from harness.engine.devices import given_devices
+from harness.engine.gpu_memory import MemoryProbe, MemoryReading, nvml_memory, wait_for_release
+from harness.engine.launch import fetch_weights, launch_argv
 from harness.engine.leftovers import ProcessIdentity, process_identity, write_pid_file
 from harness.engine.probes import command, group_watchdog
 
@@ -208,6 +211,7 @@ class VllmServer:
         host: str = "127.0.0.1",
         on_wait: Callable[[float], None] | None = None,
         processes: EngineProcesses | None = None,
+        memory_probe: MemoryProbe = nvml_memory,
     ) -> None:
         self.processes = registry.processes() if processes is None else processes
         self.port = free_port(host)
@@ -228,6 +232,10 @@ class VllmServer:
         self._watchdog: tuple[subprocess.Popen, int] | None = None
         self._identity: ProcessIdentity | None = None  # psutil's view of the server, taken once while it runs
         self._owner: ProcessIdentity | None = None
+        # the GPUs handed to the server and their memory before it started (gpu_memory.py)
+        self.memory_probe = memory_probe
+        self.devices = given_devices({**os.environ, **self.env})
+        self._memory_before: MemoryReading | None = None
 
     @property
     def base_url(self) -> str:
@@ -257,14 +265,21 @@ class VllmServer:
         """
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("w", encoding="utf-8")
+        self._memory_before = self.memory_probe(self.devices) if self.devices else None
+        launch = launch_argv(self.argv)
         # both lines paste into a shell as they stand (after the "# "): quoted with shlex
-        log.write("# " + shlex.join(self.argv) + "\n")
+        log.write("# " + shlex.join(launch) + "\n")
         log.write("# env: " + " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(self.env.items())) + "\n")
         log.flush()
+        failed = fetch_weights(self.argv, self.env, log)  # before the clock, as RemoteOpenAIServer
+        if failed is not None:
+            log.write(f"# evalrun: weights not fetched before the start ({failed}); the server fetches them "
+                      "within its start-up wait\n")
+            log.flush()
         self._t0 = time.monotonic()
         try:
             self.proc = subprocess.Popen(
-                self.argv,
+                launch,
                 env={**os.environ, **self.env},
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -403,8 +418,11 @@ class VllmServer:
 
     def stop(self, grace: float | None = None) -> None:
         """Stop the whole process group: SIGTERM, wait up to ``grace`` s (default
-        :meth:`EngineProcesses.stop_grace`), SIGKILL, sweep children, then check that none of them
-        remains (:attr:`leftover_pids`), and release the watchdog.
+        :meth:`EngineProcesses.stop_grace`: 15 s as vLLM's ``RemoteVLLMServer``), SIGKILL,
+        sweep children, then check that none of them remains (:attr:`leftover_pids`),
+        release the watchdog, and wait for the GPU memory of the server's devices to come
+        back (:func:`harness.engine.gpu_memory.wait_for_release`; nothing on a CPU host,
+        nor when stopping in a hurry).
 
         A KeyboardInterrupt (a signal) arriving meanwhile does not cut the teardown
         short: it turns it into SIGKILL at once (:meth:`EngineProcesses.hurry`), the teardown
@@ -427,6 +445,10 @@ class VllmServer:
                 self.processes.hurry()
         self.processes.release(self)
         self._release_watchdog()
+        if interrupted is None and not (self.processes.hurrying() or self.processes.interrupting()):
+            # as vLLM's RemoteVLLMServer: the devices' memory back before the next server
+            wait_for_release(self.devices, self._memory_before, self.memory_probe,
+                             lambda m: self.processes.event(f"{self.name}: {m}"))
         if interrupted is not None:
             raise interrupted
 

@@ -13,7 +13,7 @@ from harness.analysis.sampled import detectable_shift
 from harness.analysis.stats import floor_margin, min_detectable_drop
 from harness.config.expected import gate_matches
 from harness.config.gates import plan_gates, sampling_notes
-from harness.config.plan import Plan
+from harness.config.plan import CLI_MODULE, Plan
 from harness.config.schema import GateSpec, ModelConfig, TaskSpec
 from harness.records.run_record import SubsetWarning
 from harness.report.cost import PlanCost, cost_json, render_cost
@@ -516,14 +516,15 @@ def render_plan(plan: Plan, only: Sequence[str] | None = None,
             if v.not_applicable:
                 lines.append(f"  variant {v.name}: NOT APPLICABLE (no server starts; its gates are NOT RUN): "
                              f"{v.not_applicable}")
-                lines.append(f"    command it would need: {v.shell_line(DRY_RUN_PORT)}")
+                lines.append(f"    command it would need: {v.vllm_line(DRY_RUN_PORT)}")
                 continue
             lines.append(f"  variant {v.name}:")
-            lines.append(f"    command: {v.shell_line(DRY_RUN_PORT)}")
+            lines.append(f"    command: {v.vllm_line(DRY_RUN_PORT)}")
             if v.fault:
                 lines.append(f"    fault injected: {v.fault}")
             lines.append(f"    engine build: {v.build} (interpreter {v.python})" if v.build else
                          f"    engine build: the run's ({v.python})")
+            lines.append(f"    vllm = {v.python} -m {CLI_MODULE}, the console script's entry point")
             lines.append("    model runner: " + (f"{v.model_runner} "
                                                  f"(VLLM_USE_V2_MODEL_RUNNER={v.env.get('VLLM_USE_V2_MODEL_RUNNER')})"
                                                if v.model_runner else "vLLM's default (V2 on CUDA with Triton, V1 on "

@@ -23,9 +23,19 @@ def test_model_list_resolution_and_comments(tmp_path):
     assert [c.name for c in configs] == ["a"]
 
 
-def test_model_list_falls_back_to_configs_dir(tmp_path):
+def test_entry_missing_beside_its_list_is_never_evalruns_config_of_that_name(tmp_path):
+    # vLLM's conftest looks for an entry beside its list only; evalrun's configs/
+    # has a file of this name, and it must not be planned in its place
+    assert (REPO / "configs" / "Qwen3-Next-80B-A3B-Instruct.yaml").is_file()
     lst = write(tmp_path, "models.txt", "Qwen3-Next-80B-A3B-Instruct.yaml\n")
-    assert read_model_list(lst) == [REPO / "configs" / "Qwen3-Next-80B-A3B-Instruct.yaml"]
+    with pytest.raises(ConfigError) as e:
+        read_model_list(lst)
+    assert f"{lst}:1: 'Qwen3-Next-80B-A3B-Instruct.yaml' (looked in {tmp_path})" in str(e.value)
+
+
+def test_evalruns_own_lists_take_their_entries_from_configs():
+    lst = REPO / "model_lists" / "models-h200.txt"
+    assert read_model_list(lst)[0] == REPO / "configs" / "Nemotron-3-Super-120B-A12B-BF16.yaml"
 
 
 def test_model_list_missing_entries_all_named(tmp_path):

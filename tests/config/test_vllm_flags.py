@@ -19,13 +19,15 @@ pytestmark = pytest.mark.skipif(not vllm_available(), reason="vLLM is not import
 
 @pytest.mark.parametrize("path", sorted(CONFIGS_DIR.glob("*.yaml")), ids=lambda p: p.stem)
 def test_config_flags_parse_with_this_vllm(path):
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.entrypoints.cli.serve import ServeSubcommand
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    parser = make_arg_parser(FlexibleArgumentParser())
+    # `vllm serve`'s own parser, built as vLLM's RemoteOpenAIServer builds it
+    parser = FlexibleArgumentParser()
+    parser = ServeSubcommand().subparser_init(parser.add_subparsers(required=False, dest="subparser"))
     plan = build_plan([load_config(path)], python="python")
     for v in plan.configs[0].variants:
-        argv = v.command(8000)[3:]  # after "python -m vllm.entrypoints.openai.api_server"
+        argv = v.command(8000)[4:]  # MODEL ARGS, after "python -m vllm.entrypoints.cli.main serve"
         err = io.StringIO()
         try:
             with contextlib.redirect_stderr(err):

@@ -33,6 +33,7 @@ from harness.config.vllm_parser import (
     use_table,
 )
 from harness.engine.devices import PARALLEL_DESTS, variant_need
+from harness.engine.launch import parser_check_argv
 from harness.tasks.lm_eval_task import tokenizer_of
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "vllm_gsm8k"
@@ -99,7 +100,8 @@ def test_every_variant_speculates_exactly_as_planned_under_vllms_parser(path, vl
     cp = build_plan([load_config(path)], python=sys.executable).configs[0]
     assert cp.variants
     for v in cp.variants:
-        args = [a.replace("{port}", "8000") for a in v.argv[3:]]  # without [python, -m, module]
+        # `vllm serve MODEL ARGS` as the pre-launch check parses it: --model MODEL ARGS
+        args = [a.replace("{port}", "8000") for a in parser_check_argv(v.argv)[1]]
         got = vllm_speculative(make(), engine_args, args)
         if v.speculative_config is None:
             assert got is None, (path.stem, v.name, args)

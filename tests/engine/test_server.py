@@ -156,9 +156,74 @@ def test_stop_grace_setting(monkeypatch):
     finally:
         processes().set_stop_grace(None)
     monkeypatch.delenv(registry.STOP_GRACE_ENV)
-    assert processes().stop_grace() == registry.DEFAULT_STOP_GRACE == 5.0
+    # vLLM's RemoteVLLMServer: 15 s after SIGTERM; a cancelled CI job: 5 s
+    assert processes().stop_grace() == registry.DEFAULT_STOP_GRACE == 15.0
+    assert registry.CANCEL_STOP_GRACE == 5.0
     monkeypatch.setenv(registry.STOP_GRACE_ENV, "soon")
     with pytest.raises(ValueError, match="EVALRUN_STOP_GRACE_SECONDS='soon'"):
         processes().stop_grace()
     monkeypatch.delenv(registry.STOP_GRACE_ENV)
     assert main(["--config", "models-cpu.txt", "--stop-grace", "-1"]) == 2
+
+
+def test_a_vllm_serve_command_starts_through_the_vllm_cli_launcher(tmp_path):
+    # the plan's `vllm serve` command (python -m vllm.entrypoints.cli.main serve MODEL ...)
+    # is executed as vLLM's console script entry point, by path (launchers/vllm_cli.py)
+    argv = [str(FAKE), "-m", "vllm.entrypoints.cli.main", "serve", "m", "--port", "{port}"]
+    reg = EngineProcesses()
+    with VllmServer(argv, {"FAKE_MODE": "ok"}, tmp_path / "v.log", name="cfg/v", startup_timeout=30,
+                    processes=reg) as srv:
+        cmd = psutil.Process(child_pid_serving(srv.port)).cmdline()
+    launcher = Path(__file__).resolve().parents[2] / "harness" / "engine" / "launchers" / "vllm_cli.py"
+    assert cmd[-5:] == [str(launcher), "serve", "m", "--port", str(srv.port)]
+    assert (tmp_path / "v.log").read_text().splitlines()[0] == \
+        f"# {FAKE} {launcher} serve m --port {srv.port}"
+
+
+def test_stop_waits_for_the_devices_memory_to_come_back(tmp_path):
+    # a fake NVML: GPU 3 holds 40 of 80 GiB until the third reading after the stop,
+    # 10 GiB before the start (vLLM's RemoteVLLMServer waits the same way, up to 30 s)
+    gib = 1024 ** 3
+    readings = iter([{"3": (10 * gib, 80 * gib)}, {"3": (40 * gib, 80 * gib)}, {"3": (40 * gib, 80 * gib)},
+                     {"3": (11 * gib, 80 * gib)}])
+    seen: list[list[str]] = []
+
+    def probe(devices):
+        seen.append(list(devices))
+        return next(readings)
+
+    reg = EngineProcesses()
+    said: list[str] = []
+    reg.set_event_sink(said.append)
+    srv = VllmServer(ARGV, {"FAKE_MODE": "ok", "CUDA_VISIBLE_DEVICES": "3"}, tmp_path / "v.log", name="cfg/v",
+                     startup_timeout=30, processes=reg, memory_probe=probe)
+    with srv:
+        assert seen == [["3"]]                       # read once, before the start
+    assert seen == [["3"]] * 4                       # then until back within 2% of 80 GiB of 10 GiB
+    assert not said                                  # under vLLM's 10 s between messages
+
+
+def test_a_cpu_server_waits_for_no_memory(tmp_path):
+    calls: list[object] = []
+    reg = EngineProcesses()
+    with VllmServer(ARGV, {"FAKE_MODE": "ok", "CUDA_VISIBLE_DEVICES": ""}, tmp_path / "v.log", name="cfg/v",
+                    startup_timeout=30, processes=reg, memory_probe=calls.append):
+        pass
+    assert calls == []                               # no device handed: nothing read
+
+
+def test_a_hub_models_weights_are_asked_for_before_the_clock_and_a_failure_is_said(tmp_path):
+    # the fake interpreter cannot answer the download step (no vLLM): the start goes on and
+    # the log says so; an offline hub is never asked
+    argv = [str(FAKE), "-m", "vllm.entrypoints.cli.main", "serve", "org/m", "--port", "{port}"]
+    reg = EngineProcesses()
+    with VllmServer(argv, {"FAKE_MODE": "ok"}, tmp_path / "a.log", name="cfg/a", startup_timeout=30, processes=reg):
+        pass
+    lines = (tmp_path / "a.log").read_text().splitlines()
+    assert lines[2] == "# evalrun: fetching the weights of org/m before the start-up clock (as RemoteOpenAIServer)"
+    assert any(x.startswith("# evalrun: weights not fetched before the start (the download step exited with code 1")
+               for x in lines)
+    with VllmServer(argv, {"FAKE_MODE": "ok", "HF_HUB_OFFLINE": "1"}, tmp_path / "b.log", name="cfg/b",
+                    startup_timeout=30, processes=reg):
+        pass
+    assert "fetching" not in (tmp_path / "b.log").read_text()

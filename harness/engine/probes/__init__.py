@@ -22,6 +22,8 @@ interpreter asked imports.
 * :mod:`.torch_stack`: torch, its companion wheels and ``import vllm``
   (:mod:`harness.engine.doctor`, :mod:`harness.engine.builds`);
 * :mod:`.cuda_count`: torch's CUDA device count (:mod:`harness.engine.devices`);
+* :mod:`.vllm_platform`: the platform the installed vLLM detects, as vLLM's GSM8K test asks
+  it (:mod:`harness.engine.platform_skips`);
 * :mod:`.group_watchdog`: kills a server's process group when evalrun ends
   (:mod:`harness.engine.server`).
 """
