@@ -277,10 +277,12 @@ def test_gen_prefix_prompt_is_vllms():
     assert plain.prompt == "Question: One plus one?\nAnswer: 1+1=2\n#### 2\n\nQuestion: Four minus one?\nAnswer:"
 
 
-def test_chat_task_sends_vllms_stop_strings(gsm8k_dir):
+def test_chat_task_sends_no_stop_strings_as_vllms_newest_client(gsm8k_dir):
     t = load_config(GEN / "Chat-GenPrefix-Thinking.yaml").tasks["gsm8k"]
     pt = prepare_task("gsm8k", t.model_copy(update={"num_questions": 2}), gsm8k_dir)
-    assert pt.stop == ("Question", "Assistant:", "<|separator|>")  # vLLM's get_answer, both modes
+    # vLLM's newest gsm8k_eval.py sends no stop strings in chat mode ("the chat template delimits
+    # the turn"); completions mode keeps ["Question", "Assistant:", "<|separator|>"] (issue 39)
+    assert pt.stop == ()
     assert pt.requests[0].prompt.endswith("Answer: <think>\n\n</think>\n\n")
 
 
