@@ -20,6 +20,19 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 
 from harness.config.shape_spec import SHAPE_KEYS, ShapeSpec  # noqa: F401 - ShapeSpec's users import it here too
 from harness.config.strict import JsonValue, RawValue, StrictModel, is_int
+from harness.config.types import (
+    Alpha,
+    Count,
+    DraftCount,
+    Nats,
+    PositiveCount,
+    Probability,
+    Seconds,
+    Seed,
+    SeedOffset,
+    Temperature,
+    TokenCount,
+)
 
 #: Default of vLLM's GSM8K test (``tests/evals/gsm8k/test_gsm8k_correctness.py``):
 #: absolute tolerance below ``accuracy_threshold``.
@@ -136,12 +149,12 @@ class TaskSpec(StrictModel):
     """
 
     kind: Literal["gsm8k", "synthetic", "lm_eval", "shape"] = "gsm8k"
-    num_questions: int | None = Field(default=None, ge=1)
+    num_questions: PositiveCount | None = None
     num_questions_up_to: bool = False
-    num_fewshot: int = Field(default=5, ge=0)
-    max_tokens: int = Field(default=256, ge=1)
-    temperature: float | None = Field(default=0.0, ge=0.0)
-    seed: int | None = 42
+    num_fewshot: Count = 5
+    max_tokens: TokenCount = 256
+    temperature: Temperature | None = 0.0
+    seed: Seed | None = 42
     seed_mode: Literal["same", "per_question"] = "same"
     required: bool = True
     gates: "GateSpec | None" = None
@@ -244,19 +257,19 @@ class GateSpec(StrictModel):
             one gate).
     """
 
-    accuracy_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
-    tolerance: float = Field(default=DEFAULT_TOLERANCE, ge=0.0, le=1.0)
-    calibration_questions: int | None = Field(default=None, ge=1)
+    accuracy_threshold: Probability | None = None
+    tolerance: Probability = DEFAULT_TOLERANCE
+    calibration_questions: PositiveCount | None = None
     accuracy_pipeline: str = Field(default="flexible-numeric", min_length=1)
     min_acceptance_length: float | None = Field(default=None, ge=1.0)
-    max_error_rate: float = Field(default=0.0, ge=0.0, le=1.0)
-    baseline_max_accuracy_drop: float | None = Field(default=0.05, ge=0.0, le=1.0)
+    max_error_rate: Probability = 0.0
+    baseline_max_accuracy_drop: Probability | None = 0.05
     baseline_max_acceptance_length_drop: float | None = Field(default=0.1, ge=0.0)
-    baseline_alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
+    baseline_alpha: Alpha = 0.05
     multiple_testing: Literal["none", "holm"] = "none"
-    max_truncation_rate: float | None = Field(default=None, ge=0.0, le=1.0)
+    max_truncation_rate: Probability | None = None
     position_acceptance_rtol: float | None = Field(default=0.05, ge=0.0, lt=1.0)
-    position_acceptance_alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
+    position_acceptance_alpha: Alpha = 0.05
 
 
 TaskSpec.model_rebuild()
@@ -309,19 +322,19 @@ class ComparisonSpec(StrictModel):
     baseline: str
     candidate: str
     tasks: list[str] | None = None
-    max_accuracy_drop: float | None = Field(default=0.05, ge=0.0, le=1.0)
-    min_output_match: float | None = Field(default=1.0, ge=0.0, le=1.0)
+    max_accuracy_drop: Probability | None = 0.05
+    min_output_match: Probability | None = 1.0
     max_acceptance_length_drop: float | None = Field(default=None, ge=0.0)
-    alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
+    alpha: Alpha = 0.05
     expected_discordance: float = Field(default=0.05, gt=0.0, le=1.0)
     noise_runs: int = Field(default=1, ge=1, le=2)
-    noise_mismatch_rate: float | None = Field(default=None, ge=0.0, le=1.0)
-    output_match_alpha: float | None = Field(default=None, gt=0.0, lt=1.0)
-    near_tie_nats: float | None = Field(default=DEFAULT_NEAR_TIE_NATS, ge=0.0)
+    noise_mismatch_rate: Probability | None = None
+    output_match_alpha: Alpha | None = None
+    near_tie_nats: Nats | None = DEFAULT_NEAR_TIE_NATS
     noise_runs_when: Literal["always", "unexplained"] = "always"
     allow_mixed_runners: bool = False
-    sampled_alpha: float | None = Field(default=None, gt=0.0, lt=1.0)
-    expected_logprob_sd: float = Field(default=DEFAULT_EXPECTED_LOGPROB_SD, gt=0.0)
+    sampled_alpha: Alpha | None = None
+    expected_logprob_sd: float = Field(default=DEFAULT_EXPECTED_LOGPROB_SD, gt=0.0, le=1000.0)
 
 
 class SpeculativeConfigSpec(BaseModel):
@@ -361,10 +374,10 @@ class SpeculativeConfigSpec(BaseModel):
     """
 
     # lax as vLLM's own pydantic SpeculativeConfig, which receives this JSON unchanged
-    model_config = ConfigDict(extra="allow", frozen=True, strict=False)
+    model_config = ConfigDict(extra="allow", frozen=True, strict=False, allow_inf_nan=False)
 
     method: str | None = None
-    num_speculative_tokens: int | None = Field(default=None, ge=1)
+    num_speculative_tokens: DraftCount | None = None
     model: str | None = None
     prompt_lookup_min: int | None = Field(default=None, ge=1)
     prompt_lookup_max: int | None = Field(default=None, ge=1)
@@ -522,7 +535,7 @@ class VariantSpec(StrictModel):
     not_applicable: str | None = None
     model_runner: Literal["v1", "v2"] | None = None
     build: str | None = Field(default=None, min_length=1)
-    seed_offset: int = 0
+    seed_offset: SeedOffset = 0
 
 
 class ConfigWarning(StrictModel):
@@ -578,12 +591,12 @@ class ModelConfig(StrictModel):
     model: str
     server_args: tuple[str, ...]
     env: dict[str, str]
-    startup_max_wait_seconds: float
-    request_timeout_seconds: float = 600
-    max_concurrency: int = DEFAULT_MAX_CONCURRENCY
+    startup_max_wait_seconds: Seconds
+    request_timeout_seconds: Seconds = 600
+    max_concurrency: PositiveCount = DEFAULT_MAX_CONCURRENCY
     per_request_metrics: bool = False
     trust_remote_code: bool = False
-    rocm_request_timeout_seconds: float | None = None
+    rocm_request_timeout_seconds: Seconds | None = None
     warnings: tuple[ConfigWarning, ...] = ()
     variants: dict[str, VariantSpec]
     tasks: dict[str, TaskSpec]
