@@ -26,19 +26,21 @@ from __future__ import annotations
 import argparse
 import math
 import re
+import shlex
 import string
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, StrictInt, TypeAdapter, ValidationError
+from pydantic import AfterValidator, BeforeValidator, Field, StrictInt, TypeAdapter, ValidationError
 
 __all__ = [
     "MAX_NAME_LENGTH", "MAX_SECONDS", "MAX_STOP_GRACE_SECONDS", "MAX_TOKENS", "MAX_SEED", "NAME_PATTERN",
     "BISECT_ID_MAX_LENGTH", "Alpha", "BisectId", "Count", "DirPath", "DraftCount", "IndexTemplate", "Multiplier",
     "Name", "Nats", "OptionalPath", "PositiveCount", "PositiveSeconds", "Probability", "RunId", "Seconds", "Seed",
     "SeedOffset", "StopGraceSeconds", "Temperature", "TokenCount", "TokenId", "TokenOffset", "check_name_text",
-    "cli_type", "env_value", "is_finite_number", "value_error",
+    "ENVIRONMENT", "ParserChoice", "ShellArgs", "check_environment", "cli_type", "env_value", "is_finite_number",
+    "value_error",
 ]
 
 #: Longest context in tokens evalrun sends or plans (module docstring).
@@ -81,6 +83,7 @@ def check_name_text(name: object, max_length: int = MAX_NAME_LENGTH) -> str:
             f"name {shown!r} {why}; names become folder and file names of the run, so they may hold only "
             f"letters, digits, '.', '_', '+', '-' (starting with a letter or digit, no '..', at most "
             f"{max_length} characters)")
+    assert isinstance(name, str)
     return name
 
 
@@ -174,7 +177,37 @@ OptionalPath = Annotated[Path, AfterValidator(_path_text)]
 #: A folder: as :data:`OptionalPath`, and not an existing non-folder.
 DirPath = Annotated[Path, AfterValidator(_dir_path)]
 
-_T = TypeVar("_T")
+
+
+def _shell_words(text: str) -> str:
+    try:
+        shlex.split(text)
+    except ValueError as e:
+        raise ValueError(f"cannot be split into words as a shell would ({e})") from None
+    return text
+
+
+def _lower(v: object) -> object:
+    return v.strip().lower() if isinstance(v, str) else v
+
+
+#: Arguments written as one shell-like string (split with :func:`shlex.split`).
+ShellArgs = Annotated[str, AfterValidator(_shell_words)]
+#: ``EVALRUN_SERVER_PARSER``: which vLLM argument parser plans server arguments.
+ParserChoice = Annotated[Literal["installed", "snapshot"], BeforeValidator(_lower)]
+
+#: Every environment variable evalrun reads that the user sets, and its type; checked
+#: before any command does anything (:func:`check_environment`). ``EVALRUN_NUMERICS_NOISE``
+#: is read by :func:`harness.faults.noise.parse_level` (its one home).
+ENVIRONMENT: dict[str, object] = {
+    "EVALRUN_STOP_GRACE_SECONDS": StopGraceSeconds,
+    "EVALRUN_DATA_DIR": DirPath,
+    "EVALRUN_CACHE_DIR": DirPath,
+    "EVALRUN_BUILD_CACHE": DirPath,
+    "EVALRUN_BUILD_PIP_ARGS": ShellArgs,
+    "EVALRUN_SERVER_PARSER": ParserChoice,
+    "EVALRUN_NUMERICS_NOISE_SEED": Seed,
+}
 
 
 def value_error(e: ValidationError) -> str:
@@ -185,7 +218,7 @@ def value_error(e: ValidationError) -> str:
     return msg.removeprefix("Value error, ")
 
 
-def cli_type(tp: object, what: str = "") -> Callable[[str], _T]:
+def cli_type(tp: object, what: str = "") -> Callable[[str], object]:
     """An ``argparse`` ``type=`` callable that validates the option's text as ``tp``.
 
     argparse prefixes the option (``argument --alpha: ...``) and exits 2 before the
@@ -198,9 +231,9 @@ def cli_type(tp: object, what: str = "") -> Callable[[str], _T]:
     Raises:
         argparse.ArgumentTypeError: the text is not a valid ``tp`` (its message says why).
     """
-    adapter: TypeAdapter[_T] = TypeAdapter(tp)
+    adapter: TypeAdapter[object] = TypeAdapter(tp)  # type: ignore[arg-type]  # an Annotated type form
 
-    def parse(text: str) -> _T:
+    def parse(text: str) -> object:
         try:
             return adapter.validate_python(text, strict=False)
         except ValidationError as e:
@@ -212,7 +245,7 @@ def cli_type(tp: object, what: str = "") -> Callable[[str], _T]:
     return parse
 
 
-def env_value(environ: Mapping[str, str], name: str, tp: object, default: _T) -> _T:
+def env_value(environ: Mapping[str, str], name: str, tp: object, default: object) -> object:
     """The environment variable ``name`` validated as ``tp``; ``default`` when unset or blank.
 
     Raises:
@@ -222,10 +255,28 @@ def env_value(environ: Mapping[str, str], name: str, tp: object, default: _T) ->
     if raw is None or raw.strip() == "":
         return default
     try:
-        out: _T = TypeAdapter(tp).validate_python(raw.strip(), strict=False)
-        return out
+        adapter: TypeAdapter[object] = TypeAdapter(tp)  # type: ignore[arg-type]  # an Annotated type form
+        return adapter.validate_python(raw.strip(), strict=False)
     except ValidationError as e:
         raise ValueError(f"{name}={raw!r}: {value_error(e)}") from None
+
+
+def check_environment(environ: Mapping[str, str]) -> list[str]:
+    """Why each variable of :data:`ENVIRONMENT` set in ``environ`` is invalid (one line
+    each, naming the variable and its value); empty when all are valid or unset."""
+    from harness.faults.noise import NoiseSettingError, parse_level  # noqa: PLC0415 - its one home
+
+    out = []
+    for name, tp in ENVIRONMENT.items():
+        try:
+            env_value(environ, name, tp, None)
+        except ValueError as e:
+            out.append(str(e))
+    try:
+        parse_level(environ.get("EVALRUN_NUMERICS_NOISE"))
+    except NoiseSettingError as e:
+        out.append(str(e))
+    return out
 
 
 def is_finite_number(x: object) -> bool:

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from harness.config.schema import TaskSpec
-from harness.tasks.base import PreparedTask, RequestTask, check_enough
+from harness.tasks.base import PreparedTask, RequestTask, ShortDataError, check_enough
 from harness.tasks.contamination import ContaminationError, find_overlaps
 from harness.tasks.gsm8k import build_requests, dataset_hash, load_gsm8k
 from harness.tasks.kinds import task_kind
@@ -27,6 +27,12 @@ class Gsm8kTask(RequestTask[None]):
         (see :func:`harness.tasks.prepare_task`)."""
         test = load_gsm8k("test", data_dir)
         train = load_gsm8k("train", data_dir) if spec.num_fewshot else []
+        if spec.num_fewshot > len(train):  # a data error naming the key, not build_requests' ValueError
+            src = str(data_dir or os.environ.get("EVALRUN_DATA_DIR") or "hub:openai/gsm8k (main)")
+            where = src if src.startswith("hub:") else str(Path(src).expanduser() / "train.jsonl")
+            raise ShortDataError(f"task {name}: {where} holds {len(train)} train questions, the config asks for "
+                                 f"num_fewshot: {spec.num_fewshot}; refused: provide the full train split or "
+                                 f"lower num_fewshot")
         reqs = build_requests(test, train, spec.num_questions, spec.num_fewshot, task_name=name,
                               gen_prefix=spec.gen_prefix)
         used = test[: len(reqs)] + train[: spec.num_fewshot]
