@@ -87,7 +87,8 @@ def test_the_shape_source_bound_is_the_synthetic_test_split() -> None:
 @pytest.mark.parametrize("key,value", [("num_speculative_tokens", -1), ("num_speculative_tokens", 0)])
 def test_a_speculative_count_below_one_is_refused(tmp_path: Path, key: str, value: int) -> None:
     msg = err(write_text(tmp_path, "model: x\nvariants:\n  reference: {}\n"
-                         f"  s: {{speculative_config: {{method: mtp, {key}: {value}}}}}\ntasks: {{t: {{kind: synthetic}}}}\n"))
+                         f"  s: {{speculative_config: {{method: mtp, {key}: {value}}}}}\n"
+                         "tasks: {t: {kind: synthetic}}\n"))
     assert f"variants.s.speculative_config.{key}" in msg
 
 
