@@ -1,4 +1,4 @@
-"""Every command's options go through harness/config/types.py (issue 38): a bad value is
+"""Every command's options go through harness/config/types.py: a bad value is
 refused by argparse with exit 2, naming the option, before any run folder or server
 exists. In process, no subprocess: unit tier."""
 

@@ -1,4 +1,4 @@
-"""One validated type per kind of value (harness/config/types.py, issue 38): the named
+"""One validated type per kind of value (harness/config/types.py): the named
 cases of config keys, each refused at load naming the file, line and key."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A token id an engine answers with is a non-negative integer (issue 38): a negative id
+"""A token id an engine answers with is a non-negative integer: a negative id
 in ``token_ids`` or in a ``logprobs`` token makes the answer malformed (that request's
 error, never a scored answer)."""
 

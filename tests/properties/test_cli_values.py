@@ -1,5 +1,5 @@
 """Generated values for every typed option of every command, every environment variable
-evalrun reads and every type of harness/config/types.py (issue 38, class 6).
+evalrun reads and every type of harness/config/types.py.
 
 A value is either refused clearly (exit 2, argparse naming the option) or accepted and the
 command goes on to a clean end (exit 0, 1 or 2, no traceback, no "unexpected error"),

@@ -1,4 +1,4 @@
-"""Generated values for every config key (issue 38, class 6): each key of each section of
+"""Generated values for every config key: each key of each section of
 both forms, read from the pydantic models themselves so a new key is covered when it is
 added, gets values of its documented shape and hostile ones (nan, inf, negative, huge,
 empty, unicode, ``..``, ``/``, the wrong type). Loading must either give a config whose

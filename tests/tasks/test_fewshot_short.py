@@ -1,5 +1,5 @@
 """``num_fewshot`` above the train split is a data error naming the key and the split's
-size (issue 38), refused where the test split's size is checked: before any server starts
+size, refused where the test split's size is checked: before any server starts
 (:meth:`Gsm8kTask.available`) and when the task is prepared."""
 
 from __future__ import annotations
