@@ -594,6 +594,8 @@ def main(argv: list[str] | None = None) -> int:
     processes().install_stop_handlers(lambda _name: None)
     try:
         code = SUBCOMMANDS[sub](argv[1:]) if sub else cmd_run(argv)
+    except SystemExit as e:  # argparse's refusal of an option (exit 2, the option named) or --help (0)
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     except KeyboardInterrupt as e:  # a signal outside a run's own handling: no record is final
         sig = str(e.args[0]) if e.args else "KeyboardInterrupt"
         try:
