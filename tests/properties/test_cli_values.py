@@ -19,8 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
-from harness.cli import main
+from harness import api
+from harness.cli import app, main
 from harness.config import types as T
+from harness.engine import doctor
 
 CONFIG = str(Path("configs/tiny-qwen3next-mtp-cpu.yaml").resolve())
 
@@ -60,10 +62,6 @@ def stubs(monkeypatch: pytest.MonkeyPatch) -> dict[str, argparse.Namespace]:
     """Stop every command where it would start a server: the run's dry-run printer checks
     the options it got; calibrate's runs raise (its OSError path, exit 2); doctor's
     checks record the folder they got."""
-    from harness import api
-    from harness.cli import app
-    from harness.engine import doctor
-
     seen: dict[str, argparse.Namespace] = {}
 
     def dry_run(args: argparse.Namespace, plan: object) -> int:
