@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import math
 import shlex
 from pathlib import Path
 from typing import Annotated, Literal
@@ -418,6 +419,9 @@ class SpeculativeConfigSpec(BaseModel):
                            f"'{difflib.get_close_matches(k, ['method', 'model'], n=1, cutoff=0.6)[0]}'?"
                            for k in near)
             raise ValueError(f"set 'method' (e.g. mtp, ngram, eagle) or a draft 'model'{hint}")
+        bad = [k for k, v in (self.model_extra or {}).items() if _non_finite(v)]
+        if bad:  # JSON has no inf / nan: pydantic would send them to vLLM as null
+            raise ValueError(f"{', '.join(bad)}: a number that is not finite (inf or nan) cannot be sent to vLLM")
         lo, hi = self.prompt_lookup_min, self.prompt_lookup_max
         if lo is not None and hi is not None and lo > hi:
             raise ValueError(f"prompt_lookup_min ({lo}) is larger than prompt_lookup_max ({hi})")
@@ -431,6 +435,17 @@ class SpeculativeConfigSpec(BaseModel):
     def untyped_keys(self) -> list[str]:
         """The keys written that evalrun does not type (passed to vLLM unchanged)."""
         return sorted(self.model_extra or {})
+
+
+def _non_finite(v: RawValue) -> bool:
+    """``v`` is, or holds at any depth, a float that is infinite or NaN."""
+    if isinstance(v, float):
+        return not math.isfinite(v)
+    if isinstance(v, dict):
+        return any(_non_finite(x) for x in v.values())
+    if isinstance(v, (list, tuple)):
+        return any(_non_finite(x) for x in v)
+    return False
 
 
 def _one_or_list(v: RawValue) -> RawValue:

@@ -113,7 +113,7 @@ def _names(key: str) -> tuple[str, ...]:
     return (key, *RELATED.get(key, ()))
 
 
-SETTINGS = settings(max_examples=150, deadline=None, derandomize=True,
+SETTINGS = settings(max_examples=100, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
