@@ -124,6 +124,7 @@ def test_environment_variables_are_checked_naming_the_variable(tmp_path: Path) -
 
 def test_an_untyped_speculative_key_that_is_not_finite_is_refused_not_sent_as_null(tmp_path: Path) -> None:
     msg = err(write_text(tmp_path, "model: x\nvariants:\n  reference: {}\n"
-                         "  s: {speculative_config: {method: mtp, num_speculative_tokens: 2, dspark_budget_frac: .inf}}\n"
+                         "  s: {speculative_config: {method: mtp, num_speculative_tokens: 2, "
+                         "dspark_budget_frac: .inf}}\n"
                          "tasks: {t: {kind: synthetic}}\n"))
     assert "variants.s.speculative_config" in msg and "dspark_budget_frac" in msg and "not finite" in msg
