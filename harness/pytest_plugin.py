@@ -70,9 +70,13 @@ def _add_options(parser: pytest.Parser) -> None:
         ("--tp-size", "N", "refused: vLLM's GSM8K conftest removed it in December 2025; set "
                            "--tensor-parallel-size in the config's server_args"),
     ]
+    from harness.config.types import DirPath, cli_type
+
+    folder = cli_type(DirPath, "a folder")  # the value types of evalrun's own commands
     for name, metavar, text in options:
         try:
-            g.addoption(name, default=None, metavar=metavar, help=text)
+            g.addoption(name, default=None, metavar=metavar, help=text,
+                        **({"type": folder} if metavar == "DIR" else {}))
         except ValueError:  # already defined by a conftest: both read it as a string
             continue
         if name == "--tp-size":

@@ -16,6 +16,16 @@ from typing import TYPE_CHECKING
 
 from harness.config.model_list import PROJECT_ROOT
 from harness.config.schema import ConfigError
+from harness.config.types import (
+    DirPath,
+    IndexTemplate,
+    Name,
+    OptionalPath,
+    PositiveCount,
+    RunId,
+    StopGraceSeconds,
+    cli_type,
+)
 
 if TYPE_CHECKING:  # imported where used: the cost module loads the plan's stages
     from harness.config.plan import Plan
@@ -88,29 +98,29 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("-k", dest="keyword", default=None, metavar="EXPR",
                    help="run only configs whose file stem matches EXPR, as pytest -k: words joined by "
                         "and/or/not, a word matches a stem containing it (e.g. -k Nemotron-3-Super-120B-A12B-BF16)")
-    p.add_argument("--select", action="append", default=None, metavar="STEM",
+    p.add_argument("--select", action="append", default=None, metavar="STEM", type=cli_type(Name, "a config name"),
                    help="run only the config with exactly this file stem (repeatable)")
     p.add_argument("--dry-run", action="store_true",
                    help="print the plan (configs, variants, exact server commands and environment, tasks, gates) and "
                    "exit; needs no vLLM")
     p.add_argument("--json", action="store_true", help="with --dry-run: print the plan as JSON")
-    p.add_argument("--data-dir", type=Path, default=None,
+    p.add_argument("--data-dir", type=cli_type(DirPath, "a folder"), default=None,
                    help="folder with GSM8K test.jsonl and train.jsonl (default: $EVALRUN_DATA_DIR, else the hub via "
                    "`datasets`)")
-    p.add_argument("--results-dir", type=Path, default=None,
+    p.add_argument("--results-dir", type=cli_type(DirPath, "a folder"), default=None,
                    help=f"where run folders are written (default: {PROJECT_ROOT / 'results'})")
-    p.add_argument("--run-id", default=None,
+    p.add_argument("--run-id", default=None, type=cli_type(RunId, "a run id"),
                    help="name of the run folder (default: UTC time and 8 random hex digits); the folder is claimed "
                         "at start: a second run with the same id is refused with exit 2, naming the holder")
-    p.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
+    p.add_argument("--resume", type=cli_type(OptionalPath, "a run folder"), default=None, metavar="RUN_DIR",
                    help="continue the killed or interrupted run in RUN_DIR, in that folder: repeat its command with "
                         "--resume; variants whose results are complete and match are loaded, not run again; anything "
                         "that differs (options, configs, build, data) is refused with exit 2 (docs/cli.md)")
-    p.add_argument("--stop-grace", type=float, default=None, metavar="SECONDS",
+    p.add_argument("--stop-grace", type=cli_type(StopGraceSeconds, "seconds"), default=None, metavar="SECONDS",
                    help="seconds a server gets between SIGTERM and SIGKILL of its process group when evalrun stops "
                         "it (default: $EVALRUN_STOP_GRACE_SECONDS, else 5; keep it under your CI's cancel grace: "
                         "Buildkite 10 s, GitHub Actions 7.5 s)")
-    p.add_argument("--variant", action="append", default=None, metavar="NAME",
+    p.add_argument("--variant", action="append", default=None, metavar="NAME", type=cli_type(Name, "a variant name"),
                    help="run only this variant (repeatable); gates of other variants are reported as not run")
     p.add_argument("--python", default=None,
                    help="interpreter that has vLLM installed, for the server command (default: this one)")
@@ -119,10 +129,12 @@ def _run_parser() -> argparse.ArgumentParser:
                         "URL, installed into a cached virtual environment, or a commit with --build-index-template "
                         "(docs/builds.md)")
     p.add_argument("--build-index-template", default=None, metavar="URL",
+                   type=cli_type(IndexTemplate, "a URL template"),
                    help="with --build COMMIT: the commit's wheel index, e.g. https://wheels.vllm.ai/{commit}")
     p.add_argument("--quiet", action="store_true", help="print only warnings, errors and the final tables")
-    p.add_argument("--markdown", type=Path, default=None, help="also write the Markdown summary to this file")
-    p.add_argument("--baseline", type=Path, default=None, metavar="DIR",
+    p.add_argument("--markdown", type=cli_type(OptionalPath, "a file"), default=None,
+                   help="also write the Markdown summary to this file")
+    p.add_argument("--baseline", type=cli_type(DirPath, "a folder"), default=None, metavar="DIR",
                    help="folder of stored baselines (<config>.json); a config with a baseline there is also "
                         "gated against it (default: RESULTS_DIR/baselines)")
     p.add_argument("--no-baseline", action="store_true", help="do not gate against stored baselines")
@@ -134,7 +146,7 @@ def _run_parser() -> argparse.ArgumentParser:
                         "split (refused by default; recorded in the run record)")
     p.add_argument("--update-baseline", action="store_true",
                    help="after the run, write a baseline for every config whose gates all passed")
-    p.add_argument("--junit", type=Path, default=None, metavar="FILE",
+    p.add_argument("--junit", type=cli_type(OptionalPath, "a file"), default=None, metavar="FILE",
                    help="also write the JUnit XML (one test case per gate) here; always written as RUN/junit.xml")
     p.add_argument("--shard", default=None, metavar="I/N",
                    help="run only shard I of N (1-based) of the list's configs: deterministic by config "
@@ -148,7 +160,7 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="also run every variant on vLLM's V1 model runner (<variant>_v1, VLLM_USE_V2_MODEL_RUNNER=0) "
                         "with the same comparisons among the twins: one more pass of every task per variant; "
                         "default: the engine's default runner only (--dry-run states what the twins would cost)")
-    p.add_argument("--max-servers", type=int, default=None, metavar="N",
+    p.add_argument("--max-servers", type=cli_type(PositiveCount, "a count >= 1"), default=None, metavar="N",
                    help="at most N vLLM servers alive at once (default: as many as the GPUs hold; 1 = one at a time)")
     return p
 
@@ -569,13 +581,21 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``evalrun`` console script. Returns (and exits with) the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     sub = argv[0] if argv and argv[0] in SUBCOMMANDS else None
+    from harness.config.types import check_environment
     from harness.engine.server import processes
+
+    bad_env = check_environment(os.environ)
+    if bad_env:  # before any command reads it (a run folder, a server): exit 2, naming the variable
+        print("\n".join(f"evalrun: environment: {b}" for b in bad_env), file=sys.stderr)
+        return 2
 
     # every command: a stopping signal is a KeyboardInterrupt, said in one line below (the
     # run commands install their own handler, which writes the record first)
     processes().install_stop_handlers(lambda _name: None)
     try:
         code = SUBCOMMANDS[sub](argv[1:]) if sub else cmd_run(argv)
+    except SystemExit as e:  # argparse's refusal of an option (exit 2, the option named) or --help (0)
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     except KeyboardInterrupt as e:  # a signal outside a run's own handling: no record is final
         sig = str(e.args[0]) if e.args else "KeyboardInterrupt"
         try:

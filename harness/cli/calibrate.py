@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness.config.types import DirPath, Multiplier, Name, OptionalPath, PositiveCount, RunId, cli_type
 from harness.records.atomic import write_atomic
 from harness.report.calibration import render_calibration_markdown, summarize
 
@@ -51,16 +52,23 @@ def _parser() -> argparse.ArgumentParser:
                     "figure, and recommend tolerances (rule in the output).",
     )
     p.add_argument("--config", required=True, metavar="LIST_OR_YAML", help="a model list or one config YAML")
-    p.add_argument("--repeat", type=int, required=True, metavar="N", help="runs per config (>= 2)")
-    p.add_argument("--data-dir", type=Path, default=None, help="GSM8K folder (test.jsonl, train.jsonl)")
-    p.add_argument("--results-dir", type=Path, default=PROJECT_ROOT / "results",
+    p.add_argument("--repeat", type=cli_type(PositiveCount, "a count"), required=True, metavar="N",
+                   help="runs per config (>= 2)")
+    p.add_argument("--data-dir", type=cli_type(DirPath, "a folder"), default=None,
+                   help="GSM8K folder (test.jsonl, train.jsonl)")
+    p.add_argument("--results-dir", type=cli_type(DirPath, "a folder"), default=PROJECT_ROOT / "results",
                    help="parent folder (default: %(default)s)")
-    p.add_argument("--run-id", default=None, help="name of the calibration folder (default: calibrate-<time>)")
-    p.add_argument("--variant", action="append", default=None, metavar="NAME", help="only this variant (repeatable)")
+    p.add_argument("--run-id", default=None, type=cli_type(RunId, "a run id"),
+                   help="name of the calibration folder (default: calibrate-<time>)")
+    p.add_argument("--variant", action="append", default=None, metavar="NAME", type=cli_type(Name, "a variant name"),
+                   help="only this variant (repeatable)")
     p.add_argument("--python", default=None, help="interpreter that has vLLM, for the server command")
-    p.add_argument("--sigmas", type=float, default=3.0, help="k in the recommendation rule (default 3)")
-    p.add_argument("--output", type=Path, default=None, help="also write the Markdown summary here")
-    p.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the JSON summary here")
+    p.add_argument("--sigmas", type=cli_type(Multiplier, "a multiplier > 0"), default=3.0,
+                   help="k in the recommendation rule (default 3)")
+    p.add_argument("--output", type=cli_type(OptionalPath, "a file"), default=None,
+                   help="also write the Markdown summary here")
+    p.add_argument("--json", type=cli_type(OptionalPath, "a file"), default=None, metavar="FILE",
+                   help="also write the JSON summary here")
     p.add_argument("--quiet", action="store_true", help="print only warnings, errors and the summary")
     p.add_argument("--simulate-nights", type=int, default=0, metavar="N",
                    help="also simulate N clean nights from the repeats' per-question behaviour, judged by "
@@ -128,6 +136,12 @@ def cli_main(argv: list[str]) -> int:
         print(f"evalrun calibrate: config error:\n{e}", file=sys.stderr)
         return 2
     plan = build_plan(configs, python=args.python)
+    known = {v for c in configs for v in c.variants}
+    unknown = sorted(set(args.variant or ()) - known)
+    if unknown:  # else every repeat would calibrate nothing and exit 0
+        print(f"evalrun calibrate: --variant {', '.join(unknown)}: no such variant (the config's variants: "
+              f"{', '.join(sorted(known))})", file=sys.stderr)
+        return 2
     cal_id = args.run_id or f"calibrate-{new_run_id()}"
     out_dir = args.results_dir / cal_id
     progress = Progress(quiet=args.quiet)

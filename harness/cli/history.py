@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
+from harness.config.types import Alpha, DirPath, Name, OptionalPath, PositiveCount, cli_type
 from harness.report.history import (
     DRIFT_METHOD,
     _unreadable_lines,
@@ -38,12 +38,15 @@ def cli_main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="evalrun history", description=(
         "Every run record of a results folder as one table (pandas), and a one-sided trend "
         "test for drift across nights."))
-    ap.add_argument("results_dir", type=Path, metavar="RESULTS_DIR")
-    ap.add_argument("--config", default=None, help="only this config")
-    ap.add_argument("--last", type=int, default=None, metavar="N", help="only the last N runs of each config")
-    ap.add_argument("--alpha", type=float, default=0.05, help="significance level of the drift test (default 0.05)")
-    ap.add_argument("--csv", type=Path, default=None, help="write the full table as CSV")
-    ap.add_argument("--parquet", type=Path, default=None, help="write the full table as Parquet")
+    ap.add_argument("results_dir", type=cli_type(DirPath, "a folder"), metavar="RESULTS_DIR")
+    ap.add_argument("--config", default=None, type=cli_type(Name, "a config name"), help="only this config")
+    ap.add_argument("--last", type=cli_type(PositiveCount, "a count >= 1"), default=None, metavar="N",
+                    help="only the last N runs of each config")
+    ap.add_argument("--alpha", type=cli_type(Alpha, "a level in (0, 1)"), default=0.05,
+                    help="significance level of the drift test (default 0.05)")
+    ap.add_argument("--csv", type=cli_type(OptionalPath, "a file"), default=None, help="write the full table as CSV")
+    ap.add_argument("--parquet", type=cli_type(OptionalPath, "a file"), default=None,
+                    help="write the full table as Parquet")
     ap.add_argument("--json", action="store_true", help="print the drift result as JSON instead of Markdown")
     ap.add_argument("--metric", choices=["accuracy", "gpu_seconds"], default="accuracy",
                     help="gpu_seconds: print GPU-seconds per config over time instead of the accuracy history "

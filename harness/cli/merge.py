@@ -10,6 +10,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from harness.config.types import DirPath, OptionalPath, RunId, cli_type
 from harness.records.run_record import RunRecord, outcome_word
 from harness.run.merge import MergeError, merge_records, shard_of
 
@@ -32,10 +33,11 @@ def cli_main(argv: list[str]) -> int:
         "Combine the run folders of the shards of one list (evalrun --shard i/n) into one run: "
         "record, summary, JUnit and exit code."))
     p.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="shard run folders (or their run.json)")
-    p.add_argument("--results-dir", type=Path, default=PROJECT_ROOT / "results")
-    p.add_argument("--run-id", default=None, help="merged run folder name (default: a new time-based id)")
-    p.add_argument("--markdown", type=Path, default=None, help="also write summary.md here")
-    p.add_argument("--junit", type=Path, default=None, help="also write the JUnit XML here")
+    p.add_argument("--results-dir", type=cli_type(DirPath, "a folder"), default=PROJECT_ROOT / "results")
+    p.add_argument("--run-id", default=None, type=cli_type(RunId, "a run id"),
+                   help="merged run folder name (default: a new time-based id)")
+    p.add_argument("--markdown", type=cli_type(OptionalPath, "a file"), default=None, help="also write summary.md here")
+    p.add_argument("--junit", type=cli_type(OptionalPath, "a file"), default=None, help="also write the JUnit XML here")
     p.add_argument("--allow-mixed", action="store_true",
                    help="merge shards of different builds (evalrun version or git revision, engine or lm-eval "
                         "version) or lists anyway; the merged record and summary say what differed")

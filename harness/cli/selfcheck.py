@@ -28,6 +28,7 @@ from harness.config.gates import GateBase, declaration
 from harness.config.loader import load_config
 from harness.config.model_list import CONFIGS_DIR
 from harness.config.schema import ConfigError, ModelConfig
+from harness.config.types import DirPath, Name, OptionalPath, PositiveCount, RunId, cli_type
 from harness.faults.fault import EVERY_KIND, GateRef
 from harness.faults.plugin import FAULTS
 from harness.records.atomic import write_atomic
@@ -291,14 +292,16 @@ def cli_main(argv: list[str]) -> int:
         ),
         epilog="exit codes: 0 every expectation held (in every repeat), 1 one did not, 2 could not run",
     )
-    p.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="self-check config (default: %(default)s)")
-    p.add_argument("--results-dir", type=Path, default=PROJECT_ROOT / "results",
+    p.add_argument("--config", type=cli_type(OptionalPath, "a config file"), default=DEFAULT_CONFIG,
+                   help="self-check config (default: %(default)s)")
+    p.add_argument("--results-dir", type=cli_type(DirPath, "a folder"), default=PROJECT_ROOT / "results",
                    help="where the run folder is written (default: %(default)s)")
-    p.add_argument("--run-id", default=None, help="name of the run folder (default: UTC time and pid); "
+    p.add_argument("--run-id", default=None, type=cli_type(RunId, "a run id"),
+                   help="name of the run folder (default: UTC time and pid); "
                    "with --repeat N the folders are <id>-1 .. <id>-N")
-    p.add_argument("--variant", action="append", default=None, metavar="NAME",
+    p.add_argument("--variant", action="append", default=None, metavar="NAME", type=cli_type(Name, "a variant name"),
                    help="run only this variant (repeatable), e.g. the clean ones for --repeat")
-    p.add_argument("--repeat", type=int, default=1, metavar="N",
+    p.add_argument("--repeat", type=cli_type(PositiveCount, "a count >= 1"), default=1, metavar="N",
                    help="run the self-check N times (fresh servers each time) and report how many held")
     p.add_argument("--python", default=None, help="interpreter with vLLM (default: this one)")
     p.add_argument("--json", action="store_true", help="print the checks as JSON instead of Markdown")

@@ -7,9 +7,9 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 import harness.models.tiny as tm
+from harness.config.types import OptionalPath, cli_type
 from harness.models.shipped import SHIPPED_DIR, compare_checkpoints
 from harness.models.training import export_checkpoint, train_model
 from harness.models.training_recipe import DEFAULT_TRAINED_NAME, TRAINED_MODELS, TrainingError, trained_recipe_hash
@@ -28,7 +28,7 @@ def cli_main(argv: list[str]) -> int:
         "Retrain evalrun's tiny Qwen3-Next + MTP model from its recipe (about 5 minutes on two "
         "idle cores, up to 20 on busy ones). The checkpoint ships with evalrun, so runs never need this."))
     p.add_argument("--name", default=DEFAULT_TRAINED_NAME, choices=sorted(TRAINED_MODELS))
-    p.add_argument("--output", type=Path, default=None,
+    p.add_argument("--output", type=cli_type(OptionalPath, "a folder"), default=None,
                    help="folder to write (must not exist; default: <cache>/retrain/<name>-<hash>-<time>)")
     p.add_argument("--compare", action="store_true", help="compare with the shipped checkpoint")
     args = p.parse_args(argv)

@@ -32,23 +32,18 @@ known, and the key.
 
 from __future__ import annotations
 
-import re
 import shlex
 
 from harness.config.schema import ConfigError, ModelConfig, VariantSpec
+from harness.config.types import MAX_NAME_LENGTH, NAME_PATTERN, check_name_text
 from harness.config.yaml_load import KeyPath
 
 __all__ = ["NAME_PATTERN", "MAX_NAME_LENGTH", "check_name", "check_config", "check_acceptance_floor", "check_run_id",
            "check_shapes"]
 
-#: The character set of a name that becomes a path component.
-NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
-#: Longest name accepted (characters; all ASCII, so also bytes).
-MAX_NAME_LENGTH = 100
-
-
 def check_name(name: str, where: str, key: str) -> None:
-    """Refuse a name that cannot be a single safe path component.
+    """Refuse a name that cannot be a single safe path component (the rule of
+    :data:`harness.config.types.Name`).
 
     Args:
         name: the config, variant or task name.
@@ -59,22 +54,10 @@ def check_name(name: str, where: str, key: str) -> None:
         ConfigError: the name is empty, too long, has a character outside
             :data:`NAME_PATTERN` (a ``/``, ``\\``, space, ...) or contains ``..``.
     """
-    why = None
-    if not isinstance(name, str) or not name:
-        why = "is empty"
-    elif len(name) > MAX_NAME_LENGTH:
-        why = f"is {len(name)} characters long (at most {MAX_NAME_LENGTH})"
-    elif ".." in name:
-        why = "contains '..'"
-    elif not NAME_PATTERN.fullmatch(name):
-        bad = sorted({ch for ch in name if not re.fullmatch(r"[A-Za-z0-9._+-]", ch)})
-        why = ("contains " + ", ".join(repr(c) for c in bad)) if bad else "does not start with a letter or digit"
-    if why:
-        shown = name if len(name) <= 120 else name[:120] + "..."
-        raise ConfigError(
-            f"{where}: key '{key}': name {shown!r} {why}; names become folder and file names of the run, so they "
-            f"may hold only letters, digits, '.', '_', '+', '-' (starting with a letter or digit, no '..', at most "
-            f"{MAX_NAME_LENGTH} characters)")
+    try:
+        check_name_text(name)
+    except ValueError as e:
+        raise ConfigError(f"{where}: key '{key}': {e}") from None
 
 
 def _where(cfg: ModelConfig, lines: dict[KeyPath, int], keypath: tuple) -> str:

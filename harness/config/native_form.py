@@ -32,6 +32,7 @@ from harness.config.server_args import (
     speculative_warnings,
     split_args,
 )
+from harness.config.types import PositiveCount, PositiveSeconds
 from harness.config.yaml_load import KeyPath
 from harness.faults.plugin import known_faults  # standard library only
 
@@ -56,9 +57,9 @@ class NativeConfig(StrictModel):
     model: str
     server_args: ArgsStr = ""
     env: EnvDict = Field(default_factory=dict)
-    startup_max_wait_seconds: float = Field(default=600, gt=0)
-    request_timeout_seconds: float = Field(default=600, gt=0)
-    max_concurrency: int = Field(default=DEFAULT_MAX_CONCURRENCY, ge=1)
+    startup_max_wait_seconds: PositiveSeconds = 600
+    request_timeout_seconds: PositiveSeconds = 600
+    max_concurrency: PositiveCount = DEFAULT_MAX_CONCURRENCY
     per_request_metrics: bool = False
     trust_remote_code: bool = False
     variants: dict[str, VariantSpec]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import math
 import shlex
 from pathlib import Path
 from typing import Annotated, Literal
@@ -28,6 +29,19 @@ from pydantic import (
 
 from harness.config.shape_spec import SHAPE_KEYS, ShapeSpec  # noqa: F401 - ShapeSpec's users import it here too
 from harness.config.strict import JsonValue, RawValue, StrictModel, is_int
+from harness.config.types import (
+    Alpha,
+    Count,
+    DraftCount,
+    Nats,
+    PositiveCount,
+    Probability,
+    Seconds,
+    Seed,
+    SeedOffset,
+    Temperature,
+    TokenCount,
+)
 
 #: Default of vLLM's GSM8K test (``tests/evals/gsm8k/test_gsm8k_correctness.py``):
 #: absolute tolerance below ``accuracy_threshold``.
@@ -157,12 +171,12 @@ class TaskSpec(StrictModel):
     """
 
     kind: Literal["gsm8k", "synthetic", "lm_eval", "shape"] = "gsm8k"
-    num_questions: int | None = Field(default=None, ge=1)
+    num_questions: PositiveCount | None = None
     num_questions_up_to: bool = False
-    num_fewshot: int = Field(default=5, ge=0)
-    max_tokens: int = Field(default=256, ge=1)
-    temperature: float | None = Field(default=0.0, ge=0.0)
-    seed: int | None = 42
+    num_fewshot: Count = 5
+    max_tokens: TokenCount = 256
+    temperature: Temperature | None = 0.0
+    seed: Seed | None = 42
     seed_mode: Literal["same", "per_question"] = "same"
     required: bool = True
     gates: "GateSpec | None" = None
@@ -274,19 +288,19 @@ class GateSpec(StrictModel):
             one gate).
     """
 
-    accuracy_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
-    tolerance: float = Field(default=DEFAULT_TOLERANCE, ge=0.0, le=1.0)
-    calibration_questions: int | None = Field(default=None, ge=1)
+    accuracy_threshold: Probability | None = None
+    tolerance: Probability = DEFAULT_TOLERANCE
+    calibration_questions: PositiveCount | None = None
     accuracy_pipeline: str = Field(default="flexible-numeric", min_length=1)
     min_acceptance_length: float | None = Field(default=None, ge=1.0)
-    max_error_rate: float = Field(default=0.0, ge=0.0, le=1.0)
-    baseline_max_accuracy_drop: float | None = Field(default=0.05, ge=0.0, le=1.0)
+    max_error_rate: Probability = 0.0
+    baseline_max_accuracy_drop: Probability | None = 0.05
     baseline_max_acceptance_length_drop: float | None = Field(default=0.1, ge=0.0)
-    baseline_alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
+    baseline_alpha: Alpha = 0.05
     multiple_testing: Literal["none", "holm"] = "none"
-    max_truncation_rate: float | None = Field(default=None, ge=0.0, le=1.0)
+    max_truncation_rate: Probability | None = None
     position_acceptance_rtol: float | None = Field(default=0.05, ge=0.0, lt=1.0)
-    position_acceptance_alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
+    position_acceptance_alpha: Alpha = 0.05
 
 
 TaskSpec.model_rebuild()
@@ -339,19 +353,19 @@ class ComparisonSpec(StrictModel):
     baseline: str
     candidate: str
     tasks: list[str] | None = None
-    max_accuracy_drop: float | None = Field(default=0.05, ge=0.0, le=1.0)
-    min_output_match: float | None = Field(default=1.0, ge=0.0, le=1.0)
+    max_accuracy_drop: Probability | None = 0.05
+    min_output_match: Probability | None = 1.0
     max_acceptance_length_drop: float | None = Field(default=None, ge=0.0)
-    alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
+    alpha: Alpha = 0.05
     expected_discordance: float = Field(default=0.05, gt=0.0, le=1.0)
     noise_runs: int = Field(default=1, ge=1, le=2)
-    noise_mismatch_rate: float | None = Field(default=None, ge=0.0, le=1.0)
-    output_match_alpha: float | None = Field(default=None, gt=0.0, lt=1.0)
-    near_tie_nats: float | None = Field(default=DEFAULT_NEAR_TIE_NATS, ge=0.0)
+    noise_mismatch_rate: Probability | None = None
+    output_match_alpha: Alpha | None = None
+    near_tie_nats: Nats | None = DEFAULT_NEAR_TIE_NATS
     noise_runs_when: Literal["always", "unexplained"] = "always"
     allow_mixed_runners: bool = False
-    sampled_alpha: float | None = Field(default=None, gt=0.0, lt=1.0)
-    expected_logprob_sd: float = Field(default=DEFAULT_EXPECTED_LOGPROB_SD, gt=0.0)
+    sampled_alpha: Alpha | None = None
+    expected_logprob_sd: float = Field(default=DEFAULT_EXPECTED_LOGPROB_SD, gt=0.0, le=1000.0)
 
 
 class SpeculativeConfigSpec(BaseModel):
@@ -391,10 +405,10 @@ class SpeculativeConfigSpec(BaseModel):
     """
 
     # lax as vLLM's own pydantic SpeculativeConfig, which receives this JSON unchanged
-    model_config = ConfigDict(extra="allow", frozen=True, strict=False)
+    model_config = ConfigDict(extra="allow", frozen=True, strict=False, allow_inf_nan=False)
 
     method: str | None = None
-    num_speculative_tokens: int | None = Field(default=None, ge=1)
+    num_speculative_tokens: DraftCount | None = None
     model: str | None = None
     prompt_lookup_min: int | None = Field(default=None, ge=1)
     prompt_lookup_max: int | None = Field(default=None, ge=1)
@@ -435,6 +449,9 @@ class SpeculativeConfigSpec(BaseModel):
                            f"'{difflib.get_close_matches(k, ['method', 'model'], n=1, cutoff=0.6)[0]}'?"
                            for k in near)
             raise ValueError(f"set 'method' (e.g. mtp, ngram, eagle) or a draft 'model'{hint}")
+        bad = [k for k, v in (self.model_extra or {}).items() if _non_finite(v)]
+        if bad:  # JSON has no inf / nan: pydantic would send them to vLLM as null
+            raise ValueError(f"{', '.join(bad)}: a number that is not finite (inf or nan) cannot be sent to vLLM")
         lo, hi = self.prompt_lookup_min, self.prompt_lookup_max
         if lo is not None and hi is not None and lo > hi:
             raise ValueError(f"prompt_lookup_min ({lo}) is larger than prompt_lookup_max ({hi})")
@@ -448,6 +465,17 @@ class SpeculativeConfigSpec(BaseModel):
     def untyped_keys(self) -> list[str]:
         """The keys written that evalrun does not type (passed to vLLM unchanged)."""
         return sorted(self.model_extra or {})
+
+
+def _non_finite(v: RawValue) -> bool:
+    """``v`` is, or holds at any depth, a float that is infinite or NaN."""
+    if isinstance(v, float):
+        return not math.isfinite(v)
+    if isinstance(v, dict):
+        return any(_non_finite(x) for x in v.values())
+    if isinstance(v, (list, tuple)):
+        return any(_non_finite(x) for x in v)
+    return False
 
 
 def _one_or_list(v: RawValue) -> RawValue:
@@ -552,7 +580,7 @@ class VariantSpec(StrictModel):
     not_applicable: str | None = None
     model_runner: Literal["v1", "v2"] | None = None
     build: str | None = Field(default=None, min_length=1)
-    seed_offset: int = 0
+    seed_offset: SeedOffset = 0
 
 
 class ConfigWarning(StrictModel):
@@ -608,12 +636,12 @@ class ModelConfig(StrictModel):
     model: str
     server_args: tuple[str, ...]
     env: dict[str, str]
-    startup_max_wait_seconds: float
-    request_timeout_seconds: float = 600
-    max_concurrency: int = DEFAULT_MAX_CONCURRENCY
+    startup_max_wait_seconds: Seconds
+    request_timeout_seconds: Seconds = 600
+    max_concurrency: PositiveCount = DEFAULT_MAX_CONCURRENCY
     per_request_metrics: bool = False
     trust_remote_code: bool = False
-    rocm_request_timeout_seconds: float | None = None
+    rocm_request_timeout_seconds: Seconds | None = None
     warnings: tuple[ConfigWarning, ...] = ()
     variants: dict[str, VariantSpec]
     tasks: dict[str, TaskSpec]

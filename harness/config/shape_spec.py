@@ -3,13 +3,23 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
 from harness.config.strict import StrictModel
+from harness.config.types import MAX_TOKENS, DraftCount, PositiveCount, TokenCount, TokenOffset
 
-__all__ = ["SHAPE_KEYS", "ShapeSpec"]
+__all__ = ["MAX_SHAPE_TOKENS", "SHAPE_KEYS", "SHAPE_SOURCE_QUESTIONS", "ShapeSpec"]
+
+#: Distinct source questions a shape's prompts are cut from: the size of the synthetic
+#: task's test split (``len(harness.tasks.synthetic.generate_splits().test)``, checked by
+#: tests/properties/test_config_values.py), so the most distinct prompts a shape can have.
+SHAPE_SOURCE_QUESTIONS = 200
+#: Most prompt tokens one shape may build in all (its prompts' lengths summed, each pass
+#: counted): 2**24 = 16,777,216 token ids, about 0.5 GB as Python lists; a shape asking for
+#: more is refused at load instead of ending in a MemoryError while its prompts are built.
+MAX_SHAPE_TOKENS = 2**24
 
 
 #: ShapeSpec keys each shape kind takes (``kind`` aside); another key is refused at load.
@@ -57,16 +67,16 @@ class ShapeSpec(StrictModel):
     """
 
     kind: Literal["prompt_edges", "prefix_reuse", "cache_pressure", "concurrency_sweep"] = "prompt_edges"
-    speculative_tokens: list[int] = Field(default_factory=list, max_length=8)
-    block_size: int | None = Field(default=None, ge=1)
-    chunk_size: int | None = Field(default=None, ge=1)
-    offsets: list[int] = Field(default_factory=lambda: [-1, 0, 1], min_length=1, max_length=16)
+    speculative_tokens: list[DraftCount] = Field(default_factory=list, max_length=8)
+    block_size: TokenCount | None = None
+    chunk_size: TokenCount | None = None
+    offsets: list[TokenOffset] = Field(default_factory=lambda: [-1, 0, 1], min_length=1, max_length=16)
     prompts_per_length: int = Field(default=3, ge=1, le=50)
-    prefix_tokens: int | None = Field(default=None, ge=1)
-    prompt_tokens: int | None = Field(default=None, ge=1)
-    prompts: int = Field(default=8, ge=1, le=1000)
-    output_tokens: list[int] | None = Field(default=None, min_length=1, max_length=16)
-    concurrency: list[int] = Field(default_factory=list, max_length=8)
+    prefix_tokens: TokenCount | None = None
+    prompt_tokens: TokenCount | None = None
+    prompts: int = Field(default=8, ge=1, le=SHAPE_SOURCE_QUESTIONS)
+    output_tokens: list[TokenCount] | None = Field(default=None, min_length=1, max_length=16)
+    concurrency: list[Annotated[PositiveCount, Field(le=4096)]] = Field(default_factory=list, max_length=8)
 
     @model_validator(mode="after")
     def _keys_of_its_kind(self) -> "ShapeSpec":
@@ -77,13 +87,41 @@ class ShapeSpec(StrictModel):
             raise ValueError("output_tokens must be >= 1")
         if self.kind == "prompt_edges" and not self.edges():
             raise ValueError("shape: no edge (give speculative_tokens, block_size or chunk_size)")
+        if self.kind == "prompt_edges" and not self.lengths():
+            raise ValueError(f"shape: offsets {self.offsets} drop every length (edge + offset must be >= 1 for "
+                             f"some edge of {self.edges()})")
+        if self.kind == "prompt_edges" and max(self.lengths()) > MAX_TOKENS:
+            raise ValueError(f"shape: a length edge + offset = {max(self.lengths())} tokens is above "
+                             f"{MAX_TOKENS} tokens, the longest prompt evalrun sends")
+        if self.kind in ("cache_pressure", "concurrency_sweep") and self.prompt_tokens is None:
+            raise ValueError(f"shape kind {self.kind} needs prompt_tokens")
+        if self.kind == "concurrency_sweep" and not self.concurrency:
+            raise ValueError("shape kind concurrency_sweep needs concurrency (in flight per pass, e.g. [1, 16])")
         if self.kind == "prefix_reuse":
             if self.prefix_tokens is None or self.prompt_tokens is None:
                 raise ValueError("shape kind prefix_reuse needs prefix_tokens and prompt_tokens")
             if self.prompt_tokens <= self.prefix_tokens:
                 raise ValueError(f"shape kind prefix_reuse: prompt_tokens {self.prompt_tokens} must exceed "
                                  f"prefix_tokens {self.prefix_tokens} (each prompt has its own suffix)")
+        if self.planned_tokens() > MAX_SHAPE_TOKENS:
+            raise ValueError(f"shape kind {self.kind} builds {self.planned_tokens()} prompt tokens in all, above "
+                             f"the bound of {MAX_SHAPE_TOKENS} (2**24); use fewer or shorter prompts")
         return self
+
+    def lengths(self) -> list[int]:
+        """``prompt_edges``: every prompt length ``edge + offset`` that is at least 1 (one
+        entry per edge and offset, repeats kept). Other kinds: empty."""
+        return [at + off for at in self.edges().values() for off in self.offsets if at + off >= 1]
+
+    def planned_tokens(self) -> int:
+        """Prompt tokens this shape builds in all: ``prompt_edges`` its lengths times
+        ``prompts_per_length``; ``prefix_reuse`` ``prompts * prompt_tokens``; the load
+        shapes ``prompts * prompt_tokens`` per pass (one pass for ``cache_pressure``, one per
+        ``concurrency`` entry for ``concurrency_sweep``)."""
+        if self.kind == "prompt_edges":
+            return sum(self.lengths()) * self.prompts_per_length
+        passes = max(1, len(self.concurrency)) if self.kind == "concurrency_sweep" else 1
+        return self.prompts * (self.prompt_tokens or 0) * passes
 
     def edges(self) -> dict[str, int]:
         """``prompt_edges``: edge name -> length in tokens: ``spec_k{k}`` (``k + 1``) per

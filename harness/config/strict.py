@@ -30,6 +30,7 @@ def is_int(x: RawValue) -> bool:
 class StrictModel(BaseModel):
     """Frozen, unknown keys refused, and strict: a value of the wrong type is refused, never
     converted (``accuracy_threshold: "0.9"`` or ``true``, ``num_questions: 5.5``); an integer
-    is accepted where a float is asked."""
+    is accepted where a float is asked. No float is infinite or NaN (YAML's ``.inf``,
+    ``.nan``): every number of a config is finite, whatever its field's range."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)

@@ -44,6 +44,7 @@ from harness.config.server_args import (
     split_args,
     typed_speculative_config,
 )
+from harness.config.types import Count, PositiveCount, PositiveSeconds, Seed, Temperature, TokenCount
 from harness.config.vllm_args import (
     ASYNC_FLAG,
     SPEC_FLAG,
@@ -107,8 +108,8 @@ class EvalrunBlock(StrictModel):
             derived comparisons as the GSM8K task is. vLLM's test ignores them.
     """
 
-    max_concurrency: int | None = Field(default=None, ge=1)
-    request_timeout_seconds: float | None = Field(default=None, gt=0)
+    max_concurrency: PositiveCount | None = None
+    request_timeout_seconds: PositiveSeconds | None = None
     noise_runs: int | None = Field(default=None, ge=1, le=2)
     noise_mismatch_rate: float | None = Field(default=None, ge=0.0, le=1.0)
     min_output_match: float | None = Field(default=1.0, ge=0.0, le=1.0)
@@ -151,21 +152,21 @@ class VllmGsm8kConfig(StrictModel):
     model_name: str
     accuracy_threshold: float = Field(ge=0.0, le=1.0)
     tolerance: float = Field(default=DEFAULT_TOLERANCE, ge=0.0, le=1.0)
-    num_questions: int = Field(default=1319, ge=1)
-    num_fewshot: int = Field(default=5, ge=0)
+    num_questions: PositiveCount = 1319
+    num_fewshot: Count = 5
     server_args: ArgsStr = ""
     env: EnvDict = Field(default_factory=dict)
-    startup_max_wait_seconds: float = Field(default=DEFAULT_STARTUP_MAX_WAIT_SECONDS, gt=0)
+    startup_max_wait_seconds: PositiveSeconds = DEFAULT_STARTUP_MAX_WAIT_SECONDS
     min_acceptance_length: float | None = Field(default=None, ge=1.0)
-    max_tokens: int = Field(default=256, ge=1)
-    temperature: float | None = Field(default=0.0, ge=0.0)
-    seed: int | None = 42
+    max_tokens: TokenCount = 256
+    temperature: Temperature | None = 0.0
+    seed: Seed | None = 42
     use_chat_completions: bool = False
     gen_prefix: str = ""
-    max_concurrency: int | None = Field(default=None, ge=1)
-    request_timeout_seconds: float | None = Field(default=None, gt=0)
-    rocm_request_timeout_seconds: float | None = Field(default=None, gt=0)
-    calibration_questions: int | None = Field(default=None, ge=1)
+    max_concurrency: PositiveCount | None = None
+    request_timeout_seconds: PositiveSeconds | None = None
+    rocm_request_timeout_seconds: PositiveSeconds | None = None
+    calibration_questions: PositiveCount | None = None
     evalrun: EvalrunBlock = Field(default_factory=EvalrunBlock)
 
 

@@ -37,6 +37,7 @@ import httpx
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
+from harness.config.types import TokenId
 from harness.records.completions import Completion, unfinished_error
 
 if TYPE_CHECKING:  # aiohttp is imported on first use (start-up time of --help / --dry-run)
@@ -64,7 +65,7 @@ class CompletionChoice(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
     text: StrictStr
-    token_ids: list[StrictInt] | None = None
+    token_ids: list[TokenId] | None = None
     finish_reason: StrictStr | None = None
     stop_reason: StrictInt | StrictStr | None = None
 
@@ -95,7 +96,7 @@ class ChatCompletionChoice(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
     message: ChatMessage
-    token_ids: list[StrictInt] | None = None
+    token_ids: list[TokenId] | None = None
     finish_reason: StrictStr | None = None
     stop_reason: StrictInt | StrictStr | None = None
 
@@ -403,7 +404,10 @@ def _token_id(tok: str, request_id: str) -> int:
     if not isinstance(tok, str) or not tok.startswith(TOKEN_ID_PREFIX):
         raise ValueError(f"request {request_id}: logprobs token {tok!r} is not '{TOKEN_ID_PREFIX}N' "
                          "(was return_tokens_as_token_ids ignored?)")
-    return int(tok[len(TOKEN_ID_PREFIX):])
+    n = int(tok[len(TOKEN_ID_PREFIX):])
+    if n < 0:
+        raise ValueError(f"request {request_id}: logprobs token {tok!r} is a negative token id")
+    return n
 
 
 def parse_top_logprobs(choice: dict, request_id: str) -> tuple[tuple[tuple[int, float], ...], ...]:

@@ -145,6 +145,11 @@ def check_data(data_dir: Path | None = None) -> Finding:
     from harness.tasks.gsm8k import DATA_DIR_ENV, DataUnavailableError, load_gsm8k
 
     where = str(data_dir) if data_dir else os.environ.get(DATA_DIR_ENV) or "the hub (openai/gsm8k)"
+    folder = Path(data_dir or os.environ.get(DATA_DIR_ENV) or "").expanduser() if where != "the hub (openai/gsm8k)" \
+        else None
+    if folder is not None and folder.exists() and not folder.is_dir():
+        return Finding("GSM8K data", False, f"{where}: is not a directory (it exists, as a file)",
+                       "give the folder that holds test.jsonl and train.jsonl")
     try:
         n = len(load_gsm8k("test", data_dir))
         m = len(load_gsm8k("train", data_dir))
@@ -224,10 +229,11 @@ def cli_main(argv: list[str]) -> int:
     Returns:
         0 when nothing is broken (warnings allowed), 1 when a check found a problem.
     """
+    from harness.config.types import DirPath, cli_type
     p = argparse.ArgumentParser(prog="evalrun doctor",
                                 description="Check the environment evalrun and vLLM run in, and say how to mend it.")
     p.add_argument("--python", default=sys.executable, help="interpreter that runs the vLLM server (default: this one)")
-    p.add_argument("--data-dir", type=Path, default=None,
+    p.add_argument("--data-dir", type=cli_type(DirPath, "a folder"), default=None,
                    help="GSM8K folder to check (default: $EVALRUN_DATA_DIR, else the hub)")
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
     args = p.parse_args(argv)

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Protocol
 
+from harness.config.types import MAX_STOP_GRACE_SECONDS, StopGraceSeconds, env_value
+
 #: Seconds a server gets between SIGTERM and SIGKILL of its process group when evalrun
 #: stops it (default): vLLM's ``RemoteVLLMServer`` (``tests/utils.py``) waits 15 s after
 #: SIGTERM before it kills the process group.
@@ -168,8 +170,8 @@ class EngineProcesses:
         Raises:
             ValueError: a negative or non-finite number.
         """
-        if seconds is not None and not (0 <= float(seconds) < float("inf")):
-            raise ValueError(f"stop grace {seconds!r}: expected seconds >= 0")
+        if seconds is not None and not (0 <= float(seconds) <= MAX_STOP_GRACE_SECONDS):
+            raise ValueError(f"stop grace {seconds!r}: expected seconds in [0, {MAX_STOP_GRACE_SECONDS:g}]")
         self._grace = None if seconds is None else float(seconds)
 
     def stop_grace(self) -> float:
@@ -182,16 +184,8 @@ class EngineProcesses:
         """
         if self._grace is not None:
             return self._grace
-        raw = os.environ.get(STOP_GRACE_ENV)
-        if raw is None or raw.strip() == "":
-            return CANCEL_STOP_GRACE if self.interrupting() else DEFAULT_STOP_GRACE
-        try:
-            val = float(raw)
-        except ValueError:
-            raise ValueError(f"{STOP_GRACE_ENV}={raw!r}: expected seconds >= 0") from None
-        if not (0 <= val < float("inf")):
-            raise ValueError(f"{STOP_GRACE_ENV}={raw!r}: expected seconds >= 0")
-        return val
+        default = CANCEL_STOP_GRACE if self.interrupting() else DEFAULT_STOP_GRACE
+        return float(env_value(os.environ, STOP_GRACE_ENV, StopGraceSeconds, default))  # type: ignore[arg-type]
 
     # -- messages and signals
 

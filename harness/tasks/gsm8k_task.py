@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from harness.config.schema import TaskSpec
-from harness.tasks.base import PreparedTask, RequestTask, check_enough
+from harness.tasks.base import PreparedTask, RequestTask, ShortDataError, check_enough
 from harness.tasks.contamination import ContaminationError, find_overlaps
 from harness.tasks.gsm8k import DataUnavailableError, build_requests, dataset_hash, load_gsm8k
 from harness.tasks.kinds import task_kind
@@ -16,6 +16,21 @@ from harness.tasks.vllm_gsm8k import VLLM_INVALID, vllm_answer_value, vllm_stop_
 
 #: Questions in a GSM8K task whose ``num_questions`` is None (all): the test split's size.
 GSM8K_TEST_SIZE = 1319
+
+
+def _check_fewshot(name: str, spec: TaskSpec, available: int, data_dir: Path | None) -> None:
+    """Refuse ``num_fewshot`` above the train split's size (a data error naming the key and
+    the split's size, before :func:`harness.tasks.gsm8k.build_requests` would raise).
+
+    Raises:
+        ShortDataError: ``spec.num_fewshot > available``.
+    """
+    if spec.num_fewshot <= available:
+        return
+    src = str(data_dir or os.environ.get("EVALRUN_DATA_DIR") or "hub:openai/gsm8k (main)")
+    where = src if src.startswith("hub:") else str(Path(src).expanduser() / "train.jsonl")
+    raise ShortDataError(f"task {name}: {where} holds {available} train questions, the config asks for "
+                         f"num_fewshot: {spec.num_fewshot}; refused: provide the full train split or lower num_fewshot")
 
 
 @task_kind("gsm8k")
@@ -29,6 +44,7 @@ class Gsm8kTask(RequestTask[None]):
         (see :func:`harness.tasks.prepare_task`)."""
         test = load_gsm8k("test", data_dir)
         train = load_gsm8k("train", data_dir) if spec.num_fewshot else []
+        _check_fewshot(name, spec, len(train), data_dir)
         reqs = build_requests(test, train, spec.num_questions, spec.num_fewshot, task_name=name,
                               gen_prefix=spec.gen_prefix)
         used = test[: len(reqs)] + train[: spec.num_fewshot]
@@ -59,6 +75,8 @@ class Gsm8kTask(RequestTask[None]):
         folder = data_dir or os.environ.get("EVALRUN_DATA_DIR") or None
         if not folder:
             return None
+        if spec.num_fewshot:
+            _check_fewshot(name, spec, len(load_gsm8k("train", data_dir)), data_dir)
         return len(load_gsm8k("test", data_dir)), str(Path(folder).expanduser() / "test.jsonl")
 
     def default_size(self) -> int | None:

@@ -116,7 +116,7 @@ def test_console_script_help_and_dry_run_without_vllm():
 def test_a_run_id_that_is_not_a_folder_name_is_refused(tmp_path, capsys):
     for bad in ("../outside", "a/b", "x" * 300):
         assert main(["--config", "models-cpu.txt", "--run-id", bad, "--results-dir", str(tmp_path)]) == 2
-        assert "--run-id: key '--run-id'" in capsys.readouterr().err
+        assert "argument --run-id: name " in capsys.readouterr().err
         assert main(["merge", str(tmp_path), "--run-id", bad, "--results-dir", str(tmp_path)]) == 2
     assert list(tmp_path.iterdir()) == []
 
