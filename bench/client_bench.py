@@ -239,8 +239,8 @@ def main() -> int:
     import regex  # noqa: F401
     import tqdm.asyncio  # noqa: F401
 
-    import harness.engine.session  # noqa: F401
-    import harness.report.progress  # noqa: F401
+    import harness.engine.session
+    import harness.report.progress
     try:
         import uvloop  # noqa: F401  (evalrun's event loop where installed; imported on the first task)
     except ImportError:

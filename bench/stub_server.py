@@ -14,7 +14,6 @@ token ids returned per answer, default 100: GSM8K answers are about that long).
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sys
 

@@ -60,8 +60,16 @@ def cli_main(argv: list[str]) -> int:
     for w in rec.merge_warnings:
         print(f"evalrun merge: warning: {w}", file=sys.stderr)
     out = a.results_dir / rec.run_id
-    from harness.records.run_folder import RunFolderTaken, claim_run_folder
+    from harness.records.run_folder import RunFolderTaken, claim_run_folder, refuse_symlinks
 
+    try:  # nothing is copied in through a link (a shard's samples or logs may name anything)
+        for r in records:
+            for sub in ("samples", "logs"):
+                if r.path and (Path(r.path) / sub).is_dir():
+                    refuse_symlinks(Path(r.path) / sub)
+    except RunFolderTaken as e:
+        print(f"evalrun merge: {e}", file=sys.stderr)
+        return 2
     try:
         claim = claim_run_folder(out, ["evalrun", "merge", *argv])
     except RunFolderTaken as e:

@@ -29,6 +29,7 @@ from pathlib import Path
 from harness.analysis.comparison import compare, rerun_needs
 from harness.analysis.gates import evaluate_gates
 from harness.analysis.measurements import Measurements
+from harness.config.checks import check_run_id
 from harness.config.plan import ConfigPlan, Plan, VariantPlan
 from harness.engine.leftovers import find_leftover_servers
 from harness.engine.pool import DevicePool, Job, ServerPlan, new_pool, run_jobs, server_plan
@@ -108,6 +109,8 @@ def run(plan: Plan, opts: RunOptions, ctx: RunContext) -> tuple[RunRecord, Path]
             partial record (status ``interrupted``) written first.
     """
     run_id = opts.run_id or new_run_id()
+    if (bad_id := check_run_id(run_id)) is not None:  # every command: the run folder is one name in --results-dir
+        raise RunFolderExistsError(f"run id {run_id!r}: {bad_id}")
     run_dir = Path(opts.results_dir) / run_id
     sp = server_plan(plan, opts.variants, opts.gpus, opts.max_servers, opts.estimates)  # DeviceError: before all
     check_results_folder(opts.results_dir)  # writable, some free space: before any server starts
@@ -121,6 +124,7 @@ def run(plan: Plan, opts: RunOptions, ctx: RunContext) -> tuple[RunRecord, Path]
         resumed = None
         if opts.resume is not None:  # which variants are reused; the earlier attempt's files set aside
             decision = decide(plan, opts, run_dir, ctx.progress)
+            claim.take_over(opts.argv)  # only a resume that goes ahead rewrites the earlier attempt's claim
             resumed = resumed_record(decision, set_aside(run_dir, decision, plan))
             opts = dataclasses.replace(opts, reusable=decision.reusable)
         return _run_claimed(plan, opts, ctx, run_id, run_dir, sp, resumed)
