@@ -28,6 +28,7 @@ from statistics import NormalDist
 
 from harness.analysis.measurements import Measurements
 from harness.config.gates import SampledEquivalence
+from harness.config.gates.sampled import too_few_questions
 from harness.records.completions import TargetScore
 from harness.records.measures import SampledRecord
 
@@ -115,6 +116,8 @@ def sampled_verdict(g: SampledEquivalence, m: Measurements, adjusted_p: float | 
     candidate completion lost the most likelihood."""
     if not g.independent:
         return (None, g.limit, None, f"not run: {g.dependence}", ())
+    if g.scorer is not None and (left := m.variant(g.scorer).not_run) is not None and "not selected" in left:
+        return (None, g.limit, None, f"not run: the scorer {g.scorer} was left out ({left})", ())
     if g.scorer is None:
         return (None, g.limit, False, "no non-speculative variant in the config to score the sampled completions "
                 "on (the candidate's own log-probabilities are not trusted under speculation)", ())
@@ -122,6 +125,8 @@ def sampled_verdict(g: SampledEquivalence, m: Measurements, adjusted_p: float | 
     st = m.comparison(g.baseline, g.variant, g.task).sampled
     if st is None:
         return (None, g.limit, False, "; ".join(errs) or "no question scored on both sides", ())
+    if (small := too_few_questions(st.n, g.limit)) is not None:  # fewer paired than planned: cannot fail
+        return (None, g.limit, None, f"not run: {st.n} question(s) scored on both sides: {small}", ())
     p = st.p_value if adjusted_p is None else adjusted_p
     ok = p >= g.limit
     how = "exact" if st.resamples == 0 else f"{st.resamples} random flips"

@@ -4,6 +4,7 @@ output-match gate."""
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from harness.config.gates.registry import GateBase, GateKind, Place, gate
@@ -23,9 +24,10 @@ class SampledEquivalence(GateBase):
     test (:func:`harness.analysis.sampled.sampled_test`). H0: both sample from the
     target's distribution. Observed is the p-value; it must be >= ``limit`` (= alpha;
     with ``multiple_testing`` ``holm``, the Holm-adjusted p-value over the config's
-    family). ``independent`` is False when the task's seeding makes the draws dependent
-    (one seed for every request, or the same seeds on both sides): then NOT RUN with
-    ``dependence``, as the test's false-alarm rate would not hold."""
+    family). ``independent`` is False when the test cannot hold its level: the task's
+    seeding makes the draws dependent (one seed for every request, or the same seeds on
+    both sides), or the task has too few questions for the test ever to reach alpha
+    (:func:`too_few_questions`); then NOT RUN with the reason in ``dependence``."""
 
     kind: Literal[GateKind.SAMPLED_EQUIVALENCE] = GateKind.SAMPLED_EQUIVALENCE
     op: Literal[">="] = ">="
@@ -53,6 +55,8 @@ class SampledEquivalence(GateBase):
             why = (f"{comp.baseline} and {comp.candidate} send the same seeds (seed_offset {va.seed_offset}): their "
                    "draws are coupled, not independent; give one of them another seed_offset")
         alpha = comp.sampled_alpha or comp.alpha
+        if not why and (small := too_few_questions(t.num_questions, alpha)):
+            why = f"task {tname}: {small}"
         g = at.settings
         scorer = scorer_variant(config, comp)
         return cls.at(
@@ -64,6 +68,19 @@ class SampledEquivalence(GateBase):
                          + (", Holm-corrected across the config's family)" if g.multiple_testing == "holm" else ")")
                          + "; H0: both sample from the target's distribution"),
         )
+
+
+def too_few_questions(n: int | None, alpha: float) -> str | None:
+    """Why a two-sided sign-flip test on ``n`` paired questions can never reject at
+    ``alpha`` (its smallest p-value, all signs alike, is ``2 / 2**n``), or None when it can
+    (or ``n`` is not known before the run). Such a gate could only pass: it is planned
+    NOT RUN (report only), never PASS."""
+    if n is None or 2.0 / 2.0 ** min(n, 1100) <= alpha:
+        return None
+    need = math.ceil(math.log2(2.0 / alpha)) if alpha > 0 else None
+    return (f"{n} question(s): the sign-flip test's smallest two-sided p-value is 2/2^{n} = {2.0 / 2.0 ** n:.4g}, "
+            f"above alpha {alpha:g}, so it can never fail at this size (report only, NOT RUN)"
+            + (f"; ask at least {need} questions" if need else ""))
 
 
 def scorer_variant(config: ModelConfig, comp: ComparisonSpec) -> str | None:
