@@ -146,7 +146,7 @@ def test_the_walker_reads_the_whole_package():
 
 #: test folders that are not a part of the package: the orchestration modules' tests, and
 #: e2e (tests that start the real vLLM server or install evalrun afresh)
-TEST_ONLY_FOLDERS = {"orchestration", "e2e"}
+TEST_ONLY_FOLDERS = {"orchestration", "e2e", "properties"}
 #: the test files at the top of tests/: they check the repository as a whole
 WHOLE_REPOSITORY_TESTS = {"test_architecture.py", "test_code_health.py", "test_docs.py"}
 

@@ -60,13 +60,10 @@ def cli_main(argv: list[str]) -> int:
     for w in rec.merge_warnings:
         print(f"evalrun merge: warning: {w}", file=sys.stderr)
     out = a.results_dir / rec.run_id
-    from harness.records.run_folder import RunFolderTaken, claim_run_folder, refuse_symlinks
+    from harness.records.run_folder import RunFolderTaken, claim_run_folder
 
-    try:  # nothing is copied in through a link (a shard's samples or logs may name anything)
-        for r in records:
-            for sub in ("samples", "logs"):
-                if r.path and (Path(r.path) / sub).is_dir():
-                    refuse_symlinks(Path(r.path) / sub)
+    try:
+        _no_links(records)
     except RunFolderTaken as e:
         print(f"evalrun merge: {e}", file=sys.stderr)
         return 2
@@ -92,6 +89,21 @@ def cli_main(argv: list[str]) -> int:
     except KeyboardInterrupt as e:  # the merged record is final: its outcome is kept
         return _kept_after_signal(rec, out, a.markdown, a.junit, e, code)
     return code
+
+
+def _no_links(records: list[RunRecord]) -> None:
+    """Nothing is copied into the merged folder through a link: a shard's ``samples/`` or
+    ``logs/`` holding a symlink (which may name any file) is refused.
+
+    Raises:
+        RunFolderTaken: naming the link.
+    """
+    from harness.records.run_folder import refuse_symlinks
+
+    for r in records:
+        for sub in ("samples", "logs"):
+            if r.path and (Path(r.path) / sub).is_dir():
+                refuse_symlinks(Path(r.path) / sub)
 
 
 def _write_reports(rec: RunRecord, out: Path, markdown: Path | None, junit: Path | None) -> None:
