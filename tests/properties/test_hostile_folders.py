@@ -182,11 +182,15 @@ HOSTILE: dict[str, Callable[[Path, Path], None]] = {f.__name__.lstrip("_"): f fo
     _dotdot_samples, _absolute_samples)}
 
 
+#: the changes that rewrite run.json (applied before those that replace it)
+REWRITES = {_dotdot_variant, _dotdot_config, _dotdot_samples, _absolute_samples}
+
+
 def _commands(results: Path, hostile: Path, good: Path, cfg: Path) -> dict[str, list[str]]:
     return {
         "diff": ["diff", str(good), str(hostile), "--output", str(results / "d.md")],
         "diff-reversed": ["diff", str(hostile), str(good), "--json"],
-        "history": ["history", "--results-dir", str(results)],
+        "history": ["history", str(results)],
         "merge": ["merge", str(hostile), str(good), "--results-dir", str(results), "--run-id", "merged"],
         "resume": ["--config", str(cfg), "--quiet", "--no-baseline", "--resume", str(hostile)],
     }
@@ -214,7 +218,7 @@ def test_a_hostile_run_folder_is_refused_clearly_and_nothing_outside_changes(
     (outside / "victim.json").write_text('{"victim": true}\n')
     good = _good_run(results, "good", cfg)
     run = _good_run(results, "hostile", cfg, status="interrupted" if command == "resume" else "completed")
-    for h in hostile:
+    for h in sorted(hostile, key=lambda h: HOSTILE[h] not in REWRITES):  # record rewrites first
         try:
             HOSTILE[h](run, outside)
         except FileNotFoundError:  # an earlier change removed what this one replaces: still hostile
