@@ -77,3 +77,12 @@ def test_no_symlink_below_names_the_link(tmp_path: Path):
         no_symlink_below(run, run / "attempts" / "1" / "run.json")
     with pytest.raises(UnreadableFile, match="not inside"):
         no_symlink_below(run, tmp_path / "out")
+
+
+def test_a_named_pipe_as_a_pid_file_is_invalid_not_a_hang(tmp_path: Path):
+    from harness.engine.leftovers import find_leftover_servers  # noqa: PLC0415 - the pid files' one reader
+
+    (tmp_path / "r" / "logs" / "c").mkdir(parents=True)
+    os.mkfifo(tmp_path / "r" / "logs" / "c" / "v.pid.json")
+    found = find_leftover_servers(tmp_path)
+    assert [f.verdict for f in found] == ["invalid"] and "named pipe" in found[0].reason
