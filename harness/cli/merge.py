@@ -23,6 +23,7 @@ def cli_main(argv: list[str]) -> int:
     ``summary.html`` and the shards' ``samples/`` and ``logs/`` copied beside it (so diffs and baselines read the merged
     folder). Returns the merged exit code (0 / 1 / 2), or 2 when the shards do not merge.
     """
+    # long: the command's steps in order (parse, merge, refuse, claim, copy, write, report), each a few lines
     from harness.config.model_list import PROJECT_ROOT
     from harness.records.provenance import new_run_id
     from harness.records.run_record import RunRecordError, load_run, write_run

@@ -60,7 +60,7 @@ from harness.run.context import ConfigRun, RunContext, RunOptions
 from harness.run.outcome import finish, interrupted, record_error
 from harness.run.resume import decide, in_plan_order, resumed_record, reuse_finished, set_aside
 from harness.run.sampled_steps import score_sampled
-from harness.run.variant_steps import rerun_for_noise, run_variant
+from harness.run.variant_steps import engine_build, rerun_for_noise, run_variant
 from harness.tasks import DataUnavailableError, ShortDataError, available_questions, check_enough
 
 __all__ = ["run", "RunFolderExistsError", "mark_not_applicable"]
@@ -112,6 +112,7 @@ def run(plan: Plan, opts: RunOptions, ctx: RunContext) -> tuple[RunRecord, Path]
     if (bad_id := check_run_id(run_id)) is not None:  # every command: the run folder is one name in --results-dir
         raise RunFolderExistsError(f"run id {run_id!r}: {bad_id}")
     run_dir = Path(opts.results_dir) / run_id
+    engine_build.cache_clear()  # each run reads the builds its variants run (a build may change between runs)
     sp = server_plan(plan, opts.variants, opts.gpus, opts.max_servers, opts.estimates)  # DeviceError: before all
     check_results_folder(opts.results_dir)  # writable, some free space: before any server starts
     try:
