@@ -39,6 +39,10 @@ class UnreadableFile(OSError):
     """A file evalrun reads is not a regular file, is larger than its bound, or cannot be
     opened or read; the message names the file and why."""
 
+    def __str__(self) -> str:
+        """The message alone (it names the file), without ``[Errno n]`` and the repeated name."""
+        return str(self.strerror) if self.strerror else super().__str__()
+
 
 class UnsafeName(ValueError):
     """A name or relative path read from a record would leave its folder; the message
