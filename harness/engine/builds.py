@@ -134,7 +134,12 @@ def parse_build(text: str, index_template: str | None = None, package: str = "vl
                              f"(vLLM's per-commit wheels: {VLLM_WHEEL_INDEX})")
         if "{commit}" not in index_template:
             raise BuildError(f"--build-index-template {index_template!r} has no {{commit}}")
-        return BuildSpec(text, "commit", requirement=package, index_url=index_template.format(commit=t), commit=t)
+        try:
+            url = index_template.format(commit=t)
+        except (KeyError, IndexError, ValueError) as e:  # another {field}, a {0}, an unbalanced brace
+            raise BuildError(f"--build-index-template {index_template!r}: only {{commit}} may be filled in "
+                             f"({type(e).__name__}: {e})") from None
+        return BuildSpec(text, "commit", requirement=package, index_url=url, commit=t)
     if re.match(r"(https?|file)://", t):
         return BuildSpec(text, "requirement", requirement=t)
     p = Path(t).expanduser()

@@ -11,7 +11,7 @@ import pytest
 
 from harness.config.loader import load_config
 from harness.config.plan import build_plan
-from harness.engine.builds import BuildError, _same_build, apply_builds
+from harness.engine.builds import BuildError, _same_build, apply_builds, parse_build
 
 
 def _interpreter(folder: Path) -> Path:
@@ -50,3 +50,9 @@ builds: {{baseline: builds/b1/bin/python, candidate: {py}}}
     plan = build_plan([load_config(cfg)], python=os.fspath(py))
     with pytest.raises(BuildError, match="same build"):
         apply_builds(plan, make=False)
+
+
+@pytest.mark.parametrize("template", ["https://x/{commit}/{arch}", "https://x/{commit}/{0}", "https://x/{commit}/{"])
+def test_an_index_template_with_another_field_is_a_build_error(template):
+    with pytest.raises(BuildError, match="only {commit}"):
+        parse_build("0123abcd", template)
