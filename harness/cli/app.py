@@ -218,7 +218,7 @@ def _check_resume(args: argparse.Namespace, argv: list[str]) -> None:
     from harness.records.run_record import RunRecordError, load_run
     from harness.run.resume import differing_options
 
-    rd = args.resume
+    rd = args.resume = Path(args.resume).resolve()  # through a ``latest`` link: the real run id
     if args.dry_run:
         raise _Refused("--resume runs: it has no --dry-run")
     if args.run_id is not None and args.run_id != rd.name:

@@ -18,6 +18,12 @@ them could not be judged (or the build could not be made). The record (``bisect.
 step, its verdict and the gates that flipped against the oldest build. The last line of
 the output names the first bad build.
 
+A bisection judges only records it wrote: a step whose run folder exists before the step
+(an earlier bisection with the same ``--bisect-id``) or whose record is another run's
+ends the bisection with status ``error`` (exit 2), never a verdict. A stopping signal
+(SIGINT, SIGTERM, ...) at any moment, while a step writes its reports included, ends it
+as ``interrupted`` (exit 2).
+
 Exit codes: 0 the first bad build was found; 2 refused (bad arguments, a build that
 cannot be made at an end, an end that is not good / bad), left open by skipped builds,
 interrupted or an error.
@@ -26,6 +32,7 @@ interrupted or an error.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from pathlib import Path
@@ -36,6 +43,7 @@ from pydantic import BaseModel, ConfigDict
 from harness.analysis.bisection import Verdict, first_bad, next_probe, step_verdict
 from harness.config.types import BisectId, IndexTemplate, Name, cli_type
 from harness.engine.builds import BuildError, BuildSpec, ensure_build, parse_build
+from harness.engine.registry import processes
 from harness.records.atomic import write_atomic
 from harness.records.provenance import EngineBuild, new_run_id, utc_now
 from harness.records.run_record import RunRecordError, load_run
@@ -87,7 +95,9 @@ class BisectRecord(BaseModel):
 
     Attributes:
         status: ``running``, ``found``, ``open`` (skipped builds leave several
-            candidates), ``refused`` (an end is wrong or cannot run), ``interrupted``.
+            candidates), ``refused`` (an end is wrong or cannot run), ``interrupted``,
+            ``error`` (a step's run folder was not written by this bisection: its record
+            is never judged).
         builds: every ``--build``, oldest first.
         bad_end_gates: the gate ids that failed at the newest build.
         steps: in the order they ran.
@@ -98,7 +108,7 @@ class BisectRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     bisect_id: str
-    status: Literal["running", "found", "open", "refused", "interrupted"] = "running"
+    status: Literal["running", "found", "open", "refused", "interrupted", "error"] = "running"
     message: str | None = None
     exit_code: int | None = None
     command_line: list[str]
@@ -141,6 +151,16 @@ class _Refused(Exception):
     """Exit 2 before any build runs; the message is printed."""
 
 
+class StepError(Exception):
+    """A step's record cannot be this bisection's own (its run folder existed before the
+    step, or the record there is another run's): the bisection ends with status
+    ``error``, exit 2; the record is never judged."""
+
+
+#: Longest label a step adds to the bisection id (``-`` + :func:`_label`, at most 60).
+_LABEL_ROOM = 61
+
+
 def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str], argparse.Namespace, Path, list[BuildSpec]]:
     """``(bisect options, run argv, the run options parsed, results dir, builds)``.
 
@@ -149,7 +169,7 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str], argparse.Nam
             bisection sets itself, a bad id.
     """
     from harness.cli.app import _run_parser
-    from harness.config.checks import check_run_id
+    from harness.config.checks import MAX_NAME_LENGTH, check_run_id
 
     args, run_argv = _parser().parse_known_args(argv)
     run_args = _run_parser().parse_args(run_argv)
@@ -161,6 +181,9 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str], argparse.Nam
     bad_id = check_run_id(args.bisect_id)
     if bad_id:
         raise _Refused(f"--bisect-id: {bad_id}")
+    if args.bisect_id is not None and len(args.bisect_id) > MAX_NAME_LENGTH - _LABEL_ROOM:
+        raise _Refused(f"--bisect-id: {len(args.bisect_id)} characters; at most {MAX_NAME_LENGTH - _LABEL_ROOM}, so "
+                       f"that every step's run id (<bisect id>-b<i>-<package>-<version>) is a valid --run-id")
     try:
         builds = [parse_build(b, args.build_index_template, args.build_package) for b in args.build]
     except BuildError as e:
@@ -178,6 +201,11 @@ class _Runs:
     def __init__(self, args: argparse.Namespace, run_argv: list[str], results: Path) -> None:
         self.args, self.run_argv, self.results = args, run_argv, results
 
+    def command_line(self, python: str, run_id: str) -> list[str]:
+        """The record's ``provenance.command_line`` of a step: the run options as given,
+        then the two the step sets."""
+        return ["evalrun", *self.run_argv, "--python", python, "--run-id", run_id]
+
     def step(self, python: str, run_id: str) -> int:
         """Run the options on interpreter ``python`` as run ``run_id``
         (:func:`harness.cli.app.run_and_report`: plan, front door, tables); the exit code
@@ -192,7 +220,7 @@ class _Runs:
             print(f"evalrun: {e}", file=sys.stderr)
             return 2
         # the record's command line: the run options as given, then the two this step sets
-        return run_and_report(args, plan, shard, ["evalrun", *self.run_argv, "--python", python, "--run-id", run_id])
+        return run_and_report(args, plan, shard, self.command_line(python, run_id))
 
 
 def _label(index: int, ident: EngineBuild) -> str:
@@ -207,7 +235,10 @@ def _evaluate(index: int, spec: BuildSpec, bad_end: list[str], run: _Runs, bisec
     verdict is left to the caller).
 
     Raises:
-        KeyboardInterrupt: the step's run was interrupted (its record says so).
+        KeyboardInterrupt: the step's run was interrupted (its record says so), or a
+            stopping signal came at any moment of it (its reports included).
+        StepError: the step's run folder existed before the step, or its record is not
+            the run this step started (named; never judged).
     """
     results = run.results
 
@@ -221,12 +252,26 @@ def _evaluate(index: int, spec: BuildSpec, bad_end: list[str], run: _Runs, bisec
     step.run_id = f"{bisect_id}-{_label(index, rb.identity)}"
     print(f"evalrun bisect: build {index} ({spec.text}: {rb.identity.describe()}): run {step.run_id}",
           file=sys.stderr, flush=True)
+    folder = results / step.run_id
+    if os.path.lexists(folder):
+        raise StepError(f"build {index}: its run folder {folder} exists already (an earlier bisection with the same "
+                        "--bisect-id?): its record is not this bisection's and is not judged; choose another "
+                        "--bisect-id or move the folder away")
     step.exit_code = run.step(rb.python, step.run_id)
+    if processes().interrupting():  # a signal at any moment of the step, its reports included
+        raise KeyboardInterrupt(f"a stopping signal during the run of build {index}")
+    if not os.path.lexists(folder):
+        step.verdict, step.error = "skip", f"no run record: the run of build {index} wrote no folder {folder}"
+        return step
     try:
-        record = load_run(results / step.run_id)
+        record = load_run(folder)
     except RunRecordError as e:
         step.verdict, step.error = "skip", f"no run record: {e}"
         return step
+    if record.run_id != step.run_id or record.provenance.command_line != run.command_line(rb.python, step.run_id):
+        raise StepError(f"build {index}: {folder / 'run.json'} is not the record of the run this bisection started "
+                        f"(run id {record.run_id!r}, command {' '.join(record.provenance.command_line)[:200]!r}): "
+                        "not judged")
     step.outcome = record.outcome
     if record.outcome in ("interrupted", "running"):
         raise KeyboardInterrupt(f"the run of build {index} was interrupted")
@@ -343,11 +388,20 @@ def cli_main(argv: list[str]) -> int:
         write_atomic(folder / "bisect.json", rec.model_dump_json(indent=2) + "\n")
         write_atomic(folder / "bisect.md", render_markdown(rec))
 
-    save()
-    try:  # each step's run installs the handlers: a stopping signal stops its servers, keeps its record
+    # a stopping signal between steps ends the bisection too (each step's run installs its own handlers,
+    # which stop its servers and keep its record; :func:`_evaluate` asks whether one came)
+    reg = processes()
+    reg._interrupting.clear()  # this bisection's signals only (an earlier command in this process, in tests)
+    reg.install_stop_handlers(lambda _name: None)
+    try:
+        save()
         _search(rec, builds, _Runs(run_args, run_argv, results), save)
     except KeyboardInterrupt as e:
         rec.status, rec.exit_code, rec.message = "interrupted", 2, f"interrupted: {e or 'a stopping signal'}"
+    except StepError as e:
+        rec.status, rec.exit_code, rec.message = "error", 2, str(e)
+    if processes().interrupting() and rec.status != "interrupted":  # e.g. while the last step wrote its reports
+        rec.status, rec.exit_code, rec.message = "interrupted", 2, "interrupted: a stopping signal"
     rec.ended_at = utc_now()
     save()
     print(f"evalrun bisect: record: {folder / 'bisect.json'} ({folder / 'bisect.md'})", file=sys.stderr)

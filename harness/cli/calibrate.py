@@ -135,6 +135,12 @@ def cli_main(argv: list[str]) -> int:
     except ConfigError as e:
         print(f"evalrun calibrate: config error:\n{e}", file=sys.stderr)
         return 2
+    from harness.config.checks import check_run_id
+
+    bad_id = check_run_id(args.run_id)  # the calibration folder is <results dir>/<run id>: one name, no '..'
+    if bad_id:
+        print(f"evalrun calibrate: --run-id: {bad_id}", file=sys.stderr)
+        return 2
     plan = build_plan(configs, python=args.python)
     known = {v for c in configs for v in c.variants}
     unknown = sorted(set(args.variant or ()) - known)

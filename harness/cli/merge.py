@@ -24,6 +24,7 @@ def cli_main(argv: list[str]) -> int:
     ``summary.html`` and the shards' ``samples/`` and ``logs/`` copied beside it (so diffs and baselines read the merged
     folder). Returns the merged exit code (0 / 1 / 2), or 2 when the shards do not merge.
     """
+    # long: the command's steps in order (parse, merge, refuse, claim, copy, write, report), each a few lines
     from harness.config.model_list import PROJECT_ROOT
     from harness.records.provenance import new_run_id
     from harness.records.run_record import RunRecordError, load_run, write_run
@@ -65,6 +66,11 @@ def cli_main(argv: list[str]) -> int:
     from harness.records.run_folder import RunFolderTaken, claim_run_folder
 
     try:
+        _no_links(records)
+    except RunFolderTaken as e:
+        print(f"evalrun merge: {e}", file=sys.stderr)
+        return 2
+    try:
         claim = claim_run_folder(out, ["evalrun", "merge", *argv])
     except RunFolderTaken as e:
         print(f"evalrun merge: {e}", file=sys.stderr)
@@ -86,6 +92,21 @@ def cli_main(argv: list[str]) -> int:
     except KeyboardInterrupt as e:  # the merged record is final: its outcome is kept
         return _kept_after_signal(rec, out, a.markdown, a.junit, e, code)
     return code
+
+
+def _no_links(records: list[RunRecord]) -> None:
+    """Nothing is copied into the merged folder through a link: a shard's ``samples/`` or
+    ``logs/`` holding a symlink (which may name any file) is refused.
+
+    Raises:
+        RunFolderTaken: naming the link.
+    """
+    from harness.records.run_folder import refuse_symlinks
+
+    for r in records:
+        for sub in ("samples", "logs"):
+            if r.path and (Path(r.path) / sub).is_dir():
+                refuse_symlinks(Path(r.path) / sub)
 
 
 def _write_reports(rec: RunRecord, out: Path, markdown: Path | None, junit: Path | None) -> None:

@@ -134,7 +134,12 @@ def parse_build(text: str, index_template: str | None = None, package: str = "vl
                              f"(vLLM's per-commit wheels: {VLLM_WHEEL_INDEX})")
         if "{commit}" not in index_template:
             raise BuildError(f"--build-index-template {index_template!r} has no {{commit}}")
-        return BuildSpec(text, "commit", requirement=package, index_url=index_template.format(commit=t), commit=t)
+        try:
+            url = index_template.format(commit=t)
+        except (KeyError, IndexError, ValueError) as e:  # another {field}, a {0}, an unbalanced brace
+            raise BuildError(f"--build-index-template {index_template!r}: only {{commit}} may be filled in "
+                             f"({type(e).__name__}: {e})") from None
+        return BuildSpec(text, "commit", requirement=package, index_url=url, commit=t)
     if re.match(r"(https?|file)://", t):
         return BuildSpec(text, "requirement", requirement=t)
     p = Path(t).expanduser()
@@ -430,14 +435,57 @@ def _read_stamp(folder: Path) -> dict:
         return {}
 
 
+def build_key(spec: BuildSpec) -> tuple[str, ...]:
+    """What names a build, by identity not by text: an interpreter by its path with every
+    folder resolved (``builds/b1/bin/python`` and its absolute path, or a path through a
+    symlinked folder, are one build; the interpreter's own symlink is kept, since every
+    venv's ``python`` links to the same base interpreter), a wheel file by its resolved
+    path, a requirement by its canonical name and specifier, a commit by index and commit."""
+    if spec.kind == "python":
+        p = Path(str(spec.python))
+        return ("python", str(p.parent.resolve() / p.name))
+    if spec.kind == "commit":
+        return ("commit", str(spec.index_url), str(spec.requirement), str(spec.commit))
+    req = str(spec.requirement)
+    try:
+        r = Requirement(req)
+        return ("requirement", canonicalize_name(r.name), str(r.specifier), str(r.url or ""),
+                ",".join(sorted(r.extras)), str(r.marker or ""))
+    except InvalidRequirement:
+        return ("requirement", req)
+
+
 def _same_build(a: str, b: str, index_template: str | None) -> bool:
-    """Whether two builds as written name the same build (``.venv/bin/python`` and its
-    absolute path do; text that does not parse is compared as written)."""
+    """Whether two builds as written name the same build (:func:`build_key`; text that
+    does not parse is compared as written)."""
     try:
         x, y = parse_build(a, index_template), parse_build(b, index_template)
     except BuildError:
         return a.strip() == b.strip()
-    return dataclasses.replace(x, text="") == dataclasses.replace(y, text="")
+    return build_key(x) == build_key(y)
+
+
+def _refuse_one_build_twice(plan: Plan, index_template: str | None) -> None:
+    """A config's ``builds: {baseline, candidate}`` (variants ``<v>.baseline`` and
+    ``<v>.candidate``) must name two builds, by identity (:func:`build_key`), not only by
+    text: a build compared with itself proves nothing.
+
+    Raises:
+        BuildError: naming the config, both builds as written and why they are one.
+    """
+    for config_plan in plan.configs:
+        by_name = {v.name: v for v in config_plan.variants}
+        for v in config_plan.variants:
+            if not v.name.endswith(".baseline") or v.build is None:
+                continue
+            other = by_name.get(v.name.removesuffix(".baseline") + ".candidate")
+            if other is None or other.build is None or other.build == v.build:
+                continue  # the same text is refused at load (harness.config.ab)
+            if _same_build(str(v.build), str(other.build), index_template):
+                raise BuildError(
+                    f"{config_plan.config.path}: builds: baseline {v.build!r} and candidate {other.build!r} are the "
+                    "same build (the same interpreter, wheel, requirement or commit, written two ways); compare "
+                    "two different builds, or drop the section")
 
 
 def apply_builds(plan: Plan, only: list[str] | None = None, given: str | None = None,
@@ -456,8 +504,10 @@ def apply_builds(plan: Plan, only: list[str] | None = None, given: str | None = 
         given: the ``--build`` or ``--python`` of the command line, None when neither.
 
     Raises:
-        BuildError: such a contradiction (naming the variant, its config and both builds).
+        BuildError: such a contradiction (naming the variant, its config and both builds),
+            or an A/B config whose two builds are one (:func:`_refuse_one_build_twice`).
     """
+    _refuse_one_build_twice(plan, index_template)
     chosen = [(config_plan, v) for config_plan in plan.configs for v in config_plan.variants
               if v.build is not None and (only is None or v.name in only)]
     for config_plan, v in chosen:

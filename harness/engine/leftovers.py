@@ -38,6 +38,7 @@ import psutil
 
 from harness.config.schema import JsonValue
 from harness.records.atomic import write_atomic
+from harness.records.files import MAX_SMALL_BYTES, read_text
 from harness.records.run_record import LeftoverServerRecord, LeftoverVerdict
 
 __all__ = [
@@ -216,7 +217,7 @@ def find_leftover_servers(results_dir: Path) -> list[LeftoverServerRecord]:
     out = []
     for f in sorted(Path(results_dir).glob("*/logs/*/*.pid.json")):
         try:
-            info = json.loads(f.read_text(encoding="utf-8"))
+            info = json.loads(read_text(f, MAX_SMALL_BYTES, "pid file"))  # a pipe or a huge file never blocks
         except (OSError, ValueError, RecursionError) as e:
             out.append(_found("invalid", None, f, "", f"unreadable: {type(e).__name__}: {e}"))
             continue

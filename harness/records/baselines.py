@@ -34,6 +34,7 @@ from typing import Final, Literal, Sequence
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from harness.records.bounds import Bounded
+from harness.records.files import MAX_RECORD_BYTES, UnreadableFile, read_text
 from harness.records.measures import EngineFactsRecord, Interval, SpecDecodeRecord
 from harness.records.provenance import utc_now
 from harness.records.run_folder import RunFolder
@@ -292,9 +293,10 @@ def load_baseline(path: str | Path) -> BaselineDoc:
     """
     p = Path(path)
     try:
-        raw = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise BaselineError(f"{p}: cannot read baseline: {e.strerror}") from e
+        raw = json.loads(read_text(p, MAX_RECORD_BYTES, "baseline"))
+    except OSError as e:  # named: missing, not a regular file, too large, not UTF-8
+        raise BaselineError(str(e) if isinstance(e, UnreadableFile) else f"{p}: cannot read baseline: "
+                            f"{e.strerror}") from e
     except json.JSONDecodeError as e:
         raise BaselineError(f"{p}: not a JSON baseline: {e}") from e
     if not isinstance(raw, dict) or raw.get("schema") not in BASELINE_SCHEMAS:

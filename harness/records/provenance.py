@@ -5,10 +5,13 @@ run id and the clock every record is stamped with."""
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
+import os
 import platform
 import secrets
 import subprocess
 import sys
+from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 
@@ -108,6 +111,10 @@ class Provenance(_Model):
     lm_eval: LmEvalInfo | None = None
     #: the servers' engine build (``--python``'s vLLM); None in records written before it existed
     build: EngineBuild | None = None
+    #: the inherited environment that shapes every server (:func:`server_environment`:
+    #: name -> first 16 hex digits of the value's SHA-256, never the value: a key may be
+    #: secret); None in records written before it existed
+    server_env: dict[str, str] | None = None
 
 
 
@@ -170,4 +177,26 @@ def provenance(argv: list[str], configs: list[ConfigRef], started_at: str) -> Pr
         git_revision=_git_revision(),
         configs=list(configs),
         started_at=started_at,
+        server_env=server_environment(),
     )
+
+
+#: Prefix of the inherited variables that shape a vLLM server (every one of vLLM's own).
+SERVER_ENV_PREFIX = "VLLM_"
+#: evalrun's own variables that a server (evalrun's plugin in it) reads and that change
+#: what it computes: the fault, async scheduling on the CPU, GPU-like numerics and its seed.
+SERVER_ENV_NAMES = ("EVALRUN_FAULT", "EVALRUN_CPU_ASYNC_SCHEDULING", "EVALRUN_NUMERICS_NOISE",
+                    "EVALRUN_NUMERICS_NOISE_SEED")
+
+
+def server_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The inherited variables that shape every server this process starts (every
+    ``VLLM_*``, and :data:`SERVER_ENV_NAMES`), each as the first 16 hex digits of its
+    value's SHA-256 (the value itself may be a secret, ``VLLM_API_KEY``), sorted by name.
+
+    Args:
+        environ: the environment (default :data:`os.environ`).
+    """
+    env = os.environ if environ is None else environ
+    return {k: hashlib.sha256(env[k].encode("utf-8", "surrogateescape")).hexdigest()[:16]
+            for k in sorted(env) if k.startswith(SERVER_ENV_PREFIX) or k in SERVER_ENV_NAMES}

@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, comput
 from harness.config.schema import ConfigWarning, JsonValue
 from harness.records.bounds import Bounded
 from harness.records.expected import VERDICTS, ExpectedFailureRecord  # noqa: F401 - re-exported
+from harness.records.files import MAX_RECORD_BYTES, UnreadableFile, read_text
 from harness.records.measures import (
     AnswerAgreementRecord,
     DivergenceReportRecord,
@@ -665,9 +666,10 @@ def load_run(path: str | Path) -> RunRecord:
     if p.is_dir():
         p = p / RUN_FILE
     try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise RunRecordError(f"{p}: cannot read run record: {e.strerror}") from e
+        text = read_text(p, MAX_RECORD_BYTES, "run record")
+    except OSError as e:  # named: missing, not a regular file (a pipe never blocks), too large, not UTF-8
+        raise RunRecordError(str(e) if isinstance(e, UnreadableFile) else f"{p}: cannot read run record: "
+                             f"{e.strerror}") from e
     rec = parse_run(text, p)
     rec._path = p.parent
     return rec

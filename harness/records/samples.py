@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from harness.records.completions import EngineReply
+from harness.records.files import MAX_SAMPLES_BYTES, read_bytes, read_text
 from harness.records.text import clean_json
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -134,13 +135,10 @@ def sha256_file(path: Path) -> str:
     """Hex SHA-256 of a file's bytes (a samples file's content hash, in the run record).
 
     Raises:
-        OSError: the file cannot be read.
+        OSError: the file cannot be read, is not a regular file or is too large
+            (:func:`harness.records.files.read_bytes`).
     """
-    h = hashlib.sha256()
-    with Path(path).open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    return hashlib.sha256(read_bytes(path, MAX_SAMPLES_BYTES, "samples file")).hexdigest()
 
 
 def _non_finite(text: str) -> float:
@@ -158,6 +156,8 @@ def read_jsonl(path: Path) -> list[Sample]:
     """Read samples written by :func:`write_jsonl`.
 
     Raises:
+        OSError: the file cannot be read, is not a regular file or is too large
+            (:func:`harness.records.files.read_text`, naming it).
         ValueError: naming the file and line when a line is not a valid sample (a
             non-finite number such as ``NaN`` included), or when a
             question appears twice (the same config, variant, task and question id: one
@@ -165,20 +165,20 @@ def read_jsonl(path: Path) -> list[Sample]:
     """
     out: list[Sample] = []
     seen: dict[tuple[str, str, str, str], int] = {}
-    with Path(path).open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                s = Sample.from_json(json.loads(line, parse_constant=_non_finite, parse_float=_finite))
-            except (json.JSONDecodeError, TypeError, ValueError) as e:
-                raise ValueError(f"{path}:{lineno}: not a sample record: {e}") from e
-            key = (s.config, s.variant, s.task, s.question_id)
-            if key in seen:
-                raise ValueError(f"{path}:{lineno}: field 'question_id': {s.question_id!r} is also the sample of "
-                                 f"line {seen[key]} (one request has one sample): the file is not valid")
-            seen[key] = lineno
-            out.append(s)
+    text = read_text(path, MAX_SAMPLES_BYTES, "samples file")
+    for lineno, line in enumerate(text.split("\n"), 1):  # only "\n" ends a line (not U+2028)
+        if not line.strip():
+            continue
+        try:
+            s = Sample.from_json(json.loads(line, parse_constant=_non_finite, parse_float=_finite))
+        except (json.JSONDecodeError, TypeError, ValueError) as e:
+            raise ValueError(f"{path}:{lineno}: not a sample record: {e}") from e
+        key = (s.config, s.variant, s.task, s.question_id)
+        if key in seen:
+            raise ValueError(f"{path}:{lineno}: field 'question_id': {s.question_id!r} is also the sample of "
+                             f"line {seen[key]} (one request has one sample): the file is not valid")
+        seen[key] = lineno
+        out.append(s)
     return out
 
 

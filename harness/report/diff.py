@@ -477,6 +477,8 @@ def diff_runs(a: str | Path | Side, b: str | Path | Side) -> DiffResult:
         out.tasks += _task_entries(cname, ca, cb, pipe)
         out.comparisons += _comparison_entries(cname, ca, cb)
         out.gates.extend(_gate_changes(ca.gates, cb.gates))
+    for cname in out.configs_only_in_b:  # a gate that fails B is named, whether or not A ran its config
+        out.gates.extend(_gate_changes({}, sb.configs[cname].gates))
     return out
 
 

@@ -69,12 +69,18 @@ def _render_differences(diffs: list[Difference]) -> list[str]:
     return L
 
 
-def _render_gates(g: GateChanges) -> list[str]:
-    """Markdown lines: the gates failing in B and the verdicts that changed."""
+def _render_gates(g: GateChanges, b: SideHead | None = None) -> list[str]:
+    """Markdown lines: the gates failing in B and the verdicts that changed; when no gate
+    fails but B's outcome is not PASSED, what B's outcome is (a run is FAILED, INCOMPLETE
+    or ERROR for more than its gates)."""
     L: list[str] = []
     L += ["", "## Gates failing in B", ""]
     if not g.failing_in_b:
-        L.append("none")
+        word = b.outcome.upper() if b is not None else "PASSED"
+        L.append("none" if word in ("PASSED", "BASELINE") else
+                 f"no gate of B fails, yet B is **{word}** (status {b.status if b else '?'}): what else B "
+                 "recorded decides it (a variant or task that could not run, a gate not judged, a strict "
+                 "expected failure); see its summary.md")
     for fg in g.failing_in_b:
         x = fg.to_json()
         lim = f" (limit {x['op']} {_f(x['limit'], 4)})" if x.get("limit") is not None else ""
@@ -260,7 +266,7 @@ def render_diff_markdown(d: DiffResult, max_flipped: int = 20) -> str:
         if only:
             L.append(f"- configs only in {label}: {', '.join(only)}")
     L += _render_differences(d.differences)
-    L += _render_gates(d.gates)
+    L += _render_gates(d.gates, b)
     tasks = [t for t in d.tasks if t.in_a and t.in_b]
     missing = [t for t in d.tasks if not (t.in_a and t.in_b)]
     if not tasks:

@@ -22,6 +22,7 @@ from harness.records.baselines import (
     load_baseline,
     token_ids_hash,
 )
+from harness.records.files import MAX_RECORD_BYTES, read_text
 from harness.records.measures import EngineFactsRecord, Interval, NoiseRecord, SpecDecodeRecord
 from harness.records.provenance import DatasetRef
 from harness.records.run_folder import RunFolder
@@ -174,7 +175,7 @@ def load_side(path: str | Path, results_dir: str | Path | None = None) -> Side:
     p = resolve_side(path, results_dir)
     if p.is_file():
         try:
-            doc = json.loads(p.read_text(encoding="utf-8"))
+            doc = json.loads(read_text(p, MAX_RECORD_BYTES, "run record or baseline"))
         except (OSError, json.JSONDecodeError) as e:
             raise DiffError(f"{p}: not a JSON run record or baseline: {e}") from e
         if isinstance(doc, dict) and doc.get("schema") in BASELINE_SCHEMAS:
@@ -186,7 +187,10 @@ def load_side(path: str | Path, results_dir: str | Path | None = None) -> Side:
         rec = load_run(p)
     except RunRecordError as e:
         raise DiffError(str(e)) from e
-    return _side_from_run(rec, rec.path or p)
+    try:
+        return _side_from_run(rec, rec.path or p)
+    except ValueError as e:  # a recorded samples path that would leave the run folder (named)
+        raise DiffError(str(e)) from e
 
 
 def _task_view(t: TaskResult | BaselineTask, questions: dict[str, QuestionView],

@@ -72,6 +72,8 @@ class SampledShift(TypedDict):
     expected_logprob_sd: float
     shift: float
     independent: bool
+    #: why the gate is planned NOT RUN (dependent draws, too few questions), else None
+    not_run_reason: str | None
 
 
 class DetectableDrops(TypedDict):
@@ -176,7 +178,8 @@ def _sampled_shifts(config: ModelConfig, tname: str, n: int, power: float,
             continue
         sd = comps[(g.baseline, g.variant)].expected_logprob_sd
         out.append({"baseline": g.baseline, "candidate": g.variant, "alpha": g.limit, "expected_logprob_sd": sd,
-                    "shift": detectable_shift(n, sd, g.limit, power), "independent": g.independent})
+                    "shift": detectable_shift(n, sd, g.limit, power), "independent": g.independent,
+                    "not_run_reason": g.dependence or None})
     return out
 
 
@@ -316,7 +319,7 @@ def render_detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER,
                 f"detects a shift of the target's mean log-probability per token >= {sh['shift']:.3f} nats "
                 f"[(z_(1-alpha/2) + z_power) * sd / sqrt(n)] assuming sd {sh['expected_logprob_sd']} of the "
                 "per-question difference (expected_logprob_sd)"
-                + ("" if sh["independent"] else "; NOT RUN as planned: the draws are not independent (seeds)"))
+                + ("" if sh["independent"] else f"; NOT RUN as planned: {sh['not_run_reason']}"))
     return lines
 
 

@@ -14,9 +14,9 @@ from harness.analysis.measurements import Measurements
 from harness.config.plan import VariantPlan
 from harness.models.resolve import resolve_model
 from harness.records.baselines import BaselineError, baseline_path, load_baseline
-from harness.records.provenance import DatasetRef
+from harness.records.provenance import DatasetRef, EngineBuild
 from harness.records.results import unstarted_variant
-from harness.records.run_record import BaselineInfo
+from harness.records.run_record import BaselineInfo, ConfigResult, GateResult, RunRecord
 from harness.run.context import ConfigRun
 from harness.tasks import ContaminationError, DataUnavailableError, ShortDataError, prepare_task, task_for
 
@@ -116,7 +116,19 @@ def judge_gates(run: ConfigRun) -> None:
         if crec.baseline.found and m.baseline is not None:
             crec.baseline.notes = baseline_notes(config_plan.baseline_gates, m)
     # known engine bugs the config declares: XFAIL / XPASS on the build that ran
-    crec.gates = mark_expected(crec.gates, config_plan.config, run.record.provenance.build)
+    crec.gates = mark_expected(crec.gates, config_plan.config, lambda g: gate_builds(g, crec, run.record))
+
+
+def gate_builds(g: GateResult, crec: ConfigResult, record: RunRecord) -> list[EngineBuild | None]:
+    """The engine builds a gate's variants ran on (its variant, and the variant it
+    compares with when that is one of the config's): each variant's own ``build``, the
+    run's ``provenance.build`` for a variant recorded without one."""
+    names = [g.variant] + ([g.baseline] if g.baseline in crec.variants else [])
+    out: list[EngineBuild | None] = []
+    for name in names:
+        v = crec.variants.get(name)
+        out.append(v.build if v is not None and v.build is not None else record.provenance.build)
+    return out
 
 
 def stored_baseline(baseline_dir: Path, config: str, m: Measurements) -> BaselineInfo:

@@ -35,7 +35,8 @@ from harness.config.schema import VLLM_PIPELINE
 from harness.engine.builds import identity_or_none
 from harness.engine.info import model_runner_fact
 from harness.models.resolve import resolve_model
-from harness.records.provenance import utc_now
+from harness.records.files import UnsafeName, check_record_name, check_relative, no_symlink_below
+from harness.records.provenance import provenance, server_environment, utc_now
 from harness.records.results import plugin_report
 from harness.records.run_folder import RunFolder
 from harness.records.run_record import (
@@ -109,6 +110,7 @@ def decide(plan: Plan, opts: RunOptions, run_dir: Path, progress: Progress) -> D
                             f"{earlier.status}); its verdict stands: start a new run with another --run-id")
     if earlier.merged_from:
         raise ResumeRefused(f"{run_dir}: cannot resume a merged run (evalrun merge): resume its shards instead")
+    _check_names(earlier, run_dir)
     differ = _run_differences(plan, opts, earlier, progress)
     reusable: dict[tuple[str, str], VariantResult] = {}
     reasons: dict[str, str] = {}
@@ -128,6 +130,23 @@ def decide(plan: Plan, opts: RunOptions, run_dir: Path, progress: Progress) -> D
         raise ResumeRefused(f"{run_dir}: cannot resume, what this run would measure differs from the earlier "
                             "attempt:\n  " + "\n  ".join(differ))
     return Decision(earlier, reusable, reasons)
+
+
+def _check_names(earlier: RunRecord, run_dir: Path) -> None:
+    """Every config and variant name of the earlier record as names are checked at
+    creation (they become the folders :func:`set_aside` moves).
+
+    Raises:
+        ResumeRefused: naming the record, the field and the name.
+    """
+    where = str(run_dir / "run.json")
+    try:
+        for c in earlier.configs:
+            check_record_name(c.name, where, "configs[].name")
+            for v in c.variants:
+                check_record_name(v, where, f"configs.{c.name}.variants")
+    except UnsafeName as e:
+        raise ResumeRefused(f"{run_dir}: cannot resume: {e}") from None
 
 
 def _run_differences(plan: Plan, opts: RunOptions, earlier: RunRecord, progress: Progress) -> list[str]:
@@ -150,6 +169,8 @@ def _run_differences(plan: Plan, opts: RunOptions, earlier: RunRecord, progress:
     if pv.allow_contamination != opts.allow_contamination:
         out.append(f"allow_contamination: {pv.allow_contamination} -> {opts.allow_contamination}")
     out += _build_difference(plan, earlier)
+    out += _evalrun_difference(earlier)
+    out += _env_difference(earlier)
     out += _model_differences(plan, earlier, progress)
     return out + _data_differences(plan, opts, earlier)
 
@@ -164,6 +185,29 @@ def _build_difference(plan: Plan, earlier: RunRecord) -> list[str]:
     keys = ("python", "package", "version", "commit")
     a, b = then.model_dump(include=set(keys)), now.model_dump(include=set(keys))
     return [f"build.{k}: {a[k]!r} -> {b[k]!r}" for k in keys if a[k] != b[k]]
+
+
+def _evalrun_difference(earlier: RunRecord) -> list[str]:
+    """evalrun's version and git revision against the earlier attempt's (an attempt by
+    another evalrun judged, scored or sent differently; a revision unknown on either
+    side is compared as it is)."""
+    now = provenance([], [], utc_now())
+    then = earlier.provenance
+    return [f"evalrun {k}: {getattr(then, k)!r} -> {getattr(now, k)!r}"
+            for k in ("evalrun_version", "git_revision") if getattr(then, k) != getattr(now, k)]
+
+
+def _env_difference(earlier: RunRecord) -> list[str]:
+    """The inherited environment that shapes every server (every ``VLLM_*`` and evalrun's
+    own server settings, :func:`harness.records.provenance.server_environment`) against
+    the earlier attempt's; fails closed on a record written before it was kept."""
+    then, now = earlier.provenance.server_env, server_environment()
+    if then is None:
+        return ["environment: the earlier attempt did not record the inherited VLLM_* / EVALRUN_* variables its "
+                "servers ran with (an older evalrun): cannot tell they are the same"]
+    return [f"environment {k}: {'set' if k in then else 'unset'} -> {'set' if k in now else 'unset'}"
+            + (" (another value)" if k in then and k in now else "")
+            for k in sorted(set(then) | set(now)) if then.get(k) != now.get(k)]
 
 
 def _model_differences(plan: Plan, earlier: RunRecord, progress: Progress) -> list[str]:
@@ -212,8 +256,9 @@ def _incomplete(config_plan: ConfigPlan, variant_plan: VariantPlan, vrec: Varian
         return "not run in the earlier attempt"
     if vrec.server.status != "ready" or vrec.error:
         return f"server {vrec.server.status}" + (f": {vrec.error.splitlines()[0]}" if vrec.error else "")
-    if vrec.engine is None and vrec.engine_error is None:
-        return "its engine facts were not read"
+    if vrec.engine is None:  # unread or unreadable: what ran cannot be compared, so it runs again
+        return "its engine facts were not read" + (f" ({vrec.engine_error.splitlines()[0]})" if vrec.engine_error
+                                                     else "")
     inline = variant_plan.name in noise_variants(config_plan)
     for t in config_plan.tasks:
         trec = vrec.tasks.get(t.name)
@@ -221,7 +266,10 @@ def _incomplete(config_plan: ConfigPlan, variant_plan: VariantPlan, vrec: Varian
             return f"task {t.name} not measured"
         why = _samples_problem(run_dir, trec.samples, trec.samples_sha256)
         if why is None:
-            why = _score_problem(trec, RunFolder(run_dir).read(trec.samples))
+            try:
+                why = _score_problem(trec, RunFolder(run_dir).read(trec.samples))
+            except (OSError, ValueError) as e:  # matching hash, unreadable lines: runs again, named
+                why = f"samples file {trec.samples}: cannot be read: {e}"
         if why is None and trec.rerun is not None:
             why = _samples_problem(run_dir, trec.rerun.samples, trec.rerun.samples_sha256)
         elif why is None and inline and task_for(t.spec.kind).reruns_for_noise:
@@ -234,7 +282,9 @@ def _incomplete(config_plan: ConfigPlan, variant_plan: VariantPlan, vrec: Varian
 def _samples_problem(run_dir: Path, rel: str, sha256: str | None) -> str | None:
     """Why a recorded samples file cannot be reused (missing, unreadable, other bytes)."""
     try:
-        got = sha256_file(run_dir / rel)
+        got = sha256_file(run_dir / check_relative(rel, str(run_dir / "run.json"), "samples path"))
+    except UnsafeName as e:
+        return str(e)
     except OSError as e:
         return f"samples file {rel}: {e.strerror or e}"
     return None if sha256 is not None and got == sha256 else f"samples file {rel}: its SHA-256 is not the recorded one"
@@ -300,7 +350,12 @@ def set_aside(run_dir: Path, decision: Decision, plan: Plan) -> str:
     that runs again (samples, plugin reports, server logs), to ``attempts/<n>/`` (same
     relative paths; ``n`` counts the attempts). PID files stay where they are, so the
     run's check for servers left running still finds them. Returns the kept record's
-    path relative to ``run_dir``."""
+    path relative to ``run_dir``. Names come from the plan and from the record
+    :func:`decide` checked; nothing is moved through a symlink.
+
+    Raises:
+        OSError: a path to move is or passes a symlink (named), or a move fails.
+    """
     n = RunFolder(run_dir).next_attempt()
     dest = RunFolder(run_dir).attempt(n)
     moves = [Path(p) for p in ("run.json", "summary.md", "summary.html", "junit.xml")]
@@ -317,9 +372,13 @@ def set_aside(run_dir: Path, decision: Decision, plan: Plan) -> str:
             moves += [Path("samples", c, v), Path("plugin", c, v), Path("plugin", c, f"{v}.rerun"),
                       Path("logs", c, f"{v}.log"), Path("logs", c, f"{v}.rerun.log")]
     for rel in moves:
-        if (run_dir / rel).exists():
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            os.replace(run_dir / rel, dest / rel)
+        src, to = run_dir / rel, dest / rel
+        no_symlink_below(run_dir, src)  # never moves a file in or out through a link (UnreadableFile: OSError)
+        no_symlink_below(run_dir, to)
+        if os.path.lexists(src):
+            to.parent.mkdir(parents=True, exist_ok=True)
+            no_symlink_below(run_dir, to.parent)
+            os.replace(src, to)
     return str(Path("attempts", str(n), "run.json"))
 
 

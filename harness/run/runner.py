@@ -29,6 +29,7 @@ from pathlib import Path
 from harness.analysis.comparison import compare, rerun_needs
 from harness.analysis.gates import evaluate_gates
 from harness.analysis.measurements import Measurements
+from harness.config.checks import check_run_id
 from harness.config.plan import ConfigPlan, Plan, VariantPlan
 from harness.engine.leftovers import find_leftover_servers
 from harness.engine.pool import DevicePool, Job, ServerPlan, new_pool, run_jobs, server_plan
@@ -59,7 +60,7 @@ from harness.run.context import ConfigRun, RunContext, RunOptions
 from harness.run.outcome import finish, interrupted, record_error
 from harness.run.resume import decide, in_plan_order, resumed_record, reuse_finished, set_aside
 from harness.run.sampled_steps import score_sampled
-from harness.run.variant_steps import rerun_for_noise, run_variant
+from harness.run.variant_steps import engine_build, rerun_for_noise, run_variant
 from harness.tasks import DataUnavailableError, ShortDataError, available_questions, check_enough
 
 __all__ = ["run", "RunFolderExistsError", "mark_not_applicable"]
@@ -108,7 +109,10 @@ def run(plan: Plan, opts: RunOptions, ctx: RunContext) -> tuple[RunRecord, Path]
             partial record (status ``interrupted``) written first.
     """
     run_id = opts.run_id or new_run_id()
+    if (bad_id := check_run_id(run_id)) is not None:  # every command: the run folder is one name in --results-dir
+        raise RunFolderExistsError(f"run id {run_id!r}: {bad_id}")
     run_dir = Path(opts.results_dir) / run_id
+    engine_build.cache_clear()  # each run reads the builds its variants run (a build may change between runs)
     sp = server_plan(plan, opts.variants, opts.gpus, opts.max_servers, opts.estimates)  # DeviceError: before all
     check_results_folder(opts.results_dir)  # writable, some free space: before any server starts
     try:
@@ -121,6 +125,7 @@ def run(plan: Plan, opts: RunOptions, ctx: RunContext) -> tuple[RunRecord, Path]
         resumed = None
         if opts.resume is not None:  # which variants are reused; the earlier attempt's files set aside
             decision = decide(plan, opts, run_dir, ctx.progress)
+            claim.take_over(opts.argv)  # only a resume that goes ahead rewrites the earlier attempt's claim
             resumed = resumed_record(decision, set_aside(run_dir, decision, plan))
             opts = dataclasses.replace(opts, reusable=decision.reusable)
         return _run_claimed(plan, opts, ctx, run_id, run_dir, sp, resumed)

@@ -258,7 +258,9 @@ def test_a_folder_whose_holder_still_runs_is_not_reclaimed(tmp_path):
     finally:
         held.release()
     taken = reclaim_run_folder(tmp_path / "r", ["evalrun", "--resume", "r"])  # the holder is gone now
-    try:
+    try:  # the claim is rewritten only once the resume is decided (a refused one leaves it as it was)
+        assert json.loads(taken.path.read_text())["command_line"] == ["evalrun", "--config", "x"]
+        taken.take_over()
         assert json.loads(taken.path.read_text())["command_line"] == ["evalrun", "--resume", "r"]
     finally:
         taken.release()

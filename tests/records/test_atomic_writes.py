@@ -19,8 +19,8 @@ PKG = Path(__file__).resolve().parents[2] / "harness"
 ALLOWED = {
     ("records/atomic.py", "write_atomic"): "the atomic writer itself",
     ("records/run_folder.py", "claim_run_folder"): "the claim: a complete temporary file linked with link(2)",
-    ("records/run_folder.py", "reclaim_run_folder"): "a resumed run's claim, rewritten in place under its flock "
-                                                     "(a rename would leave the lock on the old file)",
+    ("records/run_folder.py", "RunFolderClaim.take_over"): "a resumed run's claim, rewritten in place under its "
+                                                           "flock (a rename would leave the lock on the old file)",
     ("engine/server.py", "VllmServer.start"): "the server log: a stream the server appends to while it runs",
     ("faults/reports.py", "flush_report"): "the plugin imports no evalrun; it does the atomic writer's steps itself",
     ("models/tokenizer.py", "write_tokenizer"): "the model cache, not a run folder (published by a folder rename)",

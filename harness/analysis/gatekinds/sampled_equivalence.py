@@ -4,6 +4,7 @@ different (two-sided sign-flip permutation test paired by question)."""
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from harness.analysis.gatekinds._common import result
@@ -26,9 +27,10 @@ class SampledEquivalence(GateBase):
     test (:func:`harness.analysis.sampled.sampled_test`). H0: both sample from the
     target's distribution. Observed is the p-value; it must be >= ``limit`` (= alpha;
     with ``multiple_testing`` ``holm``, the Holm-adjusted p-value over the config's
-    family). ``independent`` is False when the task's seeding makes the draws dependent
-    (one seed for every request, or the same seeds on both sides): then NOT RUN with
-    ``dependence``, as the test's false-alarm rate would not hold."""
+    family). ``independent`` is False when the test cannot hold its level: the task's
+    seeding makes the draws dependent (one seed for every request, or the same seeds on
+    both sides), or the task has too few questions for the test ever to reach alpha
+    (:func:`too_few_questions`); then NOT RUN with the reason in ``dependence``."""
 
     kind: Literal["sampled_equivalence"] = "sampled_equivalence"
     op: Literal[">="] = ">="
@@ -56,6 +58,8 @@ class SampledEquivalence(GateBase):
             why = (f"{comp.baseline} and {comp.candidate} send the same seeds (seed_offset {va.seed_offset}): their "
                    "draws are coupled, not independent; give one of them another seed_offset")
         alpha = comp.sampled_alpha or comp.alpha
+        if not why and (small := too_few_questions(t.num_questions, alpha)):
+            why = f"task {tname}: {small}"
         g = at.settings
         scorer = scorer_variant(config, comp)
         return cls.at(
@@ -71,6 +75,19 @@ class SampledEquivalence(GateBase):
     def judge(self, m: Measurements, adjusted_p: float | None = None) -> GateResult:
         """``sampled_equivalence``: :func:`sampled_verdict`."""
         return result(self, *sampled_verdict(self, m, adjusted_p))
+
+
+def too_few_questions(n: int | None, alpha: float) -> str | None:
+    """Why a two-sided sign-flip test on ``n`` paired questions can never reject at
+    ``alpha`` (its smallest p-value, all signs alike, is ``2 / 2**n``), or None when it can
+    (or ``n`` is not known before the run). Such a gate could only pass: it is planned
+    NOT RUN (report only), never PASS."""
+    if n is None or 2.0 / 2.0 ** min(n, 1100) <= alpha:
+        return None
+    need = math.ceil(math.log2(2.0 / alpha)) if alpha > 0 else None
+    return (f"{n} question(s): the sign-flip test's smallest two-sided p-value is 2/2^{n} = {2.0 / 2.0 ** n:.4g}, "
+            f"above alpha {alpha:g}, so it can never fail at this size (report only, NOT RUN)"
+            + (f"; ask at least {need} questions" if need else ""))
 
 
 #: A sampled verdict: ``(observed p-value or None, limit, passed or None, detail, questions named)``.
@@ -90,10 +107,14 @@ def sampled_verdict(g: SampledEquivalence, m: Measurements, adjusted_p: float | 
     if g.scorer is None:
         return (None, g.limit, False, "no non-speculative variant in the config to score the sampled completions "
                 "on (the candidate's own log-probabilities are not trusted under speculation)", ())
+    if g.scorer is not None and (left := m.variant(g.scorer).not_run) is not None and "not selected" in left:
+        return (None, g.limit, None, f"not run: the scorer {g.scorer} was left out ({left})", ())
     errs = [f"{v}: {e}" for v in (g.baseline, g.variant) if (e := m.task(v, g.task).scoring_error)]
     st = m.comparison(g.baseline, g.variant, g.task).sampled
     if st is None:
         return (None, g.limit, False, "; ".join(errs) or "no question scored on both sides", ())
+    if (small := too_few_questions(st.n, g.limit)) is not None:  # fewer paired than planned: cannot fail
+        return (None, g.limit, None, f"not run: {st.n} question(s) scored on both sides: {small}", ())
     p = st.p_value if adjusted_p is None else adjusted_p
     ok = p >= g.limit
     how = "exact" if st.resamples == 0 else f"{st.resamples} random flips"

@@ -1,0 +1,45 @@
+"""A sampled_equivalence gate whose sign-flip test cannot reach its alpha at the task's
+size (its smallest two-sided p-value is 2/2^n, computed here by hand) is planned NOT RUN
+with the reason, never a gate that can only pass."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.analysis.gatekinds.sampled_equivalence import SampledEquivalence, too_few_questions
+from harness.config.gates import plan_gates
+from harness.config.loader import load_config
+
+
+@pytest.mark.parametrize(("n", "alpha", "reachable"), [
+    (5, 0.05, False),    # 2/32 = 0.0625 > 0.05
+    (6, 0.05, True),     # 2/64 = 0.03125
+    (10, 0.001, False),  # 2/1024 = 0.00195
+    (11, 0.001, True),   # 2/2048 = 0.00098
+    (1, 0.5, False),     # 2/2 = 1
+    (None, 0.05, True),  # unknown before the run: judged then
+])
+def test_too_few_questions_is_exactly_the_smallest_p_above_alpha(n, alpha, reachable):
+    why = too_few_questions(n, alpha)
+    assert (why is None) is reachable
+    if why:
+        assert f"2/2^{n}" in why and "NOT RUN" in why
+
+
+def test_a_five_question_sampled_task_plans_its_gate_not_run(tmp_path: Path):
+    p = tmp_path / "c.yaml"
+    p.write_text("""\
+name: c
+model: m
+variants:
+  reference: {}
+  spec: {speculative_config: {method: mtp, num_speculative_tokens: 2}}
+tasks:
+  arith: {kind: synthetic, num_questions: 5, temperature: 1.0, seed: null}
+comparisons:
+  - {baseline: reference, candidate: spec}
+""")
+    gates = [g for g in plan_gates(load_config(p)) if isinstance(g, SampledEquivalence)]
+    assert gates and all(not g.independent and "2/2^5" in g.dependence for g in gates)
