@@ -281,7 +281,7 @@ def test_chat_task_sends_no_stop_strings_as_vllms_newest_client(gsm8k_dir):
     t = load_config(GEN / "Chat-GenPrefix-Thinking.yaml").tasks["gsm8k"]
     pt = prepare_task("gsm8k", t.model_copy(update={"num_questions": 2}), gsm8k_dir)
     # vLLM's newest gsm8k_eval.py sends no stop strings in chat mode ("the chat template delimits
-    # the turn"); completions mode keeps ["Question", "Assistant:", "<|separator|>"] (issue 39)
+    # the turn"); completions mode keeps ["Question", "Assistant:", "<|separator|>"]
     assert pt.stop == ()
     assert pt.requests[0].prompt.endswith("Answer: <think>\n\n</think>\n\n")
 
