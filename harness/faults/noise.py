@@ -19,6 +19,7 @@ Standard library only: it is imported by the vLLM plugin in every vLLM process.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import secrets
@@ -111,3 +112,14 @@ def level_from_env(environ: Mapping[str, str] | None = None) -> NoiseSetting | N
         return None
     seed = parse_seed(env.get(NOISE_SEED_ENV))
     return NoiseSetting(spec.strip(), level, draw_seed() if seed is None else seed)
+
+
+def noise_key(seed: int, stream: int, step: int, rows: int) -> int:
+    """The generator seed of one logits call: a 63-bit hash of the server start's
+    ``seed``, the ``stream`` (which model computes logits: 0 the first to do so in the
+    process, normally the target; 1 the drafter), the ``step`` (that stream's call
+    counter) and ``rows`` (the positions scored in that forward: the number of scheduled
+    tokens of a decode or verification step). Equal inputs give equal keys; changing any
+    one gives an unrelated key (BLAKE2b, :mod:`hashlib`)."""
+    text = f"{seed}:{stream}:{step}:{rows}".encode()
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big") >> 1
