@@ -1,0 +1,56 @@
+"""The numerics noise in the run record (harness/records/numerics_noise.py): absent from
+``run.json`` when off, the level, spec and every server start's seed when on, and the
+one line of summary.md that says so (docs/numerics.md)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from harness.faults.noise import GPU_LEVEL_NATS, NOISE_ENV, NOISE_SEED_ENV, NoiseSettingError, noise_key
+from harness.records.numerics_noise import NumericsNoiseRecord, noise_record, server_seed
+from harness.records.run_record import RunRecord, record_json
+from harness.report.summary import render_markdown
+from tests.record_factory import typed
+
+
+def test_off_leaves_no_trace_in_run_json():
+    rec = typed({})
+    assert rec.numerics_noise is None
+    assert "numerics_noise" not in json.loads(record_json(rec))
+    assert "numerics noise" not in render_markdown(rec)
+
+
+def test_on_is_recorded_round_trips_and_is_shown():
+    rec = typed({})
+    rec.numerics_noise = NumericsNoiseRecord(spec="gpu", level_nats=GPU_LEVEL_NATS, seeds={"c/reference": 5})
+    doc = json.loads(record_json(rec))
+    assert doc["numerics_noise"] == {"spec": "gpu", "level_nats": GPU_LEVEL_NATS, "base_seed": None,
+                                     "seeds": {"c/reference": 5}}
+    again = RunRecord.model_validate_json(record_json(rec))
+    assert again.numerics_noise == rec.numerics_noise
+    line = next(x for x in render_markdown(rec).splitlines() if "numerics noise" in x)
+    assert f"gpu ({GPU_LEVEL_NATS:g} nats" in line and "c/reference=5" in line
+
+
+def test_noise_record_reads_the_environment():
+    assert noise_record({}) is None
+    assert noise_record({NOISE_ENV: "0"}) is None
+    r = noise_record({NOISE_ENV: " GPU "})
+    assert r is not None and r.level_nats == GPU_LEVEL_NATS and r.base_seed is None and r.seeds == {}
+    assert noise_record({NOISE_ENV: "0.3", NOISE_SEED_ENV: "17"}).base_seed == 17
+    for bad in ({NOISE_ENV: "loud"}, {NOISE_ENV: "-1"}, {NOISE_ENV: "nan"}, {NOISE_ENV: "gpu", NOISE_SEED_ENV: "x"}):
+        with pytest.raises(NoiseSettingError, match="EVALRUN_NUMERICS_NOISE"):
+            noise_record(bad)
+
+
+def test_server_seeds_are_drawn_per_start_or_derived_from_a_base_seed():
+    drawn = NumericsNoiseRecord(spec="gpu", level_nats=0.5)
+    a, b = server_seed(drawn, "c/reference"), server_seed(drawn, "c/reference (rerun)")
+    assert a != b and drawn.seeds == {"c/reference": a, "c/reference (rerun)": b}
+    based = NumericsNoiseRecord(spec="gpu", level_nats=0.5, base_seed=3)
+    name_key = int.from_bytes(hashlib.blake2b(b"c/spec_sync", digest_size=8).digest(), "big") >> 1
+    assert server_seed(based, "c/spec_sync") == noise_key(3, 0, 0, 0) ^ name_key
+    assert server_seed(based, "c/reference") != based.seeds["c/spec_sync"]
