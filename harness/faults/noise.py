@@ -34,7 +34,7 @@ NOISE_SEED_ENV = "EVALRUN_NUMERICS_NOISE_SEED"
 GPU_WORD = "gpu"
 #: the calibrated default standard deviation of the perturbation, in nats (docs/numerics.md:
 #: what it is calibrated to and the divergence it produces on the CPU list)
-GPU_LEVEL_NATS = 0.02
+GPU_LEVEL_NATS = 1.5
 
 
 class NoiseSettingError(ValueError):

@@ -12,7 +12,8 @@ import os
 import pytest
 
 import harness.faults.plugin as faults
-from harness.faults.noise import GPU_LEVEL_NATS, NOISE_ENV, NOISE_SEED_ENV, noise_key
+from harness.faults.noise import GPU_LEVEL_NATS, NOISE_ENV, NOISE_SEED_ENV, NoiseSetting, noise_key
+from harness.faults.numerics import perturb, perturbation
 from harness.faults.target import FaultConfigError
 from tests.faults.fakes import OBSERVERS, needs_torch, needs_vllm
 
@@ -28,7 +29,6 @@ def test_noise_key_is_blake2b_of_the_four_inputs():
 def test_perturbation_is_deterministic_and_depends_on_every_input():
     import torch
 
-    from harness.faults.numerics import perturbation
 
     base = dict(level=0.5, seed=3, stream=0, step=5, rows=4, vocab=64)
     a = perturbation(**base)
@@ -45,7 +45,6 @@ def test_perturbation_is_deterministic_and_depends_on_every_input():
 
 @needs_torch
 def test_perturbation_std_is_the_level():
-    from harness.faults.numerics import perturbation
 
     n_rows, vocab = 200, 1000
     x = perturbation(GPU_LEVEL_NATS, 123, 0, 0, n_rows, vocab).double()
@@ -59,14 +58,12 @@ def test_perturbation_std_is_the_level():
 def test_a_near_tie_flips_and_a_wide_margin_does_not():
     import torch
 
-    from harness.faults.noise import NoiseSetting
-    from harness.faults.numerics import perturb
 
-    # row 0: top two 0.01 nats apart; row 1: 1 nat apart (50 sigma at the gpu level)
+    # level 0.02 nats; row 0: top two 0.01 nats apart; row 1: 1 nat apart (50 sigma)
     logits = torch.tensor([[5.0, 4.99, 0.0], [5.0, 4.0, 0.0]], dtype=torch.float32)
     flips = [0, 0]
     for seed in range(200):
-        out = perturb(logits, NoiseSetting("gpu", GPU_LEVEL_NATS, seed), 0, 0)
+        out = perturb(logits, NoiseSetting("0.02", 0.02, seed), 0, 0)
         assert out.dtype == torch.float32
         flips = [f + int(out[i].argmax().item() != 0) for i, f in enumerate(flips)]
     assert flips[1] == 0
@@ -109,7 +106,6 @@ def test_the_patched_layer_adds_the_perturbation_per_stream_and_step(monkeypatch
     from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.model_executor.layers.logits_processor import LogitsProcessor
 
-    from harness.faults.numerics import perturbation
 
     monkeypatch.setenv(NOISE_ENV, "0.25")
     monkeypatch.setenv(NOISE_SEED_ENV, "99")
