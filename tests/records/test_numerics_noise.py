@@ -12,6 +12,8 @@ import pytest
 from harness.faults.noise import GPU_LEVEL_NATS, NOISE_ENV, NOISE_SEED_ENV, NoiseSettingError, noise_key
 from harness.records.numerics_noise import NumericsNoiseRecord, noise_record, server_seed
 from harness.records.run_record import RunRecord, record_json
+from harness.report.diff_sides import _side_from_run
+from harness.report.history import history_frame
 from harness.report.summary import render_markdown
 from tests.record_factory import typed
 
@@ -54,3 +56,16 @@ def test_server_seeds_are_drawn_per_start_or_derived_from_a_base_seed():
     name_key = int.from_bytes(hashlib.blake2b(b"c/spec_sync", digest_size=8).digest(), "big") >> 1
     assert server_seed(based, "c/spec_sync") == noise_key(3, 0, 0, 0) ^ name_key
     assert server_seed(based, "c/reference") != based.seeds["c/spec_sync"]
+
+
+def test_diff_and_history_mark_a_noisy_run_and_only_it(tmp_path):
+    clean = typed({"run_id": "clean", "configs": [{"variants": {"reference": {"tasks": {"t": {}}}}}]})
+    noisy = typed({"run_id": "noisy", "configs": [{"variants": {"reference": {"tasks": {"t": {}}}}}]})
+    noisy.numerics_noise = NumericsNoiseRecord(spec="gpu", level_nats=1.5)
+    assert _side_from_run(typed({"run_id": "clean"}), tmp_path).id == "clean"
+    noisy_bare = typed({"run_id": "noisy"})
+    noisy_bare.numerics_noise = noisy.numerics_noise
+    assert _side_from_run(noisy_bare, tmp_path).id == "noisy [numerics noise gpu, 1.5 nats]"
+    outcomes = dict(zip(*history_frame([clean, noisy])[["run_id", "outcome"]].T.values))
+    assert "numerics noise" not in outcomes["clean"]
+    assert outcomes["noisy"].endswith("[numerics noise 1.5 nats]")
