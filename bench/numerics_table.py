@@ -77,16 +77,18 @@ def main() -> None:
             for t, tr in vb["tasks"].items():
                 if t not in vc["tasks"]:
                     continue
-                pipe = next(iter(tr["accuracy"]))
+                pipe = c.get("pipeline") if c.get("pipeline") in tr["accuracy"] else next(iter(tr["accuracy"]))
                 ref, cand = samples(run, tr["samples"]), samples(run, vc["tasks"][t]["samples"])
                 r = compare(ref, cand, pipe)
                 sd = vc["tasks"][t].get("spec_decode") or {}
                 mal = sd.get("mean_acceptance_length")
                 got[(c["name"], t)] = (ref, cand, mal, pipe)
                 mg = "-" if r["max_gap"] is None else f"{r['max_gap']:.3f}"
+                acc = {v: c["variants"][v]["tasks"][t]["accuracy"].get(pipe) for v in c["variants"]
+                       if t in c["variants"][v]["tasks"]}
                 print(f"{c['name']}/{t}: identical {r['identical']}/{r['n']}, accuracy discordant {r['discordant']}, "
                       f"divergences {r['n'] - r['identical']} (judged {len(r['gaps'])}, max gap {mg} nats, "
-                      f"unjudged {r['unjudged']}), {a.candidate} acceptance length {mal}")
+                      f"unjudged {r['unjudged']}), {a.candidate} acceptance length {mal}; {pipe} accuracy {acc}")
         per_run.append(got)
     if len(per_run) > 1:
         print("## across runs")
