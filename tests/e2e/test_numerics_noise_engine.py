@@ -72,6 +72,9 @@ def test_noise_diverges_only_at_near_ties_of_the_reference(tmp_path, gsm8k_dir):
     assert len(set(nn["seeds"].values())) == 2
     for v in ("reference", "spec_sync"):
         assert c["variants"][v]["plugin"]["counts"]["numerics_noise.calls"] > 0, v
+        # the seed recorded is the one the server got (its log's environment line)
+        log = (run_dir / c["variants"][v]["log"]).read_text()
+        assert f"{NOISE_SEED_ENV}={nn['seeds'][c['name'] + '/' + v]}" in log, v
     assert "numerics noise: gpu" in (run_dir / "summary.md").read_text()
 
     def samples(v: str) -> dict[str, dict]:
