@@ -94,7 +94,7 @@ def test_noise_diverges_only_at_near_ties_of_the_reference(tmp_path, gsm8k_dir):
                 gaps[q] = top[a[d]] - top[b[d]]
     print(f"\n{len(gaps)} judged divergences of {len(ref)}: gaps {sorted(round(g, 2) for g in gaps.values())}")
     assert gaps, "no divergence the reference can judge: the noise did nothing visible"
-    assert sum(ref[q]["token_ids"] == cand[q]["token_ids"] for q in ref) > len(ref) / 2
+    assert sum(ref[q]["token_ids"] == cand[q]["token_ids"] for q in ref) > 0  # diverging on some, not all
     assert all(0 <= g <= NEAR_TIE for g in gaps.values()), gaps
     # evalrun's own verdicts agree: every judged divergence is explained at this near_tie_nats
     comp = next(x for x in c["comparisons"] if x["task"] == "gsm8k")
