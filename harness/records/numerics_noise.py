@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 from harness.faults.noise import NOISE_ENV, NOISE_SEED_ENV, draw_seed, level_from_env, noise_key
 from harness.records.bounds import Bounded
 
-__all__ = ["NumericsNoiseRecord", "noise_record", "server_seed"]
+__all__ = ["NumericsNoiseRecord", "joined_noise", "noise_record", "server_seed"]
 
 
 class NumericsNoiseRecord(Bounded, BaseModel):
@@ -67,6 +67,15 @@ def server_seed(noise: NumericsNoiseRecord, server: str) -> int:
     seed = draw_seed() if noise.base_seed is None else noise_key(noise.base_seed, 0, 0, 0) ^ _name_key(server)
     noise.seeds[server] = seed
     return seed
+
+
+def joined_noise(shards: list[NumericsNoiseRecord | None]) -> NumericsNoiseRecord | None:
+    """The noise of a run merged from shards (``evalrun merge``): the first noisy shard's
+    setting with every shard's seeds; None when no shard had noise."""
+    noisy = [x for x in shards if x is not None]
+    if not noisy:
+        return None
+    return noisy[0].model_copy(update={"seeds": {k: v for x in noisy for k, v in x.seeds.items()}})
 
 
 def _name_key(name: str) -> int:

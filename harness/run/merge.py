@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from harness.config.plan import ConfigPlan
+from harness.records.numerics_noise import joined_noise
 from harness.records.run_record import ConfigResult, RunRecord, gates_passed
 from harness.records.samples import sha256_file
 from harness.records.shards import MergedShard, ShardInfo, ShardListRef
@@ -287,13 +288,11 @@ def merge_records(records: Sequence[RunRecord], run_id: str, allow_mixed: bool =
     errored = [r for r in records if r.status == "error"]
     if errored:  # a shard that ended on an unexpected exception: the merged run is an error too (exit 2)
         code, passed = 2, None
-    noisy = [r.numerics_noise for r in records if r.numerics_noise is not None]  # docs/numerics.md: kept, seeds joined
-    noise = noisy[0].model_copy(update={"seeds": {k: v for x in noisy for k, v in x.seeds.items()}}) if noisy else None
     return RunRecord(
         run_id=run_id, status="error" if errored else "completed" if not could_not_run else "incomplete",
         error=errored[0].error.model_copy() if errored and errored[0].error else None,
         passed=passed, exit_code=code, provenance=prov, configs=configs,
         merged_from=[MergedShard(run_id=r.run_id, path=str(r.path) if r.path else None, shard=shard_of(r).index,
                                  exit_code=r.exit_code) for r in sorted(records, key=lambda r: shard_of(r).index)],
-        merge_warnings=warnings, numerics_noise=noise,
+        merge_warnings=warnings, numerics_noise=joined_noise([r.numerics_noise for r in records]),
     )

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from harness.faults.noise import GPU_LEVEL_NATS, NOISE_ENV, NOISE_SEED_ENV, NoiseSettingError, noise_key
-from harness.records.numerics_noise import NumericsNoiseRecord, noise_record, server_seed
+from harness.records.numerics_noise import NumericsNoiseRecord, joined_noise, noise_record, server_seed
 from harness.records.run_record import RunRecord, record_json
 from harness.report.diff_sides import _side_from_run
 from harness.report.history import history_frame
@@ -69,3 +69,12 @@ def test_diff_and_history_mark_a_noisy_run_and_only_it(tmp_path):
     outcomes = dict(zip(*history_frame([clean, noisy])[["run_id", "outcome"]].T.values))
     assert "numerics noise" not in outcomes["clean"]
     assert outcomes["noisy"].endswith("[numerics noise 1.5 nats]")
+
+
+def test_merged_shards_keep_the_noise_with_every_seed():
+    a = NumericsNoiseRecord(spec="gpu", level_nats=1.5, seeds={"c1/reference": 1})
+    b = NumericsNoiseRecord(spec="gpu", level_nats=1.5, seeds={"c2/reference": 2})
+    assert joined_noise([None, None]) is None
+    got = joined_noise([a, None, b])
+    assert got is not None and got.spec == "gpu" and got.seeds == {"c1/reference": 1, "c2/reference": 2}
+    assert a.seeds == {"c1/reference": 1}  # the shards' records are not changed
