@@ -26,6 +26,7 @@ from pathlib import Path
 from harness.config.plan import Plan
 from harness.engine.devices import DeviceError
 from harness.engine.server import processes
+from harness.faults.noise import NoiseSettingError
 from harness.records.atomic import ResultsFolderError
 from harness.records.run_record import RunRecord
 from harness.records.shards import ShardInfo
@@ -40,8 +41,9 @@ __all__ = ["REFUSED", "RunContext", "new_context", "run", "say_interrupted"]
 
 #: What :func:`run` raises when it refuses before any server starts (each names why):
 #: the run folder is taken, the results folder cannot be written, the devices asked for
-#: are not there, ``resume`` differs from the earlier attempt.
-REFUSED: tuple[type[Exception], ...] = (RunFolderExistsError, ResultsFolderError, DeviceError, ResumeRefused)
+#: are not there, ``resume`` differs from the earlier attempt, ``EVALRUN_NUMERICS_NOISE`` is invalid.
+REFUSED: tuple[type[Exception], ...] = (RunFolderExistsError, ResultsFolderError, DeviceError, ResumeRefused,
+                                        NoiseSettingError)
 
 
 def new_context(progress: Progress | None = None) -> RunContext:

@@ -21,6 +21,8 @@ the standard library). Its modules, one noun each:
 * :mod:`~harness.faults.reports`: counters and the per-process report files.
 * :mod:`~harness.faults.observers`: which model runner runs, batch condense / reorder events.
 * :mod:`~harness.faults.cpu_async`: async scheduling kept on the CPU platform.
+* :mod:`~harness.faults.noise`: the ``EVALRUN_NUMERICS_NOISE`` setting; :mod:`~harness.faults.numerics`:
+  GPU-like logit noise on the CPU engine (docs/numerics.md).
 
 When a fault is active, every process logs ``evalrun fault <name> active in process
 <pid>`` (logger ``vllm.evalrun.faults``), and the first time the fault actually changes

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from harness.faults.fault import Fault
+    from harness.faults.noise import NoiseSetting
 
 
 @dataclass
@@ -34,6 +35,7 @@ class PluginState:
         flusher: the pid whose report flusher thread runs (None: none started).
         dirty: counters changed since the last report was written.
         torch_saved: torch's own classes while the CPU stand-ins replace them.
+        noise: the numerics noise of this process (None: off; :mod:`harness.faults.numerics`).
     """
 
     fault: Fault | None = None
@@ -46,6 +48,7 @@ class PluginState:
     flusher: int | None = None
     dirty: bool = False
     torch_saved: dict[str, object] = field(default_factory=dict)
+    noise: NoiseSetting | None = None
 
     def current_runner(self) -> object:
         """The model runner of this worker process (None before it exists or elsewhere)."""
@@ -66,6 +69,7 @@ class PluginState:
         self.runner = None
         self.flusher = None
         self.dirty = False
+        self.noise = None
 
 
 #: The plugin's state in this process.

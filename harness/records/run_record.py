@@ -36,7 +36,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, computed_field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, computed_field, model_validator
 
 from harness.config.schema import ConfigWarning, JsonValue
 from harness.records.bounds import Bounded
@@ -56,6 +56,7 @@ from harness.records.measures import (
     SpecDecodeCountersRecord,
     SpecDecodeRecord,
 )
+from harness.records.numerics_noise import NumericsNoiseRecord
 from harness.records.provenance import EngineBuild, Provenance
 from harness.records.resumed import ResumedRecord
 from harness.records.scoring import ScoringRecord
@@ -485,6 +486,9 @@ class RunRecord(_Model):
         merge_warnings: what a merge with ``--allow-mixed`` let through (builds or
             configs that differ between the shards), one sentence each.
         resumed: what this run took from an earlier attempt (``--resume``), else None.
+        numerics_noise: the GPU-like logit noise its servers ran with
+            (:class:`~harness.records.numerics_noise.NumericsNoiseRecord`); absent from
+            ``run.json`` when off (docs/numerics.md).
     """
 
     schema_version: Literal[2] = SCHEMA_VERSION  # type: ignore[assignment]
@@ -502,6 +506,7 @@ class RunRecord(_Model):
     merged_from: list[MergedShard] = []
     merge_warnings: list[str] = []
     resumed: ResumedRecord | None = None
+    numerics_noise: NumericsNoiseRecord | None = Field(default=None, exclude_if=lambda v: v is None)
 
     _path: Path | None = PrivateAttr(default=None)
 

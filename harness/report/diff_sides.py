@@ -237,7 +237,9 @@ def _side_from_run(rec: RunRecord, run_dir: Path) -> Side:
             sha256=c.sha256, task_specs=c.tasks or None,
             datasets={tid.split("/", 1)[1]: d for tid, d in rec.provenance.datasets.items()
                       if tid.split("/", 1)[0] == c.name})
-    return Side(path=str(run_dir), kind="run", id=rec.run_id, passed=rec.passed, status=rec.status,
+    noise = rec.numerics_noise  # a run with GPU-like logits says so wherever its id shows (docs/numerics.md)
+    rid = rec.run_id if noise is None else f"{rec.run_id} [numerics noise {noise.spec}, {noise.level_nats:g} nats]"
+    return Side(path=str(run_dir), kind="run", id=rid, passed=rec.passed, status=rec.status,
                 outcome=rec.outcome, configs=configs)
 
 

@@ -132,7 +132,8 @@ def history_frame(records: Iterable[RunRecord], config: str | None = None) -> pd
                         "git_revision": prov.git_revision,
                         # the version the engine itself reported (/version), not evalrun's interpreter's
                         "vllm_version": v.engine.vllm_version if v.engine else None,
-                        "outcome": outcome_word(rec.outcome),
+                        "outcome": outcome_word(rec.outcome) + (  # GPU-like logits: never read as a CPU run
+                            f" [numerics noise {rec.numerics_noise.level_nats:g} nats]" if rec.numerics_noise else ""),
                         "config": c.name, "variant": vname, "task": tname, "pipeline": pipe,
                         "accuracy": t.accuracy.get(pipe), "accuracy_lo": ci[0], "accuracy_hi": ci[1],
                         "n": t.num_requests, "error_rate": t.error_rate,

@@ -456,6 +456,8 @@ def render_markdown(record: RunRecord, run_dir: str | Path | None = None) -> str
         lines.append("- engine builds the variants name: " + "; ".join(own))
     if record.resumed is not None:
         lines.append(f"- {record.resumed.describe()}")
+    if record.numerics_noise is not None:
+        lines.append(f"- **{record.numerics_noise.describe()}**")
     if record.merged_from:
         lines.append("- merged from shards: " + ", ".join(f"{m.shard}: `{m.run_id}`" for m in record.merged_from))
     for w in record.merge_warnings:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from harness.config.plan import ConfigPlan
+from harness.records.numerics_noise import joined_noise
 from harness.records.run_record import ConfigResult, RunRecord, gates_passed
 from harness.records.samples import sha256_file
 from harness.records.shards import MergedShard, ShardInfo, ShardListRef
@@ -293,5 +294,5 @@ def merge_records(records: Sequence[RunRecord], run_id: str, allow_mixed: bool =
         passed=passed, exit_code=code, provenance=prov, configs=configs,
         merged_from=[MergedShard(run_id=r.run_id, path=str(r.path) if r.path else None, shard=shard_of(r).index,
                                  exit_code=r.exit_code) for r in sorted(records, key=lambda r: shard_of(r).index)],
-        merge_warnings=warnings,
+        merge_warnings=warnings, numerics_noise=joined_noise([r.numerics_noise for r in records]),
     )

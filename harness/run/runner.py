@@ -43,6 +43,7 @@ from harness.engine.preflight import (
 )
 from harness.engine.preflight_cache import CACHE_NAME, cache_key, cached_all_clear, store_all_clear
 from harness.records.atomic import ResultsFolderError, check_results_folder
+from harness.records.numerics_noise import noise_record
 from harness.records.provenance import ConfigRef, LmEvalInfo, new_run_id, provenance, utc_now
 from harness.records.recorder import RunRecorder
 from harness.records.results import config_result, unstarted_variant
@@ -114,6 +115,7 @@ def run(plan: Plan, opts: RunOptions, ctx: RunContext) -> tuple[RunRecord, Path]
     run_dir = Path(opts.results_dir) / run_id
     engine_build.cache_clear()  # each run reads the builds its variants run (a build may change between runs)
     sp = server_plan(plan, opts.variants, opts.gpus, opts.max_servers, opts.estimates)  # DeviceError: before all
+    noise_record()  # NoiseSettingError (a bad EVALRUN_NUMERICS_NOISE): before any folder or server
     check_results_folder(opts.results_dir)  # writable, some free space: before any server starts
     try:
         claim = (claim_run_folder if opts.resume is None else reclaim_run_folder)(run_dir, opts.argv)
@@ -170,6 +172,7 @@ def _new_record(plan: Plan, opts: RunOptions, ctx: RunContext, run_id: str) -> t
     started = utc_now()
     refs = [ConfigRef(name=c.name, path=str(c.config.path), sha256=c.config.sha256) for c in plan.configs]
     record = RunRecord(run_id=run_id, provenance=provenance(opts.argv, refs, started), shard=opts.shard)
+    record.numerics_noise = noise_record()  # None (absent from run.json) unless EVALRUN_NUMERICS_NOISE is set
     from harness.engine.builds import identity_or_none
     from harness.tasks.lm_eval_gsm8k import lm_eval_info
 

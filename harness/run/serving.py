@@ -20,7 +20,8 @@ from types import TracebackType
 
 from harness.config.plan import VariantPlan
 from harness.engine.session import VariantSession
-from harness.faults.plugin import REPORT_ENV
+from harness.faults.plugin import NOISE_SEED_ENV, REPORT_ENV
+from harness.records.numerics_noise import server_seed
 from harness.run.context import ConfigRun
 
 __all__ = ["Purpose", "FIRST_PASS", "RERUN", "SCORING", "VariantServer", "on_devices", "make_session"]
@@ -110,15 +111,24 @@ class VariantServer:
         self._leased = bool(devices) or purpose == FIRST_PASS  # the first pass's job holds its devices
         self._released = False
         self._ready = False
+        recorder = run.ctx.recorder
+        noise = recorder.record.numerics_noise if recorder is not None else None
+        #: this server start's noise seed (recorded in ``numerics_noise.seeds``), None without noise
+        self.noise_seed = server_seed(noise, self.name) if noise is not None else None
 
     @property
     def env(self) -> dict[str, str]:
-        """The server's environment: the variant's, and where the plugin writes its reports."""
+        """The server's environment: the variant's, where the plugin writes its reports, and
+        with numerics noise this start's seed (``EVALRUN_NUMERICS_NOISE`` itself comes
+        from evalrun's environment, which the server inherits)."""
         c, variant_plan = self.run.plan.config, self.variant
-        return {
+        env = {
             **variant_plan.env,
             REPORT_ENV: str(self.run.folder.plugin(c.name, variant_plan.name, self.purpose.suffix)),
         }
+        if self.noise_seed is not None:
+            env[NOISE_SEED_ENV] = str(self.noise_seed)
+        return env
 
     def ready_to_launch(self) -> None:
         """Take a device set of the pool for a server started again (blocks until one is
