@@ -48,6 +48,8 @@ import random
 import re
 from dataclasses import dataclass
 
+from harness.faults.noise import GPU_LEVEL_NATS
+
 #: completion length in tokens under noise
 LENGTH = 8
 #: share of questions (per branch) with one near tie
@@ -138,6 +140,19 @@ def _tokens(key: str, branch: tuple[int, ...], i: int) -> tuple[int, int]:
     top = r.randrange(20, 1000)
     other = r.randrange(20, 999)
     return top, other + (other >= top)
+
+
+#: the fake's own ``gpu`` level (nats on the fake's margin scale, MARGIN_* above): the real
+#: engine's GPU_LEVEL_NATS is calibrated to the tiny model's wide margins (docs/numerics.md),
+#: the fake's margins are narrow, so a level is mapped onto the fake's scale by :func:`fake_level`
+FAKE_GPU_LEVEL = 0.02
+
+
+def fake_level(level_nats: float) -> float:
+    """``level_nats`` (the setting's level, :func:`harness.faults.noise.level_from_env`) on the
+    fake's margin scale: ``gpu`` (:data:`harness.faults.noise.GPU_LEVEL_NATS`) is
+    :data:`FAKE_GPU_LEVEL`, any other level in proportion."""
+    return level_nats * FAKE_GPU_LEVEL / GPU_LEVEL_NATS
 
 
 def perturbation(level: float, seed: int, shape: Shape, step: int, key: str) -> float:

@@ -565,7 +565,7 @@ class H(BaseHTTPRequestHandler):
                 inflight.discard(shape.row)
             if mode == "ok" and not (sampling in ("correct", "biased")
                                      and (req.get("temperature") is None or req["temperature"] > 0)):
-                noisy = fake_numerics.complete(prompt, noise.level_nats, noise.seed, shape)
+                noisy = fake_numerics.complete(prompt, fake_numerics.fake_level(noise.level_nats), noise.seed, shape)
                 ids, text, dists = noisy.ids, noisy.text, fake_numerics.top_logprobs(noisy)
         if mode.startswith("benign_noise:"):  # real noise flips near-ties only: 8 and 9 are 0.03 nats apart
             tie = (3, {ids[3]: -0.68, 17 - ids[3]: -0.71})

@@ -8,7 +8,7 @@ from __future__ import annotations
 from .. import fake_numerics as fn
 
 PROMPTS = [f"Question: What is {i % 10} plus {(3 * i) % 10}? ({i})\nAnswer:" for i in range(400)]
-LEVEL = 0.02  # harness.faults.noise.GPU_LEVEL_NATS
+LEVEL = 0.02  # tests/fake_numerics.py FAKE_GPU_LEVEL: the fake's gpu level
 
 
 def _run(seed: int, tokens: int = 1, level: float = LEVEL) -> list[fn.NoisyCompletion]:
