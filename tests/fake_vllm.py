@@ -205,9 +205,16 @@ def answer_server_args(probe: ModuleType) -> None:
 
 #: the probes the fake answers, by file name; any other probe (the files of an installed
 #: vLLM, torch and its wheels, CUDA devices) fails as in an interpreter without them
+def answer_module_spec(probe: ModuleType) -> None:
+    """The probe itself answers (standard library only), from the working directory as the
+    server's ``python -m`` sees it (a script's own folder is not on vLLM's path)."""
+    sys.path[0] = ""
+    probe.main(args[1:])
+
+
 PROBE_ANSWERS: dict[str, Callable[[ModuleType], None]] = {
     "build_identity.py": answer_build_identity, "server_args.py": answer_server_args,
-    "module_spec.py": lambda probe: probe.main(args[1:])}  # standard library: the probe itself answers
+    "module_spec.py": answer_module_spec}
 
 if args and os.path.basename(os.path.dirname(args[0])) == "probes" and args[0].endswith(".py"):
     answer = PROBE_ANSWERS.get(os.path.basename(args[0]))
