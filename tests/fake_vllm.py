@@ -147,6 +147,8 @@ its ``MARKER`` and answers in the probe's JSON shape:
   (``0.0.fake``) and commit ``FAKE_BUILD_COMMIT`` (none), evalrun's plugin not registered;
 * ``module_spec.py`` (the worker extension's module, :mod:`harness.engine.rpc_checks`): the
   probe itself answers (standard library only);
+* ``vllm_platform.py`` (vLLM's platform skips): ``FAKE_PLATFORM`` ``cpu`` (default) or
+  ``cuda``; ``unknown`` fails;
 * any other probe fails (exit 1), as in an interpreter without vLLM or torch.
 """
 
@@ -212,9 +214,18 @@ def answer_module_spec(probe: ModuleType) -> None:
     probe.main(args[1:])
 
 
+def answer_vllm_platform(probe: ModuleType) -> None:
+    """The platform probe (vLLM's platform skips): ``FAKE_PLATFORM`` ``cpu`` (default) or
+    ``cuda``; ``unknown`` fails as an interpreter without vLLM does."""
+    kind = os.environ.get("FAKE_PLATFORM", "cpu")
+    if kind == "unknown":
+        sys.exit(1)
+    print(probe.MARKER + json.dumps({"device_type": kind, "cuda": kind == "cuda", "rocm": False, "gfx950": None}))
+
+
 PROBE_ANSWERS: dict[str, Callable[[ModuleType], None]] = {
     "build_identity.py": answer_build_identity, "server_args.py": answer_server_args,
-    "module_spec.py": answer_module_spec}
+    "module_spec.py": answer_module_spec, "vllm_platform.py": answer_vllm_platform}
 
 if args and os.path.basename(os.path.dirname(args[0])) == "probes" and args[0].endswith(".py"):
     answer = PROBE_ANSWERS.get(os.path.basename(args[0]))

@@ -31,6 +31,7 @@ from harness.analysis.gates import evaluate_gates
 from harness.analysis.measurements import Measurements
 from harness.config.plan import ConfigPlan, Plan, VariantPlan
 from harness.engine.leftovers import find_leftover_servers
+from harness.engine.platform_skips import plan_skips
 from harness.engine.pool import DevicePool, Job, ServerPlan, new_pool, run_jobs, server_plan
 from harness.engine.preflight import (
     ASYNC_NOT_SUPPORTED,
@@ -199,6 +200,7 @@ def _run_plan(plan: Plan, opts: RunOptions, ctx: RunContext, run_dir: Path, reco
     if _short_data(plan, opts, ctx, record):
         lm_eval_done()
         return finish(record, run_dir, True, ctx)
+    plan, platform_unknown = _platform_skips(plan, ctx)
     gate = None
     if opts.preflight:
         stop, not_applicable, gate = _preflight(plan, opts, ctx, record)
@@ -219,7 +221,7 @@ def _run_plan(plan: Plan, opts: RunOptions, ctx: RunContext, run_dir: Path, reco
         if stop:
             return finish(record, run_dir, True, ctx)
         could_not_run = _configs(mark_not_applicable(plan, not_applicable), opts, ctx, run_dir, record, sp)
-    return finish(record, run_dir, could_not_run, ctx)
+    return finish(record, run_dir, could_not_run or platform_unknown, ctx)
 
 
 def _configs(plan: Plan, opts: RunOptions, ctx: RunContext, run_dir: Path, record: RunRecord,
@@ -286,6 +288,20 @@ def _short_data(plan: Plan, opts: RunOptions, ctx: RunContext, record: RunRecord
         crec.gates = evaluate_gates(config_plan.gates, m)
         record.configs.append(crec)
     return True
+
+
+def _platform_skips(plan: Plan, ctx: RunContext) -> tuple[Plan, bool]:
+    """vLLM's platform skips (:func:`harness.engine.platform_skips.plan_skips`), before any
+    server starts: a variant vLLM's test skips here runs as not applicable with vLLM's
+    reason (no server, its gates NOT RUN, never PASS); one whose platform cannot be told
+    too, and the run is then incomplete (exit code 2). Returns the plan and whether a
+    platform was unknown."""
+    skips, unknown = plan_skips(plan)
+    for vid, why in skips.items():
+        ctx.progress.warn(f"{vid}: SKIP: {why}")
+    for vid, why in unknown.items():
+        ctx.progress.error(f"{vid}: {why}")
+    return mark_not_applicable(plan, {**skips, **unknown}), bool(unknown)
 
 
 def mark_not_applicable(plan: Plan, reasons: dict[str, str]) -> Plan:
@@ -444,8 +460,8 @@ def _run_config(config_plan: ConfigPlan, opts: RunOptions, ctx: RunContext, run_
     crec.subset_warnings = subset_warnings(c)
     for w in crec.subset_warnings:
         ctx.progress.warn(f"{c.name}: {w.message}")
-    # 2. the model
-    model_ref = prepare_model(run)
+    # 2. the model (none when no variant runs: a config vLLM skips here downloads nothing)
+    model_ref = prepare_model(run) if variants else c.model
     if model_ref is None:
         crec.gates = evaluate_gates(config_plan.gates, run.measured)
         return crec, True

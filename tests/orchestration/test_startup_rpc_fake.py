@@ -40,7 +40,8 @@ def test_checks_are_called_once_ready_and_judged(tmp_path, monkeypatch):
     c = rec["configs"][0]
     [good] = c["variants"]["good"]["startup_checks"]
     assert good["verdict"] == "passed" and good["results"] == [None, None]
-    assert c["variants"]["bad"]["startup_checks"][0]["results"] == [None, "3 redundant expert slots differ from their source"]
+    msg = "3 redundant expert slots differ from their source"
+    assert c["variants"]["bad"]["startup_checks"][0]["results"] == [None, msg]
     gates = {g["id"]: g for g in c["gates"]}
     assert gates["rpc/good/startup_rpc_check"]["passed"] is True
     bad = gates["rpc/bad/startup_rpc_check"]
