@@ -200,7 +200,10 @@ def _run_plan(plan: Plan, opts: RunOptions, ctx: RunContext, run_dir: Path, reco
     if _short_data(plan, opts, ctx, record):
         lm_eval_done()
         return finish(record, run_dir, True, ctx)
-    plan, platform_unknown = _platform_skips(plan, ctx)
+    skips, unknown = plan_skips(plan)  # vLLM's platform skips: not applicable, never PASS (unknown: exit 2)
+    for vid, why in {**skips, **unknown}.items():
+        (ctx.progress.error if vid in unknown else ctx.progress.warn)(f"{vid}: {why}")
+    plan = mark_not_applicable(plan, {**skips, **unknown})
     gate = None
     if opts.preflight:
         stop, not_applicable, gate = _preflight(plan, opts, ctx, record)
@@ -221,7 +224,7 @@ def _run_plan(plan: Plan, opts: RunOptions, ctx: RunContext, run_dir: Path, reco
         if stop:
             return finish(record, run_dir, True, ctx)
         could_not_run = _configs(mark_not_applicable(plan, not_applicable), opts, ctx, run_dir, record, sp)
-    return finish(record, run_dir, could_not_run or platform_unknown, ctx)
+    return finish(record, run_dir, could_not_run or bool(unknown), ctx)
 
 
 def _configs(plan: Plan, opts: RunOptions, ctx: RunContext, run_dir: Path, record: RunRecord,
@@ -288,20 +291,6 @@ def _short_data(plan: Plan, opts: RunOptions, ctx: RunContext, record: RunRecord
         crec.gates = evaluate_gates(config_plan.gates, m)
         record.configs.append(crec)
     return True
-
-
-def _platform_skips(plan: Plan, ctx: RunContext) -> tuple[Plan, bool]:
-    """vLLM's platform skips (:func:`harness.engine.platform_skips.plan_skips`), before any
-    server starts: a variant vLLM's test skips here runs as not applicable with vLLM's
-    reason (no server, its gates NOT RUN, never PASS); one whose platform cannot be told
-    too, and the run is then incomplete (exit code 2). Returns the plan and whether a
-    platform was unknown."""
-    skips, unknown = plan_skips(plan)
-    for vid, why in skips.items():
-        ctx.progress.warn(f"{vid}: SKIP: {why}")
-    for vid, why in unknown.items():
-        ctx.progress.error(f"{vid}: {why}")
-    return mark_not_applicable(plan, {**skips, **unknown}), bool(unknown)
 
 
 def mark_not_applicable(plan: Plan, reasons: dict[str, str]) -> Plan:
