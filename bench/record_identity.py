@@ -80,6 +80,9 @@ def run_tree(tree: Path, cfg: Path, results: Path) -> int:
     """One evalrun run of ``cfg`` with ``tree``'s harness; its exit code."""
     env = {**os.environ, "PYTHONPATH": str(tree), "CUDA_VISIBLE_DEVICES": ""}
     fake = shutil.copy2(tree / FAKE.relative_to(HERE), cfg.parent / FAKE.name)
+    numerics = tree / "tests" / "fake_numerics.py"  # the fake imports it from its own folder (since d6dff4c)
+    if numerics.exists():
+        shutil.copy2(numerics, cfg.parent / numerics.name)
     cmd = [sys.executable, "-m", "harness.cli", "--config", str(cfg), "--python", str(fake),
            "--results-dir", str(results), "--run-id", "r", "--quiet"]
     return subprocess.run(cmd, env=env, cwd=cfg.parent, capture_output=True, check=False).returncode

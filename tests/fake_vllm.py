@@ -130,6 +130,8 @@ resume tests kill evalrun there: the real engine cannot be paused at a chosen mo
 
 Like the real server, ``/server_info`` answers 404 unless ``VLLM_SERVER_DEV_MODE=1``;
 ``FAKE_NO_VERSION=1`` makes ``/version`` answer 404 (the real server always has it).
+``POST /collective_rpc`` (dev mode only, else 404) answers ``{"results": FAKE_RPC_RESULTS}``
+(a JSON list, one value per worker; default ``[null]``: the check holds).
 
 Probes: evalrun runs its probes by path in the servers' interpreter
 (``<python> harness/engine/probes/<name>.py ARGS``, :mod:`harness.engine.probes`); the
@@ -143,6 +145,10 @@ its ``MARKER`` and answers in the probe's JSON shape:
 * ``build_identity.py``, the engine-build probe (``harness.engine.builds.read_identity``):
   package ``FAKE_BUILD_PACKAGE`` (default ``vllm``), version ``FAKE_BUILD_VERSION``
   (``0.0.fake``) and commit ``FAKE_BUILD_COMMIT`` (none), evalrun's plugin not registered;
+* ``module_spec.py`` (the worker extension's module, :mod:`harness.engine.rpc_checks`): the
+  probe itself answers (standard library only);
+* ``vllm_platform.py`` (vLLM's platform skips): ``FAKE_PLATFORM`` ``cpu`` (default) or
+  ``cuda``; ``unknown`` fails;
 * any other probe fails (exit 1), as in an interpreter without vLLM or torch.
 """
 
@@ -201,8 +207,25 @@ def answer_server_args(probe: ModuleType) -> None:
 
 #: the probes the fake answers, by file name; any other probe (the files of an installed
 #: vLLM, torch and its wheels, CUDA devices) fails as in an interpreter without them
+def answer_module_spec(probe: ModuleType) -> None:
+    """The probe itself answers (standard library only), from the working directory as the
+    server's ``python -m`` sees it (a script's own folder is not on vLLM's path)."""
+    sys.path[0] = ""
+    probe.main(args[1:])
+
+
+def answer_vllm_platform(probe: ModuleType) -> None:
+    """The platform probe (vLLM's platform skips): ``FAKE_PLATFORM`` ``cpu`` (default) or
+    ``cuda``; ``unknown`` fails as an interpreter without vLLM does."""
+    kind = os.environ.get("FAKE_PLATFORM", "cpu")
+    if kind == "unknown":
+        sys.exit(1)
+    print(probe.MARKER + json.dumps({"device_type": kind, "cuda": kind == "cuda", "rocm": False, "gfx950": None}))
+
+
 PROBE_ANSWERS: dict[str, Callable[[ModuleType], None]] = {
-    "build_identity.py": answer_build_identity, "server_args.py": answer_server_args}
+    "build_identity.py": answer_build_identity, "server_args.py": answer_server_args,
+    "module_spec.py": answer_module_spec, "vllm_platform.py": answer_vllm_platform}
 
 if args and os.path.basename(os.path.dirname(args[0])) == "probes" and args[0].endswith(".py"):
     answer = PROBE_ANSWERS.get(os.path.basename(args[0]))
@@ -496,6 +519,10 @@ class H(BaseHTTPRequestHandler):
         global count, drafts, accepted, reset_at
         n = int(self.headers.get("Content-Length", 0))
         body = self.rfile.read(n)
+        if self.path == "/collective_rpc":  # vLLM's dev-mode endpoint (startup_rpc_checks)
+            if not dev_mode:
+                return self._send(404, {"detail": "Not Found"})
+            return self._send(200, {"results": json.loads(os.environ.get("FAKE_RPC_RESULTS", "[null]"))})
         if self.path == "/tokenize":
             return self._send(200, {"tokens": [1000 + prompt_key(json.loads(body).get("prompt", ""))]})
         scoring = json.loads(body or b"{}")

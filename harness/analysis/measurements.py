@@ -49,7 +49,7 @@ from harness.records.measures import (
     SampledRecord,
     SpecDecodeRecord,
 )
-from harness.records.run_record import ConfigResult, TaskResult, VariantResult
+from harness.records.run_record import ConfigResult, StartupCheckRecord, TaskResult, VariantResult
 from harness.records.samples import Sample
 from harness.records.shape_proof import ShapeProofRecord
 
@@ -91,12 +91,14 @@ class VariantMeasurement:
             (``/server_info`` or ``/version`` unreadable); fails ``variant_effective``.
         runner: the model runner the engine ran (:class:`ModelRunnerRecord`).
         not_run: why the whole variant did not run.
+        startup_checks: the answers of the config's start-up checks (``startup_rpc_checks``).
     """
 
     effectiveness: EffectivenessRecord | None = None
     engine_facts_error: str | None = None
     runner: ModelRunnerRecord | None = None
     not_run: str | None = None
+    startup_checks: list[StartupCheckRecord] | None = None
 
 
 @dataclass
@@ -196,7 +198,8 @@ class Measurements:
         s = stored or VariantMeasurement()
         return dataclasses.replace(s, effectiveness=vrec.effective or s.effectiveness,
                                    engine_facts_error=vrec.engine_error or s.engine_facts_error,
-                                   runner=vrec.model_runner or s.runner)
+                                   runner=vrec.model_runner or s.runner,
+                                   startup_checks=vrec.startup_checks or s.startup_checks)
 
     def comparison(self, baseline: str | None, candidate: str, task: str | None) -> ComparisonMeasurement:
         """The measurement of ``baseline`` vs ``candidate`` on ``task``: output match (the

@@ -21,6 +21,7 @@ from harness.config.schema import (
     ExpectedFailureSpec,
     GateSpec,
     ModelConfig,
+    RpcCheckNames,
     StrictModel,
     TaskSpec,
     VariantSpec,
@@ -51,6 +52,9 @@ class NativeConfig(StrictModel):
 
     ``builds: {baseline: X, candidate: Y}`` runs every variant on both engine builds and
     compares each with itself across them (:mod:`harness.config.ab`).
+
+    ``startup_rpc_checks: [NAME, ...]``: methods of the server's worker extension called once
+    each variant's server is ready, as vLLM's form reads the key (gate ``startup_rpc_check``).
     """
 
     name: str | None = None
@@ -68,6 +72,7 @@ class NativeConfig(StrictModel):
     comparisons: list[ComparisonSpec] = Field(default_factory=list)
     expected_failures: list[ExpectedFailureSpec] = Field(default_factory=list)
     builds: BuildsSpec | None = None
+    startup_rpc_checks: RpcCheckNames = Field(default_factory=list)
 
 
 def _check_native_names(c: NativeConfig, path: Path) -> None:
@@ -179,5 +184,6 @@ def from_native(c: NativeConfig, path: Path, sha: str, lines: dict[KeyPath, int]
         gates=c.gates,
         comparisons=tuple(comparisons),
         expected_failures=tuple(c.expected_failures),
+        startup_rpc_checks=tuple(c.startup_rpc_checks),
     )
 

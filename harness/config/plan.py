@@ -311,7 +311,8 @@ def server_env(config: ModelConfig, variant_name: str) -> dict[str, str]:
     config's ``env``, as vLLM's test sets it); for native configs the same timeout unless
     the config's ``env`` sets it. Then the variant's ``env``, the fault, and
     :data:`CPU_ASYNC_ENV` for an async variant of a CPU config (:func:`targets_cpu`), and
-    :data:`MODEL_RUNNER_ENV` for a variant that asks for a model runner.
+    :data:`MODEL_RUNNER_ENV` for a variant that asks for a model runner. A config with
+    ``startup_rpc_checks`` keeps ``VLLM_SERVER_DEV_MODE=1`` whatever its ``env`` says.
     """
     c, v = config, config.variants[variant_name]
     ready = str(int(c.startup_max_wait_seconds))
@@ -320,6 +321,8 @@ def server_env(config: ModelConfig, variant_name: str) -> dict[str, str]:
     else:
         env = {**DEV_MODE_ENV, READY_TIMEOUT_ENV: ready, **c.env}
     env.update(v.env)
+    if c.startup_rpc_checks:  # its checks are called through the dev-mode endpoint
+        env.update(DEV_MODE_ENV)
     if v.fault:
         env[FAULT_ENV] = v.fault
     if v.async_scheduling is True and targets_cpu(c):

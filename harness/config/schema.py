@@ -104,6 +104,9 @@ def _args_to_str(v: RawValue) -> RawValue:
 
 #: Server arguments: a string split like a shell, or a YAML list of arguments.
 ArgsStr = Annotated[str, BeforeValidator(_args_to_str)]
+#: ``startup_rpc_checks``: method names of the server's worker extension, called after start-up
+#: (:mod:`harness.engine.rpc_checks`; vLLM's ``DeepSeek-V4-Flash-EPLB-TEP4.yaml``).
+RpcCheckNames = list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]]
 
 
 class ConfigError(ValueError):
@@ -627,6 +630,8 @@ class ModelConfig(StrictModel):
             as vLLM's test reads it); None = the same timeout everywhere.
         warnings: what the loader accepted but flagged (:class:`ConfigWarning`).
         expected_failures: known engine bugs declared (:class:`ExpectedFailureSpec`).
+        startup_rpc_checks: the worker extension's start-up checks, called once each variant's
+            server is ready and judged by the gate ``startup_rpc_check`` (none: no gate).
     """
 
     name: str
@@ -648,6 +653,7 @@ class ModelConfig(StrictModel):
     gates: GateSpec
     comparisons: tuple[ComparisonSpec, ...]
     expected_failures: tuple[ExpectedFailureSpec, ...] = ()
+    startup_rpc_checks: tuple[str, ...] = ()
 
     def gates_for(self, task: str) -> GateSpec:
         """The gates of one task: the config's ``gates`` with the keys the task's own

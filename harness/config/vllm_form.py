@@ -31,6 +31,7 @@ from harness.config.schema import (
     JsonValue,
     ModelConfig,
     RawValue,
+    RpcCheckNames,
     SpeculativeConfigSpec,
     StrictModel,
     TaskSpec,
@@ -143,7 +144,8 @@ class VllmGsm8kConfig(StrictModel):
     ``use_chat_completions`` false, ``gen_prefix`` "", ``max_concurrency`` none (aiohttp's
     limit of 100), ``request_timeout_seconds`` 600, ``rocm_request_timeout_seconds``
     (used instead on ROCm only, as vLLM's test does), ``startup_max_wait_seconds`` 1200
-    (also sent to the server as ``VLLM_ENGINE_READY_TIMEOUT_S``), ``min_acceptance_length``.
+    (also sent to the server as ``VLLM_ENGINE_READY_TIMEOUT_S``), ``min_acceptance_length``,
+    ``startup_rpc_checks`` (the worker extension's checks, judged by the gate ``startup_rpc_check``).
     vLLM requires ``num_questions`` and ``num_fewshot``; evalrun defaults them to 1319 and 5.
     A top-level key not listed is a warning (:func:`vllm_form_warnings`), never an error,
     because vLLM's test reads the YAML as a plain dict and ignores it.
@@ -167,6 +169,7 @@ class VllmGsm8kConfig(StrictModel):
     request_timeout_seconds: PositiveSeconds | None = None
     rocm_request_timeout_seconds: PositiveSeconds | None = None
     calibration_questions: PositiveCount | None = None
+    startup_rpc_checks: RpcCheckNames = Field(default_factory=list)
     evalrun: EvalrunBlock = Field(default_factory=EvalrunBlock)
 
 
@@ -372,5 +375,6 @@ def from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict[KeyPath, int
         gates=gates,
         comparisons=comparisons,
         expected_failures=tuple(c.evalrun.expected_failures),
+        startup_rpc_checks=tuple(c.startup_rpc_checks),
     )
 

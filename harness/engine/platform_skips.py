@@ -15,16 +15,20 @@ project's code search, December 2026) calls ``pytest.skip`` before it starts any
 says which could apply to a config without asking the platform, :func:`skip_reason` judges
 them on the platform the servers' vLLM detects (:func:`probe_platform`, the probe
 :mod:`harness.engine.probes.vllm_platform`). The pytest plugin turns a reason into
-``pytest.skip`` (SKIP, never PASS, no server started).
+``pytest.skip`` (SKIP, never PASS, no server started); ``evalrun --config`` asks
+:func:`plan_skips` before any server starts and runs such a config's variants as not
+applicable (no server, every gate NOT RUN with vLLM's reason, never PASS).
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from harness.config.plan import Plan
 from harness.engine.probes import command, vllm_platform
 
 
@@ -121,3 +125,36 @@ def probe_platform(python: str, timeout: float = 300) -> PlatformFacts:
     d = json.loads(lines[-1][len(vllm_platform.MARKER):])
     return PlatformFacts(device_type=str(d["device_type"]), cuda=bool(d["cuda"]), rocm=bool(d["rocm"]),
                          gfx950=None if d.get("gfx950") is None else bool(d["gfx950"]))
+
+
+def plan_skips(plan: Plan, ask: Callable[[str], PlatformFacts] = probe_platform
+               ) -> tuple[dict[str, str], dict[str, str]]:
+    """vLLM's platform skips of a plan's vLLM-form configs (vLLM's test reads only its own
+    form), judged on the platform of each variant's interpreter (``ask``, once per
+    interpreter, only for a config one of :data:`RULES` concerns).
+
+    Returns:
+        (variant id -> vLLM's reason to skip it here, variant id -> why it cannot be told
+        whether vLLM skips it: the platform is unknown; fail closed, neither run nor pass).
+    """
+    asked: dict[str, PlatformFacts | PlatformUnknown] = {}
+    skips: dict[str, str] = {}
+    unknown: dict[str, str] = {}
+    for config_plan in plan.configs:
+        c = config_plan.config
+        if c.form != "vllm-gsm8k" or not applicable_rules(c.model, c.path.name):
+            continue
+        for v in config_plan.variants:
+            if v.python not in asked:
+                try:
+                    asked[v.python] = ask(v.python)
+                except PlatformUnknown as e:
+                    asked[v.python] = e
+            got = asked[v.python]
+            if isinstance(got, PlatformUnknown):
+                unknown[v.id] = f"vLLM's test skips {c.path.name} on some platforms, and the platform is unknown: {got}"
+                continue
+            why = skip_reason(c.model, c.path.name, got)
+            if why is not None:
+                skips[v.id] = f"vLLM's test skips {c.path.name} on this platform ({got.device_type}): {why}"
+    return skips, unknown

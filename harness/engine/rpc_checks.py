@@ -24,14 +24,16 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 import httpx
+from pydantic import ValidationError
 
+from harness.config.schema import JsonValue
 from harness.config.vllm_args import hits_of
 from harness.engine.probes import command, module_spec
+from harness.records.run_record import StartupCheckRecord
 
 #: vLLM's dev-mode endpoint (``VLLM_SERVER_DEV_MODE=1``).
 COLLECTIVE_RPC = "/collective_rpc"
@@ -41,21 +43,17 @@ EXTENSION_DEST = "worker_extension_cls"
 Verdict = Literal["passed", "failed", "not_run", "error"]
 
 
-@dataclass(frozen=True)
-class RpcCheckOutcome:
-    """One start-up check's answer.
+#: One start-up check's answer: the record's type (``name``, ``verdict``, ``detail``, ``results``).
+RpcCheckOutcome = StartupCheckRecord
 
-    Attributes:
-        name: the method called.
-        verdict: ``passed`` / ``failed`` / ``not_run`` / ``error`` (module docstring).
-        detail: one sentence for people (the workers' messages, the HTTP error, why not run).
-        results: what each worker returned (``passed`` / ``failed`` only).
-    """
 
-    name: str
-    verdict: Verdict
-    detail: str
-    results: list[object] = field(default_factory=list)
+def _outcome(name: str, verdict: Verdict, detail: str, results: list[JsonValue] | None = None) -> RpcCheckOutcome:
+    """One answer (keyword fields of the record type); a worker's value the record refuses
+    (a non-finite number) is kept as its text."""
+    try:
+        return RpcCheckOutcome(name=name, verdict=verdict, detail=detail, results=results or [])
+    except ValidationError:
+        return RpcCheckOutcome(name=name, verdict=verdict, detail=detail, results=[repr(x) for x in results or []])
 
 
 def worker_extension(argv: Sequence[str]) -> str | None:
@@ -92,23 +90,23 @@ def call_check(client: httpx.Client, base_url: str, name: str) -> RpcCheckOutcom
     try:
         r = client.post(base_url.rstrip("/") + COLLECTIVE_RPC, json={"method": name})
     except httpx.HTTPError as e:
-        return RpcCheckOutcome(name, "error", f"{COLLECTIVE_RPC} {name}: {type(e).__name__}: {e}")
+        return _outcome(name, "error", f"{COLLECTIVE_RPC} {name}: {type(e).__name__}: {e}")
     if r.status_code != 200:
         hint = " (the endpoint needs VLLM_SERVER_DEV_MODE=1)" if r.status_code == 404 else ""
-        return RpcCheckOutcome(name, "error", f"{COLLECTIVE_RPC} {name}: HTTP {r.status_code}{hint}: {r.text[:300]}")
+        return _outcome(name, "error", f"{COLLECTIVE_RPC} {name}: HTTP {r.status_code}{hint}: {r.text[:300]}")
     try:
         body = r.json()
     except ValueError:
         body = None
     results = body.get("results") if isinstance(body, dict) else None
     if not isinstance(results, list) or not results:
-        return RpcCheckOutcome(name, "error", f"{COLLECTIVE_RPC} {name}: expected {{\"results\": [...]}}, "
+        return _outcome(name, "error", f"{COLLECTIVE_RPC} {name}: expected {{\"results\": [...]}}, "
                                               f"got {r.text[:300]}")
     bad = [(i, x) for i, x in enumerate(results) if x is not None]
     if not bad:
-        return RpcCheckOutcome(name, "passed", f"{name}: all {len(results)} worker(s) answered None", results)
+        return _outcome(name, "passed", f"{name}: all {len(results)} worker(s) answered None", results)
     msgs = "; ".join(f"worker {i}: {x}" for i, x in bad)
-    return RpcCheckOutcome(name, "failed", f"{name}: {len(bad)} of {len(results)} worker(s) report: {msgs}", results)
+    return _outcome(name, "failed", f"{name}: {len(bad)} of {len(results)} worker(s) report: {msgs}", results)
 
 
 def run_checks(base_url: str, names: Sequence[str], missing: str | None = None, timeout: float = 600,
@@ -123,6 +121,6 @@ def run_checks(base_url: str, names: Sequence[str], missing: str | None = None, 
         transport: an httpx transport (tests), else the network.
     """
     if missing is not None:
-        return [RpcCheckOutcome(n, "not_run", f"{n}: not run: {missing}") for n in names]
+        return [_outcome(n, "not_run", f"{n}: not run: {missing}") for n in names]
     with httpx.Client(timeout=timeout, transport=transport) as client:
         return [call_check(client, base_url, n) for n in names]

@@ -231,6 +231,21 @@ class LmEvalTaskRecord(_Model):
     error: str | None = None
 
 
+class StartupCheckRecord(_Model):
+    """One start-up check's answer (a config's ``startup_rpc_checks``, called by
+    :mod:`harness.engine.rpc_checks`; judged by the gate kind ``startup_rpc_check``).
+
+    ``verdict``: ``passed`` (every worker answered None), ``failed`` (a worker's message),
+    ``not_run`` (the worker extension cannot be imported by the servers' interpreter) or
+    ``error`` (anything else: no dev mode, an unknown method, a malformed answer);
+    ``detail`` one sentence for people; ``results`` what each worker returned."""
+
+    name: str
+    verdict: Literal["passed", "failed", "not_run", "error"]
+    detail: str
+    results: list[JsonValue] = []
+
+
 class VariantResult(_Model):
     """One variant's server and tasks.
 
@@ -270,6 +285,9 @@ class VariantResult(_Model):
     evaluation_seconds: float | None = None
     teardown_seconds: float | None = None
     devices: list[str] | None = None
+    #: the start-up checks' answers, in the config's order; left out of ``run.json`` when
+    #: the config names none (a record without checks is unchanged)
+    startup_checks: list[StartupCheckRecord] | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @property
     def gpu_seconds(self) -> float | None:

@@ -32,6 +32,7 @@ from harness.analysis.measurements import Measurements
 from harness.config.checks import check_run_id
 from harness.config.plan import ConfigPlan, Plan, VariantPlan
 from harness.engine.leftovers import find_leftover_servers
+from harness.engine.platform_skips import plan_skips
 from harness.engine.pool import DevicePool, Job, ServerPlan, new_pool, run_jobs, server_plan
 from harness.engine.preflight import (
     ASYNC_NOT_SUPPORTED,
@@ -207,6 +208,10 @@ def _run_plan(plan: Plan, opts: RunOptions, ctx: RunContext, run_dir: Path, reco
     if _short_data(plan, opts, ctx, record):
         lm_eval_done()
         return finish(record, run_dir, True, ctx)
+    skips, unknown = plan_skips(plan)  # vLLM's platform skips: not applicable, never PASS (unknown: exit 2)
+    for vid, why in {**skips, **unknown}.items():
+        (ctx.progress.error if vid in unknown else ctx.progress.warn)(f"{vid}: {why}")
+    plan = mark_not_applicable(plan, {**skips, **unknown})
     gate = None
     if opts.preflight:
         stop, not_applicable, gate = _preflight(plan, opts, ctx, record)
@@ -227,7 +232,7 @@ def _run_plan(plan: Plan, opts: RunOptions, ctx: RunContext, run_dir: Path, reco
         if stop:
             return finish(record, run_dir, True, ctx)
         could_not_run = _configs(mark_not_applicable(plan, not_applicable), opts, ctx, run_dir, record, sp)
-    return finish(record, run_dir, could_not_run, ctx)
+    return finish(record, run_dir, could_not_run or bool(unknown), ctx)
 
 
 def _configs(plan: Plan, opts: RunOptions, ctx: RunContext, run_dir: Path, record: RunRecord,
@@ -452,8 +457,8 @@ def _run_config(config_plan: ConfigPlan, opts: RunOptions, ctx: RunContext, run_
     crec.subset_warnings = subset_warnings(c)
     for w in crec.subset_warnings:
         ctx.progress.warn(f"{c.name}: {w.message}")
-    # 2. the model
-    model_ref = prepare_model(run)
+    # 2. the model (none when no variant runs: a config vLLM skips here downloads nothing)
+    model_ref = prepare_model(run) if variants else c.model
     if model_ref is None:
         crec.gates = evaluate_gates(config_plan.gates, run.measured)
         return crec, True

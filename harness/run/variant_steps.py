@@ -31,6 +31,7 @@ from harness.engine.builds import identity_or_none
 from harness.engine.devices import given_devices
 from harness.engine.doctor import diagnose_server_log
 from harness.engine.info import EngineInfoError, check_effective, model_runner_fact
+from harness.engine.rpc_checks import missing_extension, run_checks, worker_extension
 from harness.engine.server import ServerStartError
 from harness.engine.session import VariantSession, counter_problem
 from harness.records.provenance import EngineBuild
@@ -190,6 +191,8 @@ def _serve(run: ConfigRun, server: VariantServer) -> VariantRun:
     p.log(f"  ({PORT_PLACEHOLDER} is the free port chosen at start-up; "
           "the server log's first lines hold the exact command)")
     vrec.devices = given_devices({**os.environ, **server.env})
+    if _extension_missing(run, variant_plan, out):
+        return out
     sent: list[_Sent] = []  # sent while the server is up, judged once it is stopped
     try:
         with server as session:
@@ -219,9 +222,28 @@ def _serve(run: ConfigRun, server: VariantServer) -> VariantRun:
     return out
 
 
+def _extension_missing(run: ConfigRun, variant_plan: VariantPlan, out: VariantRun) -> bool:
+    """Before the server of a config with ``startup_rpc_checks`` starts: whether its worker
+    extension's module cannot be imported by the servers' interpreter
+    (:func:`harness.engine.rpc_checks.missing_extension`). vLLM cannot start such a server,
+    so none starts: the variant is NOT RUN with the reason, its checks ``not_run``."""
+    checks = run.plan.config.startup_rpc_checks
+    ext = worker_extension(variant_plan.argv) if checks else None
+    missing = missing_extension(variant_plan.python, ext) if ext is not None else None
+    if missing is None:
+        return False
+    vrec = out.record
+    run.progress.error(f"{variant_plan.id}: {missing}; no server started")
+    vrec.server, vrec.error = ServerRecord(status="not_started"), f"not started: {missing}"
+    vrec.startup_checks = run_checks("", checks, missing=missing)
+    out.measured.variant_record(variant_plan.name).not_run = missing
+    return True
+
+
 def _server_ready(session: VariantSession, run: ConfigRun, variant_plan: VariantPlan, out: VariantRun) -> None:
     """The server answered: its start-up in the record, then the engine's facts and
-    whether the variant is effective as asked (:func:`check_effective`)."""
+    whether the variant is effective as asked (:func:`check_effective`), then the config's
+    start-up checks (``startup_rpc_checks``, :func:`harness.engine.rpc_checks.run_checks`)."""
     c, p, vrec, srv = run.plan.config, run.progress, out.record, session.server
     vrec.startup_seconds = round(srv.startup_seconds or 0, 1)
     vrec.server = ServerRecord(status="ready", seconds=vrec.startup_seconds, pid=srv.pid)
@@ -247,6 +269,10 @@ def _server_ready(session: VariantSession, run: ConfigRun, variant_plan: Variant
     except EngineInfoError as e:
         vrec.engine_error = str(e)
         p.error(f"{e} (variant_effective cannot pass without it)")
+    if c.startup_rpc_checks:
+        vrec.startup_checks = run_checks(session.base_url, c.startup_rpc_checks)
+        for o in vrec.startup_checks:
+            (p.log if o.verdict == "passed" else p.error)(f"{variant_plan.id}: start-up check {o.detail}")
 
 
 def _send(session: VariantSession, run: ConfigRun, variant_plan: VariantPlan, t: TaskPlan, argv: list[str],

@@ -8,7 +8,15 @@ from pathlib import Path
 import pytest
 
 from harness.config.loader import load_config
-from harness.engine.platform_skips import RULES, PlatformFacts, applicable_rules, skip_reason
+from harness.config.plan import build_plan
+from harness.engine.platform_skips import (
+    RULES,
+    PlatformFacts,
+    PlatformUnknown,
+    applicable_rules,
+    plan_skips,
+    skip_reason,
+)
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "vllm_gsm8k" / "configs"
 SKIPS = DATA / "skips_and_checks"
@@ -52,3 +60,24 @@ def test_configs_no_rule_concerns_need_no_platform():
         want = "DeepSeek-R1" in cfg.model
         assert bool(applicable_rules(cfg.model, path.name)) == want, path.name
     assert len(RULES) == 5
+
+
+def test_plan_skips_asks_once_per_interpreter_and_only_when_a_rule_concerns_a_config():
+    plan = build_plan([load_config(SKIPS / "Qwen3-30B-A3B-MXFP4A16.yaml"), load_config(DATA / "Qwen3-0.6B-FP8.yaml")],
+                      python="/py")
+    asked = []
+
+    def ask(python, facts=CPU):
+        asked.append(python)
+        return facts
+    skips, unknown = plan_skips(plan, ask)
+    assert asked == ["/py"] and not unknown
+    assert skips == {"Qwen3-30B-A3B-MXFP4A16/reference":
+                     f"vLLM's test skips Qwen3-30B-A3B-MXFP4A16.yaml on this platform (cpu): {MARLIN}"}
+    assert plan_skips(plan, lambda p: CUDA) == ({}, {})
+
+    def no_vllm(python):
+        raise PlatformUnknown("no vLLM")
+    skips, unknown = plan_skips(plan, no_vllm)
+    assert not skips and list(unknown) == ["Qwen3-30B-A3B-MXFP4A16/reference"]
+    assert "platform is unknown: no vLLM" in unknown["Qwen3-30B-A3B-MXFP4A16/reference"]
