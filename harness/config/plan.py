@@ -6,6 +6,7 @@ prints it; the runner executes it. Nothing here imports vLLM or touches the netw
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import sys
@@ -385,3 +386,14 @@ def build_plan(configs: list[ModelConfig], python: str | None = None, list_path:
         cps.append(ConfigPlan(config=c, variants=tuple(variants), tasks=tasks, gates=tuple(plan_gates(c)),
                                baseline_gates=tuple(plan_baseline_gates(c))))
     return Plan(configs=tuple(cps), python=python, list_path=str(list_path) if list_path is not None else None)
+
+
+def mark_not_applicable(plan: Plan, reasons: dict[str, str]) -> Plan:
+    """The plan with the variants named in ``reasons`` (variant id -> reason) marked not
+    applicable: they start no server and their gates are NOT RUN with the reason."""
+    if not reasons:
+        return plan
+    cps = tuple(dataclasses.replace(config_plan, variants=tuple(
+        dataclasses.replace(v, not_applicable=reasons[v.id]) if v.id in reasons else v for v in config_plan.variants))
+        for config_plan in plan.configs)
+    return dataclasses.replace(plan, configs=cps)

@@ -30,7 +30,7 @@ from harness.analysis.comparison import compare, rerun_needs
 from harness.analysis.gates import evaluate_gates
 from harness.analysis.measurements import Measurements
 from harness.config.checks import check_run_id
-from harness.config.plan import ConfigPlan, Plan, VariantPlan
+from harness.config.plan import ConfigPlan, Plan, VariantPlan, mark_not_applicable
 from harness.engine.leftovers import find_leftover_servers
 from harness.engine.platform_skips import plan_skips
 from harness.engine.pool import DevicePool, Job, ServerPlan, new_pool, run_jobs, server_plan
@@ -299,17 +299,6 @@ def _short_data(plan: Plan, opts: RunOptions, ctx: RunContext, record: RunRecord
         crec.gates = evaluate_gates(config_plan.gates, m)
         record.configs.append(crec)
     return True
-
-
-def mark_not_applicable(plan: Plan, reasons: dict[str, str]) -> Plan:
-    """The plan with the variants named in ``reasons`` (variant id -> reason) marked not
-    applicable: they start no server and their gates are NOT RUN with the reason."""
-    if not reasons:
-        return plan
-    cps = tuple(dataclasses.replace(config_plan, variants=tuple(
-        dataclasses.replace(v, not_applicable=reasons[v.id]) if v.id in reasons else v for v in config_plan.variants))
-        for config_plan in plan.configs)
-    return dataclasses.replace(plan, configs=cps)
 
 
 def _preflight(plan: Plan, opts: RunOptions, ctx: RunContext, record: RunRecord, done: PendingCheck | None = None
