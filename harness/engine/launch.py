@@ -91,7 +91,7 @@ def fetch_weights(argv: Sequence[str], env: Mapping[str, str], log: IO[str]) -> 
         return None
     key = (argv[0], argv[4], tuple(sorted((k, v) for k, v in env.items() if k.startswith(("HF_", "HUGGING")))),
            tuple(a for a in argv[5:] if a.startswith(("--revision", "--download-dir", "--load-format"))))
-    if key in FETCHED:  # another variant of the config: vLLM's step ran already
+    if key in FETCHED:  # another variant of the config: vLLM's step ran (or failed) already
         return None
     log.write(f"# evalrun: fetching the weights of {argv[4]} before the start-up clock (as RemoteOpenAIServer)\n")
     log.flush()
@@ -100,7 +100,7 @@ def fetch_weights(argv: Sequence[str], env: Mapping[str, str], log: IO[str]) -> 
                               stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True)
     except OSError as e:
         return f"cannot run {argv[0]!r}: {e.strerror or e}"
+    FETCHED.add(key)  # tried once per model: a failed step is not retried for every variant
     if fetch_probe.MARKER + "done" not in proc.stdout:
         return f"the download step exited with code {proc.returncode} (its output is in the server log)"
-    FETCHED.add(key)
     return None
