@@ -21,7 +21,7 @@ import os
 import stat
 from pathlib import Path, PurePosixPath
 
-from harness.config.checks import MAX_NAME_LENGTH, NAME_PATTERN
+from harness.config.types import check_name_text
 
 __all__ = ["MAX_RECORD_BYTES", "MAX_SAMPLES_BYTES", "MAX_SMALL_BYTES", "UnreadableFile", "UnsafeName",
            "read_bytes", "read_text", "check_record_name", "check_relative", "no_symlink_below"]
@@ -114,20 +114,18 @@ def read_text(path: str | Path, limit: int = MAX_RECORD_BYTES, what: str = "file
 
 def check_record_name(name: object, where: str, field: str) -> str:
     """``name`` (a config, variant, task or run id read from ``where``) as a safe path
-    component: the rule of :func:`harness.config.checks.check_name`.
+    component: the one rule of names, :func:`harness.config.types.check_name_text`.
 
     Raises:
         UnsafeName: not a string, empty, longer than 100 characters, a character outside
             letters, digits, ``.``, ``_``, ``+``, ``-``, not starting with a letter or
             digit, or containing ``..``; the message names ``where`` and ``field``.
     """
-    if (not isinstance(name, str) or len(name) > MAX_NAME_LENGTH or ".." in name
-            or not NAME_PATTERN.fullmatch(name)):
-        shown = repr(name)[:120]
-        raise UnsafeName(f"{where}: {field} {shown} is not a safe name (letters, digits, '.', '_', '+', '-', "
-                         "starting with a letter or digit, no '..', at most 100 characters): refused, it would "
-                         "name a path outside its folder")
-    return name
+    try:
+        return check_name_text(name)
+    except ValueError as e:
+        raise UnsafeName(f"{where}: {field} {repr(name)[:120]} is not a safe name: {e}; refused, it would name "
+                         "a path outside its folder") from None
 
 
 def check_relative(rel: object, where: str, field: str) -> str:
