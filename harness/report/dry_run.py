@@ -15,6 +15,7 @@ from harness.config.expected import gate_matches
 from harness.config.gates import plan_gates, sampling_notes
 from harness.config.plan import CLI_MODULE, Plan
 from harness.config.schema import GateSpec, ModelConfig, TaskSpec
+from harness.records.numerics_noise import noise_record
 from harness.records.run_record import SubsetWarning
 from harness.report.cost import PlanCost, cost_json, render_cost
 from harness.tasks import (
@@ -503,6 +504,8 @@ def render_plan(plan: Plan, only: Sequence[str] | None = None,
     if plan.list_path:
         lines.append(f"model list read: {plan.list_path}")
     lines.append(f"server_args read with {plan.server_args_read_with}")
+    if (noise := noise_record()) is not None:  # the run would start every server with it
+        lines.append(f"{noise.describe().split('; seeds')[0]}; a fresh seed per server start")
     lines.append("")
     for config_plan in plan.configs:
         c = config_plan.config

@@ -173,3 +173,15 @@ def test_subset_warning_numbers(tmp_path):
     assert subset_warnings(load_config(p)) == []
     p.write_text("model_name: a/b\naccuracy_threshold: 0.9\nnum_questions: 200\ncalibration_questions: 1319\n")
     assert subset_warnings(load_config(p)) == []
+
+
+def test_the_dry_run_says_when_numerics_noise_is_on(monkeypatch, capsys):
+    """EVALRUN_NUMERICS_NOISE reaches every server a run starts, so the plan names it; unset,
+    the plan says nothing of it (docs/numerics.md)."""
+    monkeypatch.delenv("EVALRUN_NUMERICS_NOISE", raising=False)
+    assert main(["--config", str(H200), "--dry-run"]) == 0
+    assert "numerics noise" not in capsys.readouterr().out
+    monkeypatch.setenv("EVALRUN_NUMERICS_NOISE", "0.25")
+    assert main(["--config", str(H200), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "numerics noise: 0.25 (0.25 nats; EVALRUN_NUMERICS_NOISE)" in out and "a fresh seed per server start" in out
