@@ -34,6 +34,7 @@ from harness.report.progress import Progress
 from harness.run import outcome
 from harness.run.context import RunContext, RunOptions
 from harness.run.resume import ResumeRefused
+from harness.run.resume import finished_run as _finished
 from harness.run.runner import RunFolderExistsError
 from harness.run.runner import run as run_plan
 
@@ -94,6 +95,20 @@ def run(plan: Plan, *, results_dir: Path, argv: list[str], run_id: str | None = 
     if stop_signals:
         ctx.install_stop_handlers()  # the record first: a SIGKILL may follow at any moment
     return run_plan(plan, opts, ctx)
+
+
+def finished_run(plan: Plan, run_dir: Path, *, argv: list[str], data_dir: Path | None = None,
+                 variants: list[str] | None = None, context: RunContext | None = None) -> RunRecord:
+    """The finished run in ``run_dir`` when it measured what running ``plan`` there would
+    (:func:`harness.run.resume.finished_run`).
+
+    Raises:
+        ResumeRefused: it did not finish, or anything it measured differs (named).
+    """
+    ctx = context if context is not None else new_context()
+    opts = RunOptions(results_dir=run_dir.parent, data_dir=data_dir, run_id=run_dir.name, argv=list(argv),
+                      variants=variants)
+    return _finished(plan, opts, run_dir, ctx.progress)
 
 
 def say_interrupted(e: BaseException, prog: str = "evalrun") -> None:

@@ -24,7 +24,9 @@ from harness.report.calibration import render_calibration_markdown, summarize
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from harness.config.plan import Plan
     from harness.records.run_record import RunRecord
+    from harness.report.progress import Progress
 
 
 def describe_error_runs(records: Iterable[RunRecord]) -> list[str]:
@@ -77,6 +79,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="with --simulate-nights: also simulate this list (its task sizes and gates; each task's "
                         "accuracy its config's accuracy_threshold), e.g. models-h200.txt")
     p.add_argument("--simulate-seed", type=int, default=0, metavar="S", help="the simulation's seed (default 0)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the calibration folder of --run-id: a finished repeat (run<i>/) that measured "
+                        "what this command would is kept, an unfinished one is resumed (evalrun --resume), the "
+                        "rest run; anything that differs (configs, build, evalrun revision, server environment such "
+                        "as EVALRUN_NUMERICS_NOISE, data) is refused, naming it. Repeats add up across sessions.")
     return p
 
 
@@ -107,6 +114,68 @@ def _write_summary(args: argparse.Namespace, runs: list, out_dir: Path, configs:
     print(f"evalrun calibrate: summary in {out_dir / 'calibration.md'} and calibration.json", file=sys.stderr)
 
 
+def _finished(run_dir: Path) -> bool:
+    """Whether the repeat in ``run_dir`` finished (its record says ``completed``); an
+    unreadable record is not finished (resuming it then says why)."""
+    from harness.records.run_record import RunRecordError, load_run
+
+    try:
+        return load_run(run_dir).status == "completed"
+    except RunRecordError:
+        return False
+
+
+def _repeats(args: argparse.Namespace, argv: list[str], plan: Plan, out_dir: Path,
+             progress: Progress) -> tuple[list | None, int]:
+    """Run (or with ``--resume`` keep or resume) the repeats ``out_dir/run<i>``.
+
+    Returns:
+        (the ``(record, run folder)`` pairs, 0 or 2 when a repeat could not run); (None, 2)
+        when a signal stopped the calibration or a repeat was refused (said on stderr).
+    """
+    from harness import api
+
+    runs = []
+    could_not_run = False
+    for i in range(1, args.repeat + 1):
+        run_dir = out_dir / f"run{i}"
+        earlier = args.resume and (run_dir / "run.json").exists()
+        if earlier and _finished(run_dir):
+            try:
+                record = api.finished_run(plan, run_dir, argv=["evalrun", "calibrate", *argv], data_dir=args.data_dir,
+                                          variants=args.variant)
+            except api.ResumeRefused as e:
+                print(f"evalrun calibrate: --resume: {e}", file=sys.stderr)
+                return None, 2
+            progress.log(f"calibrate: run {i} of {args.repeat}: kept ({run_dir} finished earlier)")
+            runs.append((record, run_dir))
+            continue
+        progress.log(f"calibrate: run {i} of {args.repeat}{' (resumed)' if earlier else ''}")
+        try:
+            # SIGHUP/SIGINT/SIGTERM/SIGQUIT stop every server and keep the record (the front door's handlers)
+            record, run_dir = api.run(plan, results_dir=out_dir, data_dir=args.data_dir, run_id=f"run{i}",
+                                      argv=["evalrun", "calibrate", *argv], variants=args.variant,
+                                      resume=run_dir if earlier else None,
+                                      context=api.new_context(progress))
+        except KeyboardInterrupt as e:  # a stopping signal: servers stopped, partial record kept
+            api.say_interrupted(e, "evalrun calibrate")
+            if getattr(e, "kept", None):  # that repeat's record kept its verdict; the calibration did not end
+                print(f"evalrun calibrate: interrupted ({e}) in run {i} of {args.repeat}; INTERRUPTED (exit 2)",
+                      file=sys.stderr, flush=True)
+            return None, 2
+        except api.ResumeRefused as e:
+            print(f"evalrun calibrate: --resume: {e}", file=sys.stderr)
+            return None, 2
+        except OSError as e:  # RunFolderExistsError (never mix runs), ResultsFolderError (cannot write)
+            print(f"evalrun calibrate: {e}", file=sys.stderr)
+            return None, 2
+        could_not_run |= record.status != "completed"
+        for line in describe_error_runs([record]):
+            print(f"evalrun calibrate: {line}", file=sys.stderr)
+        runs.append((record, run_dir))
+    return runs, 2 if could_not_run else 0
+
+
 def cli_main(argv: list[str]) -> int:
     """``evalrun calibrate --config LIST --repeat N [...]``.
 
@@ -115,7 +184,6 @@ def cli_main(argv: list[str]) -> int:
         is invalid or a repeat could not run (the summary is still written from the
         repeats that produced numbers).
     """
-    from harness import api
     from harness.config.model_list import load_model_list
     from harness.config.plan import build_plan
     from harness.config.schema import ConfigError
@@ -148,30 +216,14 @@ def cli_main(argv: list[str]) -> int:
         print(f"evalrun calibrate: --variant {', '.join(unknown)}: no such variant (the config's variants: "
               f"{', '.join(sorted(known))})", file=sys.stderr)
         return 2
+    if args.resume and not args.run_id:
+        print("evalrun calibrate: --resume needs --run-id (the calibration folder to continue)", file=sys.stderr)
+        return 2
     cal_id = args.run_id or f"calibrate-{new_run_id()}"
     out_dir = args.results_dir / cal_id
-    progress = Progress(quiet=args.quiet)
-    runs = []
-    could_not_run = False
-    for i in range(1, args.repeat + 1):
-        progress.log(f"calibrate: run {i} of {args.repeat}")
-        try:
-            # SIGHUP/SIGINT/SIGTERM/SIGQUIT stop every server and keep the record (the front door's handlers)
-            record, run_dir = api.run(plan, results_dir=out_dir, data_dir=args.data_dir, run_id=f"run{i}",
-                                      argv=["evalrun", "calibrate", *argv], variants=args.variant,
-                                      context=api.new_context(progress))
-        except KeyboardInterrupt as e:  # a stopping signal: servers stopped, partial record kept
-            api.say_interrupted(e, "evalrun calibrate")
-            if getattr(e, "kept", None):  # that repeat's record kept its verdict; the calibration did not end
-                print(f"evalrun calibrate: interrupted ({e}) in run {i} of {args.repeat}; INTERRUPTED (exit 2)",
-                      file=sys.stderr, flush=True)
-            return 2
-        except OSError as e:  # RunFolderExistsError (never mix runs), ResultsFolderError (cannot write)
-            print(f"evalrun calibrate: {e}", file=sys.stderr)
-            return 2
-        could_not_run |= record.status != "completed"
-        for line in describe_error_runs([record]):
-            print(f"evalrun calibrate: {line}", file=sys.stderr)
-        runs.append((record, run_dir))
+    runs, status = _repeats(args, argv, plan, out_dir, Progress(quiet=args.quiet))
+    if runs is None:
+        return status
     _write_summary(args, runs, out_dir, configs, other)
-    return 2 if could_not_run else 0
+    return status
+

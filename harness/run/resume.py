@@ -84,6 +84,34 @@ class Decision:
     reasons: dict[str, str]
 
 
+def finished_run(plan: Plan, opts: RunOptions, run_dir: Path, progress: Progress) -> RunRecord:
+    """A finished attempt in ``run_dir`` that measured what ``plan`` and ``opts`` would
+    (``evalrun calibrate --resume`` keeps its finished repeats instead of running them again).
+
+    Returns:
+        the earlier record (status ``completed``).
+
+    Raises:
+        ResumeRefused: no readable record, a run that did not finish (resume it instead),
+            a merged run, unsafe names, or any difference :func:`decide` refuses on
+            (configs, shard, contamination, build, evalrun revision, server environment,
+            model, data); the message names each.
+    """
+    try:
+        earlier = load_run(run_dir)
+    except RunRecordError as e:
+        raise ResumeRefused(f"{run_dir}: cannot reuse: {e}") from None
+    if earlier.status != "completed" or earlier.merged_from:
+        raise ResumeRefused(f"{run_dir}: cannot reuse: status {earlier.status}"
+                            f"{' (a merged run)' if earlier.merged_from else ''}; only a finished run is reused")
+    _check_names(earlier, run_dir)
+    differ = _run_differences(plan, opts, earlier, progress)
+    if differ:
+        raise ResumeRefused(f"{run_dir}: cannot reuse, what this run would measure differs from it:\n  "
+                            + "\n  ".join(differ))
+    return earlier
+
+
 def differing_options(then: Mapping[str, object], now: Mapping[str, object]) -> list[str]:
     """The options (``{option: value}`` as the CLI parsed them) whose values differ
     between the earlier attempt's command line and this one, one phrase each."""

@@ -43,6 +43,32 @@ def test_calibrate_cli_with_the_fake_server(tmp_path, gsm8k_dir, capsys):
     assert sm["configs"][0]["recommended"]["comparisons"][0]["min_output_match"] == 1.0
 
 
+def test_calibrate_resume_keeps_finished_repeats_and_refuses_a_changed_config(tmp_path, gsm8k_dir, capsys):
+    """--resume: the finished run1 is kept (its record untouched), only run2 runs; a config
+    edited in between is refused naming the config; without --run-id it is refused."""
+    cfg = write_fake_spec_config(tmp_path, 4)
+    args = ["calibrate", "--config", str(cfg), "--python", str(FAKE), "--data-dir", str(gsm8k_dir),
+            "--results-dir", str(tmp_path / "res"), "--run-id", "cal", "--quiet"]
+    assert main(args + ["--repeat", "2"]) == 0
+    first = (tmp_path / "res/cal/run1/run.json").read_bytes()
+    # a later session asks for more repeats: run1 and run2 are kept, run3 runs
+    assert main(args + ["--repeat", "3", "--resume"]) == 0
+    capsys.readouterr()
+    assert (tmp_path / "res/cal/run1/run.json").read_bytes() == first
+    sm = json.loads((tmp_path / "res/cal/calibration.json").read_text())
+    assert [r["run_id"] for r in sm["runs"]] == ["run1", "run2", "run3"]
+    assert not (tmp_path / "res/cal/run1/attempts").exists()
+    # without --resume the kept folder is never mixed into
+    assert main(args + ["--repeat", "3"]) == 2
+    cfg.write_text(cfg.read_text() + "\n# edited\n")
+    assert main(args + ["--repeat", "4", "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot reuse" in err and "the file was edited" in err and "run1" in err
+    assert not (tmp_path / "res/cal/run4").exists()
+    assert main(["calibrate", "--config", str(cfg), "--repeat", "2", "--resume"]) == 2
+    assert "--resume needs --run-id" in capsys.readouterr().err
+
+
 # ----------------------------------------------------------------- the real CPU engine
 
 
