@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.config.types import DirPath, Multiplier, Name, OptionalPath, PositiveCount, RunId, cli_type
+from harness.config.types import DirPath, Multiplier, Name, OutputFile, PositiveCount, RunId, cli_type
 from harness.records.atomic import write_atomic
 from harness.report.calibration import render_calibration_markdown, summarize
 
@@ -65,9 +65,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--python", default=None, help="interpreter that has vLLM, for the server command")
     p.add_argument("--sigmas", type=cli_type(Multiplier, "a multiplier > 0"), default=3.0,
                    help="k in the recommendation rule (default 3)")
-    p.add_argument("--output", type=cli_type(OptionalPath, "a file"), default=None,
+    p.add_argument("--output", type=cli_type(OutputFile, "a file"), default=None,
                    help="also write the Markdown summary here")
-    p.add_argument("--json", type=cli_type(OptionalPath, "a file"), default=None, metavar="FILE",
+    p.add_argument("--json", type=cli_type(OutputFile, "a file"), default=None, metavar="FILE",
                    help="also write the JSON summary here")
     p.add_argument("--quiet", action="store_true", help="print only warnings, errors and the summary")
     p.add_argument("--simulate-nights", type=int, default=0, metavar="N",

@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import shlex
+import stat
 import string
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -37,7 +39,8 @@ from pydantic import AfterValidator, BeforeValidator, Field, StrictInt, TypeAdap
 __all__ = [
     "MAX_NAME_LENGTH", "MAX_SECONDS", "MAX_STOP_GRACE_SECONDS", "MAX_TOKENS", "MAX_SEED", "NAME_PATTERN",
     "BISECT_ID_MAX_LENGTH", "Alpha", "BisectId", "Count", "DirPath", "DraftCount", "IndexTemplate", "Multiplier",
-    "Name", "Nats", "OptionalPath", "PositiveCount", "PositiveSeconds", "Probability", "RunId", "Seconds", "Seed",
+    "Name", "Nats", "OptionalPath", "OutputFile", "PositiveCount", "PositiveSeconds", "Probability", "RunId",
+    "Seconds", "Seed",
     "SeedOffset", "StopGraceSeconds", "Temperature", "TokenCount", "TokenId", "TokenOffset", "check_name_text",
     "ENVIRONMENT", "ParserChoice", "ShellArgs", "check_environment", "cli_type", "env_value", "is_finite_number",
     "value_error",
@@ -130,6 +133,22 @@ def _dir_path(p: Path) -> Path:
     return p
 
 
+def _output_file(p: Path) -> Path:
+    _path_text(p)
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        return p
+    except OSError as e:
+        raise ValueError(f"{p}: {e.strerror or e}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise ValueError(f"{p} is a symlink (to {os.readlink(p)!r}); evalrun never writes through one: "
+                         "name the file itself")
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"{p} exists and is not a regular file")
+    return p
+
+
 _Finite = {"allow_inf_nan": False}
 
 #: Seconds of a wait or timeout: finite, ``0 <= s <= MAX_SECONDS``.
@@ -176,6 +195,10 @@ IndexTemplate = Annotated[str, AfterValidator(_index_template)]
 OptionalPath = Annotated[Path, AfterValidator(_path_text)]
 #: A folder: as :data:`OptionalPath`, and not an existing non-folder.
 DirPath = Annotated[Path, AfterValidator(_dir_path)]
+#: A file a command writes where the user names it (``--output``, ``--markdown``, ``--junit``,
+#: ``--csv``): as :data:`OptionalPath`, and not an existing symlink, folder, pipe or device
+#: (an existing regular file is replaced atomically).
+OutputFile = Annotated[Path, AfterValidator(_output_file)]
 
 
 
