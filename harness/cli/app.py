@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from harness.config.model_list import PROJECT_ROOT
 from harness.config.schema import ConfigError
 from harness.config.types import (
+    DeviceList,
     DirPath,
     IndexTemplate,
     Name,
@@ -153,7 +154,7 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="run only shard I of N (1-based) of the list's configs: deterministic by config "
                         "name, balanced by estimated GPU-seconds (earlier runs in RESULTS_DIR, else defaults); combine "
                         "the shards with `evalrun merge`")
-    p.add_argument("--gpus", default=None, metavar="LIST|N",
+    p.add_argument("--gpus", type=cli_type(DeviceList, "a count or device ids"), default=None, metavar="LIST|N",
                    help="the GPUs evalrun may hand to its servers: a comma list of device ids (0,1,4) or a count "
                         "(4: the first four); default: CUDA_VISIBLE_DEVICES when set, else every GPU found. On a "
                         "GPU host variants run side by side on disjoint device sets, longest first")

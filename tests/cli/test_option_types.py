@@ -124,3 +124,9 @@ def test_an_output_file_is_never_written_through_a_symlink_or_onto_a_non_file(
     assert ("symlink" if kind == "symlink" else "not a regular file") in err
     assert target.read_text() == "TARGET"
     no_files(results)
+
+
+@pytest.mark.parametrize("gpus", ["a,,b", "-1", "0,0", "0,1 2", "99999999"])
+def test_gpus_is_a_count_or_device_ids(gpus: str, capsys: pytest.CaptureFixture[str]) -> None:
+    err = refused(["--config", str(CONFIG), "--dry-run", "--gpus", gpus], capsys)
+    assert "argument --gpus" in err, err
