@@ -17,10 +17,12 @@ from typing import TYPE_CHECKING
 from harness.config.model_list import PROJECT_ROOT
 from harness.config.schema import ConfigError
 from harness.config.types import (
+    DeviceList,
     DirPath,
     IndexTemplate,
     Name,
     OptionalPath,
+    OutputFile,
     PositiveCount,
     RunId,
     StopGraceSeconds,
@@ -132,7 +134,7 @@ def _run_parser() -> argparse.ArgumentParser:
                    type=cli_type(IndexTemplate, "a URL template"),
                    help="with --build COMMIT: the commit's wheel index, e.g. https://wheels.vllm.ai/{commit}")
     p.add_argument("--quiet", action="store_true", help="print only warnings, errors and the final tables")
-    p.add_argument("--markdown", type=cli_type(OptionalPath, "a file"), default=None,
+    p.add_argument("--markdown", type=cli_type(OutputFile, "a file"), default=None,
                    help="also write the Markdown summary to this file")
     p.add_argument("--baseline", type=cli_type(DirPath, "a folder"), default=None, metavar="DIR",
                    help="folder of stored baselines (<config>.json); a config with a baseline there is also "
@@ -146,13 +148,13 @@ def _run_parser() -> argparse.ArgumentParser:
                         "split (refused by default; recorded in the run record)")
     p.add_argument("--update-baseline", action="store_true",
                    help="after the run, write a baseline for every config whose gates all passed")
-    p.add_argument("--junit", type=cli_type(OptionalPath, "a file"), default=None, metavar="FILE",
+    p.add_argument("--junit", type=cli_type(OutputFile, "a file"), default=None, metavar="FILE",
                    help="also write the JUnit XML (one test case per gate) here; always written as RUN/junit.xml")
     p.add_argument("--shard", default=None, metavar="I/N",
                    help="run only shard I of N (1-based) of the list's configs: deterministic by config "
                         "name, balanced by estimated GPU-seconds (earlier runs in RESULTS_DIR, else defaults); combine "
                         "the shards with `evalrun merge`")
-    p.add_argument("--gpus", default=None, metavar="LIST|N",
+    p.add_argument("--gpus", type=cli_type(DeviceList, "a count or device ids"), default=None, metavar="LIST|N",
                    help="the GPUs evalrun may hand to its servers: a comma list of device ids (0,1,4) or a count "
                         "(4: the first four); default: CUDA_VISIBLE_DEVICES when set, else every GPU found. On a "
                         "GPU host variants run side by side on disjoint device sets, longest first")

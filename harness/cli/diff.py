@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from harness.config.types import Count, DirPath, OptionalPath, cli_type
+from harness.config.types import Count, DirPath, OutputFile, cli_type
 from harness.records.atomic import write_atomic
 from harness.report.diff import diff_runs
 from harness.report.diff_cli import unfinished_sides
@@ -40,7 +40,7 @@ def cli_main(argv: list[str]) -> int:
     p.add_argument("run_b", type=Path, help="run id, run folder, run.json, or baseline JSON (the side under test)")
     p.add_argument("--results-dir", type=cli_type(DirPath, "a folder"), default=None,
                    help="where run ids are looked up (default: the project's results/)")
-    p.add_argument("--output", "-o", type=cli_type(OptionalPath, "a file"), default=None,
+    p.add_argument("--output", "-o", type=cli_type(OutputFile, "a file"), default=None,
                    help="write to this file instead of the terminal")
     p.add_argument("--json", action="store_true", help="JSON instead of Markdown")
     p.add_argument("--max-flipped", type=cli_type(Count, "a count"), default=20,

@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from harness.config.types import Alpha, DirPath, Name, OptionalPath, PositiveCount, cli_type
+from harness.config.types import Alpha, DirPath, Name, OutputFile, PositiveCount, cli_type
 from harness.report.history import (
     DRIFT_METHOD,
     _unreadable_lines,
@@ -44,8 +44,8 @@ def cli_main(argv: list[str]) -> int:
                     help="only the last N runs of each config")
     ap.add_argument("--alpha", type=cli_type(Alpha, "a level in (0, 1)"), default=0.05,
                     help="significance level of the drift test (default 0.05)")
-    ap.add_argument("--csv", type=cli_type(OptionalPath, "a file"), default=None, help="write the full table as CSV")
-    ap.add_argument("--parquet", type=cli_type(OptionalPath, "a file"), default=None,
+    ap.add_argument("--csv", type=cli_type(OutputFile, "a file"), default=None, help="write the full table as CSV")
+    ap.add_argument("--parquet", type=cli_type(OutputFile, "a file"), default=None,
                     help="write the full table as Parquet")
     ap.add_argument("--json", action="store_true", help="print the drift result as JSON instead of Markdown")
     ap.add_argument("--metric", choices=["accuracy", "gpu_seconds"], default="accuracy",

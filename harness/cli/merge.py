@@ -10,7 +10,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from harness.config.types import DirPath, OptionalPath, RunId, cli_type
+from harness.config.types import DirPath, OutputFile, RunId, cli_type
 from harness.records.run_record import RunRecord, outcome_word
 from harness.run.merge import MergeError, merge_records, shard_of
 
@@ -37,8 +37,8 @@ def cli_main(argv: list[str]) -> int:
     p.add_argument("--results-dir", type=cli_type(DirPath, "a folder"), default=PROJECT_ROOT / "results")
     p.add_argument("--run-id", default=None, type=cli_type(RunId, "a run id"),
                    help="merged run folder name (default: a new time-based id)")
-    p.add_argument("--markdown", type=cli_type(OptionalPath, "a file"), default=None, help="also write summary.md here")
-    p.add_argument("--junit", type=cli_type(OptionalPath, "a file"), default=None, help="also write the JUnit XML here")
+    p.add_argument("--markdown", type=cli_type(OutputFile, "a file"), default=None, help="also write summary.md here")
+    p.add_argument("--junit", type=cli_type(OutputFile, "a file"), default=None, help="also write the JUnit XML here")
     p.add_argument("--allow-mixed", action="store_true",
                    help="merge shards of different builds (evalrun version or git revision, engine or lm-eval "
                         "version) or lists anyway; the merged record and summary say what differed")

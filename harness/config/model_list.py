@@ -10,6 +10,7 @@ import difflib
 from pathlib import Path
 
 from harness.config.loader import load_config
+from harness.config.reader import MAX_RECORD_BYTES, present, read_text
 from harness.config.schema import ConfigError, ModelConfig
 
 #: Folder of the repository that holds ``configs/`` and ``model_lists/``.
@@ -60,14 +61,14 @@ def resolve_list_path(name: str | Path) -> Path:
     """
     p = Path(name)
     tried = [p]
-    if p.is_file():
+    if present(p):  # anything there (a pipe too): read it, and the one reader says what it is
         return p.resolve()
     if not p.is_absolute():
         # a list by name in model_lists/, or a single config by name in configs/
         names = [p] if p.suffix else [p, p.with_name(p.name + ".txt"), p.with_name(p.name + ".yaml")]
         for q in [d / x for x in names for d in (MODEL_LISTS_DIR, CONFIGS_DIR)]:
             tried.append(q)
-            if q.is_file():
+            if present(q):
                 return q.resolve()
     near = nearest_names(str(name), _known_files())
     hint = f"; nearest names: {', '.join(near)}" if near else ""
@@ -98,7 +99,11 @@ def read_model_list(path: str | Path) -> list[Path]:
         return [path]
     entries: list[Path] = []
     missing: list[str] = []
-    for lineno, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    try:
+        text = read_text(path, MAX_RECORD_BYTES, "model list")
+    except OSError as e:
+        raise ConfigError(str(e)) from None
+    for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
@@ -106,7 +111,7 @@ def read_model_list(path: str | Path) -> list[Path]:
         cands = [path.parent / line, CONFIGS_DIR / line] if own else [path.parent / line]
         if Path(line).is_absolute():
             cands = [Path(line)]
-        found = next((c for c in cands if c.is_file()), None)
+        found = next((c for c in cands if present(c)), None)
         if found is None:
             pool = sorted({x.name for d in {c.parent for c in cands} if d.is_dir() for x in d.glob("*.y*ml")})
             near = nearest_names(line, pool)

@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import shlex
+import stat
 import string
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -36,8 +38,9 @@ from pydantic import AfterValidator, BeforeValidator, Field, StrictInt, TypeAdap
 
 __all__ = [
     "MAX_NAME_LENGTH", "MAX_SECONDS", "MAX_STOP_GRACE_SECONDS", "MAX_TOKENS", "MAX_SEED", "NAME_PATTERN",
-    "BISECT_ID_MAX_LENGTH", "Alpha", "BisectId", "Count", "DirPath", "DraftCount", "IndexTemplate", "Multiplier",
-    "Name", "Nats", "OptionalPath", "PositiveCount", "PositiveSeconds", "Probability", "RunId", "Seconds", "Seed",
+    "BISECT_ID_MAX_LENGTH", "Alpha", "BisectId", "Count", "DeviceList", "DirPath", "DraftCount", "IndexTemplate",
+    "Multiplier", "Name", "Nats", "OptionalPath", "OutputFile", "PositiveCount", "PositiveSeconds", "Probability",
+    "RunId", "Seconds", "Seed",
     "SeedOffset", "StopGraceSeconds", "Temperature", "TokenCount", "TokenId", "TokenOffset", "check_name_text",
     "ENVIRONMENT", "ParserChoice", "ShellArgs", "check_environment", "cli_type", "env_value", "is_finite_number",
     "value_error",
@@ -114,6 +117,27 @@ def _index_template(text: str) -> str:
     return text
 
 
+#: One device id of ``--gpus``: an index (``0``), a UUID (``GPU-8f2c...``) or a MIG id
+#: (``MIG-GPU-<uuid>/1/0``, as ``CUDA_VISIBLE_DEVICES`` takes them).
+DEVICE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9:._/-]*")
+
+
+def _device_list(text: str) -> str:
+    t = text.strip()
+    if t.isdigit():
+        if int(t) > 2**16:
+            raise ValueError(f"{t} devices is more than any host holds (at most {2**16})")
+        return t
+    ids = [x.strip() for x in t.split(",")]
+    bad = [x for x in ids if not DEVICE_ID.fullmatch(x)]
+    if bad:
+        raise ValueError(f"{text!r}: {bad[0]!r} is not a device id (a count, or device ids joined by commas: "
+                         "0,1,4)")
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{text!r}: a device is listed twice")
+    return t
+
+
 def _path_text(p: Path) -> Path:
     text = str(p)
     if not text:
@@ -127,6 +151,22 @@ def _dir_path(p: Path) -> Path:
     _path_text(p)
     if p.exists() and not p.is_dir():
         raise ValueError(f"{p} is not a directory")
+    return p
+
+
+def _output_file(p: Path) -> Path:
+    _path_text(p)
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        return p
+    except OSError as e:
+        raise ValueError(f"{p}: {e.strerror or e}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise ValueError(f"{p} is a symlink (to {os.readlink(p)!r}); evalrun never writes through one: "
+                         "name the file itself")
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"{p} exists and is not a regular file")
     return p
 
 
@@ -172,10 +212,16 @@ RunId = Annotated[str, AfterValidator(check_name_text)]
 BisectId = Annotated[str, AfterValidator(_bisect_id)]
 #: A wheel-index URL template whose only field is ``{commit}``.
 IndexTemplate = Annotated[str, AfterValidator(_index_template)]
+#: ``--gpus``: a count of devices (the first N), or device ids joined by commas.
+DeviceList = Annotated[str, AfterValidator(_device_list)]
 #: A path given by the user: non-empty, no NUL byte.
 OptionalPath = Annotated[Path, AfterValidator(_path_text)]
 #: A folder: as :data:`OptionalPath`, and not an existing non-folder.
 DirPath = Annotated[Path, AfterValidator(_dir_path)]
+#: A file a command writes where the user names it (``--output``, ``--markdown``, ``--junit``,
+#: ``--csv``): as :data:`OptionalPath`, and not an existing symlink, folder, pipe or device
+#: (an existing regular file is replaced atomically).
+OutputFile = Annotated[Path, AfterValidator(_output_file)]
 
 
 

@@ -53,6 +53,7 @@ from typing import Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from harness.config.plan import Plan
 from harness.engine.probes import build_identity, command, torch_stack
@@ -61,7 +62,7 @@ from harness.records.provenance import EngineBuild
 
 __all__ = ["BuildError", "BuildSpec", "ResolvedBuild", "parse_build", "cache_root", "cache_key",
            "read_identity", "identity_or_none", "ensure_build", "VLLM_WHEEL_INDEX",
-           "planned_python", "make_builds", "apply_builds"]
+           "planned_python", "make_builds", "apply_builds", "same_identity"]
 
 #: vLLM's per-commit wheel index (its docs, "Nightly Builds of vLLM Wheels"): a PEP 503
 #: index per main-branch commit; ``/cpu`` etc. for the other variants.
@@ -404,16 +405,22 @@ def make_builds(texts: list[str], index_template: str | None = None, make: bool 
         that cannot be parsed, made or identified keeps :func:`planned_python` (or the
         text) and the message (naming the installer's log), never raises.
     """
-    out: dict[str, tuple[str, str | None]] = {}
+    return {text: (py, err) for text, (py, err, _) in _made_builds(texts, index_template, make, say).items()}
+
+
+def _made_builds(texts: list[str], index_template: str | None, make: bool, say: Callable[[str], None],
+                 ) -> dict[str, tuple[str, str | None, EngineBuild | None]]:
+    """:func:`make_builds` with each made build's identity (None when not made)."""
+    out: dict[str, tuple[str, str | None, EngineBuild | None]] = {}
     todo = list(dict.fromkeys(texts))
     for i, text in enumerate(todo, 1):
         try:
             spec = parse_build(text, index_template)
         except BuildError as e:
-            out[text] = (text, str(e))
+            out[text] = (text, str(e), None)
             continue
         if not make:
-            out[text] = (planned_python(spec), None)
+            out[text] = (planned_python(spec), None, None)
             continue
         t0 = time.monotonic()
         say(f"evalrun: engine build {i}/{len(todo)}: {text}")
@@ -421,11 +428,28 @@ def make_builds(texts: list[str], index_template: str | None = None, make: bool 
             rb = ensure_build(spec, say=say)
         except BuildError as e:
             say(f"evalrun: engine build {text} could not be made: {e}")
-            out[text] = (planned_python(spec), str(e))
+            out[text] = (planned_python(spec), str(e), None)
             continue
         say(f"evalrun: engine build {text}: {rb.identity.describe()} ({rb.python}, {time.monotonic() - t0:.0f} s)")
-        out[text] = (rb.python, None)
+        out[text] = (rb.python, None, rb.identity)
     return out
+
+
+def same_identity(a: EngineBuild | None, b: EngineBuild | None) -> bool:
+    """Whether two made builds are one engine by identity: the same package, version and
+    commit, with the commit known or the version a release (no local or dev part: two
+    ``0.1.dev0`` source builds without a commit may hold different code)."""
+    if a is None or b is None or not a.package or not a.version:
+        return False
+    if (canonicalize_name(a.package), a.version, a.commit) != (canonicalize_name(b.package or ""), b.version, b.commit):
+        return False
+    if a.commit:
+        return True
+    try:
+        v = Version(a.version)
+    except InvalidVersion:
+        return False
+    return v.local is None and not v.is_devrelease
 
 
 def _read_stamp(folder: Path) -> dict:
@@ -465,10 +489,14 @@ def _same_build(a: str, b: str, index_template: str | None) -> bool:
     return build_key(x) == build_key(y)
 
 
-def _refuse_one_build_twice(plan: Plan, index_template: str | None) -> None:
+def _refuse_one_build_twice(plan: Plan, index_template: str | None,
+                            made: dict[str, tuple[str, str | None, EngineBuild | None]] | None = None) -> None:
     """A config's ``builds: {baseline, candidate}`` (variants ``<v>.baseline`` and
-    ``<v>.candidate``) must name two builds, by identity (:func:`build_key`), not only by
-    text: a build compared with itself proves nothing.
+    ``<v>.candidate``) must name two builds, by identity, not only by text: a build
+    compared with itself proves nothing. Before the builds are made, by what names them
+    (:func:`build_key`); once ``made`` (text -> interpreter, error, identity), also by what
+    they hold (:func:`same_identity`: two interpreters or a requirement and a wheel of one
+    package, version and commit).
 
     Raises:
         BuildError: naming the config, both builds as written and why they are one.
@@ -481,7 +509,14 @@ def _refuse_one_build_twice(plan: Plan, index_template: str | None) -> None:
             other = by_name.get(v.name.removesuffix(".baseline") + ".candidate")
             if other is None or other.build is None or other.build == v.build:
                 continue  # the same text is refused at load (harness.config.ab)
-            if _same_build(str(v.build), str(other.build), index_template):
+            if made is not None:
+                a, b = made.get(str(v.build)), made.get(str(other.build))
+                if a is not None and b is not None and same_identity(a[2], b[2]):
+                    raise BuildError(
+                        f"{config_plan.config.path}: builds: baseline {v.build!r} and candidate {other.build!r} "
+                        f"are the same build once made ({a[2].describe() if a[2] else ''} in both); compare two "
+                        "different builds, or drop the section")
+            elif _same_build(str(v.build), str(other.build), index_template):
                 raise BuildError(
                     f"{config_plan.config.path}: builds: baseline {v.build!r} and candidate {other.build!r} are the "
                     "same build (the same interpreter, wheel, requirement or commit, written two ways); compare "
@@ -505,7 +540,8 @@ def apply_builds(plan: Plan, only: list[str] | None = None, given: str | None = 
 
     Raises:
         BuildError: such a contradiction (naming the variant, its config and both builds),
-            or an A/B config whose two builds are one (:func:`_refuse_one_build_twice`).
+            or an A/B config whose two builds are one (:func:`_refuse_one_build_twice`), by
+            how they are written before they are made and by what they hold after.
     """
     _refuse_one_build_twice(plan, index_template)
     chosen = [(config_plan, v) for config_plan in plan.configs for v in config_plan.variants
@@ -519,13 +555,15 @@ def apply_builds(plan: Plan, only: list[str] | None = None, given: str | None = 
             )
     if not chosen:
         return plan
-    made = make_builds([str(v.build) for _, v in chosen], index_template, make, say)
+    made = _made_builds([str(v.build) for _, v in chosen], index_template, make, say)
+    if make:
+        _refuse_one_build_twice(plan, index_template, made)
     cps = []
     for config_plan in plan.configs:
         vps = []
         for v in config_plan.variants:
             if v.build in made and (only is None or v.name in only):
-                py, err = made[str(v.build)]
+                py, err, _ = made[str(v.build)]
                 v = dataclasses.replace(v, argv=(py, *v.argv[1:]), build_error=err)
             vps.append(v)
         cps.append(dataclasses.replace(config_plan, variants=tuple(vps)))

@@ -1,12 +1,11 @@
-"""The one reader of the files evalrun reads back (run records, samples, baselines, claims,
-pid files, bisection records) and the checks on names and paths that come from a record.
+"""The files evalrun reads back (run records, samples, baselines, claims, pid files,
+bisection records), read through the one reader (:mod:`harness.config.reader`, re-exported
+here: :func:`read_bytes`, :func:`read_text`, :class:`UnreadableFile`), and the checks on
+names and paths that come from a record.
 
 A file is read only when it is a regular file (after following symlinks: a run folder may
-be reached through ``latest``), opened with ``O_NONBLOCK`` so that a named pipe or a
-device never blocks the open, checked with ``fstat`` on the open descriptor (no race
-between the check and the read), and read up to a stated size. Every refusal is an
-:class:`UnreadableFile` (an :class:`OSError`, so the callers' ``except OSError`` keeps
-working) whose message names the file.
+be reached through ``latest``), never blocks on a named pipe or a device, and is read up
+to a stated size; every refusal names the file.
 
 Names read from a record (config, variant, task, run id) are checked as names are when a
 config is loaded (:data:`harness.config.checks.NAME_PATTERN`): one path component, no
@@ -21,95 +20,21 @@ import os
 import stat
 from pathlib import Path, PurePosixPath
 
+from harness.config.reader import MAX_RECORD_BYTES, UnreadableFile, _refuse, read_bytes, read_text
 from harness.config.types import check_name_text
 
 __all__ = ["MAX_RECORD_BYTES", "MAX_SAMPLES_BYTES", "MAX_SMALL_BYTES", "UnreadableFile", "UnsafeName",
            "read_bytes", "read_text", "check_record_name", "check_relative", "no_symlink_below"]
 
-#: Largest ``run.json`` (or baseline, ``bisect.json``) read: the H200 lists' records stay
-#: under 5 MB; 256 MiB is a bound against a file that is not a record, not an estimate.
-MAX_RECORD_BYTES = 256 * 2**20
 #: Largest samples file read (a 1319-question GSM8K task with top-k log-probabilities is
 #: about 30 MB).
 MAX_SAMPLES_BYTES = 1024 * 2**20
 #: Largest claim or pid file read (a few hundred bytes each).
 MAX_SMALL_BYTES = 1 * 2**20
 
-class UnreadableFile(OSError):
-    """A file evalrun reads is not a regular file, is larger than its bound, or cannot be
-    opened or read; the message names the file and why."""
-
-    def __str__(self) -> str:
-        """The message alone (it names the file), without ``[Errno n]`` and the repeated name."""
-        return str(self.strerror) if self.strerror else super().__str__()
-
-
 class UnsafeName(ValueError):
     """A name or relative path read from a record would leave its folder; the message
     names the record, the field and the value."""
-
-
-def _refuse(path: Path, why: str, err: int = errno.EINVAL) -> UnreadableFile:
-    e = UnreadableFile(err, f"{path}: {why}")
-    e.filename = str(path)
-    return e
-
-
-def read_bytes(path: str | Path, limit: int = MAX_RECORD_BYTES, what: str = "file") -> bytes:
-    """The bytes of the regular file ``path`` (module docstring).
-
-    Args:
-        path: the file (a symlink is followed; its target must be a regular file).
-        limit: the most bytes accepted.
-        what: what the file is, for the message (``run record``, ``samples file``).
-
-    Raises:
-        UnreadableFile: missing, not a regular file (a named pipe, a folder, a device),
-            over ``limit`` bytes, or an I/O error; the message names ``path``.
-    """
-    p = Path(path)
-    try:
-        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
-    except OSError as e:
-        raise _refuse(p, f"cannot read {what}: {e.strerror or e}", e.errno or errno.EIO) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = ("a named pipe" if stat.S_ISFIFO(st.st_mode) else "a folder" if stat.S_ISDIR(st.st_mode)
-                    else "a socket" if stat.S_ISSOCK(st.st_mode) else "a device or special file")
-            raise _refuse(p, f"cannot read {what}: it is {kind}, not a regular file")
-        if st.st_size > limit:
-            raise _refuse(p, f"cannot read {what}: {st.st_size} bytes, more than the {limit} this evalrun reads",
-                          errno.EFBIG)
-        chunks, total = [], 0
-        while True:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-            if total > limit:  # grew while read
-                raise _refuse(p, f"cannot read {what}: more than the {limit} bytes this evalrun reads", errno.EFBIG)
-        return b"".join(chunks)
-    except UnreadableFile:
-        raise
-    except OSError as e:
-        raise _refuse(p, f"cannot read {what}: {e.strerror or e}", e.errno or errno.EIO) from None
-    finally:
-        os.close(fd)
-
-
-def read_text(path: str | Path, limit: int = MAX_RECORD_BYTES, what: str = "file") -> str:
-    """:func:`read_bytes` decoded as UTF-8.
-
-    Raises:
-        UnreadableFile: as :func:`read_bytes`, or the bytes are not UTF-8 (named).
-    """
-    raw = read_bytes(path, limit, what)
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise _refuse(Path(path), f"cannot read {what}: not UTF-8 text (byte {e.start})") from None
 
 
 def check_record_name(name: object, where: str, field: str) -> str:

@@ -12,6 +12,7 @@ from harness.analysis.expected import mark_expected
 from harness.analysis.gates import baseline_notes, evaluate_gates, judged_baseline_gates
 from harness.analysis.measurements import Measurements
 from harness.config.plan import VariantPlan
+from harness.config.reader import present
 from harness.models.resolve import resolve_model
 from harness.records.baselines import BaselineError, baseline_path, load_baseline
 from harness.records.provenance import DatasetRef, EngineBuild
@@ -134,7 +135,7 @@ def gate_builds(g: GateResult, crec: ConfigResult, record: RunRecord) -> list[En
 def stored_baseline(baseline_dir: Path, config: str, m: Measurements) -> BaselineInfo:
     """Read ``<baseline_dir>/<config>.json`` into ``m.baseline`` (or ``m.baseline_error``)."""
     path = baseline_path(baseline_dir, config)
-    info = BaselineInfo(path=str(path), found=path.is_file())
+    info = BaselineInfo(path=str(path), found=present(path))  # a pipe there is read, and refused by name
     if not info.found:
         return info
     try:

@@ -18,8 +18,10 @@ Every shard record carries ``shard``: its index, the count, the configs it ran a
 identity of the whole list (names and SHA-256 of every config). ``merge`` refuses
 shards of different lists or builds (:func:`build_of`: evalrun version and git revision,
 lm-eval version, and per variant name the engine build it ran, :func:`variant_engines`,
-so a variant on two builds in two shards is refused while an A/B config's
-``<v>.baseline`` / ``<v>.candidate`` keep their own builds; ``--allow-mixed`` merges them
+so a variant on the run's engine on two builds in two shards is refused while a variant
+on its config's own build (an A/B config's ``<v>.baseline`` / ``<v>.candidate``) is
+compared per config: two A/B configs of one list may name different candidates, as the
+unsharded list runs them; ``--allow-mixed`` merges them
 and says so), different shard counts, a missing or duplicated shard index, and a shard whose
 samples files do not match the SHA-256 its record holds for them (:func:`verify_samples`).
 """
@@ -142,12 +144,19 @@ def build_of(rec: RunRecord) -> dict[str, str | list[str] | None]:
 
 
 def variant_engines(rec: RunRecord) -> dict[str, list[str]]:
-    """Per variant name (across the record's configs), the engine builds its servers ran:
-    the version (and ``commit C`` when known) of the variant's recorded build, else the
-    version its server reported on ``/version``; a variant with neither is left out."""
+    """Per variant, the engine builds its servers ran: the version (and ``commit C`` when
+    known) of the variant's recorded build, else the version its server reported on
+    ``/version``; a variant with neither is left out.
+
+    A variant on the run's engine (``--python`` / ``--build``) is keyed by its name across
+    the record's configs (every shard must run one engine); a variant on a build its config
+    names (``build:``, an A/B config's ``<v>.baseline`` / ``<v>.candidate``) by
+    ``<config>/<variant>``: its build is part of the list (the list's hash checks it), and
+    two configs of one list may name different candidates, as the unsharded list runs them."""
     out: dict[str, set[str]] = {}
     for c in rec.configs:
-        for name, v in c.variants.items():
+        for vname, v in c.variants.items():
+            name = f"{c.name}/{vname}" if v.build_spec else vname
             version = v.build.version if v.build is not None and v.build.version else (
                 v.engine.vllm_version if v.engine is not None else None)
             if version:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 import httpx
 
+from harness.config.reader import present, read_text
 from harness.tasks.numbers import parse_number
 from harness.tasks.requests import Request, prompt_hash
 
@@ -133,26 +134,30 @@ def _load_jsonl(path: Path) -> list[GsmItem]:
         DataUnavailableError: missing/unreadable file, or ``"{path}:{line}: ..."``
             for a malformed line.
     """
-    if not path.is_file():
+    if not present(path):
         raise DataUnavailableError(f"file {path} does not exist")
     items: list[GsmItem] = []
     try:
-        with path.open(encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                where = f"{path}:{lineno}"
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise DataUnavailableError(f"{where}: not valid JSON ({e.msg})") from e
-                items.append(_item_from_row(row, len(items), where))
-    except (OSError, UnicodeDecodeError) as e:
-        raise DataUnavailableError(f"cannot read {path}: {e}") from e
+        text = read_text(path, MAX_DATA_BYTES, "data file")  # a pipe or a folder is named, never blocks
+        for lineno, line in enumerate(text.split("\n"), 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataUnavailableError(f"{where}: not valid JSON ({e.msg})") from e
+            items.append(_item_from_row(row, len(items), where))
+    except OSError as e:  # the one reader's refusal names the file and why
+        raise DataUnavailableError(str(e)) from e
     if not items:
         raise DataUnavailableError(f"file {path} holds no items")
     return items
 
+
+#: Largest data file read (GSM8K's train split is 4 MB; a bound against a file that is not
+#: data, not an estimate).
+MAX_DATA_BYTES = 1024 * 2**20
 
 #: Seconds the hub reachability probe waits (a DNS failure answers at once).
 HUB_PROBE_TIMEOUT = 3.0

@@ -21,7 +21,7 @@ tasks:
   arith: {kind: synthetic, num_questions: 10}
 builds: {baseline: vllm==0.0.1, candidate: vllm==0.0.9}
 expected_failures:
-  - gates: ["*"]
+  - gates: ["*/arith/*"]  # not every gate: a declaration covering all of them is refused
     builds: vllm==0.0.1
     reason: a known bug of 0.0.1
     evidence: docs/cpu-engine.md#x

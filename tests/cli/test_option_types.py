@@ -4,6 +4,7 @@ exists. In process, no subprocess: unit tier."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,36 @@ def test_a_bad_environment_variable_is_refused_before_any_command(tmp_path: Path
     err = refused(["--config", str(CONFIG), "--dry-run", "--results-dir", str(tmp_path / "results")], capsys)
     assert "EVALRUN_STOP_GRACE_SECONDS='1e308'" in err
     no_files(tmp_path / "results")
+
+
+@pytest.mark.parametrize("argv,option", [
+    (["diff", "a", "b", "--output", "OUT"], "--output"),
+    (["--config", str(CONFIG), "--dry-run", "--markdown", "OUT"], "--markdown"),
+    (["--config", str(CONFIG), "--dry-run", "--junit", "OUT"], "--junit"),
+    (["history", "RESULTS", "--csv", "OUT"], "--csv"),
+    (["history", "RESULTS", "--parquet", "OUT"], "--parquet"),
+    (["calibrate", "--config", str(CONFIG), "--repeat", "2", "--output", "OUT", "--results-dir", "RESULTS"],
+     "--output"),
+    (["calibrate", "--config", str(CONFIG), "--repeat", "2", "--json", "OUT", "--results-dir", "RESULTS"], "--json"),
+    (["merge", "a", "--markdown", "OUT", "--results-dir", "RESULTS"], "--markdown"),
+    (["merge", "a", "--junit", "OUT", "--results-dir", "RESULTS"], "--junit"),
+])
+@pytest.mark.parametrize("kind", ["symlink", "folder", "fifo"])
+def test_an_output_file_is_never_written_through_a_symlink_or_onto_a_non_file(
+        argv: list[str], option: str, kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--output``, ``--markdown``, ``--junit``, ``--csv``, ``--parquet``, ``--json FILE``:
+    an existing symlink (its target untouched), folder or pipe is refused naming the option."""
+    target, out, results = tmp_path / "target.md", tmp_path / "out.md", tmp_path / "results"
+    target.write_text("TARGET")
+    {"symlink": lambda: out.symlink_to(target), "folder": out.mkdir, "fifo": lambda: os.mkfifo(out)}[kind]()
+    err = refused([str(results) if a == "RESULTS" else str(out) if a == "OUT" else a for a in argv], capsys)
+    assert f"argument {option}" in err and str(out) in err, err
+    assert ("symlink" if kind == "symlink" else "not a regular file") in err
+    assert target.read_text() == "TARGET"
+    no_files(results)
+
+
+@pytest.mark.parametrize("gpus", ["a,,b", "-1", "0,0", "0,1 2", "99999999"])
+def test_gpus_is_a_count_or_device_ids(gpus: str, capsys: pytest.CaptureFixture[str]) -> None:
+    err = refused(["--config", str(CONFIG), "--dry-run", "--gpus", gpus], capsys)
+    assert "argument --gpus" in err, err

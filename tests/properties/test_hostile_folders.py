@@ -176,10 +176,17 @@ def _absolute_samples(d: Path, out: Path) -> None:
     _rewrite(d, samples=str(out / "victim.json"))
 
 
+def _link_outputs(d: Path, out: Path) -> None:
+    """The files a command is told to write (``diff --output``, ``merge --markdown``) are
+    symlinks to a file outside."""
+    for name in ("d.md", "m.md"):
+        (d.parent / name).symlink_to(out / "victim.json")
+
+
 HOSTILE: dict[str, Callable[[Path, Path], None]] = {f.__name__.lstrip("_"): f for f in (
     _link_run_json, _fifo_run_json, _link_to_fifo, _huge_run_json, _dir_run_json, _link_claim, _link_attempts,
     _link_samples_dir, _link_samples_file, _fifo_samples, _garbage_samples, _dotdot_variant, _dotdot_config,
-    _dotdot_samples, _absolute_samples)}
+    _dotdot_samples, _absolute_samples, _link_outputs)}
 
 
 #: the changes that rewrite run.json (applied before those that replace it)
@@ -191,7 +198,8 @@ def _commands(results: Path, hostile: Path, good: Path, cfg: Path) -> dict[str, 
         "diff": ["diff", str(good), str(hostile), "--output", str(results / "d.md")],
         "diff-reversed": ["diff", str(hostile), str(good), "--json"],
         "history": ["history", str(results)],
-        "merge": ["merge", str(hostile), str(good), "--results-dir", str(results), "--run-id", "merged"],
+        "merge": ["merge", str(hostile), str(good), "--results-dir", str(results), "--run-id", "merged",
+                  "--markdown", str(results / "m.md")],
         "resume": ["--config", str(cfg), "--quiet", "--no-baseline", "--resume", str(hostile)],
     }
 
@@ -236,6 +244,8 @@ def test_a_hostile_run_folder_is_refused_clearly_and_nothing_outside_changes(
         assert code == 2 and "run.json" in err, (hostile, command, err[-2000:])  # named, refused
     if command == "resume":
         assert code == 2, (hostile, err[-2000:])  # never resumed (the config SHA differs at least)
+    if "link_outputs" in hostile and command in ("diff", "merge"):
+        assert code == 2 and "symlink" in err, (hostile, command, err[-2000:])  # refused, naming the link
 
 
 def test_a_named_pipe_as_run_json_is_refused_at_once_naming_it(tmp_path, capsys):
