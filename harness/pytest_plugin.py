@@ -143,7 +143,8 @@ def no_test_message(lst: str, read: VllmListRead) -> str:
     at and evalrun's own list of that name if there is one (never used in its place)."""
     from harness.config.model_list import MODEL_LISTS_DIR
 
-    what = "names no config that exists beside it" if read.found else "not found"
+    what = (f"cannot be read ({read.unreadable})" if read.unreadable
+            else "names no config that exists beside it" if read.found else "not found")
     own = MODEL_LISTS_DIR / Path(lst).name
     hint = (f"; evalrun's own list of that name is {own}: pass that path to run it" if own.is_file()
             and own.resolve() != read.list_path.resolve() else "")

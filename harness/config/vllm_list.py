@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.config.reader import MAX_RECORD_BYTES, UnreadableFile, read_text
+
 #: vLLM's GSM8K test file, whose folder is "the test's own folder" of vLLM's conftest.
 VLLM_TEST_FILE = "test_gsm8k_correctness.py"
 #: Where vLLM's GSM8K test folder is looked for, relative to the working directory: run
@@ -54,6 +56,8 @@ class VllmListRead:
         configs: the entries that exist beside the list, in list order (the tests).
         missing: ``(line number, path)`` of the entries that do not (not tests).
         log: the lines vLLM's conftest prints for this list, in its words.
+        unreadable: why the list could not be read (a named pipe, a folder, over the
+            bound; :mod:`harness.config.reader`), else None.
     """
 
     list_path: Path
@@ -61,6 +65,7 @@ class VllmListRead:
     configs: list[Path] = field(default_factory=list)
     missing: list[tuple[int, Path]] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
+    unreadable: str | None = None
 
 
 def resolve_as_vllm(config_list_file: str, test_dir: Path, cwd: Path) -> Path:
@@ -88,7 +93,11 @@ def read_as_vllm(config_list_file: str, test_dir: Path, cwd: Path) -> VllmListRe
         return VllmListRead(path, False, log=[*log, f"Config list file not found: {path}", NO_CONFIGS])
     configs: list[Path] = []
     missing: list[tuple[int, Path]] = []
-    for lineno, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    try:  # the one reader: a named pipe or a folder is named, never waited on
+        text = read_text(path, MAX_RECORD_BYTES, "config list")
+    except UnreadableFile as e:
+        return VllmListRead(path, True, log=[*log, str(e), NO_CONFIGS], unreadable=str(e))
+    for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue

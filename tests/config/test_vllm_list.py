@@ -9,12 +9,14 @@ order, and prints the same lines.
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
 from harness.config.vllm_list import read_as_vllm, resolve_as_vllm, vllm_test_dir
+from harness.pytest_plugin import no_test_message
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "vllm_gsm8k"
 CONFTEST = (DATA / "test" / "conftest.py.txt").read_text(encoding="utf-8")
@@ -101,3 +103,12 @@ def test_absolute_paths_are_taken_as_given(tmp_path):
     lst = DATA / "configs" / "models-small.txt"
     assert resolve_as_vllm(str(lst), tmp_path, tmp_path) == lst
     assert vllm_test_dir(tmp_path) is None
+
+
+def test_a_list_that_is_a_named_pipe_is_named_never_waited_on(tmp_path):
+    """vLLM's conftest would block on a pipe; evalrun's one reader names it (harness.config.reader)."""
+    fifo = tmp_path / "configs.txt"
+    os.mkfifo(fifo)
+    read = read_as_vllm(str(fifo), tmp_path, tmp_path)
+    assert read.configs == [] and read.unreadable is not None and "named pipe" in read.unreadable
+    assert "cannot be read" in no_test_message(str(fifo), read) and "named pipe" in no_test_message(str(fifo), read)
