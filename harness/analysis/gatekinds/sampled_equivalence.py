@@ -52,8 +52,8 @@ class SampledEquivalence(GateBase):
         if not t.independent_draws():
             why = (f"task {tname} sends seed {t.seed} (plus the variant's seed_offset) with every request: every "
                    "question draws the same random numbers, so questions are not independent draws and the test's "
-                   "false-alarm rate does not hold (docs/gates.md, \"Seeds\"); set seed_mode: per_question (or "
-                   "seed: null; vLLM's form: seed: null)")
+                   "false-alarm rate does not hold (docs/gates.md, \"Seeds\"); set seed_mode: per_run (or "
+                   "per_question, or seed: null; vLLM's form: seed: null)")
         elif t.seed is not None and va.seed_offset == vb.seed_offset:
             why = (f"{comp.baseline} and {comp.candidate} send the same seeds (seed_offset {va.seed_offset}): their "
                    "draws are coupled, not independent; give one of them another seed_offset")
