@@ -10,6 +10,17 @@ Not a test: it prints measurements, never pass/fail. Three commands:
     seed) and for one shared seed (every question of a side draws the same uniforms:
     ``seed_mode: same``), at n = 30 and 80. No engine.
 
+``power [--reps R] [--n N]``
+    The gate's power against a distortion that KEEPS the target's mean log-probability:
+    at each position the sampler draws from ``w * softmax(logits / 0.25) + (1 - w) *
+    uniform`` (too sharp on some steps, too flat on others, as random temperatures are),
+    ``w`` chosen per position so that the expected target log-probability of the drawn
+    token equals the target's own. Rejection rates at alpha 0.05 on n questions (default
+    80) of the mean log-probability test alone, of the share of target-top-1 tokens alone
+    and of the gate's maxT test of both; the same for a flatter sampler (temperature 1.15,
+    which the mean log-probability sees: what the maxT costs it) and a correct one (false alarms).
+    No engine.
+
 ``null --repeats N``
     The null case on the REAL engine, N times: ``configs/tiny-qwen3next-mtp-cpu-sampled.yaml``
     with only ``reference`` and ``reference_reseeded`` (the same server, other seeds), the
@@ -27,6 +38,7 @@ Not a test: it prints measurements, never pass/fail. Three commands:
 Usage (from the repository root, evalrun importable)::
 
     python bench/sampled_verdict.py simulate
+    python bench/sampled_verdict.py power
     python bench/sampled_verdict.py null --repeats 5
     python bench/sampled_verdict.py cost
 """
@@ -90,6 +102,74 @@ def simulate(reps: int) -> None:
                 st = sampled_test(scores(_side(n, shared, rng)), scores(_side(n, shared, rng)), "sim", resamples=999)
                 hits += st is not None and st.p_value < 0.05
             print(f"| {'one shared seed' if shared else 'independent'} | {n} | {reps} | {hits / reps:.3f} |")
+
+
+def _position(q: int, i: int) -> list[float]:
+    """The target's probabilities of 8 tokens at position i of question q (as :func:`_side`)."""
+    qr = random.Random(f"{q}/{i}")
+    logits = [qr.gauss(0, 1.5) for _ in range(8)]
+    top = max(logits)
+    w = [math.exp(x - top) for x in logits]
+    return [x / sum(w) for x in w]
+
+
+def _distorted(p: list[float]) -> list[float]:
+    """A sampler's distribution with the same expected target log-probability as ``p``:
+    ``w * sharp + (1 - w) * uniform``, sharp = p at temperature 0.25 (module doc)."""
+    lp = [math.log(x) for x in p]
+    sharp = [x ** 4 for x in p]
+    sharp = [x / sum(sharp) for x in sharp]
+    want = sum(x * y for x, y in zip(p, lp))
+    es, eu = sum(x * y for x, y in zip(sharp, lp)), sum(lp) / len(lp)
+    w = (want - eu) / (es - eu)
+    return [w * s + (1 - w) / len(p) for s in sharp]
+
+
+def _flat(p: list[float]) -> list[float]:
+    """``p`` at temperature 1.15: flatter, a lower expected target log-probability."""
+    w = [x ** (1 / 1.15) for x in p]
+    return [x / sum(w) for x in w]
+
+
+def _completion(q: int, bad: str, rng: random.Random) -> tuple[float, int]:
+    """One question's 6-token completion by sampler ``bad`` (``""`` correct, ``distorted``,
+    ``flat``): (sum of target log-probabilities, target-top-1 tokens)."""
+    lp, top1 = 0.0, 0
+    for i in range(6):
+        p = _position(q, i)
+        pick = rng.choices(range(8), weights=_distorted(p) if bad == "distorted" else _flat(p) if bad else p)[0]
+        lp += math.log(p[pick])
+        top1 += p[pick] == max(p)
+    return lp, top1
+
+
+def power(reps: int, n: int) -> None:
+    """Print the rejection rates of the three tests on a distorted and a correct sampler (module doc)."""
+    from harness.analysis.sampled import sampled_test  # noqa: PLC0415 - only this command needs evalrun
+    from harness.records.completions import TargetScore  # noqa: PLC0415
+
+    def side(bad: str, rng: random.Random) -> dict[str, TargetScore]:
+        out = {}
+        for q in range(n):
+            lp, top1 = _completion(q, bad, rng)
+            out[f"q/{q}"] = TargetScore(f"q/{q}", 6, lp, top1=top1)
+        return out
+
+    rng = random.Random(5)
+    print("| candidate sampler | n | repeats | mean log-prob test | top-1 share test | gate (maxT of both) | "
+          "mean shift (nats/token) | mean top-1 shift |\n| --- | --- | --- | --- | --- | --- | --- | --- |")
+    names = {"distorted": "distorted, same mean log-prob", "flat": "flatter (temperature 1.15)",
+             "": "correct (false alarms)"}
+    for bad, name in names.items():
+        hits = [0, 0, 0]
+        shift = top = 0.0
+        for _ in range(reps):
+            st = sampled_test(side("", rng), side(bad, rng), "sim", resamples=999)
+            assert st is not None and st.logprob_p_value is not None and st.top1_p_value is not None
+            hits = [h + (x < 0.05) for h, x in zip(hits, (st.logprob_p_value, st.top1_p_value, st.p_value))]
+            shift, top = shift + st.shift / reps, top + (st.top1_shift or 0.0) / reps
+        print(f"| {name} | {n} | {reps} | {hits[0] / reps:.3f} | {hits[1] / reps:.3f} | {hits[2] / reps:.3f} | "
+              f"{shift:+.4f} | {top:+.4f} |")
 
 
 def _run(cfg: dict, run_id: str, results: Path) -> tuple[dict, float]:
@@ -185,6 +265,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("simulate").add_argument("--reps", type=int, default=400)
+    pw = sub.add_parser("power")
+    pw.add_argument("--reps", type=int, default=200)
+    pw.add_argument("--n", type=int, default=80)
     nl = sub.add_parser("null")
     nl.add_argument("--repeats", type=int, default=5)
     nl.add_argument("--first", type=int, default=0)
@@ -193,6 +276,8 @@ def main() -> None:
     a = ap.parse_args()
     if a.cmd == "simulate":
         simulate(a.reps)
+    elif a.cmd == "power":
+        power(a.reps, a.n)
     elif a.cmd == "null":
         null(a.repeats, a.results_dir, a.first)
     else:

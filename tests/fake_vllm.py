@@ -57,11 +57,16 @@ sampled verdict:
   no seed draws from the process's generator
 * ``biased``   as ``correct`` but drawn at temperature 1.5 T (flatter than the target)
 * ``FAKE_SPEC_SAMPLING`` replaces ``FAKE_SAMPLING`` for speculative variants
+* ``FAKE_SAMPLED_STOP=N`` every sampled completion ends on the stop string ``"\n\n"`` (id 18,
+  ``stop_reason`` ``"\n\n"``, text the ids' letters before it); a speculative server returns
+  N ids past it (drawn uniformly), as vLLM does when one step accepts tokens past a stop
+  string (its detokenizer cuts the text, not the ids)
 
 In every mode ``POST /tokenize`` answers one token id for a prompt (1000 + its key) and
 a completion request whose prompt is a list of ids with ``prompt_logprobs`` answers the
 prompt's log-probabilities: log softmax(logits_(q,i)) of each later id (the raw
-log-probabilities, as vLLM's ``prompt_logprobs``).
+log-probabilities, as vLLM's ``prompt_logprobs``), its rank (1 = most likely) and its
+text (ids 10..17 the letters a..h; the stop id 18 log 0.5, rank 1).
 
 The server log names the model runner as vLLM does: ``FAKE_RUNNER`` ``v1`` (default;
 vLLM's "Model Runner V2 requires Triton; using the V1 model runner instead."), ``v2``
@@ -287,7 +292,7 @@ sampling = os.environ.get("FAKE_SAMPLING")
 if spec and os.environ.get("FAKE_SPEC_SAMPLING"):
     sampling = os.environ["FAKE_SPEC_SAMPLING"]
 unseeded = random.Random()
-SAMPLE_LEN, VOCAB = 6, 8
+SAMPLE_LEN, VOCAB, STOP_ID = 6, 8, 18
 
 
 def prompt_key(prompt):
@@ -323,13 +328,22 @@ def draw(key, temperature, seed, scale):
     return out
 
 
+def piece(t):
+    """The fake's text of id ``t``: a letter for 10..17, the stop string for STOP_ID."""
+    return "\n\n" if t == STOP_ID else "abcdefgh"[t - 10] if 10 <= t < 10 + VOCAB else "?"
+
+
 def prompt_logprobs_of(ids):
-    """vLLM's ``prompt_logprobs`` of ``[1000 + key, completion ids...]``."""
+    """vLLM's ``prompt_logprobs`` of ``[1000 + key, completion ids...]``: each id's
+    log-probability, rank as vLLM counts it (entries >= its own) and text."""
     key = ids[0] - 1000
     out = [None]
     for i, t in enumerate(ids[1:]):
-        lp = log_softmax(sample_logits(key, i))[t - 10] if 10 <= t < 10 + VOCAB else -30.0
-        out.append({str(t): {"logprob": lp, "rank": 1, "decoded_token": ""}})
+        lps = log_softmax(sample_logits(key, i))
+        lp, rank = (lps[t - 10], sum(x >= lps[t - 10] for x in lps)) if 10 <= t < 10 + VOCAB else (-30.0, VOCAB + 1)
+        if t == STOP_ID:
+            lp, rank = math.log(0.5), 1
+        out.append({str(t): {"logprob": lp, "rank": rank, "decoded_token": piece(t)}})
     return out
 
 
@@ -600,14 +614,21 @@ class H(BaseHTTPRequestHandler):
             tie = (2, {7: -0.688, 9: -0.698} if mode.startswith("near_tie:") else {7: -0.01, 9: -4.61})
             if spec:
                 ids = [5, 6, 9, 8]
+        stop_reason = None
         if sampling in ("correct", "biased") and (req.get("temperature") is None or req["temperature"] > 0):
             ids = draw(prompt_key(prompt), req.get("temperature") or 1.0, req.get("seed"),
                        1.0 if sampling == "correct" else 1.5)
+            if os.environ.get("FAKE_SAMPLED_STOP"):  # ends on a stop string; a spec step returns ids past it
+                past = random.Random(f"past/{req.get('seed')}/{prompt}")
+                extra = [10 + past.randrange(VOCAB) for _ in range(int(os.environ["FAKE_SAMPLED_STOP"]))]
+                ids, text, stop_reason = ids + [STOP_ID] + (extra if spec else []), "".join(map(piece, ids)), "\n\n"
         if hit and os.environ.get("FAKE_WARM_CHANGES") == "1":
             ids = ids[:3] + [9]
         with lock:
             engine["generation_tokens"] += len(ids)
         choice = {"text": text, "token_ids": ids, "finish_reason": "stop"}
+        if stop_reason is not None:
+            choice["stop_reason"] = stop_reason
         if req.get("logprobs") is not None:
             if not req.get("return_tokens_as_token_ids"):
                 return self._send(400, {"error": "fake: logprobs only with return_tokens_as_token_ids"})

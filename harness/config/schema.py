@@ -144,7 +144,11 @@ class TaskSpec(StrictModel):
             the same random numbers; ``per_question``: each request sends its own seed
             derived from that number and the question id (:meth:`request_seed`), so
             questions are independent draws, as the sampled verdict needs
-            (docs/gates.md, "Sampled verdict"). The seed sent is kept in each sample.
+            (docs/gates.md, "Sampled verdict"); ``per_run``: as ``per_question`` with the
+            run's id (or ``seed_run``) in the derivation too, so each run draws afresh
+            (:meth:`request_seed`). The seed sent is kept in each sample.
+        seed_run: ``seed_mode: per_run`` only: the run id whose draws to repeat (its
+            ``tasks.<name>.seed_run`` in ``run.json``); None (default): this run's own id.
         required: when False, a task whose data cannot be had is reported as
             ``not run`` (loudly, and never as passed) instead of stopping the run.
         lm_eval_task: kind ``lm_eval`` only: the lm-eval task name (``gsm8k_cot``,
@@ -180,7 +184,8 @@ class TaskSpec(StrictModel):
     max_tokens: TokenCount = 256
     temperature: Temperature | None = 0.0
     seed: Seed | None = 42
-    seed_mode: Literal["same", "per_question"] = "same"
+    seed_mode: Literal["same", "per_question", "per_run"] = "same"
+    seed_run: str | None = Field(default=None, min_length=1)
     required: bool = True
     gates: "GateSpec | None" = None
     lm_eval_task: str | None = None
@@ -196,6 +201,8 @@ class TaskSpec(StrictModel):
         out = handler(self)
         if not self.vllm_rules:
             out.pop("vllm_rules", None)
+        if self.seed_run is None:
+            out.pop("seed_run", None)
         return out
 
     @model_validator(mode="after")
@@ -210,6 +217,11 @@ class TaskSpec(StrictModel):
         if self.kind == "lm_eval" and (self.seed is None or self.temperature is None):
             raise ValueError("kind lm_eval needs a seed and a temperature (lm-eval seeds its own sampling "
                              "with them); seed: null / temperature: null are for kinds gsm8k and synthetic")
+        if self.seed_mode == "per_run" and (self.seed is None or self.kind == "lm_eval"):
+            raise ValueError("seed_mode per_run derives each request's seed from seed and the run id: it needs a "
+                             "seed, and kind lm_eval seeds its own sampling (use per_question or same there)")
+        if self.seed_run is not None and self.seed_mode != "per_run":
+            raise ValueError("seed_run names the run whose draws seed_mode per_run repeats; set seed_mode: per_run")
         if self.kind == "lm_eval" and not self.lm_eval_task:
             raise ValueError("kind lm_eval needs lm_eval_task (an lm-eval task name, e.g. gsm8k_cot)")
         if self.kind != "lm_eval" and (self.lm_eval_task or self.lm_eval_include_path):
@@ -227,25 +239,43 @@ class TaskSpec(StrictModel):
         """The ``seed`` one request of this task sends: None when ``seed`` is None (no
         seed sent); with ``seed_mode: same`` ``seed + offset`` for every request; with
         ``per_question`` the first 31 bits of SHA-256 of ``"<seed + offset>/<question_id>"``
-        (a non-negative int, distinct streams per question and per offset).
+        (a non-negative int, distinct streams per question and per offset); with
+        ``per_run`` the same of ``"<seed_run>/<seed + offset>/<question_id>"`` (a fresh
+        draw per run id: :meth:`for_run` fills ``seed_run``).
 
         Args:
             question_id: the request's question id (e.g. ``arith/test/3``).
             offset: the variant's ``seed_offset`` (:class:`VariantSpec`).
+
+        Raises:
+            ValueError: ``per_run`` with no ``seed_run`` (the run id was never filled in).
         """
         if self.seed is None:
             return None
         base = self.seed + offset
         if self.seed_mode == "same":
             return base
-        digest = hashlib.sha256(f"{base}/{question_id}".encode()).digest()
+        key = f"{base}/{question_id}"
+        if self.seed_mode == "per_run":
+            if self.seed_run is None:
+                raise ValueError(f"seed_mode per_run: no run id to draw {question_id}'s seed from (for_run not called)")
+            key = f"{self.seed_run}/{key}"
+        digest = hashlib.sha256(key.encode()).digest()
         return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+    def for_run(self, run_id: str) -> "TaskSpec":
+        """This spec as run ``run_id`` sends it: with ``seed_mode: per_run`` and no pinned
+        ``seed_run``, a copy with ``seed_run`` = ``run_id`` (recorded in ``run.json``'s
+        ``tasks``); otherwise itself."""
+        if self.seed_mode != "per_run" or self.seed_run is not None:
+            return self
+        return self.model_copy(update={"seed_run": run_id})
 
     def independent_draws(self) -> bool:
         """Whether the questions of this task are independent random draws: no seed is
         sent (the engine's own generator) or each question sends its own
-        (``seed_mode: per_question``). With one seed for every request they are not."""
-        return self.seed is None or self.seed_mode == "per_question"
+        (``seed_mode: per_question`` or ``per_run``). With one seed for every request they are not."""
+        return self.seed is None or self.seed_mode in ("per_question", "per_run")
 
 
 class GateSpec(StrictModel):

@@ -38,7 +38,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
 from harness.config.types import TokenId
-from harness.records.completions import Completion, unfinished_error
+from harness.records.completions import Completion, TokenScores, unfinished_error
 
 if TYPE_CHECKING:  # aiohttp is imported on first use (start-up time of --help / --dry-run)
     import aiohttp
@@ -455,7 +455,7 @@ def parse_top_logprobs(choice: dict, request_id: str) -> tuple[tuple[tuple[int, 
 
 
 async def target_logprobs(client: AsyncCompletionClient, request_id: str, prompt: str,
-                          completion_ids: Sequence[int], chat: bool = False) -> tuple[float, int] | str:
+                          completion_ids: Sequence[int], chat: bool = False) -> TokenScores | str:
     """The served model's log-likelihood of ``completion_ids`` after ``prompt``, read as
     prompt log-probabilities (the sampled verdict's scoring, on a non-speculative server).
 
@@ -470,9 +470,10 @@ async def target_logprobs(client: AsyncCompletionClient, request_id: str, prompt
     ``len(completion_ids)`` positions are the completion's.
 
     Returns:
-        ``(sum of the completion tokens' log-probabilities in nats, token count)``, or
-        the request's error as a string naming the request (HTTP, transport, a missing
-        or mismatched position); never raises for those.
+        :class:`TokenScores` of the completion's tokens (each one's log-probability in
+        nats, its ``rank`` and ``decoded_token`` as vLLM reports them), or the request's
+        error as a string naming the request (HTTP, transport, a missing or mismatched
+        position); never raises for those.
     """
     tok: dict = ({"model": client.model, "messages": [{"role": "user", "content": prompt}],
                   "add_generation_prompt": True} if chat else {"model": client.model, "prompt": prompt})
@@ -487,7 +488,7 @@ async def target_logprobs(client: AsyncCompletionClient, request_id: str, prompt
         return f"request {request_id}: malformed /tokenize answer: {e}"
     comp = [int(t) for t in completion_ids]
     if not comp:
-        return 0.0, 0
+        return TokenScores((), (), ())
     body = {"model": client.model, "prompt": ids + comp, "max_tokens": 1, "temperature": 0.0,
             "prompt_logprobs": 0}
     got = await client._post(client.url, body, request_id + " (scoring)")
@@ -498,13 +499,18 @@ async def target_logprobs(client: AsyncCompletionClient, request_id: str, prompt
         if not isinstance(plp, list) or len(plp) != len(ids) + len(comp):
             raise ValueError(f"{len(plp) if isinstance(plp, list) else plp!r} prompt_logprobs positions for "
                              f"{len(ids)} prompt + {len(comp)} completion tokens")
-        total = 0.0
+        lps: list[float] = []
+        ranks: list[int | None] = []
+        pieces: list[str | None] = []
         for i, tid in enumerate(comp):
             pos = plp[len(ids) + i]
             entry = pos.get(str(tid)) if isinstance(pos, dict) else None
             if not isinstance(entry, dict) or not isinstance(entry.get("logprob"), (int, float)):
                 raise ValueError(f"completion position {i}: no log-probability of token {tid}")
-            total += float(entry["logprob"])
+            lps.append(float(entry["logprob"]))
+            rank, piece = entry.get("rank"), entry.get("decoded_token")
+            ranks.append(rank if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 1 else None)
+            pieces.append(piece if isinstance(piece, str) else None)
     except (ValueError, KeyError, TypeError, IndexError) as e:
         return f"request {request_id}: malformed scoring answer: {e}"
-    return total, len(comp)
+    return TokenScores(tuple(lps), tuple(ranks), tuple(pieces))

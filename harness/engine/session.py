@@ -34,7 +34,7 @@ from harness.engine.metrics import (
 )
 from harness.engine.server import EngineProcesses, ServerStartError, VllmServer
 from harness.faults.plugin import FAULT_ENV, FLUSH_INTERVAL_S, REPORT_ENV
-from harness.records.completions import Completion
+from harness.records.completions import Completion, TokenScores
 from harness.records.measures import (
     EngineCountersRecord,
     EngineFactsRecord,
@@ -464,18 +464,18 @@ class VariantSession:
         return tuple(results), metrics_error  # type: ignore[arg-type]
 
     def score_completions(self, items: Sequence[tuple[str, str, Sequence[int]]],
-                          chat: bool = False) -> list[tuple[float, int] | str]:
+                          chat: bool = False) -> list[TokenScores | str]:
         """The served model's log-likelihood of each ``(request id, prompt, completion
         token ids)`` (:func:`harness.engine.client.target_logprobs`), at most
-        ``max_concurrency`` in flight; one ``(sum in nats, tokens)`` or error string per
+        ``max_concurrency`` in flight; one :class:`TokenScores` or error string per
         item, in order; ``chat``: the prompts were sent as one user message. Used on a
         non-speculative server only (the sampled verdict)."""
         if self.model is None:
             raise RuntimeError("use VariantSession as a context manager (no served model name yet)")
         model = self.model
 
-        async def all_items() -> list[tuple[float, int] | str]:
-            out: list[tuple[float, int] | str] = ["not scored"] * len(items)
+        async def all_items() -> list[TokenScores | str]:
+            out: list[TokenScores | str] = ["not scored"] * len(items)
             async with AsyncCompletionClient(self.server.base_url, model, timeout_s=self.request_timeout,
                                              max_connections=self.max_concurrency) as client:
                 todo = iter(enumerate(items))

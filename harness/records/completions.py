@@ -131,6 +131,25 @@ def write_raw_jsonl(path: Path, completions: Iterable[Completion]) -> int:
 
 
 @dataclass(frozen=True)
+class TokenScores:
+    """The target model's view of one completion's tokens, read from vLLM's prompt
+    log-probabilities on a non-speculative server (:func:`harness.engine.client.target_logprobs`).
+
+    Attributes:
+        logprobs: per completion token, its log-probability under the target (nats).
+        ranks: per token, its rank under the target as vLLM reports it (1 = the target's
+            most likely token: vLLM counts the vocabulary entries with a log-probability
+            >= the token's, ``vllm/v1/sample/ops/logprobs.py``); None where not reported.
+        pieces: per token, its text as vLLM decodes it alone (``decoded_token``); None
+            where not reported (a server without a tokenizer).
+    """
+
+    logprobs: tuple[float, ...]
+    ranks: tuple[int | None, ...]
+    pieces: tuple[str | None, ...]
+
+
+@dataclass(frozen=True)
 class TargetScore:
     """The target model's log-likelihood of one sampled completion, scored on a
     non-speculative server (:func:`harness.engine.client.target_logprobs`): the sampled
@@ -142,6 +161,13 @@ class TargetScore:
         logprob_sum: sum of their log-probabilities under the target (nats); None on error.
         seed: the seed the sampling request sent (None: none sent).
         error: why the completion could not be scored (its request or the sample's), else None.
+        top1: of the ``tokens`` scored, how many are the target's most likely token (rank
+            1): the rank statistic of the sampled verdict; None when the scorer reported
+            no ranks (or on error).
+        past_stop: ids the engine returned past the stop string that ended the completion,
+            left out of the score (both sides are scored on the committed tokens only,
+            :func:`harness.analysis.sampled.committed_length`); None when the stop string
+            could not be found in the scored tokens' text (nothing left out).
     """
 
     question_id: str
@@ -149,6 +175,8 @@ class TargetScore:
     logprob_sum: float | None
     seed: int | None = None
     error: str | None = None
+    top1: int | None = None
+    past_stop: int | None = 0
 
     @property
     def mean_logprob(self) -> float | None:
@@ -157,6 +185,14 @@ class TargetScore:
         if self.logprob_sum is None:
             return None
         return self.logprob_sum / self.tokens if self.tokens else 0.0
+
+    @property
+    def top1_share(self) -> float | None:
+        """Share of the completion's tokens that are the target's most likely token; 0.0
+        for an empty completion (as :attr:`mean_logprob`); None without ranks."""
+        if self.top1 is None or self.logprob_sum is None:
+            return None
+        return self.top1 / self.tokens if self.tokens else 0.0
 
     def to_json(self) -> dict:
         """Every field, plus ``mean_logprob``."""

@@ -431,13 +431,23 @@ class SampledRecord(_Measure):
             candidate's completions less likely).
         sd: standard deviation of the per-question difference (nats per token).
         t: paired t statistic ``shift / (sd / sqrt(n))`` (0 when sd is 0).
-        p_value: two-sided sign-flip permutation p-value of ``shift`` (H0: both variants
-            sample from the target's distribution, so each difference is symmetric about 0).
+        p_value: the gate's sign-flip permutation p-value (H0: both variants sample from
+            the target's distribution, so each difference is symmetric about 0): of
+            ``shift`` alone (two-sided) when no ranks were scored, else the maxT test of
+            ``shift`` and ``top1_shift`` together (:mod:`harness.analysis.sampled`).
         t_p_value: the paired t-test's two-sided p-value, for reference (not gated).
         resamples: sign flips drawn (0: every flip enumerated, exact).
         scorer: the non-speculative variant whose server scored both sides.
         unscored: question ids left out (failed on a side or not scored), sorted.
         worst: up to 5 question ids with the most negative difference, most negative first.
+        top1_a, top1_b: mean over questions of the share of completion tokens that are the
+            target's most likely token (rank 1); None when the scorer reported no ranks.
+        top1_shift: ``top1_b - top1_a`` (None without ranks).
+        top1_p_value, logprob_p_value: the two-sided sign-flip p-values of ``top1_shift``
+            and of ``shift`` alone, for reference (None without ranks; then ``p_value``
+            is the latter).
+        past_stop_a, past_stop_b: ids returned past the stop string and left out of the
+            scores (baseline's / candidate's, summed over the questions).
     """
 
     n: int
@@ -454,5 +464,12 @@ class SampledRecord(_Measure):
     scorer: str
     unscored: tuple[str, ...] = ()
     worst: tuple[str, ...] = ()
+    top1_a: float | None = None
+    top1_b: float | None = None
+    top1_shift: float | None = None
+    top1_p_value: float | None = None
+    logprob_p_value: float | None = None
+    past_stop_a: int = 0
+    past_stop_b: int = 0
 
-    _RATES = ("p_value", "t_p_value")
+    _RATES = ("p_value", "t_p_value", "top1_a", "top1_b", "top1_p_value", "logprob_p_value")

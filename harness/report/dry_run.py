@@ -553,6 +553,8 @@ def render_plan(plan: Plan, only: Sequence[str] | None = None,
                 f"fewshot={s.num_fewshot}, max_tokens={s.max_tokens}, "
                 + ("temperature not sent (server default)" if s.temperature is None else f"temperature={s.temperature}")
                 + (", seed not sent" if s.seed is None else f", seed={s.seed}")
+                + ("" if s.seed_mode != "per_run" else f", seeds per run (from run {s.seed_run}'s id, pinned)"
+                   if s.seed_run else ", seeds per run (from the run id, recorded as seed_run)")
                 + (", /v1/chat/completions (one user message, vLLM's stop strings)" if s.use_chat_completions else "")
                 + (f", gen_prefix={s.gen_prefix!r}" if s.gen_prefix else "")
                 + ("" if s.required else ", optional (reported as not run when data is missing)")

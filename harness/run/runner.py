@@ -435,7 +435,7 @@ def _run_config(config_plan: ConfigPlan, opts: RunOptions, ctx: RunContext, run_
     record (already in ``record.configs``, filled in place so an interrupt keeps what ran)
     and whether something required could not run."""
     c = config_plan.config
-    crec = config_result(c, tasks={name: spec.model_dump(mode="json", exclude={"gates"})
+    crec = config_result(c, tasks={name: spec.for_run(run_dir.name).model_dump(mode="json", exclude={"gates"})
                                    for name, spec in c.tasks.items()})
     record.configs.append(crec)  # filled in place, so an interrupt keeps what ran
     run = ConfigRun(config_plan, opts, ctx, run_dir, record, crec, pool=pool, servers=sp)

@@ -20,16 +20,16 @@ import json
 import time
 
 from harness.analysis.gatekinds.sampled_equivalence import SampledEquivalence
-from harness.analysis.sampled import sampled_test
+from harness.analysis.sampled import committed_length, sampled_test
 from harness.config.plan import VariantPlan
 from harness.engine.server import ServerStartError
 from harness.records.atomic import write_atomic
-from harness.records.completions import TargetScore
+from harness.records.completions import TargetScore, TokenScores
 from harness.records.scoring import ScoringRecord
 from harness.run.context import ConfigRun
 from harness.run.serving import SCORING, VariantServer
 
-__all__ = ["score_sampled", "sampled_gates"]
+__all__ = ["score_sampled", "sampled_gates", "target_score"]
 
 
 def sampled_gates(run: ConfigRun) -> list[SampledEquivalence]:
@@ -79,7 +79,7 @@ def _score(run: ConfigRun, variant_plan: VariantPlan, pairs: list[tuple[str, str
     server = VariantServer(run, variant_plan, SCORING)
     p.log(f"{variant_plan.id}: scoring the sampled completions of {', '.join(f'{v}/{t}' for v, t in pairs)} on this "
           f"non-speculative server, started again (log: {server.log_path})")
-    got: dict[tuple[str, str], list[tuple[float, int] | str]] = {}
+    got: dict[tuple[str, str], list[TokenScores | str]] = {}
     rec = ScoringRecord(scorer=variant_plan.name, scored=[f"{v}/{t}" for v, t in pairs])
     run.result.scoring.append(rec)
     server.ready_to_launch()  # its devices and the pre-launch check's answer: not start-up time
@@ -116,20 +116,35 @@ def _items(run: ConfigRun, v: str, t: str) -> list[tuple[str, str, tuple[int, ..
             and s.question_id in prompts]
 
 
-def _store(run: ConfigRun, v: str, t: str, answers: list[tuple[float, int] | str]) -> None:
-    """The scores of ``v`` on ``t`` into the measurements and their JSONL file; a failed
-    scoring request is that question's error and the task's ``scoring_error``."""
+def target_score(q: str, a: TokenScores | str, seed: int | None, stop: str | int | None) -> TargetScore:
+    """One completion's :class:`TargetScore` from its scoring answer ``a`` (an error string
+    is the score's error): scored on its committed ids only, those up to the one that
+    completes its stop string ``stop`` (:func:`harness.analysis.sampled.committed_length`,
+    one rule for both sides), with the count of its target-top-1 tokens when every
+    committed token has a rank."""
+    if isinstance(a, str):
+        return TargetScore(q, 0, None, seed, a)
+    keep = committed_length(a.pieces, stop)
+    n = len(a.logprobs) if keep is None else keep
+    ranks = a.ranks[:n]
+    top1 = None if any(r is None for r in ranks) else sum(r == 1 for r in ranks)
+    return TargetScore(q, n, float(sum(a.logprobs[:n])), seed, top1=top1,
+                       past_stop=None if keep is None else len(a.logprobs) - keep)
+
+
+def _store(run: ConfigRun, v: str, t: str, answers: list[TokenScores | str]) -> None:
+    """The scores of ``v`` on ``t`` into the measurements and their JSONL file
+    (:func:`target_score`); a failed scoring request is that question's error and the
+    task's ``scoring_error``."""
     items = _items(run, v, t)
-    seeds = {s.question_id: s.seed for s in run.measured.task(v, t).samples or ()}
+    samples = {s.question_id: s for s in run.measured.task(v, t).samples or ()}
     scores: dict[str, TargetScore] = {}
     errors = []
     for (rid, _, _), a in zip(items, answers):
         q = rid.split(":", 1)[1]
+        scores[q] = target_score(q, a, samples[q].seed, samples[q].stop_reason)
         if isinstance(a, str):
-            scores[q] = TargetScore(q, 0, None, seeds.get(q), a)
             errors.append(a)
-        else:
-            scores[q] = TargetScore(q, a[1], a[0], seeds.get(q))
     tm = run.measured.task_record(v, t)
     tm.target_scores = {q: s for q, s in scores.items() if s.error is None}
     if errors:

@@ -282,7 +282,8 @@ def _send(session: VariantSession, run: ConfigRun, variant_plan: VariantPlan, t:
     engine's answers before judging; ``at`` (default: none) is told each stage."""
     c, p = run.plan.config, run.progress
     ctx = TaskContext(
-        config=c.name, variant=variant_plan.name, variant_id=variant_plan.id, task=t.name, spec=t.spec,
+        config=c.name, variant=variant_plan.name, variant_id=variant_plan.id, task=t.name,
+        spec=t.spec.for_run(run.run_dir.name),
         per_request=c.per_request_metrics, max_concurrency=c.max_concurrency,
         request_timeout=c.request_timeout_seconds, logprobs=variant_plan.logprobs, server_argv=tuple(argv),
         model_ref=run.model_ref, raw_path=raw_path, label=label, log=p.log, warn=p.warn, error=p.error, bar=p.bar,

@@ -76,6 +76,33 @@ def test_request_seed_per_question_is_sha256_of_seed_plus_offset_and_question(tm
     assert n.request_seed("arith/test/3", 1000) is None
 
 
+def test_request_seed_per_run_mixes_in_the_run_id_and_a_pinned_seed_run_repeats_it(tmp_path):
+    t = _cfg(tmp_path, "{kind: synthetic, temperature: 1.0, seed: 7, seed_mode: per_run}").tasks["t"]
+    with pytest.raises(ValueError, match="no run id"):
+        t.request_seed("arith/test/3", 1000)  # never sent without its run id: fail closed
+    night1, night2 = t.for_run("2026-12-04T01-00-00Z"), t.for_run("2026-12-05T01-00-00Z")
+    want = int(hashlib.sha256(b"2026-12-04T01-00-00Z/1007/arith/test/3").hexdigest()[:8], 16) & 0x7FFFFFFF
+    assert night1.request_seed("arith/test/3", 1000) == want
+    assert night1.request_seed("arith/test/3", 1000) != night2.request_seed("arith/test/3", 1000)
+    assert night1.request_seed("arith/test/3") != night1.request_seed("arith/test/4")
+    assert night1.model_dump()["seed_run"] == "2026-12-04T01-00-00Z"  # what run.json's tasks record
+    assert "seed_run" not in t.model_dump()  # off: the dump is unchanged
+    pinned = _cfg(tmp_path, "{kind: synthetic, temperature: 1.0, seed: 7, seed_mode: per_run, "
+                            "seed_run: 2026-12-04T01-00-00Z}").tasks["t"]
+    assert pinned.for_run("later").request_seed("arith/test/3", 1000) == want
+    assert all(g.independent for g in _sampled(_cfg(tmp_path, "{kind: synthetic, temperature: 1.0, "
+                                                              "seed_mode: per_run}")).values())
+
+
+@pytest.mark.parametrize("task, says", [
+    ("{kind: synthetic, temperature: 1.0, seed: null, seed_mode: per_run}", "needs a seed"),
+    ("{kind: synthetic, temperature: 1.0, seed_mode: per_question, seed_run: x}", "set seed_mode: per_run"),
+])
+def test_per_run_seeds_are_refused_where_they_cannot_apply(tmp_path, task, says):
+    with pytest.raises(Exception, match=says):
+        _cfg(tmp_path, task)
+
+
 def test_dry_run_states_the_detectable_shift_and_counts_the_gates_in_the_family(tmp_path):
     cfg = _cfg(tmp_path, "{kind: synthetic, num_questions: 80, temperature: 1.0, seed_mode: per_question}")
     [d] = detectable_drops(cfg)

@@ -7,7 +7,7 @@ value the engine computes another way: the log-probabilities it returns WHILE sa
 same completion (``logprobs: 1``, temperature 1.0, so raw and processed log-probabilities
 agree) on the same non-speculative server; prefill and decode run different kernels in
 bf16, so they agree to a tolerance, not exactly. And the requests of the config's task send
-each question its own seed (``seed_mode: per_question``), kept on every completion.
+each question its own seed (``seed_mode: per_run``), kept on every completion.
 
 The config's two verdicts (the null comparison passes, spec_sync fails with its statistic)
 need three server starts (minutes): they are measured by bench/sampled_verdict.py and
@@ -38,7 +38,7 @@ def test_prompt_logprob_scoring_matches_the_engines_own_sampling_logprobs(tmp_pa
         pytest.skip("vLLM is not installed in this interpreter")
     cfg = load_config(REPO / "configs" / "tiny-qwen3next-mtp-cpu-sampled.yaml")
     vp = next(v for v in build_plan([cfg]).configs[0].variants if v.name == "reference")
-    spec = cfg.tasks["arith"]
+    spec = cfg.tasks["arith"].for_run("e2e")  # per_run seeds need a run id
     model = resolve_model(cfg.model, Progress(quiet=True))
     argv = [model if x == cfg.model else x for x in vp.argv]
     pt = prepare_task("arith", spec.model_copy(update={"num_questions": 24}), None, False, base_dir=REPO / "configs")
@@ -53,7 +53,8 @@ def test_prompt_logprob_scoring_matches_the_engines_own_sampling_logprobs(tmp_pa
     assert seeds == [spec.request_seed(r.question_id) for r in pt.requests] and len(set(seeds)) == len(seeds)
     for c, got in zip(out.completions, scored):
         assert not isinstance(got, str), got
-        total, n = got
+        total, n = sum(got.logprobs), len(got.logprobs)
+        assert all(isinstance(r, int) and r >= 1 for r in got.ranks) and all(isinstance(x, str) for x in got.pieces)
         sampled = [dict(pos)[t] for pos, t in zip(c.top_logprobs or (), c.token_ids or ())]
         assert n == len(sampled) == len(c.token_ids or ())
         # same model, same tokens: the per-token means agree to bf16 kernel differences

@@ -44,12 +44,15 @@ def _score(plp_of, completion=(7, 8), chat=False):
 
 def _vllm(ids):  # vLLM's form: None first, then {token id: {logprob, rank, decoded_token}} per position
     lps = {1: -9.0, 2: -8.0, 3: -7.0, 7: -0.5, 8: -0.25}
-    return [None] + [{str(t): {"logprob": lps[t], "rank": 1, "decoded_token": "?"}} for t in ids[1:]]
+    ranks = {1: 5, 2: 4, 3: 3, 7: 2, 8: 1}
+    return [None] + [{str(t): {"logprob": lps[t], "rank": ranks[t], "decoded_token": f"<{t}>"}} for t in ids[1:]]
 
 
 def test_sends_prompt_ids_then_completion_ids_and_sums_only_the_completion():
     got, seen = _score(_vllm)
-    assert got == (-0.75, 2)  # -0.5 + -0.25; the prompt's own positions are not counted
+    assert not isinstance(got, str)
+    assert (sum(got.logprobs), len(got.logprobs)) == (-0.75, 2)  # -0.5 + -0.25; the prompt's positions are not counted
+    assert got.ranks == (2, 1) and got.pieces == ("<7>", "<8>")  # each completion token's rank and text
     assert seen[0] == ("tokenize", {"model": "m", "prompt": "Question: 2+2?"})
     assert seen[1][1] == {"model": "m", "prompt": [1, 2, 3, 7, 8], "max_tokens": 1, "temperature": 0.0,
                           "prompt_logprobs": 0}
@@ -63,7 +66,12 @@ def test_chat_prompts_are_tokenized_as_one_user_message():
 
 def test_an_empty_completion_sends_no_scoring_request():
     got, seen = _score(_vllm, completion=())
-    assert got == (0.0, 0) and [k for k, _ in seen] == ["tokenize"]
+    assert not isinstance(got, str) and got.logprobs == () and [k for k, _ in seen] == ["tokenize"]
+
+
+def test_a_missing_rank_or_text_is_none_not_an_error():
+    got, _ = _score(lambda ids: [None] + [{str(t): {"logprob": -1.0}} for t in ids[1:]])
+    assert not isinstance(got, str) and got.ranks == (None, None) and got.pieces == (None, None)
 
 
 @pytest.mark.parametrize("bad, says", [

@@ -9,6 +9,7 @@ from typing import Literal
 
 from harness.analysis.gatekinds._common import result
 from harness.analysis.measurements import Measurements
+from harness.analysis.sampled import smallest_attainable_p
 from harness.config.gates.registry import GateBase, Place, gate
 from harness.config.gates.sampling import scorer_variant
 from harness.records.run_record import GateResult
@@ -16,8 +17,9 @@ from harness.records.run_record import GateResult
 
 @gate(scope="comparison", order=30, reads_generation=True, settings=("sampled_alpha", "expected_logprob_sd"),
       doc="(every comparison of a task that samples, in place of `min_output_match`) the target model's mean "
-          "log-probability per token of both variants' sampled completions, scored on a non-speculative server, "
-          "is not significantly different (two-sided sign-flip permutation test paired by question, p >= alpha); "
+          "log-probability per token and share of its most likely tokens (rank 1) of both variants' sampled "
+          "completions, scored on a non-speculative server, are not significantly different (one sign-flip "
+          "permutation test of both, maxT, paired by question, p >= alpha); "
           "NOT RUN when the seeding makes the draws dependent (\"Sampled verdict\" below)")
 class SampledEquivalence(GateBase):
     """The distribution-level verdict of a comparison on a task that samples, in place of
@@ -52,8 +54,8 @@ class SampledEquivalence(GateBase):
         if not t.independent_draws():
             why = (f"task {tname} sends seed {t.seed} (plus the variant's seed_offset) with every request: every "
                    "question draws the same random numbers, so questions are not independent draws and the test's "
-                   "false-alarm rate does not hold (docs/gates.md, \"Seeds\"); set seed_mode: per_question (or "
-                   "seed: null; vLLM's form: seed: null)")
+                   "false-alarm rate does not hold (docs/gates.md, \"Seeds\"); set seed_mode: per_run (or "
+                   "per_question, or seed: null; vLLM's form: seed: null)")
         elif t.seed is not None and va.seed_offset == vb.seed_offset:
             why = (f"{comp.baseline} and {comp.candidate} send the same seeds (seed_offset {va.seed_offset}): their "
                    "draws are coupled, not independent; give one of them another seed_offset")
@@ -65,9 +67,10 @@ class SampledEquivalence(GateBase):
         return cls.at(
             at, limit=alpha, scorer=scorer, multiple_testing=g.multiple_testing,
             independent=not why, dependence=why,
-            description=(f"the target's mean log-probability per token of both variants' sampled completions "
-                         f"(scored on {scorer or 'no non-speculative variant'}'s server), paired by question: not "
-                         f"significantly different (two-sided sign-flip permutation test, alpha {alpha:g}"
+            description=(f"the target's mean log-probability per token and share of its most likely tokens of "
+                         f"both variants' sampled completions (scored on {scorer or 'no non-speculative variant'}'s "
+                         f"server), paired by question: not significantly different (one sign-flip permutation "
+                         f"test of both, maxT, alpha {alpha:g}"
                          + (", Holm-corrected across the config's family)" if g.multiple_testing == "holm" else ")")
                          + "; H0: both sample from the target's distribution"),
         )
@@ -79,13 +82,15 @@ class SampledEquivalence(GateBase):
 
 def too_few_questions(n: int | None, alpha: float) -> str | None:
     """Why a two-sided sign-flip test on ``n`` paired questions can never reject at
-    ``alpha`` (its smallest p-value, all signs alike, is ``2 / 2**n``), or None when it can
+    ``alpha`` (its smallest p-value, all signs alike, is ``2 / 2**n``:
+    :func:`~harness.analysis.sampled.smallest_attainable_p`), or None when it can
     (or ``n`` is not known before the run). Such a gate could only pass: it is planned
     NOT RUN (report only), never PASS."""
-    if n is None or 2.0 / 2.0 ** min(n, 1100) <= alpha:
+    if n is None or smallest_attainable_p(n) <= alpha:
         return None
     need = math.ceil(math.log2(2.0 / alpha)) if alpha > 0 else None
-    return (f"{n} question(s): the sign-flip test's smallest two-sided p-value is 2/2^{n} = {2.0 / 2.0 ** n:.4g}, "
+    return (f"{n} question(s): the sign-flip test's smallest two-sided p-value is 2/2^{n} = "
+            f"{smallest_attainable_p(n):.4g}, "
             f"above alpha {alpha:g}, so it can never fail at this size (report only, NOT RUN)"
             + (f"; ask at least {need} questions" if need else ""))
 
@@ -120,16 +125,26 @@ def sampled_verdict(g: SampledEquivalence, m: Measurements, adjusted_p: float | 
     how = "exact" if st.resamples == 0 else f"{st.resamples} random flips"
     detail = (f"target log-probability per token (scored on {st.scorer}): {g.baseline} {st.mean_a:.4f}, "
               f"{g.variant} {st.mean_b:.4f} nats on {st.n} paired questions; shift {st.shift:+.4f} nats/token "
-              f"(sd {st.sd:.4f}), paired t = {st.t:.2f} (t-test p={st.t_p_value:.3g}); two-sided sign-flip "
-              f"permutation p={st.p_value:.4g} ({how})"
+              f"(sd {st.sd:.4f}), paired t = {st.t:.2f} (t-test p={st.t_p_value:.3g}); "
+              + (f"share of target-top-1 tokens {st.top1_a:.4f} -> {st.top1_b:.4f} (shift {st.top1_shift:+.4f}); "
+                 f"sign-flip permutation p={st.p_value:.4g} of both together (maxT, {how}; alone: log-probability "
+                 f"{st.logprob_p_value:.4g}, top-1 share {st.top1_p_value:.4g})"
+                 if st.top1_p_value is not None and st.top1_a is not None and st.top1_b is not None
+                 and st.top1_shift is not None and st.logprob_p_value is not None
+                 else f"two-sided sign-flip permutation p={st.p_value:.4g} ({how})")
               + (f", Holm-adjusted {adjusted_p:.4g}" if adjusted_p is not None else "")
               + f"; mean total log-probability {st.sum_a:.2f} -> {st.sum_b:.2f}")
     if st.unscored:
         detail += f"; {len(st.unscored)} question(s) not scored on both sides, left out"
+    if st.past_stop_a or st.past_stop_b:
+        detail += (f"; ids past the stop string left out of the scores: {g.baseline} {st.past_stop_a}, "
+                   f"{g.variant} {st.past_stop_b}")
     if errs:
         detail += "; scoring errors: " + "; ".join(errs)
     if not ok:
         detail += (f"; FAILED: the two variants do not sample from the same distribution (p={p:.4g} < alpha "
                    f"{g.limit:g}): {g.variant}'s completions are "
-                   + ("less" if st.shift < 0 else "more") + " likely under the target")
+                   + ("less" if st.shift < 0 else "more") + " likely under the target"
+                   + ("" if st.top1_shift is None else
+                      f", with {'fewer' if st.top1_shift < 0 else 'more'} of the target's most likely tokens"))
     return (p, g.limit, ok and not errs, detail, st.worst if not ok else ())
