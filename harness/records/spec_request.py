@@ -19,7 +19,7 @@ difference (:func:`sums_mismatch` checks it).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Mapping, Sequence, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError, model_validator
 
@@ -68,7 +68,7 @@ class SpecDecodingMetrics(BaseModel):
         return self
 
 
-def parse_spec_decoding(doc: Any) -> dict[str, Any] | None:
+def parse_spec_decoding(doc: object) -> dict[str, object] | None:
     """The response's ``metrics.speculative_decoding`` as vLLM wrote it, validated.
 
     Args:
@@ -98,29 +98,53 @@ def parse_spec_decoding(doc: Any) -> dict[str, Any] | None:
     return dict(sd)
 
 
-def accepted_per_position(sd: dict[str, Any]) -> tuple[float, ...]:
+def typed(sd: Mapping[str, object]) -> SpecDecodingMetrics:
+    """``sd`` (a sample's ``spec_decoding``) as :class:`SpecDecodingMetrics`.
+
+    Raises:
+        pydantic.ValidationError: it is not one.
+    """
+    return SpecDecodingMetrics.model_validate(dict(sd))
+
+
+def accepted_per_position(sd: SpecDecodingMetrics) -> tuple[float, ...]:
     """Accepted drafts per draft position ``k`` (``num_spec_tokens`` entries): the verify
     steps that accepted more than ``k`` drafts, i.e. ``sum(histogram[j] for j > k)``; the
     same count as vLLM's ``vllm:spec_decode_num_accepted_tokens_per_pos{position=k}``
     (a step accepting ``j`` drafts accepts positions ``0..j-1``)."""
-    h = sd["acceptance_histogram"]
-    return tuple(float(sum(h[k + 1:])) for k in range(int(sd["num_spec_tokens"])))
+    h = sd.acceptance_histogram
+    return tuple(float(sum(h[k + 1:])) for k in range(sd.num_spec_tokens))
 
 
-def reply_fields(sd: dict[str, Any] | None) -> dict[str, Any]:
+class ReplyFields(TypedDict, total=False):
+    """:func:`reply_fields`: keyword fields of :class:`~harness.records.completions.EngineReply`."""
+
+    spec_drafts: float
+    spec_draft_tokens: float
+    spec_accepted_tokens: float
+    spec_accepted_per_pos: tuple[float, ...]
+    spec_decoding: dict[str, object]
+
+
+def reply_fields(sd: dict[str, object] | None) -> ReplyFields:
     """The :class:`~harness.records.completions.EngineReply` keyword fields from one
-    response's dict (None: no fields): ``spec_drafts = num_spec_steps``,
+    response's validated dict (None: no fields): ``spec_drafts = num_spec_steps``,
     ``spec_draft_tokens = num_draft_tokens``, ``spec_accepted_tokens =
     num_accepted_draft_tokens``, ``spec_accepted_per_pos`` (:func:`accepted_per_position`),
-    and ``spec_decoding``, the dict itself."""
+    and ``spec_decoding``, the dict itself.
+
+    Raises:
+        pydantic.ValidationError: ``sd`` is not :class:`SpecDecodingMetrics`.
+    """
     if sd is None:
         return {}
-    return {"spec_drafts": float(sd["num_spec_steps"]), "spec_draft_tokens": float(sd["num_draft_tokens"]),
-            "spec_accepted_tokens": float(sd["num_accepted_draft_tokens"]),
-            "spec_accepted_per_pos": accepted_per_position(sd), "spec_decoding": sd}
+    m = typed(sd)
+    return {"spec_drafts": float(m.num_spec_steps), "spec_draft_tokens": float(m.num_draft_tokens),
+            "spec_accepted_tokens": float(m.num_accepted_draft_tokens),
+            "spec_accepted_per_pos": accepted_per_position(m), "spec_decoding": sd}
 
 
-def sums_mismatch(reported: Sequence[dict[str, Any] | None], counters: SpecDecodeCountersRecord | None,
+def sums_mismatch(reported: Sequence[Mapping[str, object] | None], counters: SpecDecodeCountersRecord | None,
                   where: str) -> str | None:
     """Whether a task's per-request sums equal its ``/metrics`` difference exactly.
 
@@ -134,19 +158,20 @@ def sums_mismatch(reported: Sequence[dict[str, Any] | None], counters: SpecDecod
         draft tokens, accepted tokens and every per-position count agree; else a message
         naming every differing figure, both values, and how many requests reported none.
     """
-    got = [d for d in reported if d is not None]
+    got = [typed(d) for d in reported if d is not None]
     if not got or counters is None:
         return None
-    width = max(len(counters.accepted_per_pos), *(int(d["num_spec_tokens"]) for d in got))
+    width = max(len(counters.accepted_per_pos), *(d.num_spec_tokens for d in got))
     pos = [0.0] * width
     for d in got:
         for k, v in enumerate(accepted_per_position(d)):
             pos[k] += v
     cpos = list(counters.accepted_per_pos) + [0.0] * (width - len(counters.accepted_per_pos))
-    pairs = [("drafts (num_spec_steps)", sum(d["num_spec_steps"] for d in got), counters.drafts),
-             ("draft tokens (num_draft_tokens)", sum(d["num_draft_tokens"] for d in got), counters.draft_tokens),
-             ("accepted tokens (num_accepted_draft_tokens)", sum(d["num_accepted_draft_tokens"] for d in got),
-              counters.accepted_tokens)]
+    pairs: list[tuple[str, float, float]] = [
+        ("drafts (num_spec_steps)", sum(d.num_spec_steps for d in got), counters.drafts),
+        ("draft tokens (num_draft_tokens)", sum(d.num_draft_tokens for d in got), counters.draft_tokens),
+        ("accepted tokens (num_accepted_draft_tokens)", sum(d.num_accepted_draft_tokens for d in got),
+         counters.accepted_tokens)]
     pairs += [(f"accepted at position {k}", pos[k], cpos[k]) for k in range(width)]
     bad = [f"{name}: requests sum to {a:g}, /metrics difference {b:g}" for name, a, b in pairs if a != b]
     if not bad:
