@@ -61,7 +61,8 @@ def per_request_missing(table: ParserTable | None = None) -> str | None:
     table = table or current_table()
     if table.options_of(PER_REQUEST_DEST):
         return None
-    return (f"vLLM {table.vllm_version}'s server parser ({table.source}) has no {PER_REQUEST_FLAG} (vLLM 0.32 added it): acceptance is read from "
+    return (f"vLLM {table.vllm_version}'s server parser ({table.source}) has no {PER_REQUEST_FLAG} "
+            "(vLLM 0.32 added it): acceptance is read from "
             "/metrics only; the per-request acceptance gates are NOT RUN")
 
 
