@@ -575,6 +575,7 @@ class H(BaseHTTPRequestHandler):
             every = int(os.environ.get("FAKE_PREEMPT_EVERY", "0") or 0)
             if every and k % every == 0:
                 engine["preemptions"] += 1
+            engine_prompt_tokens = len(req.get("prompt", ""))  # as vllm:prompt_tokens counts it here
             seen[prompt] = seen.get(prompt, 0) + 1
             npass = seen[prompt]
             shape = None
@@ -645,6 +646,7 @@ class H(BaseHTTPRequestHandler):
         answer = {"choices": [choice]}
         if per_request_level != "none":  # vLLM's PerRequestMetrics at the answer's top
             answer["metrics"] = {"speculative_decoding": mine}
+            answer["usage"] = {"prompt_tokens": engine_prompt_tokens, "completion_tokens": len(ids)}
         self._send(200, answer)
 
 

@@ -320,7 +320,7 @@ class AsyncCompletionClient:
             # the reference's top-k (parse_top_logprobs reads the untyped choice; fails closed)
             top = (parse_top_logprobs(doc["choices"][0], request_id)
                    if logprobs is not None else None)
-            spec = reply_fields(parse_spec_decoding(doc))  # vLLM's per-request acceptance, when on
+            spec = reply_fields(parse_spec_decoding(doc), doc)  # vLLM's per-request acceptance, when on
         except (ValueError, TypeError,
                 AttributeError) as e:  # a malformed answer is this request's error, never a wrong answer
             return Completion(
@@ -392,7 +392,8 @@ async def chat_complete(
     raw, attempts, latency = got
     try:
         choice = parse_chat_completion(raw)
-        spec = reply_fields(parse_spec_decoding(orjson.loads(raw)))  # vLLM's per-request acceptance, when on
+        doc = orjson.loads(raw)
+        spec = reply_fields(parse_spec_decoding(doc), doc)  # vLLM's per-request acceptance, when on
     except ValueError as e:  # a malformed answer is this request's error, never a wrong answer
         return Completion(request_id, None,
                           error=f"request {request_id}: malformed chat response: {e}: "

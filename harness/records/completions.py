@@ -71,6 +71,8 @@ class EngineReply:
             or None.
         sent_after_start_s: seconds from the server being ready to this request being
             sent; set only beside ``spec_decoding`` (acceptance by uptime), else None.
+        prompt_tokens: the prompt's tokens as the engine counted them (``usage.prompt_tokens``);
+            set only beside ``spec_decoding`` (acceptance by prompt length), else None.
         stop_reason: what ended a ``stop`` completion, as vLLM reports it: the stop
             string that matched, a stop token id, or None (end-of-sequence token,
             ``length``, an error, or a server that does not report it).
@@ -96,6 +98,7 @@ class EngineReply:
     seed: int | None = None
     spec_decoding: dict | None = None
     sent_after_start_s: float | None = None
+    prompt_tokens: int | None = None
 
     @property
     def ok(self) -> bool:

@@ -124,14 +124,16 @@ class ReplyFields(TypedDict, total=False):
     spec_accepted_tokens: float
     spec_accepted_per_pos: tuple[float, ...]
     spec_decoding: dict[str, object]
+    prompt_tokens: int
 
 
-def reply_fields(sd: dict[str, object] | None) -> ReplyFields:
+def reply_fields(sd: dict[str, object] | None, doc: object = None) -> ReplyFields:
     """The :class:`~harness.records.completions.EngineReply` keyword fields from one
     response's validated dict (None: no fields): ``spec_drafts = num_spec_steps``,
     ``spec_draft_tokens = num_draft_tokens``, ``spec_accepted_tokens =
     num_accepted_draft_tokens``, ``spec_accepted_per_pos`` (:func:`accepted_per_position`),
-    and ``spec_decoding``, the dict itself.
+    and ``spec_decoding``, the dict itself; ``prompt_tokens`` from the response ``doc``'s
+    ``usage.prompt_tokens`` when it is an integer.
 
     Raises:
         pydantic.ValidationError: ``sd`` is not :class:`SpecDecodingMetrics`.
@@ -139,9 +141,13 @@ def reply_fields(sd: dict[str, object] | None) -> ReplyFields:
     if sd is None:
         return {}
     m = typed(sd)
-    return {"spec_drafts": float(m.num_spec_steps), "spec_draft_tokens": float(m.num_draft_tokens),
-            "spec_accepted_tokens": float(m.num_accepted_draft_tokens),
-            "spec_accepted_per_pos": accepted_per_position(m), "spec_decoding": sd}
+    out: ReplyFields = {"spec_drafts": float(m.num_spec_steps), "spec_draft_tokens": float(m.num_draft_tokens),
+                        "spec_accepted_tokens": float(m.num_accepted_draft_tokens),
+                        "spec_accepted_per_pos": accepted_per_position(m), "spec_decoding": sd}
+    usage = doc.get("usage") if isinstance(doc, dict) else None
+    if isinstance(usage, dict) and type(usage.get("prompt_tokens")) is int:
+        out["prompt_tokens"] = usage["prompt_tokens"]
+    return out
 
 
 def sums_mismatch(reported: Sequence[Mapping[str, object] | None], counters: SpecDecodeCountersRecord | None,
