@@ -3,7 +3,7 @@ vLLM's ``metrics.speculative_decoding``; expected values worked out by hand or b
 
 from __future__ import annotations
 
-from scipy import stats
+from scipy import stats  # noqa: TID253 - the test's own reference; a cost of this file's collection only
 
 from harness.analysis.per_request import (
     NO_PER_REQUEST,
