@@ -289,6 +289,10 @@ class GateSpec(StrictModel):
         position_acceptance_alpha: one-sided level of the per-position test (pooled
             two-proportion z test on the counts, Holm-corrected across the positions of
             one gate).
+        max_late_acceptance_drop: largest allowed drop of the acceptance rate from the first
+            to the second half of each request's verify steps (gate ``late_acceptance_drop``,
+            one-sided Wilcoxon over requests; needs vLLM's per-request metrics); None (default)
+            disables it.
     """
 
     accuracy_threshold: Probability | None = None
@@ -304,6 +308,7 @@ class GateSpec(StrictModel):
     max_truncation_rate: Probability | None = None
     position_acceptance_rtol: float | None = Field(default=0.05, ge=0.0, lt=1.0)
     position_acceptance_alpha: Alpha = 0.05
+    max_late_acceptance_drop: Probability | None = None
 
 
 TaskSpec.model_rebuild()
