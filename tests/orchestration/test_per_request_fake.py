@@ -41,6 +41,11 @@ def test_each_speculative_sample_carries_its_own_counts_at_concurrency(tmp_path,
     assert task["acceptance_ci_requests"] == N and task["mean_acceptance_length_ci"] is not None
     assert task["acceptance_ci_reason"] is None
     assert code == 0, [g for g in rec["configs"][0]["gates"] if g["verdict"] == "FAIL"]
+    md = (tmp_path / "results" / "r" / "summary.md").read_text()
+    # 8 tokens per answer (ids 5 6 7 8 in the fake), the steps at positions 1..4 in bin [0, 16): 2 of 8 accepted
+    assert "## Per-request acceptance" in md and "[0,16) 0.25" in md
+    assert "by prompt length: Spearman" not in md  # every answer accepts alike: no trend to compute
+    assert 'data-figure="along-output"' in (tmp_path / "results" / "r" / "summary.html").read_text()
     ref_rows = (tmp_path / "results" / "r" / "samples" / "fake" / "reference" / "gsm8k.jsonl").read_text()
     assert "spec_decoding" not in ref_rows and "sent_after_start_s" not in ref_rows
 
