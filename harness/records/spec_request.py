@@ -161,8 +161,10 @@ def sums_mismatch(reported: Sequence[Mapping[str, object] | None], counters: Spe
 
     Returns:
         None when no request reported, when the counters were not read, or when drafts,
-        draft tokens, accepted tokens and every per-position count agree; else a message
-        naming every differing figure, both values, and how many requests reported none.
+        draft tokens, accepted tokens and every per-position count agree (exactly when every
+        request reported; when some did not, a failed request's share is unknown, so the sums
+        must only not exceed the counters); else a message naming every differing figure, both
+        values, and how many requests reported none.
     """
     got = [typed(d) for d in reported if d is not None]
     if not got or counters is None:
@@ -179,10 +181,11 @@ def sums_mismatch(reported: Sequence[Mapping[str, object] | None], counters: Spe
         ("accepted tokens (num_accepted_draft_tokens)", sum(d.num_accepted_draft_tokens for d in got),
          counters.accepted_tokens)]
     pairs += [(f"accepted at position {k}", pos[k], cpos[k]) for k in range(width)]
-    bad = [f"{name}: requests sum to {a:g}, /metrics difference {b:g}" for name, a, b in pairs if a != b]
+    missing = len(reported) - len(got)
+    bad = [f"{name}: requests sum to {a:g}, /metrics difference {b:g}" for name, a, b in pairs
+           if (a > b if missing else a != b)]
     if not bad:
         return None
-    missing = len(reported) - len(got)
     return (f"{where}: per-request speculative metrics disagree with the task's /metrics difference ("
             + "; ".join(bad) + f"; {len(got)} of {len(reported)} requests reported"
             + (f", {missing} reported none" if missing else "") + "): a counter problem")
