@@ -83,7 +83,10 @@ memory and joins its engine processes):
 Started with ``--per-request-spec-decode-metrics summary|detailed`` (vLLM 0.32), a
 speculative variant's answers carry ``metrics.speculative_decoding`` as vLLM writes it,
 each adding up to what the request added to ``/metrics`` (``FAKE_METRICS`` ``ok`` / ``low``
-and under noise; ``FAKE_PER_REQUEST=mismatch``: one verify step more than ``/metrics``).
+and under noise; ``FAKE_PER_REQUEST=mismatch``: one verify step more than ``/metrics``). Unlike
+vLLM 0.32, whose scheduler attaches them only to a request it finishes itself (never to one a
+stop string ends), the fake answers them on every request: the per-request path is what it stands
+in for.
 
 ``FAKE_METRICS`` chooses what ``/metrics`` reports for a speculative variant (counters
 the real engine never produces on demand):
