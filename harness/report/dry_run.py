@@ -494,7 +494,8 @@ def per_request_line(argv: Sequence[str]) -> str:
     if (missing := per_request_missing()) is not None:
         return f"per-request acceptance: not asked: {missing}"
     at = [i for i, a in enumerate(argv) if a == PER_REQUEST_FLAG]
-    if at and at[-1] + 1 < len(argv) and argv[at[-1] + 1] == PER_REQUEST_LEVEL and not hits_of(
+    # evalrun's addition sits right before ``--host`` (harness.config.plan.server_argv)
+    if at and list(argv[at[-1] + 1:at[-1] + 3]) == [PER_REQUEST_LEVEL, "--host"] and not hits_of(
             [a for i, a in enumerate(argv) if i not in (at[-1], at[-1] + 1)], PER_REQUEST_DEST):
         return (f"{PER_REQUEST_FLAG} {PER_REQUEST_LEVEL}: evalrun's addition (observability only: each response "
                 "carries the request's own acceptance counts, metrics.speculative_decoding)")

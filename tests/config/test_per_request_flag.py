@@ -41,6 +41,12 @@ def test_speculative_variants_get_the_flag_and_the_reference_does_not(tmp_path):
     assert "evalrun's addition" in per_request_line(argv["spec"])
 
 
+def test_a_configs_own_detailed_is_not_called_evalrun_s(tmp_path):
+    argv = plan_of(tmp_path, f"{FLAG} detailed")
+    assert argv["spec"].count(FLAG) == 1
+    assert per_request_line(argv["spec"]) == f"per-request acceptance: as the config sets {FLAG}"
+
+
 def test_a_configs_own_level_is_kept(tmp_path):
     argv = plan_of(tmp_path, f"{FLAG} summary")
     assert argv["spec"].count(FLAG) == 1
