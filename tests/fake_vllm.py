@@ -85,6 +85,14 @@ memory and joins its engine processes):
   ids that differ from the plain answer (a lone surrogate in the JSON is a malformed
   answer to evalrun's client: a request error, so it is not sent here)
 
+Started with ``--per-request-spec-decode-metrics summary|detailed`` (vLLM 0.32), a
+speculative variant's answers carry ``metrics.speculative_decoding`` as vLLM writes it,
+each adding up to what the request added to ``/metrics`` (``FAKE_METRICS`` ``ok`` / ``low``
+and under noise; ``FAKE_PER_REQUEST=mismatch``: one verify step more than ``/metrics``). Unlike
+vLLM 0.32, whose scheduler attaches them only to a request it finishes itself (never to one a
+stop string ends), the fake answers them on every request: the per-request path is what it stands
+in for.
+
 ``FAKE_METRICS`` chooses what ``/metrics`` reports for a speculative variant (counters
 the real engine never produces on demand):
 
@@ -272,6 +280,29 @@ noise = level_from_env()
 spec_k = (int(json.loads(args[args.index("--speculative-config") + 1]).get("num_speculative_tokens", 2))
           if spec and noise is not None else 0)
 accepted_pos = [0] * spec_k  # per draft position, under noise
+#: vLLM 0.32's ``--per-request-spec-decode-metrics``: each answer carries its own counts
+per_request_level = (args[args.index("--per-request-spec-decode-metrics") + 1]
+                     if spec and "--per-request-spec-decode-metrics" in args else "none")
+
+
+def spec_decoding_of(per_pos: list[int], steps: int, k: int) -> dict:
+    """One request's ``metrics.speculative_decoding`` as vLLM writes it
+    (``RequestSpecDecodeMetrics.to_dict``, vllm/v1/metrics/stats.py) for ``steps`` verify
+    steps of ``k`` drafts whose accepted count per position is ``per_pos`` (non-increasing):
+    step s accepted ``#{i: per_pos[i] > s}`` drafts, so the answer's counts add up to what
+    this request added to ``/metrics``. ``FAKE_PER_REQUEST=mismatch`` reports one more verify
+    step (0 accepted) than ``/metrics`` counted: a counter problem."""
+    acc = [sum(1 for p in per_pos if p > s) for s in range(steps)]
+    if os.environ.get("FAKE_PER_REQUEST") == "mismatch":
+        acc.append(0)
+    hist = [acc.count(j) for j in range(k + 1)]
+    n, a = len(acc), sum(acc)
+    out = {"mean_acceptance_length": 1.0 + a / n if n else 1.0, "draft_acceptance_rate": a / (k * n) if n else 0.0,
+           "acceptance_histogram": hist, "num_spec_steps": n, "num_accepted_draft_tokens": a,
+           "num_draft_tokens": k * n, "num_spec_tokens": k}
+    if per_request_level == "detailed":
+        out.update(per_step_accepted=acc, per_step_drafted=[k] * n)
+    return out
 inflight: set[int] = set()  # rows of the requests in flight, under noise
 if noise is not None:
     print(f"fake vllm: numerics noise {noise.spec} ({noise.level_nats} nats), seed {noise.seed}", flush=True)
@@ -561,6 +592,7 @@ class H(BaseHTTPRequestHandler):
             every = int(os.environ.get("FAKE_PREEMPT_EVERY", "0") or 0)
             if every and k % every == 0:
                 engine["preemptions"] += 1
+            engine_prompt_tokens = len(req.get("prompt", ""))  # as vllm:prompt_tokens counts it here
             seen[prompt] = seen.get(prompt, 0) + 1
             npass = seen[prompt]
             shape = None
@@ -569,9 +601,11 @@ class H(BaseHTTPRequestHandler):
                 drafts += fake_numerics.DRAFTS
                 accepted += sum(per_pos)
                 accepted_pos[:] = [a + b for a, b in zip(accepted_pos, per_pos)]
+                mine = spec_decoding_of(per_pos, fake_numerics.DRAFTS, spec_k)
             else:
                 drafts += 4
                 accepted += 1 if metrics_mode == "low" else 2
+                mine = spec_decoding_of([1 if metrics_mode == "low" else 2, 0], 4, 2)
             if noise is not None:
                 row = min(set(range(len(inflight) + 1)) - inflight)
                 inflight.add(row)
@@ -633,7 +667,11 @@ class H(BaseHTTPRequestHandler):
             if not req.get("return_tokens_as_token_ids"):
                 return self._send(400, {"error": "fake: logprobs only with return_tokens_as_token_ids"})
             choice["logprobs"] = logprobs_of(ids, int(req["logprobs"]), tie, dists)
-        self._send(200, {"choices": [choice]})
+        answer = {"choices": [choice]}
+        if per_request_level != "none":  # vLLM's PerRequestMetrics at the answer's top
+            answer["metrics"] = {"speculative_decoding": mine}
+            answer["usage"] = {"prompt_tokens": engine_prompt_tokens, "completion_tokens": len(ids)}
+        self._send(200, answer)
 
 
 class Server(ThreadingHTTPServer):

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from harness.config.gates import greedy_output_match, plan_baseline_gates, plan_gates
 from harness.config.schema import JsonValue, ModelConfig, TaskSpec
 from harness.config.server_args import split_args
-from harness.config.vllm_args import has_flag
+from harness.config.vllm_args import has_flag, per_request_addition
 from harness.config.vllm_parser import current_table
 
 if TYPE_CHECKING:
@@ -248,13 +248,17 @@ def server_argv(config: ModelConfig, model_ref: str, variant_name: str, python: 
     ``RemoteOpenAIServer._start_server`` in ``tests/utils.py``). evalrun's command is
     ``python -m vllm.entrypoints.cli.main serve MODEL *server_args [--trust-remote-code]
     --disable-uvicorn-access-log *variant_args [--speculative-config JSON]
-    [--[no-]async-scheduling] --host 127.0.0.1 --port P [--seed 0]``: ``vllm serve`` (the
+    [--[no-]async-scheduling] [--per-request-spec-decode-metrics detailed] --host 127.0.0.1
+    --port P [--seed 0]``: ``vllm serve`` (the
     console script's entry point in the chosen interpreter, so one API server per
     data-parallel rank as there), the same tokens for a vLLM-form config's speculative
     variants, the speculative config re-serialised as one JSON argument, and ``--host``
     added (the dev endpoint must stay on loopback). ``--trust-remote-code`` and ``--seed 0`` are added
     for vLLM-form configs (the native form opts in with ``trust_remote_code: true``; a
-    config that writes ``--seed`` keeps its own).
+    config that writes ``--seed`` keeps its own). A speculative variant gets
+    ``--per-request-spec-decode-metrics detailed`` when the parser table has it and the config
+    does not set it (:func:`harness.config.vllm_args.per_request_addition`): each response
+    then carries the request's own acceptance counts.
 
     Args:
         config: the validated config.
@@ -279,6 +283,8 @@ def server_argv(config: ModelConfig, model_ref: str, variant_name: str, python: 
         argv.append("--async-scheduling")
     elif v.async_scheduling is False:
         argv.append("--no-async-scheduling")
+    if v.speculative_config is not None:  # per-request acceptance in every response (observability only)
+        argv += per_request_addition([*config.server_args, *vargs])
     argv += ["--host", HOST, "--port", PORT_PLACEHOLDER]
     if config.form == "vllm-gsm8k" and not has_flag([*config.server_args, *vargs], "--seed"):
         argv += ["--seed", VLLM_TEST_SEED]

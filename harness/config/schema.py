@@ -319,6 +319,13 @@ class GateSpec(StrictModel):
         position_acceptance_alpha: one-sided level of the per-position test (pooled
             two-proportion z test on the counts, Holm-corrected across the positions of
             one gate).
+        max_late_acceptance_drop: largest allowed drop of the acceptance rate from the first
+            to the second half of each request's verify steps (gate ``late_acceptance_drop``,
+            one-sided Wilcoxon over requests; needs vLLM's per-request metrics); None (default)
+            disables it.
+        max_zero_acceptance_share: largest allowed share of requests (with at least 4 verify
+            steps) that never accepted a draft while others did (gate ``zero_acceptance_share``,
+            one-sided exact binomial test over requests); None (default) disables it.
     """
 
     accuracy_threshold: Probability | None = None
@@ -334,6 +341,8 @@ class GateSpec(StrictModel):
     max_truncation_rate: Probability | None = None
     position_acceptance_rtol: float | None = Field(default=0.05, ge=0.0, lt=1.0)
     position_acceptance_alpha: Alpha = 0.05
+    max_late_acceptance_drop: Probability | None = None
+    max_zero_acceptance_share: Probability | None = None
 
 
 TaskSpec.model_rebuild()
@@ -353,6 +362,9 @@ class ComparisonSpec(StrictModel):
             token ids; None disables.
         max_acceptance_length_drop: largest allowed drop of mean acceptance length
             (tokens); only for two speculative variants; None disables.
+        max_paired_acceptance_drop: largest allowed drop of the per-question acceptance rate,
+            paired by question (gate ``paired_acceptance_drop``, one-sided Wilcoxon; needs
+            vLLM's per-request metrics); only for two speculative variants; None disables.
         alpha: significance level of the one-sided paired test (McNemar) that also
             fails the accuracy gate when the candidate is significantly worse.
         expected_discordance: assumed share of questions answered right by exactly
@@ -389,6 +401,7 @@ class ComparisonSpec(StrictModel):
     max_accuracy_drop: Probability | None = 0.05
     min_output_match: Probability | None = 1.0
     max_acceptance_length_drop: float | None = Field(default=None, ge=0.0)
+    max_paired_acceptance_drop: Probability | None = None
     alpha: Alpha = 0.05
     expected_discordance: float = Field(default=0.05, gt=0.0, le=1.0)
     noise_runs: int = Field(default=1, ge=1, le=2)

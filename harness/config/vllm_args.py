@@ -36,6 +36,34 @@ ASYNC_FLAG = "--async-scheduling"
 NO_ASYNC_FLAG = "--no-async-scheduling"
 #: Destination of async scheduling in vLLM's parser.
 ASYNC_DEST = "async_scheduling"
+#: vLLM 0.32's per-request acceptance switch (``ObservabilityConfig.per_request_spec_decode_metrics``,
+#: ``vllm/config/observability.py``), the level evalrun adds to speculative variants, and its
+#: destination in vLLM's parser (the table says whether the installed vLLM has it).
+PER_REQUEST_FLAG = "--per-request-spec-decode-metrics"
+PER_REQUEST_LEVEL = "detailed"
+PER_REQUEST_DEST = "per_request_spec_decode_metrics"
+
+
+def per_request_addition(argv: Sequence[str], table: ParserTable | None = None) -> list[str]:
+    """What evalrun adds to a speculative variant's command for per-request acceptance:
+    ``[--per-request-spec-decode-metrics, detailed]`` when vLLM's parser (``table``, default
+    :func:`harness.config.vllm_parser.current_table`) has the flag and ``argv`` does not set
+    it already (a config's own level is kept); else ``[]``."""
+    table = table or current_table()
+    if not table.options_of(PER_REQUEST_DEST) or hits_of(argv, PER_REQUEST_DEST, table):
+        return []
+    return [PER_REQUEST_FLAG, PER_REQUEST_LEVEL]
+
+
+def per_request_missing(table: ParserTable | None = None) -> str | None:
+    """Why per-request acceptance cannot be asked of the servers (the parser's table has no
+    :data:`PER_REQUEST_FLAG`: vLLM before 0.32), else None."""
+    table = table or current_table()
+    if table.options_of(PER_REQUEST_DEST):
+        return None
+    return (f"vLLM {table.vllm_version}'s server parser ({table.source}) has no {PER_REQUEST_FLAG} "
+            "(vLLM 0.32 added it): acceptance is read from "
+            "/metrics only; the per-request acceptance gates are NOT RUN")
 
 
 class ArgsError(ValueError):

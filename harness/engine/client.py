@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, Validat
 
 from harness.config.types import TokenId
 from harness.records.completions import Completion, TokenScores, unfinished_error
+from harness.records.spec_request import parse_spec_decoding, reply_fields
 
 if TYPE_CHECKING:  # aiohttp is imported on first use (start-up time of --help / --dry-run)
     import aiohttp
@@ -289,6 +290,11 @@ class AsyncCompletionClient:
 
         Returns:
             A :class:`Completion`; never raises for HTTP, transport or timeout errors.
+            A response carrying vLLM's ``metrics.speculative_decoding`` (a server started
+            with ``--per-request-spec-decode-metrics``) fills the completion's ``spec_*``
+            fields and ``spec_decoding`` from it
+            (:func:`harness.records.spec_request.reply_fields`); a malformed one is the
+            request's error, as any malformed field.
         """
         body: dict[str, Any] = {
             "model": self.model,
@@ -310,9 +316,11 @@ class AsyncCompletionClient:
         raw, attempts, latency = got
         try:
             choice = parse_completion(raw)
+            doc = orjson.loads(raw)
             # the reference's top-k (parse_top_logprobs reads the untyped choice; fails closed)
-            top = (parse_top_logprobs(orjson.loads(raw)["choices"][0], request_id)
+            top = (parse_top_logprobs(doc["choices"][0], request_id)
                    if logprobs is not None else None)
+            spec = reply_fields(parse_spec_decoding(doc), doc)  # vLLM's per-request acceptance, when on
         except (ValueError, TypeError,
                 AttributeError) as e:  # a malformed answer is this request's error, never a wrong answer
             return Completion(
@@ -330,6 +338,7 @@ class AsyncCompletionClient:
             latency_s=latency,
             stop_reason=choice.stop_reason,
             top_logprobs=top,
+            **spec,
         )
 
 
@@ -383,6 +392,8 @@ async def chat_complete(
     raw, attempts, latency = got
     try:
         choice = parse_chat_completion(raw)
+        doc = orjson.loads(raw)
+        spec = reply_fields(parse_spec_decoding(doc), doc)  # vLLM's per-request acceptance, when on
     except ValueError as e:  # a malformed answer is this request's error, never a wrong answer
         return Completion(request_id, None,
                           error=f"request {request_id}: malformed chat response: {e}: "
@@ -392,7 +403,7 @@ async def chat_complete(
         token_ids=tuple(choice.token_ids) if choice.token_ids is not None else None,
         finish_reason=choice.finish_reason, error=unfinished_error(request_id, choice.finish_reason),
         attempts=attempts, latency_s=latency,
-        stop_reason=choice.stop_reason,
+        stop_reason=choice.stop_reason, **spec,
     )
 
 

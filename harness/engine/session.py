@@ -41,6 +41,7 @@ from harness.records.measures import (
     SpecDecodeCountersRecord,
     SpecDecodeRecord,
 )
+from harness.records.spec_request import sums_mismatch
 from harness.records.task_outcome import TaskOutcome
 from harness.tasks.requests import Request
 
@@ -65,7 +66,9 @@ def run_coroutine(coro: Coroutine[object, None, T]) -> T:
 def counter_problem(outcome: TaskOutcome, speculative_config: SpeculativeConfig | None, where: str) -> str | None:
     """Why a task's speculative-decoding counters cannot be read as acceptance figures
     (:func:`harness.engine.metrics.counter_violations`: impossible values for the
-    variant's ``num_speculative_tokens``), or None when they pass or there are none.
+    variant's ``num_speculative_tokens``; or the requests' own ``metrics.speculative_decoding``
+    sums differ from the counters' difference, :func:`harness.records.spec_request.sums_mismatch`),
+    or None when they pass or there are none.
 
     Args:
         outcome: the task's outcome.
@@ -76,7 +79,9 @@ def counter_problem(outcome: TaskOutcome, speculative_config: SpeculativeConfig 
     if outcome.spec_counters is None or speculative_config is None:
         return None
     bad = counter_violations(outcome.spec_counters, speculative_config.get("num_speculative_tokens"))
-    return f"{where}: impossible speculative-decoding counters: " + "; ".join(bad) if bad else None
+    if bad:
+        return f"{where}: impossible speculative-decoding counters: " + "; ".join(bad)
+    return sums_mismatch([c.spec_decoding for c in outcome.completions], outcome.spec_counters, where)
 
 
 class VariantSession:
@@ -124,9 +129,11 @@ class VariantSession:
         self.speculative = speculative
         self.model: str | None = None
         self._http: httpx.Client | None = None
+        self._ready_at: float | None = None
 
     def __enter__(self) -> "VariantSession":
         self.server.__enter__()
+        self._ready_at = time.monotonic()  # acceptance by uptime: requests' send times count from here
         try:
             self.model = served_model(self.server.base_url)
             # plain HTTP to the local server (verify=False): no CA bundle read, about 70 ms a client
@@ -420,15 +427,21 @@ class VariantSession:
             async def send(r: Request) -> Completion:
                 self._in_flight += 1
                 self._peak_in_flight = max(self._peak_in_flight, self._in_flight)
+                sent = time.monotonic()
                 try:
-                    return await send_one(r)
+                    c = await send_one(r)
                 finally:
                     self._in_flight -= 1
+                if c.spec_decoding is not None and self._ready_at is not None:  # only beside vLLM's own counts
+                    c = dataclasses.replace(c, sent_after_start_s=round(sent - self._ready_at, 3))
+                return c
             if per_request:
                 prev = before if metrics_error is None else None
                 for i, r in enumerate(requests):
                     c = await send(r)
-                    if prev is not None:
+                    if c.spec_decoding is not None:  # the response's own counts win; /metrics checks their sum
+                        prev = None if metrics_error is not None else self._settled_snapshot()
+                    elif prev is not None:
                         try:
                             # a blocking read is fine here: nothing else is in flight
                             now = self._settled_snapshot()

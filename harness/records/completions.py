@@ -63,6 +63,16 @@ class EngineReply:
             after the request when requests are sent one at a time
             (``per_request_metrics``); else None.
         spec_accepted_per_pos: accepted tokens per draft position (counts), or None.
+            With ``--per-request-spec-decode-metrics`` on the server, these four come from
+            the response's own ``metrics.speculative_decoding`` at any concurrency
+            (:func:`harness.records.spec_request.reply_fields`).
+        spec_decoding: that ``metrics.speculative_decoding`` dict as vLLM reported it
+            (its field names, :class:`harness.records.spec_request.SpecDecodingMetrics`),
+            or None.
+        sent_after_start_s: seconds from the server being ready to this request being
+            sent; set only beside ``spec_decoding`` (acceptance by uptime), else None.
+        prompt_tokens: the prompt's tokens as the engine counted them (``usage.prompt_tokens``);
+            set only beside ``spec_decoding`` (acceptance by prompt length), else None.
         stop_reason: what ended a ``stop`` completion, as vLLM reports it: the stop
             string that matched, a stop token id, or None (end-of-sequence token,
             ``length``, an error, or a server that does not report it).
@@ -86,6 +96,9 @@ class EngineReply:
     stop_reason: str | int | None = None
     top_logprobs: tuple[tuple[tuple[int, float], ...], ...] | None = None
     seed: int | None = None
+    spec_decoding: dict | None = None
+    sent_after_start_s: float | None = None
+    prompt_tokens: int | None = None
 
     @property
     def ok(self) -> bool:

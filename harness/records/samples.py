@@ -45,9 +45,9 @@ class Sample(EngineReply):
 
     ``top_logprobs`` is carried only by a non-speculative variant asked with
     ``logprobs: k`` (the output-match reference, :mod:`harness.analysis.divergence`).
-    The four ``spec_*`` fields, ``stop_reason``, ``top_logprobs`` and ``seed`` (None: none
-    sent) are optional: they are left out of the JSON when ``None``, so JSONL files
-    written without them read back unchanged.
+    The four ``spec_*`` fields, ``stop_reason``, ``top_logprobs``, ``seed`` (None: none
+    sent), ``spec_decoding``, ``sent_after_start_s`` and ``prompt_tokens`` are optional: they are left out of
+    the JSON when ``None``, so JSONL files written without them read back unchanged.
     """
 
     config: str
@@ -101,7 +101,8 @@ _JSON_HEAD = ("config", "variant", "task", "question_id", "prompt_hash", "gold",
 
 #: Fields left out of :meth:`Sample.to_json` when None (added after the first format).
 _OPTIONAL = ("spec_drafts", "spec_draft_tokens", "spec_accepted_tokens", "spec_accepted_per_pos", "stop_reason",
-             "top_logprobs", "seed")
+             "top_logprobs", "seed", "spec_decoding", "sent_after_start_s",
+             "prompt_tokens")
 
 
 def write_jsonl(path: Path, samples: Iterable[Sample]) -> int:

@@ -15,6 +15,13 @@ from harness.config.expected import gate_matches
 from harness.config.gates import plan_gates, sampling_notes
 from harness.config.plan import CLI_MODULE, Plan
 from harness.config.schema import GateSpec, ModelConfig, TaskSpec
+from harness.config.vllm_args import (
+    PER_REQUEST_DEST,
+    PER_REQUEST_FLAG,
+    PER_REQUEST_LEVEL,
+    hits_of,
+    per_request_missing,
+)
 from harness.records.numerics_noise import noise_record
 from harness.records.run_record import SubsetWarning
 from harness.report.cost import PlanCost, cost_json, render_cost
@@ -480,6 +487,21 @@ def render_runner_cost(c: ModelConfig) -> list[str]:
     return out
 
 
+def per_request_line(argv: Sequence[str]) -> str:
+    """The dry run's line on a speculative variant's per-request acceptance: evalrun's
+    addition of :data:`harness.config.vllm_args.PER_REQUEST_FLAG`, the config's own setting,
+    or why it is missing (:func:`harness.config.vllm_args.per_request_missing`)."""
+    if (missing := per_request_missing()) is not None:
+        return f"per-request acceptance: not asked: {missing}"
+    at = [i for i, a in enumerate(argv) if a == PER_REQUEST_FLAG]
+    # evalrun's addition sits right before ``--host`` (harness.config.plan.server_argv)
+    if at and list(argv[at[-1] + 1:at[-1] + 3]) == [PER_REQUEST_LEVEL, "--host"] and not hits_of(
+            [a for i, a in enumerate(argv) if i not in (at[-1], at[-1] + 1)], PER_REQUEST_DEST):
+        return (f"{PER_REQUEST_FLAG} {PER_REQUEST_LEVEL}: evalrun's addition (observability only: each response "
+                "carries the request's own acceptance counts, metrics.speculative_decoding)")
+    return f"per-request acceptance: as the config sets {PER_REQUEST_FLAG}"
+
+
 def render_plan(plan: Plan, only: Sequence[str] | None = None,
                 counts: dict[str, DataCount] | None = None) -> str:
     """Human-readable plan for ``--dry-run``: every config, variant command, task and gate.
@@ -526,6 +548,8 @@ def render_plan(plan: Plan, only: Sequence[str] | None = None,
                 continue
             lines.append(f"  variant {v.name}:")
             lines.append(f"    command: {v.vllm_line(DRY_RUN_PORT)}")
+            if v.speculative_config is not None:
+                lines.append("    " + per_request_line(v.argv))
             if v.fault:
                 lines.append(f"    fault injected: {v.fault}")
             lines.append(f"    engine build: {v.build} (interpreter {v.python})" if v.build else

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.records.run_record import ConfigResult, RunRecord, outcome_word, run_folders
 from harness.records.text import clean_text
+from harness.report.per_request import along_output_series
 from harness.report.summary import _limit, _pipelines, flipped_examples, fmt, listing_order, task_pipeline
 
 if TYPE_CHECKING:
@@ -136,6 +137,30 @@ def _per_position_fig(c: ConfigResult) -> str | None:
     return _figure("per-position", c.name, _svg(fig),
                    f"{c.name}: per-position acceptance (accepted tokens at position i / drafts) "
                    "per speculative variant")
+
+
+def _along_output_fig(record: RunRecord, run_dir: str | Path | None, c: ConfigResult) -> str | None:
+    """Acceptance rate against output position per speculative variant and task, with the
+    intervals over requests (:func:`harness.report.per_request.along_output_series`); None
+    without per-request metrics."""
+    series = along_output_series(record, run_dir, c.name)
+    if not series:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 3))
+    for label, xs, ys, cis in series:
+        err = None
+        if all(ci is not None for ci in cis):
+            err = [[max(0.0, y - ci[0]) for y, ci in zip(ys, cis) if ci], [max(0.0, ci[1] - y) for y, ci in zip(ys, cis)
+                                                                              if ci]]
+        ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=label)
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("output position (first token of the verify steps, bins)")
+    ax.set_ylabel("accepted / drafted")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return _figure("along-output", c.name, _svg(fig),
+                   f"{c.name}: acceptance along the output per speculative variant (vLLM's per-request metrics; "
+                   "95% intervals over requests)")
 
 
 def _divergence_fig(c: ConfigResult) -> str | None:
@@ -248,7 +273,8 @@ def render_html(record: RunRecord, run_dir: str | Path | None = None, history: p
         if rows:
             parts.append(_table(["variant", "task", "n", "errors", *[f"{p} [95% CI]" for p in pipes],
                                  "mean acceptance length", "per-position acceptance"], rows))
-        for fig in (_accuracy_fig(c), _per_position_fig(c), _divergence_fig(c), _trend_fig(c, history)):
+        for fig in (_accuracy_fig(c), _per_position_fig(c), _along_output_fig(record, run_dir, c), _divergence_fig(c),
+                    _trend_fig(c, history)):
             if fig:
                 parts.append(fig)
         for comp in c.comparisons:

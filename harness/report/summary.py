@@ -40,6 +40,7 @@ from harness.report.comparisons import (  # noqa: F401 - re-exported
     divergence_rows,
     flipped_examples,
 )
+from harness.report.per_request import per_request_lines
 from harness.report.shapes import shape_lines
 from harness.tasks.answers import GSM8K_PIPELINES as PIPELINES
 
@@ -516,6 +517,7 @@ def render_markdown(record: RunRecord, run_dir: str | Path | None = None) -> str
     notes = acceptance_ci_notes(record)
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
+    lines += per_request_lines(record, run_dir, _md_table)
     warns = run_warnings(record)
     if warns:
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in warns]

@@ -42,6 +42,7 @@ def judge_completion(config: str, variant: str, task: str, request: Request, c: 
     spec: dict[str, Any] = dict(
         spec_drafts=c.spec_drafts, spec_draft_tokens=c.spec_draft_tokens,
         spec_accepted_tokens=c.spec_accepted_tokens, spec_accepted_per_pos=c.spec_accepted_per_pos,
+        spec_decoding=c.spec_decoding, sent_after_start_s=c.sent_after_start_s, prompt_tokens=c.prompt_tokens,
     )
     common: dict[str, Any] = dict(
         config=config, variant=variant, task=task, question_id=request.question_id,
