@@ -632,6 +632,10 @@ class ModelConfig(StrictModel):
         expected_failures: known engine bugs declared (:class:`ExpectedFailureSpec`).
         startup_rpc_checks: the worker extension's start-up checks, called once each variant's
             server is ready and judged by the gate ``startup_rpc_check`` (none: no gate).
+        false_alarm_budget: the probability that an unchanged build fails any gate of this
+            config in one night (default 0.01), spent over every tested gate by Holm's
+            procedure (:mod:`harness.analysis.budget`, docs/gates.md); None: every gate at its
+            own alpha and tolerance (the rules before the budget).
     """
 
     name: str
@@ -654,6 +658,7 @@ class ModelConfig(StrictModel):
     comparisons: tuple[ComparisonSpec, ...]
     expected_failures: tuple[ExpectedFailureSpec, ...] = ()
     startup_rpc_checks: tuple[str, ...] = ()
+    false_alarm_budget: Alpha | None = 0.01
 
     def gates_for(self, task: str) -> GateSpec:
         """The gates of one task: the config's ``gates`` with the keys the task's own
