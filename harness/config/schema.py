@@ -289,6 +289,10 @@ class GateSpec(StrictModel):
         position_acceptance_alpha: one-sided level of the per-position test (pooled
             two-proportion z test on the counts, Holm-corrected across the positions of
             one gate).
+        acceptance_run_sd: with the false-alarm budget, the run-to-run spread of acceptance
+            (sd of a run's common shift of every request's acceptance probability, logit
+            scale; ``evalrun calibrate``'s ``sd_run``) that the acceptance tests add to their
+            variance; default 0.15 (docs/gates.md, "The false-alarm budget").
     """
 
     accuracy_threshold: Probability | None = None
@@ -304,6 +308,7 @@ class GateSpec(StrictModel):
     max_truncation_rate: Probability | None = None
     position_acceptance_rtol: float | None = Field(default=0.05, ge=0.0, lt=1.0)
     position_acceptance_alpha: Alpha = 0.05
+    acceptance_run_sd: float = Field(default=0.15, ge=0.0, le=10.0)
 
 
 TaskSpec.model_rebuild()

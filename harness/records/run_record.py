@@ -398,7 +398,7 @@ class ConfigResult(_Model):
     a task may override it (its gates say which they used). ``config_warnings`` are the
     loader's warnings (:class:`~harness.config.schema.ConfigWarning`); ``list_path`` the
     model list file the config was read from; ``scoring`` the sampled verdict's
-    scoring steps, one per scorer (:class:`ScoringRecord`)."""
+    scoring steps, one per scorer (:class:`ScoringRecord`); ``false_alarm_budget`` the config's (None: off)."""
 
     name: str
     path: str
@@ -417,6 +417,7 @@ class ConfigResult(_Model):
     config_warnings: list[ConfigWarning] = []
     list_path: str | None = None
     scoring: list[ScoringRecord] = []
+    false_alarm_budget: float | None = None
 
     def comparison(self, baseline: str, candidate: str, task: str) -> ComparisonResult | None:
         """The comparison of ``baseline -> candidate`` on ``task``, or None."""

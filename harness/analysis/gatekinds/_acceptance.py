@@ -59,12 +59,39 @@ def _requests(m: Measurements, g: GateBase, variant: str) -> tuple[Sequence[Samp
     return rows, n
 
 
-def acceptance_estimates(m: Measurements, g: GateBase, variant: str) -> tuple[RatioEstimate | None,
-                                                                               list[RatioEstimate | None]]:
+def with_run_spread(length: RatioEstimate | None, pos: list[RatioEstimate | None],
+                    run_sd: float) -> tuple[RatioEstimate | None, list[RatioEstimate | None]]:
+    """The estimates with the run-to-run spread of acceptance added to their variance.
+
+    Model (the one ``evalrun calibrate`` fits, :mod:`harness.analysis.night_model`): a run
+    shifts every request's per-position acceptance probability by a common effect ``d`` on
+    the logit scale, sd ``run_sd``. By the delta method, with unconditional per-position
+    rates r_j and conditional ones c_j = r_j / r_(j-1) (r_0 = 1), dr_j/dd = r_j
+    sum_(i<=j) (1 - c_i), and accepted tokens per draft (sum_j r_j) moves by the sum of
+    those; each variance gains (derivative x run_sd)^2."""
+    if run_sd <= 0 or not pos or any(e is None for e in pos):
+        return length, pos
+    r = [e.value for e in pos if e is not None]
+    deriv, acc, prev = [], 0.0, 1.0
+    for rj in r:
+        acc += 1.0 - (rj / prev if prev > 0 else 0.0)
+        deriv.append(rj * acc)
+        prev = rj
+
+    def grow(e: RatioEstimate | None, d: float) -> RatioEstimate | None:
+        return None if e is None else RatioEstimate(e.value, (e.se ** 2 + (d * run_sd) ** 2) ** 0.5, e.n,
+                                                    e.per_request)
+
+    return grow(length, sum(deriv)), [grow(e, d) for e, d in zip(pos, deriv)]
+
+
+def acceptance_estimates(m: Measurements, g: GateBase, variant: str,
+                         run_sd: float = 0.0) -> tuple[RatioEstimate | None, list[RatioEstimate | None]]:
     """Accepted tokens per draft (mean acceptance length - 1) and each position's acceptance
     rate of ``variant`` on the gate's task, the request as the unit
     (:func:`harness.analysis.budget.ratio_estimate`: per-request counts when the samples carry
-    them, else the Bhatia-Davis fallback over the task's requests)."""
+    them, else the Bhatia-Davis fallback over the task's requests), with the run-to-run
+    spread ``run_sd`` added (:func:`with_run_spread`)."""
     sd = m.task(variant, g.task).spec
     if sd is None or sd.drafts <= 0:
         return None, []
@@ -80,10 +107,11 @@ def acceptance_estimates(m: Measurements, g: GateBase, variant: str) -> tuple[Ra
         num = [float((x.spec_accepted_per_pos or ())[i]) if i < len(x.spec_accepted_per_pos or ()) else 0.0
                for x in rows] if per else None
         pos.append(ratio_estimate(num, den, total_num=tot, total_den=sd.drafts, requests=n, hi=1.0))
-    return length, pos
+    return with_run_spread(length, pos, run_sd)
 
 
-def stored_estimates(bt: BaselineTask) -> tuple[RatioEstimate | None, list[RatioEstimate | None]]:
+def stored_estimates(bt: BaselineTask, run_sd: float = 0.0) -> tuple[RatioEstimate | None,
+                                                                     list[RatioEstimate | None]]:
     """:func:`acceptance_estimates` of a stored baseline task: the standard error from its stored
     95% interval (a per-request bootstrap) where it has one, else the Bhatia-Davis fallback over
     its requests."""
@@ -100,9 +128,9 @@ def stored_estimates(bt: BaselineTask) -> tuple[RatioEstimate | None, list[Ratio
         return RatioEstimate(est.value, (ci[1] - ci[0]) / (2 * _Z95), n, True)
 
     cis = bt.per_position_acceptance_ci or []
-    return (one(sd.accepted_tokens, float(k), bt.mean_acceptance_length_ci),
-            [one((r or 0.0) * sd.drafts, 1.0, cis[i] if i < len(cis) else None)
-             for i, r in enumerate(sd.per_position_acceptance)])
+    return with_run_spread(one(sd.accepted_tokens, float(k), bt.mean_acceptance_length_ci),
+                           [one((r or 0.0) * sd.drafts, 1.0, cis[i] if i < len(cis) else None)
+                            for i, r in enumerate(sd.per_position_acceptance)], run_sd)
 
 
 def drop_test(base: RatioEstimate, cand: RatioEstimate, margin: float = 0.0, rel: float = 0.0,
@@ -130,3 +158,16 @@ def unit_note(*ests: RatioEstimate) -> str:
         return "request as the unit, per-request counts"
     return ("request as the unit; no per-request counts on a side: Bhatia-Davis variance bound over its "
             "requests (conservative fallback)")
+
+
+Estimates = tuple[RatioEstimate | None, list[RatioEstimate | None]]
+
+
+def both_sides(m: Measurements, g: GateBase, run_sd: float) -> tuple[Estimates, Estimates]:
+    """:func:`acceptance_estimates` of a comparison gate's baseline variant and candidate."""
+    return acceptance_estimates(m, g, g.baseline or "", run_sd), acceptance_estimates(m, g, g.variant, run_sd)
+
+
+def run_sd_of(budget: float | None, sd: float) -> float:
+    """The run spread a gate plans with: ``acceptance_run_sd`` under a budget, else 0."""
+    return sd if budget is not None else 0.0

@@ -11,6 +11,7 @@ from harness.analysis.gatekinds._acceptance import (
     acceptance_estimates,
     drop_test,
     rise_note,
+    run_sd_of,
     stored_estimates,
     unit_note,
 )
@@ -31,6 +32,8 @@ class BaselineAcceptanceLengthDrop(Budgeted):
     kind: Literal["baseline_acceptance_length_drop"] = "baseline_acceptance_length_drop"
     op: Literal["<="] = "<="
     limit: float
+    #: run-to-run spread of acceptance added to the tests\' variance (logit sd; budget only)
+    run_sd: float = 0.0
 
     @classmethod
     def plan(cls, at: Place) -> BaselineAcceptanceLengthDrop | None:
@@ -40,6 +43,7 @@ class BaselineAcceptanceLengthDrop(Budgeted):
             return None
         budget = at.config.false_alarm_budget
         return cls.at(at, limit=limit, budget=budget,
+            run_sd=run_sd_of(budget, at.settings.acceptance_run_sd),
                       description="mean acceptance length drop since the stored baseline (a rise beyond the same "
                                   "band is reported beside it)" + (
                                       f": fails only when a test with the request as the unit shows it beyond the "
@@ -49,8 +53,8 @@ class BaselineAcceptanceLengthDrop(Budgeted):
         """Welch's t of a drop beyond the margin, the stored side's standard error from its
         stored interval (else the fallback). None: missing."""
         bt, _ = stored_task(self, m)
-        a = stored_estimates(bt)[0] if bt is not None else None
-        b = acceptance_estimates(m, self, self.variant)[0]
+        a = stored_estimates(bt, self.run_sd)[0] if bt is not None else None
+        b = acceptance_estimates(m, self, self.variant, self.run_sd)[0]
         if a is None or b is None:
             return None
         return GateTest(drop_test(a, b, margin=self.limit)[0], 0.0 if min(a.n, b.n) >= 2 else 1.0,

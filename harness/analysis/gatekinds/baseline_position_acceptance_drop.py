@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Literal
 
 from harness.analysis.budget import GateTest
-from harness.analysis.gatekinds._acceptance import acceptance_estimates, stored_estimates
+from harness.analysis.gatekinds._acceptance import acceptance_estimates, run_sd_of, stored_estimates
 from harness.analysis.gatekinds._common import Budgeted, budget_verdict, no_stored, result, stored_task
 from harness.analysis.gatekinds._position import SETTINGS, position_budget_detail, position_test, position_verdict
 from harness.analysis.measurements import Measurements
@@ -24,6 +24,8 @@ class BaselinePositionAcceptanceDrop(Budgeted):
     kind: Literal["baseline_position_acceptance_drop"] = "baseline_position_acceptance_drop"
     op: Literal["<="] = "<="
     limit: float
+    #: run-to-run spread of acceptance added to the tests\' variance (logit sd; budget only)
+    run_sd: float = 0.0
     alpha: float = 0.05
 
     @classmethod
@@ -35,6 +37,7 @@ class BaselinePositionAcceptanceDrop(Budgeted):
         budget = at.config.false_alarm_budget
         return cls.at(
             at, limit=g.position_acceptance_rtol, alpha=g.position_acceptance_alpha, budget=budget,
+            run_sd=run_sd_of(budget, at.settings.acceptance_run_sd),
             description=(f"per draft position: fails only when a test with the request as the unit shows the "
                          f"acceptance rate below (1 - {g.position_acceptance_rtol:g}) x the stored baseline's "
                          f"(false_alarm_budget {budget:g}, Holm)") if budget is not None else (
@@ -49,8 +52,8 @@ class BaselinePositionAcceptanceDrop(Budgeted):
         bt, _ = stored_task(self, m)
         if bt is None:
             return None
-        t = position_test(stored_estimates(bt)[1], acceptance_estimates(m, self, self.variant)[1], self.limit,
-                          two_sided=False)
+        t = position_test(stored_estimates(bt, self.run_sd)[1],
+                          acceptance_estimates(m, self, self.variant, self.run_sd)[1], self.limit, two_sided=False)
         return t[0] if t is not None else None
 
     def judge(self, m: Measurements, adjusted_p: float | None = None) -> GateResult:
@@ -68,7 +71,8 @@ class BaselinePositionAcceptanceDrop(Budgeted):
             return result(self, None, self.limit, False, "per-position acceptance missing now (no drafts?)",
                           baseline=label)
         if self.budget is not None:
-            ea, eb = stored_estimates(bt)[1], acceptance_estimates(m, self, self.variant)[1]
+            ea = stored_estimates(bt, self.run_sd)[1]
+            eb = acceptance_estimates(m, self, self.variant, self.run_sd)[1]
             t = position_test(ea, eb, self.limit, two_sided=False)
             if t is not None:
                 ok, how = budget_verdict(self, t[0], adjusted_p)

@@ -7,7 +7,13 @@ from typing import Literal
 
 from harness.analysis.budget import GateTest
 from harness.analysis.gatekinds import _common
-from harness.analysis.gatekinds._acceptance import acceptance_estimates, drop_test, rise_note, unit_note
+from harness.analysis.gatekinds._acceptance import (
+    both_sides,
+    drop_test,
+    rise_note,
+    run_sd_of,
+    unit_note,
+)
 from harness.analysis.gatekinds._common import Budgeted, budget_verdict, result
 from harness.analysis.measurements import Measurements
 from harness.config.gates.registry import Place, gate
@@ -28,6 +34,8 @@ class MaxAcceptanceLengthDrop(Budgeted):
     kind: Literal["max_acceptance_length_drop"] = "max_acceptance_length_drop"
     op: Literal["<="] = "<="
     limit: float
+    #: run-to-run spread of acceptance added to the tests\' variance (logit sd; budget only)
+    run_sd: float = 0.0
     two_sided: bool = False
 
     @classmethod
@@ -41,7 +49,8 @@ class MaxAcceptanceLengthDrop(Budgeted):
         if budget is not None:
             same = at.config.variants[comp.baseline].speculative_config == \
                 at.config.variants[comp.candidate].speculative_config
-            return cls.at(at, limit=comp.max_acceptance_length_drop, budget=budget, two_sided=same,
+            return cls.at(at, limit=comp.max_acceptance_length_drop, budget=budget,
+            run_sd=run_sd_of(budget, at.settings.acceptance_run_sd), two_sided=same,
                           description=(f"mean acceptance length {'change' if same else 'drop'} from baseline to "
                                        f"candidate: fails only when a test with the request as the unit shows it "
                                        f"beyond the margin {comp.max_acceptance_length_drop}"
@@ -54,7 +63,7 @@ class MaxAcceptanceLengthDrop(Budgeted):
     def test(self, m: Measurements) -> GateTest | None:
         """Welch's t on accepted tokens per draft (= mean acceptance length - 1), the request as
         the unit; two-sided (twice the smaller one-sided p) when ``two_sided``. None: missing."""
-        (a, _), (b, _) = acceptance_estimates(m, self, self.baseline or ""), acceptance_estimates(m, self, self.variant)
+        (a, _), (b, _) = both_sides(m, self, self.run_sd)
         if a is None or b is None:
             return None
         p_drop, p_rise = drop_test(a, b, margin=self.limit, two_sided=self.two_sided)

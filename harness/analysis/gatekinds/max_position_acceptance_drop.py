@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Literal
 
 from harness.analysis.budget import GateTest
-from harness.analysis.gatekinds._acceptance import acceptance_estimates
+from harness.analysis.gatekinds._acceptance import both_sides, run_sd_of
 from harness.analysis.gatekinds._common import Budgeted, budget_verdict, result
 from harness.analysis.gatekinds._position import SETTINGS, position_budget_detail, position_test, position_verdict
 from harness.analysis.measurements import Measurements
@@ -34,6 +34,8 @@ class MaxPositionAcceptanceDrop(Budgeted):
     kind: Literal["max_position_acceptance_drop"] = "max_position_acceptance_drop"
     op: Literal["<="] = "<="
     limit: float
+    #: run-to-run spread of acceptance added to the tests\' variance (logit sd; budget only)
+    run_sd: float = 0.0
     alpha: float = 0.05
 
     @classmethod
@@ -49,6 +51,7 @@ class MaxPositionAcceptanceDrop(Budgeted):
         budget = at.config.false_alarm_budget
         if budget is not None:
             return cls.at(at, limit=g.position_acceptance_rtol, alpha=g.position_acceptance_alpha, budget=budget,
+            run_sd=run_sd_of(budget, at.settings.acceptance_run_sd),
                           description=(f"per draft position: fails only when a test with the request as the unit "
                                        f"shows the acceptance rate beyond (1 -/+ {g.position_acceptance_rtol:g}) x "
                                        f"{comp.baseline}'s, either way (false_alarm_budget {budget:g}, Holm)"))
@@ -61,7 +64,7 @@ class MaxPositionAcceptanceDrop(Budgeted):
 
     def test(self, m: Measurements) -> GateTest | None:
         """:func:`position_test`, two-sided (the same drafter must accept alike)."""
-        (_, a), (_, b) = acceptance_estimates(m, self, self.baseline or ""), acceptance_estimates(m, self, self.variant)
+        (_, a), (_, b) = both_sides(m, self, self.run_sd)
         t = position_test(a, b, self.limit, two_sided=True)
         return t[0] if t is not None else None
 
@@ -72,8 +75,7 @@ class MaxPositionAcceptanceDrop(Budgeted):
         if a is None or b is None or a.drafts <= 0 or b.drafts <= 0:
             return result(self, None, self.limit, False, "per-position acceptance missing on one side (no drafts?)")
         if self.budget is not None:
-            (_, ea), (_, eb) = acceptance_estimates(m, self, self.baseline or ""), acceptance_estimates(m, self,
-                                                                                                      self.variant)
+            (_, ea), (_, eb) = both_sides(m, self, self.run_sd)
             t = position_test(ea, eb, self.limit, two_sided=True)
             if t is not None:
                 ok, how = budget_verdict(self, t[0], adjusted_p)
