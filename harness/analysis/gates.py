@@ -146,7 +146,7 @@ def budget_family(gates: Sequence[Gate], m: Measurements) -> tuple[dict[str, flo
     share = budget / max(len(fam), 1)
     out = {g.id: p for (g, _), p in zip(fam, holm_adjust([t.p_value for _, t in fam]))}
     why = {g.id: (f"report-only: its test cannot reach its share of the false_alarm_budget at this size "
-                  f"(smallest attainable p {t.min_p:.3g} > {share:.3g} = {budget:g} / {len(fam)} gates)")
+                  f"(smallest attainable p {t.min_p:.3g} > {share:.3g} = {budget:g} / {max(len(fam), 1)} gate(s))")
            for (g, t), ok in zip(tested, inside) if not ok}
     return out, why
 
