@@ -122,8 +122,9 @@ def _outcome_case(root: ET.Element, record: RunRecord, totals: dict[str, int]) -
     for suite in root:
         props = ET.Element("properties")
         ET.SubElement(props, "property", name="evalrun.outcome", value=word)
-        if budgets.get(suite.get("name") or "") is not None:  # the config's false-alarm budget (docs/gates.md)
-            ET.SubElement(props, "property", name="evalrun.false_alarm_budget", value=f"{budgets[suite.get('name')]:g}")
+        budget = budgets.get(suite.get("name") or "")
+        if budget is not None:  # the config's false-alarm budget (docs/gates.md)
+            ET.SubElement(props, "property", name="evalrun.false_alarm_budget", value=f"{budget:g}")
         if record.resumed is not None:
             ET.SubElement(props, "property", name="evalrun.resumed", value=record.resumed.describe())
         suite.insert(0, props)
