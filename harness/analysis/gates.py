@@ -122,33 +122,33 @@ def evaluate_gate(g: Gate, m: Measurements, adjusted_p: float | None = None) -> 
 
 
 def budget_family(gates: Sequence[Gate], m: Measurements) -> tuple[dict[str, float], dict[str, str]]:
-    """The config's false-alarm budget spent (:mod:`harness.analysis.budget`): over every
-    budgeted gate (:class:`~harness.analysis.gatekinds._common.Budgeted`, ``budget`` set) that
-    ran and has a test, the gates that can reach their share form the family
-    (:func:`harness.analysis.budget.split_family`) and get Holm-adjusted p-values; the others
-    are report-only.
+    """The config's false-alarm budget spent (:mod:`harness.analysis.budget`): the family is
+    decided as planned, from every budgeted gate given (:class:`~harness.analysis.gatekinds._common.Budgeted`
+    whose planned rule is a test) and its smallest attainable p-value at its planned size
+    (:func:`harness.analysis.budget.split_family`), so a run judges the family its dry run
+    stated; the family's gates that ran and have a test get Holm-adjusted p-values (a gate
+    that did not run leaves Holm with fewer hypotheses, which keeps its guarantee).
 
     Returns:
         ``(gate id -> Holm-adjusted p-value, gate id -> why it is report-only)``.
     """
-    tested = []
-    for g in gates:
-        if isinstance(g, Budgeted) and g.budget is not None and _not_run(g, m) is None \
-                and _prompt_only(g, m) is None:
+    planned = [g for g in gates if isinstance(g, Budgeted) and g.planned_test()]
+    if not planned:
+        return {}, {}
+    budget = min(g.budget for g in planned if g.budget is not None)
+    mins = [g.planned_min_p(g.planned_n) for g in planned]
+    inside = split_family(mins, budget)
+    share = budget / max(sum(inside), 1)
+    why = {g.id: (f"report-only: its test cannot reach its share of the false_alarm_budget at its planned size "
+                  f"({g.planned_n}: smallest attainable p {p:.3g} > {share:.3g} = {budget:g} / {max(sum(inside), 1)} "
+                  "gate(s))") for g, p, ok in zip(planned, mins, inside) if not ok}
+    fam = []
+    for g, ok in zip(planned, inside):
+        if ok and _not_run(g, m) is None and _prompt_only(g, m) is None:
             t = g.test(m)
             if t is not None:
-                tested.append((g, t))
-    if not tested:
-        return {}, {}
-    budget = min(g.budget for g, _ in tested if g.budget is not None)
-    inside = split_family([t.min_p for _, t in tested], budget)
-    fam = [(g, t) for (g, t), ok in zip(tested, inside) if ok]
-    share = budget / max(len(fam), 1)
-    out = {g.id: p for (g, _), p in zip(fam, holm_adjust([t.p_value for _, t in fam]))}
-    why = {g.id: (f"report-only: its test cannot reach its share of the false_alarm_budget at this size "
-                  f"(smallest attainable p {t.min_p:.3g} > {share:.3g} = {budget:g} / {max(len(fam), 1)} gate(s))")
-           for (g, t), ok in zip(tested, inside) if not ok}
-    return out, why
+                fam.append((g, t.p_value))
+    return {g.id: p for (g, _), p in zip(fam, holm_adjust([p for _, p in fam]))}, why
 
 
 def evaluate_gates(gates: Sequence[Gate], m: Measurements) -> list[GateResult]:

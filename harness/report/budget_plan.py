@@ -8,11 +8,9 @@ from typing import TypedDict
 
 from harness.analysis.budget import split_family
 from harness.analysis.gatekinds._common import Budgeted
-from harness.analysis.gatekinds.min_output_match import MinOutputMatch
 from harness.analysis.gatekinds.sampled_equivalence import SampledEquivalence
 from harness.config.gates import Gate, plan_gates
 from harness.config.schema import ModelConfig
-from harness.tasks import task_size
 
 
 class BudgetGate(TypedDict):
@@ -40,13 +38,8 @@ class BudgetPlan(TypedDict):
 
 
 def _tested(g: Gate) -> bool:
-    """A planned budgeted gate judges by a test (output match only against noise, without the
-    near-tie classification: otherwise its rule is deterministic)."""
-    if not isinstance(g, Budgeted) or g.budget is None:
-        return False
-    if isinstance(g, MinOutputMatch):
-        return g.near_tie_nats is None and (g.noise_runs > 1 or g.noise_mismatch_rate is not None)
-    return True
+    """A planned budgeted gate judges by a test (:meth:`Budgeted.planned_test`)."""
+    return isinstance(g, Budgeted) and g.planned_test()
 
 
 def budget_plan(config: ModelConfig) -> BudgetPlan | None:
@@ -63,7 +56,7 @@ def budget_plan(config: ModelConfig) -> BudgetPlan | None:
     if budget is None:
         return None
     gates = plan_gates(config)
-    tested = [(g, task_size(config.tasks[g.task]) if g.task else 0) for g in gates if _tested(g)]
+    tested = [(g, g.planned_n if isinstance(g, Budgeted) else 0) for g in gates if _tested(g)]
     mins = [g.planned_min_p(n) for g, n in tested if isinstance(g, Budgeted)]
     inside = split_family(mins, budget)
     fam = [BudgetGate(id=g.id, kind=g.kind, n=n, min_p=p) for (g, n), p, ok in zip(tested, mins, inside) if ok]

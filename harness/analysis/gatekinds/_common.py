@@ -16,6 +16,7 @@ from harness.analysis.scoring import TaskScore
 from harness.config.gates.registry import GateBase, Place
 from harness.records.baselines import BaselineTask
 from harness.records.run_record import GateResult
+from harness.tasks import task_size
 
 
 class Budgeted(GateBase):
@@ -28,6 +29,12 @@ class Budgeted(GateBase):
     with ``n`` units, for the plan's report-only decision)."""
 
     budget: float | None = None
+    #: the units (questions, requests) its task plans (:func:`harness.tasks.task_size`)
+    planned_n: int = 0
+
+    def planned_test(self) -> bool:
+        """Whether, as planned, its failing verdict is a test (the family's candidates)."""
+        return self.budget is not None
 
     def test(self, m: Measurements) -> GateTest | None:
         """This gate's test on ``m`` (None: no test possible, the judge says why)."""
@@ -37,6 +44,13 @@ class Budgeted(GateBase):
         """The smallest p-value the test can reach with ``n`` units (questions or requests);
         default: a test on a continuous statistic, any level from two units on."""
         return 0.0 if n >= 2 else 1.0
+
+
+def budget_fields(at: Place) -> dict[str, Any]:
+    """The plan's budget fields of a budgeted gate at ``at``: the config's
+    ``false_alarm_budget`` and its task's planned size."""
+    return {"budget": at.config.false_alarm_budget,
+            "planned_n": task_size(at.config.tasks[at.task]) if at.task else 0}
 
 
 def budget_verdict(g: Budgeted, t: GateTest, adjusted_p: float | None) -> tuple[bool, str]:

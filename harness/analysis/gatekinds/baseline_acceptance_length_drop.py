@@ -15,7 +15,15 @@ from harness.analysis.gatekinds._acceptance import (
     stored_estimates,
     unit_note,
 )
-from harness.analysis.gatekinds._common import Budgeted, budget_verdict, no_stored, result, speculative, stored_task
+from harness.analysis.gatekinds._common import (
+    Budgeted,
+    budget_fields,
+    budget_verdict,
+    no_stored,
+    result,
+    speculative,
+    stored_task,
+)
 from harness.analysis.measurements import Measurements
 from harness.config.gates.registry import Place, gate
 from harness.records.run_record import GateResult
@@ -42,7 +50,7 @@ class BaselineAcceptanceLengthDrop(Budgeted):
         if not speculative(at) or limit is None:
             return None
         budget = at.config.false_alarm_budget
-        return cls.at(at, limit=limit, budget=budget,
+        return cls.at(at, limit=limit, **budget_fields(at),
             run_sd=run_sd_of(budget, at.settings.acceptance_run_sd),
                       description="mean acceptance length drop since the stored baseline (a rise beyond the same "
                                   "band is reported beside it)" + (

@@ -9,7 +9,7 @@ from typing import Literal
 
 from harness.analysis.budget import GateTest, paired_margin_p, paired_min_p
 from harness.analysis.gatekinds import _common
-from harness.analysis.gatekinds._common import Budgeted, budget_verdict, no_stored, result, stored_task
+from harness.analysis.gatekinds._common import Budgeted, budget_fields, budget_verdict, no_stored, result, stored_task
 from harness.analysis.measurements import Measurements
 from harness.analysis.scoring import correctness
 from harness.analysis.stats import paired_comparison
@@ -44,7 +44,7 @@ class BaselineAccuracyDrop(Budgeted):
         budget = at.config.false_alarm_budget
         return cls.at(
             at, limit=g.baseline_max_accuracy_drop, pipeline=g.accuracy_pipeline, alpha=g.baseline_alpha,
-            budget=budget,
+            **budget_fields(at),
             description=(f"{g.accuracy_pipeline} accuracy drop since the stored baseline: fails only when the test "
                          f"shows it beyond the margin {g.baseline_max_accuracy_drop} (false_alarm_budget {budget:g}, "
                          "Holm over the config's tested gates)") if budget is not None else (

@@ -7,7 +7,7 @@ from typing import Literal
 
 from harness.analysis.budget import GateTest
 from harness.analysis.gatekinds._acceptance import acceptance_estimates, run_sd_of, stored_estimates
-from harness.analysis.gatekinds._common import Budgeted, budget_verdict, no_stored, result, stored_task
+from harness.analysis.gatekinds._common import Budgeted, budget_fields, budget_verdict, no_stored, result, stored_task
 from harness.analysis.gatekinds._position import SETTINGS, position_budget_detail, position_test, position_verdict
 from harness.analysis.measurements import Measurements
 from harness.config.gates.registry import Place, gate
@@ -36,7 +36,7 @@ class BaselinePositionAcceptanceDrop(Budgeted):
             return None
         budget = at.config.false_alarm_budget
         return cls.at(
-            at, limit=g.position_acceptance_rtol, alpha=g.position_acceptance_alpha, budget=budget,
+            at, limit=g.position_acceptance_rtol, alpha=g.position_acceptance_alpha, **budget_fields(at),
             run_sd=run_sd_of(budget, at.settings.acceptance_run_sd),
             description=(f"per draft position: fails only when a test with the request as the unit shows the "
                          f"acceptance rate below (1 - {g.position_acceptance_rtol:g}) x the stored baseline's "

@@ -14,7 +14,7 @@ from harness.analysis.gatekinds._acceptance import (
     run_sd_of,
     unit_note,
 )
-from harness.analysis.gatekinds._common import Budgeted, budget_verdict, result
+from harness.analysis.gatekinds._common import Budgeted, budget_fields, budget_verdict, result
 from harness.analysis.measurements import Measurements
 from harness.config.gates.registry import Place, gate
 from harness.records.run_record import GateResult
@@ -49,7 +49,7 @@ class MaxAcceptanceLengthDrop(Budgeted):
         if budget is not None:
             same = at.config.variants[comp.baseline].speculative_config == \
                 at.config.variants[comp.candidate].speculative_config
-            return cls.at(at, limit=comp.max_acceptance_length_drop, budget=budget,
+            return cls.at(at, limit=comp.max_acceptance_length_drop, **budget_fields(at),
             run_sd=run_sd_of(budget, at.settings.acceptance_run_sd), two_sided=same,
                           description=(f"mean acceptance length {'change' if same else 'drop'} from baseline to "
                                        f"candidate: fails only when a test with the request as the unit shows it "

@@ -7,7 +7,7 @@ from typing import Literal
 
 from harness.analysis.budget import GateTest, paired_margin_p, paired_min_p
 from harness.analysis.gatekinds import _common
-from harness.analysis.gatekinds._common import Budgeted, budget_verdict, result, truncation_note
+from harness.analysis.gatekinds._common import Budgeted, budget_fields, budget_verdict, result, truncation_note
 from harness.analysis.measurements import Measurements
 from harness.config.gates.registry import Place, gate
 from harness.records.run_record import GateResult
@@ -41,7 +41,7 @@ class MaxAccuracyDrop(Budgeted):
         budget = at.config.false_alarm_budget
         if budget is not None:
             return cls.at(
-                at, limit=comp.max_accuracy_drop, pipeline=g.accuracy_pipeline, alpha=comp.alpha, budget=budget,
+                at, limit=comp.max_accuracy_drop, pipeline=g.accuracy_pipeline, alpha=comp.alpha, **budget_fields(at),
                 description=(f"paired {g.accuracy_pipeline} accuracy drop {comp.baseline} - {comp.candidate}: fails "
                              f"only when an exact paired test shows it beyond the margin {comp.max_accuracy_drop} "
                              f"(false_alarm_budget {budget:g}, Holm over the config's tested gates)"),

@@ -8,7 +8,7 @@ from typing import Literal
 
 from harness.analysis.budget import GateTest
 from harness.analysis.gatekinds._acceptance import both_sides, run_sd_of
-from harness.analysis.gatekinds._common import Budgeted, budget_verdict, result
+from harness.analysis.gatekinds._common import Budgeted, budget_fields, budget_verdict, result
 from harness.analysis.gatekinds._position import SETTINGS, position_budget_detail, position_test, position_verdict
 from harness.analysis.measurements import Measurements
 from harness.config.gates.registry import Place, gate
@@ -50,7 +50,7 @@ class MaxPositionAcceptanceDrop(Budgeted):
             return None
         budget = at.config.false_alarm_budget
         if budget is not None:
-            return cls.at(at, limit=g.position_acceptance_rtol, alpha=g.position_acceptance_alpha, budget=budget,
+            return cls.at(at, limit=g.position_acceptance_rtol, alpha=g.position_acceptance_alpha, **budget_fields(at),
             run_sd=run_sd_of(budget, at.settings.acceptance_run_sd),
                           description=(f"per draft position: fails only when a test with the request as the unit "
                                        f"shows the acceptance rate beyond (1 -/+ {g.position_acceptance_rtol:g}) x "

@@ -7,7 +7,7 @@ from typing import Literal
 
 from harness.analysis.budget import GateTest, margin_p
 from harness.analysis.gatekinds._acceptance import acceptance_estimates, drafts, run_sd_of, unit_note
-from harness.analysis.gatekinds._common import Budgeted, budget_verdict, result, speculative
+from harness.analysis.gatekinds._common import Budgeted, budget_fields, budget_verdict, result, speculative
 from harness.analysis.measurements import Measurements
 from harness.config.gates.registry import Place, gate
 from harness.records.run_record import GateResult
@@ -34,7 +34,7 @@ class MinAcceptanceLength(Budgeted):
         if not speculative(at) or limit is None:
             return None
         budget = at.config.false_alarm_budget
-        return cls.at(at, limit=limit, budget=budget, run_sd=run_sd_of(budget, at.settings.acceptance_run_sd),
+        return cls.at(at, limit=limit, **budget_fields(at), run_sd=run_sd_of(budget, at.settings.acceptance_run_sd),
                       description="mean acceptance length = 1 + accepted tokens / drafts" + (
                           f"; fails only when a test with the request as the unit shows it below {limit} "
                           f"(false_alarm_budget {budget:g}, Holm)" if budget is not None else ""))

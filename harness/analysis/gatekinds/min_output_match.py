@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Literal
 
 from harness.analysis.budget import GateTest
-from harness.analysis.gatekinds._common import Budgeted, budget_verdict, result
+from harness.analysis.gatekinds._common import Budgeted, budget_fields, budget_verdict, result
 from harness.analysis.measurements import Measurements
 from harness.config.gates.registry import Place, gate
 from harness.records.measures import AnswerAgreementRecord, DivergenceReportRecord, NoiseRecord, OutputMatchRecord
@@ -57,7 +57,7 @@ class MinOutputMatch(Budgeted):
         )
         return cls.at(
             at, limit=comp.min_output_match, alpha=comp.output_match_alpha or comp.alpha,
-            budget=at.config.false_alarm_budget,
+            **budget_fields(at),
             noise_runs=comp.noise_runs,
             noise_mismatch_rate=comp.noise_mismatch_rate, near_tie_nats=comp.near_tie_nats,
             description=("share of questions with identical completion token ids" if comp.near_tie_nats is None
@@ -77,6 +77,11 @@ class MinOutputMatch(Budgeted):
         n = nz.compared
         min_p = 0.5 ** n if nz.source == "rerun" else nz.noise_rate ** n
         return GateTest(nz.p_value, min_p, f"{nz.test} against noise")
+
+    def planned_test(self) -> bool:
+        """As planned, a test only against a noise reference without the near-tie classification."""
+        return self.budget is not None and self.near_tie_nats is None and (
+            self.noise_runs > 1 or self.noise_mismatch_rate is not None)
 
     def planned_min_p(self, n: int) -> float:
         """The noise test at its best: every question mismatched by the candidate alone (a
