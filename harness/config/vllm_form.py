@@ -375,9 +375,7 @@ def from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict[KeyPath, int
         variants=variants,
         tasks={GSM8K_TASK: task, **ev.tasks},
         gates=gates,
-        comparisons=comparisons,
-        expected_failures=tuple(c.evalrun.expected_failures),
-        startup_rpc_checks=tuple(c.startup_rpc_checks),
-        false_alarm_budget=ev.false_alarm_budget,
+        comparisons=comparisons, expected_failures=tuple(c.evalrun.expected_failures),
+        startup_rpc_checks=tuple(c.startup_rpc_checks), false_alarm_budget=ev.false_alarm_budget,
     )
 

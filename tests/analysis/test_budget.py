@@ -192,3 +192,26 @@ def test_power_of_the_margin_test_at_gsm8k_size():
     assert _power(1319, 0.05, 0.10, share, 0.05) == pytest.approx(0.972, abs=0.005)
     assert _power(1319, 0.05, 0.05, share, 0.0) == pytest.approx(0.996, abs=0.005)
     assert _power(1319, 0.05, 0.0, share, 0.05) < share
+
+
+def _ids_sample(variant, ids, top=None):
+    return Sample("c", variant, "t", "q0", "h", "5", completion="x", token_ids=tuple(ids), finish_reason="stop",
+                  top_logprobs=top)
+
+
+def test_a_divergence_past_the_references_prefix_is_judged_by_the_references_paths():
+    from harness.analysis.divergence import classify_divergences
+
+    # the reference 1 2 3 4; position 1 is a near-tie of its own (2 at -0.50, 7 at -0.51)
+    top = (((1, -0.1), (5, -4.0)), ((2, -0.50), (7, -0.51)), ((3, -0.1), (8, -6.0)), ((4, -0.1), (9, -6.0)))
+    ref = _ids_sample("reference", (1, 2, 3, 4), top)
+    sync = _ids_sample("spec_sync", (1, 7, 5, 6))    # left the reference at 1, at the near-tie
+    async_ = _ids_sample("spec_async", (1, 7, 8, 6))  # follows spec_sync's path, differs at 2
+    r = classify_divergences([sync], [async_], [ref], "reference", 0.1, baseline_is_reference=False)
+    [d] = r.divergences
+    assert d.position == 2 and d.verdict == "explained" and d.source == "reference_paths"
+    # the same, but spec_sync left the reference where it was confident (2 at -0.1, 9 at -6): not explained
+    top2 = (top[0], ((2, -0.1), (7, -6.0)), top[2], top[3])
+    r2 = classify_divergences([sync], [async_], [_ids_sample("reference", (1, 2, 3, 4), top2)], "reference", 0.1,
+                              baseline_is_reference=False)
+    assert r2.divergences[0].verdict == "unexplained"

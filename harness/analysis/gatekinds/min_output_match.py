@@ -172,7 +172,8 @@ def _output_match_classified(g: MinOutputMatch, om: OutputMatchRecord, dv: Diver
                                                   if d.gap_nats is not None else "(" + d.reason.split(';')[0] + ")")
             for d in un[:5]) + (" ..." if len(un) > 5 else "")
     if ex:
-        detail += "; explained: " + ", ".join(f"{d.question_id}@{d.position} gap {d.gap_nats:.2f}" for d in ex[:5]) \
+        detail += "; explained: " + ", ".join(f"{d.question_id}@{d.position} " + (
+            f"gap {d.gap_nats:.2f}" if d.gap_nats is not None else "by the reference's paths") for d in ex[:5]) \
             + (" ..." if len(ex) > 5 else "")
     if ag is not None and ag.agreement_rate is not None:
         detail += f"; answer-level agreement ({ag.pipeline}) {ag.agreed}/{ag.compared} ({ag.agreement_rate:.4f})"
