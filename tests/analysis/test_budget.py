@@ -215,3 +215,22 @@ def test_a_divergence_past_the_references_prefix_is_judged_by_the_references_pat
     r2 = classify_divergences([sync], [async_], [_ids_sample("reference", (1, 2, 3, 4), top2)], "reference", 0.1,
                               baseline_is_reference=False)
     assert r2.divergences[0].verdict == "unexplained"
+
+
+def test_a_stored_noise_rate_carries_its_uncertainty():
+    from harness.analysis.noise import output_noise_stored
+    from harness.records.measures import OutputMatchRecord
+
+    from harness.analysis.scoring import output_match
+
+    base = [_ids_sample("reference", (1, 2, 3)) for _ in range(100)]
+    base = [dataclasses.replace(x, question_id=f"q{i}") for i, x in enumerate(base)]
+    cand = [dataclasses.replace(x, token_ids=(1, 9, 3) if i < 12 else (1, 2, 3)) for i, x in enumerate(base)]
+    om = output_match(base, cand)
+    assert isinstance(om, OutputMatchRecord) and om.compared == 100 and len(om.mismatches) == 12
+    known = output_noise_stored(om, 0.06)
+    two = output_noise_stored(om, 0.06, measured_on=100)
+    # Fisher's one-sided p by the hypergeometric tail: 12 of 100 vs 6 of 100, 18 mismatches in all
+    want = sum(stats.hypergeom.pmf(x, 200, 18, 100) for x in range(12, 19))
+    assert two.p_value == pytest.approx(want) and two.test == "fisher_one_sided_two_sample"
+    assert known.p_value < two.p_value  # treating the rate as known claims more than the data show
