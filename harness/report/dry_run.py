@@ -312,8 +312,11 @@ def render_detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER,
                 + (f"drops >= {q['test_drop']:.3f}" if q["test_drop"] is not None
                    else "no drop (not even one equal to the discordance)")
                 + f" assuming discordance {q['expected_discordance']} "
-                "(expected_discordance; Connor 1987); the gate also fails above max_accuracy_drop "
-                f"{q['max_accuracy_drop']}"
+                "(expected_discordance; Connor 1987); "
+                + (f"the gate also fails above max_accuracy_drop {q['max_accuracy_drop']}"
+                   if config.false_alarm_budget is None else
+                   f"with the false-alarm budget the gate fails only on a drop shown beyond its margin "
+                   f"{q['max_accuracy_drop']} at its share of the budget (power: docs/gates.md, \"Power given up\")")
             )
         for sh in d["sampled"]:
             lines.append(
