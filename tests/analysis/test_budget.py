@@ -234,3 +234,15 @@ def test_a_stored_noise_rate_carries_its_uncertainty():
     want = sum(stats.hypergeom.pmf(x, 200, 18, 100) for x in range(12, 19))
     assert two.p_value == pytest.approx(want) and two.test == "fisher_one_sided_two_sample"
     assert known.p_value < two.p_value  # treating the rate as known claims more than the data show
+
+
+def test_a_model_list_sets_the_budget_of_configs_that_do_not(tmp_path):
+    from harness.config.model_list import load_model_list
+
+    (tmp_path / "a.yaml").write_text(CFG)
+    (tmp_path / "b.yaml").write_text("false_alarm_budget: 0.05\n" + CFG)
+    (tmp_path / "l.txt").write_text("# evalrun: false_alarm_budget 0.02\na.yaml\nb.yaml\n")
+    assert [c.false_alarm_budget for c in load_model_list(tmp_path / "l.txt")] == [0.02, 0.05]
+    (tmp_path / "bad.txt").write_text("# evalrun: false_alarm_budget 2\na.yaml\n")
+    with pytest.raises(Exception, match="false_alarm_budget must be a number in"):
+        load_model_list(tmp_path / "bad.txt")
