@@ -10,17 +10,20 @@ import math
 import random
 
 import pytest
-from scipy import stats
+from scipy import stats  # noqa: TID253 - the test's own reference; a cost of this file's collection only
 
 from harness.analysis import gates as AG
 from harness.analysis.budget import margin_p, paired_margin_p, paired_min_p, ratio_estimate, split_family
+from harness.analysis.divergence import classify_divergences
 from harness.analysis.measurements import Measurements
-from harness.analysis.scoring import score_task
+from harness.analysis.noise import output_noise_stored
+from harness.analysis.scoring import output_match, score_task
 from harness.config.gates import plan_gates
 from harness.config.loader import load_config
-from harness.records.measures import SpecDecodeCountersRecord, SpecDecodeRecord
-from harness.report.budget_plan import budget_plan
+from harness.config.model_list import load_model_list
+from harness.records.measures import OutputMatchRecord, SpecDecodeCountersRecord, SpecDecodeRecord
 from harness.records.samples import Sample
+from harness.report.budget_plan import budget_plan
 
 
 def test_margin_zero_is_the_exact_one_sided_mcnemar_test():
@@ -200,8 +203,6 @@ def _ids_sample(variant, ids, top=None):
 
 
 def test_a_divergence_past_the_references_prefix_is_judged_by_the_references_paths():
-    from harness.analysis.divergence import classify_divergences
-
     # the reference 1 2 3 4; position 1 is a near-tie of its own (2 at -0.50, 7 at -0.51)
     top = (((1, -0.1), (5, -4.0)), ((2, -0.50), (7, -0.51)), ((3, -0.1), (8, -6.0)), ((4, -0.1), (9, -6.0)))
     ref = _ids_sample("reference", (1, 2, 3, 4), top)
@@ -218,11 +219,6 @@ def test_a_divergence_past_the_references_prefix_is_judged_by_the_references_pat
 
 
 def test_a_stored_noise_rate_carries_its_uncertainty():
-    from harness.analysis.noise import output_noise_stored
-    from harness.records.measures import OutputMatchRecord
-
-    from harness.analysis.scoring import output_match
-
     base = [_ids_sample("reference", (1, 2, 3)) for _ in range(100)]
     base = [dataclasses.replace(x, question_id=f"q{i}") for i, x in enumerate(base)]
     cand = [dataclasses.replace(x, token_ids=(1, 9, 3) if i < 12 else (1, 2, 3)) for i, x in enumerate(base)]
@@ -237,8 +233,6 @@ def test_a_stored_noise_rate_carries_its_uncertainty():
 
 
 def test_a_model_list_sets_the_budget_of_configs_that_do_not(tmp_path):
-    from harness.config.model_list import load_model_list
-
     (tmp_path / "a.yaml").write_text(CFG)
     (tmp_path / "b.yaml").write_text("false_alarm_budget: 0.05\n" + CFG)
     (tmp_path / "l.txt").write_text("# evalrun: false_alarm_budget 0.02\na.yaml\nb.yaml\n")
