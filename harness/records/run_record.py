@@ -464,13 +464,13 @@ OUTCOMES: tuple[str, ...] = ("passed", "failed", "incomplete", "error", "interru
 
 
 def gates_passed(gates: "Iterable[GateResult]") -> bool | None:
-    """The gates' joint verdict, as pytest's xfail rules count them: False when one fails
-    the run (:attr:`GateResult.fails_run`: FAIL, strict XPASS), else None when one is
-    NOT RUN, else True (PASS, XFAIL and non-strict XPASS only)."""
+    """The gates' joint verdict, as pytest's xfail rules count them: False when one fails the run
+    (:attr:`GateResult.fails_run`: FAIL, strict XPASS), else None when one is NOT RUN (a gate the plan
+    made report-only under the false-alarm budget aside: it is no gate), else True (PASS, XFAIL, XPASS)."""
     gs = list(gates)
     if any(g.fails_run for g in gs):
         return False
-    if any(g.passed is None for g in gs):
+    if any(g.passed is None and not g.detail.startswith("report-only: ") for g in gs):
         return None
     return True
 
