@@ -158,7 +158,7 @@ def evaluate_gates(gates: Sequence[Gate], m: Measurements) -> list[GateResult]:
     the detail, never a pass); without, the ``max_accuracy_drop`` gates that ask for it with
     Holm-adjusted p-values (:func:`holm_p_values`)."""
     adj, report_only = budget_family(gates, m)
-    if not adj and not report_only:
+    if not any(isinstance(g, Budgeted) and g.planned_test() for g in gates):  # the budget is off
         adj = holm_p_values(gates, m)
     out = []
     for g in gates:
