@@ -20,12 +20,16 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def config(tmp_path: Path, ref_env: dict | None = None, spec_env: dict | None = None, n: int = 6,
-           gates: str = "") -> Path:
+           gates: str = "", budget: str = "null") -> Path:
     """A two-variant config (reference, spec) on the fake with one synthetic task of ``n``
-    questions; each variant's ``env`` chooses the fake's behaviour. Returns its path."""
+    questions; each variant's ``env`` chooses the fake's behaviour. Returns its path.
+    ``budget``: its ``false_alarm_budget``, off by default here: on 6 questions no paired
+    test can reach a share of the budget (every accuracy gate would be report-only), and
+    these tests are of the orchestration around verdicts, judged by the limits."""
     text = textwrap.dedent(
         f"""\
         model: fake-model
+        false_alarm_budget: {budget}
         startup_max_wait_seconds: 30
         request_timeout_seconds: 30
         max_concurrency: 2

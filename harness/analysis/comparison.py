@@ -134,7 +134,11 @@ def compare(config: ModelConfig, m: Measurements, reruns: Reruns, asked: dict[st
             match = output_match(a, b)
             rerun = reruns.get((comp.baseline, tname)) if comp.noise_runs > 1 else None
             noise = (output_noise_rerun(a, rerun, b) if rerun is not None else
-                     output_noise_stored(match, comp.noise_mismatch_rate) if comp.noise_mismatch_rate is not None
+                     # with the false-alarm budget the stored rate carries its uncertainty: taken as
+                     # measured on as many questions as this comparison compares (docs/gates.md)
+                     output_noise_stored(match, comp.noise_mismatch_rate,
+                                         match.compared or None if config.false_alarm_budget is not None else None)
+                     if comp.noise_mismatch_rate is not None
                      else None)
             divergence = None
             nats = comp.near_tie_nats

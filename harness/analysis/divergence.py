@@ -14,6 +14,11 @@ reference was confident. So each divergent question is judged at its first diver
 * **unexplained**: the reference ranks the candidate's token more than ``near_tie_nats``
   below its own (or outside its top k: then the gap is at least the top-1 minus the
   k-th log-probability), or the candidate's completion ends at ``d``;
+* **explained by the reference's paths** (source ``reference_paths``): the reference's
+  prefix differs from the baseline's before ``d``, so its distribution cannot judge ``d``;
+  but it can judge where each side left the reference: when the baseline left it at a
+  near-tie (or not at all) and so did the candidate (or the candidate follows it), both
+  are the reference's numerics and their difference is too (:func:`_by_reference_paths`);
 * **noise**: the reference's distribution does not apply (its prefix differs from the
   baseline's before ``d``, it failed, or it carries no log-probabilities there) and the
   baseline's own rerun diverged on that question too (the rerun noise rule, said per
@@ -71,6 +76,30 @@ def _reference_at(ref: Sample | None, base: Sample, d: int) -> tuple[Sample | No
         k = committed_prefix(ref.token_ids, base_ids)
         return None, f"the reference's prefix differs from the baseline's at token {k}, before the divergence at {d}"
     return ref, ""
+
+
+def _by_reference_paths(ref: Sample | None, base: Sample, cand: Sample, near_tie_nats: float) -> str | None:
+    """Why a divergence the reference cannot judge at the baseline's prefix is explained by
+    what it can judge: the baseline and the candidate each equal the reference's ids or
+    leave them at a near-tie of the reference's own distribution (both judged at the
+    reference's own prefix); None when either side is not so explained or the reference has
+    no usable sample."""
+    if ref is None or not ref.ok or ref.token_ids is None or ref.top_logprobs is None:
+        return None
+    why = []
+    for name, side in (("baseline", base), ("candidate", cand)):
+        k = committed_divergence(ref, side)
+        if k is None:
+            why.append(f"the {name} equals the reference")
+            continue
+        tok = _tok(side.token_ids or (), k)
+        if tok is None or len(ref.top_logprobs) <= k or len(ref.token_ids) <= k:
+            return None
+        _, gap, _, _, ok = _judge_at(ref, k, tok, near_tie_nats)
+        if not ok:
+            return None
+        why.append(f"the {name} leaves the reference at token {k}, a near-tie ({gap:.3f} nats)")
+    return "; ".join(why)
 
 
 def committed_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -157,6 +186,13 @@ def classify_divergences(
                                         candidate_rank=rank,
                                         verdict=EXPLAINED if ok else UNEXPLAINED, source=src,
                                         reason=reason))
+            continue
+        paths = (_by_reference_paths(ref_by.get(a.question_id), a, b, near_tie_nats)
+                 if not baseline_is_reference and reference is not None else None)
+        if paths is not None:
+            out.append(DivergenceRecord(question_id=a.question_id, position=d, baseline_token=bt, candidate_token=ct,
+                                        verdict=EXPLAINED, source="reference_paths",
+                                        reason=f"{why}; explained by the reference's paths: {paths}"))
             continue
         if noise_ids is not None and a.question_id in noise_ids:
             out.append(DivergenceRecord(question_id=a.question_id, position=d, baseline_token=bt, candidate_token=ct,

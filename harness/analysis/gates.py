@@ -18,8 +18,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from harness.analysis.budget import split_family
 from harness.analysis.familywise import holm_adjust
-from harness.analysis.gatekinds._common import result
+from harness.analysis.gatekinds._common import Budgeted, result
 from harness.analysis.gatekinds._position import has_positions
 from harness.analysis.gatekinds.baseline_acceptance_length_drop import BaselineAcceptanceLengthDrop
 from harness.analysis.gatekinds.baseline_position_acceptance_drop import BaselinePositionAcceptanceDrop
@@ -34,7 +35,8 @@ from harness.records.run_record import GateResult
 if TYPE_CHECKING:
     from harness.config.gates import Gate
 
-__all__ = ["baseline_notes", "evaluate_gate", "evaluate_gates", "holm_p_values", "judged_baseline_gates"]
+__all__ = ["baseline_notes", "budget_family", "evaluate_gate", "evaluate_gates", "holm_p_values",
+           "judge_config", "judged_baseline_gates"]
 
 
 def holm_p_values(gates: Sequence[Gate], m: Measurements) -> dict[str, float]:
@@ -119,11 +121,52 @@ def evaluate_gate(g: Gate, m: Measurements, adjusted_p: float | None = None) -> 
     return verdict
 
 
+def budget_family(gates: Sequence[Gate], m: Measurements) -> tuple[dict[str, float], dict[str, str]]:
+    """The config's false-alarm budget spent (:mod:`harness.analysis.budget`): the family is
+    decided as planned, from every budgeted gate given (:class:`~harness.analysis.gatekinds._common.Budgeted`
+    whose planned rule is a test) and its smallest attainable p-value at its planned size
+    (:func:`harness.analysis.budget.split_family`), so a run judges the family its dry run
+    stated; the family's gates that ran and have a test get Holm-adjusted p-values (a gate
+    that did not run leaves Holm with fewer hypotheses, which keeps its guarantee).
+
+    Returns:
+        ``(gate id -> Holm-adjusted p-value, gate id -> why it is report-only)``.
+    """
+    planned = [g for g in gates if isinstance(g, Budgeted) and g.planned_test()]
+    if not planned:
+        return {}, {}
+    budget = min(g.budget for g in planned if g.budget is not None)
+    mins = [g.planned_min_p(g.planned_n) for g in planned]
+    inside = split_family(mins, budget)
+    share = budget / max(sum(inside), 1)
+    why = {g.id: (f"report-only: its test cannot reach its share of the false_alarm_budget at its planned size "
+                  f"({g.planned_n}: smallest attainable p {p:.3g} > {share:.3g} = {budget:g} / {max(sum(inside), 1)} "
+                  "gate(s))") for g, p, ok in zip(planned, mins, inside) if not ok}
+    fam = []
+    for g, ok in zip(planned, inside):
+        if ok and _not_run(g, m) is None and _prompt_only(g, m) is None:
+            t = g.test(m)
+            if t is not None:
+                fam.append((g, t.p_value))
+    return {g.id: p for (g, _), p in zip(fam, holm_adjust([p for _, p in fam]))}, why
+
+
 def evaluate_gates(gates: Sequence[Gate], m: Measurements) -> list[GateResult]:
-    """Judge every gate of one config, in plan order (the ``max_accuracy_drop`` gates
-    that ask for it with Holm-adjusted p-values, :func:`holm_p_values`)."""
-    adj = holm_p_values(gates, m)
-    return [evaluate_gate(g, m, adj.get(g.id)) for g in gates]
+    """Judge every gate of one config, in plan order. With the config's false-alarm budget
+    (:func:`budget_family`) the budgeted gates are judged with their Holm-adjusted p-values
+    and a gate that cannot reach its share is NOT RUN (report-only: its figures and reason in
+    the detail, never a pass); without, the ``max_accuracy_drop`` gates that ask for it with
+    Holm-adjusted p-values (:func:`holm_p_values`)."""
+    adj, report_only = budget_family(gates, m)
+    if not any(isinstance(g, Budgeted) and g.planned_test() for g in gates):  # the budget is off
+        adj = holm_p_values(gates, m)
+    out = []
+    for g in gates:
+        r = evaluate_gate(g, m, adj.get(g.id))
+        if g.id in report_only:
+            r = r.model_copy(update={"passed": None, "detail": f"{report_only[g.id]}; {r.detail}"})
+        out.append(r)
+    return out
 
 
 def baseline_notes(gates: Sequence[Gate], m: Measurements) -> list[str]:
@@ -157,6 +200,13 @@ def judged_baseline_gates(gates: Sequence[Gate], m: Measurements) -> list[GateRe
     b = m.baseline
     if b is None:
         return [evaluate_gate(g, m) for g in gates if isinstance(g, BaselineReadable) and m.baseline_error]
+    return evaluate_gates(_judgeable(gates, m), m)
+
+
+def _judgeable(gates: Sequence[Gate], m: Measurements) -> list[Gate]:
+    """The baseline gates the stored baseline ``m.baseline`` (not None) can judge."""
+    b = m.baseline
+    assert b is not None
     out = []
     for g in gates:
         if isinstance(g, BaselineReadable):
@@ -169,5 +219,16 @@ def judged_baseline_gates(gates: Sequence[Gate], m: Measurements) -> list[GateRe
             continue
         if isinstance(g, BaselinePositionAcceptanceDrop) and not has_positions(bt):
             continue
-        out.append(evaluate_gate(g, m))
+        out.append(g)
     return out
+
+
+def judge_config(gates: Sequence[Gate], baseline_gates: Sequence[Gate] | None, m: Measurements) -> list[GateResult]:
+    """Every verdict of one config: its gates and, with ``baseline_gates`` (a stored baseline
+    was asked for), those the stored baseline can judge (:func:`judged_baseline_gates`), all
+    in ONE false-alarm family (:func:`budget_family`), in plan order."""
+    if baseline_gates is None:
+        return evaluate_gates(gates, m)
+    if m.baseline is None:
+        return evaluate_gates(gates, m) + judged_baseline_gates(baseline_gates, m)
+    return evaluate_gates([*gates, *_judgeable(baseline_gates, m)], m)

@@ -76,23 +76,37 @@ def output_noise_rerun(
     )
 
 
-def output_noise_stored(candidate: OutputMatchRecord, rate: float) -> NoiseRecord:
+def output_noise_stored(candidate: OutputMatchRecord, rate: float, measured_on: int | None = None) -> NoiseRecord:
     """Judge the candidate's output mismatches against a stored noise rate ``rate``
-    (fraction in [0, 1]): exact one-sided binomial test, ``P(Binomial(compared, rate)
-    >= mismatched)`` by ``scipy.stats.binomtest(..., alternative="greater")``.
+    (fraction in [0, 1]).
+
+    ``measured_on`` None: the rate is treated as known, the exact one-sided binomial test
+    ``P(Binomial(compared, rate) >= mismatched)`` (``scipy.stats.binomtest``). ``measured_on``
+    n0: the rate carries its uncertainty: it is taken as round(rate n0) mismatches of n0
+    questions and compared with the candidate's by Fisher's exact one-sided test of the 2x2
+    table [[mismatched, compared - mismatched], [x0, n0 - x0]] (H1: the candidate mismatches
+    more often; Fisher 1935, ``scipy.stats.fisher_exact``), a two-sample test.
 
     Raises:
-        ValueError: ``rate`` outside [0, 1].
+        ValueError: ``rate`` outside [0, 1], or ``measured_on`` < 1.
     """
     from scipy import stats as _st
 
     if not 0.0 <= rate <= 1.0:
         raise ValueError(f"noise rate must be in [0, 1], got {rate!r}")
+    if measured_on is not None and measured_on < 1:
+        raise ValueError(f"measured_on must be >= 1, got {measured_on!r}")
     k, n = len(candidate.mismatches), candidate.compared
-    p = float(_st.binomtest(k, n, rate, alternative="greater").pvalue) if n else 1.0
+    if measured_on is None:
+        p = float(_st.binomtest(k, n, rate, alternative="greater").pvalue) if n else 1.0
+        test = "binomial_one_sided"
+    else:
+        x0 = round(rate * measured_on)
+        p = float(_st.fisher_exact([[k, n - k], [x0, measured_on - x0]], alternative="greater")[1]) if n else 1.0
+        test = "fisher_one_sided_two_sample"
     return NoiseRecord(
         source="stored", noise_compared=None, noise_mismatched=None, noise_rate=rate,
         noise_first_divergences=(), compared=n, candidate_mismatched=k,
         candidate_rate=k / n if n else None, candidate_only=(), noise_only=(),
-        test="binomial_one_sided", p_value=p,
+        test=test, p_value=p,
     )

@@ -9,6 +9,8 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
+import yaml
+
 from harness.config.loader import load_config
 from harness.config.reader import MAX_RECORD_BYTES, present, read_text
 from harness.config.schema import ConfigError, ModelConfig
@@ -128,14 +130,58 @@ def read_model_list(path: str | Path) -> list[Path]:
     return entries
 
 
+#: A model list's own false-alarm budget: a comment line ``# evalrun: false_alarm_budget 0.02``
+#: (a comment, so vLLM's conftest, which reads every other line as a config, ignores it).
+LIST_BUDGET = "# evalrun: false_alarm_budget"
+
+
+def list_budget(path: str | Path) -> float | None:
+    """The list's ``false_alarm_budget`` directive (:data:`LIST_BUDGET`), or None.
+
+    Raises:
+        ConfigError: a directive whose value is not a number in (0, 1).
+    """
+    p = resolve_list_path(path)
+    if p.suffix in (".yaml", ".yml"):
+        return None
+    for lineno, raw in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+        if raw.strip().startswith(LIST_BUDGET):
+            val = raw.strip()[len(LIST_BUDGET):].strip().lstrip(":=").strip()
+            try:
+                b = float(val)
+            except ValueError:
+                b = -1.0
+            if not 0.0 < b < 1.0:
+                raise ConfigError(f"{p}:{lineno}: '{raw.strip()}': false_alarm_budget must be a number in (0, 1)")
+            return b
+    return None
+
+
+def _sets_budget(path: Path) -> bool:
+    """The config file writes ``false_alarm_budget`` itself (top level or in ``evalrun:``)."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return False
+    if not isinstance(data, dict):
+        return False
+    ev = data.get("evalrun")
+    return "false_alarm_budget" in data or (isinstance(ev, dict) and "false_alarm_budget" in ev)
+
+
 def load_model_list(path: str | Path) -> list[ModelConfig]:
-    """Read a model list and load every config in it.
+    """Read a model list and load every config in it; a list's own budget directive
+    (:func:`list_budget`) applies to every config that does not write ``false_alarm_budget``.
 
     Raises:
         ConfigError: from :func:`read_model_list` or :func:`load_config`; all
             config errors of the list are collected into one message.
     """
-    return load_configs(read_model_list(path), path)
+    configs = load_configs(read_model_list(path), path)
+    b = list_budget(path)
+    if b is None:
+        return configs
+    return [c if _sets_budget(c.path) else c.model_copy(update={"false_alarm_budget": b}) for c in configs]
 
 
 def load_configs(paths: list[Path], list_path: str | Path) -> list[ModelConfig]:

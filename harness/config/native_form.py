@@ -33,7 +33,7 @@ from harness.config.server_args import (
     speculative_warnings,
     split_args,
 )
-from harness.config.types import PositiveCount, PositiveSeconds
+from harness.config.types import Alpha, PositiveCount, PositiveSeconds
 from harness.config.yaml_load import KeyPath
 from harness.faults.plugin import known_faults  # standard library only
 
@@ -52,6 +52,9 @@ class NativeConfig(StrictModel):
 
     ``builds: {baseline: X, candidate: Y}`` runs every variant on both engine builds and
     compares each with itself across them (:mod:`harness.config.ab`).
+
+    ``false_alarm_budget: 0.01`` (default; null: off): the probability that an unchanged build
+    fails any gate of the config in one night (docs/gates.md, "The false-alarm budget").
 
     ``startup_rpc_checks: [NAME, ...]``: methods of the server's worker extension called once
     each variant's server is ready, as vLLM's form reads the key (gate ``startup_rpc_check``).
@@ -73,6 +76,7 @@ class NativeConfig(StrictModel):
     expected_failures: list[ExpectedFailureSpec] = Field(default_factory=list)
     builds: BuildsSpec | None = None
     startup_rpc_checks: RpcCheckNames = Field(default_factory=list)
+    false_alarm_budget: Alpha | None = 0.01
 
 
 def _check_native_names(c: NativeConfig, path: Path) -> None:
@@ -185,5 +189,6 @@ def from_native(c: NativeConfig, path: Path, sha: str, lines: dict[KeyPath, int]
         comparisons=tuple(comparisons),
         expected_failures=tuple(c.expected_failures),
         startup_rpc_checks=tuple(c.startup_rpc_checks),
+        false_alarm_budget=c.false_alarm_budget,
     )
 

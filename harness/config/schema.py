@@ -322,6 +322,10 @@ class GateSpec(StrictModel):
         max_zero_acceptance_share: largest allowed share of requests (with at least 4 verify
             steps) that never accepted a draft while others did (gate ``zero_acceptance_share``,
             one-sided exact binomial test over requests); None (default) disables it.
+        acceptance_run_sd: with the false-alarm budget, the run-to-run spread of acceptance
+            (sd of a run's common shift of every request's acceptance probability, logit
+            scale; ``evalrun calibrate``'s ``sd_run``) that the acceptance tests add to their
+            variance; default 0.15 (docs/gates.md, "The false-alarm budget").
     """
 
     accuracy_threshold: Probability | None = None
@@ -339,6 +343,7 @@ class GateSpec(StrictModel):
     position_acceptance_alpha: Alpha = 0.05
     max_late_acceptance_drop: Probability | None = None
     max_zero_acceptance_share: Probability | None = None
+    acceptance_run_sd: float = Field(default=0.15, ge=0.0, le=10.0)
 
 
 TaskSpec.model_rebuild()
@@ -561,6 +566,10 @@ class ModelConfig(StrictModel):
         expected_failures: known engine bugs declared (:class:`ExpectedFailureSpec`).
         startup_rpc_checks: the worker extension's start-up checks, called once each variant's
             server is ready and judged by the gate ``startup_rpc_check`` (none: no gate).
+        false_alarm_budget: the probability that an unchanged build fails any gate of this
+            config in one night (default 0.01), spent over every tested gate by Holm's
+            procedure (:mod:`harness.analysis.budget`, docs/gates.md); None: every gate at its
+            own alpha and tolerance (the rules before the budget).
     """
 
     name: str
@@ -583,6 +592,7 @@ class ModelConfig(StrictModel):
     comparisons: tuple[ComparisonSpec, ...]
     expected_failures: tuple[ExpectedFailureSpec, ...] = ()
     startup_rpc_checks: tuple[str, ...] = ()
+    false_alarm_budget: Alpha | None = 0.01
 
     def gates_for(self, task: str) -> GateSpec:
         """The gates of one task: the config's ``gates`` with the keys the task's own

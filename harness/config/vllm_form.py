@@ -107,6 +107,7 @@ class EvalrunBlock(StrictModel):
             ``kind: shape``), planned beside the form's GSM8K task (named ``gsm8k``, so
             that name is refused here) on every derived variant, and gated by the
             derived comparisons as the GSM8K task is. vLLM's test ignores them.
+        false_alarm_budget: see :class:`~harness.config.schema.ModelConfig` (default 0.01).
     """
 
     max_concurrency: PositiveCount | None = None
@@ -127,6 +128,7 @@ class EvalrunBlock(StrictModel):
     position_acceptance_alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
     expected_failures: list[ExpectedFailureSpec] = Field(default_factory=list)
     tasks: dict[str, TaskSpec] = Field(default_factory=dict)
+    false_alarm_budget: float | None = Field(default=0.01, gt=0.0, lt=1.0)
 
     def effective_noise_runs(self) -> int:
         """2 unless a stored ``noise_mismatch_rate`` replaces the rerun (or 1 is written)."""
@@ -373,8 +375,7 @@ def from_vllm(c: VllmGsm8kConfig, path: Path, sha: str, lines: dict[KeyPath, int
         variants=variants,
         tasks={GSM8K_TASK: task, **ev.tasks},
         gates=gates,
-        comparisons=comparisons,
-        expected_failures=tuple(c.evalrun.expected_failures),
-        startup_rpc_checks=tuple(c.startup_rpc_checks),
+        comparisons=comparisons, expected_failures=tuple(c.evalrun.expected_failures),
+        startup_rpc_checks=tuple(c.startup_rpc_checks), false_alarm_budget=ev.false_alarm_budget,
     )
 

@@ -62,6 +62,8 @@ class ConfigIdentity(Protocol):
     def model(self) -> str: ...
     @property
     def gates(self) -> _AccuracyGates: ...
+    @property
+    def false_alarm_budget(self) -> float | None: ...
 
 
 class ComparisonPair(Protocol):
@@ -85,7 +87,8 @@ def config_result(config: ConfigIdentity, **fields: object) -> ConfigResult:
     """A config's record entry with its identity filled in (name, path, sha256, form,
     model, accuracy pipeline) from the loaded ``config``; ``fields`` add the rest."""
     return ConfigResult(name=config.name, path=str(config.path), sha256=config.sha256, form=config.form,
-                        model=config.model, pipeline=config.gates.accuracy_pipeline, **fields)
+                        model=config.model, pipeline=config.gates.accuracy_pipeline,
+                        false_alarm_budget=config.false_alarm_budget, **fields)
 
 
 def requested(variant: VariantPlan) -> Requested:

@@ -398,7 +398,7 @@ class ConfigResult(_Model):
     a task may override it (its gates say which they used). ``config_warnings`` are the
     loader's warnings (:class:`~harness.config.schema.ConfigWarning`); ``list_path`` the
     model list file the config was read from; ``scoring`` the sampled verdict's
-    scoring steps, one per scorer (:class:`ScoringRecord`)."""
+    scoring steps, one per scorer (:class:`ScoringRecord`); ``false_alarm_budget`` the config's (None: off)."""
 
     name: str
     path: str
@@ -417,6 +417,7 @@ class ConfigResult(_Model):
     config_warnings: list[ConfigWarning] = []
     list_path: str | None = None
     scoring: list[ScoringRecord] = []
+    false_alarm_budget: float | None = None
 
     def comparison(self, baseline: str, candidate: str, task: str) -> ComparisonResult | None:
         """The comparison of ``baseline -> candidate`` on ``task``, or None."""
@@ -463,13 +464,13 @@ OUTCOMES: tuple[str, ...] = ("passed", "failed", "incomplete", "error", "interru
 
 
 def gates_passed(gates: "Iterable[GateResult]") -> bool | None:
-    """The gates' joint verdict, as pytest's xfail rules count them: False when one fails
-    the run (:attr:`GateResult.fails_run`: FAIL, strict XPASS), else None when one is
-    NOT RUN, else True (PASS, XFAIL and non-strict XPASS only)."""
+    """The gates' joint verdict, as pytest's xfail rules count them: False when one fails the run
+    (:attr:`GateResult.fails_run`: FAIL, strict XPASS), else None when one is NOT RUN (a gate the plan
+    made report-only under the false-alarm budget aside: it is no gate), else True (PASS, XFAIL, XPASS)."""
     gs = list(gates)
     if any(g.fails_run for g in gs):
         return False
-    if any(g.passed is None for g in gs):
+    if any(g.passed is None and not g.detail.startswith("report-only: ") for g in gs):
         return None
     return True
 

@@ -24,6 +24,7 @@ from harness.config.vllm_args import (
 )
 from harness.records.numerics_noise import noise_record
 from harness.records.run_record import SubsetWarning
+from harness.report.budget_plan import budget_plan, render_budget
 from harness.report.cost import PlanCost, cost_json, render_cost
 from harness.tasks import (
     GSM8K_TEST_SIZE,
@@ -318,8 +319,11 @@ def render_detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER,
                 + (f"drops >= {q['test_drop']:.3f}" if q["test_drop"] is not None
                    else "no drop (not even one equal to the discordance)")
                 + f" assuming discordance {q['expected_discordance']} "
-                "(expected_discordance; Connor 1987); the gate also fails above max_accuracy_drop "
-                f"{q['max_accuracy_drop']}"
+                "(expected_discordance; Connor 1987); "
+                + (f"the gate also fails above max_accuracy_drop {q['max_accuracy_drop']}"
+                   if config.false_alarm_budget is None else
+                   f"with the false-alarm budget the gate fails only on a drop shown beyond its margin "
+                   f"{q['max_accuracy_drop']} at its share of the budget (power: docs/gates.md, \"Power given up\")")
             )
         for sh in d["sampled"]:
             lines.append(
@@ -590,7 +594,7 @@ def render_plan(plan: Plan, only: Sequence[str] | None = None,
         lines += [f"  note: {n}" for n in sampling_notes(c)]
         lines += render_runner_cost(c)
         lines += render_detectable_drops(c, only=only)
-        lines += render_family(c)
+        lines += render_budget(c) if c.false_alarm_budget is not None else render_family(c)
         lines.append("  gates:")
         skipped = 0
         na = {v.name for v in config_plan.variants if v.not_applicable}
@@ -632,6 +636,7 @@ def plan_json(plan: Plan, only: Sequence[str] | None = None,
     for entry, config_plan in zip(out, plan.configs):
         entry["detectable_drops"] = detectable_drops(config_plan.config, only=only)
         entry["family_false_fail"] = family_false_fail_of(config_plan.config)
+        entry["false_alarm_budget"] = budget_plan(config_plan.config)
         entry["sampling_notes"] = sampling_notes(config_plan.config)
         if counts is not None:
             entry["data"] = {t.id: counts.get(t.id) for t in config_plan.tasks}

@@ -118,9 +118,13 @@ def _outcome_case(root: ET.Element, record: RunRecord, totals: dict[str, int]) -
     a suite ``evalrun`` with one error case ``<run id>/outcome``, so CI never shows such
     a run as green."""
     word = outcome_word(record.outcome)
+    budgets = {c.name: c.false_alarm_budget for c in record.configs}
     for suite in root:
         props = ET.Element("properties")
         ET.SubElement(props, "property", name="evalrun.outcome", value=word)
+        budget = budgets.get(suite.get("name") or "")
+        if budget is not None:  # the config's false-alarm budget (docs/gates.md)
+            ET.SubElement(props, "property", name="evalrun.false_alarm_budget", value=f"{budget:g}")
         if record.resumed is not None:
             ET.SubElement(props, "property", name="evalrun.resumed", value=record.resumed.describe())
         suite.insert(0, props)

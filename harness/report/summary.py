@@ -459,6 +459,10 @@ def render_markdown(record: RunRecord, run_dir: str | Path | None = None) -> str
         lines.append(f"- {record.resumed.describe()}")
     if record.numerics_noise is not None:
         lines.append(f"- **{record.numerics_noise.describe()}**")
+    budgets = [f"`{c.name}` {c.false_alarm_budget:g}" for c in record.configs if c.false_alarm_budget is not None]
+    if budgets:
+        lines.append("- false-alarm budget (the probability that an unchanged build fails any gate of a config in "
+                     "one night; Holm over its tested gates, docs/gates.md): " + ", ".join(budgets))
     if record.merged_from:
         lines.append("- merged from shards: " + ", ".join(f"{m.shard}: `{m.run_id}`" for m in record.merged_from))
     for w in record.merge_warnings:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.analysis.expected import mark_expected
-from harness.analysis.gates import baseline_notes, evaluate_gates, judged_baseline_gates
+from harness.analysis.gates import baseline_notes, evaluate_gates, judge_config
 from harness.analysis.measurements import Measurements
 from harness.config.plan import VariantPlan
 from harness.config.reader import present
@@ -113,7 +113,7 @@ def judge_gates(run: ConfigRun) -> None:
     if run.opts.baseline_dir is not None:
         run.place.at("baseline")
         crec.baseline = stored_baseline(run.opts.baseline_dir, config_plan.config.name, m)
-        crec.gates += judged_baseline_gates(config_plan.baseline_gates, m)
+        crec.gates = judge_config(config_plan.gates, config_plan.baseline_gates, m)  # one false-alarm family
         if crec.baseline.found and m.baseline is not None:
             crec.baseline.notes = baseline_notes(config_plan.baseline_gates, m)
     # known engine bugs the config declares: XFAIL / XPASS on the build that ran

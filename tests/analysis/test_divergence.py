@@ -279,21 +279,27 @@ def test_classification_by_the_references_gap():
 def test_speculative_baseline_uses_the_reference_where_its_prefix_is_the_same():
     conf = dist((1, -0.01), (2, -6.0))
     tie = dist((5, -0.70), (6, -0.75))
+    other = dist((2, -0.01), (1, -6.0))  # the reference was confident in its own token 2
     ref = [S("same-prefix", [1, 5, 3], (conf, tie, conf), variant="reference"),
            S("other-prefix", [2, 5, 3], (conf, tie, conf), variant="reference"),
+           S("other-confident", [2, 5, 3], (other, tie, conf), variant="reference"),
            S("no-logprobs", [1, 5, 3], None, variant="reference")]
-    base = [S("same-prefix", [1, 5, 3]), S("other-prefix", [1, 5, 3]), S("no-logprobs", [1, 5, 3])]
-    cand = [S("same-prefix", [1, 6, 3]), S("other-prefix", [1, 6, 3]), S("no-logprobs", [1, 6, 3])]
+    base = [S(q, [1, 5, 3]) for q in ("same-prefix", "other-prefix", "other-confident", "no-logprobs")]
+    cand = [S(q, [1, 6, 3]) for q in ("same-prefix", "other-prefix", "other-confident", "no-logprobs")]
     r = classify_divergences(base, cand, ref, "reference", 0.5, baseline_is_reference=False)
     by = {d.question_id: d for d in r.divergences}
     assert by["same-prefix"].verdict == "explained" and by["same-prefix"].source == "reference_prefix"
-    assert by["other-prefix"].verdict == "unexplained" and by["other-prefix"].source == "none"
-    assert "prefix differs from the baseline's at token 0" in by["other-prefix"].reason
+    # the baseline left the reference at token 0 with a token the reference's distribution
+    # puts at least as high as its own (gap <= 0.5): explained by the reference's paths
+    assert by["other-prefix"].verdict == "explained" and by["other-prefix"].source == "reference_paths"
+    # left where the reference was confident (6 nats): cannot be explained, falls back
+    assert by["other-confident"].verdict == "unexplained" and by["other-confident"].source == "none"
+    assert "prefix differs from the baseline's at token 0" in by["other-confident"].reason
     assert by["no-logprobs"].verdict == "unexplained" and "no log-probabilities" in by["no-logprobs"].reason
     # with a rerun of the baseline that diverged on a question, the fallback calls it noise
-    r = classify_divergences(base, cand, ref, "reference", 0.5, False, noise_ids={"other-prefix"})
+    r = classify_divergences(base, cand, ref, "reference", 0.5, False, noise_ids={"other-confident"})
     by = {d.question_id: d for d in r.divergences}
-    assert by["other-prefix"].verdict == "noise" and by["no-logprobs"].verdict == "unexplained"
+    assert by["other-confident"].verdict == "noise" and by["no-logprobs"].verdict == "unexplained"
     assert "rerun did not diverge here" in by["no-logprobs"].reason
     with pytest.raises(ValueError):
         classify_divergences(base, cand, ref, "reference", -1.0, False)

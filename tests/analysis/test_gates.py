@@ -186,6 +186,7 @@ def test_both_accuracy_drop_judges_use_the_one_drop_verdict(monkeypatch):
 
 CFG = """\
 model: m
+false_alarm_budget: null
 variants:
   reference: {}
   spec:

@@ -16,10 +16,11 @@ from harness.analysis.night_simulation import NOT_SIMULATED, simulate_nights
 from harness.config.loader import load_config
 
 
-def _config(tmp_path, extra=""):
+def _config(tmp_path, extra="", budget="0.01"):
     p = tmp_path / "sim.yaml"
     p.write_text(f"""\
 model: fake-model
+false_alarm_budget: {budget}
 variants:
   reference: {{}}
   spec_sync: {{speculative_config: {{method: mtp, num_speculative_tokens: 2}}, async_scheduling: false}}
@@ -57,12 +58,22 @@ def test_divergences_at_near_ties_are_explained_and_confident_ones_fail_output_m
 
 
 def test_answer_changes_flip_accuracy_both_ways_and_fail_the_paired_drop_sometimes(tmp_path):
-    r = simulate_nights([_config(tmp_path)], _model(0.5, 0.05, answer_change=1.0), nights=40, seed=2)
+    off = _config(tmp_path, budget="null")  # the rule before the false-alarm budget
+    r = simulate_nights([off], _model(0.5, 0.05, answer_change=1.0), nights=40, seed=2)
     # half the completions take a path whose answer is wrong: discordance about 0.5 on 60
     # questions, so the paired drop exceeds 0.05 in some nights and not in others
     assert 0 < r.kinds["max_accuracy_drop"].failed < 40
-    again = simulate_nights([_config(tmp_path)], _model(0.5, 0.05, answer_change=1.0), nights=40, seed=2)
+    again = simulate_nights([off], _model(0.5, 0.05, answer_change=1.0), nights=40, seed=2)
     assert again.as_dict() == r.as_dict()  # the same seed reproduces
+
+
+def test_with_the_false_alarm_budget_the_same_flips_stay_quiet(tmp_path):
+    # the same clean nights under the default budget 0.01: the config's tested gates fail
+    # with probability at most 0.01 a night, so 4 or more red nights of 40 has probability
+    # P(Binomial(40, 0.01) >= 4) < 0.001 (the accuracy floor, a fixed rule, does fail here:
+    # these flips halve the accuracy below the config's floor)
+    r = simulate_nights([_config(tmp_path)], _model(0.5, 0.05, answer_change=1.0), nights=40, seed=2)
+    assert r.kinds["max_accuracy_drop"].failed <= 3 and r.kinds["min_output_match"].failed <= 3
 
 
 def test_accuracy_from_config_draws_the_modal_accuracy_from_the_threshold(tmp_path):

@@ -48,7 +48,9 @@ BEFORE, COLLAPSED = spec((0.6, 0.3)), spec((0.9, 0.0))
 
 
 def gates_of(path: Path, kind: type) -> list:
-    c = load_config(path)
+    """The gates as planned with the false-alarm budget off (the rule these tests pin; the
+    budget's tests are in tests/analysis/test_budget.py)."""
+    c = load_config(path).model_copy(update={"false_alarm_budget": None})
     return [g for g in G.plan_gates(c) + G.plan_baseline_gates(c) if isinstance(g, kind)]
 
 
@@ -89,7 +91,7 @@ def test_collapse_between_spec_variants_fails_naming_the_position_and_both_rates
     assert "FAILED: position 1: 0.3000 -> 0.0000" in r.detail and "position 0:" not in r.detail
     assert "position 0 rose 0.6000 -> 0.9000" in r.detail  # reported beside, not failed
     # the mean-length gate alone passes this collapse: the reason the per-position gate exists
-    [mal] = [g for g in G.plan_gates(load_config(CPU)) if isinstance(g, MaxAcceptanceLengthDrop)]
+    [mal] = gates_of(CPU, MaxAcceptanceLengthDrop)
     m = Measurements()
     m.task_record("spec_sync", "arith").spec = BEFORE
     m.task_record("spec_async", "arith").spec = COLLAPSED
@@ -135,7 +137,7 @@ def test_baseline_without_drafts_is_not_judged():
 
 
 def test_mean_acceptance_length_rise_beyond_the_band_is_reported_not_failed():
-    [mal] = [g for g in G.plan_gates(load_config(CPU)) if isinstance(g, MaxAcceptanceLengthDrop)]
+    [mal] = gates_of(CPU, MaxAcceptanceLengthDrop)
     m = Measurements()
     m.task_record("spec_sync", "arith").spec = spec((0.5, 0.2))
     m.task_record("spec_async", "arith").spec = spec((0.8, 0.5))

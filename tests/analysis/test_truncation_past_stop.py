@@ -90,6 +90,7 @@ def test_stop_reason_survives_jsonl_and_old_lines_read_back(tmp_path):
 
 CFG = """\
 model: x
+false_alarm_budget: null
 variants:
   reference: {}
   spec:

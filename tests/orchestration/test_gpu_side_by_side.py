@@ -35,7 +35,8 @@ EIGHT = "0,1,2,3,4,5,6,7"
 
 def spec_config(tmp_path: Path, name: str, server_args: str, env: dict, variants: int = 3,
                 variant_env: dict | None = None, extra: str = "") -> Path:
-    """A native config of ``variants`` (reference, spec_sync, spec_async) on the fake."""
+    """A native config of ``variants`` (reference, spec_sync, spec_async) on the fake (6 questions:
+    the false-alarm budget off, as no paired test reaches a share of it there)."""
     names = ["reference", "spec_sync", "spec_async"][:variants]
     body = {
         "reference": "{}",
@@ -51,6 +52,7 @@ def spec_config(tmp_path: Path, name: str, server_args: str, env: dict, variants
     text = textwrap.dedent(f"""\
         name: {name}
         model: fake-model
+        false_alarm_budget: null
         server_args: "{server_args}"
         startup_max_wait_seconds: 60
         request_timeout_seconds: 30

@@ -30,6 +30,7 @@ def config(tmp_path: Path, spec_mode: str, comparison: str = "") -> tuple[Path, 
     p = tmp_path / "fake.yaml"
     p.write_text(textwrap.dedent(f"""\
         model: fake-model
+        false_alarm_budget: null  # a handful of questions: no paired test reaches a share of the budget
         startup_max_wait_seconds: 30
         request_timeout_seconds: 30
         max_concurrency: 2

@@ -26,6 +26,7 @@ def config(tmp_path: Path, ref_env: dict, spec_env: dict, timeout: float = 30, c
     text = textwrap.dedent(
         f"""\
         model: fake-model
+        false_alarm_budget: null  # a handful of questions: no paired test reaches a share of the budget
         startup_max_wait_seconds: {startup}
         request_timeout_seconds: {timeout}
         max_concurrency: {concurrency}

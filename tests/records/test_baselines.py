@@ -40,6 +40,7 @@ def native_config(tmp_path, extra_gates="", comparison="{baseline: reference, ca
     p.write_text(textwrap.dedent(f"""\
         name: c
         model: m
+        false_alarm_budget: null
         variants:
           reference: {{}}
           spec: {{speculative_config: {{method: mtp, num_speculative_tokens: 2}}}}
@@ -209,6 +210,7 @@ def fake_config(tmp_path, mode="ok") -> Path:
     p = tmp_path / "fake.yaml"
     p.write_text(textwrap.dedent(f"""\
         model: fake-model
+        false_alarm_budget: null
         startup_max_wait_seconds: 30
         max_concurrency: 1
         variants:

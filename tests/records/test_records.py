@@ -24,6 +24,7 @@ from tests.record_factory import complete_record
 CFG = """\
 name: c
 model: m
+false_alarm_budget: null
 variants:
   reference: {}
   spec: {speculative_config: {method: mtp, num_speculative_tokens: 2}}

@@ -266,7 +266,9 @@ def test_min_acceptance_length_gives_vllms_verdict(drafts, accepted, monkeypatch
     except AssertionError:
         vllm_ok = False
 
-    cp = build_plan([load_config(SPEC_CONFIG)]).configs[0]
+    # vLLM's exact floor is evalrun's rule with the false-alarm budget off; with it (the default)
+    # the floor fails only when a test shows the length below it (docs/gates.md)
+    cp = build_plan([load_config(SPEC_CONFIG).model_copy(update={"false_alarm_budget": None})]).configs[0]
     gates = [x for x in cp.gates if isinstance(x, MinAcceptanceLength)]
     assert gates and {g.limit for g in gates} == {minimum}
     m = Measurements()

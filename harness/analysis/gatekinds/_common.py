@@ -10,11 +10,59 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from harness.analysis.budget import GateTest
 from harness.analysis.measurements import Measurements
 from harness.analysis.scoring import TaskScore
 from harness.config.gates.registry import GateBase, Place
 from harness.records.baselines import BaselineTask
 from harness.records.run_record import GateResult
+from harness.tasks import task_size
+
+
+class Budgeted(GateBase):
+    """A gate kind whose failing verdict is a test spent from the config's
+    ``false_alarm_budget`` (:mod:`harness.analysis.budget`). ``budget`` is the config's budget
+    (None: the budget is off and the kind keeps its own alpha and tolerance rule).
+
+    A budgeted kind defines :meth:`test` (its p-value on the measurements, or None when it
+    cannot be computed) and :meth:`planned_min_p` (the smallest p-value its test can reach
+    with ``n`` units, for the plan's report-only decision)."""
+
+    budget: float | None = None
+    #: the units (questions, requests) its task plans (:func:`harness.tasks.task_size`)
+    planned_n: int = 0
+
+    def planned_test(self) -> bool:
+        """Whether, as planned, its failing verdict is a test (the family's candidates)."""
+        return self.budget is not None
+
+    def test(self, m: Measurements) -> GateTest | None:
+        """This gate's test on ``m`` (None: no test possible, the judge says why)."""
+        raise NotImplementedError(f"{type(self).__name__}: a budgeted gate kind defines its test")
+
+    def planned_min_p(self, n: int) -> float:
+        """The smallest p-value the test can reach with ``n`` units (questions or requests);
+        default: a test on a continuous statistic, any level from two units on."""
+        return 0.0 if n >= 2 else 1.0
+
+
+def budget_fields(at: Place) -> dict[str, Any]:
+    """The plan's budget fields of a budgeted gate at ``at``: the config's
+    ``false_alarm_budget`` and its task's planned size."""
+    return {"budget": at.config.false_alarm_budget,
+            "planned_n": task_size(at.config.tasks[at.task]) if at.task else 0}
+
+
+def budget_verdict(g: Budgeted, t: GateTest, adjusted_p: float | None) -> tuple[bool, str]:
+    """The verdict of a budgeted gate under its budget: fails when the Holm-adjusted p-value
+    over the config's family (``adjusted_p``; the gate's own when judged alone) is below the
+    budget; and the phrase saying so."""
+    assert g.budget is not None
+    p = t.p_value if adjusted_p is None else adjusted_p
+    ok = p >= g.budget
+    how = (f"{t.what} p={t.p_value:.4g}" + (f", Holm-adjusted {adjusted_p:.4g}" if adjusted_p is not None else "")
+           + f" {'>=' if ok else '<'} false_alarm_budget {g.budget:g}")
+    return ok, how
 
 
 def speculative(at: Place) -> bool:

@@ -4,7 +4,11 @@ whether a stored task has per-position acceptance to judge against."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from harness.analysis.budget import GateTest, RatioEstimate
 from harness.analysis.familywise import holm_adjust
+from harness.analysis.gatekinds._acceptance import drop_test, unit_note
 from harness.analysis.stats import two_proportion_p
 from harness.records.baselines import BaselineTask
 from harness.records.measures import SpecDecodeRecord
@@ -67,3 +71,44 @@ def has_positions(bt: BaselineTask) -> bool:
     """The stored task has drafts and per-position acceptance to judge against."""
     sd = bt.spec_decode
     return sd is not None and sd.drafts > 0 and bool(sd.per_position_acceptance)
+
+
+def position_test(base: Sequence[RatioEstimate | None], cand: Sequence[RatioEstimate | None], rtol: float,
+                  two_sided: bool) -> tuple[GateTest, list[tuple[int, float, str]]] | None:
+    """The per-position margin test, the request as the unit: per draft position i, Welch's t
+    (:func:`._acceptance.drop_test`) of ``(1 - rtol) r_base - r_cand > 0`` and, two-sided,
+    ``r_cand - (1 + rtol) r_base > 0``; the gate's p-value is Bonferroni's over the K
+    one-sided tests, ``min(1, K min_i p_i)`` (Holm's first step: the gate fails when any
+    position would). None: no position measured on both sides.
+
+    Returns:
+        ``(the test, [(position, K p_i, "dropped" / "ROSE"), ...] one per one-sided test)``.
+    """
+    ps: list[tuple[int, float, str]] = []
+    per: list[RatioEstimate] = []
+    for i, (b, c) in enumerate(zip(base, cand)):
+        if b is None or c is None or b.value <= 0:
+            continue
+        per += [b, c]
+        p_drop, p_rise = drop_test(b, c, rel=rtol, two_sided=two_sided)
+        ps.append((i, p_drop, "dropped"))
+        if two_sided:
+            ps.append((i, p_rise, "ROSE"))
+    if not ps:
+        return None
+    k = len(ps)
+    adj = [(i, min(1.0, k * p), how) for i, p, how in ps]
+    return (GateTest(min(p for _, p, _ in adj), 0.0 if min(e.n for e in per) >= 2 else 1.0,
+                     f"Welch t per position beyond the relative band {rtol:g}"
+                     + (" either way" if two_sided else "") + f", Bonferroni over {k} ({unit_note(*per)})"), adj)
+
+
+def position_budget_detail(base: Sequence[RatioEstimate | None], cand: Sequence[RatioEstimate | None],
+                           adj: list[tuple[int, float, str]], budget: float, names: tuple[str, str]) -> str:
+    """The detail of a budgeted per-position verdict: every position's two rates and the
+    positions whose test rejects at the budget."""
+    rates = ", ".join(f"pos {i} {b.value:.4f} -> {c.value:.4f}" for i, (b, c) in enumerate(zip(base, cand))
+                      if b is not None and c is not None)
+    bad = [f"position {i} {how} (p={p:.3g})" for i, p, how in adj if p < budget]
+    return f"per-position acceptance {names[0]} -> {names[1]}: {rates}" + (
+        f"; beyond the band: {'; '.join(bad)}" if bad else "")

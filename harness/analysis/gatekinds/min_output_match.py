@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from harness.analysis.gatekinds._common import result
+from harness.analysis.budget import GateTest
+from harness.analysis.gatekinds._common import Budgeted, budget_fields, budget_verdict, result
 from harness.analysis.measurements import Measurements
-from harness.config.gates.registry import GateBase, Place, gate
+from harness.config.gates.registry import Place, gate
 from harness.records.measures import AnswerAgreementRecord, DivergenceReportRecord, NoiseRecord, OutputMatchRecord
 from harness.records.run_record import GateResult
 
@@ -19,7 +20,7 @@ from harness.records.run_record import GateResult
           "reference's top-k log-probabilities (near ties are explained; \"Near ties\" below); where no reference "
           "distribution exists, output match >= the limit, or with a noise reference whose noise is above 0: the "
           "candidate does not mismatch significantly more often than the noise (see below)")
-class MinOutputMatch(GateBase):
+class MinOutputMatch(Budgeted):
     """Share of questions with identical completion token ids >= ``limit``, or, when a
     noise reference (rerun: ``noise_runs`` 2, or a stored ``noise_mismatch_rate``)
     shows noise above zero, not significantly more mismatches than the noise at ``alpha``.
@@ -56,6 +57,7 @@ class MinOutputMatch(GateBase):
         )
         return cls.at(
             at, limit=comp.min_output_match, alpha=comp.output_match_alpha or comp.alpha,
+            **budget_fields(at),
             noise_runs=comp.noise_runs,
             noise_mismatch_rate=comp.noise_mismatch_rate, near_tie_nats=comp.near_tie_nats,
             description=("share of questions with identical completion token ids" if comp.near_tie_nats is None
@@ -63,6 +65,28 @@ class MinOutputMatch(GateBase):
                               f"near-tie of the reference, gap <= {comp.near_tie_nats:g} nats, are explained)")
                         + noise,
         )
+
+    def test(self, m: Measurements) -> GateTest | None:
+        """The test against noise where the gate judges by it (no divergence classification,
+        a noise reference above zero); None where the gate's rule is deterministic (the limit,
+        or unexplained divergences: outside the budget's family, docs/gates.md)."""
+        cm = m.comparison(self.baseline, self.variant, self.task)
+        nz = cm.noise
+        if (self.near_tie_nats is not None and cm.divergences is not None) or nz is None or nz.noise_rate <= 0:
+            return None
+        n = nz.compared
+        min_p = 0.5 ** n if nz.source == "rerun" else nz.noise_rate ** n
+        return GateTest(nz.p_value, min_p, f"{nz.test} against noise")
+
+    def planned_test(self) -> bool:
+        """As planned, a test only against a noise reference without the near-tie classification."""
+        return self.budget is not None and self.near_tie_nats is None and (
+            self.noise_runs > 1 or self.noise_mismatch_rate is not None)
+
+    def planned_min_p(self, n: int) -> float:
+        """The noise test at its best: every question mismatched by the candidate alone (a
+        rerun's exact McNemar, ``0.5 ** n``); a stored rate r0's binomial: ``r0 ** n``."""
+        return (self.noise_mismatch_rate or 0.5) ** n if self.noise_runs < 2 else 0.5 ** n
 
     def judge(self, m: Measurements, adjusted_p: float | None = None) -> GateResult:
         """``min_output_match``. With ``near_tie_nats`` and a :class:`DivergenceReportRecord`: share
@@ -81,11 +105,11 @@ class MinOutputMatch(GateBase):
         dv = cm.divergences if self.near_tie_nats is not None else None
         if dv is not None:
             return _output_match_classified(self, om, dv, cm.answers)
-        return _output_match_exact(self, om, cm.noise, cm.answers)
+        return _output_match_exact(self, om, cm.noise, cm.answers, adjusted_p)
 
 
 def _output_match_exact(g: MinOutputMatch, om: OutputMatchRecord, nz: NoiseRecord | None,
-                        ag: AnswerAgreementRecord | None) -> GateResult:
+                        ag: AnswerAgreementRecord | None, adjusted_p: float | None = None) -> GateResult:
     """``min_output_match`` on identical token ids, judged against the noise when it shows any
     (``om.output_match_rate`` is not None: the caller judged that case)."""
     rate = om.output_match_rate if om.output_match_rate is not None else 0.0
@@ -106,7 +130,12 @@ def _output_match_exact(g: MinOutputMatch, om: OutputMatchRecord, nz: NoiseRecor
             f"candidate mismatch rate {'-' if nz.candidate_rate is None else f'{nz.candidate_rate:.4f}'}, one-sided "
             f"p={nz.p_value:.4g} "
             f"({nz.test}) {'>=' if ok else '<'} alpha {g.alpha}"
-        )
+        ) if g.budget is None else (
+            f"; judged against noise ({src}, rate {nz.noise_rate:.4f}) instead of the limit {g.limit}: "
+            f"candidate mismatch rate {'-' if nz.candidate_rate is None else f'{nz.candidate_rate:.4f}'}, "
+            + budget_verdict(g, GateTest(nz.p_value, 0.0, nz.test), adjusted_p)[1])
+        if g.budget is not None:
+            ok = budget_verdict(g, GateTest(nz.p_value, 0.0, nz.test), adjusted_p)[0]
     elif nz is not None:
         detail += f"; noise reference shows no mismatch ({nz.source}), so exact limit {g.limit} applies"
     if ag is not None and ag.agreement_rate is not None:
@@ -143,7 +172,8 @@ def _output_match_classified(g: MinOutputMatch, om: OutputMatchRecord, dv: Diver
                                                   if d.gap_nats is not None else "(" + d.reason.split(';')[0] + ")")
             for d in un[:5]) + (" ..." if len(un) > 5 else "")
     if ex:
-        detail += "; explained: " + ", ".join(f"{d.question_id}@{d.position} gap {d.gap_nats:.2f}" for d in ex[:5]) \
+        detail += "; explained: " + ", ".join(f"{d.question_id}@{d.position} " + (
+            f"gap {d.gap_nats:.2f}" if d.gap_nats is not None else "by the reference's paths") for d in ex[:5]) \
             + (" ..." if len(ex) > 5 else "")
     if ag is not None and ag.agreement_rate is not None:
         detail += f"; answer-level agreement ({ag.pipeline}) {ag.agreed}/{ag.compared} ({ag.agreement_rate:.4f})"

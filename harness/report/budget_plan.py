@@ -1,0 +1,105 @@
+"""The dry run's false-alarm budget: how a config's ``false_alarm_budget`` is spent over its
+planned gates (:mod:`harness.analysis.budget`), which gates are report-only and why, and the
+per-config false-fail on an unchanged build that follows."""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+from harness.analysis.budget import split_family
+from harness.analysis.gatekinds._common import Budgeted
+from harness.analysis.gatekinds.sampled_equivalence import SampledEquivalence
+from harness.config.gates import Gate, plan_gates
+from harness.config.schema import ModelConfig
+
+
+class BudgetGate(TypedDict):
+    """One tested gate of the plan: its id, kind, units and smallest attainable p-value."""
+
+    id: str
+    kind: str
+    n: int
+    min_p: float
+
+
+class BudgetPlan(TypedDict):
+    """:func:`budget_plan`: the budget, the family (each at least ``share`` at Holm's first
+    step), the report-only gates with their reason, the gates outside the budget and the
+    per-config false-fail bound on an unchanged build."""
+
+    false_alarm_budget: float
+    procedure: str
+    family: list[BudgetGate]
+    share: float
+    report_only: list[dict[str, str]]
+    deterministic: dict[str, int]
+    outside: list[dict[str, str | float]]
+    false_fail_bound: float
+
+
+def _tested(g: Gate) -> bool:
+    """A planned budgeted gate judges by a test (:meth:`Budgeted.planned_test`)."""
+    return isinstance(g, Budgeted) and g.planned_test()
+
+
+def budget_plan(config: ModelConfig) -> BudgetPlan | None:
+    """How ``config``'s budget is spent over its in-run gates (None: the budget is off).
+
+    Every tested gate's smallest attainable p-value at its task's planned size
+    (:meth:`Budgeted.planned_min_p`; questions, or requests for the acceptance tests) decides
+    the family (:func:`harness.analysis.budget.split_family`); the rest are report-only.
+    Holm's procedure over the family keeps the chance that any gate of it fails an unchanged
+    build at most the budget, under any dependence (Holm 1979), so that is the bound; a
+    sampled verdict outside the budget adds its own alpha (its kind does not spend the
+    budget yet); deterministic gates add nothing on an unchanged build."""
+    budget = config.false_alarm_budget
+    if budget is None:
+        return None
+    gates = plan_gates(config)
+    tested = [(g, g.planned_n if isinstance(g, Budgeted) else 0) for g in gates if _tested(g)]
+    mins = [g.planned_min_p(n) for g, n in tested if isinstance(g, Budgeted)]
+    inside = split_family(mins, budget)
+    fam = [BudgetGate(id=g.id, kind=g.kind, n=n, min_p=p) for (g, n), p, ok in zip(tested, mins, inside) if ok]
+    share = budget / max(len(fam), 1)
+    report_only = [{"id": g.id, "why": f"its test cannot reach its share at {n} units: smallest attainable p "
+                                      f"{p:.3g} > {share:.3g} (= {budget:g} / {len(fam)} gates); judged NOT RUN, "
+                                      "its figures reported"}
+                   for (g, n), p, ok in zip(tested, mins, inside) if not ok]
+    outside: list[dict[str, str | float]] = [
+        {"id": g.id, "why": "the sampled verdict judges at its own alpha (not yet in the budget)",
+         "alpha": g.limit or 0.0}
+        for g in gates if isinstance(g, SampledEquivalence) and g.independent]
+    det: dict[str, int] = {}
+    ids = {g.id for g, _ in tested} | {str(o["id"]) for o in outside}
+    for g in gates:
+        if g.id not in ids:
+            det[g.kind] = det.get(g.kind, 0) + 1
+    extra = 1.0
+    for o in outside:
+        extra *= 1.0 - float(o["alpha"])
+    return BudgetPlan(false_alarm_budget=budget,
+                      procedure="Holm's step-down procedure over every tested gate of the config (Holm 1979)",
+                      family=fam, share=share, report_only=report_only, deterministic=det, outside=outside,
+                      false_fail_bound=1.0 - (1.0 - budget) * extra)
+
+
+def render_budget(config: ModelConfig) -> list[str]:
+    """Lines for ``--dry-run`` stating :func:`budget_plan` (none when the budget is off)."""
+    b = budget_plan(config)
+    if b is None:
+        return []
+    lines = [
+        f"  false-alarm budget {b['false_alarm_budget']:g}: false-fail on an unchanged build at most "
+        f"{b['false_fail_bound']:.3f} per night (Holm over {len(b['family'])} tested gate(s), each at least "
+        f"{b['share']:.3g} at Holm's first step; every failing verdict among them is a test of a loss beyond its "
+        "margin)",
+    ]
+    for r in b["report_only"]:
+        lines.append(f"    report-only {r['id']}: {r['why']}")
+    for o in b["outside"]:
+        lines.append(f"    outside the budget {o['id']}: {o['why']} ({o['alpha']:g})")
+    if b["deterministic"]:
+        lines.append("    fixed rules outside the budget (no test; the floors accuracy_floor and min_acceptance_length "
+                     "can still move with noise, docs/gates.md): "
+                     + ", ".join(f"{k} x{n}" for k, n in sorted(b["deterministic"].items())))
+    return lines
