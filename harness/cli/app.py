@@ -57,7 +57,8 @@ examples:
   evalrun --config configs/my-model.yaml          one config instead of a list
   evalrun --config models-cpu.txt --variant reference --variant spec_async
   evalrun --config models-h200.txt -k Nemotron-3-Super-120B-A12B-BF16   one config of the list
-  pytest --pyargs harness.test_gsm8k_correctness --config-list-file=models-h200.txt -k Nemotron-3-Super-120B-A12B-BF16
+  pytest --pyargs harness.test_gsm8k_correctness --config-list-file=model_lists/models-h200.txt \
+      -k Nemotron-3-Super-120B-A12B-BF16   the same, as vLLM's GSM8K test (from the project root)
   evalrun --config models-cpu.txt --data-dir DIR  GSM8K's test.jsonl and train.jsonl from DIR
   evalrun --config models-cpu.txt --update-baseline   write results/baselines/<config>.json if it passes
   evalrun --config models-cpu.txt --baseline baselines/   gate against committed baselines

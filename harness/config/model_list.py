@@ -138,23 +138,39 @@ LIST_BUDGET = "# evalrun: false_alarm_budget"
 def list_budget(path: str | Path) -> float | None:
     """The list's ``false_alarm_budget`` directive (:data:`LIST_BUDGET`), or None.
 
+    A directive is a comment whose text starts with ``evalrun:`` (any case, any spacing
+    after ``#``); ``false_alarm_budget`` is the only one a list has.
+
     Raises:
-        ConfigError: a directive whose value is not a number in (0, 1).
+        ConfigError: a directive that is not ``false_alarm_budget <number in (0, 1)>``, or
+            a second one (each naming the list and the line).
     """
     p = resolve_list_path(path)
     if p.suffix in (".yaml", ".yml"):
         return None
-    for lineno, raw in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-        if raw.strip().startswith(LIST_BUDGET):
-            val = raw.strip()[len(LIST_BUDGET):].strip().lstrip(":=").strip()
-            try:
-                b = float(val)
-            except ValueError:
-                b = -1.0
-            if not 0.0 < b < 1.0:
-                raise ConfigError(f"{p}:{lineno}: '{raw.strip()}': false_alarm_budget must be a number in (0, 1)")
-            return b
-    return None
+    found: float | None = None
+    for lineno, raw in enumerate(read_text(p, MAX_RECORD_BYTES, "model list").splitlines(), 1):
+        text = raw.strip()
+        if not text.startswith("#"):
+            continue
+        body = text[1:].strip()
+        if not body.lower().startswith("evalrun:"):
+            continue
+        key, _, val = body[len("evalrun:"):].strip().partition(" ")
+        where = f"{p}:{lineno}: '{text}'"
+        if key.rstrip(":=") != "false_alarm_budget":
+            raise ConfigError(f"{where}: a list's only evalrun directive is '{LIST_BUDGET} <number in (0, 1)>' "
+                              f"(not {key!r}); write other settings in the configs")
+        if found is not None:
+            raise ConfigError(f"{where}: a second false_alarm_budget directive (the list has one budget)")
+        try:
+            b = float(val.strip().lstrip(":=").strip())
+        except ValueError:
+            b = -1.0
+        if not 0.0 < b < 1.0:
+            raise ConfigError(f"{where}: false_alarm_budget must be a number in (0, 1)")
+        found = b
+    return found
 
 
 def _sets_budget(path: Path) -> bool:
@@ -177,15 +193,13 @@ def load_model_list(path: str | Path) -> list[ModelConfig]:
         ConfigError: from :func:`read_model_list` or :func:`load_config`; all
             config errors of the list are collected into one message.
     """
-    configs = load_configs(read_model_list(path), path)
-    b = list_budget(path)
-    if b is None:
-        return configs
-    return [c if _sets_budget(c.path) else c.model_copy(update={"false_alarm_budget": b}) for c in configs]
+    return load_configs(read_model_list(path), path)
 
 
 def load_configs(paths: list[Path], list_path: str | Path) -> list[ModelConfig]:
-    """Load the configs at ``paths`` (entries of the model list ``list_path``).
+    """Load the configs at ``paths`` (entries of the model list ``list_path``); the list's
+    budget directive (:func:`list_budget`) applies to every config that does not write
+    ``false_alarm_budget``.
 
     Raises:
         ConfigError: every config error collected into one message, or two configs
@@ -204,4 +218,7 @@ def load_configs(paths: list[Path], list_path: str | Path) -> list[ModelConfig]:
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ConfigError(f"{list_path}: config names appear twice: {', '.join(dupes)}")
-    return configs
+    b = list_budget(list_path)  # the list's budget, for a selection (-k, --select, --shard) too
+    if b is None:
+        return configs
+    return [c if _sets_budget(c.path) else c.model_copy(update={"false_alarm_budget": b}) for c in configs]

@@ -103,7 +103,9 @@ def test_config_with_drafter_gets_spec_variants_with_vllms_command(path):
     for name, flag in (("spec_sync", "--no-async-scheduling"), ("spec_async", "--async-scheduling")):
         argv = list(vs[name].argv)
         sent = argv[len(SERVER) + 1 + len(head)]
-        assert argv == SERVER + [model, *head, sent, argv[len(SERVER) + 2 + len(head)], flag, *tail]
+        # evalrun's one addition to a speculative variant: vLLM's per-request acceptance (issue 40)
+        assert argv == SERVER + [model, *head, sent, argv[len(SERVER) + 2 + len(head)], flag,
+                                 "--per-request-spec-decode-metrics", "detailed", *tail]
         assert sent == "--speculative-config"
         # the JSON vLLM's parser receives: the same object, untyped keys included
         assert json.loads(argv[len(SERVER) + 2 + len(head)]) == json.loads(spec_json)

@@ -38,6 +38,7 @@ def native(tmp_path: Path, env: str) -> Path:
     p.write_text(textwrap.dedent(f"""\
         model: fake-model
         startup_max_wait_seconds: 30
+        false_alarm_budget: null  # 6 questions: under a budget the paired gates are report-only
         env: {env}
         variants:
           reference: {{}}

@@ -146,6 +146,20 @@ def vllm_conftest_ids(lst: Path) -> list[str]:
     return [f"test_gsm8k_correctness[{i}]" for i in seen["ids"]]
 
 
+def test_the_readmes_pytest_command_collects_the_h200_list():
+    """README.md and docs/ci.md: ``pytest --pyargs harness.test_gsm8k_correctness
+    --config-list-file=model_lists/models-h200.txt -k Nemotron-3-Super-120B-A12B-BF16``, run
+    from the project root, collects exactly that config (and without -k, the list's three)."""
+    root = Path(__file__).resolve().parents[2]
+    p = collect(root, "model_lists/models-h200.txt", "-k", "Nemotron-3-Super-120B-A12B-BF16")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert [x.split("::", 1)[1] for x in p.stdout.splitlines() if "::" in x] == [
+        "test_gsm8k_correctness[Nemotron-3-Super-120B-A12B-BF16]"]
+    p = collect(root, "model_lists/models-h200.txt")
+    assert sorted(x.split("[", 1)[1] for x in p.stdout.splitlines() if "::" in x) == [
+        "Nemotron-3-Nano-30B-A3B-BF16]", "Nemotron-3-Super-120B-A12B-BF16]", "Qwen3-Next-80B-A3B-Instruct]"]
+
+
 @pytest.mark.parametrize("lst", ["models-small.txt", "models-h200.txt", "models-spec-decode.txt"])
 def test_ids_are_vllm_current_conftest_ids(tmp_path, lst):
     # vLLM's real lists (TP 8 and DP 8 configs among them), collected by evalrun's plugin and
