@@ -277,13 +277,18 @@ def run_config(path: Path, config: pytest.Config) -> tuple[RunRecord, Path]:
     """
     from harness import api
     from harness.config.loader import load_config
-    from harness.config.model_list import PROJECT_ROOT
+    from harness.config.model_list import PROJECT_ROOT, with_list_budget
     from harness.config.plan import build_plan
+    from harness.config.schema import ConfigError
     from harness.records.provenance import new_run_id
 
     opt = config.getoption
-    plan = build_plan([load_config(path)], python=opt("--evalrun-python"),
-                      list_path=str(read_list(config).list_path.resolve()))
+    list_path = read_list(config).list_path.resolve()
+    try:  # the list's own budget directive, as evalrun --config applies it
+        [cfg] = with_list_budget([load_config(path)], list_path)
+    except ConfigError as e:
+        pytest.fail(f"{path.stem}: {e}", pytrace=False)
+    plan = build_plan([cfg], python=opt("--evalrun-python"), list_path=str(list_path))
     return api.run(
         plan,
         results_dir=Path(opt("--evalrun-results-dir") or PROJECT_ROOT / "results"),

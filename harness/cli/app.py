@@ -607,6 +607,16 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError):
             pass
         return 2
+    except BrokenPipeError:  # `evalrun ... | head`: the reader stopped reading stdout
+        # Python's advice (docs, "Note on SIGPIPE"): point stdout at devnull so the flush at exit
+        # does not raise again. A plan printed in part is fine (exit 0); anything else may have
+        # lost its verdict line, so it does not pass (exit 2; a run's record is on disk first).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        if "--dry-run" in argv:
+            return 0
+        print("evalrun: standard output was closed by its reader (broken pipe); exit 2, see the run folder "
+              "for the verdict", file=sys.stderr)
+        return 2
     except Exception as e:  # noqa: BLE001 - exit 1 means "a gate failed"; an unexpected error is 2
         import traceback
 

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import difflib
+import os
 from pathlib import Path
 
 import yaml
@@ -122,7 +123,7 @@ def read_model_list(path: str | Path) -> list[Path]:
                 + (f"; nearest names: {', '.join(near)}" if near else "")
             )
         else:
-            entries.append(found)
+            entries.append(Path(os.path.normpath(found)))  # ``../configs/x.yaml`` names configs/x.yaml
     if missing:
         raise ConfigError(f"{path}: {len(missing)} missing config(s):\n" + "\n".join(missing))
     if not entries:
@@ -218,7 +219,17 @@ def load_configs(paths: list[Path], list_path: str | Path) -> list[ModelConfig]:
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ConfigError(f"{list_path}: config names appear twice: {', '.join(dupes)}")
-    b = list_budget(list_path)  # the list's budget, for a selection (-k, --select, --shard) too
+    return with_list_budget(configs, list_path)  # for a selection (-k, --select, --shard) too
+
+
+def with_list_budget(configs: list[ModelConfig], list_path: str | Path) -> list[ModelConfig]:
+    """``configs`` with the list's budget directive (:func:`list_budget`) set on each that
+    does not write ``false_alarm_budget`` itself (the pytest plugin's items too).
+
+    Raises:
+        ConfigError: a bad directive (:func:`list_budget`).
+    """
+    b = list_budget(list_path)
     if b is None:
         return configs
     return [c if _sets_budget(c.path) else c.model_copy(update={"false_alarm_budget": b}) for c in configs]

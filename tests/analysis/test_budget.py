@@ -21,6 +21,8 @@ from harness.analysis.scoring import output_match, score_task
 from harness.config.gates import plan_gates
 from harness.config.loader import load_config
 from harness.config.model_list import load_model_list
+from harness.config.schema import ConfigError
+from harness.config.select import load_selected
 from harness.records.measures import OutputMatchRecord, SpecDecodeCountersRecord, SpecDecodeRecord
 from harness.records.samples import Sample
 from harness.report.budget_plan import budget_plan
@@ -240,3 +242,28 @@ def test_a_model_list_sets_the_budget_of_configs_that_do_not(tmp_path):
     (tmp_path / "bad.txt").write_text("# evalrun: false_alarm_budget 2\na.yaml\n")
     with pytest.raises(Exception, match="false_alarm_budget must be a number in"):
         load_model_list(tmp_path / "bad.txt")
+
+
+@pytest.mark.parametrize("line, why", [
+    ("#evalrun: false_alarm_budget 2", "must be a number in"),          # spacing does not hide it
+    ("# EVALRUN: false_alarm_budget 7", "must be a number in"),         # nor case
+    ("# evalrun: false_alarm_budgett 0.02", "only evalrun directive"),  # a misspelt key is named
+    ("# evalrun: max_concurrency 4", "only evalrun directive"),
+])
+def test_a_list_directive_has_one_form_and_a_misspelling_is_refused(tmp_path, line, why):
+    (tmp_path / "a.yaml").write_text(CFG)
+    (tmp_path / "l.txt").write_text(f"{line}\na.yaml\n")
+    with pytest.raises(ConfigError, match=why):
+        load_model_list(tmp_path / "l.txt")
+
+
+def test_a_second_budget_directive_is_refused_and_a_selection_keeps_the_lists_budget(tmp_path):
+    (tmp_path / "a.yaml").write_text(CFG)
+    (tmp_path / "b.yaml").write_text(CFG)
+    (tmp_path / "two.txt").write_text("# evalrun: false_alarm_budget 0.02\n"
+                                      "# evalrun: false_alarm_budget 0.03\na.yaml\n")
+    with pytest.raises(ConfigError, match="second false_alarm_budget"):
+        load_model_list(tmp_path / "two.txt")
+    (tmp_path / "l.txt").write_text("# evalrun: false_alarm_budget 0.02\na.yaml\nb.yaml\n")
+    assert [c.false_alarm_budget for c in load_selected(tmp_path / "l.txt", keyword="b")] == [0.02]
+    assert [c.false_alarm_budget for c in load_selected(tmp_path / "l.txt", names=["a"])] == [0.02]

@@ -123,3 +123,16 @@ def test_a_run_id_that_is_not_a_folder_name_is_refused(tmp_path, capsys):
         assert main(["merge", str(tmp_path), "--run-id", bad, "--results-dir", str(tmp_path)]) == 2
     assert list(tmp_path.iterdir()) == []
 
+
+
+def test_a_dry_run_piped_into_head_ends_quietly():
+    """``evalrun --config models-h200.txt --dry-run | head -1``: the reader closes the pipe;
+    no traceback, exit 0 (a real pipe, a real subprocess)."""
+    p = subprocess.Popen([sys.executable, "-m", "harness.cli", "--config", "models-h200.txt", "--dry-run"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.readline()
+    p.stdout.close()  # as head does after its line
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 0, err
+    assert "Traceback" not in err and "BrokenPipeError" not in err
