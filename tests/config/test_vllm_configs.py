@@ -103,7 +103,7 @@ def test_config_with_drafter_gets_spec_variants_with_vllms_command(path):
     for name, flag in (("spec_sync", "--no-async-scheduling"), ("spec_async", "--async-scheduling")):
         argv = list(vs[name].argv)
         sent = argv[len(SERVER) + 1 + len(head)]
-        # evalrun's one addition to a speculative variant: vLLM's per-request acceptance (issue 40)
+        # evalrun's one addition to a speculative variant: vLLM's per-request acceptance
         assert argv == SERVER + [model, *head, sent, argv[len(SERVER) + 2 + len(head)], flag,
                                  "--per-request-spec-decode-metrics", "detailed", *tail]
         assert sent == "--speculative-config"

@@ -40,7 +40,7 @@ def test_h200_dry_run_json_three_variants_with_flags(capsys):
     # evalrun's variant flags, host and port, and RemoteOpenAIServer's --seed 0
     assert sync[sync.index("--trust-remote-code") + 1] == "--disable-uvicorn-access-log"
     assert sync[i + 2] == "--no-async-scheduling" and asyn[i + 2] == "--async-scheduling"
-    # evalrun's addition to a speculative variant: vLLM's per-request acceptance (issue 40)
+    # evalrun's addition to a speculative variant: vLLM's per-request acceptance
     assert sync[i + 3:i + 5] == asyn[i + 3:i + 5] == ["--per-request-spec-decode-metrics", "detailed"]
     assert sync[-6:] == ["--host", "127.0.0.1", "--port", "{port}", "--seed", "0"]
     for flag, val in (("--tensor-parallel-size", "8"), ("--max-model-len", "4096"), ("--host", "127.0.0.1")):
