@@ -99,7 +99,7 @@ def render_budget(config: ModelConfig) -> list[str]:
     for o in b["outside"]:
         lines.append(f"    outside the budget {o['id']}: {o['why']} ({o['alpha']:g})")
     if b["deterministic"]:
-        lines.append("    fixed rules outside the budget (no test; the floors accuracy_floor and min_acceptance_length "
-                     "can still move with noise, docs/gates.md): "
+        lines.append("    fixed rules outside the budget (no test, so noise can still fail them: the bound above "
+                     "does not cover them; docs/gates.md): "
                      + ", ".join(f"{k} x{n}" for k, n in sorted(b["deterministic"].items())))
     return lines
