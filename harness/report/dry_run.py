@@ -635,7 +635,10 @@ def plan_json(plan: Plan, only: Sequence[str] | None = None,
     out = plan.to_json()
     for entry, config_plan in zip(out, plan.configs):
         entry["detectable_drops"] = detectable_drops(config_plan.config, only=only)
-        entry["family_false_fail"] = family_false_fail_of(config_plan.config)
+        entry["family_false_fail"] = {  # the rules without the budget: says whether they are this run's
+            **family_false_fail_of(config_plan.config), "applies": config_plan.config.false_alarm_budget is None,
+            "note": "the estimate of the gates' rules without the false-alarm budget (false_alarm_budget: null); "
+                    "with a budget, false_alarm_budget.false_fail_bound is this run's"}
         entry["false_alarm_budget"] = budget_plan(config_plan.config)
         entry["sampling_notes"] = sampling_notes(config_plan.config)
         if counts is not None:

@@ -185,3 +185,12 @@ def test_the_dry_run_says_when_numerics_noise_is_on(monkeypatch, capsys):
     assert main(["--config", str(H200), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "numerics noise: 0.25 (0.25 nats; EVALRUN_NUMERICS_NOISE)" in out and "a fresh seed per server start" in out
+
+
+def test_the_json_says_which_false_fail_estimate_is_the_runs(capsys):
+    """With the default budget the old family-wise estimate is labelled as not applying;
+    the budget's bound is the run's (docs/gates.md, "The false-alarm budget")."""
+    assert main(["--config", str(H200), "--dry-run", "--json"]) == 0
+    for entry in json.loads(capsys.readouterr().out):
+        assert entry["family_false_fail"]["applies"] is False
+        assert entry["false_alarm_budget"]["false_fail_bound"] <= 0.01 + 1e-12  # Holm: at most the budget
