@@ -7,6 +7,7 @@ change on the same real data.
 Usage::
 
     python bench/false_alarms/rejudge.py CAL_DIR --list LIST_OR_YAML
+    python bench/false_alarms/rejudge.py --selfcheck RUN_DIR [--list configs/selfcheck-cpu.yaml]
 
 CAL_DIR is an ``evalrun calibrate`` folder (its ``run<i>/`` repeats); ``--list`` the list
 those repeats ran, loaded by this tree (its configs, budget directive and gates). For each
@@ -26,6 +27,11 @@ score of the baseline's prefix, which needs a server) leaves those gates NOT RUN
 without it, exactly as the runner would judge without that data. Prints, per config, per gate
 kind and for the whole list, the realized false-fail rate before (as judged when the repeats
 ran) and after (this tree), each with its exact interval.
+
+With ``--selfcheck RUN_DIR`` (an ``evalrun selfcheck`` run folder, e.g. one run under the
+numerics noise): the self-check's expectations (:func:`harness.cli.selfcheck.judge_selfcheck`)
+checked against the gates as they ran and as this tree judges the same data: which faults
+are still caught and which clean variants still pass.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ from harness.analysis.gatekinds.sampled_equivalence import SampledEquivalence
 from harness.analysis.gates import evaluate_gates
 from harness.analysis.measurements import ComparisonMeasurement, Measurements
 from harness.analysis.sampled import sampled_test
+from harness.cli.selfcheck import judge_selfcheck
 from harness.config.gates import plan_gates
 from harness.config.model_list import load_model_list
 from harness.config.schema import ModelConfig
@@ -154,12 +161,42 @@ def _levels(fa: Mapping) -> dict:
     return rows
 
 
+def selfcheck(run_dir: Path, list_path: str) -> int:
+    """The self-check's expectations on ``run_dir`` before and after re-judging (module doc)."""
+    rec = load_run(run_dir)
+    cfg = load_model_list(list_path)[0]
+    faults = {name: v.fault for name, v in cfg.variants.items()}
+    shapes = frozenset(t for t, s in cfg.tasks.items() if s.kind == "shape")
+    saved = _with_noise(rec)
+    try:
+        after = copy.deepcopy(rec)
+        after.configs[0].gates, notes = judge_config(cfg, rec.configs[0], RunFolder(run_dir), rec)
+    finally:
+        _restore(saved)
+    for title, r in (("before (as it ran)", rec), ("after (this tree)", after)):
+        checks = judge_selfcheck(r, faults, shapes)
+        bad = [c for c in checks if not c.held]
+        print(f"## {title}: {len(checks) - len(bad)}/{len(checks)} expectations held\n")
+        for c in bad:
+            print(f"- {c.variant} ({c.fault or 'clean'}): {c.gate}: expected {c.expected}, got {c.actual}: "
+                  f"{c.detail[:240]}")
+        print()
+    for n in notes:
+        print(f"- note: {n}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("cal_dir", type=Path)
-    ap.add_argument("--list", required=True, help="the model list (or one config) the repeats ran")
+    ap.add_argument("cal_dir", type=Path, nargs="?")
+    ap.add_argument("--list", default=None, help="the model list (or one config) the repeats ran")
     ap.add_argument("--failures", action="store_true", help="also print every failing gate after")
+    ap.add_argument("--selfcheck", type=Path, default=None, help="a self-check run folder to re-judge")
     a = ap.parse_args()
+    if a.selfcheck is not None:
+        return selfcheck(a.selfcheck, a.list or "configs/selfcheck-cpu.yaml")
+    if a.cal_dir is None or a.list is None:
+        ap.error("CAL_DIR and --list are required (or --selfcheck RUN_DIR)")
     configs = {c.name: c for c in load_model_list(a.list)}
     runs = sorted((d for d in a.cal_dir.glob("run*") if (d / "run.json").is_file()),
                   key=lambda d: int(d.name[3:]) if d.name[3:].isdigit() else 0)
