@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-from harness.analysis.budget import split_family
+from harness.analysis.budget import point_rule_false_fail, split_family
 from harness.analysis.gatekinds._common import Budgeted
+from harness.analysis.gatekinds.accuracy_floor import AccuracyFloor
 from harness.analysis.gatekinds.sampled_equivalence import SampledEquivalence
 from harness.config.gates import Gate, plan_gates
-from harness.config.schema import ModelConfig
+from harness.config.schema import VLLM_PIPELINE, ModelConfig
+from harness.tasks import task_size
 
 
 class BudgetGate(TypedDict):
@@ -25,7 +27,9 @@ class BudgetGate(TypedDict):
 class BudgetPlan(TypedDict):
     """:func:`budget_plan`: the budget, the family (each at least ``share`` at Holm's first
     step), the report-only gates with their reason, the gates outside the budget and the
-    per-config false-fail bound on an unchanged build."""
+    per-config false-fail bound on an unchanged build; beside it, vLLM's point-rule floors
+    (``point_rules``: kept as vLLM judges them, outside the budget) and their false-fail
+    together at the threshold accuracy (``point_rules_false_fail``)."""
 
     false_alarm_budget: float
     procedure: str
@@ -35,6 +39,8 @@ class BudgetPlan(TypedDict):
     deterministic: dict[str, int]
     outside: list[dict[str, str | float]]
     false_fail_bound: float
+    point_rules: list[dict[str, str | float]]
+    point_rules_false_fail: float
 
 
 def _tested(g: Gate) -> bool:
@@ -69,18 +75,37 @@ def budget_plan(config: ModelConfig) -> BudgetPlan | None:
         {"id": g.id, "why": "the sampled verdict judges at its own alpha (not yet in the budget)",
          "alpha": g.limit or 0.0}
         for g in gates if isinstance(g, SampledEquivalence) and g.independent]
+    points = [_vllm_floor(config, g) for g in gates if isinstance(g, AccuracyFloor) and g.pipeline == VLLM_PIPELINE]
     det: dict[str, int] = {}
-    ids = {g.id for g, _ in tested} | {str(o["id"]) for o in outside}
+    ids = {g.id for g, _ in tested} | {str(o["id"]) for o in outside + points}
     for g in gates:
         if g.id not in ids:
             det[g.kind] = det.get(g.kind, 0) + 1
     extra = 1.0
     for o in outside:
         extra *= 1.0 - float(o["alpha"])
+    rest = 1.0
+    for o in points:
+        rest *= 1.0 - float(o["alpha"])
     return BudgetPlan(false_alarm_budget=budget,
                       procedure="Holm's step-down procedure over every tested gate of the config (Holm 1979)",
                       family=fam, share=share, report_only=report_only, deterministic=det, outside=outside,
-                      false_fail_bound=1.0 - (1.0 - budget) * extra)
+                      false_fail_bound=1.0 - (1.0 - budget) * extra, point_rules=points,
+                      point_rules_false_fail=1.0 - rest)
+
+
+def _vllm_floor(config: ModelConfig, g: AccuracyFloor) -> dict[str, str | float]:
+    """A vLLM-form floor outside the budget: vLLM's point rule ``accuracy >= threshold -
+    tolerance`` kept as vLLM judges it (docs/vllm-parity.md), with its false-fail on a build
+    whose true accuracy is the threshold (:func:`point_rule_false_fail`, the planned
+    questions; a widening by ``calibration_questions`` not counted, so an upper figure)."""
+    assert g.task is not None, "a floor is planned per task"
+    n = task_size(config.tasks[g.task])
+    ff = point_rule_false_fail(n, g.accuracy_threshold, g.limit or 0.0)
+    return {"id": g.id, "alpha": ff,
+            "why": (f"vLLM's point rule (accuracy >= {g.accuracy_threshold:g} - {g.tolerance:g}, kept as vLLM's "
+                    f"test judges it; no test): fails a build whose true accuracy is the threshold with probability "
+                    f"{ff:.2g} at {n} questions")}
 
 
 def render_budget(config: ModelConfig) -> list[str]:
@@ -98,6 +123,11 @@ def render_budget(config: ModelConfig) -> list[str]:
         lines.append(f"    report-only {r['id']}: {r['why']}")
     for o in b["outside"]:
         lines.append(f"    outside the budget {o['id']}: {o['why']} ({o['alpha']:g})")
+    for o in b["point_rules"]:
+        lines.append(f"    outside the budget {o['id']}: {o['why']}")
+    if b["point_rules"]:
+        lines.append(f"    vLLM's point-rule floors together: false-fail {b['point_rules_false_fail']:.2g} at their "
+                     "threshold accuracy, beside the bound above (docs/gates.md, \"The false-alarm budget\")")
     if b["deterministic"]:
         lines.append("    fixed rules outside the budget (no test, so noise can still fail them: the bound above "
                      "does not cover them; docs/gates.md): "

@@ -298,7 +298,15 @@ def render_detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER,
             f"    floor: a one-sided alpha={f['alpha']} test detects drops >= {pts(f['test_drop'])} "
             f"[(z_(1-alpha) + z_power) * sqrt(p(1-p)/n)]"
         )
-        if f["gate_drop"] is not None:
+        t = config.tasks.get(d["task"])
+        if f["gate_drop"] is not None and config.false_alarm_budget is not None and t is not None and not t.vllm_rules:
+            lines.append(
+                f"    floor gate with the false-alarm budget: fails only when an exact binomial test shows the "
+                f"accuracy below accuracy_threshold - tolerance at its share of the budget (no calibration_questions "
+                f"widening: the test accounts for the run's {d['n']} questions; docs/gates.md, \"The false-alarm "
+                "budget\")"
+            )
+        elif f["gate_drop"] is not None:
             cal = f["calibration_questions"]
             if cal is None:
                 size = "threshold calibration size unknown (set calibration_questions)"
