@@ -9,7 +9,6 @@ from typing import TypedDict
 from harness.analysis.budget import point_rule_false_fail, split_family
 from harness.analysis.gatekinds._common import Budgeted
 from harness.analysis.gatekinds.accuracy_floor import AccuracyFloor
-from harness.analysis.gatekinds.sampled_equivalence import SampledEquivalence
 from harness.config.gates import Gate, plan_gates
 from harness.config.schema import VLLM_PIPELINE, ModelConfig
 from harness.tasks import task_size
@@ -26,10 +25,10 @@ class BudgetGate(TypedDict):
 
 class BudgetPlan(TypedDict):
     """:func:`budget_plan`: the budget, the family (each at least ``share`` at Holm's first
-    step), the report-only gates with their reason, the gates outside the budget and the
-    per-config false-fail bound on an unchanged build; beside it, vLLM's point-rule floors
-    (``point_rules``: kept as vLLM judges them, outside the budget) and their false-fail
-    together at the threshold accuracy (``point_rules_false_fail``)."""
+    step), the report-only gates with their reason, the deterministic gates (per kind), the
+    per-config false-fail bound on an unchanged build (the budget: Holm), and beside it the
+    gates outside the budget that noise can move (``outside``: vLLM-form floors, kept as vLLM
+    judges them) with their false-fail together at the threshold accuracy (``outside_false_fail``)."""
 
     false_alarm_budget: float
     procedure: str
@@ -39,8 +38,7 @@ class BudgetPlan(TypedDict):
     deterministic: dict[str, int]
     outside: list[dict[str, str | float]]
     false_fail_bound: float
-    point_rules: list[dict[str, str | float]]
-    point_rules_false_fail: float
+    outside_false_fail: float
 
 
 def _tested(g: Gate) -> bool:
@@ -55,9 +53,10 @@ def budget_plan(config: ModelConfig) -> BudgetPlan | None:
     (:meth:`Budgeted.planned_min_p`; questions, or requests for the acceptance tests) decides
     the family (:func:`harness.analysis.budget.split_family`); the rest are report-only.
     Holm's procedure over the family keeps the chance that any gate of it fails an unchanged
-    build at most the budget, under any dependence (Holm 1979), so that is the bound; a
-    sampled verdict outside the budget adds its own alpha (its kind does not spend the
-    budget yet); deterministic gates add nothing on an unchanged build."""
+    build at most the budget, under any dependence (Holm 1979), so that is the bound.
+    vLLM-form floors keep vLLM's point rule, outside the budget: their false-fail at the
+    threshold accuracy is stated beside the bound; deterministic gates add nothing on an
+    unchanged build."""
     budget = config.false_alarm_budget
     if budget is None:
         return None
@@ -71,27 +70,19 @@ def budget_plan(config: ModelConfig) -> BudgetPlan | None:
                                       f"{p:.3g} > {share:.3g} (= {budget:g} / {len(fam)} gates); judged NOT RUN, "
                                       "its figures reported"}
                    for (g, n), p, ok in zip(tested, mins, inside) if not ok]
-    outside: list[dict[str, str | float]] = [
-        {"id": g.id, "why": "the sampled verdict judges at its own alpha (not yet in the budget)",
-         "alpha": g.limit or 0.0}
-        for g in gates if isinstance(g, SampledEquivalence) and g.independent]
-    points = [_vllm_floor(config, g) for g in gates if isinstance(g, AccuracyFloor) and g.pipeline == VLLM_PIPELINE]
+    outside = [_vllm_floor(config, g) for g in gates if isinstance(g, AccuracyFloor) and g.pipeline == VLLM_PIPELINE]
     det: dict[str, int] = {}
-    ids = {g.id for g, _ in tested} | {str(o["id"]) for o in outside + points}
+    ids = {g.id for g, _ in tested} | {str(o["id"]) for o in outside}
     for g in gates:
         if g.id not in ids:
             det[g.kind] = det.get(g.kind, 0) + 1
-    extra = 1.0
-    for o in outside:
-        extra *= 1.0 - float(o["alpha"])
     rest = 1.0
-    for o in points:
+    for o in outside:
         rest *= 1.0 - float(o["alpha"])
     return BudgetPlan(false_alarm_budget=budget,
                       procedure="Holm's step-down procedure over every tested gate of the config (Holm 1979)",
                       family=fam, share=share, report_only=report_only, deterministic=det, outside=outside,
-                      false_fail_bound=1.0 - (1.0 - budget) * extra, point_rules=points,
-                      point_rules_false_fail=1.0 - rest)
+                      false_fail_bound=budget, outside_false_fail=1.0 - rest)
 
 
 def _vllm_floor(config: ModelConfig, g: AccuracyFloor) -> dict[str, str | float]:
@@ -122,11 +113,9 @@ def render_budget(config: ModelConfig) -> list[str]:
     for r in b["report_only"]:
         lines.append(f"    report-only {r['id']}: {r['why']}")
     for o in b["outside"]:
-        lines.append(f"    outside the budget {o['id']}: {o['why']} ({o['alpha']:g})")
-    for o in b["point_rules"]:
         lines.append(f"    outside the budget {o['id']}: {o['why']}")
-    if b["point_rules"]:
-        lines.append(f"    vLLM's point-rule floors together: false-fail {b['point_rules_false_fail']:.2g} at their "
+    if b["outside"]:
+        lines.append(f"    vLLM's point-rule floors together: false-fail {b['outside_false_fail']:.2g} at their "
                      "threshold accuracy, beside the bound above (docs/gates.md, \"The false-alarm budget\")")
     if b["deterministic"]:
         lines.append("    fixed rules outside the budget (no test, so noise can still fail them: the bound above "

@@ -378,8 +378,9 @@ def family_false_fail_of(config: ModelConfig) -> FamilyFalseFail:
             if (comp.min_output_match is not None and not config.tasks[tname].samples
                     and (comp.noise_runs > 1 or comp.noise_mismatch_rate is not None)):
                 om_alphas.append(comp.output_match_alpha or comp.alpha)
-    pos_alphas = [g.alpha for g in plan_gates(config) if isinstance(g, MaxPositionAcceptanceDrop)]
-    sampled_alphas = [g.limit for g in plan_gates(config) if isinstance(g, SampledEquivalence) and g.independent]
+    off = plan_gates(config.model_copy(update={"false_alarm_budget": None}))  # the rules without the budget
+    pos_alphas = [g.alpha for g in off if isinstance(g, MaxPositionAcceptanceDrop)]
+    sampled_alphas = [g.limit for g in off if isinstance(g, SampledEquivalence) and g.independent]
     acc = family_false_fail(drops, holm=holm) if drops else 0.0
     keep = 1.0 - acc
     for a in om_alphas + pos_alphas + sampled_alphas:

@@ -118,12 +118,12 @@ def test_a_vllm_form_floor_keeps_vllms_rule_outside_the_budget():
     assert floors and all(not g.planned_test() for g in floors)
     b = budget_plan(c)
     assert b is not None
-    out = {o["id"]: o for o in b["point_rules"]}
+    out = {o["id"]: o for o in b["outside"]}
     want = _cdf(1015, 1319, 0.85)          # 0.85 - 0.08 = 0.77; 1015 / 1319 < 0.77 <= 1016 / 1319
     for g in floors:
         assert out[g.id]["alpha"] == pytest.approx(want, rel=1e-6)
         assert "vLLM's point rule" in str(out[g.id]["why"])
     assert "accuracy_floor" not in b["deterministic"]
     assert b["false_fail_bound"] == pytest.approx(0.01)              # the budget's bound is the budget's
-    assert b["point_rules_false_fail"] == pytest.approx(1 - (1 - want) ** len(floors), rel=1e-6)
+    assert b["outside_false_fail"] == pytest.approx(1 - (1 - want) ** len(floors), rel=1e-6)
     assert any("outside the budget" in line and "vLLM's point rule" in line for line in render_budget(c))
