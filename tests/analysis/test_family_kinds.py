@@ -21,7 +21,7 @@ from harness.config.gates import plan_gates
 from harness.config.loader import load_config
 from harness.records.measures import SampledRecord
 from harness.records.samples import Sample
-from harness.report.budget_plan import budget_plan
+from harness.report.budget_plan import budget_plan, render_budget
 from tests.analysis.test_per_request import sample
 
 SAMPLED = """\
@@ -62,6 +62,11 @@ def test_the_sampled_verdict_is_tested_at_its_share_by_holm(tmp_path):
     assert b is not None and sorted(g["kind"] for g in b["family"]) == [
         "accuracy_floor", "accuracy_floor", "sampled_equivalence"]
     assert b["false_fail_bound"] == pytest.approx(0.01) and b["outside"] == []
+    # the dry run lists every kind in the family and why each other kind stays outside
+    lines = render_budget(cfg)
+    assert "    tested, in the family: accuracy_floor x2, sampled_equivalence x1" in lines
+    assert any(line.startswith("      max_error_rate x2: a failed request is the engine's failure") for line in lines)
+    assert any(line.startswith("      variant_effective x2: ") for line in lines)
     # three tested gates, the floors' p-values 1: Holm's first step is 3 x the sampled p-value
     passed = _sampled_judged(cfg, 0.004)
     assert passed.passed is True and "Holm-adjusted 0.012" in passed.detail

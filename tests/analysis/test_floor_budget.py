@@ -49,6 +49,14 @@ def test_the_point_rule_false_fail_at_the_threshold():
     # 100 questions at 0.9 - 0.05: fails with 84 or fewer right
     assert point_rule_false_fail(100, 0.9, 0.9 - 0.05) == pytest.approx(_cdf(84, 100, 0.9), rel=1e-9)
     assert point_rule_false_fail(10, 0.9, 0.0) == 0.0
+    # docs/gates.md, "vLLM's point rule and its false-fail": the H200 list (1319 questions,
+    # tolerance 0.08) and smaller tasks
+    for n, thr, want in ((1319, 0.93, 9.6e-24), (1319, 0.69, 3.6e-10), (1319, 0.85, 8.6e-15), (100, 0.9, 0.010),
+                         (100, 0.5, 0.044), (250, 0.9, 8.0e-5), (250, 0.5, 0.0047)):
+        got = point_rule_false_fail(n, thr, thr - 0.08)
+        assert got == pytest.approx(want, rel=0.02)
+        k = max(c for c in range(n + 1) if c / n < thr - 0.08)
+        assert got == pytest.approx(_cdf(k, n, thr), rel=1e-6)
 
 
 CFG = """\
@@ -127,3 +135,19 @@ def test_a_vllm_form_floor_keeps_vllms_rule_outside_the_budget():
     assert b["false_fail_bound"] == pytest.approx(0.01)              # the budget's bound is the budget's
     assert b["outside_false_fail"] == pytest.approx(1 - (1 - want) ** len(floors), rel=1e-6)
     assert any("outside the budget" in line and "vLLM's point rule" in line for line in render_budget(c))
+
+
+def test_power_of_the_floor_test_on_the_sampled_config():
+    """docs/gates.md, "The floor as a test": 80 questions, floor 0.8, share 0.01 / 8. The test
+    fails at 51 or fewer right; the old floor, widened for 80 of 100 calibration questions to
+    0.7752, at 62 or fewer. Powers summed here from binomial terms."""
+    share = 0.01 / 8
+    k = max(c for c in range(81) if floor_p(c, 80, 0.8) < share)
+    assert k == 51 and _cdf(51, 80, 0.8) < share <= _cdf(52, 80, 0.8)
+    assert floor_p(57, 80, 0.8) == pytest.approx(0.0388, abs=1e-4)       # the noisiest real night, 0.71
+    margin = 1.6448536269514722 * math.sqrt(0.9 * 0.1 * 20 / (80 * 99))
+    assert max(c for c in range(81) if c / 80 < round(0.8 - margin, 6)) == 62
+    for acc, old, new in ((0.9, 0.0008, 3e-10), (0.8, 0.3292, 0.00054), (0.75, 0.7364, 0.017), (0.7, 0.9469, 0.14),
+                          (0.65, 0.9945, 0.45), (0.6, 0.9997, 0.79)):
+        assert _cdf(62, 80, acc) == pytest.approx(old, abs=5e-5)
+        assert _cdf(51, 80, acc) == pytest.approx(new, rel=0.03)
