@@ -19,6 +19,8 @@ Margin tests (a tolerance is a non-inferiority margin: a gate fails only when it
 shows a loss beyond it):
 
 * paired accuracy (:func:`paired_margin_p`): exact, conditional on the discordant count;
+* an accuracy floor (:func:`floor_p`): the exact one-sided binomial test of "accuracy below
+  the floor" (a non-inferiority test of one proportion);
 * a ratio of sums per request (mean acceptance length, per-position acceptance;
   :func:`ratio_estimate`, :func:`margin_p`): the request is the unit, the ratio
   estimator's variance is cluster-robust (Cochran, Sampling Techniques, 3rd ed., 1977,
@@ -38,8 +40,8 @@ from dataclasses import dataclass
 from harness.analysis.familywise import holm_adjust
 
 __all__ = [
-    "DEFAULT_FALSE_ALARM_BUDGET", "GateTest", "RatioEstimate", "margin_p", "paired_margin_p",
-    "paired_min_p", "ratio_estimate", "split_family", "holm_family",
+    "DEFAULT_FALSE_ALARM_BUDGET", "GateTest", "RatioEstimate", "floor_min_p", "floor_p", "margin_p",
+    "paired_margin_p", "paired_min_p", "point_rule_false_fail", "ratio_estimate", "split_family", "holm_family",
 ]
 
 #: Default ``false_alarm_budget``: at most one red night in a hundred on an unchanged build.
@@ -94,6 +96,47 @@ def paired_min_p(n: int, margin: float) -> float:
     """Smallest p-value :func:`paired_margin_p` can reach with n paired questions: every
     question right only in the baseline, ``((1 + margin) / 2) ** n`` (1.0 for n = 0)."""
     return 1.0 if n <= 0 else ((1.0 + margin) / 2.0) ** n
+
+
+def floor_p(correct: int, n: int, floor: float) -> float:
+    """Exact one-sided p-value that the accuracy is below ``floor``: H0 ``p >= floor`` against
+    ``p < floor`` with ``correct`` of ``n`` questions right, ``P(Binomial(n, floor) <= correct)``
+    (``scipy.stats.binomtest``, ``alternative="less"``; Clopper and Pearson 1934). ``floor`` is
+    clipped to [0, 1]: a floor at or below 0 can never be shown violated (p = 1).
+
+    Raises:
+        ValueError: ``n < 1`` or ``correct`` outside [0, n].
+    """
+    if n < 1 or not 0 <= correct <= n:
+        raise ValueError(f"floor_p: need n >= 1 and 0 <= correct <= n, got {correct}, {n}")
+    f = min(max(floor, 0.0), 1.0)
+    if f <= 0.0:
+        return 1.0
+    from scipy import stats as _st
+
+    return float(_st.binomtest(correct, n, f, alternative="less").pvalue)
+
+
+def floor_min_p(n: int, floor: float) -> float:
+    """Smallest p-value :func:`floor_p` can reach with ``n`` questions: every answer wrong,
+    ``P(Binomial(n, floor) = 0) = (1 - floor) ** n`` (1.0 for n = 0 or a floor at or below 0)."""
+    f = min(max(floor, 0.0), 1.0)
+    return 1.0 if n <= 0 or f <= 0.0 else (1.0 - f) ** n
+
+
+def point_rule_false_fail(n: int, accuracy: float, limit: float) -> float:
+    """Probability that a point rule ``correct / n >= limit`` (vLLM's floor, in floating
+    point) fails a build whose true accuracy is ``accuracy``, its n answers independent:
+    ``P(Binomial(n, accuracy) <= k)``, k the largest count with ``k / n < limit`` (0.0 when
+    there is none; 1.0 for n = 0: vLLM's ``0 / 0`` is scored 0)."""
+    if n <= 0:
+        return 1.0 if limit > 0 else 0.0
+    k = max((c for c in range(n + 1) if c / n < limit), default=None)
+    if k is None:
+        return 0.0
+    from scipy import stats as _st
+
+    return float(_st.binom.cdf(k, n, min(max(accuracy, 0.0), 1.0)))
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from harness.config.types import (
     OutputFile,
     PositiveCount,
     RunId,
+    Shard,
     StopGraceSeconds,
     cli_type,
 )
@@ -151,7 +152,7 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="after the run, write a baseline for every config whose gates all passed")
     p.add_argument("--junit", type=cli_type(OutputFile, "a file"), default=None, metavar="FILE",
                    help="also write the JUnit XML (one test case per gate) here; always written as RUN/junit.xml")
-    p.add_argument("--shard", default=None, metavar="I/N",
+    p.add_argument("--shard", type=cli_type(Shard, "shard I of N"), default=None, metavar="I/N",
                    help="run only shard I of N (1-based) of the list's configs: deterministic by config "
                         "name, balanced by estimated GPU-seconds (earlier runs in RESULTS_DIR, else defaults); combine "
                         "the shards with `evalrun merge`")
@@ -580,6 +581,22 @@ SUBCOMMANDS = {
 }
 
 
+#: The commands that write a run folder (the run itself is ``None``): a broken pipe cuts
+#: their printed verdict, not their record.
+RUN_FOLDER_COMMANDS = frozenset({None, "calibrate", "selfcheck", "merge", "bisect"})
+
+
+def broken_pipe_message(sub: str | None) -> str:
+    """What ``evalrun [sub]`` says when its reader closed standard output (exit 2): where its
+    verdict is when it writes a run folder, else that its output was cut short."""
+    who = f"evalrun{' ' + sub if sub else ''}"
+    if sub in RUN_FOLDER_COMMANDS:
+        return (f"{who}: standard output was closed by its reader (broken pipe); exit 2, see the run folder "
+                "for the verdict")
+    return (f"{who}: standard output was closed by its reader (broken pipe); exit 2: its output was cut short "
+            "(it writes no run folder); run it again without the pipe, or with its file option where it has one")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``evalrun`` console script. Returns (and exits with) the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -614,8 +631,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         if "--dry-run" in argv:
             return 0
-        print("evalrun: standard output was closed by its reader (broken pipe); exit 2, see the run folder "
-              "for the verdict", file=sys.stderr)
+        print(broken_pipe_message(sub), file=sys.stderr)
         return 2
     except Exception as e:  # noqa: BLE001 - exit 1 means "a gate failed"; an unexpected error is 2
         import traceback

@@ -17,7 +17,17 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.config.types import Count, DirPath, Multiplier, Name, OutputFile, PositiveCount, RunId, Seed, cli_type
+from harness.config.types import (
+    DirPath,
+    Multiplier,
+    Name,
+    NightCount,
+    OutputFile,
+    PositiveCount,
+    RunId,
+    Seed,
+    cli_type,
+)
 from harness.records.atomic import write_atomic
 from harness.report.calibration import render_calibration_markdown, summarize
 
@@ -72,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", type=cli_type(OutputFile, "a file"), default=None, metavar="FILE",
                    help="also write the JSON summary here")
     p.add_argument("--quiet", action="store_true", help="print only warnings, errors and the summary")
-    p.add_argument("--simulate-nights", type=cli_type(Count, "a count"), default=0, metavar="N",
+    p.add_argument("--simulate-nights", type=cli_type(NightCount, "a count of nights"), default=0, metavar="N",
                    help="also simulate N clean nights from the repeats' per-question behaviour, judged by "
                         "evalrun's gates, validated against the repeats (docs/false-alarms.md; default: off)")
     p.add_argument("--simulate-list", default=None, metavar="LIST_OR_YAML",

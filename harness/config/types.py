@@ -37,15 +37,22 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BeforeValidator, Field, StrictInt, TypeAdapter, ValidationError
 
 __all__ = [
-    "MAX_NAME_LENGTH", "MAX_SECONDS", "MAX_STOP_GRACE_SECONDS", "MAX_TOKENS", "MAX_SEED", "NAME_PATTERN",
+    "MAX_NAME_LENGTH", "MAX_SECONDS", "MAX_SHARDS", "MAX_SIMULATED_NIGHTS", "MAX_STOP_GRACE_SECONDS", "MAX_TOKENS",
+    "MAX_SEED", "NAME_PATTERN",
     "BISECT_ID_MAX_LENGTH", "Alpha", "BisectId", "Count", "DeviceList", "DirPath", "DraftCount", "IndexTemplate",
-    "Multiplier", "Name", "Nats", "OptionalPath", "OutputFile", "PositiveCount", "PositiveSeconds", "Probability",
-    "RunId", "Seconds", "Seed",
+    "Multiplier", "Name", "Nats", "NightCount", "OptionalPath", "OutputFile", "PositiveCount", "PositiveSeconds",
+    "Probability", "RunId", "Seconds", "Seed", "Shard",
     "SeedOffset", "StopGraceSeconds", "Temperature", "TokenCount", "TokenId", "TokenOffset", "check_name_text",
     "ENVIRONMENT", "ParserChoice", "ShellArgs", "check_environment", "cli_type", "env_value", "is_finite_number",
     "value_error",
 ]
 
+#: Most shards a list is split into (``--shard I/N``): more than any CI runs agents.
+MAX_SHARDS = 4096
+#: Most clean nights ``calibrate --simulate-nights`` simulates: at 10,000 nights a rate of 0
+#: has the exact 95% interval [0, 0.00037], far below any false-alarm budget; more only costs
+#: minutes.
+MAX_SIMULATED_NIGHTS = 10_000
 #: Longest context in tokens evalrun sends or plans (module docstring).
 MAX_TOKENS = 2**20
 #: Longest wait in seconds (module docstring).
@@ -138,6 +145,20 @@ def _device_list(text: str) -> str:
     return t
 
 
+def _shard(text: str) -> str:
+    """``I/N`` with integers ``1 <= I <= N <= MAX_SHARDS``, returned as ``"I/N"`` (spaces and
+    leading zeros dropped)."""
+    i_s, sep, n_s = text.strip().partition("/")
+    if not sep or not i_s.strip().isdigit() or not n_s.strip().isdigit():
+        raise ValueError(f"{text!r}: expected I/N with integers, e.g. 2/4 (shard I of N, numbered from 1)")
+    i, n = int(i_s), int(n_s)
+    if not 1 <= i <= n:
+        raise ValueError(f"{text!r}: need 1 <= I <= N (shards are numbered from 1)")
+    if n > MAX_SHARDS:
+        raise ValueError(f"{text!r}: at most {MAX_SHARDS} shards")
+    return f"{i}/{n}"
+
+
 def _path_text(p: Path) -> Path:
     text = str(p)
     if not text:
@@ -172,6 +193,10 @@ def _output_file(p: Path) -> Path:
 
 _Finite = {"allow_inf_nan": False}
 
+#: Clean nights to simulate: ``0 <= n <= MAX_SIMULATED_NIGHTS``.
+NightCount = Annotated[int, Field(ge=0, le=MAX_SIMULATED_NIGHTS)]
+#: ``--shard I/N``: shard I of N, ``1 <= I <= N <= MAX_SHARDS`` (:func:`_shard`).
+Shard = Annotated[str, AfterValidator(_shard)]
 #: Seconds of a wait or timeout: finite, ``0 <= s <= MAX_SECONDS``.
 Seconds = Annotated[float, Field(ge=0.0, le=MAX_SECONDS, **_Finite)]
 #: Seconds of a wait that must be positive: finite, ``0 < s <= MAX_SECONDS``.

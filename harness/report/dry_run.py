@@ -298,7 +298,15 @@ def render_detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER,
             f"    floor: a one-sided alpha={f['alpha']} test detects drops >= {pts(f['test_drop'])} "
             f"[(z_(1-alpha) + z_power) * sqrt(p(1-p)/n)]"
         )
-        if f["gate_drop"] is not None:
+        t = config.tasks.get(d["task"])
+        if f["gate_drop"] is not None and config.false_alarm_budget is not None and t is not None and not t.vllm_rules:
+            lines.append(
+                f"    floor gate with the false-alarm budget: fails only when an exact binomial test shows the "
+                f"accuracy below accuracy_threshold - tolerance at its share of the budget (no calibration_questions "
+                f"widening: the test accounts for the run's {d['n']} questions; docs/gates.md, \"The false-alarm "
+                "budget\")"
+            )
+        elif f["gate_drop"] is not None:
             cal = f["calibration_questions"]
             if cal is None:
                 size = "threshold calibration size unknown (set calibration_questions)"
@@ -370,8 +378,9 @@ def family_false_fail_of(config: ModelConfig) -> FamilyFalseFail:
             if (comp.min_output_match is not None and not config.tasks[tname].samples
                     and (comp.noise_runs > 1 or comp.noise_mismatch_rate is not None)):
                 om_alphas.append(comp.output_match_alpha or comp.alpha)
-    pos_alphas = [g.alpha for g in plan_gates(config) if isinstance(g, MaxPositionAcceptanceDrop)]
-    sampled_alphas = [g.limit for g in plan_gates(config) if isinstance(g, SampledEquivalence) and g.independent]
+    off = plan_gates(config.model_copy(update={"false_alarm_budget": None}))  # the rules without the budget
+    pos_alphas = [g.alpha for g in off if isinstance(g, MaxPositionAcceptanceDrop)]
+    sampled_alphas = [g.limit for g in off if isinstance(g, SampledEquivalence) and g.independent]
     acc = family_false_fail(drops, holm=holm) if drops else 0.0
     keep = 1.0 - acc
     for a in om_alphas + pos_alphas + sampled_alphas:

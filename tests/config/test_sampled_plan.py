@@ -45,7 +45,11 @@ def test_a_sampling_task_gets_the_sampled_gate_and_no_output_match(tmp_path):
     assert set(got) == {"reference->other/t/sampled_equivalence", "reference->spec/t/sampled_equivalence",
                         "spec->spec2/t/sampled_equivalence"}
     assert not [g for g in plan_gates(cfg) if isinstance(g, MinOutputMatch)]
-    assert all(g.independent and g.limit == 0.05 for g in got.values())
+    # with the false-alarm budget (the default) the gate is tested at the budget (Holm over the
+    # config's family), not at its own alpha; with the budget off, at the comparison's alpha 0.05
+    assert all(g.independent and g.limit == 0.01 and g.budget == 0.01 and g.planned_test() for g in got.values())
+    off = _sampled(cfg.model_copy(update={"false_alarm_budget": None}))
+    assert all(g.independent and g.limit == 0.05 and not g.planned_test() for g in off.values())
     # a speculative baseline is not trusted to score: the config's first non-speculative variant does
     assert got["spec->spec2/t/sampled_equivalence"].scorer == "reference"
     assert got["reference->spec/t/sampled_equivalence"].scorer == "reference"
@@ -105,7 +109,11 @@ def test_per_run_seeds_are_refused_where_they_cannot_apply(tmp_path, task, says)
 
 def test_dry_run_states_the_detectable_shift_and_counts_the_gates_in_the_family(tmp_path):
     cfg = _cfg(tmp_path, "{kind: synthetic, num_questions: 80, temperature: 1.0, seed_mode: per_question}")
+    # with the budget (the default) the stated level is the budget, 0.01 two-sided: z_(1-0.005) = 2.575829
     [d] = detectable_drops(cfg)
+    assert [s["shift"] for s in d["sampled"]] == pytest.approx([(2.575829 + 0.841621) * 0.1 / 80 ** 0.5] * 3,
+                                                               abs=1e-5)
+    [d] = detectable_drops(cfg.model_copy(update={"false_alarm_budget": None}))
     assert [s["shift"] for s in d["sampled"]] == pytest.approx([(1.959964 + 0.841621) * 0.1 / 80 ** 0.5] * 3,
                                                                abs=1e-5)
     f = family_false_fail_of(cfg)

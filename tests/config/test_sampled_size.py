@@ -1,6 +1,7 @@
 """A sampled_equivalence gate whose sign-flip test cannot reach its alpha at the task's
 size (its smallest two-sided p-value is 2/2^n, computed here by hand) is planned NOT RUN
-with the reason, never a gate that can only pass."""
+with the reason, never a gate that can only pass; with the false-alarm budget, the family's
+report-only rule decides it from the same smallest p-value."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from harness.analysis.gatekinds.sampled_equivalence import SampledEquivalence, too_few_questions
 from harness.config.gates import plan_gates
 from harness.config.loader import load_config
+from harness.report.budget_plan import budget_plan
 
 
 @pytest.mark.parametrize(("n", "alpha", "reachable"), [
@@ -41,5 +43,15 @@ tasks:
 comparisons:
   - {baseline: reference, candidate: spec}
 """)
-    gates = [g for g in plan_gates(load_config(p)) if isinstance(g, SampledEquivalence)]
-    assert gates and all(not g.independent and "2/2^5" in g.dependence for g in gates)
+    cfg = load_config(p)
+    off = [g for g in plan_gates(cfg.model_copy(update={"false_alarm_budget": None}))
+           if isinstance(g, SampledEquivalence)]
+    assert off and all(not g.independent and "2/2^5" in g.dependence for g in off)
+    # with the false-alarm budget (the default) the same rule is the family's: the smallest p-value
+    # 2/2^5 = 0.0625 is above any share of the budget 0.01, so the gate is planned report-only
+    gates = [g for g in plan_gates(cfg) if isinstance(g, SampledEquivalence)]
+    assert gates and all(g.independent and g.planned_min_p(5) == pytest.approx(2 / 2 ** 5) for g in gates)
+    b = budget_plan(cfg)
+    assert b is not None
+    why = {r["id"]: r["why"] for r in b["report_only"]}
+    assert all("smallest attainable p 0.0625" in why[g.id] for g in gates)

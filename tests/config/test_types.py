@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from harness.cli.app import broken_pipe_message
 from harness.config.loader import load_config
 from harness.config.shape_spec import MAX_SHAPE_TOKENS, SHAPE_SOURCE_QUESTIONS
-from harness.config.types import MAX_TOKENS, check_environment, check_name_text
+from harness.config.types import MAX_TOKENS, Shard, check_environment, check_name_text, cli_type
 from harness.tasks.synthetic import generate_splits
 
 from .texts import HEAD, err, write_text
@@ -128,3 +129,36 @@ def test_an_untyped_speculative_key_that_is_not_finite_is_refused_not_sent_as_nu
                          "dspark_budget_frac: .inf}}\n"
                          "tasks: {t: {kind: synthetic}}\n"))
     assert "variants.s.speculative_config" in msg and "dspark_budget_frac" in msg and "not finite" in msg
+
+
+@pytest.mark.parametrize(("text", "want"), [("2/4", "2/4"), (" 1/1 ", "1/1"), ("01/3", "1/3"),
+                                             ("4096/4096", "4096/4096")])
+def test_a_shard_is_i_of_n(text: str, want: str) -> None:
+    assert cli_type(Shard, "shard")(text) == want
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("3/2", "1 <= I <= N"), ("0/2", "1 <= I <= N"), ("2", "expected I/N"), ("a/b", "expected I/N"),
+    ("-1/2", "expected I/N"), ("1/2/3", "expected I/N"), ("1/4097", "at most 4096 shards"), ("1.5/2", "expected I/N")])
+def test_a_bad_shard_is_refused_naming_the_option_before_any_run_folder(tmp_path: Path, capsys, text: str,
+                                                                        says: str) -> None:
+    code = main(["--config", "models-cpu.txt", f"--shard={text}", "--results-dir", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert code == 2 and "argument --shard" in err and says in err, err
+    assert not (tmp_path / "r").exists()
+
+
+def test_simulated_nights_are_bounded(tmp_path: Path, capsys) -> None:
+    code = main(["calibrate", "--config", "models-cpu.txt", "--repeat", "2", "--simulate-nights", "10001",
+                 "--results-dir", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert code == 2 and "argument --simulate-nights" in err and "10000" in err, err
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_broken_pipe_names_the_run_folder_only_for_commands_that_write_one() -> None:
+    for sub in (None, "calibrate", "selfcheck", "merge", "bisect"):
+        assert "see the run folder for the verdict" in broken_pipe_message(sub)
+    for sub in ("diff", "history", "doctor", "train-tiny"):
+        msg = broken_pipe_message(sub)
+        assert msg.startswith(f"evalrun {sub}: ") and "see the run folder" not in msg and "writes no run folder" in msg

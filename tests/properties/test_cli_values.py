@@ -64,7 +64,6 @@ UNTYPED = {
     "--build": "a build (interpreter, requirement, wheel, commit): parse_build, named",
     "--config": "a config or model list: resolve_list_path and the one reader, named",
     "--simulate-list": "a model list: as --config",
-    "--shard": "I/N: parse_shard (harness/run/merge.py), refused naming it before any run folder",
     "--metric": "argparse choices",
     "--name": "argparse choices",
     "run_a": "a run id, folder, run.json or baseline: resolve_side and the one reader",
@@ -187,7 +186,7 @@ def test_every_option_refuses_clearly_or_runs_cleanly(tmp_path: Path, monkeypatc
 TYPES = [T.Seconds, T.PositiveSeconds, T.StopGraceSeconds, T.Probability, T.Alpha, T.Count, T.PositiveCount,
          T.Multiplier, T.Nats, T.Temperature, T.TokenCount, T.TokenOffset, T.DraftCount, T.Seed, T.SeedOffset,
          T.Name, T.RunId, T.BisectId, T.IndexTemplate, T.OptionalPath, T.DirPath, T.OutputFile, T.DeviceList,
-         T.ShellArgs, T.ParserChoice]
+         T.ShellArgs, T.ParserChoice, T.Shard, T.NightCount]
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 from typing import Literal
 
-from harness.analysis.gatekinds._common import result, speculative
+from harness.analysis.budget import GateTest
+from harness.analysis.gatekinds._common import Budgeted, budget_fields, budget_verdict, result, speculative
 from harness.analysis.measurements import Measurements
 from harness.analysis.per_request import NO_PER_REQUEST, RequestAcceptance, along_output, collapses, requests_of
-from harness.config.gates.registry import GateBase, Place, gate
+from harness.config.gates.registry import Place, gate
 from harness.records.run_record import GateResult
 
 #: Verify steps a request needs to be split into an early and a late half.
 MIN_STEPS = 4
-#: One-sided level of the gate's test.
+#: One-sided level of the gate's test without the false-alarm budget (with it: the budget, Holm).
 ALPHA = 0.01
 
 
@@ -56,10 +57,12 @@ def where_text(reqs: list[RequestAcceptance], floor: float) -> str:
 
 
 @gate(scope="task", order=62, reads_generation=True, settings=("max_late_acceptance_drop",),
-      doc="acceptance late in each request's output not significantly below early in it (per request)")
-class LateAcceptanceDrop(GateBase):
+      doc="acceptance late in each request's output not significantly below early in it (per request; with the "
+          "false-alarm budget: at the config's budget, Holm)")
+class LateAcceptanceDrop(Budgeted):
     """Early minus late acceptance rate (draft tokens accepted per draft token, pooled over the
-    requests' halves) <= ``limit``, tested per request."""
+    requests' halves) <= ``limit``, tested per request; the test's level is :data:`ALPHA`, or
+    with ``budget`` the config's budget (Holm over its tested gates)."""
 
     kind: Literal["late_acceptance_drop"] = "late_acceptance_drop"
     op: Literal["<="] = "<="
@@ -71,17 +74,18 @@ class LateAcceptanceDrop(GateBase):
         limit = at.settings.max_late_acceptance_drop
         if not speculative(at) or limit is None:
             return None
+        budget = at.config.false_alarm_budget
+        if budget is not None:
+            return cls.at(at, limit=limit, **budget_fields(at), description=(
+                f"early - late acceptance rate within each request <= {limit}, not significantly more "
+                f"(one-sided Wilcoxon signed-rank over requests; false_alarm_budget {budget:g}, Holm over the "
+                "config's tested gates)"))
         return cls.at(at, limit=limit, description=(
             f"early - late acceptance rate within each request <= {limit}, not significantly more "
             f"(one-sided Wilcoxon signed-rank over requests, alpha {ALPHA})"))
 
-    def judge(self, m: Measurements, adjusted_p: float | None = None) -> GateResult:
-        """Each request with at least :data:`MIN_STEPS` verify steps (``detailed`` per-request
-        metrics) is split into halves; fails when the one-sided Wilcoxon p (:func:`late_drop_p`;
-        ``adjusted_p`` instead when given) is below :data:`ALPHA`, naming the first output
-        position whose acceptance (:func:`harness.analysis.per_request.along_output`) is more
-        than the limit below the early rate and the requests that dropped by more than it.
-        No per-request data: NOT RUN, with the reason."""
+    def _requests(self, m: Measurements) -> list[RequestAcceptance] | GateResult:
+        """The requests with at least :data:`MIN_STEPS` verify steps, or the NOT RUN result."""
         samples = m.task(self.variant, self.task).samples
         if samples is None:
             return result(self, None, self.limit, None, "not run: no samples")
@@ -89,16 +93,50 @@ class LateAcceptanceDrop(GateBase):
         if not reqs:
             why = NO_PER_REQUEST if not requests_of(samples) else f"no request has {MIN_STEPS} verify steps"
             return result(self, None, self.limit, None, f"not run: {why}")
+        return reqs
+
+    def test(self, m: Measurements) -> GateTest | None:
+        """:func:`late_drop_p` over the requests (None: no per-request data)."""
+        reqs = self._requests(m)
+        if isinstance(reqs, GateResult):
+            return None
+        diffs = [h[1] - h[0] for h in (halves(r.accepted, r.drafted) for r in reqs)]
+        return GateTest(late_drop_p(diffs, self.limit), self.planned_min_p(len(reqs)),
+                        "one-sided Wilcoxon signed-rank test over requests")
+
+    def planned_min_p(self, n: int) -> float:
+        """The exact signed-rank test's smallest p-value on ``n`` requests, every difference
+        below the margin: ``2 ** -n`` (1.0 for n = 0)."""
+        return 0.5 ** n if n > 0 else 1.0
+
+    def judge(self, m: Measurements, adjusted_p: float | None = None) -> GateResult:
+        """Each request with at least :data:`MIN_STEPS` verify steps (``detailed`` per-request
+        metrics) is split into halves; fails when the one-sided Wilcoxon p (:func:`late_drop_p`;
+        ``adjusted_p`` instead when given) is below :data:`ALPHA`, naming the first output
+        position whose acceptance (:func:`harness.analysis.per_request.along_output`) is more
+        than the limit below the early rate and the requests that dropped by more than it.
+        No per-request data: NOT RUN, with the reason. With ``budget``: the test's p-value
+        (Holm-adjusted over the config's family) against the budget (:func:`budget_verdict`)."""
+        reqs = self._requests(m)
+        if isinstance(reqs, GateResult):
+            return reqs
         parts = [(r, halves(r.accepted, r.drafted)) for r in reqs]
         ed, ld = sum(h[3] for _, h in parts), sum(h[5] for _, h in parts)
         early = sum(h[2] for _, h in parts) / ed if ed else 0.0
         late = sum(h[4] for _, h in parts) / ld if ld else 0.0
         p = late_drop_p([h[1] - h[0] for _, h in parts], self.limit)
-        p_used = p if adjusted_p is None else adjusted_p
-        ok = not (p_used < ALPHA and early - late > self.limit)
-        detail = (f"{len(reqs)} requests: early-half acceptance {early:.3f}, late-half {late:.3f} (drop "
-                  f"{early - late:.3f}); one-sided Wilcoxon p={p:.4g}"
-                  + (f" (adjusted {adjusted_p:.4g})" if adjusted_p is not None else "") + f" vs alpha {ALPHA}")
+        head = (f"{len(reqs)} requests: early-half acceptance {early:.3f}, late-half {late:.3f} (drop "
+                f"{early - late:.3f}); ")
+        if self.budget is not None:
+            passed, how = budget_verdict(self, GateTest(p, self.planned_min_p(len(reqs)), "one-sided Wilcoxon"),
+                                         adjusted_p)
+            ok = passed or not early - late > self.limit
+            detail = head + how
+        else:
+            p_used = p if adjusted_p is None else adjusted_p
+            ok = not (p_used < ALPHA and early - late > self.limit)
+            detail = (head + f"one-sided Wilcoxon p={p:.4g}"
+                      + (f" (adjusted {adjusted_p:.4g})" if adjusted_p is not None else "") + f" vs alpha {ALPHA}")
         named: list[str] = []
         if not ok:
             named = [r.question_id for r, h in parts if h[0] - h[1] > self.limit]

@@ -7,10 +7,11 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from harness.analysis.gatekinds._common import result
+from harness.analysis.budget import GateTest
+from harness.analysis.gatekinds._common import Budgeted, budget_fields, result
 from harness.analysis.measurements import Measurements
-from harness.analysis.sampled import smallest_attainable_p
-from harness.config.gates.registry import GateBase, Place, gate
+from harness.analysis.sampled import RESAMPLES, smallest_attainable_p
+from harness.config.gates.registry import Place, gate
 from harness.config.gates.sampling import scorer_variant
 from harness.records.run_record import GateResult
 
@@ -19,9 +20,10 @@ from harness.records.run_record import GateResult
       doc="(every comparison of a task that samples, in place of `min_output_match`) the target model's mean "
           "log-probability per token and share of its most likely tokens (rank 1) of both variants' sampled "
           "completions, scored on a non-speculative server, are not significantly different (one sign-flip "
-          "permutation test of both, maxT, paired by question, p >= alpha); "
-          "NOT RUN when the seeding makes the draws dependent (\"Sampled verdict\" below)")
-class SampledEquivalence(GateBase):
+          "permutation test of both, maxT, paired by question, p >= alpha; with the false-alarm budget: its "
+          "p-value at the config's budget, Holm); NOT RUN when the seeding makes the draws dependent "
+          "(\"Sampled verdict\" below)")
+class SampledEquivalence(Budgeted):
     """The distribution-level verdict of a comparison on a task that samples, in place of
     token-sequence output match: the target model's mean log-probability per token of
     both variants' sampled completions, scored on the non-speculative ``scorer``
@@ -32,7 +34,13 @@ class SampledEquivalence(GateBase):
     family). ``independent`` is False when the test cannot hold its level: the task's
     seeding makes the draws dependent (one seed for every request, or the same seeds on
     both sides), or the task has too few questions for the test ever to reach alpha
-    (:func:`too_few_questions`); then NOT RUN with the reason in ``dependence``."""
+    (:func:`too_few_questions`); then NOT RUN with the reason in ``dependence``.
+
+    With ``budget`` (the config's ``false_alarm_budget``) the same p-value is one of the
+    config's tested gates (Holm over the family, :mod:`harness.analysis.budget`): ``limit``
+    is the budget (the Holm-adjusted p-value must be >= it; ``sampled_alpha`` is not used),
+    and a task too small for the test is report-only by the family's rule (its smallest
+    attainable p-value, :meth:`planned_min_p`, above its share), not by ``independent``."""
 
     kind: Literal["sampled_equivalence"] = "sampled_equivalence"
     op: Literal[">="] = ">="
@@ -60,10 +68,21 @@ class SampledEquivalence(GateBase):
             why = (f"{comp.baseline} and {comp.candidate} send the same seeds (seed_offset {va.seed_offset}): their "
                    "draws are coupled, not independent; give one of them another seed_offset")
         alpha = comp.sampled_alpha or comp.alpha
-        if not why and (small := too_few_questions(t.num_questions, alpha)):
-            why = f"task {tname}: {small}"
         g = at.settings
         scorer = scorer_variant(config, comp)
+        budget = config.false_alarm_budget
+        if budget is not None:
+            return cls.at(
+                at, limit=budget, scorer=scorer, independent=not why, dependence=why, **budget_fields(at),
+                description=(f"the target's mean log-probability per token and share of its most likely tokens of "
+                             f"both variants' sampled completions (scored on "
+                             f"{scorer or 'no non-speculative variant'}'s server), paired by question: not "
+                             f"significantly different (one sign-flip permutation test of both, maxT; "
+                             f"false_alarm_budget {budget:g}, Holm over the config's tested gates); H0: both "
+                             "sample from the target's distribution"),
+            )
+        if not why and (small := too_few_questions(t.num_questions, alpha)):
+            why = f"task {tname}: {small}"
         return cls.at(
             at, limit=alpha, scorer=scorer, multiple_testing=g.multiple_testing,
             independent=not why, dependence=why,
@@ -74,6 +93,24 @@ class SampledEquivalence(GateBase):
                          + (", Holm-corrected across the config's family)" if g.multiple_testing == "holm" else ")")
                          + "; H0: both sample from the target's distribution"),
         )
+
+    def planned_test(self) -> bool:
+        """With the budget and independent draws (dependent draws are NOT RUN, never tested)."""
+        return self.budget is not None and self.independent
+
+    def test(self, m: Measurements) -> GateTest | None:
+        """The comparison's sign-flip p-value (None: not scored on both sides)."""
+        st = m.comparison(self.baseline, self.variant, self.task).sampled
+        if st is None:
+            return None
+        return GateTest(st.p_value, self.planned_min_p(st.n), "sign-flip permutation test (maxT)")
+
+    def planned_min_p(self, n: int) -> float:
+        """The smallest p-value the test can give on ``n`` paired questions: ``2 / 2**n``
+        (:func:`~harness.analysis.sampled.smallest_attainable_p`) while every flip is
+        enumerated (``2**n <= RESAMPLES``), else ``1 / (RESAMPLES + 1)`` (random flips:
+        ``scipy.stats.permutation_test`` counts the observed statistic once)."""
+        return smallest_attainable_p(n) if 2 ** min(n, 64) <= RESAMPLES else 1.0 / (RESAMPLES + 1)
 
     def judge(self, m: Measurements, adjusted_p: float | None = None) -> GateResult:
         """``sampled_equivalence``: :func:`sampled_verdict`."""
@@ -142,7 +179,8 @@ def sampled_verdict(g: SampledEquivalence, m: Measurements, adjusted_p: float | 
     if errs:
         detail += "; scoring errors: " + "; ".join(errs)
     if not ok:
-        detail += (f"; FAILED: the two variants do not sample from the same distribution (p={p:.4g} < alpha "
+        level = "false_alarm_budget" if g.budget is not None else "alpha"
+        detail += (f"; FAILED: the two variants do not sample from the same distribution (p={p:.4g} < {level} "
                    f"{g.limit:g}): {g.variant}'s completions are "
                    + ("less" if st.shift < 0 else "more") + " likely under the target"
                    + ("" if st.top1_shift is None else
