@@ -16,8 +16,8 @@ Read from ``calibration.json`` (through the one reader, :mod:`harness.records.fi
   ``gates.acceptance_run_sd`` stands for.
 
 Each figure names its source: ``measured: calibrate <path>, <k> repeats``; a figure the
-calibration did not measure stays the config's, ``assumed: <key> <value> (the default)`` or
-``(set by the config)``.
+calibration did not measure stays the config's, ``assumed: <key> <value>, the default`` or
+``, set by the config``.
 """
 
 from __future__ import annotations
@@ -168,11 +168,11 @@ def family_discordance(sources: Sequence[Mapping[str, str | float]], m: Measured
 
 
 def assumed(spec: ComparisonSpec | GateSpec, key: str) -> str:
-    """``assumed: <key> <value> (the default)`` or ``(set by the config)``: a figure the dry run
+    """``assumed: <key> <value>, the default`` or ``, set by the config``: a figure the dry run
     takes from the config because no calibration measured it."""
     value = getattr(spec, key)
     default = type(spec).model_fields[key].default
-    return f"assumed: {key} {value} ({'the default' if value == default else 'set by the config'})"
+    return f"assumed: {key} {value}, {'the default' if value == default else 'set by the config'}"
 
 
 def _source(path: Path, repeats: int) -> str:
@@ -294,11 +294,12 @@ class MeasuredJson(TypedDict):
 def measured_json(config: ModelConfig, m: MeasuredFigures) -> MeasuredJson:
     """``config``'s measured output divergence (per comparison and task) and acceptance
     dispersion (per variant and task; the run spread against ``gates.acceptance_run_sd``),
-    each with its source; figures of comparisons, variants or tasks not in ``config`` are left out."""
+    each with its source; figures of comparisons, variants or tasks not in ``config`` are left out, and
+    the divergence of a task that samples (its output is not compared: ``sampling_notes``)."""
     comps = {(x.baseline, x.candidate) for x in config.comparisons}
     div = [DivergenceJson(baseline=b, candidate=c, task=t, divergence_rate=v.value, source=v.source)
            for (cn, b, c, t), v in m.divergence.items()
-           if cn == config.name and (b, c) in comps and t in config.tasks]
+           if cn == config.name and (b, c) in comps and t in config.tasks and not config.tasks[t].samples]
     acc = [AcceptanceSdJson(variant=vn, task=t, sd_tokens=v.value, source=v.source)
            for (cn, vn, t), v in m.acceptance_sd.items()
            if cn == config.name and vn in config.variants and t in config.tasks]
