@@ -15,8 +15,6 @@ import statistics
 from pathlib import Path
 
 import pytest
-from scipy.optimize import brentq
-from scipy.stats import norm
 
 from harness.analysis.familywise import family_false_fail
 from harness.cli import app
@@ -37,12 +35,16 @@ def _raw() -> dict:
 
 def _comparison(config: str, baseline: str, candidate: str, task: str) -> dict:
     c = next(c for c in _raw()["configs"] if c["name"] == config)
-    return next(x for x in c["comparisons"] if (x["baseline"], x["candidate"], x["task"]) == (baseline, candidate, task))
+    want = (baseline, candidate, task)
+    return next(x for x in c["comparisons"] if (x["baseline"], x["candidate"], x["task"]) == want)
 
 
 def connor_drop(n: int, psi: float, alpha: float, power: float) -> float:
     """Connor 1987 (Biometrics 43:207-211) inverted here with scipy: the drop delta in (0, psi]
     with ``delta sqrt(n) = z_{1-alpha} sqrt(psi) + z_power sqrt(psi - delta^2)``; inf if none."""
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
     za, zb = norm.ppf(1 - alpha), norm.ppf(power)
 
     def f(d: float) -> float:
