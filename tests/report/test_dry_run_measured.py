@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.analysis.familywise import family_false_fail
-from harness.cli import app
+from harness.cli import app, bisect
 from harness.config.loader import load_config
 from harness.config.plan import build_plan
 from harness.report.dry_run import detectable_drops, family_false_fail_of, plan_json, render_plan
@@ -240,3 +240,8 @@ def test_the_dry_run_finds_a_calibration_of_its_configs_and_ignores_others(tmp_p
 def test_calibration_without_dry_run_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert app.main(["--config", str(CPU), "--calibration", str(CAL), "--results-dir", str(tmp_path)]) == 2
     assert "--calibration is only for --dry-run" in capsys.readouterr().err
+
+
+def test_bisect_refuses_calibration_as_it_refuses_dry_run() -> None:
+    with pytest.raises(bisect._Refused, match="--calibration"):
+        bisect._parse(["--config", str(CPU), "--build", "a", "--build", "b", "--calibration", str(CAL)])
