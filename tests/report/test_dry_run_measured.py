@@ -81,6 +81,9 @@ def test_a_zero_discordance_is_floored_at_one_question_as_calibrate_recommends()
     assert statistics.fmean(_comparison("tiny-qwen3next-mtp-cpu", "reference", "spec_sync", "gsm8k")
                             ["discordance"]["values"]) == 0.0
     assert d.value == 1 / 20 and d.source.endswith("8 repeats; mean 0 floored at 1/n = 1/20")
+    rec = next(r for r in _raw()["configs"][0]["recommended"]["comparisons"]
+               if (r["baseline"], r["candidate"], r["task"]) == ("reference", "spec_sync", "gsm8k"))
+    assert rec["expected_discordance"] == d.value  # calibrate's own rule gives the same figure
 
 
 def test_detectable_drop_uses_the_measured_discordance() -> None:
