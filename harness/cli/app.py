@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # imported where used: the cost module loads the plan's stage
     from harness.records.run_record import RunRecord
     from harness.records.shards import ShardInfo
     from harness.report.cost import PlanCost, TwinCost
+    from harness.report.dry_run_measured import MeasuredFigures
     from harness.run.context import RunContext
 
 EXAMPLES = """\
@@ -108,6 +109,11 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="print the plan (configs, variants, exact server commands and environment, tasks, gates) and "
                    "exit; needs no vLLM")
     p.add_argument("--json", action="store_true", help="with --dry-run: print the plan as JSON")
+    p.add_argument("--calibration", type=cli_type(OptionalPath, "a calibration.json"), default=None,
+                   metavar="CALIBRATION_JSON",
+                   help="with --dry-run: take discordance, output divergence and acceptance spread from this "
+                        "`evalrun calibrate` summary where it measured them (each figure names its source); default: "
+                        "the newest RESULTS_DIR/*/calibration.json, if any (docs/gates.md)")
     p.add_argument("--data-dir", type=cli_type(DirPath, "a folder"), default=None,
                    help="folder with GSM8K test.jsonl and train.jsonl (default: $EVALRUN_DATA_DIR, else the hub via "
                    "`datasets`)")
@@ -257,6 +263,8 @@ def cmd_run(argv: list[str]) -> int:
             return _dry_run(args, plan)  # refused inside: its message, exit code 2
         if args.json:
             raise _Refused("--json is only for --dry-run (the run record is JSON: results/<run id>/run.json)")
+        if args.calibration is not None:
+            raise _Refused("--calibration is only for --dry-run (a run's gates read the config's settings)")
     except _Refused as e:
         print(f"evalrun: {e}", file=sys.stderr)
         return 2
@@ -433,6 +441,7 @@ def _dry_run(args: argparse.Namespace, plan: Plan) -> int:
     from harness.report.cost import plan_cost, render_twin_cost
     from harness.report.dry_run import data_counts, plan_json, render_plan, render_schedule
 
+    measured = _measured(args, plan)
     counts = data_counts(plan, args.data_dir)
     try:
         cost = plan_cost(plan, args.results_dir, only=args.variant, gpus=args.gpus, max_servers=args.max_servers,
@@ -441,12 +450,12 @@ def _dry_run(args: argparse.Namespace, plan: Plan) -> int:
     except ValueError as e:
         raise _Refused(str(e)) from None
     if args.json:
-        out = plan_json(plan, args.variant, counts, cost)
+        out = plan_json(plan, args.variant, counts, cost, measured)
         for entry in out:
             entry.setdefault("cost", {}).setdefault("list", {})["v1_runner_twins"] = twins
         print(json.dumps(out, indent=2))
     else:
-        print(render_plan(plan, args.variant, counts))
+        print(render_plan(plan, args.variant, counts, measured))
         print(render_schedule(cost))
         if twins is not None:
             print(render_twin_cost(twins))
@@ -454,6 +463,29 @@ def _dry_run(args: argparse.Namespace, plan: Plan) -> int:
     for msg in refused:
         print(f"evalrun: {msg}", file=sys.stderr)
     return 2 if refused else 0  # the run would refuse it before any server starts
+
+
+def _measured(args: argparse.Namespace, plan: Plan) -> MeasuredFigures | None:
+    """The dry run's measured figures: ``--calibration``'s, else the newest
+    ``calibration.json`` one level inside ``--results-dir`` when it measured a planned config
+    (:func:`harness.report.dry_run_measured.find_calibration`), else None (assumed figures).
+
+    Raises:
+        _Refused: the file cannot be read or is not calibrate's summary (named).
+    """
+    from harness.report.dry_run_measured import CalibrationFileError, find_calibration, read_measured
+
+    path = args.calibration or find_calibration(args.results_dir)
+    if path is None:
+        return None
+    try:
+        m = read_measured(path)
+    except CalibrationFileError as e:
+        how = "--calibration" if args.calibration else "found under --results-dir; name another with --calibration"
+        raise _Refused(f"{e} ({how})") from None
+    if args.calibration is None and not m.configs() & {c.name for c in plan.configs}:
+        return None  # found, but of other configs: the assumed figures, as without it
+    return m
 
 
 def _twin_cost(args: argparse.Namespace, plan: Plan, cost: PlanCost) -> TwinCost | None:

@@ -51,7 +51,7 @@ from harness.records.run_record import RunRecordError, load_run
 #: run options a bisection sets itself or that would be overwritten by every step.
 REFUSED = {"python": "--python", "build": "--build", "run_id": "--run-id", "dry_run": "--dry-run", "json": "--json",
            "shard": "--shard", "update_baseline": "--update-baseline", "markdown": "--markdown",
-           "junit": "--junit", "resume": "--resume"}
+           "junit": "--junit", "resume": "--resume", "calibration": "--calibration"}
 
 
 class BisectStep(BaseModel):

@@ -26,6 +26,14 @@ from harness.records.numerics_noise import noise_record
 from harness.records.run_record import SubsetWarning
 from harness.report.budget_plan import budget_plan, render_budget
 from harness.report.cost import PlanCost, cost_json, render_cost
+from harness.report.dry_run_measured import (
+    MeasuredFigures,
+    assumed,
+    discordance_of,
+    family_discordance,
+    measured_json,
+    render_measured,
+)
 from harness.tasks import (
     GSM8K_TEST_SIZE,
     DataUnavailableError,
@@ -69,6 +77,8 @@ class PairedDrop(TypedDict):
     expected_discordance: float
     test_drop: float | None
     max_accuracy_drop: float
+    discordance: NotRequired[float]  # with calibration figures: the discordance used, and its source
+    discordance_source: NotRequired[str]
 
 
 class SampledShift(TypedDict):
@@ -83,6 +93,7 @@ class SampledShift(TypedDict):
     independent: bool
     #: why the gate is planned NOT RUN (dependent draws, too few questions), else None
     not_run_reason: str | None
+    logprob_sd_source: NotRequired[str]  # with calibration figures (calibrate does not measure it)
 
 
 class DetectableDrops(TypedDict):
@@ -112,6 +123,7 @@ class FamilyFalseFail(TypedDict):
     sampled_gates: int
     sampled_alpha_sum_bound: float
     false_fail: float
+    discordance_sources: NotRequired[list[dict[str, str | float]]]  # with calibration figures
 
 
 class DataCount(TypedDict):
@@ -124,8 +136,8 @@ class DataCount(TypedDict):
     note: str | None
 
 
-def detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER,
-                     only: Sequence[str] | None = None) -> list[DetectableDrops]:
+def detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER, only: Sequence[str] | None = None,
+                     measured: MeasuredFigures | None = None) -> list[DetectableDrops]:
     """The smallest accuracy drops the gates of ``config`` can detect, per task.
 
     For each task with n questions (:func:`task_size`) and p = the config's
@@ -158,6 +170,8 @@ def detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER,
         power: wanted probability of detection, in (0.5, 1).
         only: variant names chosen with ``--variant``; comparisons involving others
             are left out (None = all).
+        measured: ``--calibration``'s figures (:mod:`harness.report.dry_run_measured`): its
+            discordance replaces ``expected_discordance`` where measured; entries name sources.
 
     Returns:
         ``[{"task", "n", "p", "p_assumed", "power", "floor": {...} , "paired": [...]}]``;
@@ -169,13 +183,14 @@ def detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER,
         n = task_size(t)
         p = 0.5 if g.accuracy_threshold is None else g.accuracy_threshold
         out.append({"task": tname, "n": n, "p": p, "p_assumed": g.accuracy_threshold is None, "power": power,
-                    "floor": _floor_drops(g, n, p, power), "paired": _paired_drops(config, n, p, power, only),
-                    "sampled": _sampled_shifts(config, tname, n, power, only)})
+                    "floor": _floor_drops(g, n, p, power),
+                    "paired": _paired_drops(config, n, p, power, only, tname, measured),
+                    "sampled": _sampled_shifts(config, tname, n, power, only, measured)})
     return out
 
 
 def _sampled_shifts(config: ModelConfig, tname: str, n: int, power: float,
-                    only: Sequence[str] | None) -> list[SampledShift]:
+                    only: Sequence[str] | None, measured: MeasuredFigures | None = None) -> list[SampledShift]:
     """The ``sampled`` entries of :func:`detectable_drops` for task ``tname``: one per
     planned ``sampled_equivalence`` gate (among the variants ``only``, when given)."""
     comps = {(c.baseline, c.candidate): c for c in config.comparisons}
@@ -189,6 +204,8 @@ def _sampled_shifts(config: ModelConfig, tname: str, n: int, power: float,
         out.append({"baseline": g.baseline, "candidate": g.variant, "alpha": g.limit, "expected_logprob_sd": sd,
                     "shift": detectable_shift(n, sd, g.limit, power), "independent": g.independent,
                     "not_run_reason": g.dependence or None})
+        if measured is not None:
+            out[-1]["logprob_sd_source"] = assumed(comps[(g.baseline, g.variant)], "expected_logprob_sd")
     return out
 
 
@@ -208,8 +225,8 @@ def _floor_drops(g: GateSpec, n: int, p: float, power: float) -> FloorDrops:
     return floor
 
 
-def _paired_drops(config: ModelConfig, n: int, p: float, power: float,
-                  only: Sequence[str] | None) -> list[PairedDrop]:
+def _paired_drops(config: ModelConfig, n: int, p: float, power: float, only: Sequence[str] | None,
+                  tname: str = "", measured: MeasuredFigures | None = None) -> list[PairedDrop]:
     """The ``paired`` entries of :func:`detectable_drops` for one task: one per comparison
     with a ``max_accuracy_drop`` (among the variants ``only``, when given)."""
     paired: list[PairedDrop] = []
@@ -218,13 +235,15 @@ def _paired_drops(config: ModelConfig, n: int, p: float, power: float,
             continue
         if only is not None and not {comp.baseline, comp.candidate} <= set(only):
             continue
+        psi, src = discordance_of(config, comp, tname, measured)
         paired.append({
             "baseline": comp.baseline, "candidate": comp.candidate, "alpha": comp.alpha,
             "expected_discordance": comp.expected_discordance,
-            "test_drop": _finite(min_detectable_drop(n, p, comp.alpha, power,
-                                                     discordance=comp.expected_discordance)),
+            "test_drop": _finite(min_detectable_drop(n, p, comp.alpha, power, discordance=psi)),
             "max_accuracy_drop": comp.max_accuracy_drop,
         })
+        if measured is not None:
+            paired[-1]["discordance"], paired[-1]["discordance_source"] = psi, src
     return paired
 
 
@@ -281,14 +300,14 @@ def _finite(x: float) -> float | None:
     return None if x == float("inf") else x
 
 
-def render_detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER,
-                            only: Sequence[str] | None = None) -> list[str]:
+def render_detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER, only: Sequence[str] | None = None,
+                            measured: MeasuredFigures | None = None) -> list[str]:
     """Lines for ``--dry-run`` stating :func:`detectable_drops` with their assumptions."""
     def pts(x: float | None) -> str:
         return f"{x:.3f}" if x is not None else "none (not even a drop equal to the discordance)"
 
     lines = []
-    for d in detectable_drops(config, power, only):
+    for d in detectable_drops(config, power, only, measured):
         f = d["floor"]
         pa = " (no accuracy_threshold: worst case p = 0.5 assumed)" if d["p_assumed"] else ""
         lines.append(
@@ -326,8 +345,9 @@ def render_detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER,
                 f"    paired {q['baseline']} -> {q['candidate']}: one-sided McNemar alpha={q['alpha']} detects "
                 + (f"drops >= {q['test_drop']:.3f}" if q["test_drop"] is not None
                    else "no drop (not even one equal to the discordance)")
-                + f" assuming discordance {q['expected_discordance']} "
-                "(expected_discordance; Connor 1987); "
+                + (f" assuming discordance {q['expected_discordance']} (expected_discordance; Connor 1987); "
+                   if "discordance_source" not in q else
+                   f" assuming discordance {q['discordance']:.4g} ({q['discordance_source']}; Connor 1987); ")
                 + (f"the gate also fails above max_accuracy_drop {q['max_accuracy_drop']}"
                    if config.false_alarm_budget is None else
                    f"with the false-alarm budget the gate fails only on a drop shown beyond its margin "
@@ -339,11 +359,12 @@ def render_detectable_drops(config: ModelConfig, power: float = DEFAULT_POWER,
                 f"detects a shift of the target's mean log-probability per token >= {sh['shift']:.3f} nats "
                 f"[(z_(1-alpha/2) + z_power) * sd / sqrt(n)] assuming sd {sh['expected_logprob_sd']} of the "
                 "per-question difference (expected_logprob_sd)"
+                + (f" ({sh['logprob_sd_source']})" if "logprob_sd_source" in sh else "")
                 + ("" if sh["independent"] else f"; NOT RUN as planned: {sh['not_run_reason']}"))
     return lines
 
 
-def family_false_fail_of(config: ModelConfig) -> FamilyFalseFail:
+def family_false_fail_of(config: ModelConfig, measured: MeasuredFigures | None = None) -> FamilyFalseFail:
     """The family-wise false-fail probability of ``config``'s in-run gates that test
     for a difference, on an unchanged build.
 
@@ -357,6 +378,7 @@ def family_false_fail_of(config: ModelConfig) -> FamilyFalseFail:
     probability at most its alpha (its positions are Holm-corrected, and a failure also
     needs a drop beyond the relative tolerance; under the binomial model of the counts).
     Gates against a stored baseline (``--baseline``) are not in the plan and not counted.
+    ``measured`` (``--calibration``): the calibrated discordance where measured, named in ``discordance_sources``.
 
     Returns:
         ``{"accuracy_drop_gates": int, "holm": bool, "accuracy_drop_false_fail": float,
@@ -367,13 +389,17 @@ def family_false_fail_of(config: ModelConfig) -> FamilyFalseFail:
         gates (independence).
     """
     drops: list[tuple[int, float, float | None, float]] = []
+    sources: list[dict[str, str | float]] = []
     holm = False
     om_alphas: list[float] = []
     for comp in config.comparisons:
         for tname in comp.tasks or config.tasks:
             n = task_size(config.tasks[tname])
             if comp.max_accuracy_drop is not None:
-                drops.append((n, comp.expected_discordance, comp.max_accuracy_drop, comp.alpha))
+                psi, src = discordance_of(config, comp, tname, measured)
+                drops.append((n, psi, comp.max_accuracy_drop, comp.alpha))
+                sources.append({"baseline": comp.baseline, "candidate": comp.candidate, "task": tname,
+                                "discordance": psi, "source": src})
                 holm |= config.gates_for(tname).multiple_testing == "holm"
             if (comp.min_output_match is not None and not config.tasks[tname].samples
                     and (comp.noise_runs > 1 or comp.noise_mismatch_rate is not None)):
@@ -385,26 +411,31 @@ def family_false_fail_of(config: ModelConfig) -> FamilyFalseFail:
     keep = 1.0 - acc
     for a in om_alphas + pos_alphas + sampled_alphas:
         keep *= 1.0 - a
-    return {"accuracy_drop_gates": len(drops), "holm": holm, "accuracy_drop_false_fail": acc,
-            "output_match_gates": len(om_alphas), "output_match_alpha_sum_bound": sum(om_alphas),
-            "position_gates": len(pos_alphas), "position_alpha_sum_bound": sum(pos_alphas),
-            "sampled_gates": len(sampled_alphas), "sampled_alpha_sum_bound": sum(sampled_alphas),
-            "false_fail": 1.0 - keep}
+    out: FamilyFalseFail = {"accuracy_drop_gates": len(drops), "holm": holm, "accuracy_drop_false_fail": acc,
+                            "output_match_gates": len(om_alphas), "output_match_alpha_sum_bound": sum(om_alphas),
+                            "position_gates": len(pos_alphas), "position_alpha_sum_bound": sum(pos_alphas),
+                            "sampled_gates": len(sampled_alphas), "sampled_alpha_sum_bound": sum(sampled_alphas),
+                            "false_fail": 1.0 - keep}
+    return out if measured is None else {**out, "discordance_sources": sources}
 
 
-def render_family(config: ModelConfig) -> list[str]:
-    """Lines for ``--dry-run`` stating :func:`family_false_fail_of`."""
-    f = family_false_fail_of(config)
+def render_family(config: ModelConfig, measured: MeasuredFigures | None = None) -> list[str]:
+    """Lines for ``--dry-run`` stating :func:`family_false_fail_of` (with ``measured``: the
+    calibrated discordance where measured, and how many gates it covers)."""
+    f = family_false_fail_of(config, measured)
     if not f["accuracy_drop_gates"] and not f["output_match_gates"] and not f["position_gates"] \
             and not f["sampled_gates"]:
         return []
     disc = sorted({c.expected_discordance for c in config.comparisons if c.max_accuracy_drop is not None})
+    why = "expected_discordance: questions flipping run to run"
+    if measured is not None:
+        disc, why = family_discordance(f.get("discordance_sources", []), measured)
     return [
         f"  family-wise false-fail probability on an unchanged build: {f['false_fail']:.3f}",
         f"    {f['accuracy_drop_gates']} accuracy-drop gate(s) "
         f"{'with Holm correction' if f['holm'] else 'each at its own alpha (set multiple_testing: holm to correct)'}: "
         f"{f['accuracy_drop_false_fail']:.3f}, assuming discordance {', '.join(map(str, disc)) or '-'} "
-        f"(expected_discordance: questions flipping run to run) and independent gates",
+        f"({why}) and independent gates",
         f"    {f['output_match_gates']} output-match gate(s): where a question falls to the noise rule "
         f"(no reference distribution judges it), at most {f['output_match_alpha_sum_bound']:.3f} together "
         "(each at most its alpha); a divergence the reference was confident about fails by design",
@@ -516,7 +547,7 @@ def per_request_line(argv: Sequence[str]) -> str:
 
 
 def render_plan(plan: Plan, only: Sequence[str] | None = None,
-                counts: dict[str, DataCount] | None = None) -> str:
+                counts: dict[str, DataCount] | None = None, measured: MeasuredFigures | None = None) -> str:
     """Human-readable plan for ``--dry-run``: every config, variant command, task and gate.
 
     Args:
@@ -524,6 +555,7 @@ def render_plan(plan: Plan, only: Sequence[str] | None = None,
         only: variant names chosen with ``--variant`` (None = all): only these are
             listed, with their gates; the gates of the others are counted as NOT RUN.
         counts: :func:`data_counts` (the questions each task's data holds), or None.
+        measured: ``--calibration``'s figures (:mod:`harness.report.dry_run_measured`), or None.
 
     Returns:
         The text. Commands are shell lines that run as pasted (quoted with
@@ -602,8 +634,9 @@ def render_plan(plan: Plan, only: Sequence[str] | None = None,
                 lines.append(f"    REFUSED: {row['refused']}")
         lines += [f"  note: {n}" for n in sampling_notes(c)]
         lines += render_runner_cost(c)
-        lines += render_detectable_drops(c, only=only)
-        lines += render_budget(c) if c.false_alarm_budget is not None else render_family(c)
+        lines += render_measured(c, measured) if measured is not None else []
+        lines += render_detectable_drops(c, only=only, measured=measured)
+        lines += render_budget(c) if c.false_alarm_budget is not None else render_family(c, measured)
         lines.append("  gates:")
         skipped = 0
         na = {v.name for v in config_plan.variants if v.not_applicable}
@@ -630,8 +663,8 @@ def render_schedule(cost: PlanCost) -> str:
     return "\n".join(render_cost(cost))
 
 
-def plan_json(plan: Plan, only: Sequence[str] | None = None,
-              counts: dict[str, DataCount] | None = None, cost: PlanCost | None = None) -> list[PlanEntryJson]:
+def plan_json(plan: Plan, only: Sequence[str] | None = None, counts: dict[str, DataCount] | None = None,
+              cost: PlanCost | None = None, measured: MeasuredFigures | None = None) -> list[PlanEntryJson]:
     """``--dry-run --json``: :meth:`Plan.to_json` plus each config's ``detectable_drops``
     and ``family_false_fail`` (:func:`family_false_fail_of`); with ``cost`` (a
     :class:`~harness.report.cost.PlanCost`) each config's ``cost``: its variants'
@@ -639,13 +672,18 @@ def plan_json(plan: Plan, only: Sequence[str] | None = None,
     under ``cost.list`` the whole list's wall time, GPU-seconds, devices and scheduler.
 
     With ``only`` (``--variant`` names) each config lists only those variants and
-    the gates that involve only them; ``argv`` keeps the ``{port}`` placeholder.
+    the gates that involve only them; ``argv`` keeps the ``{port}`` placeholder. With
+    ``measured`` (``--calibration``) the figures carry their sources and each config gets
+    ``measured_figures`` (:func:`harness.report.dry_run_measured.measured_json`).
     """
     out = plan.to_json()
     for entry, config_plan in zip(out, plan.configs):
-        entry["detectable_drops"] = detectable_drops(config_plan.config, only=only)
+        entry["detectable_drops"] = detectable_drops(config_plan.config, only=only, measured=measured)
+        if measured is not None:
+            entry["measured_figures"] = measured_json(config_plan.config, measured)
         entry["family_false_fail"] = {  # the rules without the budget: says whether they are this run's
-            **family_false_fail_of(config_plan.config), "applies": config_plan.config.false_alarm_budget is None,
+            **family_false_fail_of(config_plan.config, measured),
+            "applies": config_plan.config.false_alarm_budget is None,
             "note": "the estimate of the gates' rules without the false-alarm budget (false_alarm_budget: null); "
                     "with a budget, false_alarm_budget.false_fail_bound is this run's"}
         entry["false_alarm_budget"] = budget_plan(config_plan.config)

@@ -39,7 +39,8 @@ TEXT = st.one_of(st.sampled_from(HOSTILE), st.text(max_size=40), st.integers().m
 OPTIONS: list[tuple[tuple[str, ...], str]] = [
     *[(("--config", CONFIG, "--dry-run", "--results-dir", "RESULTS"), o) for o in (
         "--stop-grace", "--max-servers", "--run-id", "--variant", "--select", "--build-index-template", "--data-dir",
-        "--results-dir", "--baseline", "--markdown", "--junit", "--shard", "--gpus", "-k", "--resume")],
+        "--results-dir", "--baseline", "--markdown", "--junit", "--shard", "--gpus", "-k", "--resume",
+        "--calibration")],
     *[(("history", "RESULTS"), o) for o in ("--alpha", "--last", "--config", "--csv", "--parquet")],
     (("history",), "results_dir"),  # a positional: the value alone
     *[(("diff", "a", "b", "--results-dir", "RESULTS"), o) for o in ("--max-flipped", "--results-dir", "--output")],
