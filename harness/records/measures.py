@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Final, Literal, Protocol
 
-from pydantic import BaseModel, SerializerFunctionWrapHandler, model_serializer, model_validator
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from harness.config.schema import JsonValue
 from harness.records.engine_measures import (  # noqa: F401 - the engine's measures, re-exported
@@ -363,6 +363,8 @@ class DivergenceReportRecord(_Measure):
         near_tie_nats: the threshold used (nats).
         compared: questions compared (as :class:`OutputMatchRecord`).
         rerun_available: whether a rerun of the baseline was there for the fallback.
+        near_tie_widening_nats: the part of ``near_tie_nats`` added for the run's numerics
+            noise (:func:`harness.analysis.divergence.near_tie_bound`); absent without it.
         divergences: one :class:`DivergenceRecord` per mismatched question, worst first
             (unexplained by decreasing gap, then noise, then explained by decreasing gap).
 
@@ -376,6 +378,7 @@ class DivergenceReportRecord(_Measure):
     compared: int
     rerun_available: bool = False
     divergences: tuple[DivergenceRecord, ...] = ()
+    near_tie_widening_nats: float | None = Field(default=None, ge=0, exclude_if=lambda v: v is None)
 
     @model_validator(mode="before")
     @classmethod
