@@ -334,7 +334,9 @@ class DivergenceRecord(_Measure):
         verdict: ``explained`` / ``unexplained`` / ``noise``.
         source: ``reference`` (the baseline is the reference), ``reference_prefix``
             (the reference shares the baseline's prefix), ``rerun`` (fallback to the
-            baseline's rerun), ``none`` (no distribution, no rerun).
+            baseline's rerun), ``none`` (no distribution, no rerun), ``reference_at_prefix``
+            (scored on the reference's server at the baseline's prefix,
+            :mod:`harness.analysis.prefix_gap`; ``gap_nats`` is then exact).
         reason: one sentence for people.
     """
 

@@ -10,6 +10,7 @@ from harness.analysis.budget import GateTest
 from harness.analysis.divergence import near_tie_bound, noise_bound_of
 from harness.analysis.gatekinds._common import Budgeted, budget_fields, budget_verdict, result
 from harness.analysis.measurements import Measurements
+from harness.analysis.prefix_gap import PREFIX_SOURCE
 from harness.config.gates.registry import Place, gate
 from harness.records.measures import AnswerAgreementRecord, DivergenceReportRecord, NoiseRecord, OutputMatchRecord
 from harness.records.run_record import GateResult
@@ -168,6 +169,9 @@ def _output_match_classified(g: MinOutputMatch, om: OutputMatchRecord, dv: Diver
               f"{len(un)} unexplained, {len(ex)} explained")
     if nz:
         detail += f", {len(nz)} explained by the baseline's rerun (no reference distribution there)"
+    if at_prefix := [d for d in dv.divergences if d.source == PREFIX_SOURCE]:
+        detail += (f"; {len(at_prefix)} judged on {dv.reference}'s server at the baseline's prefix "
+                   f"({sum(d.verdict == 'explained' for d in at_prefix)} explained)")
     if un:
         detail += "; unexplained (worst first): " + ", ".join(
             f"{d.question_id}@{d.position} " + ("gap " + (">" if not d.in_top_k else "") + f"{d.gap_nats:.2f}"
