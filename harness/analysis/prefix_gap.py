@@ -116,12 +116,14 @@ def judge_at_prefix(report: DivergenceReportRecord, scores: Mapping[str, PrefixS
     """``report`` with every divergence scored in ``scores`` (question id -> its
     :class:`PrefixScore`) judged by the reference's gap at the baseline's prefix.
 
-    A scored divergence is explained when ``gap_nats <= report.near_tie_nats`` (the gap
-    may be negative: the reference prefers the candidate's token), else unexplained; its
-    source becomes :data:`PREFIX_SOURCE`, ``gap_nats`` the exact gap (``in_top_k`` True:
-    both tokens were scored), ``candidate_rank`` the candidate token's rank there and
-    ``reference_token`` whichever side's token the reference ranks first (None when
-    neither). A score with an ``error`` keeps the divergence's verdict, its reason
+    A scored divergence is explained when its :attr:`PrefixScore.gap_nats` is at most
+    ``report.near_tie_nats`` (a negative gap, the reference preferring the candidate's
+    token, is explained), else unexplained. Its source becomes :data:`PREFIX_SOURCE`; its
+    ``gap_nats`` is how far the candidate's token is below the better of the two,
+    ``max(gap, 0)`` (>= 0 as every recorded gap; the signed gap is in the scores file and
+    the reason); ``in_top_k`` True (both tokens were scored, exactly); ``candidate_rank``
+    the candidate token's rank there; ``reference_token`` whichever side's token the
+    reference ranks first (None when neither). A score with an ``error`` keeps the divergence's verdict, its reason
     extended by the error. Divergences are ordered worst first again.
 
     Args:
@@ -152,7 +154,7 @@ def judge_at_prefix(report: DivergenceReportRecord, scores: Mapping[str, PrefixS
         ref_tok = (d.baseline_token if s.baseline_rank == 1 else d.candidate_token if s.candidate_rank == 1
                    else None)
         out.append(d.model_copy(update={
-            "verdict": EXPLAINED if ok else UNEXPLAINED, "source": PREFIX_SOURCE, "gap_nats": round(gap, 6),
+            "verdict": EXPLAINED if ok else UNEXPLAINED, "source": PREFIX_SOURCE, "gap_nats": round(max(gap, 0.0), 6),
             "in_top_k": True, "candidate_rank": s.candidate_rank, "reference_token": ref_tok, "reason": reason}))
     order = {UNEXPLAINED: 0, NOISE: 1, EXPLAINED: 2}
     out.sort(key=lambda x: (order[x.verdict], -(x.gap_nats if x.gap_nats is not None else float("inf")),

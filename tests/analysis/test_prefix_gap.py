@@ -54,7 +54,8 @@ def test_a_scored_gap_is_judged_by_the_reports_threshold_and_a_failure_changes_n
     assert by["a"].verdict == "explained" and by["a"].source == PREFIX_SOURCE and by["a"].gap_nats == 0.5
     assert by["b"].verdict == "unexplained" and by["b"].gap_nats == 4.0 and by["b"].candidate_rank == 3
     assert by["b"].reference_token == 5 and by["c"].reference_token == 6
-    assert by["c"].verdict == "explained" and by["c"].gap_nats == -1.8
+    # the recorded gap is the candidate's below the better of the two (>= 0, as every recorded gap)
+    assert by["c"].verdict == "explained" and by["c"].gap_nats == 0.0 and "-1.800 nats below" in by["c"].reason
     # fail closed: unexplained as before, the reason names the request and the error
     assert by["d"].verdict == "unexplained" and by["d"].source == "none"
     assert "request prefix:x->y/t:d:baseline: HTTP 500" in by["d"].reason

@@ -52,7 +52,8 @@ def test_divergences_off_the_references_path_are_scored_at_the_baselines_prefix(
         s = by_q[d["question_id"]]
         assert s["error"] is None and s["position"] == d["position"]
         assert (s["baseline_token"], s["candidate_token"]) == (d["baseline_token"], d["candidate_token"])
-        assert d["gap_nats"] == pytest.approx(s["baseline_logprob"] - s["candidate_logprob"], abs=1e-6)
+        assert s["gap_nats"] == pytest.approx(s["baseline_logprob"] - s["candidate_logprob"])
+        assert d["gap_nats"] == pytest.approx(max(0.0, s["gap_nats"]), abs=1e-6)
         # the fake flips only at near ties: both tokens are its top two there, a margin < TIE_MARGIN_MAX apart
         assert {s["baseline_rank"], s["candidate_rank"]} == {1, 2}
         assert abs(d["gap_nats"]) < fn.TIE_MARGIN_MAX and d["verdict"] == "explained"
