@@ -210,3 +210,30 @@ def accepted_per_position(prompt: str, seed: int, npass: int, k: int) -> list[in
                 break
             out[i] += 1
     return out
+
+
+def prompt_logprobs(prompt: str, ids: list[int]) -> list[dict[str, dict[str, object]] | None] | None:
+    """vLLM's ``prompt_logprobs`` of the fake model's greedy completion ids ``ids`` after
+    ``prompt``, without noise (the reference's server scoring a prefix): at each step the
+    branch is followed as the ids take it; the top choice has ``-log(1 + exp(-margin))``
+    (rank 1), the runner-up ``margin`` nats below (rank 2), any other id -30 (rank 3, and the
+    later steps are off the model: -30 too). None when no id is one of the model's (20..999):
+    not a greedy completion of this model."""
+    if not any(20 <= t < 1000 for t in ids):
+        return None
+    key = hashlib.sha256(prompt.encode()).hexdigest()[:16]
+    branch: tuple[int, ...] = ()
+    out: list[dict[str, dict[str, object]] | None] = [None]
+    off = False
+    for i, t in enumerate(ids):
+        lp, rank = -30.0, 3
+        if not off and i < LENGTH:
+            top, other = _tokens(key, branch, i)
+            m = margins(key, branch)[i]
+            if t in (top, other):
+                lp, rank = -math.log1p(math.exp(-m)) - (m if t == other else 0.0), 1 if t == top else 2
+                branch += (i,) if t == other else ()
+            else:
+                off = True
+        out.append({str(t): {"logprob": lp, "rank": rank, "decoded_token": "x"}})
+    return out

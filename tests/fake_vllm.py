@@ -66,7 +66,10 @@ In every mode ``POST /tokenize`` answers one token id for a prompt (1000 + its k
 a completion request whose prompt is a list of ids with ``prompt_logprobs`` answers the
 prompt's log-probabilities: log softmax(logits_(q,i)) of each later id (the raw
 log-probabilities, as vLLM's ``prompt_logprobs``), its rank (1 = most likely) and its
-text (ids 10..17 the letters a..h; the stop id 18 log 0.5, rank 1).
+text (ids 10..17 the letters a..h; the stop id 18 log 0.5, rank 1). Under numerics noise, a
+prompt tokenized earlier followed by the noisy model's greedy ids (20..999) is answered by that
+model without noise (``fake_numerics.prompt_logprobs``): evalrun's scoring of a divergence at
+the baseline's prefix.
 
 The server log names the model runner as vLLM does: ``FAKE_RUNNER`` ``v1`` (default;
 vLLM's "Model Runner V2 requires Triton; using the V1 model runner instead."), ``v2``
@@ -304,6 +307,7 @@ def spec_decoding_of(per_pos: list[int], steps: int, k: int) -> dict:
         out.update(per_step_accepted=acc, per_step_drafted=[k] * n)
     return out
 inflight: set[int] = set()  # rows of the requests in flight, under noise
+tokenized: dict[int, str] = {}  # /tokenize's answer -> the prompt text
 if noise is not None:
     print(f"fake vllm: numerics noise {noise.spec} ({noise.level_nats} nats), seed {noise.seed}", flush=True)
 
@@ -569,11 +573,16 @@ class H(BaseHTTPRequestHandler):
                 return self._send(404, {"detail": "Not Found"})
             return self._send(200, {"results": json.loads(os.environ.get("FAKE_RPC_RESULTS", "[null]"))})
         if self.path == "/tokenize":
-            return self._send(200, {"tokens": [1000 + prompt_key(json.loads(body).get("prompt", ""))]})
+            text = json.loads(body).get("prompt", "")
+            tokenized[1000 + prompt_key(text)] = text  # a greedy prefix's scoring (noise) reads the text back
+            return self._send(200, {"tokens": [1000 + prompt_key(text)]})
         scoring = json.loads(body or b"{}")
         if isinstance(scoring.get("prompt"), list) and scoring.get("prompt_logprobs") is not None:
-            # the sampled verdict's scoring request
-            return self._send(200, {"choices": [{"text": "x", "prompt_logprobs": prompt_logprobs_of(scoring["prompt"]),
+            # the sampled verdict's scoring request, or under noise a greedy prefix's (evalrun's prefix scoring)
+            ids = scoring["prompt"]
+            plp = (fake_numerics.prompt_logprobs(tokenized[ids[0]], ids[1:])
+                   if noise is not None and ids and ids[0] in tokenized else None)
+            return self._send(200, {"choices": [{"text": "x", "prompt_logprobs": plp or prompt_logprobs_of(ids),
                                                  "finish_reason": "length"}]})
         with lock:
             count += 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from harness.analysis.divergence import UNEXPLAINED, carries_logprobs, classify_divergences
+from harness.analysis.divergence import UNEXPLAINED, carries_logprobs, classify_divergences, near_tie_bound
 from harness.analysis.measurements import Measurements
 from harness.analysis.noise import output_noise_rerun, output_noise_stored
 from harness.analysis.scoring import answer_agreement, is_truncated, output_match
@@ -145,8 +145,10 @@ def compare(config: ModelConfig, m: Measurements, reruns: Reruns, asked: dict[st
             ref = reference_variant(config, m, comp.baseline, tname) if nats is not None else None
             if ref is not None and nats is not None:
                 noise_ids = None if rerun is None else {q for q, _ in output_match_noise(a, rerun)}
-                divergence = classify_divergences(a, b, m.task(ref, tname).samples, ref, nats,
-                                                  baseline_is_reference=(ref == comp.baseline), noise_ids=noise_ids)
+                bound = near_tie_bound(nats)  # widened under the run's numerics noise (docs/gates.md, "Near ties")
+                divergence = classify_divergences(a, b, m.task(ref, tname).samples, ref, bound.nats,
+                                                  baseline_is_reference=(ref == comp.baseline), noise_ids=noise_ids,
+                                                  widening_nats=bound.widening_nats or None)
             measured = ComparisonMeasured(
                 output_match=match, paired=m.paired(comp.baseline, comp.candidate, tname, pipeline), noise=noise,
                 answer_agreement=answer_agreement(a, b, pipeline), divergence=divergence,

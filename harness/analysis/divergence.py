@@ -28,18 +28,96 @@ For ``reference -> candidate`` the baseline is the reference. For a comparison w
 baseline speculates (``spec_sync -> spec_async``) the reference's distribution is used
 where the reference's token ids equal the baseline's up to ``d`` (the same prefix was
 scored). The gates count unexplained divergences (:class:`harness.analysis.gatekinds.min_output_match.MinOutputMatch`).
+
+Under the engine's known numerics noise (``EVALRUN_NUMERICS_NOISE``, docs/numerics.md) a
+clean build flips at gaps of several times the noise's level, so the threshold a divergence
+is judged by is widened by it: :func:`near_tie_bound` is its one home.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Sequence
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final, Sequence
 
 from harness.analysis.scoring import committed_divergence
+from harness.faults.noise import NOISE_ENV, parse_level
 from harness.records.measures import EXPLAINED, NOISE, UNEXPLAINED, DivergenceRecord, DivergenceReportRecord
 from harness.records.samples import Sample
 
-#: The analysis' names of the record types it returns (the same types, not copies).
+#: K: the near-tie threshold under numerics noise of level L nats is ``near_tie_nats + K * L``.
+#: Derivation (docs/numerics.md, "What it means for the gates"): the reference decodes with
+#: its own noise, so the gap it reports at a position is ``g_obs = m + e_r`` (m >= 0 the
+#: noiseless margin of its top token, e_r the difference of the two logits' draws, sd
+#: sqrt(2) L); the candidate flips there when ``m + e_c < 0`` (its own, independent
+#: difference, sd sqrt(2) L). So at a flip ``g_obs < e_r - e_c``, a normal of sd 2 L, and
+#: P(g_obs > K L) <= P(Z > K / 2) = Phi(-K / 2). K = 8: Phi(-4) = 3.17e-5 per divergence. The
+#: CPU list's main config under ``gpu`` has about 22 divergences per comparison and night
+#: (87 in 4 runs of 2 pairs, docs/numerics.md), about 66 over its three comparisons: by the
+#: union bound a clean night puts a noise flip beyond the bound with probability <= 66 x
+#: 3.17e-5 = 0.0021, inside a 0.01 budget even with ``min_output_match: 1.0`` (one
+#: unexplained divergence fails it); K = 7 gives 66 x 2.33e-4 = 0.015, above it.
+#: (``scipy.stats.norm.sf(K / 2)``.) The engine test tests/e2e/test_numerics_noise_engine.py
+#: asserts the same bound (8 x level + 0.5 nats).
+NOISE_TIE_SDS: Final = 8
+
+
+@dataclass(frozen=True)
+class NearTieBound:
+    """The near-tie threshold a divergence is judged by (:func:`near_tie_bound`).
+
+    Attributes:
+        configured_nats: the config's ``near_tie_nats`` (>= 0).
+        noise_level_nats: the numerics noise's level in nats (``EVALRUN_NUMERICS_NOISE``),
+            None without it.
+    """
+
+    configured_nats: float
+    noise_level_nats: float | None = None
+
+    @property
+    def widening_nats(self) -> float:
+        """``NOISE_TIE_SDS * level`` (0.0 without noise)."""
+        return 0.0 if self.noise_level_nats is None else NOISE_TIE_SDS * self.noise_level_nats
+
+    @property
+    def nats(self) -> float:
+        """The threshold: ``configured_nats + widening_nats``."""
+        return self.configured_nats + self.widening_nats
+
+    def describe(self) -> str:
+        """``<= 0.5 nats``, or with noise ``<= 12.5 nats (0.5 configured, widened by 12 = 8 x the
+        numerics noise's 1.5 nats, EVALRUN_NUMERICS_NOISE)``."""
+        if self.noise_level_nats is None:
+            return f"<= {self.nats:g} nats"
+        return (f"<= {self.nats:g} nats ({self.configured_nats:g} configured, widened by {self.widening_nats:g} = "
+                f"{NOISE_TIE_SDS} x the numerics noise's {self.noise_level_nats:g} nats, {NOISE_ENV})")
+
+
+def near_tie_bound(near_tie_nats: float, environ: Mapping[str, str] | None = None) -> NearTieBound:
+    """The threshold divergences are judged by: ``near_tie_nats`` widened by
+    :data:`NOISE_TIE_SDS` x the numerics noise's level when ``EVALRUN_NUMERICS_NOISE`` is set in
+    ``environ`` (``os.environ`` by default: the run's servers get the same setting). The one
+    home of that rule: the analysis, the gate's plan and the dry run call it.
+
+    Raises:
+        harness.faults.noise.NoiseSettingError: the variable is invalid (a run refuses it
+            before this is reached).
+    """
+    env = os.environ if environ is None else environ
+    return NearTieBound(near_tie_nats, parse_level(env.get(NOISE_ENV)))
+
+
+def noise_bound_of(report: DivergenceReportRecord) -> NearTieBound:
+    """The :class:`NearTieBound` a judged report used (its ``near_tie_nats`` and, under
+    noise, ``near_tie_widening_nats``)."""
+    w = report.near_tie_widening_nats
+    if w is None:
+        return NearTieBound(report.near_tie_nats)
+    return NearTieBound(report.near_tie_nats - w, w / NOISE_TIE_SDS)
+
 
 
 def _tok(ids: Sequence[int], i: int) -> int | None:
@@ -120,6 +198,7 @@ def classify_divergences(
     near_tie_nats: float,
     baseline_is_reference: bool,
     noise_ids: set[str] | None = None,
+    widening_nats: float | None = None,
 ) -> DivergenceReportRecord:
     """Judge every divergent question of ``baseline -> candidate`` (one task).
 
@@ -133,6 +212,8 @@ def classify_divergences(
             applies at every divergence it has log-probabilities for).
         noise_ids: question ids whose baseline rerun diverged from the first pass (the
             fallback rule); None when the baseline was not rerun.
+        widening_nats: how much of ``near_tie_nats`` is the numerics noise's widening
+            (:attr:`NearTieBound.widening_nats`), recorded; None without noise.
 
     Returns:
         :class:`DivergenceReportRecord`. Questions compared are those that succeeded with
@@ -213,7 +294,8 @@ def classify_divergences(
 
     out.sort(key=worst_first)
     return DivergenceReportRecord(reference=reference_name, near_tie_nats=near_tie_nats, compared=compared,
-                                  divergences=tuple(out), rerun_available=noise_ids is not None)
+                                  divergences=tuple(out), rerun_available=noise_ids is not None,
+                                  near_tie_widening_nats=widening_nats)
 
 
 def carries_logprobs(samples: Sequence[Sample] | None) -> bool:

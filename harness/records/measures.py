@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Final, Literal, Protocol
 
-from pydantic import BaseModel, SerializerFunctionWrapHandler, model_serializer, model_validator
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from harness.config.schema import JsonValue
 from harness.records.engine_measures import (  # noqa: F401 - the engine's measures, re-exported
@@ -334,7 +334,9 @@ class DivergenceRecord(_Measure):
         verdict: ``explained`` / ``unexplained`` / ``noise``.
         source: ``reference`` (the baseline is the reference), ``reference_prefix``
             (the reference shares the baseline's prefix), ``rerun`` (fallback to the
-            baseline's rerun), ``none`` (no distribution, no rerun).
+            baseline's rerun), ``none`` (no distribution, no rerun), ``reference_at_prefix``
+            (scored on the reference's server at the baseline's prefix,
+            :mod:`harness.analysis.prefix_gap`; ``gap_nats`` is then exact).
         reason: one sentence for people.
     """
 
@@ -363,6 +365,8 @@ class DivergenceReportRecord(_Measure):
         near_tie_nats: the threshold used (nats).
         compared: questions compared (as :class:`OutputMatchRecord`).
         rerun_available: whether a rerun of the baseline was there for the fallback.
+        near_tie_widening_nats: the part of ``near_tie_nats`` added for the run's numerics
+            noise (:func:`harness.analysis.divergence.near_tie_bound`); absent without it.
         divergences: one :class:`DivergenceRecord` per mismatched question, worst first
             (unexplained by decreasing gap, then noise, then explained by decreasing gap).
 
@@ -376,6 +380,7 @@ class DivergenceReportRecord(_Measure):
     compared: int
     rerun_available: bool = False
     divergences: tuple[DivergenceRecord, ...] = ()
+    near_tie_widening_nats: float | None = Field(default=None, ge=0, exclude_if=lambda v: v is None)
 
     @model_validator(mode="before")
     @classmethod

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from harness.records.bounds import Bounded
 
@@ -25,6 +25,10 @@ class ScoringRecord(Bounded, BaseModel):
         error: why the step could not run, else None.
         sampled: ``<baseline>-><candidate>/<task>`` -> the comparison's test
             (:class:`~harness.records.measures.SampledRecord` as a mapping).
+        purpose: ``prefix`` for the step that scores divergences at the baseline's prefix
+            (:mod:`harness.run.prefix_steps`; ``scored`` then names
+            ``<baseline>-><candidate>/<task>`` and ``completions`` counts its requests);
+            absent for the sampled verdict's step.
     """
 
     scorer: str
@@ -35,3 +39,4 @@ class ScoringRecord(Bounded, BaseModel):
     seconds: float | None = None
     error: str | None = None
     sampled: dict[str, dict[str, Any]] = {}
+    purpose: str | None = Field(default=None, exclude_if=lambda v: v is None)

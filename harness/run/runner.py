@@ -8,6 +8,7 @@ an error or a signal); one config's run travels in one
 
     plan -> tasks (prepare) -> session (per variant) -> task.send; server stopped -> task.judge -> samples
          -> scoring / engine counter checks / analysis.acceptance -> analysis.comparison
+         -> prefix_steps (divergences scored at the baseline's prefix on the reference's server)
          -> sampled_steps (sampled completions scored on a non-speculative server)
          -> gates -> records.results (run.json via records.recorder) -> report (summary.md)
 
@@ -60,6 +61,7 @@ from harness.report.dry_run import subset_warnings
 from harness.run.config_steps import judge_gates, prepare_model, prepare_tasks, select_variants
 from harness.run.context import ConfigRun, RunContext, RunOptions
 from harness.run.outcome import finish, interrupted, record_error
+from harness.run.prefix_steps import score_prefixes
 from harness.run.resume import decide, in_plan_order, resumed_record, reuse_finished, set_aside
 from harness.run.sampled_steps import score_sampled
 from harness.run.variant_steps import engine_build, rerun_for_noise, run_variant
@@ -459,6 +461,8 @@ def _run_config(config_plan: ConfigPlan, opts: RunOptions, ctx: RunContext, run_
     # 4. comparisons (the record's paired test reads each task's own pipeline); a
     # baseline rerun for noise only where divergences are left that no distribution judges
     _comparisons(run, variants)
+    # 4a. divergences the reference's recorded distribution could not judge: scored at the baseline's prefix
+    score_prefixes(run, variants)
     # 4b. the sampled verdict: every sampled completion scored on a non-speculative server
     score_sampled(run, variants)
     # 5. gates, 6. gates against the stored baseline (last known good), when there is one

@@ -7,8 +7,10 @@ from __future__ import annotations
 from typing import Literal
 
 from harness.analysis.budget import GateTest
+from harness.analysis.divergence import near_tie_bound, noise_bound_of
 from harness.analysis.gatekinds._common import Budgeted, budget_fields, budget_verdict, result
 from harness.analysis.measurements import Measurements
+from harness.analysis.prefix_gap import PREFIX_SOURCE
 from harness.config.gates.registry import Place, gate
 from harness.records.measures import AnswerAgreementRecord, DivergenceReportRecord, NoiseRecord, OutputMatchRecord
 from harness.records.run_record import GateResult
@@ -62,7 +64,8 @@ class MinOutputMatch(Budgeted):
             noise_mismatch_rate=comp.noise_mismatch_rate, near_tie_nats=comp.near_tie_nats,
             description=("share of questions with identical completion token ids" if comp.near_tie_nats is None
                          else "share of questions without an unexplained divergence (divergences at a "
-                              f"near-tie of the reference, gap <= {comp.near_tie_nats:g} nats, are explained)")
+                              f"near-tie of the reference, gap {near_tie_bound(comp.near_tie_nats).describe()}, "
+                              "are explained)")
                         + noise,
         )
 
@@ -162,10 +165,13 @@ def _output_match_classified(g: MinOutputMatch, om: OutputMatchRecord, dv: Diver
     ok = rate >= g.limit
     detail = (f"{n - len(un)}/{n} questions without an unexplained divergence ({rate:.4f}); "
               f"{om.matched}/{n} identical (output match {om.output_match_rate:.4f}); "
-              f"judged by {dv.reference}'s top-k log-probabilities, near-tie <= {dv.near_tie_nats:g} nats: "
+              f"judged by {dv.reference}'s top-k log-probabilities, near-tie {noise_bound_of(dv).describe()}: "
               f"{len(un)} unexplained, {len(ex)} explained")
     if nz:
         detail += f", {len(nz)} explained by the baseline's rerun (no reference distribution there)"
+    if at_prefix := [d for d in dv.divergences if d.source == PREFIX_SOURCE]:
+        detail += (f"; {len(at_prefix)} judged on {dv.reference}'s server at the baseline's prefix "
+                   f"({sum(d.verdict == 'explained' for d in at_prefix)} explained)")
     if un:
         detail += "; unexplained (worst first): " + ", ".join(
             f"{d.question_id}@{d.position} " + ("gap " + (">" if not d.in_top_k else "") + f"{d.gap_nats:.2f}"
