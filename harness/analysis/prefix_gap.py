@@ -11,7 +11,9 @@ at the baseline's prefix. The gap ``lp(baseline token) - lp(candidate token)`` i
 as a near tie is (:func:`judge_at_prefix`): at most the report's ``near_tie_nats`` (already
 widened under numerics noise, :func:`harness.analysis.divergence.near_tie_bound`) is
 explained, more is unexplained; a negative gap (the reference prefers the candidate's token)
-is explained. The verdict replaces the fallback's (source ``reference_at_prefix``): the
+is explained. A divergence whose candidate token lay outside the reference's recorded top k
+(judged only by a lower bound on its gap, :func:`outside_top_k`) is scored the same way, for
+its exact gap. The verdict replaces the fallback's (source ``reference_at_prefix``): the
 reference's own distribution at the very position beats the indirect rules. Scoring that
 failed changes no verdict (an unexplained divergence stays unexplained, fail closed); its
 reason names the request and the error.
@@ -31,7 +33,7 @@ from harness.records.measures import (
 )
 from harness.records.samples import Sample
 
-__all__ = ["PREFIX_SOURCE", "PrefixItem", "PrefixScore", "judge_at_prefix", "prefix_items"]
+__all__ = ["PREFIX_SOURCE", "PrefixItem", "PrefixScore", "judge_at_prefix", "outside_top_k", "prefix_items"]
 
 #: the source of a divergence judged at the baseline's prefix on the reference's server
 PREFIX_SOURCE: Final = "reference_at_prefix"
@@ -94,17 +96,25 @@ class PrefixScore:
         return {**asdict(self), "gap_nats": self.gap_nats}
 
 
+def outside_top_k(d: DivergenceRecord) -> bool:
+    """A divergence the recorded distribution judged unexplained only because the candidate's
+    token is outside the reference's top k: its gap is a lower bound (top-1 minus the k-th
+    log-probability), not a measurement; scored at the prefix it gets its exact gap."""
+    return d.verdict == UNEXPLAINED and d.in_top_k is False and d.source not in UNJUDGED_SOURCES
+
+
 def prefix_items(report: DivergenceReportRecord, baseline: Sequence[Sample]) -> list[PrefixItem]:
     """The divergences of ``report`` the reference's recorded distribution could not judge
-    at the baseline's prefix (sources :data:`UNJUDGED_SOURCES`) and that have a token on both
-    sides at ``d`` (an ended completion is not scored), with the baseline's prefix from its
-    samples ``baseline`` (a question without token ids there is left out)."""
+    at the baseline's prefix (sources :data:`UNJUDGED_SOURCES`) or judged only by a bound
+    (:func:`outside_top_k`), and that have a token on both sides at ``d`` (an ended
+    completion is not scored), with the baseline's prefix from its samples ``baseline`` (a
+    question without token ids there is left out)."""
     ids = {s.question_id: s.token_ids for s in baseline if s.ok and s.token_ids is not None}
     out = []
     for d in report.divergences:
         base_ids = ids.get(d.question_id)
-        if (d.source not in UNJUDGED_SOURCES or d.baseline_token is None or d.candidate_token is None
-                or base_ids is None or len(base_ids) <= d.position):
+        if ((d.source not in UNJUDGED_SOURCES and not outside_top_k(d)) or d.baseline_token is None
+                or d.candidate_token is None or base_ids is None or len(base_ids) <= d.position):
             continue
         out.append(PrefixItem(d.question_id, d.position, tuple(base_ids[:d.position]), d.baseline_token,
                               d.candidate_token))

@@ -1,7 +1,8 @@
 """Divergences scored at the baseline's prefix on the reference's server (docs/gates.md,
 "Near ties"): once every variant has run and the comparisons are judged, each divergence of
 a greedy comparison that the reference's recorded distribution could not judge at the
-baseline's prefix (:func:`harness.analysis.prefix_gap.prefix_items`) is scored on the
+baseline's prefix, or judged only by a bound because the candidate's token was outside its
+recorded top k (:func:`harness.analysis.prefix_gap.prefix_items`), is scored on the
 reference's non-speculative server, started again, with prompt log-probabilities
 (:func:`harness.engine.client.target_logprobs`, as the sampled verdict scores,
 :mod:`harness.run.sampled_steps`): the prompt and the baseline's ids up to the divergence,
@@ -53,7 +54,7 @@ def score_prefixes(run: ConfigRun, variants: list[VariantPlan]) -> None:
     m = run.measured
     for res in run.result.comparisons:
         dv = res.divergence
-        if dv is None or dv.reference is None or dv.reference == res.baseline:
+        if dv is None or dv.reference is None:
             continue
         items = prefix_items(dv, m.task(res.baseline, res.task).samples or ())
         items = [x for x in items if x.question_id in _prompts(run, res.task)]

@@ -78,9 +78,29 @@ def test_nothing_to_score_starts_nothing():
     base, r = _report()
     same = r.model_copy(update={"divergences": tuple(d for d in r.divergences if d.source == "reference_prefix")})
     res = NS(baseline="spec_sync", candidate="spec_async", task="t", divergence=same)
-    ref_is_base = NS(baseline="reference", candidate="spec_sync", task="t", divergence=r.model_copy(
+    # the reference as baseline: its divergences judged in its recorded top k need nothing more
+    ref_is_base = NS(baseline="reference", candidate="spec_sync", task="t", divergence=same.model_copy(
         update={"reference": "reference"}))
     run = NS(result=NS(comparisons=[res, ref_is_base, NS(divergence=None)]),
              measured=NS(task=lambda v, t: NS(samples=base)))
     score_prefixes(run, [])  # would need a server (run.plan, run.folder, ...) if anything were scored
     assert res.divergence is same
+
+
+def test_a_candidate_token_outside_the_recorded_top_k_is_scored_for_its_exact_gap():
+    # reference -> spec_sync: the reference's recorded top 2 at token 1 holds neither candidate
+    # token 7 (outside: a bound only) nor is token 6 within the near tie (in the top k, 6.9 nats)
+    top1 = ((5, -0.1), (6, -7.0))
+    ref = [S("o", [1, 5, 3], (CONF, top1, CONF), "reference"), S("i", [1, 5, 3], (CONF, top1, CONF), "reference")]
+    cand = [S("o", [1, 7, 3]), S("i", [1, 6, 3])]
+    r = classify_divergences(ref, cand, None, "reference", 0.5, True)
+    by = {d.question_id: d for d in r.divergences}
+    assert by["o"].in_top_k is False and by["o"].verdict == "unexplained"
+    assert by["i"].in_top_k is True and by["i"].verdict == "unexplained"
+    items = prefix_items(r, ref)
+    assert [(x.question_id, x.prefix, x.baseline_token, x.candidate_token) for x in items] == [("o", (1,), 5, 7)]
+    # scored 0.4 nats apart at that prefix: a near tie after all
+    j = judge_at_prefix(r, {"o": PrefixScore("o", 1, 5, 7, -0.5, -0.9, 1, 2)}, "reference")
+    got = {d.question_id: d for d in j.divergences}
+    assert got["o"].verdict == "explained" and got["o"].source == PREFIX_SOURCE and got["o"].gap_nats == 0.4
+    assert got["i"].verdict == "unexplained"
