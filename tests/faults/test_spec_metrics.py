@@ -9,6 +9,7 @@ import types
 
 import pytest
 
+from harness.faults.reports import counts
 from harness.faults.spec_metrics import _wrapper, attach_metrics
 from tests.faults.fakes import needs_vllm
 
@@ -67,8 +68,6 @@ def test_vllms_own_metrics_are_kept():
 
 def test_wrapper_calls_the_original_unchanged_and_counts():
     *_, Metrics = _vllm_types()
-    from harness.faults.reports import counts
-
     m = Metrics.new(2)
     calls = []
     result = _step(["a"])
