@@ -304,7 +304,7 @@ def test_spec_metrics_consistent_with_counters(cpu_run):
         assert cnt["draft_tokens"] == pytest.approx(2 * cnt["drafts"])  # 2 speculative tokens per draft
         assert sum(cnt["accepted_per_pos"]) == pytest.approx(cnt["accepted_tokens"])
         assert len(sd["per_position_acceptance"]) == 2
-        # issue 40: every request, stop-string ones included (the plugin's workaround,
+        # per-request acceptance: every request, stop-string ones included (the plugin's workaround,
         # harness/faults/spec_metrics.py), carries vLLM's own per-request counts, and they sum
         # to the task's /metrics difference exactly; so the acceptance has an interval
         per_req = [x["spec_decoding"] for x in load_samples(run_dir, t["samples"])]
