@@ -13,8 +13,13 @@ received (``req_state.spec_decode_metrics = engine_core_output.spec_decode_metri
 them on the finished output, so attaching them to *every* output is enough.
 
 The wrapper of ``Scheduler.update_from_output`` calls vLLM's original unchanged, then gives
-each output that carries no metrics a copy of its request's accumulated metrics (a copy: in a
-single-process engine the front end would otherwise see the live object grow). A request
+each output that carries no metrics a copy of its request's accumulated metrics (a copy: the engine
+core serializes its outputs on another thread, and a single-process engine hands them over as
+they are, so the live object could grow before the front end reads it). The sums over a task's
+requests then equal its ``/metrics`` difference as long as the front end's abort reaches the
+engine core before that core counts the request's next step (``EngineCore.step`` applies aborts
+before ``update_from_output``); evalrun checks it and fails the acceptance gates closed otherwise
+(``harness.records.spec_request.sums_mismatch``). A request
 without metrics (the flag off: ``request.spec_decode_metrics is None``) is left alone, so the
 patch is inert unless the server asked for per-request metrics. Counted as
 ``spec_metrics.attached`` (outputs given metrics) in the plugin report.
