@@ -31,8 +31,10 @@ COLLAPSE_MIN_STEPS = 4
 #: Why there is no per-request analysis (no sample carries vLLM's per-request metrics).
 NO_PER_REQUEST = ("not available: no sample carries vLLM's per-request speculative metrics (the server was "
                   "not started with --per-request-spec-decode-metrics, its vLLM lacks it, or every request ended on a "
-                  "stop string: vLLM 0.32 attaches them only to a request its scheduler finishes, at an "
-                  "end-of-sequence or stop token or max_tokens, never to one its detokenizer stops)")
+                  "stop string on a server without evalrun's vLLM plugin, e.g. a --python interpreter without evalrun: "
+                  "vLLM 0.32 attaches them only to a request its scheduler finishes, vllm/v1/core/sched/scheduler.py "
+                  "Scheduler.update_from_output, and the plugin's workaround, harness/faults/spec_metrics.py, "
+                  "gives them to a request its detokenizer stops)")
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,8 @@ the standard library). Its modules, one noun each:
 * :mod:`~harness.faults.env`: the environment switches; :mod:`~harness.faults.log`: log lines.
 * :mod:`~harness.faults.reports`: counters and the per-process report files.
 * :mod:`~harness.faults.observers`: which model runner runs, batch condense / reorder events.
+* :mod:`~harness.faults.spec_metrics`: evalrun's workaround of a vLLM 0.32 limit, per-request
+  speculative metrics for requests a stop string ends.
 * :mod:`~harness.faults.cpu_async`: async scheduling kept on the CPU platform.
 * :mod:`~harness.faults.noise`: the ``EVALRUN_NUMERICS_NOISE`` setting; :mod:`~harness.faults.numerics`:
   GPU-like logit noise on the CPU engine (docs/numerics.md).

@@ -26,6 +26,7 @@ from harness.faults.observers import WORKER_INIT, check_model_runner, install_ob
 from harness.faults.patching import applied_patches, undo_patches
 from harness.faults.registry import FAULTS, check_patch_targets, known_faults, requested_fault
 from harness.faults.reports import FLUSH_INTERVAL_S, count, counts, exercised, flush_report, read_reports, start_flusher
+from harness.faults.spec_metrics import install_spec_metrics
 from harness.faults.state import STATE
 from harness.faults.target import FaultConfigError, PatchTarget
 
@@ -41,8 +42,10 @@ __all__ = [
 def register() -> None:
     """vLLM ``general_plugins`` entry point: apply the fault named by ``EVALRUN_FAULT``,
     keep async scheduling on the CPU (``EVALRUN_CPU_ASYNC_SCHEDULING=1``), perturb every
-    forward's logits (``EVALRUN_NUMERICS_NOISE``, :mod:`harness.faults.numerics`), and
-    count and report (``EVALRUN_PLUGIN_REPORT_DIR``).
+    forward's logits (``EVALRUN_NUMERICS_NOISE``, :mod:`harness.faults.numerics`), give
+    requests ending on a stop string their per-request speculative metrics
+    (:mod:`harness.faults.spec_metrics`, inert without ``--per-request-spec-decode-metrics``),
+    and count and report (``EVALRUN_PLUGIN_REPORT_DIR``).
 
     Inert (patches and imports nothing beyond the standard library) when none of the
     four variables is set. Idempotent within a process.
@@ -63,6 +66,7 @@ def register() -> None:
     if cpu_async:
         install_cpu_async()
     install_observers()
+    install_spec_metrics()  # evalrun's workaround of a vLLM 0.32 limit (harness.faults.spec_metrics)
     if fault is not None:
         if fault.runner is not None and not runner_check_installed():
             raise FaultConfigError(

@@ -293,7 +293,7 @@ def test_every_variant_records_the_v1_runner_from_the_plugin(cpu_run):
 
 
 def test_spec_metrics_consistent_with_counters(cpu_run):
-    _, rec, _ = cpu_run
+    _, rec, run_dir = cpu_run
     for t in [t for n in ("spec_sync", "spec_async") for t in rec["configs"][0]["variants"][n]["tasks"].values()]:
         if t["status"] != "ran":
             continue
@@ -304,6 +304,16 @@ def test_spec_metrics_consistent_with_counters(cpu_run):
         assert cnt["draft_tokens"] == pytest.approx(2 * cnt["drafts"])  # 2 speculative tokens per draft
         assert sum(cnt["accepted_per_pos"]) == pytest.approx(cnt["accepted_tokens"])
         assert len(sd["per_position_acceptance"]) == 2
+        # per-request acceptance: every request, stop-string ones included (the plugin's workaround,
+        # harness/faults/spec_metrics.py), carries vLLM's own per-request counts, and they sum
+        # to the task's /metrics difference exactly; so the acceptance has an interval
+        per_req = [x["spec_decoding"] for x in load_samples(run_dir, t["samples"])]
+        assert per_req and all(d and "num_draft_tokens" in d for d in per_req), t["samples"]
+        assert sum(d["num_spec_steps"] for d in per_req) == cnt["drafts"], t["samples"]
+        assert sum(d["num_draft_tokens"] for d in per_req) == cnt["draft_tokens"], t["samples"]
+        assert sum(d["num_accepted_draft_tokens"] for d in per_req) == cnt["accepted_tokens"], t["samples"]
+        lo, hi = t["mean_acceptance_length_ci"]
+        assert lo <= sd["mean_acceptance_length"] <= hi, t["samples"]
     ref = rec["configs"][0]["variants"]["reference"]
     assert all(t.get("spec_decode") is None for t in ref["tasks"].values())
 

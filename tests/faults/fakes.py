@@ -17,6 +17,8 @@ OBSERVERS = [
     "vllm.v1.worker.worker_base.WorkerWrapperBase.init_device",
     "vllm.v1.worker.gpu_input_batch.InputBatch.condense",
     "vllm.v1.worker.gpu_input_batch.InputBatch.swap_states",
+    # not an observer but applied whenever the plugin is: harness.faults.spec_metrics
+    "vllm.v1.core.sched.scheduler.Scheduler.update_from_output",
 ]
 
 
