@@ -2,7 +2,8 @@
 (docs/false-alarms.md): what ``evalrun calibrate --simulate-nights N --simulate-list LIST``
 computes after its repeats, without running them again. Made for before/after figures of
 a gate change: the repeats (their per-question divergence, flips, gaps and acceptance) stay
-the same, only the judging changes.
+the same, only the judging changes. The nights are judged under the repeats' numerics noise
+(``EVALRUN_NUMERICS_NOISE`` set from their ``run.json``), as ``calibrate`` judges them.
 
 Usage::
 
@@ -18,15 +19,16 @@ realized rate of the stored repeats as they were judged when they ran.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from harness.config.model_list import load_model_list  # noqa: E402
-from harness.records.run_record import load_run  # noqa: E402
-from harness.report.calibration import summarize  # noqa: E402
-from harness.report.calibration_nights import simulated_nights  # noqa: E402
+from harness.config.model_list import load_model_list
+from harness.records.run_record import load_run
+from harness.report.calibration import summarize
+from harness.report.calibration_nights import simulated_nights
 
 
 def _rows(title: str, rates: dict) -> list[str]:
@@ -59,6 +61,16 @@ def main() -> int:
     if len(runs) < 2:
         print(f"{a.cal_dir}: fewer than 2 finished repeats", file=sys.stderr)
         return 2
+    # judged as `calibrate --simulate-nights` judges them: under the repeats' numerics noise (the
+    # near-tie bound of the divergences they measured, docs/numerics.md), set in its environment
+    noise = {r.numerics_noise.spec for r, _ in runs if r.numerics_noise is not None}
+    if len(noise) > 1:
+        print(f"{a.cal_dir}: repeats ran under different numerics noise {sorted(noise)}", file=sys.stderr)
+        return 2
+    if noise:
+        os.environ["EVALRUN_NUMERICS_NOISE"] = noise.pop()
+    else:
+        os.environ.pop("EVALRUN_NUMERICS_NOISE", None)
     summary = summarize(runs, k=3.0)
     other = (a.list, load_model_list(a.list)) if a.list else None
     sim = simulated_nights(runs, load_model_list(a.fit), summary["false_alarms"], a.nights, a.seed, other)
