@@ -66,7 +66,9 @@ In every mode ``POST /tokenize`` answers one token id for a prompt (1000 + its k
 a completion request whose prompt is a list of ids with ``prompt_logprobs`` answers the
 prompt's log-probabilities: log softmax(logits_(q,i)) of each later id (the raw
 log-probabilities, as vLLM's ``prompt_logprobs``), its rank (1 = most likely) and its
-text (ids 10..17 the letters a..h; the stop id 18 log 0.5, rank 1). Under numerics noise, a
+text (ids 10..17 the letters a..h; the stop id 18 log 0.5, rank 1); a prompt followed by
+other ids (a greedy completion's prefix) is answered by the greedy model the ``logprobs``
+answers report (:func:`greedy_prompt_logprobs`). Under numerics noise, a
 prompt tokenized earlier followed by the noisy model's greedy ids (20..999) is answered by that
 model without noise (``fake_numerics.prompt_logprobs``): evalrun's scoring of a divergence at
 the baseline's prefix.
@@ -382,6 +384,29 @@ def prompt_logprobs_of(ids):
     return out
 
 
+#: The greedy answer's ids (every mode's unless it changes them) and the runner-up
+#: :func:`logprobs_of` reports at position i (100 + i, 6 nats down).
+GREEDY_IDS = (5, 6, 7, 8)
+
+
+def greedy_prompt_logprobs(ids):
+    """``prompt_logprobs`` of ``[1000 + key, greedy completion ids...]`` by the greedy model
+    :func:`logprobs_of` reports (its own token at position i -0.01 nats, 100 + i -6.0, any
+    other id -30.0, outside what it ranks): evalrun's scoring of a divergence at the
+    baseline's prefix without numerics noise."""
+    out = [None]
+    for i, t in enumerate(ids[1:]):
+        own = GREEDY_IDS[i] if i < len(GREEDY_IDS) else None
+        lp, rank = (-0.01, 1) if t == own else (-6.0, 2) if t == 100 + i else (-30.0, 3)
+        out.append({str(t): {"logprob": lp, "rank": rank, "decoded_token": str(t)}})
+    return out
+
+
+def sampled_ids(ids):
+    """Whether a scored completion is the sampled model's (ids 10..17 and the stop id)."""
+    return all(10 <= t < 10 + VOCAB or t == STOP_ID for t in ids[1:])
+
+
 def chosen(prompt, share):
     """Whether a question is among the deterministic share (by the prompt alone)."""
     return random.Random(hashlib.sha256(prompt.encode()).hexdigest()).random() < share
@@ -582,7 +607,8 @@ class H(BaseHTTPRequestHandler):
             ids = scoring["prompt"]
             plp = (fake_numerics.prompt_logprobs(tokenized[ids[0]], ids[1:])
                    if noise is not None and ids and ids[0] in tokenized else None)
-            return self._send(200, {"choices": [{"text": "x", "prompt_logprobs": plp or prompt_logprobs_of(ids),
+            plp = plp or (prompt_logprobs_of(ids) if sampled_ids(ids) else greedy_prompt_logprobs(ids))
+            return self._send(200, {"choices": [{"text": "x", "prompt_logprobs": plp,
                                                  "finish_reason": "length"}]})
         with lock:
             count += 1
@@ -629,7 +655,7 @@ class H(BaseHTTPRequestHandler):
             return self._send(500, {"error": "simulated engine error"})
         if latency:
             time.sleep(latency)
-        ids = [5, 6, 7, 8]
+        ids = list(GREEDY_IDS)
         text = " 2 + 3 = 5 #### 5"
         if mode.startswith("benign_noise:"):
             key = hashlib.sha256(f"{prompt}|{flags}|{npass}|{port}".encode()).hexdigest()
