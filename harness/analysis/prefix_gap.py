@@ -13,7 +13,8 @@ widened under numerics noise, :func:`harness.analysis.divergence.near_tie_bound`
 explained, more is unexplained; a negative gap (the reference prefers the candidate's token)
 is explained. A divergence whose candidate token lay outside the reference's recorded top k
 (judged only by a lower bound on its gap, :func:`outside_top_k`) is scored the same way, for
-its exact gap. The verdict replaces the fallback's (source ``reference_at_prefix``): the
+its exact gap, when that bound is within the near tie (a bound beyond it already decides).
+The verdict replaces the fallback's (source ``reference_at_prefix``): the
 reference's own distribution at the very position beats the indirect rules. Scoring that
 failed changes no verdict (an unexplained divergence stays unexplained, fail closed); its
 reason names the request and the error.
@@ -96,25 +97,30 @@ class PrefixScore:
         return {**asdict(self), "gap_nats": self.gap_nats}
 
 
-def outside_top_k(d: DivergenceRecord) -> bool:
+def outside_top_k(d: DivergenceRecord, near_tie_nats: float) -> bool:
     """A divergence the recorded distribution judged unexplained only because the candidate's
-    token is outside the reference's top k: its gap is a lower bound (top-1 minus the k-th
-    log-probability), not a measurement; scored at the prefix it gets its exact gap."""
-    return d.verdict == UNEXPLAINED and d.in_top_k is False and d.source not in UNJUDGED_SOURCES
+    token is outside the reference's top k while that bound is within the near tie: its
+    recorded gap is a lower bound (top-1 minus the k-th log-probability), not a measurement,
+    so only the exact gap, scored at the prefix, can say whether it is a near tie. A bound
+    already beyond ``near_tie_nats`` decides (the exact gap is at least the bound): not scored,
+    so a run whose bounds all exceed the threshold (the CPU engine without noise) starts nothing."""
+    return (d.verdict == UNEXPLAINED and d.in_top_k is False and d.source not in UNJUDGED_SOURCES
+            and d.gap_nats is not None and d.gap_nats <= near_tie_nats + 1e-12)
 
 
 def prefix_items(report: DivergenceReportRecord, baseline: Sequence[Sample]) -> list[PrefixItem]:
     """The divergences of ``report`` the reference's recorded distribution could not judge
     at the baseline's prefix (sources :data:`UNJUDGED_SOURCES`) or judged only by a bound
-    (:func:`outside_top_k`), and that have a token on both sides at ``d`` (an ended
+    within the near tie (:func:`outside_top_k`), and that have a token on both sides at ``d`` (an ended
     completion is not scored), with the baseline's prefix from its samples ``baseline`` (a
     question without token ids there is left out)."""
     ids = {s.question_id: s.token_ids for s in baseline if s.ok and s.token_ids is not None}
     out = []
     for d in report.divergences:
         base_ids = ids.get(d.question_id)
-        if ((d.source not in UNJUDGED_SOURCES and not outside_top_k(d)) or d.baseline_token is None
-                or d.candidate_token is None or base_ids is None or len(base_ids) <= d.position):
+        wanted = d.source in UNJUDGED_SOURCES or outside_top_k(d, report.near_tie_nats)
+        if (not wanted or d.baseline_token is None or d.candidate_token is None or base_ids is None
+                or len(base_ids) <= d.position):
             continue
         out.append(PrefixItem(d.question_id, d.position, tuple(base_ids[:d.position]), d.baseline_token,
                               d.candidate_token))

@@ -87,20 +87,27 @@ def test_nothing_to_score_starts_nothing():
     assert res.divergence is same
 
 
-def test_a_candidate_token_outside_the_recorded_top_k_is_scored_for_its_exact_gap():
-    # reference -> spec_sync: the reference's recorded top 2 at token 1 holds neither candidate
-    # token 7 (outside: a bound only) nor is token 6 within the near tie (in the top k, 6.9 nats)
-    top1 = ((5, -0.1), (6, -7.0))
-    ref = [S("o", [1, 5, 3], (CONF, top1, CONF), "reference"), S("i", [1, 5, 3], (CONF, top1, CONF), "reference")]
-    cand = [S("o", [1, 7, 3]), S("i", [1, 6, 3])]
+def test_a_candidate_token_outside_the_recorded_top_k_is_scored_when_its_bound_is_within_the_near_tie():
+    # reference -> spec_sync at token 1. "o": candidate 7 outside the recorded top 2, whose
+    # bound (-0.1 - -0.4 = 0.3 nats) is within the 0.5-nat near tie: only its exact gap can say.
+    # "f": 7 outside a top 2 whose bound, 6.9, already decides. "i": 6 in the top 2, 6.9 down.
+    near, far = ((5, -0.1), (6, -0.4)), ((5, -0.1), (6, -7.0))
+    ref = [S("o", [1, 5, 3], (CONF, near, CONF), "reference"), S("f", [1, 5, 3], (CONF, far, CONF), "reference"),
+           S("i", [1, 5, 3], (CONF, far, CONF), "reference")]
+    cand = [S("o", [1, 7, 3]), S("f", [1, 7, 3]), S("i", [1, 6, 3])]
     r = classify_divergences(ref, cand, None, "reference", 0.5, True)
     by = {d.question_id: d for d in r.divergences}
-    assert by["o"].in_top_k is False and by["o"].verdict == "unexplained"
-    assert by["i"].in_top_k is True and by["i"].verdict == "unexplained"
+    assert [by[q].in_top_k for q in "ofi"] == [False, False, True]
+    assert {by[q].verdict for q in "ofi"} == {"unexplained"}
+    assert (by["o"].gap_nats, by["f"].gap_nats) == (0.3, 6.9)
     items = prefix_items(r, ref)
     assert [(x.question_id, x.prefix, x.baseline_token, x.candidate_token) for x in items] == [("o", (1,), 5, 7)]
     # scored 0.4 nats apart at that prefix: a near tie after all
-    j = judge_at_prefix(r, {"o": PrefixScore("o", 1, 5, 7, -0.5, -0.9, 1, 2)}, "reference")
+    j = judge_at_prefix(r, {"o": PrefixScore("o", 1, 5, 7, -0.5, -0.9, 1, 3)}, "reference")
     got = {d.question_id: d for d in j.divergences}
     assert got["o"].verdict == "explained" and got["o"].source == PREFIX_SOURCE and got["o"].gap_nats == 0.4
-    assert got["i"].verdict == "unexplained"
+    assert got["f"].verdict == got["i"].verdict == "unexplained"
+    # the same bound 6.9 is within the near tie widened by the gpu level (12.5 nats): scored then
+    wide = near_tie_bound(0.5, {"EVALRUN_NUMERICS_NOISE": "gpu"})
+    rw = classify_divergences(ref, cand, None, "reference", wide.nats, True, widening_nats=wide.widening_nats)
+    assert sorted(x.question_id for x in prefix_items(rw, ref)) == ["f", "o"]
