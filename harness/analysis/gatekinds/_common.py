@@ -53,6 +53,17 @@ def budget_fields(at: Place) -> dict[str, Any]:
             "planned_n": task_size(at.config.tasks[at.task]) if at.task else 0}
 
 
+def planned_level(at: Place, test: str, alpha: float) -> tuple[dict[str, float | int | None], str]:
+    """A tested kind's plan fields and the closing words of its description: with the
+    config's budget, :func:`budget_fields` and ``"(<test>; false_alarm_budget B, Holm over
+    the config's tested gates)"``; without, no fields and ``"(<test>, alpha A)"`` (its own
+    level)."""
+    budget = at.config.false_alarm_budget
+    if budget is None:
+        return {}, f"({test}, alpha {alpha})"
+    return budget_fields(at), f"({test}; false_alarm_budget {budget:g}, Holm over the config's tested gates)"
+
+
 def budget_verdict(g: Budgeted, t: GateTest, adjusted_p: float | None) -> tuple[bool, str]:
     """The verdict of a budgeted gate under its budget: fails when the Holm-adjusted p-value
     over the config's family (``adjusted_p``; the gate's own when judged alone) is below the

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Literal
 
 from harness.analysis.budget import GateTest
-from harness.analysis.gatekinds._common import Budgeted, budget_fields, budget_verdict, result, speculative
+from harness.analysis.gatekinds._common import Budgeted, budget_verdict, planned_level, result, speculative
 from harness.analysis.measurements import Measurements
 from harness.analysis.per_request import NO_PER_REQUEST, RequestAcceptance, along_output, collapses, requests_of
 from harness.config.gates.registry import Place, gate
@@ -74,15 +74,9 @@ class LateAcceptanceDrop(Budgeted):
         limit = at.settings.max_late_acceptance_drop
         if not speculative(at) or limit is None:
             return None
-        budget = at.config.false_alarm_budget
-        if budget is not None:
-            return cls.at(at, limit=limit, **budget_fields(at), description=(
-                f"early - late acceptance rate within each request <= {limit}, not significantly more "
-                f"(one-sided Wilcoxon signed-rank over requests; false_alarm_budget {budget:g}, Holm over the "
-                "config's tested gates)"))
-        return cls.at(at, limit=limit, description=(
-            f"early - late acceptance rate within each request <= {limit}, not significantly more "
-            f"(one-sided Wilcoxon signed-rank over requests, alpha {ALPHA})"))
+        fields, level = planned_level(at, "one-sided Wilcoxon signed-rank over requests", ALPHA)
+        return cls.at(at, limit=limit, **fields, description=(
+            f"early - late acceptance rate within each request <= {limit}, not significantly more {level}"))
 
     def _requests(self, m: Measurements) -> list[RequestAcceptance] | GateResult:
         """The requests with at least :data:`MIN_STEPS` verify steps, or the NOT RUN result."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Literal
 
 from harness.analysis.budget import GateTest
-from harness.analysis.gatekinds._common import Budgeted, budget_fields, budget_verdict, result
+from harness.analysis.gatekinds._common import Budgeted, budget_verdict, planned_level, result
 from harness.analysis.measurements import Measurements
 from harness.analysis.per_request import NO_PER_REQUEST, Paired, RequestAcceptance, paired_by_question, requests_of
 from harness.config.gates.registry import Place, gate
@@ -48,15 +48,10 @@ class PairedAcceptanceDrop(Budgeted):
         both = all(at.config.variants[v].speculative_config is not None for v in (comp.baseline, comp.candidate))
         if comp.max_paired_acceptance_drop is None or not both:
             return None
-        budget = at.config.false_alarm_budget
-        if budget is not None:
-            return cls.at(at, limit=comp.max_paired_acceptance_drop, **budget_fields(at), description=(
-                f"per-question acceptance rate, baseline - candidate <= {comp.max_paired_acceptance_drop}, not "
-                f"significantly more (one-sided Wilcoxon signed-rank over questions; false_alarm_budget {budget:g}, "
-                "Holm over the config's tested gates)"))
-        return cls.at(at, limit=comp.max_paired_acceptance_drop, description=(
+        fields, level = planned_level(at, "one-sided Wilcoxon signed-rank over questions", ALPHA)
+        return cls.at(at, limit=comp.max_paired_acceptance_drop, **fields, description=(
             f"per-question acceptance rate, baseline - candidate <= {comp.max_paired_acceptance_drop}, not "
-            f"significantly more (one-sided Wilcoxon signed-rank over questions, alpha {ALPHA})"))
+            f"significantly more {level}"))
 
     def _paired(self, m: Measurements) -> tuple[Paired, list[float]] | GateResult:
         """The paired questions (:func:`paired_by_question`) and each one's candidate - baseline

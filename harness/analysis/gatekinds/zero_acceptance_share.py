@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Literal
 
 from harness.analysis.budget import GateTest
-from harness.analysis.gatekinds._common import Budgeted, budget_fields, budget_verdict, result, speculative
+from harness.analysis.gatekinds._common import Budgeted, budget_verdict, planned_level, result, speculative
 from harness.analysis.measurements import Measurements
 from harness.analysis.per_request import NO_PER_REQUEST, RequestAcceptance, requests_of
 from harness.config.gates.registry import Place, gate
@@ -47,15 +47,9 @@ class ZeroAcceptanceShare(Budgeted):
         limit = at.settings.max_zero_acceptance_share
         if not speculative(at) or limit is None:
             return None
-        budget = at.config.false_alarm_budget
-        if budget is not None:
-            return cls.at(at, limit=limit, **budget_fields(at), description=(
-                f"share of requests that never accepted a draft <= {limit}, not significantly more "
-                f"(one-sided exact binomial test over requests; false_alarm_budget {budget:g}, Holm over the "
-                "config's tested gates)"))
-        return cls.at(at, limit=limit, description=(
-            f"share of requests that never accepted a draft <= {limit}, not significantly more "
-            f"(one-sided exact binomial test over requests, alpha {ALPHA})"))
+        fields, level = planned_level(at, "one-sided exact binomial test over requests", ALPHA)
+        return cls.at(at, limit=limit, **fields, description=(
+            f"share of requests that never accepted a draft <= {limit}, not significantly more {level}"))
 
     def _requests(self, m: Measurements) -> list[RequestAcceptance] | GateResult:
         """The requests with at least :data:`MIN_STEPS` verify steps, or the NOT RUN result."""
